@@ -1,0 +1,1 @@
+"""racsim Hydra config groups (shipped as racsim.conf)."""

@@ -1,0 +1,1 @@
+"""Hydra search-path anchor: the config group ``scenario`` is the top-level ``scenarios/`` folder."""

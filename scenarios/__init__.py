@@ -1,0 +1,1 @@
+"""Named racsim scenarios (shipped as racsim.scenarios.scenario)."""
