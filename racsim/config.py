@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Dict, List, Optional
 
 # Names of everything a user can pick from; the modules that implement them
@@ -26,6 +27,7 @@ CORRECTORS = (
     "sync_oracle",
 )
 ENGINES = ("lanes", "simpy")
+PHASES = ("generate", "fast_score", "submit", "update")  # one optimizer step, in order
 LEARNERS = ("tabular",)
 
 
@@ -172,6 +174,12 @@ def register_configs() -> None:
 # Validation: one rule per line, each naming the key and what is allowed.
 
 
+def phase_conf(pipeline: Any, phase: str) -> LatencyConf:
+    """The duration distribution of one optimizer phase. Item access, because a
+    DictConfig is a mapping and ``.update`` would find the mapping's method."""
+    return pipeline[phase] if isinstance(pipeline, Mapping) else getattr(pipeline, phase)
+
+
 def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -234,8 +242,8 @@ def validate(cfg: Any) -> None:
     _int_at_least("pipeline.steps", p.steps, 1)
     _int_at_least("pipeline.batch_size", p.batch_size, 1)
     _need(p.engine in ENGINES, "pipeline.engine", p.engine, "one of " + ", ".join(ENGINES))
-    for phase in ("generate", "fast_score", "submit", "update"):
-        validate_latency(getattr(p, phase), f"pipeline.{phase}")
+    for phase in PHASES:
+        validate_latency(phase_conf(p, phase), f"pipeline.{phase}")
     _need(len(p.channels) >= 1, "pipeline.channels", dict(p.channels),
           "at least one slow channel (K >= 1), e.g. +pipeline.channels.judge.share=1")
     for name, ch in p.channels.items():

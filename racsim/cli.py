@@ -1,0 +1,120 @@
+"""The ``racsim`` command: a Hydra app over conf/ and scenarios/.
+
+    racsim                                  # the default scenario
+    racsim scenario=NAME key=value ...      # a named scenario, with overrides
+    racsim -m corrector.tau_age=50,1000     # a sweep, one output folder per job
+
+A user mistake (bad value, unknown key or scenario) ends with one line on
+stderr naming the key and what is allowed, exit status 2, and no output folder
+left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from .config import ConfigError
+
+EXIT_USAGE = 2
+
+
+def _task(cfg) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        from .run import run
+
+        progress = _progress_bar(cfg)
+        try:
+            res = run(cfg, progress=progress.update if progress else None)
+        finally:
+            if progress:
+                progress.close()
+    except ConfigError:
+        _remove_empty_job_dir(out_dir)
+        raise
+    from .report import format_table, write_outputs
+
+    write_outputs(out_dir, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
+    print(f"racsim: {cfg.name}: K={len(cfg.pipeline.channels)}, {cfg.learner.trials} trials, "
+          f"{res.bias.trajectories} trajectories in {sum(res.timings.values()):.1f} s")
+    print(format_table(res.results))
+    print(f"racsim: results in {out_dir}")
+
+
+def _progress_bar(cfg):
+    if not cfg.output.progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=cfg.learner.trials, desc="bias benchmark (trials)", unit="trial", leave=False,
+                disable=None)  # None: off when stderr is not a terminal
+
+
+def _remove_empty_job_dir(out_dir: Path) -> None:
+    """Take away the folder Hydra made for a job that never started: it holds
+    only Hydra's own bookkeeping, no result."""
+    if not out_dir.is_dir():
+        return
+    own = {".hydra", "main.log", f"{Path(sys.argv[0]).stem}.log", "cli.log"}
+    if all(p.name in own for p in out_dir.iterdir()):
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _one_line(ex: BaseException) -> str:
+    """Shorten a Hydra/OmegaConf exception chain to 'key: reason'."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    chain = []
+    e = ex
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    for e in chain:
+        if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None):
+            msg = str(e).splitlines()[0].strip()
+            return f"{e.full_key}: {msg}"
+    text = str(ex).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(ex).__name__
+    if "Available options" in text:
+        i = next(i for i, ln in enumerate(lines) if ln.startswith("Available options"))
+        return f"{lines[0]} ({lines[i].rstrip(':').lower()}: {', '.join(lines[i + 1:])})"
+    return " ".join(lines[:2])
+
+
+def main() -> None:
+    """Console entry point (``racsim`` and ``python -m racsim``)."""
+    import hydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from .config import register_configs
+
+    register_configs()
+    friendly = "HYDRA_FULL_ERROR" not in os.environ
+    if friendly:
+        os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us instead of Hydra's printer
+    app = hydra.main(version_base="1.3", config_path="pkg://racsim.conf", config_name="config")(_task)
+    try:
+        app()
+    except ConfigError as ex:
+        if not friendly:
+            raise
+        print(f"racsim: error: {ex}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except (HydraException, OmegaConfBaseException) as ex:
+        if not friendly:
+            raise
+        print(f"racsim: error: {_one_line(ex)}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+if __name__ == "__main__":
+    main()

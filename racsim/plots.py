@@ -1,0 +1,95 @@
+"""PNG plots of a run (matplotlib, headless). Each returns True if it wrote a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    from .report import atomic_write
+
+    atomic_write(path, lambda t: fig.savefig(t, dpi=120, bbox_inches="tight", format="png"))
+
+
+def pareto(res, path: Path) -> bool:
+    """Cost-quality plane: wall-clock relative to naive vs bias reduction (exact, MC CI)."""
+    r = res.results
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for _, row in r.iterrows():
+        y = row["reduction_exact"]
+        if not np.isfinite(y):
+            continue
+        lo, hi = row.get("reduction_ci_lo", np.nan), row.get("reduction_ci_hi", np.nan)
+        yerr = None
+        if np.isfinite(lo) and np.isfinite(hi):
+            yerr = [[max(y - lo, 0)], [max(hi - y, 0)]]
+        marker = "*" if row["corrector"] == "rac" else "o"
+        ax.errorbar(row["wallclock_ratio"], y, yerr=yerr, fmt=marker, ms=11 if marker == "*" else 7, capsize=3)
+        ax.annotate(row["corrector"], (row["wallclock_ratio"], y), textcoords="offset points", xytext=(6, 4),
+                    fontsize=9)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("wall-clock relative to naive (simulated)")
+    ax.set_ylabel("bias reduction vs naive (exact; bars: bootstrap 95% CI)")
+    ax.set_title(f"Cost-quality Pareto, K={r['K'].iloc[0]} ({r['scenario'].iloc[0]})")
+    ax.grid(True, which="both", alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def training(res, path: Path) -> bool:
+    """J(theta) and distance to the optimal policy against simulated wall-clock."""
+    if not res.curves:
+        return False
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, cv in res.curves.items():
+        x = cv.wallclock.mean(axis=0) / 60.0
+        a1.plot(x, cv.objective.mean(axis=0), label=name)
+        a2.plot(x, cv.distance.mean(axis=0), label=name)
+    a1.set_xlabel("simulated wall-clock (min)")
+    a1.set_ylabel("J(theta): long-run average reward")
+    a2.set_xlabel("simulated wall-clock (min)")
+    a2.set_ylabel("|| pi_theta - pi* ||_2")
+    a1.set_title("Training with each corrector")
+    a2.set_title("Distance to the optimal policy")
+    for a in (a1, a2):
+        a.grid(True, alpha=0.3)
+    a1.legend(fontsize=8)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def queue(res, path: Path) -> bool:
+    """Mean queue length and jobs in service per slow channel over the run."""
+    tl = res.timeline
+    names = [c[: -len("_queued")] for c in tl.columns if c.endswith("_queued")]
+    if not names:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for nm in names:
+        (line,) = ax.plot(tl.time_s / 60.0, tl[f"{nm}_in_service"], label=f"{nm}: in service")
+        ax.plot(tl.time_s / 60.0, tl[f"{nm}_queued"], "--", color=line.get_color(), label=f"{nm}: queued")
+    ax.set_xlabel("simulated wall-clock (min)")
+    ax.set_ylabel("jobs (mean over trials)")
+    ax.set_title("Slow channels: queue and service over the run")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    plt.close(fig)
+    return True

@@ -1,0 +1,167 @@
+"""One racsim run: pipeline -> arrival schedules -> bias benchmark and training -> tables."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+import numpy as np
+import pandas as pd
+
+from . import mdp as M
+from . import pipeline
+from .bias import BiasRun, run_bias, summarize
+from .config import validate
+from .correctors import BLOCKING, CorrectorParams
+from .schedule import ArrivalSchedule
+from .stats import channel_stats, queue_timeseries
+from .training import TrainCurve, train_all
+
+# Independent random streams, one per purpose, derived from the config's seed
+# alone (never from the worker, the time or the order in which things run).
+STREAMS = {"pipeline": 1, "trajectories": 2, "bootstrap": 3, "train_pipeline": 4, "training": 5}
+
+
+def seed_sequence(seed: int, stream: str) -> np.random.SeedSequence:
+    return np.random.SeedSequence([seed, STREAMS[stream]])
+
+
+def rng_for(seed: int, stream: str) -> np.random.Generator:
+    return np.random.default_rng(seed_sequence(seed, stream))
+
+
+@dataclass
+class RunResult:
+    results: pd.DataFrame
+    channels: pd.DataFrame
+    timeline: pd.DataFrame
+    training: pd.DataFrame
+    bias: BiasRun
+    schedules: Dict[str, ArrivalSchedule]
+    curves: Dict[str, TrainCurve] = field(default_factory=dict)
+    timings: Dict[str, float] = field(default_factory=dict)
+
+
+def corrector_names(cfg: Any) -> list:
+    """Requested correctors, with naive first: it is the reference of every ratio."""
+    names = list(cfg.corrector.names)
+    return names if names and names[0] == "naive" else ["naive"] + [n for n in names if n != "naive"]
+
+
+def simulate_schedules(cfg: Any, n_trials: int, stream: str, names) -> Dict[str, ArrivalSchedule]:
+    """The async schedule every non-blocking corrector shares, and the blocking one
+    wait-for-slow runs on, from the same draws (common random numbers)."""
+    p = cfg.pipeline
+    draws = pipeline.draw(p, n_trials, rng_for(cfg.seed, stream))
+    out = {"async": pipeline.simulate(p, n_trials, None, draws=draws)}
+    if any(n in BLOCKING for n in names):
+        out["blocking"] = pipeline.simulate(p, n_trials, None, draws=draws, blocking=True,
+                                            wait_timeout=cfg.corrector.wait_timeout_s)
+    return out
+
+
+def build_mdp(cfg: Any) -> M.TabularMDP:
+    lr = cfg.learner
+    shares = tuple(float(ch.share) for ch in cfg.pipeline.channels.values())
+    return M.make_mdp(lr.n_states, lr.n_actions, mdp_seed=lr.mdp_seed, shares=shares, gamma=lr.gamma,
+                      slow_bump=lr.slow_bump)
+
+
+def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
+    """Run the scenario described by a composed config (validated here first)."""
+    validate(cfg)
+    timings: Dict[str, float] = {}
+    names = corrector_names(cfg)
+    c, lr = cfg.corrector, cfg.learner
+    params = CorrectorParams(alpha=c.alpha, tau_age=c.tau_age, rho_bar=c.rho_bar, retrace_gamma=c.retrace_gamma)
+    mdp = build_mdp(cfg)
+    theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
+
+    t0 = time.perf_counter()
+    schedules = simulate_schedules(cfg, lr.trials, "pipeline", names)
+    timings["pipeline_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    bias = run_bias(mdp, theta, schedules, names, params, lr.horizon, rng_for(cfg.seed, "trajectories"),
+                    fast_noise_std=lr.fast_noise_std, progress=progress)
+    summary = summarize(bias, lr.bootstrap, rng_for(cfg.seed, "bootstrap"))
+    timings["bias_s"] = time.perf_counter() - t0
+
+    curves: Dict[str, TrainCurve] = {}
+    if lr.train.enabled:
+        t0 = time.perf_counter()
+        train_sched = simulate_schedules(cfg, lr.train.lanes, "train_pipeline", names)
+        curves = train_all(mdp, theta, train_sched, names, params, lr.horizon, lr.train.lr,
+                           seed_sequence(cfg.seed, "training"), lr.fast_noise_std)
+        timings["training_s"] = time.perf_counter() - t0
+
+    results = _results_table(cfg, names, schedules, summary, bias, curves)
+    return RunResult(
+        results=results,
+        channels=channel_stats(schedules["async"], {n: ch.workers for n, ch in cfg.pipeline.channels.items()}),
+        timeline=queue_timeseries(schedules["async"]),
+        training=_training_table(curves),
+        bias=bias,
+        schedules=schedules,
+        curves=curves,
+        timings=timings,
+    )
+
+
+def _results_table(cfg, names, schedules, summary, bias, curves) -> pd.DataFrame:
+    from .bias import schedule_for
+
+    p = cfg.pipeline
+    naive_clock = schedules["async"].wallclock.mean()
+    rows = []
+    for name in names:
+        sched = schedule_for(name, schedules)
+        counts = sched.counts()
+        row: Dict[str, Any] = {
+            "scenario": cfg.name,
+            "corrector": name,
+            "K": len(p.channels),
+            "steps": p.steps,
+            "batch_size": p.batch_size,
+            "trials": cfg.learner.trials,
+            "seed": cfg.seed,
+        }
+        row.update(summary[name])
+        clock = naive_clock if name == "sync_oracle" else sched.wallclock.mean()
+        row["wallclock_s"] = float(clock)
+        row["wallclock_ratio"] = float(clock / naive_clock)
+        for key in ("emitted", "injected", "dropped", "pending"):
+            row[key] = sum(v[key] for v in counts.values())
+        if name == "sync_oracle":  # every slow result at Delta = 0, by definition
+            row.update(injected=row["emitted"], dropped=0, pending=0)
+        for k, ch in enumerate(sched.channel_names):
+            row[f"eta_{ch}"] = float(bias.slack[name][k])
+        if name in curves:
+            cv = curves[name]
+            row["J_final"] = float(cv.objective[:, -1].mean())
+            row["distance_final"] = float(cv.distance[:, -1].mean())
+            row["J_at_naive_clock"] = float(_value_at(cv, curves["naive"].wallclock[:, -1].mean()))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _value_at(curve: TrainCurve, seconds: float) -> float:
+    """Mean over lanes of J(theta) at the last step completed by ``seconds`` of wall-clock."""
+    done = (curve.wallclock[:, 1:] <= seconds + 1e-9).sum(axis=1)  # steps completed per lane
+    return float(curve.objective[np.arange(len(done)), done].mean())
+
+
+def _training_table(curves: Dict[str, TrainCurve]) -> pd.DataFrame:
+    frames = []
+    for name, cv in curves.items():
+        L, n = cv.objective.shape
+        frames.append(pd.DataFrame({
+            "corrector": name,
+            "lane": np.repeat(np.arange(L), n),
+            "step": np.tile(np.arange(n), L),
+            "wallclock_s": cv.wallclock.ravel(),
+            "J": cv.objective.ravel(),
+            "distance": cv.distance.ravel(),
+        }))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

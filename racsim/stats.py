@@ -1,0 +1,57 @@
+"""Pipeline statistics from an arrival schedule: delays, queue waits, utilisation."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+import pandas as pd
+
+from .schedule import ArrivalSchedule
+
+
+def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]]) -> pd.DataFrame:
+    """One row per channel: result counts, delay quantiles (steps), queue wait (s), utilisation."""
+    rows = []
+    span = sched.wallclock  # (trials,)
+    for k, name in enumerate(sched.channel_names):
+        st = sched.status[..., k]
+        d = sched.delay[..., k][st == 0]
+        row = {"channel": name, **sched.counts()[name]}
+        row["delay_mean_steps"] = float(d.mean()) if d.size else float("nan")
+        for q in (50, 95, 99):
+            row[f"delay_p{q}_steps"] = float(np.percentile(d, q)) if d.size else float("nan")
+        wait = (sched.service_start[..., k] - sched.submit_time[..., k]).ravel()
+        row["wait_mean_s"] = float(wait.mean())
+        row["wait_p95_s"] = float(np.percentile(wait, 95))
+        row["workers"] = workers.get(name)
+        if workers.get(name):
+            # Busy seconds inside the run's window over worker-seconds available.
+            end = np.minimum(sched.completion[..., k], sched.step_start[:, -1, None, None])
+            busy = np.clip(end - sched.service_start[..., k], 0, None).sum(axis=(1, 2))
+            row["utilisation"] = float(np.mean(busy / (workers[name] * span)))
+        else:
+            row["utilisation"] = float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def queue_timeseries(sched: ArrivalSchedule, points: int = 200) -> pd.DataFrame:
+    """Mean over trials of jobs waiting and jobs in service per channel, on a time grid."""
+    grid = np.linspace(0.0, float(np.median(sched.wallclock)), points)
+    out = {"time_s": grid}
+    for k, name in enumerate(sched.channel_names):
+        sub = np.sort(sched.submit_time[..., k].reshape(sched.n_trials, -1), axis=1)
+        beg = np.sort(sched.service_start[..., k].reshape(sched.n_trials, -1), axis=1)
+        end = np.sort(sched.completion[..., k].reshape(sched.n_trials, -1), axis=1)
+        n_sub = _count_le(sub, grid)
+        n_beg = _count_le(beg, grid)
+        n_end = _count_le(end, grid)
+        out[f"{name}_queued"] = (n_sub - n_beg).mean(axis=0)
+        out[f"{name}_in_service"] = (n_beg - n_end).mean(axis=0)
+    return pd.DataFrame(out)
+
+
+def _count_le(sorted_times: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """(trials, points): how many of each trial's times are <= each grid point."""
+    return np.stack([np.searchsorted(row, grid, side="right") for row in sorted_times])
