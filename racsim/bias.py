@@ -22,7 +22,7 @@ import numpy as np
 from . import mdp as M
 from .correctors import BLOCKING, SCHEDULE_FREE, CorrectorParams, correction_weight
 from .schedule import INJECTED, ArrivalSchedule
-from .theory import effective_kernel, measured_kernel, slack
+from .theory import measured_kernel, slack
 
 # Trajectories simulated at once; bounds memory at about (n * T * (K + 1)) floats.
 CHUNK_TRAJECTORIES = 40_000
@@ -61,7 +61,7 @@ def corrector_slack(name: str, sched: ArrivalSchedule, params: CorrectorParams) 
     lam = measured_kernel(sched.delay, sched.status)  # (K, D+1)
     grid = np.broadcast_to(np.arange(lam.shape[1]), lam.shape)
     w = correction_weight(name, grid, np.full(lam.shape, INJECTED), None, params)
-    return slack(effective_kernel(lam * w))
+    return slack(lam * w)
 
 
 def run_bias(

@@ -257,7 +257,7 @@ def validate(cfg: Any) -> None:
             k = list(ch.kernel)
             _need(len(k) >= 1 and all(_finite(v) and v >= 0 for v in k), f"{key}.kernel", k,
                   "a non-empty list of probabilities >= 0 over Delta = 0, 1, ...")
-            _need(sum(k) <= 1 + 1e-9, f"{key}.kernel", k,
+            _need(sum(k) <= 1 + 1e-12, f"{key}.kernel", k,
                   f"a kernel row must sum to at most 1 (it sums to {sum(k):.6g})")
         else:
             validate_latency(ch.latency, f"{key}.latency")

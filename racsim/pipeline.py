@@ -103,17 +103,20 @@ def fifo_assign(arrival: np.ndarray, service: np.ndarray, free: np.ndarray):
 
 
 def landing_step(step_start: np.ndarray, completion: np.ndarray) -> np.ndarray:
-    """Index of the first step that begins at or after ``completion``.
+    """Index of the first step after the result's own that begins at or after ``completion``.
 
-    ``step_start``: (lanes, steps) non-decreasing; ``completion``: (lanes, ...).
-    Returns ``steps`` where no step of the run begins after it (inf included).
+    ``step_start``: (lanes, steps) non-decreasing; ``completion``: (lanes, steps,
+    batch), the result of step t being usable from step t + 1 on (step t has
+    already committed its update). Returns ``steps`` where no step of the run
+    begins after it (inf included).
     """
     n, steps = step_start.shape
     flat = completion.reshape(n, -1)
     out = np.empty(flat.shape, dtype=np.int64)
     for i in range(n):  # one searchsorted per lane: O(jobs log steps)
         out[i] = np.searchsorted(step_start[i], flat[i], side="left")
-    return out.reshape(completion.shape)
+    earliest = np.arange(1, steps + 1)[None, :, None]
+    return np.maximum(out.reshape(completion.shape), earliest)
 
 
 def classify(land: np.ndarray, max_delay: Optional[int], n_steps: int):
@@ -286,14 +289,16 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                         yield env.all_of(waits)
                     else:
                         yield env.all_of(waits) | env.timeout(wait_timeout)
-                    for nm in names:
-                        late = end[nm][i, t] > env.now
-                        land[nm][i, t] = np.where(late, -1, land[nm][i, t])
+                    resumed[t] = env.now
                 yield env.timeout(upd[i, t])
             step_start[i, steps] = env.now
 
+        resumed = np.empty(steps)  # when the blocking optimizer stopped waiting
         env.process(optimizer())
         env.run()  # runs on until every job is served, after the last step too
+        if blocking:  # late = completed after the optimizer resumed (ties count as in time)
+            for nm in names:
+                land[nm][i] = np.where(end[nm][i] > resumed[:, None], -1, land[nm][i])
 
     if not blocking:
         for nm in names:
