@@ -19,6 +19,7 @@ from pathlib import Path
 from .config import ConfigError
 
 EXIT_USAGE = 2
+_FRIENDLY = True  # set by main(): False when the user asked for Hydra's full error reports
 
 
 def _task(cfg) -> None:
@@ -35,9 +36,13 @@ def _task(cfg) -> None:
         finally:
             if progress:
                 progress.close()
-    except ConfigError:
+    except ConfigError as ex:
+        # SystemExit rather than the exception: Hydra would log the failed job first.
         _remove_empty_job_dir(out_dir)
-        raise
+        if "HYDRA_FULL_ERROR" in os.environ and not _FRIENDLY:
+            raise
+        print(f"racsim: error: {ex}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     from .report import format_table, write_outputs
 
     write_outputs(out_dir, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
@@ -61,9 +66,14 @@ def _remove_empty_job_dir(out_dir: Path) -> None:
     only Hydra's own bookkeeping, no result."""
     if not out_dir.is_dir():
         return
-    own = {".hydra", "main.log", f"{Path(sys.argv[0]).stem}.log", "cli.log"}
+    own = {".hydra", "racsim.log"}
     if all(p.name in own for p in out_dir.iterdir()):
         shutil.rmtree(out_dir, ignore_errors=True)
+        for parent in (out_dir.parent, out_dir.parent.parent):  # the scenario's and outputs/, if now empty
+            try:
+                parent.rmdir()
+            except OSError:
+                break
 
 
 def _one_line(ex: BaseException) -> str:
@@ -85,7 +95,12 @@ def _one_line(ex: BaseException) -> str:
         return type(ex).__name__
     if "Available options" in text:
         i = next(i for i, ln in enumerate(lines) if ln.startswith("Available options"))
-        return f"{lines[0]} ({lines[i].rstrip(':').lower()}: {', '.join(lines[i + 1:])})"
+        options = []
+        for ln in lines[i + 1:]:
+            if ln.startswith("Config search path"):
+                break
+            options.append(ln)
+        return f"{lines[0]} ({lines[i].rstrip(':').lower()}: {', '.join(options)})"
     return " ".join(lines[:2])
 
 
@@ -97,18 +112,14 @@ def main() -> None:
 
     from .config import register_configs
 
+    global _FRIENDLY
     register_configs()
-    friendly = "HYDRA_FULL_ERROR" not in os.environ
+    friendly = _FRIENDLY = "HYDRA_FULL_ERROR" not in os.environ
     if friendly:
         os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us instead of Hydra's printer
     app = hydra.main(version_base="1.3", config_path="pkg://racsim.conf", config_name="config")(_task)
     try:
         app()
-    except ConfigError as ex:
-        if not friendly:
-            raise
-        print(f"racsim: error: {ex}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
     except (HydraException, OmegaConfBaseException) as ex:
         if not friendly:
             raise

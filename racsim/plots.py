@@ -22,29 +22,37 @@ def _save(fig, path: Path) -> None:
     atomic_write(path, lambda t: fig.savefig(t, dpi=120, bbox_inches="tight", format="png"))
 
 
+MARKERS = {"naive": "o", "wait_for_slow": "s", "retrace_a": "v", "rac": "*", "rac_no_age": "P",
+           "bare_additive": "X", "sync_oracle": "D"}
+
+
 def pareto(res, path: Path) -> bool:
     """Cost-quality plane: wall-clock relative to naive vs bias reduction (exact, MC CI)."""
+    from matplotlib.ticker import FuncFormatter
+
     r = res.results
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(6.8, 4.6))
     for _, row in r.iterrows():
         y = row["reduction_exact"]
         if not np.isfinite(y):
             continue
         lo, hi = row.get("reduction_ci_lo", np.nan), row.get("reduction_ci_hi", np.nan)
-        yerr = None
-        if np.isfinite(lo) and np.isfinite(hi):
-            yerr = [[max(y - lo, 0)], [max(hi - y, 0)]]
-        marker = "*" if row["corrector"] == "rac" else "o"
-        ax.errorbar(row["wallclock_ratio"], y, yerr=yerr, fmt=marker, ms=11 if marker == "*" else 7, capsize=3)
-        ax.annotate(row["corrector"], (row["wallclock_ratio"], y), textcoords="offset points", xytext=(6, 4),
-                    fontsize=9)
+        yerr = [[max(y - lo, 0)], [max(hi - y, 0)]] if np.isfinite(lo) and np.isfinite(hi) else None
+        name = row["corrector"]
+        ax.errorbar(row["wallclock_ratio"], y, yerr=yerr, fmt=MARKERS.get(name, "o"), ms=12 if name == "rac" else 8,
+                    capsize=3, alpha=0.85, label=f"{name} ({row['wallclock_ratio']:.2g}x, {y:.3g}x)")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain)
+    ax.yaxis.set_major_formatter(plain)
     ax.set_xlabel("wall-clock relative to naive (simulated)")
     ax.set_ylabel("bias reduction vs naive (exact; bars: bootstrap 95% CI)")
-    ax.set_title(f"Cost-quality Pareto, K={r['K'].iloc[0]} ({r['scenario'].iloc[0]})")
+    ax.set_title(f"Cost-quality Pareto, K={r['K'].iloc[0]} ({r['scenario'].iloc[0]}): up and left is better")
     ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="best", title="corrector (clock, reduction)", title_fontsize=8)
     _save(fig, path)
     plt.close(fig)
     return True
