@@ -53,14 +53,48 @@ def schedule_for(name: str, schedules: Dict[str, ArrivalSchedule]) -> ArrivalSch
     return schedules["blocking" if name in BLOCKING else "async"]
 
 
-def corrector_slack(name: str, sched: ArrivalSchedule, params: CorrectorParams) -> np.ndarray:
+@dataclass
+class Cell:
+    """One cell of a study: its arrival schedules, correctors and knobs.
+
+    ``nominal_kernel`` (K, D+1), when given with ``row_normalize``, scales each
+    channel's weights of the schedule-driven correctors by 1 / sum_D w(D) Lambda[k, D]
+    so that their effective kernel rows sum to one (Theorem 2.1's condition R).
+    """
+
+    schedules: Dict[str, ArrivalSchedule]
+    names: List[str]
+    params: CorrectorParams
+    nominal_kernel: Optional[np.ndarray] = None
+    row_normalize: bool = False
+
+
+def _delay_weights(name: str, width: int, K: int, params: CorrectorParams) -> np.ndarray:
+    """The corrector's weight at each delay 0..width-1 (identity actor), shape (K, width)."""
+    grid = np.broadcast_to(np.arange(width), (K, width))
+    return correction_weight(name, grid, np.full(grid.shape, INJECTED), None, params)
+
+
+def channel_gain(name: str, cell: Cell) -> np.ndarray:
+    """Per-channel factor on the corrector's weights: 1, or the row normalisation."""
+    K = cell.schedules["async"].n_channels
+    if not cell.row_normalize or cell.nominal_kernel is None or name in SCHEDULE_FREE or name in BLOCKING:
+        return np.ones(K)
+    lam = cell.nominal_kernel
+    mass = (lam * _delay_weights(name, lam.shape[1], K, cell.params)).sum(axis=1)
+    return np.where(mass > 0, 1.0 / np.where(mass > 0, mass, 1.0), 1.0)
+
+
+def corrector_slack(name: str, sched: ArrivalSchedule, params: CorrectorParams,
+                    gain: Optional[np.ndarray] = None) -> np.ndarray:
     """eta_k = 1 - sum_D Lambda~[k, D] for this corrector's kernel (identity actor)."""
     K = sched.n_channels
     if name in SCHEDULE_FREE:
         return np.zeros(K) if name == "sync_oracle" else np.ones(K)
     lam = measured_kernel(sched.delay, sched.status)  # (K, D+1)
-    grid = np.broadcast_to(np.arange(lam.shape[1]), lam.shape)
-    w = correction_weight(name, grid, np.full(lam.shape, INJECTED), None, params)
+    w = _delay_weights(name, lam.shape[1], K, params)
+    if gain is not None:
+        w = w * gain[:, None]
     return slack(lam * w)
 
 
@@ -76,23 +110,45 @@ def run_bias(
     progress: Optional[Callable[[int], None]] = None,
 ) -> BiasRun:
     """Monte-Carlo estimates of every corrector on shared trajectories (common random numbers)."""
-    ref = schedules["async"]
+    cell = Cell(schedules, names, params)
+    return run_bias_cells(mdp, theta, [cell], horizon, rng, fast_noise_std, progress)[0]
+
+
+def run_bias_cells(
+    mdp: M.TabularMDP,
+    theta: np.ndarray,
+    cells: List[Cell],
+    horizon: int,
+    rng: np.random.Generator,
+    fast_noise_std: float = 0.0,
+    progress: Optional[Callable[[int], None]] = None,
+) -> List[BiasRun]:
+    """:func:`run_bias` for several cells that share the learner (same MDP, policy,
+    horizon, trials, steps, batch): the trajectories are sampled once and every
+    cell's correctors weigh the same per-trajectory gradients."""
+    ref = cells[0].schedules["async"]
     trials, steps, batch, K = ref.delay.shape
     S, A = mdp.n_states, mdp.n_actions
     pi = M.softmax_policy(theta)
     rewards = np.concatenate([mdp.r_fast[None], mdp.r_slow])  # (C, S, A)
-    run = BiasRun(
-        target=M.true_gradient(mdp, theta).ravel(),
-        channel_exact=M.finite_horizon_expectation(mdp, theta, horizon, rewards).reshape(K + 1, S * A),
-    )
-    weights = {}
-    for name in names:
-        sched = schedule_for(name, schedules)
-        w = correction_weight(name, sched.delay, sched.status, None, params)
-        weights[name] = np.broadcast_to(w, sched.delay.shape).reshape(trials, steps * batch, K)
-        run.mean_weight[name] = weights[name].mean(axis=(0, 1))
-        run.slack[name] = corrector_slack(name, sched, params)
-        run.estimates[name] = np.empty((trials, S * A))
+    target = M.true_gradient(mdp, theta).ravel()
+    channel_exact = M.finite_horizon_expectation(mdp, theta, horizon, rewards).reshape(K + 1, S * A)
+    runs, weights = [], []
+    for cell in cells:
+        if cell.schedules["async"].delay.shape != ref.delay.shape:
+            raise ValueError("cells sharing trajectories need the same (trials, steps, batch, K)")
+        run = BiasRun(target=target, channel_exact=channel_exact)
+        w_cell = {}
+        for name in cell.names:
+            sched = schedule_for(name, cell.schedules)
+            gain = channel_gain(name, cell)
+            w = correction_weight(name, sched.delay, sched.status, None, cell.params) * gain
+            w_cell[name] = np.broadcast_to(w, sched.delay.shape).reshape(trials, steps * batch, K)
+            run.mean_weight[name] = w_cell[name].mean(axis=(0, 1))
+            run.slack[name] = corrector_slack(name, sched, cell.params, gain)
+            run.estimates[name] = np.empty((trials, S * A))
+        runs.append(run)
+        weights.append(w_cell)
     per_trial = steps * batch
     chunk = max(1, CHUNK_TRAJECTORIES // per_trial)
     for lo in range(0, trials, chunk):
@@ -105,13 +161,13 @@ def run_bias(
         g = M.trajectory_gradients(states, actions, M.discounted_returns(r, mdp.gamma).swapaxes(0, 1), pi)
         g = g.reshape(hi - lo, per_trial, K + 1, S * A)
         fast = g[:, :, 0].mean(axis=1)
-        for name in names:
-            c = weights[name][lo:hi]
-            run.estimates[name][lo:hi] = fast + np.einsum("tjk,tjks->ts", c, g[:, :, 1:]) / per_trial
-        run.trajectories += n
+        for run, w_cell in zip(runs, weights):
+            for name, w in w_cell.items():
+                run.estimates[name][lo:hi] = fast + np.einsum("tjk,tjks->ts", w[lo:hi], g[:, :, 1:]) / per_trial
+            run.trajectories += n
         if progress is not None:
             progress(hi - lo)
-    return run
+    return runs
 
 
 # ----------------------------------------------------------------------------

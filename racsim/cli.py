@@ -27,6 +27,12 @@ def _task(cfg) -> None:
     from omegaconf import OmegaConf
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    from .sweep import Job
+
+    job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
+    if job.skip:
+        print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
+        return
     try:
         from .run import run
 
@@ -38,14 +44,18 @@ def _task(cfg) -> None:
                 progress.close()
     except ConfigError as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
-        _remove_empty_job_dir(out_dir)
+        _remove_empty_job_dir(out_dir, str(cfg.name))
         if "HYDRA_FULL_ERROR" in os.environ and not _FRIENDLY:
             raise
         print(f"racsim: error: {ex}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     from .report import format_table, write_outputs
 
-    write_outputs(out_dir, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
+    written = write_outputs(out_dir, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
+    job.finish(written)  # done.json, the completion marker: the last file written
+    if job.num is not None:  # a sweep job: one line, the table is in its folder and the sweep's
+        print(f"racsim: {job.label}: results in {out_dir}")
+        return
     print(f"racsim: {cfg.name}: K={len(cfg.pipeline.channels)}, {cfg.learner.trials} trials, "
           f"{res.bias.trajectories} trajectories in {sum(res.timings.values()):.1f} s")
     print(format_table(res.results))
@@ -53,7 +63,9 @@ def _task(cfg) -> None:
 
 
 def _progress_bar(cfg):
-    if not cfg.output.progress:
+    from .sweep import in_multirun
+
+    if not cfg.output.progress or in_multirun():  # a sweep shows its own job counter
         return None
     from tqdm import tqdm
 
@@ -61,17 +73,21 @@ def _progress_bar(cfg):
                 disable=None)  # None: off when stderr is not a terminal
 
 
-def _remove_empty_job_dir(out_dir: Path) -> None:
+def _remove_empty_job_dir(out_dir: Path, scenario: str) -> None:
     """Take away the folder Hydra made for a job that never started: it holds
-    only Hydra's own bookkeeping, no result."""
+    only Hydra's own bookkeeping, no result. Its parents go too only when they
+    are the default layout's ``outputs/<scenario>/`` and are left empty."""
     if not out_dir.is_dir():
         return
     own = {".hydra", "racsim.log"}
-    if all(p.name in own for p in out_dir.iterdir()):
-        shutil.rmtree(out_dir, ignore_errors=True)
-        for parent in (out_dir.parent, out_dir.parent.parent):  # the scenario's and outputs/, if now empty
+    if not all(p.name in own for p in out_dir.iterdir()):
+        return
+    shutil.rmtree(out_dir, ignore_errors=True)
+    parent = out_dir.parent
+    if parent.name == scenario and parent.parent.name == "outputs":
+        for folder in (parent, parent.parent):
             try:
-                parent.rmdir()
+                folder.rmdir()  # only succeeds when empty
             except OSError:
                 break
 
@@ -111,9 +127,11 @@ def main() -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from .config import register_configs
+    from .sweep import register_resolvers
 
     global _FRIENDLY
     register_configs()
+    register_resolvers()
     friendly = _FRIENDLY = "HYDRA_FULL_ERROR" not in os.environ
     if friendly:
         os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us instead of Hydra's printer
@@ -125,6 +143,9 @@ def main() -> None:
             raise
         print(f"racsim: error: {_one_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+    finally:
+        if friendly:  # leave the environment as found (main() may be called again in-process)
+            os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,14 @@ class PipelineConf:
     update: LatencyConf = _fixed(2.0)
     channels: Dict[str, ChannelConf] = field(default_factory=dict)
     engine: str = "lanes"
+    # Shortcuts for the paper's studies (resolved into ``channels`` before a run):
+    # K channels ch1..chK with deterministic delays of these many steps...
+    delay_steps: Optional[List[int]] = None
+    # ...or every channel's delay in steps drawn from this distribution (rounded).
+    delay_distribution: Optional[LatencyConf] = None
+    # Kernel channels only: results still in flight at the end land in a final
+    # update (the theorem's setting, where every result within D comes back).
+    drain: bool = False
 
 
 @dataclass
@@ -115,6 +123,9 @@ class CorrectorConf:
     rho_bar: float = 1.0
     retrace_gamma: float = 0.5
     wait_timeout_s: Optional[float] = None
+    # Theorem 2.1's condition (R): scale each kernel channel's gain so that the
+    # corrector's effective kernel row sums to 1 (alpha_k = alpha / sum_D w(D) Lambda[k, D]).
+    row_normalize: bool = False
 
 
 @dataclass
@@ -131,6 +142,7 @@ class LearnerConf:
     """The paper's tabular MDP and its Monte-Carlo bias benchmark."""
 
     kind: str = "tabular"
+    topology: str = "random"
     n_states: int = 3
     n_actions: int = 2
     mdp_seed: int = 1337
@@ -140,9 +152,36 @@ class LearnerConf:
     horizon: int = 50
     slow_bump: float = 0.6
     fast_noise_std: float = 0.0
+    channel_noise_std: float = 0.0
     trials: int = 1000
     bootstrap: int = 1000
     train: TrainConf = field(default_factory=TrainConf)
+
+
+@dataclass
+class ProbeConf:
+    """The static-batch advantage probe: (r_fast, r_slow) pairs from a file, or synthetic."""
+
+    pairs: Optional[str] = None
+    fast_col: str = "r_fast"
+    slow_col: str = "r_slow"
+    n: int = 500
+    correlation: float = -0.53
+
+
+@dataclass
+class StudyConf:
+    """What a run computes. ``bias``: the bias benchmark over the cells of
+    ``grid`` (config key -> list of values; "a,b" keys take tuples); ``probe``:
+    the static-batch advantage probe; ``tv_bound``: Proposition 2.2's bound.
+    ``paper`` names the paper table that racsim-report sets beside the results."""
+
+    kind: str = "bias"
+    grid: Dict[str, Any] = field(default_factory=dict)
+    paper: Optional[str] = None
+    kl_targets: List[float] = field(default_factory=lambda: [0.01, 0.5, 3.0])
+    etas: List[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5])
+    probe: ProbeConf = field(default_factory=ProbeConf)
 
 
 @dataclass
@@ -159,7 +198,11 @@ class RacsimConf:
     pipeline: PipelineConf = field(default_factory=PipelineConf)
     corrector: CorrectorConf = field(default_factory=CorrectorConf)
     learner: LearnerConf = field(default_factory=LearnerConf)
+    study: StudyConf = field(default_factory=StudyConf)
     output: OutputConf = field(default_factory=OutputConf)
+    # Sweeps: skip jobs whose results are already complete (their done.json) and
+    # run the rest; the folder of the same earlier sweep is found again (racsim/sweep.py).
+    resume: bool = False
 
 
 def register_configs() -> None:
@@ -192,7 +235,7 @@ def _need(ok: bool, key: str, value: Any, allowed: str) -> None:
 def _positive(key: str, value: Any, *, allow_inf: bool = False) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and not math.isnan(value)
     ok = ok and (allow_inf or math.isfinite(value))
-    _need(ok, key, value, "a positive number" + (" (or .inf)" if allow_inf else ""))
+    _need(ok, key, value, "a positive number" + (" (or inf)" if allow_inf else ""))
 
 
 def _nonneg(key: str, value: Any) -> None:
@@ -245,7 +288,7 @@ def validate(cfg: Any) -> None:
     for phase in PHASES:
         validate_latency(phase_conf(p, phase), f"pipeline.{phase}")
     _need(len(p.channels) >= 1, "pipeline.channels", dict(p.channels),
-          "at least one slow channel (K >= 1), e.g. +pipeline.channels.judge.share=1")
+          "at least one slow channel (K >= 1), e.g. +channel@pipeline.channels.judge=judge_rm")
     for name, ch in p.channels.items():
         key = f"pipeline.channels.{name}"
         if ch.workers is not None:

@@ -105,6 +105,9 @@ class TabularMDP:
         return self.r_fast + self.r_slow.sum(0)
 
 
+TOPOLOGIES = ("random", "chain", "cyclic", "dense", "terminal")
+
+
 def make_mdp(
     n_states: int,
     n_actions: int,
@@ -113,18 +116,27 @@ def make_mdp(
     shares: Sequence[float] = (1.0,),
     gamma: float = 0.9,
     slow_bump: float = 0.6,
+    topology: str = "random",
+    channel_noise_std: float = 0.0,
 ) -> TabularMDP:
     """The paper's MDP recipe (MDP-Size Scaling appendix), uniform start.
 
     Draws from ``np.random.default_rng(mdp_seed)``, in this order: transition
     logits N(0, 1) of shape (S, A, S), softmaxed over next states; fast reward
-    U(-0.5, 0.5) (S, A); slow jitter U(-0.3, 0.3) (S, A). The slow reward is
-    the jitter plus ``slow_bump`` at (s=0, a=A-1); channel k gets the fraction
-    shares[k] / sum(shares) of it, so K = len(shares).
+    U(-0.5, 0.5) (S, A); slow jitter U(-0.3, 0.3) (S, A); then, only when
+    ``channel_noise_std`` > 0, the channel noise. The slow reward is the jitter
+    plus ``slow_bump`` at (s=0, a=A-1); channel k gets the fraction
+    shares[k] / sum(shares) of it, so K = len(shares). With channel noise
+    (the cross-topology study's split), channel k also gets eps_k ~ N(0, std^2)
+    per (s, a), the last channel's eps pinned to minus the sum of the others so
+    that the channels still sum to the slow reward. ``topology`` reshapes the
+    transitions and rewards after the draws (see :func:`_shape_topology`).
     """
     S, A = int(n_states), int(n_actions)
     if S < 1 or A < 1:
         raise ValueError(f"n_states and n_actions must be >= 1, got {S}, {A}")
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
     w = np.asarray(shares, dtype=np.float64)
     if w.ndim != 1 or w.size < 1:
         raise ValueError("shares must be a non-empty sequence")
@@ -132,12 +144,57 @@ def make_mdp(
         raise ValueError(f"shares must be finite, >= 0 and sum to > 0, got {tuple(w)}")
     rng = np.random.default_rng(mdp_seed)
     logits = rng.standard_normal((S, A, S))
-    P = softmax_policy(logits)  # softmax over the last axis
     r_fast = rng.uniform(-0.5, 0.5, (S, A))
     slow = rng.uniform(-0.3, 0.3, (S, A))
+    logits, r_fast, slow = _shape_topology(topology, logits, r_fast, slow)
     slow[0, A - 1] += slow_bump
     r_slow = slow[None] * (w / w.sum())[:, None, None]
+    if channel_noise_std > 0 and len(w) > 1:
+        eps = rng.normal(0.0, channel_noise_std, (len(w) - 1, S, A))
+        r_slow = r_slow + np.concatenate([eps, -eps.sum(0, keepdims=True)])
+    P = softmax_policy(logits)  # softmax over the last axis
+    if topology == "terminal":
+        P[S - 1] = 1.0 / S  # the terminal state restarts the episode from the uniform start
     return TabularMDP(P=P, r_fast=r_fast, r_slow=r_slow, gamma=gamma, start=np.full(S, 1.0 / S))
+
+
+def _shape_topology(topology: str, logits: np.ndarray, r_fast: np.ndarray, slow: np.ndarray):
+    """Turn the recipe's draws into one of the paper's five topologies.
+
+    The paper names them only; these are racsim's constructions, each keeping
+    the recipe's random draws so that seeds still matter:
+
+    - ``random`` (the canonical recipe): softmax of N(0, 1) logits, every
+      next state reachable with a smooth, random probability.
+    - ``chain``: states on a line; action a pushes towards neighbour
+      s - 1 + 2a/(A - 1) (left ... right), clamped at the ends: +4 on that
+      logit, so about 80-90% of the mass goes there. Sparse, local transitions.
+    - ``cyclic``: states on a ring; action a moves a steps forward (a = 0
+      stays), +4 on that logit. Every state recurs; no ends.
+    - ``dense``: the logits shrunk to a quarter (N(0, 1/16)): nearly uniform,
+      every state a step away from every other.
+    - ``terminal``: the last state is terminal: every action there restarts
+      the episode from the uniform start; the fast reward and slow jitter are
+      zero except on the terminal state (sparse rewards); the slow bump stays
+      at (0, A - 1).
+    """
+    S, A, _ = logits.shape
+    logits = logits.copy()
+    if topology == "chain":
+        for a in range(A):
+            step = 0 if A == 1 else round(-1 + 2 * a / (A - 1))
+            target = np.clip(np.arange(S) + step, 0, S - 1)
+            logits[np.arange(S), a, target] += 4.0
+    elif topology == "cyclic":
+        for a in range(A):
+            logits[np.arange(S), a, (np.arange(S) + a) % S] += 4.0
+    elif topology == "dense":
+        logits = logits / 4.0
+    elif topology == "terminal":
+        mask = np.zeros((S, 1))
+        mask[S - 1] = 1.0
+        r_fast, slow = r_fast * mask, slow * mask
+    return logits, r_fast, slow
 
 
 def canonical_theta(n_states: int, n_actions: int, seed: int = 7, scale: float = 0.3) -> np.ndarray:

@@ -11,8 +11,8 @@ import pandas as pd
 
 from . import mdp as M
 from . import pipeline
-from .bias import BiasRun, run_bias, summarize
-from .config import validate
+from . import study
+from .bias import BiasRun, Cell, run_bias_cells, summarize
 from .correctors import BLOCKING, CorrectorParams
 from .schedule import ArrivalSchedule
 from .stats import channel_stats, queue_timeseries
@@ -58,6 +58,8 @@ def simulate_schedules(cfg: Any, n_trials: int, stream: str, names) -> Dict[str,
     if any(n in BLOCKING for n in names):
         out["blocking"] = pipeline.simulate(p, n_trials, None, draws=draws, blocking=True,
                                             wait_timeout=cfg.corrector.wait_timeout_s)
+    if p.drain:
+        out = {k: study.drain(v, draws) for k, v in out.items()}
     return out
 
 
@@ -65,51 +67,88 @@ def build_mdp(cfg: Any) -> M.TabularMDP:
     lr = cfg.learner
     shares = tuple(float(ch.share) for ch in cfg.pipeline.channels.values())
     return M.make_mdp(lr.n_states, lr.n_actions, mdp_seed=lr.mdp_seed, shares=shares, gamma=lr.gamma,
-                      slow_bump=lr.slow_bump)
+                      slow_bump=lr.slow_bump, topology=lr.topology, channel_noise_std=lr.channel_noise_std)
+
+
+def corrector_params(cfg: Any) -> CorrectorParams:
+    c = cfg.corrector
+    return CorrectorParams(alpha=c.alpha, tau_age=c.tau_age, rho_bar=c.rho_bar, retrace_gamma=c.retrace_gamma)
 
 
 def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
-    """Run the scenario described by a composed config (validated here first)."""
-    validate(cfg)
-    timings: Dict[str, float] = {}
-    names = corrector_names(cfg)
-    c, lr = cfg.corrector, cfg.learner
-    params = CorrectorParams(alpha=c.alpha, tau_age=c.tau_age, rho_bar=c.rho_bar, retrace_gamma=c.retrace_gamma)
-    mdp = build_mdp(cfg)
-    theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
-
-    t0 = time.perf_counter()
-    schedules = simulate_schedules(cfg, lr.trials, "pipeline", names)
-    timings["pipeline_s"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    bias = run_bias(mdp, theta, schedules, names, params, lr.horizon, rng_for(cfg.seed, "trajectories"),
-                    fast_noise_std=lr.fast_noise_std, progress=progress)
-    summary = summarize(bias, lr.bootstrap, rng_for(cfg.seed, "bootstrap"))
-    timings["bias_s"] = time.perf_counter() - t0
-
-    curves: Dict[str, TrainCurve] = {}
-    if lr.train.enabled:
+    """Run the scenario described by a composed config: the bias benchmark on
+    every cell of its study grid (one cell when there is no grid) and, for a
+    single cell, the training loop. Every cell is validated first."""
+    cells = study.expand(cfg)
+    timings: Dict[str, float] = {"pipeline_s": 0.0, "bias_s": 0.0}
+    groups: Dict[tuple, list] = {}
+    for i, (values, ccfg) in enumerate(cells):
+        groups.setdefault(study.learner_key(ccfg), []).append((i, values, ccfg))
+    tables: list = [None] * len(cells)
+    channel_tables: list = [None] * len(cells)
+    biases: list = [None] * len(cells)
+    for members in groups.values():
+        first = members[0][2]
+        lr = first.learner
+        mdp = build_mdp(first)
+        theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
         t0 = time.perf_counter()
-        train_sched = simulate_schedules(cfg, lr.train.lanes, "train_pipeline", names)
-        curves = train_all(mdp, theta, train_sched, names, params, lr.horizon, lr.train.lr,
-                           seed_sequence(cfg.seed, "training"), lr.fast_noise_std)
-        timings["training_s"] = time.perf_counter() - t0
+        bias_cells = []
+        for _, _, ccfg in members:
+            names = corrector_names(ccfg)
+            bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names), names,
+                                   corrector_params(ccfg), study.nominal_kernel(ccfg), ccfg.corrector.row_normalize))
+        timings["pipeline_s"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        runs = run_bias_cells(mdp, theta, bias_cells, lr.horizon, rng_for(first.seed, "trajectories"),
+                              fast_noise_std=lr.fast_noise_std, progress=progress)
+        for (i, values, ccfg), cell, brun in zip(members, bias_cells, runs):
+            summary = summarize(brun, lr.bootstrap, rng_for(ccfg.seed, "bootstrap"))
+            tables[i] = _results_table(ccfg, cell.names, cell.schedules, summary, brun, {}, values)
+            workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
+            channel_tables[i] = _with_values(channel_stats(cell.schedules["async"], workers), values)
+            biases[i] = brun
+        timings["bias_s"] += time.perf_counter() - t0
 
-    results = _results_table(cfg, names, schedules, summary, bias, curves)
+    results = pd.concat(tables, ignore_index=True)
+    curves: Dict[str, TrainCurve] = {}
+    values, ccfg = cells[0]
+    schedules = None
+    if len(cells) == 1:
+        names = corrector_names(ccfg)
+        t0 = time.perf_counter()
+        schedules = simulate_schedules(ccfg, ccfg.learner.trials, "pipeline", names)
+        timings["pipeline_s"] += time.perf_counter() - t0
+        if ccfg.learner.train.enabled:
+            t0 = time.perf_counter()
+            lr = ccfg.learner
+            mdp = build_mdp(ccfg)
+            theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
+            train_sched = simulate_schedules(ccfg, lr.train.lanes, "train_pipeline", names)
+            curves = train_all(mdp, theta, train_sched, names, corrector_params(ccfg), lr.horizon, lr.train.lr,
+                               seed_sequence(ccfg.seed, "training"), lr.fast_noise_std)
+            timings["training_s"] = time.perf_counter() - t0
+            results = _add_training(results, curves)
     return RunResult(
         results=results,
-        channels=channel_stats(schedules["async"], {n: ch.workers for n, ch in cfg.pipeline.channels.items()}),
-        timeline=queue_timeseries(schedules["async"]),
+        channels=pd.concat(channel_tables, ignore_index=True),
+        timeline=queue_timeseries(schedules["async"]) if schedules else pd.DataFrame(),
         training=_training_table(curves),
-        bias=bias,
-        schedules=schedules,
+        bias=biases[0],
+        schedules=schedules or {},
         curves=curves,
         timings=timings,
     )
 
 
-def _results_table(cfg, names, schedules, summary, bias, curves) -> pd.DataFrame:
+def _with_values(df: pd.DataFrame, values: Dict[str, Any]) -> pd.DataFrame:
+    """Prefix a cell's table with its grid values (one column per grid key)."""
+    for j, (k, v) in enumerate(values.items()):
+        df.insert(j, k, [v if not isinstance(v, (list, dict)) else str(v)] * len(df))
+    return df
+
+
+def _results_table(cfg, names, schedules, summary, bias, curves, values) -> pd.DataFrame:
     from .bias import schedule_for
 
     p = cfg.pipeline
@@ -137,13 +176,18 @@ def _results_table(cfg, names, schedules, summary, bias, curves) -> pd.DataFrame
             row.update(injected=row["emitted"], dropped=0, pending=0)
         for k, ch in enumerate(sched.channel_names):
             row[f"eta_{ch}"] = float(bias.slack[name][k])
-        if name in curves:
-            cv = curves[name]
-            row["J_final"] = float(cv.objective[:, -1].mean())
-            row["distance_final"] = float(cv.distance[:, -1].mean())
-            row["J_at_naive_clock"] = float(_value_at(cv, curves["naive"].wallclock[:, -1].mean()))
         rows.append(row)
-    return pd.DataFrame(rows)
+    return _with_values(pd.DataFrame(rows), values)
+
+
+def _add_training(results: pd.DataFrame, curves: Dict[str, TrainCurve]) -> pd.DataFrame:
+    """Training figures per corrector: final J and distance, J within naive's wall-clock."""
+    budget = curves["naive"].wallclock[:, -1].mean()
+    results = results.copy()
+    results["J_final"] = [float(curves[n].objective[:, -1].mean()) for n in results.corrector]
+    results["distance_final"] = [float(curves[n].distance[:, -1].mean()) for n in results.corrector]
+    results["J_at_naive_clock"] = [_value_at(curves[n], budget) for n in results.corrector]
+    return results
 
 
 def _value_at(curve: TrainCurve, seconds: float) -> float:

@@ -1,0 +1,252 @@
+"""The ``racsim`` command end to end, in subprocesses (few and small).
+
+Every run uses reduced sizes (SMALL), runs with cwd=tmp_path and puts Hydra's
+run/sweep folders inside tmp_path, so nothing is written to the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from racsim.config import CORRECTORS
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+RACSIM = str(BIN / "racsim") if (BIN / "racsim").exists() else "racsim"
+SMALL = ["learner.trials=20", "learner.bootstrap=50", "learner.train.lanes=2", "pipeline.steps=10"]
+NOPLOTS = ["output.plots=false"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+# What the README promises results.parquet holds, one row per corrector: bias and
+# CIs, VIF, RMSE, wall-clock and its ratio, slack per channel, predicted and
+# measured bias, injected/dropped/pending counts, training figures.
+RESULT_COLUMNS = [
+    "scenario", "corrector", "seed",
+    "bias_mc", "mc_se", "bias_exact", "bias_predicted", "bias_ci_lo", "bias_ci_hi",
+    "reduction_exact", "reduction_ci_lo", "reduction_ci_hi",
+    "vif", "rmse", "wallclock_s", "wallclock_ratio",
+    "slack_eta", "eta_verifier", "eta_judge",
+    "emitted", "injected", "dropped", "pending",
+    "J_final", "J_at_naive_clock",
+]
+
+
+def _env(full_error: bool = False) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["MPLBACKEND"] = "Agg"
+    if full_error:
+        env["HYDRA_FULL_ERROR"] = "1"
+    return env
+
+
+def racsim(cwd: Path, *args: str, module: bool = False, full_error: bool = False) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "racsim"] if module else [RACSIM]
+    return subprocess.run(cmd + list(args), cwd=cwd, env=_env(full_error), capture_output=True, text=True,
+                          timeout=120)
+
+
+def run_dir_args(d: Path) -> list:
+    return [f"hydra.run.dir={d}", f"hydra.sweep.dir={d.parent / (d.name + '_sweep')}"]
+
+
+def ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+def table_rows(stdout: str) -> list:
+    """The corrector column of the terminal table (header line first)."""
+    lines = stdout.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.split() and ln.split()[0] == "corrector")
+    rows = []
+    for ln in lines[i + 1:]:
+        if ln.startswith("racsim:") or not ln.strip():
+            break
+        rows.append(ln.split()[0])
+    return [lines[i]] + rows
+
+
+def check_run_folder(out: Path, correctors: list, plots: bool) -> pd.DataFrame:
+    for name in ("results.parquet", "results.csv", "summary.md", "config.yaml", "channels.csv"):
+        assert (out / name).is_file(), f"{name} missing in {out}: {sorted(p.name for p in out.iterdir())}"
+    df = pd.read_parquet(out / "results.parquet")
+    assert list(df.corrector) == correctors
+    missing = [c for c in RESULT_COLUMNS if c not in df.columns]
+    assert not missing, f"results.parquet lacks {missing}"
+    assert (df.emitted == df.injected + df.dropped + df.pending).all(), "every slow result accounted for"
+    assert (df.emitted == 20 * 10 * 4 * 2).all()  # trials x steps x batch x K
+    csv = pd.read_csv(out / "results.csv")
+    assert list(csv.corrector) == correctors and list(csv.columns) == list(df.columns)
+    assert "# racsim run: default" in (out / "summary.md").read_text()
+    cfg = (out / "config.yaml").read_text()
+    assert "trials: 20" in cfg and "steps: 10" in cfg
+    for png in ("pareto.png", "training.png", "queue.png"):
+        if plots:
+            assert (out / png).read_bytes()[:8] == PNG, f"{png} is not a PNG"
+        else:
+            assert not (out / png).exists()
+    return df
+
+
+# ----------------------------------------------------------------------------
+# 1, 2: a run of the default scenario.
+
+
+def test_racsim_default_scenario_with_plots(tmp_path):
+    out = tmp_path / "run"
+    p = ok(racsim(tmp_path, *SMALL, *run_dir_args(out)))  # plots on: the default
+    rows = table_rows(p.stdout)
+    assert "clock x" in rows[0] and "bias (exact)" in rows[0]
+    assert rows[1:] == list(CORRECTORS)
+    assert f"racsim: results in {out}" in p.stdout
+    check_run_folder(out, list(CORRECTORS), plots=True)
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_python_m_racsim_scenario_default(tmp_path):
+    out = tmp_path / "run"
+    p = ok(racsim(tmp_path, "scenario=default", *SMALL, *NOPLOTS, *run_dir_args(out), module=True))
+    assert table_rows(p.stdout)[1:] == list(CORRECTORS)
+    check_run_folder(out, list(CORRECTORS), plots=False)
+
+
+# ----------------------------------------------------------------------------
+# 3: a sweep.
+
+
+def test_multirun_sweep_one_folder_per_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    p = ok(racsim(tmp_path, "-m", "corrector.tau_age=20,1000", "corrector.names=[naive,rac]", *SMALL, *NOPLOTS,
+                  f"hydra.sweep.dir={sweep}", f"hydra.run.dir={tmp_path / 'unused'}"))
+    jobs = sorted(d for d in sweep.iterdir() if d.is_dir())
+    assert [d.name for d in jobs] == ["0", "1"], p.stdout
+    res = {}
+    for d, tau in zip(jobs, (20.0, 1000.0)):
+        assert f"tau_age: {tau}" in (d / "config.yaml").read_text()
+        res[tau] = pd.read_parquet(d / "results.parquet").set_index("corrector")
+        assert list(res[tau].index) == ["naive", "rac"]
+    a, b = res[20.0], res[1000.0]
+    pd.testing.assert_series_equal(a.loc["naive"], b.loc["naive"])  # naive ignores the age kernel
+    assert a.loc["rac", "bias_exact"] != b.loc["rac", "bias_exact"]
+    assert a.loc["rac", "bias_mc"] != b.loc["rac", "bias_mc"]
+    assert a.loc["rac", "slack_eta"] > b.loc["rac", "slack_eta"]  # a shorter age kernel puts back less
+    assert not (tmp_path / "unused").exists()
+
+
+# ----------------------------------------------------------------------------
+# 4: bad overrides. Each command runs once (cached); several tests read it.
+
+BAD = {
+    # override: text the error line must contain (the key)
+    "corrector.rho_bar=0": "corrector.rho_bar",
+    "pipeline.steps=abc": "pipeline.steps",
+    "pipeline.nosuchkey=1": "pipeline.nosuchkey",
+    "scenario=nosuchscenario": "scenario",
+    "corrector.names=[naive,bogus]": "corrector.names",
+    "pipeline.channels.judge.latency.mean=-1": "pipeline.channels.judge.latency.mean",
+    "learner.gamma=1.5": "learner.gamma",
+}
+_bad_cache: dict = {}
+
+
+@pytest.fixture(scope="module")
+def bad_run(tmp_path_factory):
+    def get(override: str):
+        if override not in _bad_cache:
+            cwd = tmp_path_factory.mktemp("bad")
+            (cwd / "keep").write_text("")  # see test_bad_value_keeps_the_users_empty_cwd
+            out = cwd / "run"
+            p = racsim(cwd, override, *SMALL, *NOPLOTS, *run_dir_args(out))
+            _bad_cache[override] = (p, cwd, out)
+        return _bad_cache[override]
+    return get
+
+
+@pytest.mark.parametrize("override", list(BAD))
+def test_bad_override_fails_cleanly(bad_run, override):
+    p, cwd, out = bad_run(override)
+    assert p.returncode == 2, f"exit {p.returncode}\n{p.stderr}"
+    assert "Traceback" not in p.stdout + p.stderr
+    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("racsim: error:"), p.stderr
+    assert BAD[override] in err[0], err[0]
+    assert "racsim: results in" not in p.stdout
+    assert not out.exists() or not list(out.rglob("*.parquet")), "results written despite the error"
+    assert not out.exists(), f"run folder left behind: {sorted(p.name for p in out.iterdir())}"
+    assert not (cwd / "outputs").exists()
+
+
+def test_unknown_scenario_lists_the_available_scenarios_only(bad_run):
+    p, _, _ = bad_run("scenario=nosuchscenario")
+    line = p.stderr.strip().splitlines()[-1]
+    assert "nosuchscenario" in line
+    listed = line.rsplit(": ", 1)[1].rstrip(")").split(", ")
+    assert sorted(listed) == sorted(f.stem for f in (REPO / "scenarios").glob("*.yaml")), line
+
+
+def test_python_m_bad_value_leaves_no_run_folder(tmp_path):
+    """The job's log is named after hydra.job.name (racsim), not after sys.argv[0] (__main__.py)."""
+    (tmp_path / "keep").write_text("")
+    out = tmp_path / "run"
+    p = racsim(tmp_path, "corrector.rho_bar=0", *SMALL, *NOPLOTS, *run_dir_args(out), module=True)
+    assert p.returncode == 2
+    assert not out.exists(), sorted(x.name for x in out.iterdir())
+
+
+def test_bad_value_with_default_run_dir_leaves_no_outputs_folder(tmp_path):
+    """outputs/default/<date_time> is Hydra's; none of it may stay behind."""
+    (tmp_path / "keep").write_text("")
+    p = racsim(tmp_path, "corrector.rho_bar=0", *SMALL, *NOPLOTS)
+    assert p.returncode == 2
+    assert not (tmp_path / "outputs").exists(), sorted(str(x) for x in (tmp_path / "outputs").rglob("*"))
+    assert (tmp_path / "keep").exists()
+
+
+def test_bad_value_keeps_the_users_empty_cwd(tmp_path):
+    work = tmp_path / "project" / "work"
+    work.mkdir(parents=True)
+    p = racsim(work, "corrector.rho_bar=0", "hydra.run.dir=run", *SMALL, *NOPLOTS)
+    assert p.returncode == 2
+    assert not (work / "run").exists()
+    assert (tmp_path / "project").is_dir(), "the user's (empty) parent folder was deleted"
+    assert work.is_dir(), "the user's (empty) working folder was deleted"
+
+
+# ----------------------------------------------------------------------------
+# 5: byte-identical reproducibility.
+
+
+def test_same_command_gives_byte_identical_results(tmp_path):
+    def results(name: str, *extra: str) -> Path:
+        out = tmp_path / name
+        ok(racsim(tmp_path, "corrector.names=[naive,rac,wait_for_slow]", *SMALL, *NOPLOTS, *extra,
+                  *run_dir_args(out)))
+        return out
+
+    a, b, c = results("a"), results("b"), results("c", "seed=1")
+    assert (a / "results.parquet").read_bytes() == (b / "results.parquet").read_bytes()
+    assert (a / "results.csv").read_bytes() == (b / "results.csv").read_bytes()
+    assert (a / "results.parquet").read_bytes() != (c / "results.parquet").read_bytes()
+    ra, rc = pd.read_parquet(a / "results.parquet"), pd.read_parquet(c / "results.parquet")
+    assert (ra.bias_mc != rc.bias_mc).all(), "a different seed must change the Monte-Carlo figures, not just the seed column"
+
+
+# ----------------------------------------------------------------------------
+# 6: HYDRA_FULL_ERROR=1 restores Hydra's report.
+
+
+@pytest.mark.parametrize("override,exc", [("corrector.rho_bar=0", "ConfigError"),
+                                          ("pipeline.steps=abc", "ConfigCompositionException")])
+def test_hydra_full_error_restores_traceback(tmp_path, override, exc):
+    out = tmp_path / "run"
+    p = racsim(tmp_path, override, *SMALL, *NOPLOTS, *run_dir_args(out), full_error=True)
+    assert p.returncode != 0
+    assert "Traceback (most recent call last)" in p.stderr
+    assert exc in p.stderr
+    assert "racsim: error:" not in p.stderr
