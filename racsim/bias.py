@@ -151,6 +151,8 @@ def run_bias_cells(
         weights.append(w_cell)
     per_trial = steps * batch
     chunk = max(1, CHUNK_TRAJECTORIES // per_trial)
+    slots = [(run, name) for run, w_cell in zip(runs, weights) for name in w_cell]
+    stacked = np.stack([w for w_cell in weights for w in w_cell.values()])  # (M, trials, steps*batch, K)
     for lo in range(0, trials, chunk):
         hi = min(trials, lo + chunk)
         n = (hi - lo) * per_trial
@@ -161,9 +163,13 @@ def run_bias_cells(
         g = M.trajectory_gradients(states, actions, M.discounted_returns(r, mdp.gamma).swapaxes(0, 1), pi)
         g = g.reshape(hi - lo, per_trial, K + 1, S * A)
         fast = g[:, :, 0].mean(axis=1)
-        for run, w_cell in zip(runs, weights):
-            for name, w in w_cell.items():
-                run.estimates[name][lo:hi] = fast + np.einsum("tjk,tjks->ts", w[lo:hi], g[:, :, 1:]) / per_trial
+        # Every (cell, corrector) at once: one contraction over samples and channels.
+        slow = g[:, :, 1:].reshape(hi - lo, per_trial * K, S * A)
+        w = stacked[:, lo:hi].reshape(len(slots), hi - lo, per_trial * K).transpose(1, 0, 2)
+        est = fast[None] + np.matmul(w, slow).transpose(1, 0, 2) / per_trial  # a (slots x samples) GEMM per trial
+        for (run, name), e in zip(slots, est):
+            run.estimates[name][lo:hi] = e
+        for run in runs:
             run.trajectories += n
         if progress is not None:
             progress(hi - lo)
@@ -180,14 +186,21 @@ def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.nda
     return np.bincount(idx.ravel(), minlength=resamples * n).reshape(resamples, n).astype(np.float64)
 
 
-def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: str = "naive") -> Dict[str, dict]:
+def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: str = "naive",
+              counts: Optional[np.ndarray] = None) -> Dict[str, dict]:
     """Bias (Monte Carlo, exact, predicted), its standard error, VIF, RMSE and the
-    bias-reduction ratio against ``baseline`` with a paired bootstrap 95% CI."""
+    bias-reduction ratio against ``baseline`` with a paired bootstrap 95% CI.
+    ``counts`` (from :func:`bootstrap_counts`) may be passed to reuse a resample."""
     g = run.target
     names = list(run.estimates)
     trials = next(iter(run.estimates.values())).shape[0]
-    counts = bootstrap_counts(trials, resamples, rng) if resamples > 0 else None
+    if counts is None and resamples > 0:
+        counts = bootstrap_counts(trials, resamples, rng)
     boot_bias = {}
+    if counts is not None:  # every corrector's bootstrap means from one product
+        stacked = np.concatenate([run.estimates[nm] for nm in names], axis=1)
+        means = (counts @ stacked / trials).reshape(len(counts), len(names), -1)
+        boot_bias = {nm: np.linalg.norm(means[:, j] - g, axis=1) for j, nm in enumerate(names)}
     out = {}
     for name in names:
         est = run.estimates[name]
@@ -203,7 +216,6 @@ def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: 
             "slack_eta": float(run.slack[name].mean()),
         }
         if counts is not None:
-            boot_bias[name] = np.linalg.norm(counts @ est / trials - g, axis=1)
             row["bias_ci_lo"], row["bias_ci_hi"] = map(float, np.percentile(boot_bias[name], [2.5, 97.5]))
         row["at_noise_floor"] = bool(row["bias_mc"] < 2.0 * row["mc_se"])
         out[name] = row

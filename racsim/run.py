@@ -12,7 +12,8 @@ import pandas as pd
 from . import mdp as M
 from . import pipeline
 from . import study
-from .bias import BiasRun, Cell, run_bias_cells, summarize
+from .bias import BiasRun, Cell, bootstrap_counts, run_bias_cells, summarize
+from .config import ConfigError
 from .correctors import BLOCKING, CorrectorParams
 from .schedule import ArrivalSchedule
 from .stats import channel_stats, queue_timeseries
@@ -20,7 +21,7 @@ from .training import TrainCurve, train_all
 
 # Independent random streams, one per purpose, derived from the config's seed
 # alone (never from the worker, the time or the order in which things run).
-STREAMS = {"pipeline": 1, "trajectories": 2, "bootstrap": 3, "train_pipeline": 4, "training": 5}
+STREAMS = {"pipeline": 1, "trajectories": 2, "bootstrap": 3, "train_pipeline": 4, "training": 5, "probe": 6}
 
 
 def seed_sequence(seed: int, stream: str) -> np.random.SeedSequence:
@@ -34,13 +35,15 @@ def rng_for(seed: int, stream: str) -> np.random.Generator:
 @dataclass
 class RunResult:
     results: pd.DataFrame
-    channels: pd.DataFrame
-    timeline: pd.DataFrame
-    training: pd.DataFrame
-    bias: BiasRun
-    schedules: Dict[str, ArrivalSchedule]
+    channels: pd.DataFrame = field(default_factory=pd.DataFrame)
+    timeline: pd.DataFrame = field(default_factory=pd.DataFrame)
+    training: pd.DataFrame = field(default_factory=pd.DataFrame)
+    bias: Optional[BiasRun] = None
+    schedules: Dict[str, ArrivalSchedule] = field(default_factory=dict)
     curves: Dict[str, TrainCurve] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=dict)
+    extra: Dict[str, pd.DataFrame] = field(default_factory=dict)  # further tables, written as NAME.parquet
+    trajectories: int = 0  # sampled in all (cells sharing a learner share them)
 
 
 def corrector_names(cfg: Any) -> list:
@@ -78,13 +81,18 @@ def corrector_params(cfg: Any) -> CorrectorParams:
 def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
     """Run the scenario described by a composed config: the bias benchmark on
     every cell of its study grid (one cell when there is no grid) and, for a
-    single cell, the training loop. Every cell is validated first."""
+    single cell, the training loop; or one of the analyses (``study.kind``).
+    Every cell is validated first."""
     cells = study.expand(cfg)
+    kind = cells[0][1].study.kind
+    if kind != "bias":
+        return ANALYSES[kind](cells[0][1])
     timings: Dict[str, float] = {"pipeline_s": 0.0, "bias_s": 0.0}
     groups: Dict[tuple, list] = {}
     for i, (values, ccfg) in enumerate(cells):
         groups.setdefault(study.learner_key(ccfg), []).append((i, values, ccfg))
     tables: list = [None] * len(cells)
+    trajectories = 0
     channel_tables: list = [None] * len(cells)
     biases: list = [None] * len(cells)
     for members in groups.values():
@@ -102,8 +110,13 @@ def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
         t0 = time.perf_counter()
         runs = run_bias_cells(mdp, theta, bias_cells, lr.horizon, rng_for(first.seed, "trajectories"),
                               fast_noise_std=lr.fast_noise_std, progress=progress)
+        trajectories += runs[0].trajectories
+        # One resample of the trials for the whole group: paired across its cells.
+        counts = bootstrap_counts(lr.trials, lr.bootstrap, rng_for(first.seed, "bootstrap")) if lr.bootstrap else None
         for (i, values, ccfg), cell, brun in zip(members, bias_cells, runs):
-            summary = summarize(brun, lr.bootstrap, rng_for(ccfg.seed, "bootstrap"))
+            if len(cells) > 1:
+                values = {"cell": i, **values}
+            summary = summarize(brun, lr.bootstrap, None, counts=counts)
             tables[i] = _results_table(ccfg, cell.names, cell.schedules, summary, brun, {}, values)
             workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
             channel_tables[i] = _with_values(channel_stats(cell.schedules["async"], workers), values)
@@ -138,13 +151,62 @@ def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
         schedules=schedules or {},
         curves=curves,
         timings=timings,
+        trajectories=trajectories,
     )
+
+
+def run_probe(cfg: Any) -> RunResult:
+    """The static-batch advantage probe (paper appendix G) on pairs from a file or synthetic."""
+    from . import probe as P
+
+    pc = cfg.study.probe
+    rng = rng_for(cfg.seed, "probe")
+    if pc.pairs:
+        try:
+            pairs = P.load_pairs(pc.pairs, pc.fast_col, pc.slow_col)
+        except ValueError as ex:
+            raise ConfigError("study.probe.pairs", pc.pairs, str(ex)) from None
+    else:
+        pairs = P.synthetic_pairs(pc.n, pc.correlation, rng, slow_mean=pc.slow_mean, slow_std=pc.slow_std,
+                                  fast_mean=pc.fast_mean, fast_std=pc.fast_std)
+    t0 = time.perf_counter()
+    table = P.run_probe(pairs, P.paper_delays(len(pairs), rng), tau_age=cfg.corrector.tau_age)
+    table.insert(0, "scenario", cfg.name)
+    r_fast, r_slow = pairs["r_fast"].to_numpy(), pairs["r_slow"].to_numpy()
+    identity = pd.DataFrame({"scenario": [cfg.name], "n": [len(pairs)],
+                             "pearson_r": [float(np.corrcoef(r_fast, r_slow)[0, 1])],
+                             "linf_rac_vs_vtrace": [P.identity_collapse(r_fast, r_slow)]})
+    slack = P.slack_sweep(r_fast, r_slow, list(cfg.study.etas), rng=rng)
+    return RunResult(results=table, timings={"probe_s": time.perf_counter() - t0},
+                     extra={"identity": identity, "slack": slack})
+
+
+def run_tv_bound(cfg: Any) -> RunResult:
+    """Proposition 2.2 on the tabular MDP at the configured KL levels."""
+    from .tvbound import tv_experiment
+
+    lr = cfg.learner
+    theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
+    t0 = time.perf_counter()
+    try:
+        table = tv_experiment(build_mdp(cfg), theta, lr.horizon, tuple(cfg.study.kl_targets))
+    except ValueError as ex:
+        raise ConfigError("study.kl_targets", list(cfg.study.kl_targets), str(ex)) from None
+    table.insert(0, "scenario", cfg.name)
+    return RunResult(results=table, timings={"tv_bound_s": time.perf_counter() - t0})
+
+
+ANALYSES = {"probe": run_probe, "tv_bound": run_tv_bound}
 
 
 def _with_values(df: pd.DataFrame, values: Dict[str, Any]) -> pd.DataFrame:
     """Prefix a cell's table with its grid values (one column per grid key)."""
     for j, (k, v) in enumerate(values.items()):
-        df.insert(j, k, [v if not isinstance(v, (list, dict)) else str(v)] * len(df))
+        col = [v if not isinstance(v, (list, dict)) else str(v)] * len(df)
+        if k in df:
+            df[k] = col
+        else:
+            df.insert(j, k, col)
     return df
 
 
@@ -159,6 +221,7 @@ def _results_table(cfg, names, schedules, summary, bias, curves, values) -> pd.D
         counts = sched.counts()
         row: Dict[str, Any] = {
             "scenario": cfg.name,
+            "study": cfg.study.paper or "",
             "corrector": name,
             "K": len(p.channels),
             "steps": p.steps,

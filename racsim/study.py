@@ -10,60 +10,102 @@ and its comparisons are paired (common random numbers).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import itertools
 import math
+import typing
 from dataclasses import replace
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from . import pipeline
-from .config import ChannelConf, ConfigError, validate
+from .config import ChannelConf, ConfigError, RacsimConf, validate
 from .latency import build_latency
 from .schedule import INJECTED, PENDING, ArrivalSchedule
 
 Values = Dict[str, Any]
 
 
-def expand(cfg: DictConfig) -> List[Tuple[Values, DictConfig]]:
+def expand(cfg: Any) -> List[Tuple[Values, RacsimConf]]:
     """The cells of ``cfg.study.grid`` (one cell, with no values, when it is empty),
-    each resolved (:func:`resolve`) and validated. Accepts a :class:`RacsimConf` too."""
-    if not isinstance(cfg, DictConfig):
-        cfg = OmegaConf.structured(cfg)
-    grid = OmegaConf.to_container(cfg.study.grid, resolve=True) if cfg.study.grid else {}
+    each resolved (:func:`resolve`) and validated, as plain :class:`RacsimConf`
+    objects (setting values on those is cheap; on a DictConfig it is not)."""
+    base: RacsimConf = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else copy.deepcopy(cfg)
+    grid = dict(base.study.grid)
+    base.study.grid = {}
+    if base.study.fast:
+        base.learner.trials = min(base.learner.trials, 100)
+        base.learner.bootstrap = min(base.learner.bootstrap, 200)
     axes = []
     for key, values in grid.items():
         names = [k.strip() for k in key.split(",")]
         if not isinstance(values, list) or not values:
             raise ConfigError(f"study.grid.{key}", values, "a non-empty list of values")
         for name in names:
-            if OmegaConf.select(cfg, name, default=_MISSING) is _MISSING:
-                raise ConfigError(f"study.grid.{key}", name, "a config key (e.g. learner.mdp_seed)")
+            _field_type(base, name, f"study.grid.{key}")
         for v in values:
             if len(names) > 1 and (not isinstance(v, list) or len(v) != len(names)):
                 raise ConfigError(f"study.grid.{key}", v, f"a list of {len(names)} values per cell")
+        if base.study.fast and any(n == "seed" or n.endswith("_seed") for n in names):
+            values = values[:2]
         axes.append((names, values))
     cells = []
     for combo in itertools.product(*[values for _, values in axes]):
-        cell = cfg.copy()
+        cell = copy.deepcopy(base)
         values: Values = {}
-        with open_dict(cell):
-            cell.study.grid = {}
         for (names, _), v in zip(axes, combo):
-            vs = v if len(names) > 1 else [v]
-            for name, value in zip(names, vs):
-                OmegaConf.update(cell, name, value, merge=False)
+            for name, value in zip(names, v if len(names) > 1 else [v]):
+                _set(cell, name, value)
                 values[name] = value
         cells.append((values, resolve(cell)))
     return cells
 
 
+def _parent(obj: Any, path: str, key: str):
+    """The object holding the last part of a dotted path, and that part."""
+    parts = path.split(".")
+    for part in parts[:-1]:
+        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part, _MISSING)
+        if obj is _MISSING or obj is None:
+            raise ConfigError(key, path, "a config key (e.g. learner.mdp_seed)")
+    return obj, parts[-1]
+
+
+def _field_type(cfg: Any, path: str, key: str):
+    """The declared type of a config key (a dataclass for typed nodes), checking it exists."""
+    obj, leaf = _parent(cfg, path, key)
+    if isinstance(obj, dict):
+        if leaf not in obj:
+            raise ConfigError(key, path, "a config key (e.g. learner.mdp_seed)")
+        return type(obj[leaf])
+    hints = typing.get_type_hints(type(obj)) if dataclasses.is_dataclass(obj) else {}
+    if leaf not in hints:
+        raise ConfigError(key, path, "a config key (e.g. learner.mdp_seed)")
+    hint = hints[leaf]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
+
+
+def _set(cfg: Any, path: str, value: Any) -> None:
+    """Set a dotted key; a dict fills a typed node (e.g. a LatencyConf) through its schema."""
+    kind = _field_type(cfg, path, path)
+    if isinstance(value, dict) and dataclasses.is_dataclass(kind):
+        value = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(kind), value))
+    obj, leaf = _parent(cfg, path, path)
+    if isinstance(obj, dict):
+        obj[leaf] = value
+    else:
+        setattr(obj, leaf, value)
+
+
 _MISSING = object()
 
 
-def resolve(cfg: DictConfig) -> DictConfig:
-    """Turn the pipeline shortcuts into explicit channels, then validate.
+def resolve(cfg: RacsimConf) -> RacsimConf:
+    """Turn the pipeline shortcuts into explicit channels (in place), then validate.
 
     ``pipeline.delay_steps=[d1, ..., dK]``: K channels ch1..chK, equal shares,
     with deterministic delays of d_k steps (one-hot kernels).
@@ -71,11 +113,6 @@ def resolve(cfg: DictConfig) -> DictConfig:
     rounded draw of that distribution, in steps (mass beyond the 1 - 1e-12
     quantile, if any, never returns).
     """
-    p = cfg.pipeline
-    if p.delay_steps is None and p.delay_distribution is None:
-        validate(cfg)
-        return cfg
-    cfg = cfg.copy()
     p = cfg.pipeline
     if p.delay_steps is not None:
         steps = list(p.delay_steps)
@@ -102,13 +139,15 @@ def _one_hot(d: int) -> List[float]:
     return k
 
 
+MAX_KERNEL_STEPS = 10_000
+
+
 def distribution_kernel(conf, key: str) -> List[float]:
-    """P(round(X) = D) for D = 0, 1, ... from a latency distribution read in steps."""
+    """P(round(X) = D) for D = 0, 1, ... from a latency distribution read in steps,
+    up to the 1 - 1e-12 quantile or MAX_KERNEL_STEPS; the mass beyond never returns."""
     conf = OmegaConf.to_object(conf) if isinstance(conf, DictConfig) else conf
     lat = build_latency(replace(conf, discrete=True), key)
-    top = float(lat.quantile(1.0 - 1e-12))
-    if not math.isfinite(top) or top > 100_000:
-        raise ConfigError(key, top, "a distribution whose 1 - 1e-12 quantile is at most 100000 steps (set high)")
+    top = min(float(lat.quantile(1.0 - 1e-12)), MAX_KERNEL_STEPS)  # beyond: never returns
     grid = np.arange(int(math.ceil(top)) + 1, dtype=np.float64)
     cdf = lat.cdf(grid)
     pmf = np.diff(np.concatenate([[0.0], cdf]))
