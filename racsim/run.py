@@ -172,8 +172,9 @@ def run_probe(cfg: Any) -> RunResult:
     t0 = time.perf_counter()
     table = P.run_probe(pairs, P.paper_delays(len(pairs), rng), tau_age=cfg.corrector.tau_age)
     table.insert(0, "scenario", cfg.name)
+    table.insert(1, "study", cfg.study.paper or "")
     r_fast, r_slow = pairs["r_fast"].to_numpy(), pairs["r_slow"].to_numpy()
-    identity = pd.DataFrame({"scenario": [cfg.name], "n": [len(pairs)],
+    identity = pd.DataFrame({"scenario": [cfg.name], "study": [cfg.study.paper or ""], "n": [len(pairs)],
                              "pearson_r": [float(np.corrcoef(r_fast, r_slow)[0, 1])],
                              "linf_rac_vs_vtrace": [P.identity_collapse(r_fast, r_slow)]})
     slack = P.slack_sweep(r_fast, r_slow, list(cfg.study.etas), rng=rng)
@@ -193,6 +194,7 @@ def run_tv_bound(cfg: Any) -> RunResult:
     except ValueError as ex:
         raise ConfigError("study.kl_targets", list(cfg.study.kl_targets), str(ex)) from None
     table.insert(0, "scenario", cfg.name)
+    table.insert(1, "study", cfg.study.paper or "")
     return RunResult(results=table, timings={"tv_bound_s": time.perf_counter() - t0})
 
 
