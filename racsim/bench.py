@@ -6,6 +6,9 @@
 2. Pipeline: the lanes engine vs the SimPy engine of record on the default
    scenario's pipeline, trials/s (both produce the same schedule).
 3. The default scenario end to end (``racsim`` with no arguments), seconds.
+4. ``--sweep`` (alone): a 64-cell sweep through the ``racsim`` command,
+   serially vs Hydra's joblib launcher on 2 processes: the speed-up, and the
+   launcher overhead per job.
 
 Machines are noisy: compare the ratios, not the absolute numbers.
 """
@@ -104,16 +107,65 @@ def bench_default() -> Dict[str, float]:
     return {"default_scenario_s": time.perf_counter() - t0, "default_trajectories": float(res.bias.trajectories)}
 
 
+# Each cell of the sweep benchmark: a small bias benchmark, no training, no plots.
+SWEEP_CELL = ("learner.bootstrap=200", "learner.train.enabled=false", "output.plots=false", "output.progress=false")
+
+
+def bench_sweep(n_seeds: int = 16, trials: int = 500, n_jobs: int = 2, keep: str = None) -> Dict[str, float]:
+    """A sweep of ``4 * n_seeds`` cells (seed x corrector.tau_age) through the
+    ``racsim`` command, serially (Hydra's basic launcher) and with the joblib
+    launcher on ``n_jobs`` processes. The launcher overhead per job is the
+    process time not spent inside jobs: (wall x workers - sum of the jobs'
+    own runtimes, from their done.json) / jobs, Hydra's per-job config
+    composition and the interpreter start included. ``keep``: a folder to
+    leave the two sweeps in (default: a temporary one, removed)."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    cells = [f"seed=range({n_seeds})", "corrector.tau_age=20,100,1000,inf"]
+    n = 4 * n_seeds
+    out: Dict[str, float] = {"sweep_jobs": float(n), "sweep_trials_per_job": float(trials)}
+    with tempfile.TemporaryDirectory(prefix="racsim-bench-") as tmp:
+        if keep:
+            tmp = str(Path(keep).resolve())
+            Path(tmp).mkdir(parents=True, exist_ok=True)
+        runs = {"serial": (1, []), "joblib": (n_jobs, ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={n_jobs}"])}
+        tables = {}
+        for name, (workers, launcher) in runs.items():
+            sweep = Path(tmp) / name
+            cmd = [sys.executable, "-m", "racsim", "-m", *launcher, *cells, f"learner.trials={trials}", *SWEEP_CELL,
+                   f"hydra.sweep.dir={sweep}"]
+            t0 = time.perf_counter()
+            subprocess.run(cmd, cwd=tmp, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wall = time.perf_counter() - t0
+            inside = sum(json.loads(p.read_text())["runtime_s"] for p in sweep.glob("*/done.json"))
+            out[f"sweep_{name}_s"] = wall
+            out[f"sweep_{name}_job_s"] = inside / n
+            out[f"sweep_{name}_overhead_per_job_s"] = (wall * workers - inside) / n
+            tables[name] = (sweep / "results.parquet").read_bytes()
+    out["sweep_speedup"] = out["sweep_serial_s"] / out["sweep_joblib_s"]
+    out["sweep_results_identical"] = float(tables["serial"] == tables["joblib"])
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="racsim-bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="only the sweep benchmark: 64 cells serially vs the joblib launcher on 2 processes")
+    ap.add_argument("--keep", help="--sweep: leave the two sweeps in this folder")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     n_vec, n_loop, trials = (20_000, 200, 50) if args.quick else (200_000, 2_000, 300)
     figures: Dict[str, float] = {}
-    figures.update(bench_bias(n_vec, n_loop))
-    figures.update(bench_pipeline(trials))
-    if not args.quick:
+    if args.sweep:
+        figures.update(bench_sweep(n_seeds=2, trials=50, keep=args.keep) if args.quick else bench_sweep(keep=args.keep))
+    else:
+        figures.update(bench_bias(n_vec, n_loop))
+        figures.update(bench_pipeline(trials))
+    if not args.quick and not args.sweep:
         figures.update(bench_default())
     width = max(map(len, figures))
     for k, v in figures.items():

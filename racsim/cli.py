@@ -25,6 +25,7 @@ _FRIENDLY = True  # set by main(): False when the user asked for Hydra's full er
 def _task(cfg) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     from .sweep import Job
@@ -34,20 +35,24 @@ def _task(cfg) -> None:
         print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
         return
     try:
+        from .config import check_schema
         from .run import run
 
+        check_schema(cfg)  # keys added with +key=... that the schema lacks, and NaNs
         progress = _progress_bar(cfg)
         try:
+            if cfg.capacity.enabled:  # capacity planning: the scenario once per GPU/worker count
+                return _capacity(cfg, out_dir, job)
             res = run(cfg, progress=progress.update if progress else None)
         finally:
             if progress:
                 progress.close()
-    except ConfigError as ex:
+    except (ConfigError, OmegaConfBaseException) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
         _remove_empty_job_dir(out_dir, str(cfg.name))
         if "HYDRA_FULL_ERROR" in os.environ and not _FRIENDLY:
             raise
-        print(f"racsim: error: {ex}", file=sys.stderr)
+        print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     from .report import format_table, write_outputs
 
@@ -56,9 +61,35 @@ def _task(cfg) -> None:
     if job.num is not None:  # a sweep job: one line, the table is in its folder and the sweep's
         print(f"racsim: {job.label}: results in {out_dir}")
         return
-    print(f"racsim: {cfg.name}: K={len(cfg.pipeline.channels)}, {cfg.learner.trials} trials, "
-          f"{res.bias.trajectories} trajectories in {sum(res.timings.values()):.1f} s")
+    took = f"{sum(res.timings.values()):.1f} s"
+    if res.bias is not None:
+        r = res.results
+        cells = f", {r['cell'].nunique()} cells" if "cell" in r else ""
+        print(f"racsim: {cfg.name}: K={r['K'].iloc[0]}, {r['trials'].iloc[0]} trials{cells}, "
+              f"{res.trajectories} trajectories in {took}")
+    else:
+        print(f"racsim: {cfg.name}: {cfg.study.kind} in {took}")
     print(format_table(res.results))
+    print(f"racsim: results in {out_dir}")
+
+
+def _capacity(cfg, out_dir: Path, job) -> None:
+    """``capacity.enabled``: run racsim.capacity, write its folder, print the curve and the recommendation."""
+    from omegaconf import OmegaConf
+
+    from .capacity import format_curve, recommendation_text, run_capacity, write_capacity
+
+    res = run_capacity(cfg)
+    written = write_capacity(out_dir, cfg, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
+    job.finish(written)
+    print(f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
+          f"in {res.timings.get('runs_s', 0.0):.1f} s")
+    print(format_curve(res))
+    print(recommendation_text(res))
+    if res.speed:
+        s = res.speed
+        print(f"racsim: speed: {s['lanes_requests_per_s']:.3g} simulated requests/s (lanes engine) vs "
+              f"{s['raw_simpy_requests_per_s']:.3g} raw SimPy ({s['speedup_vs_raw_simpy']:.1f}x)")
     print(f"racsim: results in {out_dir}")
 
 
@@ -104,6 +135,8 @@ def _one_line(ex: BaseException) -> str:
     for e in chain:
         if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None):
             msg = str(e).splitlines()[0].strip()
+            if e.full_key == "scenario":  # a scenario file that is empty, not a mapping, or lacks its header
+                msg += " (a scenario file is a YAML mapping that begins with '# @package _global_')"
             return f"{e.full_key}: {msg}"
     text = str(ex).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -118,6 +151,49 @@ def _one_line(ex: BaseException) -> str:
             options.append(ln)
         return f"{lines[0]} ({lines[i].rstrip(':').lower()}: {', '.join(options)})"
     return " ".join(lines[:2])
+
+
+def _usage_error(ex: BaseException) -> "str | None":
+    """'file or key: reason' for the mistakes that reading the configuration
+    raises outside Hydra's own exception types (a scenario file that is not
+    valid YAML or not UTF-8, a config group given a number as in ``scenario=1``);
+    None for anything else, which is a bug to show in full."""
+    import yaml
+
+    frames, tb = [], ex.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    innermost = frames[-1].f_code.co_filename if frames else ""
+    from_hydra = f"{os.sep}hydra{os.sep}" in innermost
+    if not (isinstance(ex, (yaml.YAMLError, UnicodeDecodeError)) or (from_hydra and isinstance(ex, ValueError))):
+        return None
+    source = next((f.f_locals["config_path"] for f in reversed(frames)
+                   if isinstance(f.f_locals.get("config_path"), str)), None)
+    if isinstance(ex, yaml.MarkedYAMLError) and ex.problem_mark is not None:
+        where = f"{source or ex.problem_mark.name}, line {ex.problem_mark.line + 1}"
+        return f"{where}: not valid YAML: {ex.problem}"
+    if isinstance(ex, UnicodeDecodeError):
+        return f"{source or 'a config file'}: not UTF-8 text ({ex.reason} at byte {ex.start})"
+    reason = " ".join(str(ex).split())
+    if "Config group override" in reason:  # which override: a group given a number, a list or nothing
+        bad = [a for a in sys.argv[1:] if _bad_group_choice(a)]
+        return f"{' '.join(bad) or 'a config group override'}: a config group takes a name ({reason})"
+    return f"{source + ': ' if source else ''}{reason}"
+
+
+def _bad_group_choice(arg: str) -> bool:
+    """``scenario=nan``, ``=5``: a config group (a folder of conf/, or scenario) given a non-name."""
+    from importlib.resources import files
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        o = OverridesParser.create().parse_override(arg)
+    except Exception:
+        return False
+    groups = {p.name for p in files("racsim.conf").iterdir() if p.is_dir()} | {"scenario", ""}
+    return o.key_or_group.lstrip("/") in groups and not isinstance(o.value(), (str, list))
 
 
 def main() -> None:
@@ -142,6 +218,12 @@ def main() -> None:
         if not friendly:
             raise
         print(f"racsim: error: {_one_line(ex)}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except Exception as ex:  # a YAML or encoding error in a config file, a bad group choice
+        msg = _usage_error(ex) if friendly else None
+        if msg is None:
+            raise
+        print(f"racsim: error: {msg}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     finally:
         if friendly:  # leave the environment as found (main() may be called again in-process)

@@ -16,7 +16,12 @@ from typing import Any, Dict, List, Optional
 
 # Names of everything a user can pick from; the modules that implement them
 # assert at import time that they cover exactly these.
-LATENCY_KINDS = ("deterministic", "gaussian", "lognormal", "pareto", "cauchy", "exponential", "empirical")
+LATENCY_KINDS = ("deterministic", "gaussian", "lognormal", "pareto", "cauchy", "exponential", "empirical", "uniform")
+# GPU-backed reward-model scoring (racsim/service.py, the gpu_rm channel in racsim/pipeline.py).
+CHANNEL_KINDS = ("queue", "gpu_rm")
+SERVICE_MODELS = ("roofline", "profiled")
+BATCH_ORDERS = ("fifo", "shortest")
+CAPACITY_SEARCHES = ("grid", "bisect")
 CORRECTORS = (
     "naive",
     "wait_for_slow",
@@ -29,6 +34,8 @@ CORRECTORS = (
 ENGINES = ("lanes", "simpy")
 PHASES = ("generate", "fast_score", "submit", "update")  # one optimizer step, in order
 LEARNERS = ("tabular",)
+TOPOLOGIES = ("random", "chain", "cyclic", "dense", "terminal")  # racsim/mdp.py builds them
+STUDIES = ("bias", "probe", "tv_bound")
 
 
 class ConfigError(ValueError):
@@ -71,6 +78,70 @@ def _fixed(seconds: float) -> Any:
 
 
 @dataclass
+class GpuConf:
+    """One GPU kind (conf/rm/gpu/NAME.yaml; racsim.service.GPU_CATALOG): dense bf16
+    peak (no sparsity), HBM bandwidth and size, and a price per GPU-hour, an
+    editable assumption (set your own contract's)."""
+
+    name: str = "H100"
+    peak_tflops: float = 989.5
+    mem_bw_tbs: float = 3.35
+    memory_gb: float = 80.0
+    price_per_hour: float = 2.5
+
+
+@dataclass
+class RMModelConf:
+    """A reward model's transformer shape (conf/rm/model/NAME.yaml; racsim.service.RM_CATALOG):
+    parameter counts, weight bytes and FLOPs follow from it (racsim.service)."""
+
+    name: str = "8B"
+    layers: int = 32
+    d_model: int = 4096
+    d_ff: int = 14336
+    n_heads: int = 32
+    n_kv_heads: int = 8
+    vocab: int = 128256
+    bytes_per_param: float = 2.0
+
+
+def _tokens(mean: float, sigma: float) -> Any:
+    return field(default_factory=lambda: LatencyConf(kind="lognormal", mean=mean, sigma=sigma, low=1.0))
+
+
+@dataclass
+class RMConf:
+    """A reward model served on a pool of ``gpus`` GPUs (``gpus / tp`` replicas of
+    ``tp`` GPUs each) behind a batcher: batches of at most ``max_batch`` sequences
+    and ``token_budget`` tokens (padded to the longest when ``padded``), flushed
+    ``max_wait_s`` after the oldest waiting request arrived, taken in ``order``
+    (fifo or shortest first). A batch's seconds come from the ``service`` model:
+    ``roofline`` (FLOPs at ``mfu`` of the GPU's peak, a memory-bound floor, plus
+    ``overhead_s``) or ``profiled`` (the CSV ``profile`` written by racsim-profile).
+    Each pipeline sample is ``sequences_per_sample`` sequences (a GRPO group, say),
+    scored when all of them are; lengths in tokens are drawn from ``prompt_tokens``
+    + ``response_tokens`` (assumption: about 150 + 300, UltraFeedback's scale)."""
+
+    model: RMModelConf = field(default_factory=RMModelConf)
+    gpu: GpuConf = field(default_factory=GpuConf)
+    gpus: int = 1
+    tp: int = 1
+    service: str = "roofline"
+    mfu: float = 0.4
+    overhead_s: float = 0.01
+    mem_util: float = 0.9
+    profile: Optional[str] = None
+    max_batch: int = 32
+    token_budget: int = 32768
+    max_wait_s: float = 0.05
+    order: str = "fifo"
+    padded: bool = True
+    sequences_per_sample: int = 1
+    prompt_tokens: LatencyConf = _tokens(150.0, 0.5)
+    response_tokens: LatencyConf = _tokens(300.0, 0.6)
+
+
+@dataclass
 class ChannelConf:
     """One slow reward channel (code verifier, judge RM, human review...).
 
@@ -88,6 +159,9 @@ class ChannelConf:
     max_delay: Optional[int] = None
     share: float = 1.0
     kernel: Optional[List[float]] = None
+    # "queue" (the above) or "gpu_rm": a reward model on GPUs behind a batcher (``rm``).
+    kind: str = "queue"
+    rm: Optional[RMConf] = None
 
 
 @dataclass
@@ -111,6 +185,9 @@ class PipelineConf:
     # Kernel channels only: results still in flight at the end land in a final
     # update (the theorem's setting, where every result within D comes back).
     drain: bool = False
+    # The fast scorer as a reward model on its own GPUs: when set, the fast_score
+    # phase of a step lasts as long as this pool takes to score the step's sequences.
+    fast_rm: Optional[RMConf] = None
 
 
 @dataclass
@@ -167,6 +244,13 @@ class ProbeConf:
     slow_col: str = "r_slow"
     n: int = 500
     correlation: float = -0.53
+    # Moments of the synthetic pairs. Defaults fitted (racsim/probe.py,
+    # PAPER_LIKE_MOMENTS) so that the deterministic channel's cos(ctrl) and l2
+    # ratio match the paper's probe; its cos(RAC) is then a prediction.
+    slow_mean: float = 2.19
+    slow_std: float = 1.0
+    fast_mean: float = 0.0
+    fast_std: float = 0.465
 
 
 @dataclass
@@ -179,9 +263,33 @@ class StudyConf:
     kind: str = "bias"
     grid: Dict[str, Any] = field(default_factory=dict)
     paper: Optional[str] = None
-    kl_targets: List[float] = field(default_factory=lambda: [0.01, 0.5, 3.0])
+    # A reduced run for smoke tests and CI: every seed axis of the grid keeps
+    # its first two values, trials <= 100 and bootstrap <= 200.
+    fast: bool = False
+    kl_targets: List[float] = field(default_factory=lambda: [0.01, 0.5, 1.2])
     etas: List[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5])
     probe: ProbeConf = field(default_factory=ProbeConf)
+
+
+@dataclass
+class CapacityConf:
+    """Capacity planning (racsim/capacity.py): the scenario is run once per count
+    in ``counts`` of ``channel``'s GPUs (gpu_rm) or workers (queue), all counts
+    (``grid``) or a bisection for the fewest that meets the targets (``bisect``):
+    ``corrector``'s exact bias at most ``max_bias`` (and at most
+    ``max_bias_vs_naive`` times naive's), its mean wall-clock per step at most
+    ``max_step_s``. Cost: the GPU's price (gpu_rm) or ``price_per_unit_hour``."""
+
+    enabled: bool = False
+    channel: Optional[str] = None
+    counts: List[int] = field(default_factory=list)
+    search: str = "grid"
+    corrector: str = "rac"
+    max_bias: Optional[float] = None
+    max_bias_vs_naive: Optional[float] = None
+    max_step_s: Optional[float] = None
+    price_per_unit_hour: Optional[float] = None
+    benchmark: bool = True  # time the lanes engine against raw SimPy on the same number of requests
 
 
 @dataclass
@@ -203,6 +311,7 @@ class RacsimConf:
     # Sweeps: skip jobs whose results are already complete (their done.json) and
     # run the rest; the folder of the same earlier sweep is found again (racsim/sweep.py).
     resume: bool = False
+    capacity: CapacityConf = field(default_factory=CapacityConf)
 
 
 def register_configs() -> None:
@@ -259,6 +368,8 @@ def validate_latency(c: LatencyConf, key: str) -> None:
         _positive(f"{key}.scale", c.scale)
     if c.mean is not None:
         _need(_finite(c.mean) and c.mean >= 0, f"{key}.mean", c.mean, "a finite number >= 0 (seconds)")
+    elif c.kind == "uniform":
+        _need(c.high is not None, f"{key}.high", c.high, "a number > low: uniform needs mean, or high (and low)")
     elif c.kind not in ("cauchy", "empirical"):
         raise ConfigError(f"{key}.mean", c.mean, f"a finite number >= 0: {c.kind} is matched to its mean")
     if c.kind == "gaussian":
@@ -273,6 +384,14 @@ def validate_latency(c: LatencyConf, key: str) -> None:
             _need(_finite(v) and v >= 0, f"{key}.{b}", v, "null or a finite number >= 0")
     if c.low is not None and c.high is not None:
         _need(c.low < c.high, f"{key}.high", c.high, f"a number > low ({c.low})")
+    if c.kind == "uniform" and c.mean is not None:
+        lo = 0.0 if c.low is None else c.low
+        if c.high is None:
+            _need(lo <= c.mean, f"{key}.mean", c.mean, f"a number >= low ({lo}): uniform on [low, 2 mean - low]")
+        else:
+            mid = 0.5 * (lo + c.high)
+            _need(abs(c.mean - mid) <= 1e-9 * max(1.0, mid), f"{key}.mean", c.mean,
+                  f"null or the midpoint {mid:g} of [low, high] = [{lo:g}, {c.high:g}]")
     if c.kind == "empirical":
         _need(bool(c.path), f"{key}.path", c.path, "the path of a CSV file with the latency samples")
         _need(bool(c.column), f"{key}.column", c.column, "the name of a numeric column of that CSV")
@@ -304,8 +423,11 @@ def validate(cfg: Any) -> None:
                   f"a kernel row must sum to at most 1 (it sums to {sum(k):.6g})")
         else:
             validate_latency(ch.latency, f"{key}.latency")
+        validate_channel_kind(ch, key)
     _need(sum(ch.share for ch in p.channels.values()) > 0, "pipeline.channels.*.share",
           [ch.share for ch in p.channels.values()], "at least one channel with share > 0")
+    if getattr(p, "fast_rm", None) is not None:
+        validate_rm(p.fast_rm, "pipeline.fast_rm")
 
     c = cfg.corrector
     names = list(c.names)
@@ -335,3 +457,130 @@ def validate(cfg: Any) -> None:
     _int_at_least("learner.train.lanes", lr.train.lanes, 1)
     _positive("learner.train.lr", lr.train.lr)
     _int_at_least("seed", cfg.seed, 0)
+    st = cfg.study
+    _need(st.kind in STUDIES, "study.kind", st.kind, "one of " + ", ".join(STUDIES))
+    _need(lr.topology in TOPOLOGIES, "learner.topology", lr.topology, "one of " + ", ".join(TOPOLOGIES))
+    _nonneg("learner.channel_noise_std", lr.channel_noise_std)
+    _need(len(st.kl_targets) >= 1 and all(_finite(k) and k > 0 for k in st.kl_targets), "study.kl_targets",
+          list(st.kl_targets), "a non-empty list of KL levels > 0")
+    _need(all(_finite(e) and 0 <= e <= 1 for e in st.etas), "study.etas", list(st.etas), "slacks in [0, 1]")
+    pr = st.probe
+    _int_at_least("study.probe.n", pr.n, 2)
+    _need(_finite(pr.correlation) and -1 < pr.correlation < 1, "study.probe.correlation", pr.correlation,
+          "a Pearson correlation in (-1, 1)")
+    for key in ("slow_std", "fast_std"):
+        _positive(f"study.probe.{key}", getattr(pr, key))
+    if getattr(cfg, "capacity", None) is not None and cfg.capacity.enabled:
+        validate_capacity(cfg)
+
+
+# ----------------------------------------------------------------------------
+# GPU-backed reward models and capacity planning (racsim/service.py, racsim/capacity.py).
+
+
+def validate_channel_kind(ch: Any, key: str) -> None:
+    """A channel's ``kind`` and its ``rm`` block agree."""
+    kind = getattr(ch, "kind", "queue")
+    rm = getattr(ch, "rm", None)
+    _need(kind in CHANNEL_KINDS, f"{key}.kind", kind, "one of " + ", ".join(CHANNEL_KINDS))
+    if kind == "queue":
+        _need(rm is None, f"{key}.rm", "{...}", "null unless kind is gpu_rm (set kind=gpu_rm to serve it on GPUs)")
+        return
+    _need(rm is not None, f"{key}.rm", rm,
+          "an RM server (model, gpu, gpus, batcher), e.g. channel=judge_gpu_rm, when kind is gpu_rm")
+    _need(ch.kernel is None, f"{key}.kernel", list(ch.kernel or []), "null for a gpu_rm channel")
+    _need(ch.workers is None, f"{key}.workers", ch.workers,
+          f"null for a gpu_rm channel: its servers are {key}.rm.gpus / {key}.rm.tp replicas")
+    validate_rm(rm, f"{key}.rm")
+
+
+def validate_rm(rm: Any, key: str) -> None:
+    """Range checks of an RM server, and that the model fits the GPU's memory."""
+    m, g = rm.model, rm.gpu
+    for f in ("layers", "d_model", "d_ff", "n_heads", "n_kv_heads", "vocab"):
+        _int_at_least(f"{key}.model.{f}", getattr(m, f), 1)
+    _need(m.d_model % m.n_heads == 0, f"{key}.model.n_heads", m.n_heads, f"a divisor of d_model ({m.d_model})")
+    _need(m.n_heads % m.n_kv_heads == 0, f"{key}.model.n_kv_heads", m.n_kv_heads,
+          f"a divisor of n_heads ({m.n_heads})")
+    _positive(f"{key}.model.bytes_per_param", m.bytes_per_param)
+    for f in ("peak_tflops", "mem_bw_tbs", "memory_gb"):
+        _positive(f"{key}.gpu.{f}", getattr(g, f))
+    _nonneg(f"{key}.gpu.price_per_hour", g.price_per_hour)
+    _int_at_least(f"{key}.gpus", rm.gpus, 1)
+    _int_at_least(f"{key}.tp", rm.tp, 1)
+    _need(m.n_heads % rm.tp == 0, f"{key}.tp", rm.tp, f"a divisor of model.n_heads ({m.n_heads})")
+    _need(rm.gpus % rm.tp == 0, f"{key}.gpus", rm.gpus, f"a multiple of tp ({rm.tp}): the pool is gpus / tp replicas")
+    _need(rm.service in SERVICE_MODELS, f"{key}.service", rm.service, "one of " + ", ".join(SERVICE_MODELS))
+    _need(_finite(rm.mfu) and 0 < rm.mfu <= 1, f"{key}.mfu", rm.mfu, "a number in (0, 1]")
+    _nonneg(f"{key}.overhead_s", rm.overhead_s)
+    _need(_finite(rm.mem_util) and 0 < rm.mem_util <= 1, f"{key}.mem_util", rm.mem_util, "a number in (0, 1]")
+    if rm.service == "profiled":
+        _need(bool(rm.profile), f"{key}.profile", rm.profile, "the path of a CSV written by racsim-profile")
+    _int_at_least(f"{key}.max_batch", rm.max_batch, 1)
+    _int_at_least(f"{key}.token_budget", rm.token_budget, 1)
+    _nonneg(f"{key}.max_wait_s", rm.max_wait_s)
+    _need(rm.order in BATCH_ORDERS, f"{key}.order", rm.order, "one of " + ", ".join(BATCH_ORDERS))
+    _int_at_least(f"{key}.sequences_per_sample", rm.sequences_per_sample, 1)
+    validate_latency(rm.prompt_tokens, f"{key}.prompt_tokens")
+    validate_latency(rm.response_tokens, f"{key}.response_tokens")
+    from .service import check_memory  # lazily: service imports this module
+
+    check_memory(rm, key)
+
+
+def validate_capacity(cfg: Any) -> None:
+    """The capacity search's channel, counts and targets."""
+    c, chans = cfg.capacity, cfg.pipeline.channels
+    if c.channel is None:
+        able = [n for n, ch in chans.items() if getattr(ch, "kind", "queue") == "gpu_rm" or ch.workers is not None]
+        _need(len(able) == 1, "capacity.channel", c.channel,
+              "the name of the channel to size (one of " + ", ".join(chans) + ")")
+        name = able[0]
+    else:
+        _need(c.channel in chans, "capacity.channel", c.channel, "one of " + ", ".join(chans))
+        name = c.channel
+    ch = chans[name]
+    gpu = getattr(ch, "kind", "queue") == "gpu_rm"
+    _need(gpu or (ch.kernel is None and ch.workers is not None), "capacity.channel", name,
+          "a gpu_rm channel, or a queue channel with workers (not a kernel or unlimited channel)")
+    counts = list(c.counts)
+    _need(len(counts) >= 1 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts),
+          "capacity.counts", counts, "a non-empty list of integers >= 1 (GPUs or workers)")
+    if gpu:
+        bad = [n for n in counts if n % ch.rm.tp]
+        _need(not bad, "capacity.counts", bad, f"multiples of the channel's tp ({ch.rm.tp})")
+    _need(c.search in CAPACITY_SEARCHES, "capacity.search", c.search, "one of " + ", ".join(CAPACITY_SEARCHES))
+    _need(c.corrector in CORRECTORS, "capacity.corrector", c.corrector, "one of " + ", ".join(CORRECTORS))
+    _need(c.corrector in list(cfg.corrector.names), "capacity.corrector", c.corrector,
+          "one of corrector.names (" + ", ".join(cfg.corrector.names) + ")")
+    for f in ("max_bias", "max_bias_vs_naive", "max_step_s"):
+        if getattr(c, f) is not None:
+            _positive(f"capacity.{f}", getattr(c, f))
+    if c.price_per_unit_hour is not None:
+        _nonneg("capacity.price_per_unit_hour", c.price_per_unit_hour)
+
+
+def check_schema(cfg: Any, key: str = "") -> None:
+    """Two mistakes the schema's types let through on the command line: a key
+    the schema does not have (``+foo=1`` adds one even to a typed node) and a
+    NaN anywhere (a float field takes ``nan``; no racsim setting means it).
+    The racsim command runs this on the composed config before :func:`validate`."""
+    import dataclasses
+
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        t = OmegaConf.get_type(cfg)
+        allowed = {f.name for f in dataclasses.fields(t)} if dataclasses.is_dataclass(t) else None
+        for k in cfg.keys():
+            sub = f"{key}.{k}" if key else str(k)
+            if allowed is not None and k not in allowed:
+                raise ConfigError(sub, OmegaConf.select(cfg, str(k), default=None),
+                                  f"not a setting of {t.__name__}: the schema (racsim/config.py) has no such key")
+            if not OmegaConf.is_missing(cfg, k):
+                check_schema(cfg[k], sub)
+    elif isinstance(cfg, ListConfig):
+        for i in range(len(cfg)):
+            check_schema(cfg[i], f"{key}[{i}]")
+    elif isinstance(cfg, float) and math.isnan(cfg):
+        raise ConfigError(key, cfg, "a number, not NaN")

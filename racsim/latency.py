@@ -318,6 +318,41 @@ class _Exponential(_Base):
         return f"exponential(mean={_fmt(self.m)})"
 
 
+class _Uniform(_Base):
+    """U[a, b] (a < b)."""
+
+    def __init__(self, a: float, b: float):
+        self.a, self.b = a, b
+
+    def cdf(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        return np.clip((x - self.a) / (self.b - self.a), 0.0, 1.0)
+
+    def sf(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        return np.clip((self.b - x) / (self.b - self.a), 0.0, 1.0)
+
+    def pdf(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        return np.where((x >= self.a) & (x <= self.b), 1.0 / (self.b - self.a), 0.0)
+
+    def ppf(self, q):
+        return self.a + np.asarray(q, dtype=np.float64) * (self.b - self.a)
+
+    def partial_mean(self, a, b):
+        lo, hi = min(max(a, self.a), self.b), min(max(b, self.a), self.b)
+        return (hi * hi - lo * lo) / (2.0 * (self.b - self.a))
+
+    def mean(self):
+        return 0.5 * (self.a + self.b)
+
+    def draw(self, rng, size):
+        return rng.uniform(self.a, self.b, size)
+
+    def label(self):
+        return f"uniform[{_fmt(self.a)}, {_fmt(self.b)}]"
+
+
 def _atan_diff(x, y):
     """atan(x) - atan(y) without cancellation: arg((1 + ix)(1 - iy))."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -575,6 +610,16 @@ def _build_cauchy(conf: LatencyConf, key: str) -> Latency:
     return _Transformed(base, low, high, bool(conf.discrete), base.label() + (" rounded" if conf.discrete else ""))
 
 
+def _build_uniform(conf: LatencyConf, key: str) -> Latency:
+    """U[low, high]; low defaults to 0 and high to 2 mean - low (matched to the mean)."""
+    low = 0.0 if conf.low is None else float(conf.low)
+    high = 2.0 * float(conf.mean) - low if conf.high is None else float(conf.high)
+    if high <= low:
+        return _point(low, conf, f"uniform[{_fmt(low)}, {_fmt(high)}]")
+    base = _Uniform(low, high)
+    return _Transformed(base, low, high, bool(conf.discrete), base.label() + (" rounded" if conf.discrete else ""))
+
+
 def _read_column(conf: LatencyConf, key: str) -> np.ndarray:
     """The CSV column as float64, or a ConfigError naming ``key.path``/``key.column``."""
     import pandas as pd  # lazily: only the empirical kind needs it
@@ -627,6 +672,7 @@ _BUILDERS = {
     "cauchy": _build_cauchy,
     "exponential": _build_exponential,
     "empirical": _build_empirical,
+    "uniform": _build_uniform,
 }
 assert set(_BUILDERS) == set(LATENCY_KINDS), "latency.py must implement exactly config.LATENCY_KINDS"
 

@@ -101,3 +101,70 @@ def queue(res, path: Path) -> bool:
     _save(fig, path)
     plt.close(fig)
     return True
+
+
+def capacity_curve(res, path: Path) -> bool:
+    """Capacity curve: units vs delay (p50/p95, steps), slack eta, bias per corrector,
+    wall-clock per step, utilisation and cost (racsim/capacity.py)."""
+    c = res.curve
+    chosen = res.targets["corrector"]
+    base = c[c.corrector == chosen].sort_values("count")
+    x = base["count"].to_numpy()
+    plt = _plt()
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.2))
+    a = axes[0, 0]
+    a.plot(x, base.delay_p50_steps, "o-", label="p50")
+    a.plot(x, base.delay_p95_steps, "s--", label="p95")
+    a.set_ylabel("delay of injected results (optimizer steps)")
+    a2 = a.twinx()
+    a2.plot(x, base.dropped_frac + base.pending_frac, "x:", color="grey", label="dropped + pending")
+    a2.set_ylabel("fraction dropped or pending", color="grey")
+    a.legend(loc="upper right", fontsize=8)
+    a.set_title(f"Delay of {res.channel}'s results")
+    a = axes[0, 1]
+    for name in c.corrector.unique():
+        sub = c[c.corrector == name].sort_values("count")
+        a.plot(sub["count"], sub.bias_exact, MARKERS.get(name, "o") + "-", ms=9 if name == chosen else 6,
+               label=name, lw=2.2 if name == chosen else 1.2)
+    t = res.targets
+    naive = c[c.corrector == "naive"].sort_values("count").bias_exact.to_numpy()
+    if t.get("max_bias_vs_naive") is not None and len(naive):
+        a.axhline(t["max_bias_vs_naive"] * naive.mean(), color="red", ls="--", lw=1,
+                  label=f"target: {t['max_bias_vs_naive']:g} x naive")
+    if t.get("max_bias") is not None:
+        a.axhline(t["max_bias"], color="red", ls=":", lw=1, label=f"target: {t['max_bias']:g}")
+    a.set_yscale("log")
+    a.set_ylabel("bias (exact), || E[g] - g* ||")
+    a.set_title("Bias per corrector")
+    a.legend(fontsize=8)
+    a = axes[1, 0]
+    for name in c.corrector.unique():
+        sub = c[c.corrector == name].sort_values("count")
+        a.plot(sub["count"], sub.step_s, MARKERS.get(name, "o") + "-", ms=6, label=name)
+    if t.get("max_step_s") is not None:
+        a.axhline(t["max_step_s"], color="red", ls="--", lw=1, label=f"target: {t['max_step_s']:g} s")
+    a.set_ylabel("wall-clock per optimizer step (s)")
+    a3 = a.twinx()
+    a3.plot(x, base.eta, "k^:", label=f"eta ({chosen})")
+    a3.set_ylabel(f"slack eta ({chosen})")
+    a.set_title("Wall-clock per step; slack")
+    a.legend(fontsize=8, loc="upper right")
+    a = axes[1, 1]
+    a.plot(x, 100 * base.utilisation, "o-", label="utilisation (%)")
+    a.set_ylabel("utilisation of the pool (%)")
+    a4 = a.twinx()
+    a4.plot(x, base.cost_per_hour, "s--", color="C1", label="$ per training hour")
+    a4.set_ylabel("pool cost ($ per training hour)", color="C1")
+    a.set_title("Utilisation and cost")
+    if res.recommended is not None:
+        for ax in axes.ravel():
+            ax.axvline(res.recommended, color="green", lw=1.2, alpha=0.6)
+        axes[1, 1].text(res.recommended, 5, f" recommended: {res.recommended}", color="green", fontsize=9)
+    for ax in axes.ravel():
+        ax.set_xlabel(f"{res.channel}: {res.unit}")
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(f"Capacity curve: {res.channel} ({res.unit}); recommendation for {chosen} in green")
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return True

@@ -49,6 +49,8 @@ def write_text(path: Path, text: str) -> None:
 def format_table(results: pd.DataFrame) -> str:
     """The results as a fixed-width text table (also used in summary.md)."""
     df = results.copy()
+    if "corrector" not in df:  # an analysis (probe, TV bound): every column
+        return df.drop(columns=["scenario"], errors="ignore").map(_fmt).to_string(index=False)
     if "reduction_ci_lo" in df:
         df["reduction_ci"] = [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(df.reduction_ci_lo, df.reduction_ci_hi)]
     cols = [(c, h) for c, h in TABLE if c in df]
@@ -87,19 +89,27 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: str, plots: bool = Tr
             written.append(c)
 
     table(res.results, "results")
-    table(res.channels, "channels")
-    table(res.timeline, "timeline", csv=False)
+    for name, df in res.extra.items():
+        table(df, name)
+    if len(res.channels):
+        table(res.channels, "channels")
+    if len(res.timeline):
+        table(res.timeline, "timeline", csv=False)
     if len(res.training):
         table(res.training, "training", csv=False)
     write_text(out_dir / "config.yaml", cfg_yaml)
     written.append(out_dir / "config.yaml")
-    if plots:
+    if plots and "corrector" in res.results:
         from . import plots as P
 
         for name, fn in (("pareto.png", P.pareto), ("training.png", P.training), ("queue.png", P.queue)):
             path = out_dir / name
             if fn(res, path):
                 written.append(path)
+    if (res.schedules or {}).get("async") is not None:  # trace.json (Perfetto) and gantt.png of lane 0
+        from .timeline import write_timeline
+
+        written += write_timeline(out_dir, res.schedules["async"], png=plots)
     summary = out_dir / "summary.md"
     write_text(summary, summary_markdown(res, [p.name for p in written]))
     written.append(summary)
@@ -109,6 +119,12 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: str, plots: bool = Tr
 def summary_markdown(res: RunResult, files: list) -> str:
     r = res.results
     first = r.iloc[0]
+    if "corrector" not in r:
+        lines = [f"# racsim run: {first['scenario']}", "", "```", format_table(r), "```", ""]
+        for name, df in res.extra.items():
+            lines += [f"## {name}", "", "```", format_table(df), "```", ""]
+        lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
+        return "\n".join(lines)
     lines = [
         f"# racsim run: {first['scenario']}",
         "",

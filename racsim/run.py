@@ -107,6 +107,7 @@ def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
             bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names), names,
                                    corrector_params(ccfg), study.nominal_kernel(ccfg), ccfg.corrector.row_normalize))
         timings["pipeline_s"] += time.perf_counter() - t0
+        single_schedules = bias_cells[0].schedules  # kept for a single-cell run's timeline and training
         t0 = time.perf_counter()
         runs = run_bias_cells(mdp, theta, bias_cells, lr.horizon, rng_for(first.seed, "trajectories"),
                               fast_noise_std=lr.fast_noise_std, progress=progress)
@@ -129,9 +130,7 @@ def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
     schedules = None
     if len(cells) == 1:
         names = corrector_names(ccfg)
-        t0 = time.perf_counter()
-        schedules = simulate_schedules(ccfg, ccfg.learner.trials, "pipeline", names)
-        timings["pipeline_s"] += time.perf_counter() - t0
+        schedules = single_schedules
         if ccfg.learner.train.enabled:
             t0 = time.perf_counter()
             lr = ccfg.learner

@@ -8,7 +8,7 @@ structure they share and nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -41,6 +41,13 @@ class ArrivalSchedule:
     submit_time: Optional[np.ndarray] = None
     service_start: Optional[np.ndarray] = None
     completion: Optional[np.ndarray] = None
+    # GPU-backed channels (kind gpu_rm): per channel, one entry per batch served,
+    # arrays lane, replica, start, end, size (sequences), tokens (as billed by the
+    # batcher: padded or packed), step (of its oldest request), sorted by (lane,
+    # start, replica); and replicas, the pool's size.
+    gpu_batches: Optional[Dict[str, Dict[str, np.ndarray]]] = None
+    # The optimizer's phase durations (generate, fast_score, submit, update) x (trials, steps), for timelines.
+    phase: Optional[np.ndarray] = None
 
     @property
     def n_trials(self) -> int:

@@ -25,7 +25,13 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]]) -> 
         row["wait_mean_s"] = float(wait.mean())
         row["wait_p95_s"] = float(np.percentile(wait, 95))
         row["workers"] = workers.get(name)
-        if workers.get(name):
+        gpu = (sched.gpu_batches or {}).get(name)
+        if gpu is not None:  # a gpu_rm channel: replica-seconds busy with batches
+            row["workers"] = int(gpu["replicas"])
+            end = np.minimum(gpu["end"], sched.step_start[gpu["lane"], -1])
+            busy = np.bincount(gpu["lane"], weights=np.clip(end - gpu["start"], 0, None), minlength=sched.n_trials)
+            row["utilisation"] = float(np.mean(busy / (row["workers"] * span)))
+        elif workers.get(name):
             # Busy seconds inside the run's window over worker-seconds available.
             end = np.minimum(sched.completion[..., k], sched.step_start[:, -1, None, None])
             busy = np.clip(end - sched.service_start[..., k], 0, None).sum(axis=(1, 2))

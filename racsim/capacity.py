@@ -1,0 +1,377 @@
+"""Capacity planning: how many GPUs (or workers) behind a slow channel?
+
+A capacity run repeats the scenario for each count of the chosen channel's
+GPUs (``rm.gpus`` of a gpu_rm channel) or workers (a queue channel), through
+the ordinary run machinery (:func:`racsim.run.run`: the same pipeline, bias
+benchmark and tables as any run, the same seed, so the counts are compared on
+common random numbers), and collects per count and corrector: the delay in
+optimizer steps (p50/p95), the slack eta, the exact and Monte-Carlo bias, the
+wall-clock per step, the pool's utilisation and its cost. It then recommends
+the fewest units for which the chosen corrector meets the targets
+(``capacity.max_bias``, ``capacity.max_bias_vs_naive``, ``capacity.max_step_s``).
+
+Why one run that loops, rather than a Hydra multirun: the answer is a
+comparison across counts (a curve, a minimum), which a single process can
+compute, plot and summarise in one folder without a second "gather" step, and
+a bisection needs each answer before choosing the next count, which a
+multirun's fixed job list cannot do. A plain Hydra sweep still works for
+anyone who wants one folder per count (``racsim -m scenario=...
+pipeline.channels.judge.rm.gpus=1,2,4,8 capacity.enabled=false``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pandas as pd
+from omegaconf import OmegaConf, open_dict
+
+from .config import validate
+
+
+@dataclass
+class CapacityResult:
+    """One row per (count, corrector) in ``curve``; the recommendation and the run
+    at the recommended count (for its timeline)."""
+
+    curve: pd.DataFrame
+    channel: str
+    unit: str  # "GPUs" or "workers"
+    key: str  # the config key varied
+    recommended: Optional[int]
+    per_corrector: pd.DataFrame  # fewest units meeting the targets, for every corrector
+    targets: Dict[str, Any]
+    best: Any = None  # RunResult at the recommended (or largest) count
+    timings: Dict[str, float] = field(default_factory=dict)
+    speed: Dict[str, float] = field(default_factory=dict)
+
+
+def channel_of(cfg: Any) -> str:
+    """The channel to size: ``capacity.channel``, or the only sizable one."""
+    if cfg.capacity.channel is not None:
+        return str(cfg.capacity.channel)
+    chans = cfg.pipeline.channels
+    return next(n for n, ch in chans.items() if getattr(ch, "kind", "queue") == "gpu_rm" or ch.workers is not None)
+
+
+def _is_gpu(cfg: Any, name: str) -> bool:
+    return getattr(cfg.pipeline.channels[name], "kind", "queue") == "gpu_rm"
+
+
+def count_key(cfg: Any, name: str) -> str:
+    return f"pipeline.channels.{name}.rm.gpus" if _is_gpu(cfg, name) else f"pipeline.channels.{name}.workers"
+
+
+def unit_price(cfg: Any, name: str) -> float:
+    """USD per unit-hour: the GPU's price, or ``capacity.price_per_unit_hour`` (0 when unset)."""
+    if _is_gpu(cfg, name):
+        return float(cfg.pipeline.channels[name].rm.gpu.price_per_hour)
+    p = cfg.capacity.price_per_unit_hour
+    return 0.0 if p is None else float(p)
+
+
+def with_count(cfg: Any, key: str, n: int) -> Any:
+    c = cfg.copy()
+    with open_dict(c):
+        c.capacity.enabled = False
+    OmegaConf.update(c, key, int(n), merge=False)
+    return c
+
+
+def _rows(cfg: Any, name: str, n: int, res) -> List[dict]:
+    """The capacity curve's rows for one count, from a run's tables."""
+    steps = int(cfg.pipeline.steps)
+    ch = res.channels[res.channels.channel == name].iloc[0]
+    price = unit_price(cfg, name)
+    naive = res.results[res.results.corrector == "naive"].iloc[0]
+    out = []
+    for _, r in res.results.iterrows():
+        step_s = float(r["wallclock_s"]) / steps
+        out.append({
+            "count": int(n),
+            "corrector": r["corrector"],
+            "bias_exact": float(r["bias_exact"]),
+            "bias_mc": float(r["bias_mc"]),
+            "mc_se": float(r["mc_se"]),
+            "bias_vs_naive": float(r["bias_exact"]) / float(naive["bias_exact"]) if naive["bias_exact"] > 0 else np.nan,
+            "step_s": step_s,
+            "eta": float(r.get(f"eta_{name}", np.nan)),
+            "delay_p50_steps": float(ch["delay_p50_steps"]),
+            "delay_p95_steps": float(ch["delay_p95_steps"]),
+            "dropped_frac": float(ch["dropped"]) / float(ch["emitted"]),
+            "pending_frac": float(ch["pending"]) / float(ch["emitted"]),
+            "wait_p95_s": float(ch["wait_p95_s"]),
+            "utilisation": float(ch["utilisation"]),
+            "cost_per_hour": n * price,
+            "cost_per_1000_steps": n * price * step_s * 1000.0 / 3600.0,
+        })
+    return out
+
+
+def feasible(row: Any, targets: Dict[str, Any]) -> bool:
+    """Does one (count, corrector) row meet every target that is set?"""
+    ok = True
+    if targets.get("max_bias") is not None:
+        ok &= row["bias_exact"] <= targets["max_bias"]
+    if targets.get("max_bias_vs_naive") is not None:
+        ok &= row["bias_vs_naive"] <= targets["max_bias_vs_naive"]
+    if targets.get("max_step_s") is not None:
+        ok &= row["step_s"] <= targets["max_step_s"]
+    return bool(ok)
+
+
+def run_capacity(cfg: Any, progress=None) -> CapacityResult:
+    """Evaluate the counts (all of them, or a bisection) and recommend one."""
+    from .run import run
+
+    validate(cfg)
+    cap = cfg.capacity
+    name = channel_of(cfg)
+    key = count_key(cfg, name)
+    counts = sorted(set(int(n) for n in cap.counts))
+    targets = {k: getattr(cap, k) for k in ("max_bias", "max_bias_vs_naive", "max_step_s")}
+    chosen = str(cap.corrector)
+    runs: Dict[int, Any] = {}
+    rows: Dict[int, List[dict]] = {}
+    timings = {"runs_s": 0.0, "pipeline_s": 0.0}
+
+    def evaluate(n: int) -> bool:
+        if n not in rows:
+            t0 = time.perf_counter()
+            res = run(with_count(cfg, key, n))
+            timings["runs_s"] += time.perf_counter() - t0
+            timings["pipeline_s"] += float(res.timings.get("pipeline_s", 0.0))
+            runs[n], rows[n] = res, _rows(cfg, name, n, res)
+            if progress is not None:
+                progress(n)
+        return feasible(next(r for r in rows[n] if r["corrector"] == chosen), targets)
+
+    if cap.search == "bisect":  # assumes feasibility is monotone in the count
+        lo, hi = 0, len(counts) - 1
+        if evaluate(counts[hi]):
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if evaluate(counts[mid]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+    else:
+        for n in counts:
+            evaluate(n)
+
+    curve = pd.DataFrame([r for n in sorted(rows) for r in rows[n]])
+    curve.insert(0, "channel", name)
+    curve["feasible"] = [feasible(r, targets) for _, r in curve.iterrows()]
+    recommended = _fewest(curve, chosen)
+    names = list(curve.corrector.unique())
+    per = pd.DataFrame({"corrector": names, "fewest": pd.Series([_fewest(curve, c) for c in names], dtype=object)})
+    best_n = recommended if recommended is not None else max(rows)
+    result = CapacityResult(curve=curve, channel=name, unit="GPUs" if _is_gpu(cfg, name) else "workers", key=key,
+                            recommended=recommended, per_corrector=per, targets={**targets, "corrector": chosen},
+                            best=runs[best_n], timings=timings)
+    if cap.benchmark:
+        result.speed = benchmark(cfg, key, sorted(rows), timings)
+    return result
+
+
+def _fewest(curve: pd.DataFrame, corrector: str) -> Optional[int]:
+    """The fewest units meeting the targets, above which every evaluated count does too."""
+    sub = curve[curve.corrector == corrector].sort_values("count")
+    ok = sub.feasible.to_numpy()
+    if not ok.any() or not ok[-1]:
+        return None
+    last_bad = np.flatnonzero(~ok)
+    i = last_bad[-1] + 1 if last_bad.size else 0
+    return int(sub["count"].iloc[i])
+
+
+# ----------------------------------------------------------------------------
+# Speed: the pipeline engine against raw SimPy on the same number of requests.
+
+
+def requests_per_schedule(cfg: Any) -> int:
+    """Requests one schedule simulates: trials x steps x batch x sequences, summed over channels."""
+    p = cfg.pipeline
+    per_sample = sum(int(ch.rm.sequences_per_sample) if getattr(ch, "kind", "queue") == "gpu_rm" else 1
+                     for ch in p.channels.values())
+    return int(cfg.learner.trials) * int(p.steps) * int(p.batch_size) * per_sample
+
+
+def raw_simpy_rate(n_requests: int, servers: int, seed: int = 0) -> float:
+    """Requests per second of a bare SimPy M/M/c model: a process per request on
+    a ``Resource`` of ``servers`` (the cheapest a per-request SimPy model gets)."""
+    import simpy
+
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0, n_requests).tolist()
+    service = (rng.exponential(0.8 * servers, n_requests)).tolist()
+    env = simpy.Environment()
+    res = simpy.Resource(env, capacity=servers)
+
+    def request(s):
+        with res.request() as req:
+            yield req
+            yield env.timeout(s)
+
+    def source():
+        for g, s in zip(gaps, service):
+            yield env.timeout(g)
+            env.process(request(s))
+
+    t0 = time.perf_counter()
+    env.process(source())
+    env.run()
+    return n_requests / (time.perf_counter() - t0)
+
+
+def benchmark(cfg: Any, key: str, counts: List[int], timings: Dict[str, float]) -> Dict[str, float]:
+    """Simulated requests per second of wall time: the lanes engine over the sweep
+    (measured here on the evaluated counts, async and blocking schedules), racsim's
+    SimPy engine of record on a few trials, and raw SimPy on a bare per-request model."""
+    from . import pipeline
+    from .correctors import BLOCKING
+    from .run import corrector_names
+
+    blocking = any(n in BLOCKING for n in corrector_names(cfg))
+    per = requests_per_schedule(cfg) * (2 if blocking else 1)
+    t0 = time.perf_counter()
+    for n in counts:
+        c = with_count(cfg, key, n)
+        draws = pipeline.draw(c.pipeline, int(c.learner.trials), np.random.default_rng(0))
+        pipeline.run_lanes(draws, False)
+        if blocking:
+            pipeline.run_lanes(draws, True, c.corrector.wait_timeout_s)
+    lanes_s = time.perf_counter() - t0
+    total = per * len(counts)
+    # racsim's SimPy engine on 2 trials of the middle count, scaled per request
+    c = with_count(cfg, key, counts[len(counts) // 2])
+    draws = pipeline.draw(c.pipeline, 2, np.random.default_rng(0))
+    t0 = time.perf_counter()
+    pipeline.run_simpy(draws, False)
+    simpy_engine_rate = requests_per_schedule(c) / c.learner.trials * 2 / (time.perf_counter() - t0)
+    sample = int(min(total, 200_000))
+    raw = raw_simpy_rate(sample, servers=max(1, counts[len(counts) // 2]))
+    return {
+        "requests": float(total),
+        "lanes_s": lanes_s,
+        "lanes_requests_per_s": total / lanes_s,
+        "simpy_engine_requests_per_s": simpy_engine_rate,
+        "raw_simpy_requests_per_s": raw,
+        "raw_simpy_sample": float(sample),
+        "raw_simpy_s_for_all": total / raw,
+        "speedup_vs_raw_simpy": (total / lanes_s) / raw,
+    }
+
+
+# ----------------------------------------------------------------------------
+# Output.
+
+
+def format_curve(res: CapacityResult) -> str:
+    """One line per count: the chosen corrector's figures and every corrector's bias."""
+    from .report import _fmt
+
+    c = res.curve
+    chosen = res.targets["corrector"]
+    base = c[c.corrector == chosen].set_index("count")
+    table = pd.DataFrame({
+        res.unit: base.index,
+        "delay p50": base.delay_p50_steps.values,
+        "delay p95": base.delay_p95_steps.values,
+        "dropped": base.dropped_frac.values,
+        f"eta ({chosen})": base.eta.values,
+        "util": base.utilisation.values,
+        "$/h": base.cost_per_hour.values,
+    })
+    for name in c.corrector.unique():
+        sub = c[c.corrector == name].set_index("count").reindex(base.index)
+        table[f"bias {name}"] = sub.bias_exact.values
+    for name in c.corrector.unique():
+        if name in ("naive", chosen) or name == "wait_for_slow":
+            sub = c[c.corrector == name].set_index("count").reindex(base.index)
+            table[f"s/step {name}"] = sub.step_s.values
+    table["meets"] = ["yes" if v else "no" for v in base.feasible.values]
+    return table.map(_fmt).to_string(index=False)
+
+
+def recommendation_text(res: CapacityResult) -> str:
+    t = res.targets
+    goals = []
+    if t.get("max_bias") is not None:
+        goals.append(f"exact bias <= {t['max_bias']:g}")
+    if t.get("max_bias_vs_naive") is not None:
+        goals.append(f"bias <= {t['max_bias_vs_naive']:g} x naive's")
+    if t.get("max_step_s") is not None:
+        goals.append(f"<= {t['max_step_s']:g} s per step")
+    goal = " and ".join(goals) or "no target set (every count qualifies)"
+    chosen = t["corrector"]
+    if res.recommended is None:
+        return (f"No evaluated count of {res.channel}'s {res.unit} meets the targets for {chosen} ({goal}); "
+                f"evaluate larger counts or relax the targets.")
+    row = res.curve[(res.curve.corrector == chosen) & (res.curve["count"] == res.recommended)].iloc[0]
+    return (f"Recommended: {res.recommended} {res.unit} for {res.channel} with {chosen} ({goal}): "
+            f"bias {row.bias_exact:.4g} ({row.bias_vs_naive:.3g} x naive's), {row.step_s:.3g} s per step, "
+            f"delay p50/p95 {row.delay_p50_steps:g}/{row.delay_p95_steps:g} steps, eta {row.eta:.3g}, "
+            f"utilisation {row.utilisation:.0%}, ${row.cost_per_hour:.2f} per training hour "
+            f"(${row.cost_per_1000_steps:.2f} per 1000 steps).")
+
+
+def summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -> str:
+    lines = [f"# racsim capacity plan: {cfg.name}", "", str(cfg.description or ""), "",
+             "## Recommendation", "", recommendation_text(res), ""]
+    per = res.per_corrector
+    lines += ["Fewest units meeting the same targets, per corrector (- : none of the evaluated counts):", "", "```",
+              per.assign(fewest=per.fewest.map(lambda v: "-" if v is None or pd.isna(v) else str(int(v))))
+              .to_string(index=False), "```", ""]
+    lines += ["## Capacity curve", "",
+              f"Per count of {res.channel}'s {res.unit} ({res.key}); delays in optimizer steps of the "
+              "asynchronous pipeline, `eta` the slack of the chosen corrector's effective kernel, bias the exact "
+              "bias of each corrector, `util` the pool's busy fraction, `$/h` the pool's price per training hour.",
+              "", "```", format_curve(res), "```", ""]
+    if res.speed:
+        s = res.speed
+        lines += ["## Simulator speed", "",
+                  f"{s['requests']:.3g} requests simulated over the sweep by the lanes engine in {s['lanes_s']:.2f} s: "
+                  f"{s['lanes_requests_per_s']:.3g} requests/s. Raw SimPy (a process per request on a Resource, "
+                  f"{s['raw_simpy_sample']:.0f} requests, same run): {s['raw_simpy_requests_per_s']:.3g} requests/s, "
+                  f"so {s['raw_simpy_s_for_all']:.1f} s for the same requests ({s['speedup_vs_raw_simpy']:.1f}x). "
+                  f"racsim's SimPy engine of record (batcher process, replica resources): "
+                  f"{s['simpy_engine_requests_per_s']:.3g} requests/s.", ""]
+    t = res.timings
+    lines += ["## Time", "", ", ".join(f"{k.replace('_s', '')} {v:.2f} s" for k, v in t.items()), ""]
+    lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
+    return "\n".join(lines)
+
+
+def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, plots: bool = True) -> list:
+    from .report import atomic_write, write_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, df in (("capacity", res.curve), ("results", res.best.results), ("channels", res.best.channels)):
+        p = out_dir / f"{stem}.csv"
+        atomic_write(p, lambda t, df=df: df.to_csv(t, index=False))
+        written.append(p)
+    p = out_dir / "capacity.parquet"
+    atomic_write(p, lambda t: res.curve.to_parquet(t, index=False))
+    written.append(p)
+    write_text(out_dir / "config.yaml", cfg_yaml)
+    written.append(out_dir / "config.yaml")
+    if plots:
+        from .plots import capacity_curve
+
+        if capacity_curve(res, out_dir / "capacity.png"):
+            written.append(out_dir / "capacity.png")
+    sched = (res.best.schedules or {}).get("async")
+    if sched is not None:
+        from .timeline import write_timeline
+
+        written += write_timeline(out_dir, sched, png=plots)
+    summary = out_dir / "summary.md"
+    write_text(summary, summary_markdown(cfg, res, [p.name for p in written]))
+    written.append(summary)
+    return written

@@ -1,0 +1,222 @@
+"""``racsim-profile``: measure a reward model's forward passes, write the CSV the
+``profiled`` service model reads (racsim/service.py).
+
+    racsim-profile                                   # tiny random Llama RM, CPU/CUDA, default grid
+    racsim-profile out=h100_8b.csv rm.checkpoint=/models/my-rm batch_sizes=[1,8,32] seq_lens=[256,512,1024]
+
+A transformers sequence-classification model (one score per sequence) runs
+real forward passes with torch on the local device (CUDA when present, else
+the CPU) over a grid of batch sizes x sequence lengths (random token ids,
+full attention masks, no padding); each cell is timed ``repeats`` times after
+``warmup`` untimed passes and its fastest time written (the least disturbed by
+other work on the machine; the median beside it), with the device, dtype,
+model and library versions in '#' header lines. The default model is a small
+Llama-shaped config with random weights built in code: no download, no
+network. ``rm.checkpoint=PATH`` loads a local checkpoint instead (offline).
+
+torch and transformers are imported inside the functions below only (the
+``rm`` extra), so ``import racsim`` never needs them.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+from .config import ConfigError
+
+
+@dataclass
+class TinyModelConf:
+    """The default model: a Llama-shaped RM small enough to profile in seconds on a CPU."""
+
+    layers: int = 2
+    d_model: int = 128
+    d_ff: int = 256
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    vocab: int = 1024
+
+
+@dataclass
+class ProfileRMConf:
+    checkpoint: Optional[str] = None
+    model: TinyModelConf = field(default_factory=TinyModelConf)
+
+
+@dataclass
+class ProfileConf:
+    out: str = "rm_profile.csv"
+    rm: ProfileRMConf = field(default_factory=ProfileRMConf)
+    batch_sizes: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    seq_lens: List[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])
+    repeats: int = 3
+    warmup: int = 1
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16
+    threads: Optional[int] = None
+    seed: int = 0
+
+
+def parse(argv: List[str]) -> ProfileConf:
+    """key=value overrides onto :class:`ProfileConf` (typed by OmegaConf)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    base = OmegaConf.structured(ProfileConf)
+    for a in argv:
+        if "=" not in a:
+            raise ConfigError(a, None, "key=value (e.g. rm.checkpoint=PATH, batch_sizes=[1,4,16])")
+    try:
+        cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(list(argv)))
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(str(key), None, str(e).splitlines()[0]) from e
+    conf: ProfileConf = OmegaConf.to_object(cfg)
+    for k in ("batch_sizes", "seq_lens"):
+        v = list(getattr(conf, k))
+        if not v or any(not isinstance(x, int) or x < 1 for x in v):
+            raise ConfigError(k, v, "a non-empty list of integers >= 1")
+    if conf.repeats < 1:
+        raise ConfigError("repeats", conf.repeats, "an integer >= 1")
+    if conf.warmup < 0:
+        raise ConfigError("warmup", conf.warmup, "an integer >= 0")
+    if conf.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise ConfigError("dtype", conf.dtype, "one of auto, float32, bfloat16, float16")
+    return conf
+
+
+def build_model(conf: ProfileConf, dtype, device):
+    """(model, description, vocab size) on ``device`` in ``dtype``, in eval mode."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaForSequenceClassification
+
+    torch.manual_seed(conf.seed)
+    if conf.rm.checkpoint:
+        path = Path(conf.rm.checkpoint)
+        if not path.exists():
+            raise ConfigError("rm.checkpoint", conf.rm.checkpoint, "the path of a local checkpoint folder")
+        model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, local_files_only=True)
+        desc = f"{path.name} ({type(model).__name__}, local checkpoint)"
+        vocab = int(model.config.vocab_size)
+    else:
+        m = conf.rm.model
+        cfg = LlamaConfig(vocab_size=m.vocab, hidden_size=m.d_model, intermediate_size=m.d_ff,
+                          num_hidden_layers=m.layers, num_attention_heads=m.n_heads, num_key_value_heads=m.n_kv_heads,
+                          max_position_embeddings=max(4096, max(conf.seq_lens)), num_labels=1, pad_token_id=0)
+        model = LlamaForSequenceClassification(cfg)
+        desc = (f"tiny-llama-rm (random init, seed {conf.seed}: layers={m.layers}, d_model={m.d_model}, "
+                f"d_ff={m.d_ff}, heads={m.n_heads}/{m.n_kv_heads}, vocab={m.vocab})")
+        vocab = m.vocab
+    n = sum(p.numel() for p in model.parameters())
+    model = model.to(device=device, dtype=dtype).eval()
+    return model, f"{desc}, {n:,} parameters", vocab
+
+
+def measure(conf: ProfileConf, log=None):
+    """Run the grid; returns (header dict, rows of dicts)."""
+    import torch
+    import transformers
+
+    if conf.threads:
+        torch.set_num_threads(conf.threads)
+    dev = conf.device
+    if dev == "auto":
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(dev)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", conf.device, "cpu: CUDA is not available here")
+    name = conf.dtype if conf.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
+    dtype = getattr(torch, name)
+    model, desc, vocab = build_model(conf, dtype, device)
+    cuda = device.type == "cuda"
+    gen = torch.Generator().manual_seed(conf.seed)
+
+    def forward(b: int, s: int) -> float:
+        ids = torch.randint(1, vocab, (b, s), generator=gen).to(device)
+        mask = torch.ones_like(ids)
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model(input_ids=ids, attention_mask=mask).logits
+        if cuda:
+            torch.cuda.synchronize(device)
+        dt = time.perf_counter() - t0
+        assert out.shape == (b, 1)
+        return dt
+
+    bs, ss = sorted(set(conf.batch_sizes)), sorted(set(conf.seq_lens))
+    forward(bs[-1], ss[-1])  # first touch: allocator, kernels, caches
+    rows = []
+    for b in bs:
+        for s in ss:
+            for _ in range(conf.warmup):
+                forward(b, s)
+            times = [forward(b, s) for _ in range(conf.repeats)]
+            rows.append({"batch_size": b, "seq_len": s, "seconds": min(times),
+                         "seconds_median": statistics.median(times), "seconds_max": max(times),
+                         "repeats": conf.repeats})
+            if log:
+                log(f"batch {b:>4} x seq {s:>5}: {rows[-1]['seconds'] * 1e3:9.3f} ms")
+    if cuda:
+        where = f"cuda ({torch.cuda.get_device_name(device)})"
+    else:
+        where = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    header = {
+        "racsim-profile": "forward passes of a sequence-classification reward model (seconds: fastest of repeats)",
+        "model": desc,
+        "checkpoint": conf.rm.checkpoint or "none (built in code)",
+        "device": where,
+        "dtype": name,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "repeats": f"{conf.repeats} timed after {conf.warmup} warm-up; seconds is the fastest (the least disturbed)",
+    }
+    return header, rows
+
+
+def write_csv(path: Path, header: dict, rows: list) -> None:
+    from .report import write_text
+
+    lines = [f"# {k}: {v}" for k, v in header.items()]
+    cols = ["batch_size", "seq_len", "seconds", "seconds_median", "seconds_max", "repeats"]
+    lines.append(",".join(cols))
+    for r in rows:
+        lines.append(",".join(repr(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, "\n".join(lines) + "\n")
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return
+    try:
+        conf = parse(argv)
+        try:
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+        except ImportError as e:
+            print(f"racsim-profile: error: {e.name} is not installed: pip install -e '.[rm]'", file=sys.stderr)
+            sys.exit(2)
+        header, rows = measure(conf, log=lambda s: print(s, flush=True))
+    except ConfigError as ex:
+        print(f"racsim-profile: error: {ex}", file=sys.stderr)
+        sys.exit(2)
+    out = Path(conf.out)
+    write_csv(out, header, rows)
+    print(f"racsim-profile: {len(rows)} cells on {header['device']} ({header['dtype']}) -> {out}")
+    print(f"racsim-profile: use it with rm.service=profiled rm.profile={out}")
+
+
+if __name__ == "__main__":
+    main()

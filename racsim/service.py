@@ -1,0 +1,258 @@
+"""Service models of a reward model on GPUs: how long does one batch take?
+
+A gpu_rm channel (racsim/pipeline.py) scores batches of sequences on replicas
+of ``tp`` GPUs; this module turns a batch -- its number of sequences, the sum
+and the sum of squares of their token lengths, the longest length -- into
+seconds. Two models:
+
+* :class:`Roofline` (prefill-only scoring, no KV cache kept)::
+
+      FLOPs   = 2 * N_ne * tokens + 2 * layers * d_model * sum_i seq_i^2
+      compute = FLOPs / (tp * peak * MFU)
+      memory  = non-embedding weight bytes / (tp * HBM bandwidth)   (weights read once per batch)
+      seconds = max(compute, memory) + overhead_s
+
+  with N_ne the non-embedding parameters (the embedding is a lookup). With
+  ``padded`` batches every sequence counts as long as the batch's longest
+  (tokens = count * max_len, sum seq^2 = count * max_len^2), as with a
+  right-padded Hugging Face batch; unpadded is packed/varlen attention.
+  Tensor parallelism divides both terms by ``tp`` and adds no communication
+  cost (optimistic for tp > 1 over PCIe).
+
+* :class:`Profiled`: a table of measured (batch size, sequence length) ->
+  seconds, the CSV that ``racsim-profile`` writes (racsim/profile.py),
+  interpolated bilinearly after a monotone envelope (a batch never takes less
+  time than a smaller one; measurement noise can say otherwise).
+
+Catalogs (the defaults of conf/rm/gpu/*.yaml and conf/rm/model/*.yaml, kept equal by a
+test): GPUs with dense bf16 peak (no sparsity), HBM bandwidth, memory and a
+price per GPU-hour, an assumption to edit; RM sizes as transformer shapes of
+well-known models (the parameter counts follow from the shape, biases left out).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict
+
+import numpy as np
+
+from .config import ConfigError
+
+# name -> GpuConf fields. Peaks: dense BF16 tensor-core TFLOP/s from the vendors'
+# data sheets (the "with sparsity" figures halved); prices: on-demand cloud
+# USD per GPU-hour, rough 2025 market figures -- an assumption, not a quote.
+GPU_CATALOG: Dict[str, Dict[str, Any]] = {
+    "A100": dict(name="A100", peak_tflops=312.0, mem_bw_tbs=2.039, memory_gb=80.0, price_per_hour=1.8),
+    "H100": dict(name="H100", peak_tflops=989.5, mem_bw_tbs=3.35, memory_gb=80.0, price_per_hour=2.5),
+    "H200": dict(name="H200", peak_tflops=989.5, mem_bw_tbs=4.8, memory_gb=141.0, price_per_hour=3.5),
+    "L40S": dict(name="L40S", peak_tflops=362.05, mem_bw_tbs=0.864, memory_gb=48.0, price_per_hour=1.0),
+    "B200": dict(name="B200", peak_tflops=2250.0, mem_bw_tbs=8.0, memory_gb=180.0, price_per_hour=5.0),
+}
+
+# name -> RMModelConf fields: the shapes of Qwen2.5-1.5B, Llama-2-7B, Llama-3.1-8B
+# and Llama-3.1-70B with a scalar score head in place of the LM head.
+RM_CATALOG: Dict[str, Dict[str, Any]] = {
+    "1.5B": dict(name="1.5B", layers=28, d_model=1536, d_ff=8960, n_heads=12, n_kv_heads=2, vocab=151936,
+                 bytes_per_param=2.0),
+    "7B": dict(name="7B", layers=32, d_model=4096, d_ff=11008, n_heads=32, n_kv_heads=32, vocab=32000,
+               bytes_per_param=2.0),
+    "8B": dict(name="8B", layers=32, d_model=4096, d_ff=14336, n_heads=32, n_kv_heads=8, vocab=128256,
+               bytes_per_param=2.0),
+    "70B": dict(name="70B", layers=80, d_model=8192, d_ff=28672, n_heads=64, n_kv_heads=8, vocab=128256,
+                bytes_per_param=2.0),
+}
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """Parameter counts of a decoder-only reward model (GQA attention, SwiGLU MLP,
+    RMSNorm, no biases, a d_model x 1 score head, no LM head)."""
+
+    non_embedding: int
+    embedding: int
+
+    @property
+    def total(self) -> int:
+        return self.non_embedding + self.embedding
+
+
+def model_size(m: Any) -> ModelSize:
+    """Parameters of an :class:`~racsim.config.RMModelConf`."""
+    d, kv = int(m.d_model), int(m.n_kv_heads) * (int(m.d_model) // int(m.n_heads))
+    per_layer = 2 * d * d + 2 * d * kv + 3 * d * int(m.d_ff) + 2 * d  # q, o; k, v; gate, up, down; 2 norms
+    return ModelSize(non_embedding=int(m.layers) * per_layer + 2 * d, embedding=int(m.vocab) * d)  # + final norm, head
+
+
+def activation_bytes(m: Any, tokens: float) -> float:
+    """Peak activations of one prefill forward pass over ``tokens`` tokens (no KV
+    cache kept, attention by a fused kernel): the MLP's gate, up and product
+    (3 d_ff) and a few d_model-wide buffers (4 d_model) per token, layer by layer."""
+    return float(tokens) * (3 * int(m.d_ff) + 4 * int(m.d_model)) * float(m.bytes_per_param)
+
+
+def check_memory(rm: Any, key: str) -> None:
+    """A ConfigError naming ``key.tp`` when one replica's share of the weights and of
+    the largest batch's activations does not fit ``memory_gb * mem_util`` per GPU."""
+    m, g = rm.model, rm.gpu
+    weights = model_size(m).total * float(m.bytes_per_param)
+    act = activation_bytes(m, rm.token_budget)
+    usable = float(g.memory_gb) * 1e9 * float(rm.mem_util)
+    need = (weights + act) / rm.tp
+    if need <= usable:
+        return
+    heads = int(m.n_heads)
+    tp_min = next((t for t in range(1, heads + 1) if heads % t == 0 and (weights + act) / t <= usable), None)
+    if tp_min is None:
+        tp_min = f"{heads} (still too little)"
+    raise ConfigError(
+        f"{key}.tp", rm.tp,
+        f"the {m.name} model does not fit: {need / 1e9:.1f} GB per GPU at tp={rm.tp} (weights "
+        f"{weights / 1e9:.1f} GB + activations {act / 1e9:.1f} GB for a {rm.token_budget}-token batch, / tp) "
+        f"but a {g.name} has {usable / 1e9:.1f} GB (memory_gb {g.memory_gb:g} x mem_util {rm.mem_util:g}); "
+        f"use tp >= {tp_min}, a smaller token_budget, or a larger GPU")
+
+
+class ServiceModel:
+    """Seconds for batches, elementwise over arrays of batch statistics."""
+
+    padded: bool = True
+
+    def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def describe(self) -> str:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Roofline(ServiceModel):
+    """See the module docstring. All arithmetic is +, *, / and max, so the two
+    pipeline engines get bit-identical seconds for the same batch."""
+
+    def __init__(self, rm: Any):
+        m, g = rm.model, rm.gpu
+        size = model_size(m)
+        self.name, self.gpu_name, self.tp = str(m.name), str(g.name), int(rm.tp)
+        self.params = float(size.non_embedding)
+        self.attn = 2.0 * float(m.layers) * float(m.d_model)
+        self.flops_per_s = float(rm.tp) * float(g.peak_tflops) * 1e12 * float(rm.mfu)
+        self.floor = size.non_embedding * float(m.bytes_per_param) / (float(rm.tp) * float(g.mem_bw_tbs) * 1e12)
+        self.overhead = float(rm.overhead_s)
+        self.mfu = float(rm.mfu)
+        self.padded = bool(rm.padded)
+
+    def flops(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
+        count, tok_sum, sq_sum, max_len = (np.asarray(x, dtype=np.float64) for x in (count, tok_sum, sq_sum, max_len))
+        if self.padded:
+            tokens, squares = count * max_len, count * (max_len * max_len)
+        else:
+            tokens, squares = tok_sum, sq_sum
+        return 2.0 * self.params * tokens + self.attn * squares
+
+    def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
+        compute = self.flops(count, tok_sum, sq_sum, max_len) / self.flops_per_s
+        return np.maximum(compute, self.floor) + self.overhead
+
+    def describe(self) -> str:
+        return (f"roofline: {self.name} RM on {self.gpu_name} x tp={self.tp}, MFU {self.mfu:g}, "
+                f"{'padded' if self.padded else 'packed'} batches, overhead {self.overhead:g} s")
+
+
+class Profiled(ServiceModel):
+    """Bilinear interpolation of a racsim-profile table (monotone envelope).
+
+    Inside the grid: bilinear in (batch size, sequence length). Past the largest
+    batch size or length: proportional to it (time per token of the largest
+    measured batch). Below the smallest: the smallest's time (overhead-bound).
+    """
+
+    def __init__(self, path: str, padded: bool = True, key: str = "rm.profile"):
+        self.path, self.padded = str(path), bool(padded)
+        self.header, table = read_profile(path, key)
+        self.b = np.array(sorted(table.batch_size.unique()), dtype=np.float64)
+        self.s = np.array(sorted(table.seq_len.unique()), dtype=np.float64)
+        grid = table.pivot_table(index="batch_size", columns="seq_len", values="seconds", aggfunc="first")
+        grid = grid.reindex(index=self.b.astype(int), columns=self.s.astype(int))
+        if grid.isna().to_numpy().any():
+            raise ConfigError(key, path, "a full grid: every (batch_size, seq_len) pair measured once")
+        self.measured = grid.to_numpy(dtype=np.float64)
+        if not (np.all(np.isfinite(self.measured)) and np.all(self.measured > 0)):
+            raise ConfigError(key, path, "positive, finite seconds in every row")
+        self.table = np.maximum.accumulate(np.maximum.accumulate(self.measured, axis=0), axis=1)
+
+    @staticmethod
+    def _axis(grid: np.ndarray, x: np.ndarray):
+        """Cell index, weight in the cell, and the proportional scale past the end."""
+        xc = np.clip(x, grid[0], grid[-1])
+        i = np.clip(np.searchsorted(grid, xc, side="right") - 1, 0, max(len(grid) - 2, 0))
+        if len(grid) == 1:
+            return i, np.zeros_like(xc), np.maximum(x / grid[0], 1.0)
+        w = (xc - grid[i]) / (grid[i + 1] - grid[i])
+        return i, w, np.maximum(x / grid[-1], 1.0)
+
+    def at(self, batch, seq) -> np.ndarray:
+        """Seconds for a batch of ``batch`` sequences of ``seq`` tokens."""
+        b = np.asarray(batch, dtype=np.float64)
+        s = np.asarray(seq, dtype=np.float64)
+        i, wi, si = self._axis(self.b, b)
+        j, wj, sj = self._axis(self.s, s)
+        t = self.table
+        i1, j1 = np.minimum(i + 1, len(self.b) - 1), np.minimum(j + 1, len(self.s) - 1)
+        top = t[i, j] * (1.0 - wj) + t[i, j1] * wj
+        bot = t[i1, j] * (1.0 - wj) + t[i1, j1] * wj
+        return (top * (1.0 - wi) + bot * wi) * si * sj
+
+    def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
+        count = np.asarray(count, dtype=np.float64)
+        seq = np.asarray(max_len, dtype=np.float64) if self.padded else np.asarray(tok_sum, dtype=np.float64) / count
+        return self.at(count, seq)
+
+    def describe(self) -> str:
+        dev = self.header.get("device", "?")
+        model = self.header.get("model", "?")
+        return f"profiled: {self.path} ({model} on {dev})"
+
+
+def read_profile(path: str, key: str = "rm.profile"):
+    """(header dict, DataFrame) of a racsim-profile CSV: '# key: value' lines, then
+    columns batch_size, seq_len, seconds (and more)."""
+    import pandas as pd
+
+    header: Dict[str, str] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.startswith("#"):
+                    break
+                k, _, v = line[1:].partition(":")
+                if v:
+                    header[k.strip()] = v.strip()
+        table = pd.read_csv(path, comment="#")
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(key, path, f"a readable CSV written by racsim-profile ({type(e).__name__}: {e})") from e
+    need = {"batch_size", "seq_len", "seconds"}
+    if not need <= set(table.columns):
+        raise ConfigError(key, path, "a CSV with columns batch_size, seq_len, seconds (it has: "
+                          + ", ".join(map(str, table.columns)) + ")")
+    if len(table) == 0:
+        raise ConfigError(key, path, "a CSV with at least one measured row")
+    return header, table
+
+
+def build_service(rm: Any, key: str = "rm") -> ServiceModel:
+    """The service model an RM config asks for."""
+    if rm.service == "roofline":
+        return Roofline(rm)
+    if rm.service == "profiled":
+        return Profiled(rm.profile, rm.padded, f"{key}.profile")
+    raise ConfigError(f"{key}.service", rm.service, "one of roofline, profiled")
+
+
+def replicas(rm: Any) -> int:
+    return int(rm.gpus) // int(rm.tp)
+
+
+def price_per_hour(rm: Any) -> float:
+    """USD per hour of the whole pool."""
+    return float(rm.gpus) * float(rm.gpu.price_per_hour)

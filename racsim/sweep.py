@@ -1,0 +1,470 @@
+"""Sweeps that scale out and survive faults.
+
+- **Completion marker.** A job's last write is ``done.json`` (atomic, after
+  every result file): its cell (the job's overrides, and their typed values),
+  its runtime, and the size and SHA-256 of every file it wrote. A folder
+  without it holds no complete result, whatever else is in it.
+- **Resume.** ``resume=true`` skips every job whose marker says it is complete
+  for the same cell, and runs the rest. The folder of an interrupted sweep is
+  found again from the command alone: the ``racsim.sweep_dir`` resolver (the
+  default ``hydra.sweep.dir``) gives a new timestamped folder, or with
+  ``resume=true`` the newest one under ``outputs/<name>/`` whose sweep had the
+  same overrides. ``hydra.sweep.dir=...`` pins it by hand.
+- **The callback** (``hydra.callbacks`` in conf/config.yaml): each job logs its
+  cell and its runtime; the sweep prints jobs done/running/left with a time
+  estimate (it watches the folder, so it works with any launcher that shares a
+  file system); at the end it gathers every job into the sweep's
+  ``results.parquet`` / ``results.csv`` / ``report.md`` (see ``racsim.gather``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("racsim.sweep")
+
+DONE = "done.json"  # the completion marker, written last
+RESUME_KEY = "resume"  # the switch; never part of a job's cell
+MARKER_VERSION = 1
+
+
+# ----------------------------------------------------------------------------
+# Overrides and cells
+
+
+def _parse(override: str):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_override(override)
+
+
+def override_key(override: str) -> str:
+    """``'+a.b=1'`` -> ``'a.b'`` (a group override keeps its ``@package``)."""
+    try:
+        o = _parse(override)
+        return o.key_or_group if o.package is None else f"{o.key_or_group}@{o.package}"
+    except Exception:  # not Hydra syntax: take the text before '='
+        return override.split("=", 1)[0].lstrip("~+")
+
+
+def cell_overrides(overrides: Iterable[str]) -> List[str]:
+    """A job's overrides less the ``resume`` switch: what defines its cell."""
+    return [str(o) for o in overrides if override_key(str(o)) != RESUME_KEY]
+
+
+_ABSENT = object()
+
+
+def cell_values(cfg: Any, overrides: Iterable[str]) -> Dict[str, Any]:
+    """The value each override gave, typed as the composed config holds it (an
+    int stays an int, ``.inf`` is a float); the override's text for a config
+    group choice, a list or a mapping. Deletions are left out."""
+    out: Dict[str, Any] = {}
+    for text in overrides:
+        try:
+            o = _parse(text)
+        except Exception:
+            out[override_key(text)] = text.split("=", 1)[-1]
+            continue
+        if o.is_delete():
+            continue
+        key = override_key(text)
+        value: Any = _ABSENT
+        if o.package is None:
+            value = OmegaConf.select(cfg, o.key_or_group, default=_ABSENT)
+        if value is _ABSENT or isinstance(value, (DictConfig, list)) or OmegaConf.is_config(value):
+            value = o.get_value_element_as_str()
+        out[key] = value
+    return out
+
+
+# ----------------------------------------------------------------------------
+# The completion marker
+
+
+def _digest(path: Path) -> Dict[str, Any]:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return {"bytes": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def read_marker(job_dir: Path) -> Optional[dict]:
+    """The parsed ``done.json`` of a job folder, or None when absent or unreadable."""
+    try:
+        m = json.loads((Path(job_dir) / DONE).read_text())
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) and isinstance(m.get("files"), dict) else None
+
+
+def is_complete(job_dir: Path, overrides: Optional[Iterable[str]] = None) -> bool:
+    """True when the job folder holds a marker, every file it lists is there
+    with its recorded size, and (if given) the marker's cell is ``overrides``."""
+    job_dir = Path(job_dir)
+    m = read_marker(job_dir)
+    if m is None:
+        return False
+    if overrides is not None and m.get("overrides") != cell_overrides(overrides):
+        return False
+    for name, meta in m["files"].items():
+        p = job_dir / name
+        try:
+            if p.stat().st_size != meta.get("bytes"):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def write_marker(job_dir: Path, written: Iterable[Path], *, overrides: List[str], cell: Dict[str, Any],
+                 job: Optional[int], runtime_s: float) -> Path:
+    from .report import write_text
+
+    job_dir = Path(job_dir)
+    files = {Path(p).name: _digest(Path(p)) for p in written}
+    marker = {
+        "racsim_marker": MARKER_VERSION,
+        "job": job,
+        "overrides": overrides,
+        "cell": cell,
+        "runtime_s": round(runtime_s, 4),
+        "files": files,
+    }
+    path = job_dir / DONE
+    write_text(path, json.dumps(marker, indent=1, sort_keys=False) + "\n")
+    return path
+
+
+def clear_partial(job_dir: Path) -> None:
+    """Before a job (re)starts: take away its old marker and any temporary file a
+    killed writer left (report.atomic_write names them ``.NAME.tmp-PID``)."""
+    job_dir = Path(job_dir)
+    try:
+        (job_dir / DONE).unlink()
+    except FileNotFoundError:
+        pass
+    if job_dir.is_dir():
+        for p in job_dir.glob(".*.tmp-*"):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
+
+# ----------------------------------------------------------------------------
+# One job, as seen from racsim.cli._task
+
+
+def _hydra_cfg() -> Optional[DictConfig]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get()
+    except Exception:  # not under Hydra (a direct call)
+        return None
+
+
+def in_multirun() -> bool:
+    hc = _hydra_cfg()
+    if hc is None:
+        return False
+    from hydra.types import RunMode
+
+    return hc.mode == RunMode.MULTIRUN
+
+
+class Job:
+    """Bookkeeping of one run or sweep job: decides whether ``resume`` skips it,
+    and writes its completion marker once everything else is on disk."""
+
+    def __init__(self, cfg: Any, out_dir: Path):
+        hc = _hydra_cfg()
+        self.out_dir = Path(out_dir)
+        raw = list(hc.overrides.task) if hc is not None else []
+        self.overrides = cell_overrides(raw)
+        self.num = OmegaConf.select(hc, "job.num", default=None) if in_multirun() else None
+        self.cell = cell_values(cfg, self.overrides)
+        self.t0 = time.perf_counter()
+        self._threads = pin_blas_threads()
+        self.skip = bool(cfg.get(RESUME_KEY, False)) and is_complete(self.out_dir, self.overrides)
+        if self.skip:
+            log.info("%s: complete, skipped (resume)", self.label)
+        else:
+            clear_partial(self.out_dir)
+
+    @property
+    def label(self) -> str:
+        return "run" if self.num is None else f"job {self.num}"
+
+    def finish(self, written: Iterable[Path]) -> Path:
+        """Write ``done.json``: the job's last act."""
+        path = write_marker(self.out_dir, written, overrides=self.overrides, cell=self.cell, job=self.num,
+                            runtime_s=time.perf_counter() - self.t0)
+        self.close()
+        return path
+
+    def close(self) -> None:
+        """Give BLAS back its own thread count."""
+        limits, self._threads = self._threads, None
+        if limits is not None:
+            limits.restore_original_limits()
+
+
+def pin_blas_threads():
+    """One BLAS thread for the job, whatever runs it. A matrix product summed by
+    two threads and by one differs in the last bits, and the count would else
+    depend on the launcher (joblib gives each worker cores / n_jobs) and the
+    machine: so the same cell gives the same bytes serially, with joblib,
+    submitit or Ray, here or on a cluster node. racsim's products are small;
+    its speed comes from running jobs side by side. Returns the limiter (or None
+    without threadpoolctl)."""
+    try:
+        import numpy  # noqa: F401  load the BLAS libraries first, so that the limit reaches them
+        import scipy.linalg  # noqa: F401
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+# ----------------------------------------------------------------------------
+# Where a sweep goes: a new folder, or the interrupted one when resuming
+
+
+def _stamp() -> str:
+    return datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def _recorded_overrides(sweep: Path) -> Optional[List[str]]:
+    import yaml
+
+    try:
+        doc = yaml.safe_load((sweep / "multirun.yaml").read_text())
+        return cell_overrides(doc["hydra"]["overrides"]["task"])
+    except Exception:
+        return None
+
+
+def find_sweep(base: str, task_overrides: Iterable[str]) -> Optional[Path]:
+    """The newest ``base/multirun_*`` folder whose sweep had these overrides."""
+    want = cell_overrides(task_overrides)
+    root = Path(base)
+    if not root.is_dir():
+        return None
+    for d in sorted(root.glob("multirun_*"), reverse=True):  # timestamps sort as text
+        if d.is_dir() and _recorded_overrides(d) == want:
+            return d
+    return None
+
+
+def sweep_dir(base: str, task_overrides: Any, resume: Any) -> str:
+    """Resolver ``racsim.sweep_dir``: ``base/multirun_<now>``, or when ``resume``
+    is true the newest earlier sweep of the same command under ``base``."""
+    overrides = [str(o) for o in (task_overrides or [])]
+    if resume is True or str(resume).lower() == "true":
+        found = find_sweep(str(base), overrides)
+        if found is not None:
+            return str(found)
+        log.warning("resume: no earlier sweep of these overrides under %s; starting a new one", base)
+    return f"{base}/multirun_{_stamp()}"
+
+
+def register_resolvers() -> None:
+    # Cached, like ${now:}: every job of the sweep sees the value the launcher saw
+    # (the cache travels with the config to joblib, submitit and Ray workers).
+    if not OmegaConf.has_resolver("racsim.sweep_dir"):
+        OmegaConf.register_new_resolver("racsim.sweep_dir", sweep_dir, use_cache=True)
+
+
+register_resolvers()  # at import: workers unpickle the callback (this module) before composing
+
+
+# ----------------------------------------------------------------------------
+# Progress, logs and the sweep-level table
+
+
+def count_jobs(config: DictConfig) -> Optional[int]:
+    """How many jobs Hydra's basic sweeper makes of this command (None for another sweeper)."""
+    try:
+        target = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
+        if not target.endswith("BasicSweeper"):
+            return None
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+        args = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in config.hydra.overrides.task]
+        batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)
+        return sum(len(b) for b in batches)
+    except Exception:
+        return None
+
+
+def _fmt_s(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def job_dirs(root: Path, max_depth: int = 4) -> List[Path]:
+    """Job folders under ``root`` (a folder holding ``.hydra/`` or ``done.json``),
+    not descending into a job, Hydra's or submitit's own folders."""
+    out: List[Path] = []
+    root = Path(root)
+    base_depth = len(root.parts)
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if ".hydra" in dirnames or DONE in filenames:
+            out.append(here)
+            dirnames[:] = []
+            continue
+        if len(here.parts) - base_depth >= max_depth:
+            dirnames[:] = []
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    return out
+
+
+class Progress:
+    """Counts the jobs of a sweep from its folder: done (marker present),
+    running (started after the sweep began, no marker yet) and left."""
+
+    def __init__(self, sweep: Path, total: Optional[int], started: float):
+        self.sweep, self.total, self.started = Path(sweep), total, started
+        self.done_before: Optional[int] = None
+
+    def counts(self) -> Dict[str, Optional[int]]:
+        done = fresh_done = running = 0
+        for d in job_dirs(self.sweep):
+            marker = d / DONE
+            try:
+                m_time = marker.stat().st_mtime
+            except OSError:
+                m_time = None
+            if m_time is not None:
+                done += 1
+                fresh_done += m_time >= self.started
+                continue
+            try:
+                running += (d / ".hydra" / "config.yaml").stat().st_mtime >= self.started
+            except OSError:
+                pass
+        left = None if self.total is None else max(self.total - done - running, 0)
+        return {"done": done, "fresh": fresh_done, "running": running, "left": left}
+
+    def line(self, now: Optional[float] = None) -> str:
+        c = self.counts()
+        elapsed = (now or time.time()) - self.started
+        total = "?" if self.total is None else str(self.total)
+        text = f"racsim: sweep {c['done']}/{total} done, {c['running']} running"
+        if c["left"] is not None:
+            text += f", {c['left']} left"
+        text += f"; {_fmt_s(elapsed)} elapsed"
+        if self.total is not None and c["done"] >= self.total:
+            return text
+        if c["fresh"] and c["left"] is not None:
+            eta = (c["left"] + c["running"]) * elapsed / c["fresh"]
+            text += f", about {_fmt_s(eta)} to go"
+        elif c["left"] is not None:
+            text += ", estimating time left"
+        return text
+
+
+class _Monitor(threading.Thread):
+    def __init__(self, progress: Progress, every_s: float = 2.0, stream=None):
+        super().__init__(name="racsim-sweep-progress", daemon=True)
+        self.progress, self.every_s = progress, every_s
+        self.stream = stream or sys.stderr
+        self.stop_event = threading.Event()
+        self.last_key = None
+        self.last_print = 0.0
+
+    def tick(self, force: bool = False) -> None:
+        try:
+            c = self.progress.counts()
+        except Exception:
+            return
+        key = (c["done"], c["running"])
+        now = time.time()
+        if force or (key != self.last_key and now - self.last_print >= self.every_s) or now - self.last_print >= 60:
+            self.last_key, self.last_print = key, now
+            print(self.progress.line(now), file=self.stream, flush=True)
+
+    def run(self) -> None:
+        while not self.stop_event.wait(min(self.every_s, 1.0)):
+            self.tick()
+
+
+class SweepCallback(Callback):
+    """Hydra callback (conf/config.yaml ``hydra.callbacks.racsim``)."""
+
+    def __init__(self, progress_every_s: float = 2.0, gather: bool = True) -> None:
+        self.progress_every_s = float(progress_every_s)
+        self.gather = bool(gather)
+        self._monitor: Optional[_Monitor] = None
+        self._job_t0: Optional[float] = None
+        self._started = time.time()
+
+    def __getstate__(self) -> Dict[str, Any]:  # workers get the settings, not the thread
+        state = dict(self.__dict__)
+        state["_monitor"] = None
+        return state
+
+    # -- the sweep, in the process that launches it
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._started = time.time()
+        sweep = Path(str(config.hydra.sweep.dir))  # resolves (and caches) the folder now
+        total = count_jobs(config)
+        log.info("sweep of %s jobs into %s", "?" if total is None else total, sweep)
+        if OmegaConf.select(config, "output.progress", default=True):
+            self._monitor = _Monitor(Progress(sweep, total, self._started), self.progress_every_s)
+            self._monitor.start()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        mon, self._monitor = self._monitor, None
+        if mon is not None:
+            mon.stop_event.set()
+            mon.join(timeout=5)
+            mon.tick(force=True)
+        if not self.gather:
+            return
+        from .gather import gather_and_write
+
+        sweep = Path(str(config.hydra.sweep.dir))
+        try:
+            df, written = gather_and_write(sweep)
+        except FileNotFoundError as ex:
+            print(f"racsim: sweep: nothing to gather ({ex})", file=sys.stderr)
+            return
+        n_jobs = df["job_dir"].nunique() if "job_dir" in df else 0
+        print(f"racsim: sweep: {n_jobs} jobs gathered in {written[0]} ({_fmt_s(time.time() - self._started)})")
+
+    # -- each job, in the process that runs it
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not in_multirun():  # a single run says what it ran in its own output
+            return
+        self._job_t0 = time.perf_counter()
+        num = OmegaConf.select(config, "hydra.job.num", default=None)
+        cell = " ".join(cell_overrides(config.hydra.overrides.task)) or "(defaults)"
+        log.info("job %s: cell %s", num, cell)
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        if self._job_t0 is None:
+            return
+        dt = time.perf_counter() - self._job_t0
+        self._job_t0 = None
+        num = OmegaConf.select(config, "hydra.job.num", default=None)
+        status = getattr(getattr(job_return, "status", None), "name", "DONE")
+        log.info("job %s: %s in %.2f s", num, status.lower(), dt)

@@ -1,0 +1,200 @@
+"""Capacity planning (racsim/capacity.py), the timeline export (racsim/timeline.py)
+and the capacity scenarios, on small versions of the shipped scenarios."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from racsim import pipeline
+from racsim.capacity import feasible, run_capacity
+from racsim.config import ConfigError, register_configs, validate
+from racsim.timeline import trace_events, write_timeline
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted(p.stem for p in (REPO / "scenarios" / "capacity").glob("*.yaml"))
+SMALL = ["learner.trials=6", "learner.bootstrap=0", "pipeline.steps=12", "capacity.benchmark=false"]
+# A quarter of the scenario's load on a quarter of its step time: the same knee, 1/8 of the requests.
+SMALL_JUDGE = SMALL + ["pipeline.channels.judge.rm.sequences_per_sample=16", "pipeline.batch_size=16",
+                       "pipeline.generate.mean=1.5", "pipeline.fast_score.mean=0.25", "pipeline.update.mean=0.375",
+                       "pipeline.submit.mean=0.025", "pipeline.channels.judge.max_delay=6"]
+
+
+@pytest.fixture(scope="module")
+def hydra_ctx():
+    register_configs()
+    with initialize_config_module(version_base="1.3", config_module="racsim.conf"):
+        yield
+
+
+def make(*overrides):
+    return compose("config", overrides=list(overrides))
+
+
+def test_capacity_scenarios_exist():
+    assert {"judge_rm_h100", "code_verifier", "human_review"} <= set(SCENARIOS)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_capacity_scenarios_compose_and_validate(hydra_ctx, scenario):
+    cfg = make(f"scenario=capacity/{scenario}")
+    assert cfg.name == scenario and cfg.capacity.enabled
+    validate(cfg)
+    validate(OmegaConf.to_object(cfg))
+
+
+def test_scenario_facts(hydra_ctx):
+    judge = make("scenario=capacity/judge_rm_h100")
+    rm = judge.pipeline.channels.judge.rm
+    assert judge.pipeline.channels.judge.kind == "gpu_rm" and rm.model.name == "8B" and rm.gpu.name == "H100"
+    assert list(judge.capacity.counts)[0] == 1 and list(judge.capacity.counts)[-1] == 16
+    code = make("scenario=capacity/code_verifier")
+    lat = code.pipeline.channels.verifier.latency
+    assert (lat.kind, lat.low, lat.high) == ("uniform", 1.0, 40.0)
+    assert min(code.capacity.counts) == 8 and max(code.capacity.counts) == 128
+    human = make("scenario=capacity/human_review")
+    assert human.pipeline.channels.human.latency.mean >= 3600 and max(human.capacity.counts) <= 12
+
+
+@pytest.fixture(scope="module")
+def judge_grid(hydra_ctx):
+    return run_capacity(make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[1,2,3,4,6,8,16]",
+                             "capacity.max_bias_vs_naive=0.2"))
+
+
+def test_capacity_curve_shape(judge_grid):
+    c = judge_grid.curve
+    assert set(c["count"]) == {1, 2, 3, 4, 6, 8, 16}
+    assert set(c.corrector) == {"naive", "wait_for_slow", "retrace_a", "rac", "sync_oracle"}
+    rac = c[c.corrector == "rac"].sort_values("count")
+    # more GPUs: never later, never busier, never more biased (same draws for every count)
+    assert np.all(np.diff(rac.delay_p50_steps) <= 0) and np.all(np.diff(rac.utilisation) <= 1e-12)
+    assert np.all(np.diff(rac.bias_exact) <= 1e-12)
+    assert rac.bias_exact.iloc[0] > 3 * rac.bias_exact.iloc[-1]
+    wait = c[c.corrector == "wait_for_slow"].sort_values("count")
+    assert np.all(np.diff(wait.step_s) <= 1e-9) and wait.step_s.iloc[0] > 2 * wait.step_s.iloc[-1]
+    # asynchronous correctors do not wait: their clock does not depend on the count
+    assert rac.step_s.nunique() == 1
+    np.testing.assert_allclose(rac.cost_per_hour, rac["count"] * 2.5)
+    assert np.all((rac.utilisation > 0) & (rac.utilisation <= 1))
+
+
+def test_recommendation_is_the_fewest_feasible(judge_grid):
+    res = judge_grid
+    rac = res.curve[res.curve.corrector == "rac"].sort_values("count")
+    ok = [feasible(r, res.targets) for _, r in rac.iterrows()]
+    assert ok == list(rac.feasible)
+    assert res.recommended == int(rac["count"][rac.feasible].iloc[0])
+    assert all(rac.feasible[rac["count"] >= res.recommended])
+    per = dict(zip(res.per_corrector.corrector, res.per_corrector.fewest))
+    assert per["rac"] == res.recommended and per["sync_oracle"] == 1
+    assert per["naive"] is None  # naive never gets under 20% of its own bias
+
+
+def test_bisection_finds_the_same_count_with_fewer_runs(hydra_ctx, judge_grid):
+    res = run_capacity(make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[1,2,3,4,6,8,16]",
+                            "capacity.max_bias_vs_naive=0.2", "capacity.search=bisect"))
+    assert res.recommended == judge_grid.recommended
+    assert res.curve["count"].nunique() < 7
+    # the rows bisection did evaluate are the grid's rows
+    g = judge_grid.curve.set_index(["count", "corrector"])
+    for _, r in res.curve.iterrows():
+        assert r.bias_exact == g.loc[(r["count"], r.corrector)].bias_exact
+
+
+def test_queue_channel_capacity(hydra_ctx):
+    res = run_capacity(make("scenario=capacity/code_verifier", *SMALL, "capacity.counts=[8,32,128]"))
+    assert res.unit == "workers" and res.key == "pipeline.channels.verifier.workers"
+    rac = res.curve[res.curve.corrector == "rac"].sort_values("count")
+    np.testing.assert_allclose(rac.cost_per_hour, rac["count"] * 0.05)
+    assert rac.delay_p95_steps.iloc[0] >= rac.delay_p95_steps.iloc[-1]
+
+
+@pytest.mark.parametrize("over,key", [
+    (["capacity.counts=[]"], "capacity.counts"),
+    (["capacity.counts=[0,2]"], "capacity.counts"),
+    (["capacity.channel=nope"], "capacity.channel"),
+    (["capacity.search=random"], "capacity.search"),
+    (["capacity.corrector=rac_no_age"], "capacity.corrector"),  # not among corrector.names
+    (["capacity.max_step_s=-1"], "capacity.max_step_s"),
+    (["pipeline.channels.judge.rm.tp=2", "pipeline.channels.judge.rm.gpus=2"], "capacity.counts"),  # odd counts
+])
+def test_capacity_config_errors(hydra_ctx, over, key):
+    with pytest.raises(ConfigError) as info:
+        validate(make("scenario=capacity/judge_rm_h100", *over))
+    assert info.value.key == key, info.value
+
+
+def test_speed_benchmark_figures(hydra_ctx):
+    res = run_capacity(make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[2,4]",
+                            "capacity.benchmark=true"))
+    s = res.speed
+    assert s["requests"] == 2 * 2 * 6 * 12 * 16 * 16  # counts x (async + blocking) x trials x steps x batch x seqs
+    assert s["lanes_requests_per_s"] > 0 and s["raw_simpy_requests_per_s"] > 0
+    assert s["speedup_vs_raw_simpy"] == pytest.approx(s["lanes_requests_per_s"] / s["raw_simpy_requests_per_s"])
+
+
+# ----------------------------------------------------------------------------
+# Timeline.
+
+
+def test_trace_json_has_steps_batches_and_waits(hydra_ctx, tmp_path):
+    cfg = make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "pipeline.channels.judge.rm.gpus=2",
+               "+channel@pipeline.channels.verifier=code_verifier")
+    s = pipeline.simulate(cfg.pipeline, 3, np.random.default_rng(0))
+    files = write_timeline(tmp_path, s)
+    assert [f.name for f in files] == ["trace.json", "gantt.png"] and all(f.stat().st_size > 0 for f in files)
+    doc = json.loads((tmp_path / "trace.json").read_text())
+    ev = doc["traceEvents"]
+    steps = [e for e in ev if e.get("cat") == "step"]
+    assert len(steps) == 12
+    assert {e["name"] for e in ev if e.get("cat") == "phase"} == {"generate", "fast_score", "submit", "update"}
+    log = s.gpu_batches["judge"]
+    batches = [e for e in ev if e.get("cat") == "batch"]
+    assert len(batches) == int((log["lane"] == 0).sum())
+    assert {e["tid"] for e in batches} == {10, 11}  # both replicas worked
+    assert sum(e["args"]["sequences"] for e in batches) == 12 * 16 * 16
+    for cat in ("queue wait", "service"):
+        b = [e["id"] for e in ev if e.get("cat") == cat and e["ph"] == "b"]
+        e_ = [e["id"] for e in ev if e.get("cat") == cat and e["ph"] == "e"]
+        assert b and sorted(b) == sorted(e_)
+    for e in ev:
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and e["ts"] >= 0
+    # the optimizer's phases tile each step
+    first = [e for e in ev if e.get("cat") == "phase" and e["ts"] < steps[0]["dur"]]
+    assert sum(e["dur"] for e in first) == pytest.approx(steps[0]["dur"], rel=1e-9)
+
+
+def test_blocking_trace_shows_the_wait(hydra_ctx):
+    cfg = make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "pipeline.channels.judge.rm.gpus=1")
+    s = pipeline.simulate(cfg.pipeline, 2, np.random.default_rng(0), blocking=True)
+    waits = [e for e in trace_events(s) if e["name"] == "wait for slow"]
+    assert len(waits) == 12 and all(e["dur"] > 0 for e in waits)
+
+
+# ----------------------------------------------------------------------------
+# The command.
+
+
+def test_racsim_capacity_command(tmp_path):
+    out = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "racsim", "scenario=capacity/judge_rm_h100", *SMALL_JUDGE,
+         "capacity.counts=[1,4,8]", f"hydra.run.dir={out}"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Recommended:" in r.stdout or "No evaluated count" in r.stdout
+    assert "delay p50" in r.stdout
+    for f in ("capacity.csv", "capacity.parquet", "capacity.png", "summary.md", "trace.json", "gantt.png",
+              "config.yaml"):
+        assert (out / f).is_file(), f
+    summary = (out / "summary.md").read_text()
+    assert "## Recommendation" in summary and "## Capacity curve" in summary

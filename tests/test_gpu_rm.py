@@ -1,0 +1,309 @@
+"""GPU-backed reward-model channels (kind gpu_rm) in both pipeline engines.
+
+1. Engine agreement: the lanes engine (vectorised FIFO recursion, and the
+   per-lane event loop) and the SimPy engine of record give bit-identical
+   schedules and batch logs on random gpu_rm configurations, blocking or not,
+   with timeouts, FIFO or shortest-first, padded or packed, with queue and
+   kernel channels beside them and a fast scorer on GPUs.
+2. Invariants of the batcher: every request served once, limits respected,
+   no replica serves two batches at once, nothing starts before it arrives.
+3. Queueing theory, written independently here: the pool with batch size 1,
+   exponential service and Poisson arrivals is M/M/c (Erlang C); one-group
+   deterministic batches on one replica follow Lindley's recursion.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from racsim import pipeline
+from racsim.config import ChannelConf, GpuConf, LatencyConf, PipelineConf, RMConf, RMModelConf
+from racsim.pipeline import GpuSpec, PipelineDraws
+from racsim.schedule import DROPPED, INJECTED, PENDING
+
+ARRAYS = ("delay", "status", "step_start", "submit_time", "service_start", "completion")
+LOG = ("lane", "replica", "start", "end", "size", "tokens", "step", "replicas")
+
+
+def det(x: float) -> LatencyConf:
+    return LatencyConf(kind="deterministic", mean=float(x))
+
+
+def same(a, b, label=""):
+    assert a.blocking == b.blocking and a.channel_names == b.channel_names, label
+    for f in ARRAYS:
+        x, y = getattr(a, f), getattr(b, f)
+        assert x.shape == y.shape and x.dtype == y.dtype, (label, f)
+        if not np.array_equal(x, y):
+            bad = np.argwhere(x != y)[:5]
+            raise AssertionError(f"{label}: {f} differs at {bad.tolist()}: {x[tuple(bad.T)]} vs {y[tuple(bad.T)]}")
+    assert set(a.gpu_batches or {}) == set(b.gpu_batches or {}), label
+    for nm in a.gpu_batches or {}:
+        for k in LOG:
+            assert np.array_equal(a.gpu_batches[nm][k], b.gpu_batches[nm][k]), (label, nm, k)
+
+
+# ----------------------------------------------------------------------------
+# Random configurations: slow GPUs (peak 30..150 TFLOP/s) so that queues form.
+
+
+def random_rm(rng: np.random.Generator, order: str) -> RMConf:
+    return RMConf(
+        gpu=GpuConf(name="slow", peak_tflops=float(rng.uniform(30, 150))),
+        gpus=int(rng.integers(1, 4)),
+        max_batch=int(rng.integers(1, 9)),
+        token_budget=int(rng.integers(400, 5000)),
+        max_wait_s=float(rng.choice([0.0, 0.15, 1.0])),
+        order=order,
+        padded=bool(rng.integers(2)),
+        sequences_per_sample=int(rng.integers(1, 4)),
+        overhead_s=float(rng.choice([0.0, 0.02])),
+        prompt_tokens=LatencyConf(kind="lognormal", mean=150.0, sigma=0.6, low=1.0),
+        response_tokens=LatencyConf(kind="exponential", mean=300.0),
+    )
+
+
+def random_pcfg(seed: int) -> PipelineConf:
+    rng = np.random.default_rng(5000 + seed)
+    chans = {"g": ChannelConf(kind="gpu_rm", rm=random_rm(rng, "fifo" if seed % 2 == 0 else "shortest"),
+                              max_delay=[None, 1, 3][seed % 3])}
+    if seed % 3 == 1:
+        chans["h"] = ChannelConf(kind="gpu_rm", rm=random_rm(rng, "fifo"), max_delay=2)
+    if seed % 4 == 2:
+        chans["q"] = ChannelConf(latency=LatencyConf(kind="exponential", mean=1.5), workers=2, max_delay=4)
+    if seed % 4 == 3:
+        chans["k"] = ChannelConf(kernel=[0.3, 0.4])
+    fast = random_rm(rng, "shortest") if seed % 5 == 4 else None
+    return PipelineConf(
+        steps=int(rng.integers(8, 20)), batch_size=int(rng.integers(1, 5)),
+        generate=LatencyConf(kind="lognormal", mean=1.0, sigma=0.5),
+        fast_score=LatencyConf(kind="exponential", mean=0.2), submit=det(0.05),
+        update=LatencyConf(kind="gaussian", mean=0.4, std=0.1, low=0.05),
+        channels=chans, fast_rm=fast,
+    )
+
+
+N_RANDOM = 10
+MODES = [(False, None), (True, None), (True, 0.6)]
+
+
+@pytest.fixture(scope="module")
+def cases():
+    out = {}
+    for seed in range(N_RANDOM):
+        pcfg = random_pcfg(seed)
+        draws = pipeline.draw(pcfg, 3, np.random.default_rng(seed))
+        for blocking, timeout in MODES:
+            runs = (pipeline.run_lanes(draws, blocking, timeout),
+                    pipeline.run_lanes(draws, blocking, timeout, gpu_loop=True),
+                    pipeline.run_simpy(draws, blocking, timeout))
+            out[(seed, blocking, timeout)] = (pcfg, draws, runs)
+    return out
+
+
+@pytest.mark.parametrize("blocking,timeout", MODES)
+@pytest.mark.parametrize("seed", range(N_RANDOM))
+def test_engines_agree_on_gpu_rm_channels(cases, seed, blocking, timeout):
+    _, _, (vec, loop, sim) = cases[(seed, blocking, timeout)]
+    same(vec, sim, f"lanes vs simpy, seed {seed} blocking {blocking} timeout {timeout}")
+    same(loop, sim, f"lane loop vs simpy, seed {seed} blocking {blocking} timeout {timeout}")
+
+
+def test_random_gpu_configs_cover_every_case(cases):
+    seen = dict(queued=False, waited_for_fill=False, full_batches=False, multi_batch_sample=False, shortest=False,
+                injected=False, dropped_age=False, pending=False, timeout_drop=False, two_gpu_channels=False,
+                several_replicas_busy=False, fast_rm=False, packed=False, padded=False)
+    for (seed, blocking, timeout), (pcfg, draws, (s, _, _)) in cases.items():
+        seen["fast_rm"] |= pcfg.fast_rm is not None
+        seen["two_gpu_channels"] |= len(draws.gpu) == 2
+        for k, name in enumerate(s.channel_names):
+            if name not in draws.gpu:
+                continue
+            spec, log = draws.gpu[name], s.gpu_batches[name]
+            seen["shortest"] |= spec.order == "shortest"
+            seen["packed"] |= not spec.padded
+            seen["padded"] |= spec.padded
+            seen["queued"] |= bool((s.service_start[..., k] > s.submit_time[..., k]).any())
+            seen["full_batches"] |= bool((log["size"] == spec.max_batch).any() and spec.max_batch > 1)
+            seen["waited_for_fill"] |= spec.max_wait > 0 and bool((log["size"] < spec.max_batch).any())
+            seen["multi_batch_sample"] |= spec.seqs > 1 and bool((s.completion[..., k] > s.service_start[..., k]
+                                                                  + (log["end"] - log["start"]).max()).any())
+            seen["several_replicas_busy"] |= bool((log["replica"] > 0).any())
+            st = s.status[..., k]
+            if not blocking:
+                seen["injected"] |= bool((st == INJECTED).any())
+                seen["dropped_age"] |= bool((st == DROPPED).any())
+                seen["pending"] |= bool((st == PENDING).any())
+            elif timeout is not None:
+                seen["timeout_drop"] |= bool((st == DROPPED).any())
+    assert all(seen.values()), {k: v for k, v in seen.items() if not v}
+
+
+@pytest.mark.parametrize("seed", range(N_RANDOM))
+def test_batcher_invariants(cases, seed):
+    for blocking, timeout in MODES:
+        pcfg, draws, (s, _, _) = cases[(seed, blocking, timeout)]
+        for k, name in enumerate(s.channel_names):
+            if name not in draws.gpu:
+                continue
+            spec, log = draws.gpu[name], s.gpu_batches[name]
+            tok = draws.service[name]  # (trials, steps, batch, seqs)
+            n = tok.shape[0]
+            assert log["size"].sum() == tok.size  # every request served exactly once
+            assert np.all((log["size"] >= 1) & (log["size"] <= spec.max_batch))
+            assert np.all((log["tokens"] <= spec.budget) | (log["size"] == 1))  # only a lone request may exceed
+            assert np.all(log["end"] > log["start"])
+            assert int(log["replicas"]) == spec.replicas and np.all(log["replica"] < spec.replicas)
+            for i in range(n):
+                for r in range(spec.replicas):
+                    m = (log["lane"] == i) & (log["replica"] == r)
+                    st, en = log["start"][m], log["end"][m]
+                    assert np.all(st[1:] >= en[:-1])  # one batch at a time per replica
+            assert np.all(s.service_start[..., k] >= s.submit_time[..., k])
+            assert np.all(s.completion[..., k] > s.service_start[..., k])
+            # a batch never starts before the step of its oldest request submitted it
+            sub = s.submit_time[log["lane"], log["step"], 0, k]
+            assert np.all(log["start"] >= sub)
+
+
+def test_blocking_waits_for_the_whole_group():
+    """Wait-for-slow on a gpu_rm channel: the step resumes exactly when its
+    last sequence is scored, and every result is injected at delay 0."""
+    rm = RMConf(gpu=GpuConf(peak_tflops=50.0), gpus=2, max_batch=4, sequences_per_sample=3)
+    pcfg = PipelineConf(steps=10, batch_size=3, channels={"g": ChannelConf(kind="gpu_rm", rm=rm)})
+    draws = pipeline.draw(pcfg, 4, np.random.default_rng(3))
+    for run in (pipeline.run_lanes, pipeline.run_simpy):
+        s = run(draws, True)
+        assert np.all(s.status == INJECTED) and np.all(s.delay == 0)
+        resumed = s.step_start[:, 1:] - draws.phase[3]
+        np.testing.assert_allclose(resumed, s.completion[..., 0].max(axis=2), rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------
+# Queueing theory.
+
+
+class LinearService:
+    """seconds = tokens / rate: with exponential token counts, exponential service."""
+
+    padded = False
+
+    def __init__(self, rate: float):
+        self.rate = rate
+
+    def seconds(self, count, tok_sum, sq_sum, max_len):
+        return np.asarray(tok_sum, dtype=np.float64) / self.rate
+
+
+def erlang_c_wait(c: int, lam: float, mu: float) -> float:
+    """Mean wait in queue of M/M/c: C(c, a) / (c mu - lam), a = lam / mu."""
+    a = lam / mu
+    rho = a / c
+    tail = a**c / math.factorial(c) / (1 - rho)
+    p_wait = tail / (sum(a**k / math.factorial(k) for k in range(c)) + tail)
+    return p_wait / (c * mu - lam)
+
+
+@pytest.mark.parametrize("c,rho", [(1, 0.7), (3, 0.75), (4, 0.6)])
+def test_gpu_pool_is_erlang_c_with_batch_size_one(c, rho):
+    """Batch size 1, no waiting to fill, Poisson arrivals (exponential steps, one
+    request each), exponential service (tokens ~ Exp, time = tokens / rate):
+    the mean wait in queue is Erlang C's within 5%."""
+    lanes, steps, warm = 300, 3000, 300
+    mean_tokens, rate = 2000.0, 1000.0  # mean service 2 s
+    mu = rate / mean_tokens
+    lam = rho * c * mu
+    rng = np.random.default_rng(100 + c)
+    tokens = np.maximum(np.rint(rng.exponential(mean_tokens, (lanes, steps, 1, 1))), 1.0)
+    gen = rng.exponential(1.0 / lam, (lanes, steps))
+    zero = np.zeros((lanes, steps))
+    draws = PipelineDraws(
+        phase=np.stack([gen, zero, zero, zero]), service={"g": tokens}, kernel_channels=frozenset(),
+        nominal_step=1.0 / lam, workers={"g": None}, max_delay={"g": None},
+        gpu={"g": GpuSpec(replicas=c, max_batch=1, budget=1e12, max_wait=0.0, order="fifo", padded=False,
+                          model=LinearService(rate), seqs=1)},
+    )
+    s = pipeline.run_lanes(draws, False)
+    wait = (s.service_start - s.submit_time)[:, warm:, 0, 0]
+    mean_service = float(np.mean(tokens)) / rate  # the rounded draws' own mean
+    expected = erlang_c_wait(c, lam, 1.0 / mean_service)
+    assert wait.mean() == pytest.approx(expected, rel=0.05)
+    # and the SimPy engine of record gives the very same schedule on a few lanes
+    few = PipelineDraws(phase=draws.phase[:, :3, :400], service={"g": tokens[:3, :400]},
+                        kernel_channels=frozenset(), nominal_step=1.0, workers={"g": None}, max_delay={"g": None},
+                        gpu=draws.gpu)
+    same(pipeline.run_lanes(few, False), pipeline.run_simpy(few, False), "M/M/c lanes vs simpy")
+
+
+def lindley_starts(arrival, service):
+    """Start times of a single FIFO server: W_{k+1} = max(0, W_k + S_k - (A_{k+1} - A_k))."""
+    start = np.empty(len(arrival))
+    wait = 0.0
+    for k in range(len(arrival)):
+        if k:
+            wait = max(0.0, wait + service[k - 1] - (arrival[k] - arrival[k - 1]))
+        start[k] = arrival[k] + wait
+    return start
+
+
+@pytest.mark.parametrize("engine", ["lanes", "simpy"])
+@pytest.mark.parametrize("split,blocking", [(1, False), (2, False), (1, True)])
+def test_deterministic_batches_follow_lindley(engine, split, blocking):
+    """All sequences 450 tokens; each step's group of G requests forms ``split``
+    batches of G / split (max_batch), one replica, no waiting to fill: batches are
+    a G/D/1 queue whose start times follow Lindley's recursion, each taking the
+    roofline time computed here by hand."""
+    B, seqs = 4, 2
+    G = B * seqs
+    m = RMModelConf(name="t", layers=4, d_model=512, d_ff=1024, n_heads=8, n_kv_heads=8, vocab=1000)
+    rm = RMConf(model=m, gpu=GpuConf(peak_tflops=0.002, mem_bw_tbs=1.0), gpus=1, mfu=0.5, overhead_s=0.03,
+                max_batch=G // split, token_budget=10**6, max_wait_s=0.0, padded=True, sequences_per_sample=seqs,
+                prompt_tokens=det(150.0), response_tokens=det(300.0))
+    pcfg = PipelineConf(steps=30, batch_size=B, generate=LatencyConf(kind="lognormal", mean=1.0, sigma=0.8),
+                        fast_score=det(0.0), submit=det(0.0), update=det(0.2),
+                        channels={"g": ChannelConf(kind="gpu_rm", rm=rm)})
+    # by hand: per layer 2 d^2 (q, o) + 2 d^2 (k, v: 8 kv heads of 64) + 3 d d_ff + 2 d; + final norm and head
+    d = 512
+    params = 4 * (4 * d * d + 3 * d * 1024 + 2 * d) + 2 * d
+    n = G // split
+    flops = 2 * params * (n * 450) + 2 * 4 * d * n * 450**2
+    D = flops / (0.002e12 * 0.5) + 0.03
+    draws = pipeline.draw(pcfg, 3, np.random.default_rng(9))
+    s = pipeline.ENGINES[engine](draws, blocking)
+    log = s.gpu_batches["g"]
+    np.testing.assert_allclose(log["end"] - log["start"], D, rtol=1e-12)
+    for i in range(3):
+        arrivals = np.repeat(s.submit_time[i, :, 0, 0], split)
+        starts = lindley_starts(arrivals, np.full(arrivals.size, D))
+        got = log["start"][log["lane"] == i]
+        np.testing.assert_allclose(got, starts, rtol=1e-12, atol=1e-9)
+        assert np.all(log["size"][log["lane"] == i] == n)
+    assert (log["start"] > s.submit_time[log["lane"], log["step"], 0, 0] + 1e-9).any() or blocking  # queues formed
+
+
+def test_fast_scorer_on_gpus_sets_the_fast_score_phase():
+    """pipeline.fast_rm: the fast_score phase is the time its pool takes to score
+    the step's sequences, all handed over at once: one batch on one replica is
+    the service model's time for that batch; single-sequence batches on several
+    replicas are list-scheduled (each on the replica that falls free first)."""
+    rm = RMConf(gpu=GpuConf(peak_tflops=100.0), gpus=1, max_batch=64, token_budget=10**7, sequences_per_sample=2)
+    pcfg = PipelineConf(steps=5, batch_size=3, channels={"k": ChannelConf(kernel=[1.0])}, fast_rm=rm)
+    draws = pipeline.draw(pcfg, 2, np.random.default_rng(4))
+    rng = np.random.default_rng(4)
+    pipeline.draw(PipelineConf(steps=5, batch_size=3, channels={"k": ChannelConf(kernel=[1.0])}), 2, rng)
+    tok = pipeline.draw_tokens(rm, rng, (2, 5, 6))  # the same stream, drawn after the channels
+    model = pipeline.gpu_spec(rm, "fast").model
+    expect = model.seconds(6.0, tok.sum(-1), (tok**2).sum(-1), tok.max(-1))
+    np.testing.assert_allclose(draws.phase[1], expect, rtol=1e-12)
+    rm2 = RMConf(**{**rm.__dict__, "gpus": 2, "max_batch": 1})
+    spec = pipeline.gpu_spec(rm2, "fast")
+    got = pipeline.fast_score_seconds(spec, tok)
+    for i, t in np.ndindex(2, 5):
+        free = [0.0, 0.0]
+        for L in tok[i, t]:
+            r = int(np.argmin(free))
+            free[r] += float(spec.model.seconds(1.0, L, L * L, L))
+        assert got[i, t] == pytest.approx(max(free), rel=1e-12)

@@ -1,0 +1,104 @@
+"""racsim-profile: real forward passes of a tiny transformers reward model with
+torch on this machine, written as the CSV that the profiled service model reads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from racsim.config import ConfigError, RMConf
+from racsim.profile import parse
+from racsim.service import Profiled, build_service, read_profile
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+BATCHES = [1, 4, 16]
+SEQS = [16, 64, 256]
+
+
+@pytest.fixture(scope="module")
+def profile_csv(tmp_path_factory):
+    """One real run of the command (in-process: the console script's main)."""
+    from racsim.profile import main
+
+    out = tmp_path_factory.mktemp("profile") / "tiny.csv"
+    main([f"out={out}", f"batch_sizes={BATCHES}".replace(" ", ""), f"seq_lens={SEQS}".replace(" ", ""),
+          "repeats=3", "warmup=1", "threads=1"])
+    return out
+
+
+def test_profile_writes_a_csv_with_its_provenance(profile_csv):
+    import torch
+    import transformers
+
+    header, table = read_profile(str(profile_csv))
+    assert header["device"].startswith("cpu") or header["device"].startswith("cuda")
+    assert header["dtype"] in ("float32", "bfloat16")
+    assert header["torch"] == torch.__version__ and header["transformers"] == transformers.__version__
+    assert "tiny-llama-rm" in header["model"] and "parameters" in header["model"]
+    assert sorted(zip(table.batch_size, table.seq_len)) == [(b, s) for b in BATCHES for s in SEQS]
+    assert np.all(table.seconds > 0) and np.all(table.seconds <= table.seconds_median)
+    assert np.all(table.seconds_median <= table.seconds_max)
+
+
+def test_profiled_times_grow_where_the_work_must(profile_csv):
+    """16x more tokens (batch 1 -> 16, or length 16 -> 256) cannot be faster; the
+    cells in between are left to noise, which the model's envelope absorbs."""
+    _, t = read_profile(str(profile_csv))
+    sec = t.set_index(["batch_size", "seq_len"]).seconds
+    for s in SEQS:
+        assert sec[(16, s)] > sec[(1, s)], s
+    for b in BATCHES:
+        assert sec[(b, 256)] > sec[(b, 16)], b
+    assert sec[(16, 256)] == sec.max()  # the most work takes the longest
+
+
+def test_profiled_model_reproduces_the_measured_times(profile_csv):
+    _, t = read_profile(str(profile_csv))
+    m = build_service(RMConf(service="profiled", profile=str(profile_csv)))
+    assert isinstance(m, Profiled)
+    got = m.at(t.batch_size.to_numpy(), t.seq_len.to_numpy())
+    measured = t.seconds.to_numpy()
+    # at every cell: the monotone envelope of the measurements, never below them
+    assert np.all(got >= measured)
+    env = pd.Series(got, index=pd.MultiIndex.from_arrays([t.batch_size, t.seq_len]))
+    meas = pd.Series(measured, index=env.index)
+    for (b, s), v in meas.items():
+        below = meas[(meas.index.get_level_values(0) <= b) & (meas.index.get_level_values(1) <= s)]
+        assert env[(b, s)] == pytest.approx(below.max(), rel=1e-12)
+    assert got[np.argmax(measured)] == measured.max()
+    # between cells: between the neighbours
+    mid = float(m.at(8, 128))
+    assert float(m.at(4, 64)) <= mid <= float(m.at(16, 256))
+
+
+def test_profile_arguments_are_checked():
+    with pytest.raises(ConfigError) as info:
+        parse(["batch_sizes=[0,2]"])
+    assert info.value.key == "batch_sizes"
+    with pytest.raises(ConfigError) as info:
+        parse(["dtype=int8"])
+    assert info.value.key == "dtype"
+    with pytest.raises(ConfigError):
+        parse(["nonsense=1"])
+    conf = parse(["rm.checkpoint=/some/where", "repeats=2"])
+    assert conf.rm.checkpoint == "/some/where" and conf.repeats == 2
+
+
+def test_missing_checkpoint_is_a_one_line_error(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "racsim.profile", f"rm.checkpoint={tmp_path / 'nope'}",
+                        f"out={tmp_path / 'x.csv'}"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith("racsim-profile: error: rm.checkpoint = ") and "local checkpoint" in r.stderr
+
+
+def test_core_modules_do_not_import_torch():
+    code = ("import sys, racsim.pipeline, racsim.run, racsim.capacity, racsim.service, racsim.cli, racsim.profile; "
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

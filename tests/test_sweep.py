@@ -1,0 +1,232 @@
+"""Sweeps end to end through the real ``racsim`` command: launchers (serial,
+joblib, submitit_local, Ray when installed) give byte-identical per-job
+results; every job leaves its completion marker; the sweep folder gets one
+aggregated results.parquet; a sweep killed part-way and resumed gives the same
+aggregate, byte for byte, as an uninterrupted one; racsim-report gathers any
+folder again; progress and per-job logs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from racsim import sweep as S
+from racsim.gather import _column, gather, gather_and_write, main as report_main
+
+# Small cells. output.progress stays on: a sweep's job counter is part of what is tested.
+SMALL = ["learner.trials=20", "learner.bootstrap=20", "learner.train.enabled=false", "pipeline.steps=8",
+         "output.plots=false"]
+CELLS = ["seed=0,1,2", "corrector.tau_age=20,1000"]
+N_JOBS = 6
+N_CORRECTORS = 7  # every corrector of the default scenario
+
+
+def racsim(args, cwd, timeout=300, extra_env=None):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(extra_env or {})
+    proc = subprocess.run([sys.executable, "-m", "racsim", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc
+
+
+def only_sweep(cwd: Path) -> Path:
+    sweeps = sorted((cwd / "outputs" / "default").glob("multirun_*"))
+    assert len(sweeps) == 1, sweeps
+    return sweeps[0]
+
+
+def job_tables(sweep: Path) -> dict:
+    return {d.name: (d / "results.parquet").read_bytes() for d in sorted(sweep.iterdir()) if (d / "done.json").is_file()}
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    """The reference: the sweep run serially (Hydra's basic launcher), default folder layout."""
+    cwd = tmp_path_factory.mktemp("serial")
+    proc = racsim(["-m", *SMALL, *CELLS], cwd)
+    return only_sweep(cwd), proc
+
+
+def test_serial_sweep_writes_every_job_and_one_aggregate(serial):
+    sweep, _ = serial
+    assert sweep.parent == sweep.parents[1] / "default" and sweep.parents[1].name == "outputs"
+    jobs = sorted(d for d in sweep.iterdir() if d.is_dir() and not d.name.startswith("."))
+    assert [d.name for d in jobs] == [str(i) for i in range(N_JOBS)]
+    for d in jobs:
+        assert S.is_complete(d)
+        for name in ("results.parquet", "results.csv", "config.yaml", "summary.md", "done.json"):
+            assert (d / name).is_file(), (d, name)
+        assert not list(d.glob(".*.tmp-*"))
+    df = pd.read_parquet(sweep / "results.parquet")
+    assert len(df) == N_JOBS * N_CORRECTORS
+    assert (sweep / "results.csv").is_file() and (sweep / "report.md").is_file()
+    # the swept values are columns, typed, ready to pivot; 'seed' is also a results column
+    assert sorted(df["corrector.tau_age"].unique()) == [20.0, 1000.0]
+    assert df["corrector.tau_age"].dtype == "float64"
+    assert (df["override:seed"] == df["seed"]).all()
+    assert list(df["job"].unique()) == list(range(N_JOBS))
+    pivot = df.pivot_table(index="corrector.tau_age", columns="corrector", values="bias_exact", aggfunc="mean")
+    assert pivot.shape == (2, N_CORRECTORS)
+    assert "resume" not in df.columns
+
+
+def test_progress_and_job_logs(serial):
+    sweep, proc = serial
+    assert f"racsim: sweep {N_JOBS}/{N_JOBS} done, 0 running, 0 left" in proc.stderr
+    assert f"{N_JOBS} jobs gathered in" in proc.stdout
+    for i in range(N_JOBS):
+        log = (sweep / str(i) / "racsim.log").read_text()
+        assert f"job {i}: cell " in log and "corrector.tau_age=" in log
+        assert f"job {i}: completed in" in log
+        assert json.loads((sweep / str(i) / "done.json").read_text())["runtime_s"] > 0
+
+
+def test_joblib_launcher_matches_serial(serial, tmp_path):
+    sweep, _ = serial
+    racsim(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *SMALL, *CELLS], tmp_path)
+    other = only_sweep(tmp_path)
+    assert job_tables(other) == job_tables(sweep)
+    assert len(job_tables(other)) == N_JOBS
+    assert (other / "results.parquet").read_bytes() == (sweep / "results.parquet").read_bytes()
+
+
+def test_submitit_local_launcher_matches_serial(serial, tmp_path):
+    sweep, _ = serial
+    racsim(["-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", *SMALL, *CELLS], tmp_path)
+    other = only_sweep(tmp_path)
+    assert job_tables(other) == job_tables(sweep)
+    assert len(job_tables(other)) == N_JOBS
+    assert (other / "results.parquet").read_bytes() == (sweep / "results.parquet").read_bytes()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None,
+                    reason="the ray extra is not installed (pip install -e '.[ray]')")
+def test_ray_launcher_matches_serial(serial, tmp_path):
+    sweep, _ = serial
+    racsim(["-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+            "+hydra.launcher.ray.init.include_dashboard=false", *SMALL, *CELLS], tmp_path, timeout=600,
+           extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
+    other = only_sweep(tmp_path)
+    assert job_tables(other) == job_tables(sweep)
+    assert (other / "results.parquet").read_bytes() == (sweep / "results.parquet").read_bytes()
+
+
+def test_kill_and_resume_gives_the_same_aggregate(serial, tmp_path):
+    sweep_ref, _ = serial
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    cmd = [sys.executable, "-m", "racsim", "-m", *SMALL, *CELLS]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline:
+            done = list((tmp_path / "outputs").glob("default/multirun_*/*/done.json"))
+            if len(done) >= 2 or proc.poll() is not None:
+                break
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    sweep = only_sweep(tmp_path)
+    before = {p.parent.name: p.read_bytes() for p in sweep.glob("*/done.json")}
+    assert 2 <= len(before) < N_JOBS, "the sweep was not interrupted part-way"
+    assert not (sweep / "results.parquet").exists()  # the aggregate comes only at the end
+    # a job killed between its results and its marker: a half-written results file, no done.json
+    victim = sweep / sorted(before)[0]
+    (victim / "done.json").unlink()
+    (victim / "results.parquet").write_bytes(b"PAR1 half a file")
+    (victim / ".results.csv.tmp-12345").write_text("partial")
+    del before[victim.name]
+
+    out = racsim(["-m", *SMALL, *CELLS, "resume=true"], tmp_path)
+    assert only_sweep(tmp_path) == sweep  # found the interrupted sweep's folder again from the command
+    for name, marker in before.items():  # complete jobs were skipped, not rerun
+        assert (sweep / name / "done.json").read_bytes() == marker
+        assert f"job {name}: results complete" in out.stdout
+    assert S.is_complete(victim) and not list(victim.glob(".*.tmp-*"))
+    assert job_tables(sweep) == job_tables(sweep_ref)
+    assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
+    assert (sweep / "results.csv").read_bytes() == (sweep_ref / "results.csv").read_bytes()
+
+
+def test_report_command_gathers_any_folder(serial, tmp_path, capsys):
+    sweep, _ = serial
+    report_main([str(sweep), "--out", str(tmp_path / "again")])
+    assert (tmp_path / "again" / "results.parquet").read_bytes() == (sweep / "results.parquet").read_bytes()
+    assert "| " not in (tmp_path / "again" / "report.md").read_text().splitlines()[0]
+    assert f"{N_JOBS} complete job(s)" in (tmp_path / "again" / "report.md").read_text()
+    # the folder above: every job of every sweep below it
+    top = gather(sweep.parents[1])
+    assert len(top) == N_JOBS * N_CORRECTORS and top["job_dir"].iloc[0].endswith("/0")
+    # a single job folder: its own results are left alone, report.md only
+    single = sweep / "3"
+    own = (single / "results.parquet").read_bytes()
+    df, written = gather_and_write(single)
+    assert [p.name for p in written] == ["report.md"] and (single / "results.parquet").read_bytes() == own
+    assert len(df) == N_CORRECTORS and df["corrector.tau_age"].iloc[0] == 1000.0
+    with pytest.raises(SystemExit) as ex:
+        report_main([str(tmp_path / "nothing")])
+    assert ex.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_progress_counts_and_estimate(tmp_path):
+    t0 = time.time() - 10
+    for i in range(4):
+        (tmp_path / str(i) / ".hydra").mkdir(parents=True)
+        (tmp_path / str(i) / ".hydra" / "config.yaml").write_text("x")
+    for i in range(2):
+        (tmp_path / str(i) / S.DONE).write_text("{}")
+    os.utime(tmp_path / "3" / ".hydra" / "config.yaml", (t0 - 100, t0 - 100))  # left over from an earlier run
+    p = S.Progress(tmp_path, total=10, started=t0)
+    assert p.counts() == {"done": 2, "fresh": 2, "running": 1, "left": 7}
+    line = p.line(now=t0 + 10)
+    assert line.startswith("racsim: sweep 2/10 done, 1 running, 7 left; 0:00:10 elapsed, about 0:00:40 to go")
+
+
+def test_sweep_dir_resolver_finds_the_same_sweep(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = "outputs/x"
+    for stamp, task in (("2026-01-01_00-00-00", ["a=1,2"]), ("2026-01-02_00-00-00", ["a=1,2", "resume=true"]),
+                        ("2026-01-03_00-00-00", ["a=3"])):
+        d = tmp_path / base / f"multirun_{stamp}"
+        d.mkdir(parents=True)
+        (d / "multirun.yaml").write_text(f"hydra:\n  overrides:\n    task: {json.dumps(task)}\n")
+    assert S.sweep_dir(base, ["a=1,2", "resume=true"], True) == f"{base}/multirun_2026-01-02_00-00-00"
+    assert S.sweep_dir(base, ["a=3"], True) == f"{base}/multirun_2026-01-03_00-00-00"
+    fresh = S.sweep_dir(base, ["a=1,2"], False)
+    assert fresh.startswith(f"{base}/multirun_") and not (tmp_path / fresh).exists()
+    assert S.sweep_dir(base, ["a=4"], True).startswith(f"{base}/multirun_")  # nothing to resume: a new one
+
+
+def test_cell_columns_keep_one_type():
+    assert str(_column([1, 2, None]).dtype) == "Int64"
+    assert _column([1, 2.5]).tolist() == [1.0, 2.5]
+    assert _column([True, False]).dtype == "boolean"
+    assert _column([1, "a", None]).tolist() == ["1", "a", None]
+    assert S.cell_overrides(["a=1", "resume=true", "+resume=false", "b=2"]) == ["a=1", "b=2"]
+
+
+def test_blas_thread_count_does_not_change_results(tmp_path):
+    """A joblib worker gets cores / n_jobs BLAS threads, a serial job all of them,
+    a cluster node its own count; a bootstrap product of this size sums
+    differently on 1 and 2 threads. Each job pins BLAS to one thread, so the
+    bytes do not depend on it."""
+    cell = ["learner.trials=500", "learner.bootstrap=200", "learner.train.enabled=false", "pipeline.steps=8",
+            "output.plots=false", "output.progress=false"]
+    out = {}
+    for n in ("1", "2"):
+        racsim([*cell, f"hydra.run.dir=run{n}"], tmp_path,
+               extra_env={"OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n})
+        out[n] = (tmp_path / f"run{n}" / "results.parquet").read_bytes()
+    assert out["1"] == out["2"]
