@@ -156,11 +156,12 @@ def run_bias_cells(
     for lo in range(0, trials, chunk):
         hi = min(trials, lo + chunk)
         n = (hi - lo) * per_trial
-        states, actions = M.sample_trajectories(mdp, pi, n, horizon, rng)
-        r = rewards[:, states, actions]  # (C, n, T)
+        states, actions = M.sample_trajectories(mdp, pi, n, horizon, rng, time_major=True)  # (T, n)
+        r = rewards[:, states, actions]  # (C, T, n)
         if fast_noise_std > 0:
-            r[0] = r[0] + fast_noise_std * rng.standard_normal(r[0].shape)
-        g = M.trajectory_gradients(states, actions, M.discounted_returns(r, mdp.gamma).swapaxes(0, 1), pi)
+            r[0] = r[0] + fast_noise_std * rng.standard_normal((n, horizon)).T
+        G = M.discounted_returns(r, mdp.gamma, axis=1)
+        g = M.trajectory_gradients(states, actions, G, pi, time_major=True)
         g = g.reshape(hi - lo, per_trial, K + 1, S * A)
         fast = g[:, :, 0].mean(axis=1)
         # Every (cell, corrector) at once: one contraction over samples and channels.

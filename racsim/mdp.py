@@ -406,7 +406,7 @@ def _inverse_cdf(table: np.ndarray, rows: np.ndarray, u: np.ndarray) -> np.ndarr
 
 
 def sample_trajectories(
-    mdp: TabularMDP, pi: np.ndarray, n: int, horizon: int, rng: np.random.Generator
+    mdp: TabularMDP, pi: np.ndarray, n: int, horizon: int, rng: np.random.Generator, time_major: bool = False
 ) -> Tuple[np.ndarray, np.ndarray]:
     """Sample n trajectories of T steps: s_0 ~ start, a_t ~ pi(.|s_t), s_{t+1} ~ P[s_t, a_t].
 
@@ -414,7 +414,8 @@ def sample_trajectories(
     Inverse-CDF on ``rng.random`` draws, vectorised over n (loop over T only):
     one draw of n for s_0, then per step one for the actions and, before the
     last step, one for the next states. Deterministic given the generator.
-    Returns (states, actions), each (n, T) int64.
+    Returns (states, actions), each (n, T) int64, or (T, n) with ``time_major``
+    (the layout they are drawn in: no transpose).
     """
     n, T = int(n), int(horizon)
     if n < 0 or T < 1:
@@ -440,6 +441,8 @@ def sample_trajectories(
         ac[t] = a
         if t + 1 < T:
             s = _inverse_cdf(tab_P, s * A + a, rng.random(n))
+    if time_major:
+        return st, ac
     return _transpose(st), _transpose(ac)
 
 
@@ -451,31 +454,47 @@ def _transpose(x: np.ndarray, block: int = 4096) -> np.ndarray:
     return out
 
 
-def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
-    """G_t = sum_{j=t}^{T-1} gamma^(j-t) r_j over the last axis (truncated at T); same shape.
+def discounted_returns(rewards: np.ndarray, gamma: float, axis: int = -1) -> np.ndarray:
+    """G_t = sum_{j=t}^{T-1} gamma^(j-t) r_j along ``axis`` (time; truncated at T); same shape.
 
-    A backward recursion G_t = r_t + gamma G_{t+1} on a time-major copy, so
-    that each step is one contiguous vector operation (measured about twice as
-    fast as a product with the (T, T) discount matrix at T = 50).
+    A backward recursion G_t = r_t + gamma G_{t+1}. With time on the last axis
+    it runs on a time-major copy, so that each step is one contiguous vector
+    operation; pass ``axis`` for arrays that are already time-major (no copy
+    beyond the result itself).
     """
     r = np.asarray(rewards, dtype=np.float64)
-    T = r.shape[-1]
-    rT = np.moveaxis(r, -1, 0).copy()  # time-major, contiguous per step
-    for t in range(T - 2, -1, -1):
-        rT[t] += gamma * rT[t + 1]
-    return np.ascontiguousarray(np.moveaxis(rT, 0, -1))
+    axis = axis % r.ndim
+    if axis == r.ndim - 1 and r.ndim > 1:
+        rT = np.moveaxis(r, -1, 0).copy()  # time-major, contiguous per step
+        _recurse(rT, gamma, 0)
+        return np.ascontiguousarray(np.moveaxis(rT, 0, -1))
+    G = r.copy()
+    _recurse(G, gamma, axis)
+    return G
+
+
+def _recurse(G: np.ndarray, gamma: float, axis: int) -> None:
+    """In place: G[t] += gamma * G[t + 1] backwards along ``axis``."""
+    idx = [slice(None)] * G.ndim
+    for t in range(G.shape[axis] - 2, -1, -1):
+        here, nxt = list(idx), list(idx)
+        here[axis], nxt[axis] = t, t + 1
+        G[tuple(here)] += gamma * G[tuple(nxt)]
 
 
 def trajectory_gradients(
-    states: np.ndarray, actions: np.ndarray, returns: np.ndarray, pi: np.ndarray
+    states: np.ndarray, actions: np.ndarray, returns: np.ndarray, pi: np.ndarray, time_major: bool = False
 ) -> np.ndarray:
     """Per-trajectory softmax score-function gradients, (n, C, S, A).
 
     g[i, c, s, b] = (1/T) sum_t 1[s_t = s] (1[a_t = b] - pi(b|s)) returns[i, c, t].
     ``returns`` is (n, C, T), or (n, T) read as C = 1. Vectorised with
     np.bincount, one call per cache-sized block of 4096 trajectories (no loop
-    over single trajectories or over time).
+    over single trajectories or over time). With ``time_major``, states and
+    actions are (T, n) and returns (C, T, n): one bincount, no transpose.
     """
+    if time_major:
+        return _gradients_time_major(states, actions, returns, pi)
     states = np.asarray(states)
     actions = np.asarray(actions)
     pi = np.asarray(pi, dtype=np.float64)
@@ -512,6 +531,24 @@ def trajectory_gradients(
     out -= pi * out.sum(axis=-1, keepdims=True)
     out /= T
     return out
+
+
+def _gradients_time_major(states, actions, returns, pi) -> np.ndarray:
+    states, actions = np.asarray(states), np.asarray(actions)
+    R = np.asarray(returns, dtype=np.float64)
+    pi = np.asarray(pi, dtype=np.float64)
+    T, n = states.shape
+    S, A = pi.shape
+    C = R.shape[0]
+    if R.shape != (C, T, n) or actions.shape != (T, n):
+        raise ValueError(f"time-major inputs must be states/actions (T, n) and returns (C, T, n), got {R.shape}")
+    SA = S * A
+    key = np.arange(n, dtype=np.int64) * SA + states * A + actions  # (T, n): cell of trajectory i at t
+    keys = (np.arange(C, dtype=np.int64)[:, None, None] * (n * SA) + key[None]).ravel()
+    out = np.bincount(keys, weights=R.ravel(), minlength=C * n * SA).reshape(C, n, S, A)
+    out -= pi * out.sum(axis=-1, keepdims=True)
+    out /= T
+    return out.transpose(1, 0, 2, 3)
 
 
 def score_gradient(

@@ -166,9 +166,10 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise):
     calls = []
     real = M.sample_trajectories
 
-    def recording(mdp_, pi_, n, horizon, rng_):
-        s, a = real(mdp_, pi_, n, horizon, rng_)
-        calls.append((np.array(pi_, copy=True), n, horizon, s.copy(), a.copy()))
+    def recording(mdp_, pi_, n, horizon, rng_, time_major=False):
+        s, a = real(mdp_, pi_, n, horizon, rng_, time_major=time_major)
+        # recorded trajectory-major, whatever layout the caller asked for
+        calls.append((np.array(pi_, copy=True), n, horizon, *(x.T.copy() if time_major else x.copy() for x in (s, a))))
         return s, a
 
     monkeypatch.setattr(M, "sample_trajectories", recording)
