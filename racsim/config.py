@@ -266,6 +266,9 @@ class StudyConf:
     # A reduced run for smoke tests and CI: every seed axis of the grid keeps
     # its first two values, trials <= 100 and bootstrap <= 200.
     fast: bool = False
+    # Processes for the grid's learner groups (0: every core). Results do not
+    # depend on it. Keep 1 inside a sweep whose launcher already uses the cores.
+    workers: int = 1
     kl_targets: List[float] = field(default_factory=lambda: [0.01, 0.5, 1.2])
     etas: List[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5])
     probe: ProbeConf = field(default_factory=ProbeConf)
@@ -464,6 +467,7 @@ def validate(cfg: Any) -> None:
     _need(len(st.kl_targets) >= 1 and all(_finite(k) and k > 0 for k in st.kl_targets), "study.kl_targets",
           list(st.kl_targets), "a non-empty list of KL levels > 0")
     _need(all(_finite(e) and 0 <= e <= 1 for e in st.etas), "study.etas", list(st.etas), "slacks in [0, 1]")
+    _int_at_least("study.workers", st.workers, 0)
     pr = st.probe
     _int_at_least("study.probe.n", pr.n, 2)
     _need(_finite(pr.correlation) and -1 < pr.correlation < 1, "study.probe.correlation", pr.correlation,

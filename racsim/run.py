@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
@@ -78,59 +79,96 @@ def corrector_params(cfg: Any) -> CorrectorParams:
     return CorrectorParams(alpha=c.alpha, tau_age=c.tau_age, rho_bar=c.rho_bar, retrace_gamma=c.retrace_gamma)
 
 
+@dataclass
+class _GroupOut:
+    """What one learner group contributes (computed in this process or a worker)."""
+
+    rows: list  # (cell index, values, results table, channel table)
+    bias: Optional[BiasRun]  # of the run's first cell, if it is in this group
+    schedules: Optional[Dict[str, ArrivalSchedule]]  # likewise
+    trajectories: int
+    pipeline_s: float
+    bias_s: float
+
+
+def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _GroupOut:
+    """Simulate every cell's pipeline, then the shared trajectories, then each cell's summary."""
+    first = members[0][2]
+    lr = first.learner
+    mdp = build_mdp(first)
+    theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
+    t0 = time.perf_counter()
+    bias_cells = []
+    for _, _, ccfg in members:
+        names = corrector_names(ccfg)
+        bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names), names,
+                               corrector_params(ccfg), study.nominal_kernel(ccfg), ccfg.corrector.row_normalize))
+    pipeline_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    runs = run_bias_cells(mdp, theta, bias_cells, lr.horizon, rng_for(first.seed, "trajectories"),
+                          fast_noise_std=lr.fast_noise_std, progress=progress)
+    # One resample of the trials for the whole group: paired across its cells.
+    counts = bootstrap_counts(lr.trials, lr.bootstrap, rng_for(first.seed, "bootstrap")) if lr.bootstrap else None
+    rows = []
+    for (i, values, ccfg), cell, brun in zip(members, bias_cells, runs):
+        if n_cells > 1:
+            values = {"cell": i, **values}
+        summary = summarize(brun, lr.bootstrap, None, counts=counts)
+        workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
+        rows.append((i, values, _results_table(ccfg, cell.names, cell.schedules, summary, brun, {}),
+                     channel_stats(cell.schedules["async"], workers)))
+    head = members[0][0] == 0
+    return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,
+                     runs[0].trajectories, pipeline_s, time.perf_counter() - t0)
+
+
+def _group_worker(args) -> _GroupOut:
+    members, n_cells = args
+    return _run_group(members, n_cells)
+
+
 def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
     """Run the scenario described by a composed config: the bias benchmark on
     every cell of its study grid (one cell when there is no grid) and, for a
     single cell, the training loop; or one of the analyses (``study.kind``).
-    Every cell is validated first."""
+    Every cell is validated first. Cells sharing a learner form a group; with
+    ``study.workers`` != 1 the groups run in that many processes (0: every core),
+    with the same results as serially (each group seeds itself)."""
     cells = study.expand(cfg)
     kind = cells[0][1].study.kind
     if kind != "bias":
         return ANALYSES[kind](cells[0][1])
-    timings: Dict[str, float] = {"pipeline_s": 0.0, "bias_s": 0.0}
     groups: Dict[tuple, list] = {}
     for i, (values, ccfg) in enumerate(cells):
         groups.setdefault(study.learner_key(ccfg), []).append((i, values, ccfg))
-    tables: list = [None] * len(cells)
-    trajectories = 0
-    channel_tables: list = [None] * len(cells)
-    biases: list = [None] * len(cells)
-    for members in groups.values():
-        first = members[0][2]
-        lr = first.learner
-        mdp = build_mdp(first)
-        theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
-        t0 = time.perf_counter()
-        bias_cells = []
-        for _, _, ccfg in members:
-            names = corrector_names(ccfg)
-            bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names), names,
-                                   corrector_params(ccfg), study.nominal_kernel(ccfg), ccfg.corrector.row_normalize))
-        timings["pipeline_s"] += time.perf_counter() - t0
-        single_schedules = bias_cells[0].schedules  # kept for a single-cell run's timeline and training
-        t0 = time.perf_counter()
-        runs = run_bias_cells(mdp, theta, bias_cells, lr.horizon, rng_for(first.seed, "trajectories"),
-                              fast_noise_std=lr.fast_noise_std, progress=progress)
-        trajectories += runs[0].trajectories
-        # One resample of the trials for the whole group: paired across its cells.
-        counts = bootstrap_counts(lr.trials, lr.bootstrap, rng_for(first.seed, "bootstrap")) if lr.bootstrap else None
-        for (i, values, ccfg), cell, brun in zip(members, bias_cells, runs):
-            if len(cells) > 1:
-                values = {"cell": i, **values}
-            summary = summarize(brun, lr.bootstrap, None, counts=counts)
-            tables[i] = _results_table(ccfg, cell.names, cell.schedules, summary, brun, {}, values)
-            workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
-            channel_tables[i] = _with_values(channel_stats(cell.schedules["async"], workers), values)
-            biases[i] = brun
-        timings["bias_s"] += time.perf_counter() - t0
+    workers = cells[0][1].study.workers or (os.cpu_count() or 1)
+    workers = min(workers, len(groups))
+    if workers > 1:
+        import multiprocessing
 
-    results = pd.concat(tables, ignore_index=True)
+        jobs = [(m, len(cells)) for m in groups.values()]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            outs = []
+            for (members, _), out in zip(jobs, pool.imap(_group_worker, jobs)):  # imap keeps the order
+                outs.append(out)
+                if progress is not None:
+                    progress(members[0][2].learner.trials)
+    else:
+        outs = [_run_group(m, len(cells), progress) for m in groups.values()]
+    tables: list = [None] * len(cells)
+    channel_tables: list = [None] * len(cells)
+    for out in outs:
+        for i, values, table, chans in out.rows:
+            tables[i], channel_tables[i] = (values, table), (values, chans)
+    head = next(o for o in outs if o.bias is not None)
+    timings = {"pipeline_s": sum(o.pipeline_s for o in outs), "bias_s": sum(o.bias_s for o in outs)}
+    results = _with_values(tables)
     curves: Dict[str, TrainCurve] = {}
     values, ccfg = cells[0]
     schedules = None
     if len(cells) == 1:
         names = corrector_names(ccfg)
-        schedules = single_schedules
+        schedules = head.schedules
         if ccfg.learner.train.enabled:
             t0 = time.perf_counter()
             lr = ccfg.learner
@@ -143,14 +181,14 @@ def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
             results = _add_training(results, curves)
     return RunResult(
         results=results,
-        channels=pd.concat(channel_tables, ignore_index=True),
+        channels=_with_values(channel_tables),
         timeline=queue_timeseries(schedules["async"]) if schedules else pd.DataFrame(),
         training=_training_table(curves),
-        bias=biases[0],
+        bias=head.bias,
         schedules=schedules or {},
         curves=curves,
         timings=timings,
-        trajectories=trajectories,
+        trajectories=sum(o.trajectories for o in outs),
     )
 
 
@@ -200,18 +238,25 @@ def run_tv_bound(cfg: Any) -> RunResult:
 ANALYSES = {"probe": run_probe, "tv_bound": run_tv_bound}
 
 
-def _with_values(df: pd.DataFrame, values: Dict[str, Any]) -> pd.DataFrame:
-    """Prefix a cell's table with its grid values (one column per grid key)."""
-    for j, (k, v) in enumerate(values.items()):
-        col = [v if not isinstance(v, (list, dict)) else str(v)] * len(df)
-        if k in df:
-            df[k] = col
-        else:
-            df.insert(j, k, col)
-    return df
+def _with_values(tables: list) -> pd.DataFrame:
+    """Concatenate (cell values, table) pairs, the cells' grid values as leading
+    columns (one per grid key; lists and dicts as text)."""
+    df = pd.concat([t for _, t in tables], ignore_index=True)
+    lengths = [len(t) for _, t in tables]
+    keys: list = []
+    for values, _ in tables:
+        keys += [k for k in values if k not in keys]
+    front = {}
+    for k in keys:
+        col = [v if not isinstance(v, (list, dict)) else str(v) for v in (vals.get(k) for vals, _ in tables)]
+        front[k] = np.repeat(np.array(col, dtype=object), lengths)
+    if not front:
+        return df
+    head = pd.DataFrame(front).infer_objects()
+    return pd.concat([head, df.drop(columns=[k for k in front if k in df])], axis=1)
 
 
-def _results_table(cfg, names, schedules, summary, bias, curves, values) -> pd.DataFrame:
+def _results_table(cfg, names, schedules, summary, bias, curves) -> pd.DataFrame:
     from .bias import schedule_for
 
     p = cfg.pipeline
@@ -241,7 +286,7 @@ def _results_table(cfg, names, schedules, summary, bias, curves, values) -> pd.D
         for k, ch in enumerate(sched.channel_names):
             row[f"eta_{ch}"] = float(bias.slack[name][k])
         rows.append(row)
-    return _with_values(pd.DataFrame(rows), values)
+    return pd.DataFrame(rows)
 
 
 def _add_training(results: pd.DataFrame, curves: Dict[str, TrainCurve]) -> pd.DataFrame:

@@ -53,12 +53,13 @@ def expand(cfg: Any) -> List[Tuple[Values, RacsimConf]]:
             values = values[:2]
         axes.append((names, values))
     cells = []
+    typed: Dict[str, Any] = {}
     for combo in itertools.product(*[values for _, values in axes]):
         cell = copy.deepcopy(base)
         values: Values = {}
         for (names, _), v in zip(axes, combo):
             for name, value in zip(names, v if len(names) > 1 else [v]):
-                _set(cell, name, value)
+                _set(cell, name, value, typed)
                 values[name] = value
         cells.append((values, resolve(cell)))
     return cells
@@ -89,11 +90,18 @@ def _field_type(cfg: Any, path: str, key: str):
     return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
 
 
-def _set(cfg: Any, path: str, value: Any) -> None:
-    """Set a dotted key; a dict fills a typed node (e.g. a LatencyConf) through its schema."""
+def _set(cfg: Any, path: str, value: Any, typed: Dict[str, Any]) -> None:
+    """Set a dotted key; a dict fills a typed node (e.g. a LatencyConf) through its
+    schema (converted once per distinct value: ``typed`` caches it)."""
     kind = _field_type(cfg, path, path)
     if isinstance(value, dict) and dataclasses.is_dataclass(kind):
-        value = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(kind), value))
+        memo = f"{kind.__name__}:{value!r}"
+        if memo not in typed:
+            try:
+                typed[memo] = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(kind), value))
+            except Exception as ex:  # an unknown field or a wrong type in the grid value
+                raise ConfigError(f"study.grid.{path}", value, f"fields of {kind.__name__}: {ex}") from None
+        value = copy.deepcopy(typed[memo])
     obj, leaf = _parent(cfg, path, path)
     if isinstance(obj, dict):
         obj[leaf] = value
