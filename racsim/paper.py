@@ -88,6 +88,11 @@ def _pivot(rows: pd.DataFrame, group: List[str], corrector: str, col: str) -> pd
     return r.groupby(group, sort=False)[col].mean() if group else r[col]
 
 
+def _cell_reductions(part: pd.DataFrame, corrector: str = "rac") -> np.ndarray:
+    """Per cell: naive's exact bias over the corrector's (rows in cell order)."""
+    return part[part.corrector == "naive"].bias_exact.to_numpy() / part[part.corrector == corrector].bias_exact.to_numpy()
+
+
 def _decompose(rows: pd.DataFrame, corrector: str = "rac") -> str:
     r = rows[rows.corrector == corrector]
     if r.empty:
@@ -216,8 +221,8 @@ def section_table3(rows: pd.DataFrame, out: Path, rng) -> str:
         "grows with K and racsim's reduction falls with K after the first channels, rather than peaking at "
         "K = 5. With the noisy split r_k = r_slow/K + eps_k, channels injected at different rates no longer "
         "cancel their eps_k, so at large K RAC can end up more biased than naive (reduction below 1): partial "
-        "injection of a noisy decomposition reintroduces its noise as bias. The topologies are racsim's own constructions (the paper names them only), documented in "
-        "racsim/mdp.py.",
+        "injection of a noisy decomposition reintroduces its noise as bias. The topologies are racsim's own "
+        "constructions (the paper names them only), documented in racsim/mdp.py.",
     ])
 
 
@@ -234,8 +239,7 @@ def section_table5(rows: pd.DataFrame, out: Path, rng) -> str:
         kind = conf["kind"]
         kernel = np.array(distribution_kernel(LatencyConf(**conf), "delay"))
         kinds[kind] = kernel
-        red = (part[part.corrector == "naive"].bias_exact.to_numpy()
-               / part[part.corrector == "rac"].bias_exact.to_numpy())
+        red = _cell_reductions(part)
         vif = part[part.corrector == "rac"].vif.to_numpy()
         out_rows += [
             _compare(f"{kind}: red-mean (tau_age={tau:g})", red.mean(), "table5", kind, "red_mean"),
@@ -264,8 +268,7 @@ def section_table6(rows: pd.DataFrame, out: Path, rng) -> str:
         part_d = rows[drains.astype(bool) == drain]
         for (S, A), part in part_d.groupby(["learner.n_states", "learner.n_actions"], sort=False):
             label = f"{int(S)}x{int(A)}"
-            red = (part[part.corrector == "naive"].bias_exact.to_numpy()
-                   / part[part.corrector == "rac"].bias_exact.to_numpy())
+            red = _cell_reductions(part)
             boxes[label + (" (drained)" if drain else "")] = red
             lo = hi = np.nan
             if label == "3x2" and len(red) > 1:

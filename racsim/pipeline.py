@@ -133,6 +133,21 @@ def fifo_assign(arrival: np.ndarray, service: np.ndarray, free: np.ndarray):
     return start, end
 
 
+def _async_landing(draws: "PipelineDraws", names, step_start: np.ndarray,
+                   end: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Landing steps of a non-blocking run: kernel channels at t + Delta (-1: lost),
+    clock channels at the first later step that begins after completion."""
+    steps = step_start.shape[1] - 1
+    land = {}
+    for nm in names:
+        if nm in draws.kernel_channels:
+            k = draws.service[nm]
+            land[nm] = np.where(k < 0, -1, np.arange(steps)[None, :, None] + k)
+        else:
+            land[nm] = landing_step(step_start[:, :steps], end[nm])
+    return land
+
+
 def landing_step(step_start: np.ndarray, completion: np.ndarray) -> np.ndarray:
     """Index of the first step after the result's own that begins at or after ``completion``.
 
@@ -674,12 +689,7 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             land[nm] = np.where(end[nm] > resumed[:, :, None], -1, 0)
     if not blocking:
-        for nm in names:
-            if nm in draws.kernel_channels:
-                k = draws.service[nm]
-                land[nm] = np.where(k < 0, -1, np.arange(steps)[None, :, None] + k)
-            else:
-                land[nm] = landing_step(step_start[:, :steps], end[nm])
+        land.update(_async_landing(draws, names, step_start, end))
     return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log)
 
 
@@ -790,12 +800,7 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 land[nm][i] = np.where(end[nm][i] > resumed[:, None], -1, land[nm][i])
 
     if not blocking:
-        for nm in names:
-            if nm in draws.kernel_channels:
-                k = draws.service[nm]
-                land[nm] = np.where(k < 0, -1, np.arange(steps)[None, :, None] + k)
-            else:
-                land[nm] = landing_step(step_start[:, :steps], end[nm])
+        land.update(_async_landing(draws, names, step_start, end))
     gpu_log = {nm: _batch_log([r for r in rows if r is not None], draws.gpu[nm].replicas)
                for nm, rows in gpu_rows.items()}
     return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log)
