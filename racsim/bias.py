@@ -57,6 +57,7 @@ def schedule_for(name: str, schedules: Dict[str, ArrivalSchedule]) -> ArrivalSch
 class Cell:
     """One cell of a study: its arrival schedules, correctors and knobs.
 
+    ``mdp``/``fast_noise_std`` override the run's rewards and noise for this cell.
     ``nominal_kernel`` (K, D+1), when given with ``row_normalize``, scales each
     channel's weights of the schedule-driven correctors by 1 / sum_D w(D) Lambda[k, D]
     so that their effective kernel rows sum to one (Theorem 2.1's condition R).
@@ -67,6 +68,8 @@ class Cell:
     params: CorrectorParams
     nominal_kernel: Optional[np.ndarray] = None
     row_normalize: bool = False
+    mdp: Optional[M.TabularMDP] = None  # the cell's own rewards (same transitions), if they differ
+    fast_noise_std: Optional[float] = None  # the cell's own fast-channel noise, if it differs
 
 
 def _delay_weights(name: str, width: int, K: int, params: CorrectorParams) -> np.ndarray:
@@ -114,6 +117,27 @@ def run_bias(
     return run_bias_cells(mdp, theta, [cell], horizon, rng, fast_noise_std, progress)[0]
 
 
+def _atoms(tables: List[np.ndarray]) -> tuple:
+    """Reward "atoms" whose per-trajectory gradients every table combines linearly.
+
+    ``tables``: each cell's (C, S*A) reward channels. When there are fewer
+    distinct rows than (s, a) pairs, the atoms are those rows and each channel
+    selects one; otherwise the atoms are the (s, a) indicator rewards and each
+    channel weighs them by its table. Returns (atoms (R, S*A), [coefficients (C, R)]).
+    """
+    rows = np.concatenate(tables)
+    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+    SA = rows.shape[1]
+    if len(distinct) <= SA:
+        eye = np.eye(len(distinct))
+        coefs, at = [], 0
+        for t in tables:
+            coefs.append(eye[inverse.ravel()[at:at + len(t)]])
+            at += len(t)
+        return distinct, coefs
+    return np.eye(SA), [t for t in tables]
+
+
 def run_bias_cells(
     mdp: M.TabularMDP,
     theta: np.ndarray,
@@ -123,21 +147,27 @@ def run_bias_cells(
     fast_noise_std: float = 0.0,
     progress: Optional[Callable[[int], None]] = None,
 ) -> List[BiasRun]:
-    """:func:`run_bias` for several cells that share the learner (same MDP, policy,
-    horizon, trials, steps, batch): the trajectories are sampled once and every
-    cell's correctors weigh the same per-trajectory gradients."""
-    ref = cells[0].schedules["async"]
-    trials, steps, batch, K = ref.delay.shape
+    """:func:`run_bias` for several cells that share the learner (transitions,
+    policy, horizon, trials, steps, batch): the trajectories are sampled once and
+    every cell's correctors weigh the same per-trajectory gradients. A cell may
+    bring its own rewards (``Cell.mdp``: other channel splits, K, noise) and
+    fast-channel noise (``Cell.fast_noise_std``); the gradients are linear in the
+    reward, so they are combined from shared reward atoms (:func:`_atoms`)."""
+    trials, steps, batch = cells[0].schedules["async"].delay.shape[:3]
     S, A = mdp.n_states, mdp.n_actions
+    SA = S * A
     pi = M.softmax_policy(theta)
-    rewards = np.concatenate([mdp.r_fast[None], mdp.r_slow])  # (C, S, A)
-    target = M.true_gradient(mdp, theta).ravel()
-    channel_exact = M.finite_horizon_expectation(mdp, theta, horizon, rewards).reshape(K + 1, S * A)
+    cell_mdps = [cell.mdp or mdp for cell in cells]
+    noise = [fast_noise_std if cell.fast_noise_std is None else cell.fast_noise_std for cell in cells]
+    tables = [np.concatenate([m.r_fast[None], m.r_slow]).reshape(-1, SA) for m in cell_mdps]
+    atoms, coefs = _atoms(tables)
     runs, weights = [], []
-    for cell in cells:
-        if cell.schedules["async"].delay.shape != ref.delay.shape:
-            raise ValueError("cells sharing trajectories need the same (trials, steps, batch, K)")
-        run = BiasRun(target=target, channel_exact=channel_exact)
+    for cell, m, table in zip(cells, cell_mdps, tables):
+        if cell.schedules["async"].delay.shape[:3] != (trials, steps, batch) or m.P.shape != mdp.P.shape:
+            raise ValueError("cells sharing trajectories need the same (trials, steps, batch) and MDP shape")
+        K = cell.schedules["async"].n_channels
+        exact = M.finite_horizon_expectation(m, theta, horizon, table.reshape(-1, S, A)).reshape(K + 1, SA)
+        run = BiasRun(target=M.true_gradient(m, theta).ravel(), channel_exact=exact)
         w_cell = {}
         for name in cell.names:
             sched = schedule_for(name, cell.schedules)
@@ -146,31 +176,35 @@ def run_bias_cells(
             w_cell[name] = np.broadcast_to(w, sched.delay.shape).reshape(trials, steps * batch, K)
             run.mean_weight[name] = w_cell[name].mean(axis=(0, 1))
             run.slack[name] = corrector_slack(name, sched, cell.params, gain)
-            run.estimates[name] = np.empty((trials, S * A))
+            run.estimates[name] = np.empty((trials, SA))
         runs.append(run)
-        weights.append(w_cell)
+        weights.append((list(w_cell), np.stack(list(w_cell.values()))))  # (M, trials, steps*batch, K)
     per_trial = steps * batch
-    chunk = max(1, CHUNK_TRAJECTORIES // per_trial)
-    slots = [(run, name) for run, w_cell in zip(runs, weights) for name in w_cell]
-    stacked = np.stack([w for w_cell in weights for w in w_cell.values()])  # (M, trials, steps*batch, K)
+    noisy = any(sd > 0 for sd in noise)
+    budget = CHUNK_TRAJECTORIES * 3 // max(3, len(atoms) + noisy)  # bounds the (atoms x T x n) returns
+    chunk = max(1, budget // per_trial)
     for lo in range(0, trials, chunk):
         hi = min(trials, lo + chunk)
         n = (hi - lo) * per_trial
         states, actions = M.sample_trajectories(mdp, pi, n, horizon, rng, time_major=True)  # (T, n)
-        r = rewards[:, states, actions]  # (C, T, n)
-        if fast_noise_std > 0:
-            r[0] = r[0] + fast_noise_std * rng.standard_normal((n, horizon)).T
+        r = atoms.reshape(-1, S, A)[:, states, actions]  # (R, T, n)
+        if noisy:  # unit noise, scaled per cell: the noise-levels of a grid are paired
+            r = np.concatenate([r, rng.standard_normal((n, horizon)).T[None]])
         G = M.discounted_returns(r, mdp.gamma, axis=1)
-        g = M.trajectory_gradients(states, actions, G, pi, time_major=True)
-        g = g.reshape(hi - lo, per_trial, K + 1, S * A)
-        fast = g[:, :, 0].mean(axis=1)
-        # Every (cell, corrector) at once: one contraction over samples and channels.
-        slow = g[:, :, 1:].reshape(hi - lo, per_trial * K, S * A)
-        w = stacked[:, lo:hi].reshape(len(slots), hi - lo, per_trial * K).transpose(1, 0, 2)
-        est = fast[None] + np.matmul(w, slow).transpose(1, 0, 2) / per_trial  # a (slots x samples) GEMM per trial
-        for (run, name), e in zip(slots, est):
-            run.estimates[name][lo:hi] = e
-        for run in runs:
+        g = M.trajectory_gradients(states, actions, G, pi, time_major=True).reshape(n, -1, SA)  # (n, R [+1], SA)
+        for run, coef, sd, (names, stacked) in zip(runs, coefs, noise, weights):
+            gc = np.einsum("nrs,cr->ncs", g[:, : len(atoms)], coef)  # this cell's channels (n, K+1, SA)
+            if sd > 0:
+                gc[:, 0] += sd * g[:, -1]
+            K = gc.shape[1] - 1
+            gc = gc.reshape(hi - lo, per_trial, K + 1, SA)
+            fast = gc[:, :, 0].mean(axis=1)
+            # every corrector of the cell at once: one (correctors x samples) GEMM per trial
+            slow = gc[:, :, 1:].reshape(hi - lo, per_trial * K, SA)
+            w = stacked[:, lo:hi].reshape(len(names), hi - lo, per_trial * K).transpose(1, 0, 2)
+            est = fast[None] + np.matmul(w, slow).transpose(1, 0, 2) / per_trial
+            for name, e in zip(names, est):
+                run.estimates[name][lo:hi] = e
             run.trajectories += n
         if progress is not None:
             progress(hi - lo)

@@ -65,7 +65,8 @@ def _task(cfg) -> None:
     if res.bias is not None:
         r = res.results
         cells = f", {r['cell'].nunique()} cells" if "cell" in r else ""
-        print(f"racsim: {cfg.name}: K={r['K'].iloc[0]}, {r['trials'].iloc[0]} trials{cells}, "
+        ks = f"{r['K'].min()}..{r['K'].max()}" if r["K"].nunique() > 1 else f"{r['K'].iloc[0]}"
+        print(f"racsim: {cfg.name}: K={ks}, {r['trials'].iloc[0]} trials{cells}, "
               f"{res.trajectories} trajectories in {took}")
     else:
         print(f"racsim: {cfg.name}: {cfg.study.kind} in {took}")

@@ -102,7 +102,8 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _
     for _, _, ccfg in members:
         names = corrector_names(ccfg)
         bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names), names,
-                               corrector_params(ccfg), study.nominal_kernel(ccfg), ccfg.corrector.row_normalize))
+                               corrector_params(ccfg), study.nominal_kernel(ccfg), ccfg.corrector.row_normalize,
+                               mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std))
     pipeline_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     runs = run_bias_cells(mdp, theta, bias_cells, lr.horizon, rng_for(first.seed, "trajectories"),

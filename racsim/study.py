@@ -186,11 +186,11 @@ def drain(sched: ArrivalSchedule, draws: pipeline.PipelineDraws) -> ArrivalSched
 
 
 def learner_key(cfg: DictConfig) -> tuple:
-    """What fixes a cell's trajectories: cells with equal keys share them."""
+    """What fixes a cell's trajectories: cells with equal keys share them. The
+    rewards (K, shares, channel and fast noise, bump) are not part of it: the
+    gradients are linear in them (see bias.run_bias_cells)."""
     lr, p = cfg.learner, cfg.pipeline
-    shares = tuple(float(ch.share) for ch in p.channels.values())
     return (
         lr.kind, lr.topology, lr.n_states, lr.n_actions, lr.mdp_seed, lr.theta_seed, lr.theta_scale, lr.gamma,
-        lr.horizon, lr.slow_bump, lr.fast_noise_std, lr.channel_noise_std, lr.trials, shares,
-        p.steps, p.batch_size, cfg.seed,
+        lr.horizon, lr.trials, p.steps, p.batch_size, cfg.seed,
     )

@@ -176,7 +176,8 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise):
     gen = RecordingGenerator(2024)
     run = B.run_bias(mdp, theta, schedules, ALL, params, T, gen, fast_noise_std=noise)
 
-    assert [c[1] for c in calls] == [2 * per_trial, 2 * per_trial, per_trial]
+    sizes = [c[1] for c in calls]  # several chunks of whole trials, covering every trial once
+    assert len(sizes) >= 3 and all(x % per_trial == 0 for x in sizes) and sum(sizes) == trials * per_trial
     assert all(np.allclose(c[0], pi) and c[2] == T for c in calls)
     assert len(gen.normals) == (len(calls) if noise > 0 else 0)
     states = np.concatenate([c[3] for c in calls])
