@@ -199,12 +199,13 @@ class Job:
         self.num = OmegaConf.select(hc, "job.num", default=None) if in_multirun() else None
         self.cell = cell_values(cfg, self.overrides)
         self.t0 = time.perf_counter()
-        self._threads = pin_blas_threads()
+        self._threads = None
         self.skip = bool(cfg.get(RESUME_KEY, False)) and is_complete(self.out_dir, self.overrides)
         if self.skip:
             log.info("%s: complete, skipped (resume)", self.label)
         else:
             clear_partial(self.out_dir)
+            self._threads = pin_blas_threads()
 
     @property
     def label(self) -> str:
@@ -448,6 +449,10 @@ class SweepCallback(Callback):
         except FileNotFoundError as ex:
             print(f"racsim: sweep: nothing to gather ({ex})", file=sys.stderr)
             return
+        except Exception as ex:  # every job's results are safe on disk; say so rather than end in a traceback
+            print(f"racsim: sweep: the jobs are complete but gathering them failed ({type(ex).__name__}: {ex}); "
+                  f"run racsim-report {sweep} to try again", file=sys.stderr)
+            sys.exit(1)
         n_jobs = df["job_dir"].nunique() if "job_dir" in df else 0
         print(f"racsim: sweep: {n_jobs} jobs gathered in {written[0]} ({_fmt_s(time.time() - self._started)})")
 
