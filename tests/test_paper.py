@@ -81,3 +81,12 @@ def test_sweep_aggregate_has_one_row_per_job_and_corrector(suite):
     assert set(df["study"]) >= set(SECTIONS)
     probe = pd.read_parquet(next(suite.glob("*/identity.parquet")))
     assert probe["linf_rac_vs_vtrace"].iloc[0] == 0.0
+
+
+def test_results_from_an_older_racsim_skip_a_section_instead_of_crashing(suite, tmp_path):
+    from racsim.paper import paper_report
+
+    df = pd.read_parquet(suite / "results.parquet").drop(columns=["bias_slack"])
+    text = paper_report(df, tmp_path)
+    assert "section skipped" in text and "bias_slack" in text
+    assert "### Proposition 2.2: TV bound" in text  # sections that do not need the column still render
