@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 import pytest
+from oracles import oracle_returns, oracle_weight
 from omegaconf import OmegaConf
 
 from racsim import bias as B
@@ -65,34 +66,6 @@ def structured(cfg: RacsimConf):
 
 # --------------------------------------------------------------------------
 # Oracles, written from the model's description.
-
-
-def oracle_weight(name, delay, status, alpha, tau_age, rho_bar, gamma):
-    """Corrector weight c of one slow result at the identity actor (ratio 1)."""
-    if name == "naive":
-        return 0.0
-    if name == "sync_oracle":
-        return 1.0
-    if status != INJECTED:
-        return 0.0
-    if name == "wait_for_slow":
-        return 1.0
-    if name == "bare_additive":
-        return alpha
-    rho = min(rho_bar, 1.0)
-    if name == "rac":
-        return alpha * math.exp(-delay / tau_age) * rho
-    if name == "rac_no_age":
-        return alpha * rho
-    if name == "retrace_a":
-        return alpha * gamma**delay * rho
-    raise AssertionError(name)
-
-
-def oracle_returns(rewards, gamma):
-    """G_t = sum_{j >= t} gamma^(j - t) r_j, truncated at the horizon; plain floats."""
-    T = len(rewards)
-    return [sum(gamma ** (j - t) * rewards[j] for j in range(t, T)) for t in range(T)]
 
 
 def oracle_score(states, actions, returns, pi):
@@ -206,7 +179,7 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise):
                     i = tr * per_trial + step * batch + b  # trajectories in trial, step, sample order
                     est += g_fast[i]
                     for k in range(K):
-                        c = oracle_weight(name, int(sched.delay[tr, step, b, k]), sched.status[tr, step, b, k],
+                        c = oracle_weight(name, int(sched.delay[tr, step, b, k]), sched.status[tr, step, b, k], 1.0,
                                           params.alpha, params.tau_age, params.rho_bar, params.retrace_gamma)
                         weight_sum[k] += c
                         est += c * g_slow[i, k]
@@ -249,7 +222,7 @@ def expected_weight(name, row, steps, alpha, tau_age, rho_bar, gamma):
     total = 0.0
     for d, p in enumerate(row):
         used = max(steps - d, 0) / steps
-        total += p * used * oracle_weight(name, d, INJECTED, alpha, tau_age, rho_bar, gamma)
+        total += p * used * oracle_weight(name, d, INJECTED, 1.0, alpha, tau_age, rho_bar, gamma)
     return total
 
 

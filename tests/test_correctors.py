@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from oracles import oracle_weight
 
 from racsim.config import CORRECTORS, ConfigError
 from racsim.correctors import (
@@ -29,29 +30,6 @@ SHAPE = (7, 5, 3, 2)
 # The oracle: one element at a time, written from the brief, not from the code.
 
 
-def oracle_weight(name, delay, status, ratio, alpha, tau_age, rho_bar, gamma):
-    """Weight of one (sample, channel) element; plain Python floats."""
-    if name == "naive":
-        return 0.0
-    if name == "sync_oracle":
-        return 1.0
-    if status != 0:  # dropped or pending: the slow result never reaches the update
-        return 0.0
-    if name == "wait_for_slow":
-        return 1.0
-    if name == "bare_additive":
-        return alpha
-    if ratio > rho_bar:
-        rho = rho_bar
-    else:
-        rho = ratio
-    if name == "rac":
-        return alpha * math.exp(-delay / tau_age) * rho
-    if name == "rac_no_age":
-        return alpha * rho
-    if name == "retrace_a":
-        return alpha * gamma**delay * rho
-    raise AssertionError(name)
 
 
 def random_schedule(rng, shape=SHAPE, max_delay=12):

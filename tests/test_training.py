@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+from oracles import oracle_returns, oracle_weight
 from omegaconf import OmegaConf
 
 from racsim import mdp as M
@@ -37,37 +38,6 @@ ASYNC_NAMES = ["naive", "retrace_a", "rac", "rac_no_age", "bare_additive", "sync
 
 # --------------------------------------------------------------------------
 # The oracle.
-
-
-def oracle_weight(name, delay, status, ratio, p: CorrectorParams):
-    if name == "naive":
-        return 0.0
-    if name == "sync_oracle":
-        return 1.0
-    if status != INJECTED:
-        return 0.0
-    if name == "wait_for_slow":
-        return 1.0
-    if name == "bare_additive":
-        return p.alpha
-    rho = p.rho_bar if ratio > p.rho_bar else ratio
-    if name == "rac":
-        return p.alpha * math.exp(-delay / p.tau_age) * rho
-    if name == "rac_no_age":
-        return p.alpha * rho
-    if name == "retrace_a":
-        return p.alpha * p.retrace_gamma**delay * rho
-    raise AssertionError(name)
-
-
-def oracle_returns(rewards, gamma):
-    T = len(rewards)
-    out = [0.0] * T
-    acc = 0.0
-    for t in range(T - 1, -1, -1):
-        acc = rewards[t] + gamma * acc
-        out[t] = acc
-    return out
 
 
 def softmax_row(row):
@@ -128,7 +98,8 @@ def oracle_train(mdp, theta0, sched, name, params, T, lr, rng, noise):
                             ratio = pi[st[u], ac[u]] / beh[u]
                             if name in ("rac", "rac_no_age", "retrace_a") and o < t:
                                 ratios.append(ratio)
-                            cs.append(oracle_weight(name, delay, status, ratio, params))
+                            cs.append(oracle_weight(name, delay, status, ratio, params.alpha, params.tau_age, params.rho_bar,
+                                                    params.retrace_gamma))
                         add_score(st, ac, slow[k], cs)
             new_theta.append(theta[l] + lr * grad / Bt)
         theta = new_theta
