@@ -183,6 +183,7 @@ def main(argv=None) -> None:
     ap.add_argument("--sweep", action="store_true",
                     help="only the sweep benchmark: 64 cells serially vs the joblib launcher on 2 processes")
     ap.add_argument("--keep", help="--sweep: leave the two sweeps in this folder")
+    ap.add_argument("--trials", type=int, default=500, help="--sweep: trials per cell (default 500)")
     ap.add_argument("--paper", action="store_true", help="only the paper's heavy-tail grid (issue: under 10 s)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
@@ -191,7 +192,8 @@ def main(argv=None) -> None:
     if args.paper:
         figures.update(bench_heavy_tail())
     elif args.sweep:
-        figures.update(bench_sweep(n_seeds=2, trials=50, keep=args.keep) if args.quick else bench_sweep(keep=args.keep))
+        figures.update(bench_sweep(n_seeds=2, trials=50, keep=args.keep) if args.quick
+                       else bench_sweep(trials=args.trials, keep=args.keep))
     else:
         figures.update(bench_bias(n_vec, n_loop))
         figures.update(bench_pipeline(trials))
