@@ -174,7 +174,7 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
                             recommended=recommended, per_corrector=per, targets={**targets, "corrector": chosen},
                             best=runs[best_n], timings=timings)
     if cap.benchmark:
-        result.speed = benchmark(cfg, key, sorted(rows), timings)
+        result.speed = benchmark(cfg, key, sorted(rows))
     return result
 
 
@@ -228,7 +228,7 @@ def raw_simpy_rate(n_requests: int, servers: int, seed: int = 0) -> float:
     return n_requests / (time.perf_counter() - t0)
 
 
-def benchmark(cfg: Any, key: str, counts: List[int], timings: Dict[str, float]) -> Dict[str, float]:
+def benchmark(cfg: Any, key: str, counts: List[int]) -> Dict[str, float]:
     """Simulated requests per second of wall time: the lanes engine over the sweep
     (measured here on the evaluated counts, async and blocking schedules), racsim's
     SimPy engine of record on a few trials, and raw SimPy on a bare per-request model."""

@@ -16,10 +16,13 @@ from __future__ import annotations
 import ast
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import pandas as pd
+
+from .plots import _plt, _save
+from .report import _fmt
 
 CI_RESAMPLES = 2000  # bootstrap over cells (seeds) for ratios of mean biases
 
@@ -36,12 +39,6 @@ def _paper(study: str, row: str, metric: str) -> Tuple[float, float, float]:
         return (np.nan, np.nan, np.nan)
     h = hit.iloc[0]
     return float(h.value), float(h.ci_lo), float(h.ci_hi)
-
-
-def _fmt(v) -> str:
-    from .report import _fmt as f
-
-    return f(v)
 
 
 def _ratio_ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator) -> Tuple[float, float, float]:
@@ -81,11 +78,6 @@ def _table(rows: List[Row]) -> str:
     for _, r in df.iterrows():
         lines.append("| " + " | ".join(_fmt(r[k]) for k in keys) + " |")
     return "\n".join(lines)
-
-
-def _pivot(rows: pd.DataFrame, group: List[str], corrector: str, col: str) -> pd.Series:
-    r = rows[rows.corrector == corrector]
-    return r.groupby(group, sort=False)[col].mean() if group else r[col]
 
 
 def _cell_reductions(part: pd.DataFrame, corrector: str = "rac") -> np.ndarray:
@@ -383,18 +375,6 @@ def paper_report(df: pd.DataFrame, out: Path, seed: int = 0) -> str:
 
 # ----------------------------------------------------------------------------
 # Figures.
-
-
-def _plt():
-    from .plots import _plt as p
-
-    return p()
-
-
-def _save(fig, path: Path) -> None:
-    from .plots import _save as s
-
-    s(fig, path)
 
 
 def _heatmap_figure(heat: Dict[str, Dict[int, float]], path: Path) -> None:

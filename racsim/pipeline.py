@@ -187,7 +187,7 @@ def classify(land: np.ndarray, max_delay: Optional[int], n_steps: int):
 
 
 def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log=None) -> ArrivalSchedule:
-    n, steps = step_start.shape[0], step_start.shape[1] - 1
+    steps = step_start.shape[1] - 1
     delays, statuses = [], []
     for name in names:
         if blocking:
@@ -668,7 +668,7 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 if blocking:
                     done = np.maximum(done, gpus[nm].step_blocking(t, now, wait_timeout))
                 continue
-            s, e, lost = _serve(draws, nm, t, arr, free.get(nm), blocking)
+            s, e, lost = _serve(draws, nm, t, arr, free.get(nm))
             submit[nm][:, t], start[nm][:, t], end[nm][:, t] = arr, s, e
             if blocking:
                 done = np.maximum(done, np.where(lost, arr, e).max(axis=1))
@@ -707,7 +707,7 @@ def _service_seconds(draws: PipelineDraws, name: str, t: int):
     return s, np.zeros(s.shape, dtype=bool)
 
 
-def _serve(draws, name, t, arrival, free, blocking):
+def _serve(draws, name, t, arrival, free):
     service, lost = _service_seconds(draws, name, t)
     if free is None:
         start = arrival.copy()

@@ -95,7 +95,6 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _
     """Simulate every cell's pipeline, then the shared trajectories, then each cell's summary."""
     first = members[0][2]
     lr = first.learner
-    mdp = build_mdp(first)
     theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
     t0 = time.perf_counter()
     bias_cells = []
@@ -106,6 +105,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _
                                mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std))
     pipeline_s = time.perf_counter() - t0
     t0 = time.perf_counter()
+    mdp = bias_cells[0].mdp  # transitions shared by the group; each cell brings its own rewards
     runs = run_bias_cells(mdp, theta, bias_cells, lr.horizon, rng_for(first.seed, "trajectories"),
                           fast_noise_std=lr.fast_noise_std, progress=progress)
     # One resample of the trials for the whole group: paired across its cells.
@@ -116,7 +116,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _
             values = {"cell": i, **values}
         summary = summarize(brun, lr.bootstrap, None, counts=counts)
         workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
-        rows.append((i, values, _results_table(ccfg, cell.names, cell.schedules, summary, brun, {}),
+        rows.append((i, values, _results_table(ccfg, cell.names, cell.schedules, summary, brun),
                      channel_stats(cell.schedules["async"], workers)))
     head = members[0][0] == 0
     return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,
@@ -257,7 +257,7 @@ def _with_values(tables: list) -> pd.DataFrame:
     return pd.concat([head, df.drop(columns=[k for k in front if k in df])], axis=1)
 
 
-def _results_table(cfg, names, schedules, summary, bias, curves) -> pd.DataFrame:
+def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
     from .bias import schedule_for
 
     p = cfg.pipeline

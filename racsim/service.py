@@ -32,7 +32,6 @@ well-known models (the parameter counts follow from the shape, biases left out).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Dict
 

@@ -23,27 +23,8 @@ from racsim import pipeline
 from racsim.config import ChannelConf, GpuConf, LatencyConf, PipelineConf, RMConf, RMModelConf
 from racsim.pipeline import GpuSpec, PipelineDraws
 from racsim.schedule import DROPPED, INJECTED, PENDING
+from helpers import assert_same_schedule, det
 
-ARRAYS = ("delay", "status", "step_start", "submit_time", "service_start", "completion")
-LOG = ("lane", "replica", "start", "end", "size", "tokens", "step", "replicas")
-
-
-def det(x: float) -> LatencyConf:
-    return LatencyConf(kind="deterministic", mean=float(x))
-
-
-def same(a, b, label=""):
-    assert a.blocking == b.blocking and a.channel_names == b.channel_names, label
-    for f in ARRAYS:
-        x, y = getattr(a, f), getattr(b, f)
-        assert x.shape == y.shape and x.dtype == y.dtype, (label, f)
-        if not np.array_equal(x, y):
-            bad = np.argwhere(x != y)[:5]
-            raise AssertionError(f"{label}: {f} differs at {bad.tolist()}: {x[tuple(bad.T)]} vs {y[tuple(bad.T)]}")
-    assert set(a.gpu_batches or {}) == set(b.gpu_batches or {}), label
-    for nm in a.gpu_batches or {}:
-        for k in LOG:
-            assert np.array_equal(a.gpu_batches[nm][k], b.gpu_batches[nm][k]), (label, nm, k)
 
 
 # ----------------------------------------------------------------------------
@@ -108,8 +89,8 @@ def cases():
 @pytest.mark.parametrize("seed", range(N_RANDOM))
 def test_engines_agree_on_gpu_rm_channels(cases, seed, blocking, timeout):
     _, _, (vec, loop, sim) = cases[(seed, blocking, timeout)]
-    same(vec, sim, f"lanes vs simpy, seed {seed} blocking {blocking} timeout {timeout}")
-    same(loop, sim, f"lane loop vs simpy, seed {seed} blocking {blocking} timeout {timeout}")
+    assert_same_schedule(vec, sim, f"lanes vs simpy, seed {seed} blocking {blocking} timeout {timeout}")
+    assert_same_schedule(loop, sim, f"lane loop vs simpy, seed {seed} blocking {blocking} timeout {timeout}")
 
 
 def test_random_gpu_configs_cover_every_case(cases):
@@ -235,7 +216,7 @@ def test_gpu_pool_is_erlang_c_with_batch_size_one(c, rho):
     few = PipelineDraws(phase=draws.phase[:, :3, :400], service={"g": tokens[:3, :400]},
                         kernel_channels=frozenset(), nominal_step=1.0, workers={"g": None}, max_delay={"g": None},
                         gpu=draws.gpu)
-    same(pipeline.run_lanes(few, False), pipeline.run_simpy(few, False), "M/M/c lanes vs simpy")
+    assert_same_schedule(pipeline.run_lanes(few, False), pipeline.run_simpy(few, False), "M/M/c lanes vs simpy")
 
 
 def lindley_starts(arrival, service):

@@ -74,6 +74,10 @@ def test_report_checks_what_theory_guarantees(suite):
     k = _rows(sections["Table 1, top block: K-sweep"])
     sat = k[k.quantity.str.contains(r"\(sat\)") & k.quantity.str.endswith("reduction")]
     assert sat.note.str.contains("eta=").all()
+    eta = sat.note.str.extract(r"eta=([-0-9.e+]+)")[0].astype(float)
+    assert len(eta) >= 1 and (eta.abs() < 1e-12).all()  # condition (R): no slack left
+    plain = k[~k.quantity.str.contains(r"\(sat\)") & k.quantity.str.endswith("reduction")]
+    assert (plain.note.str.extract(r"eta=([-0-9.e+]+)")[0].astype(float) > 0.01).all()  # end-of-run loss
 
 
 def test_sweep_aggregate_has_one_row_per_job_and_corrector(suite):

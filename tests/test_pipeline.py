@@ -19,23 +19,8 @@ from racsim import pipeline
 from racsim.config import ChannelConf, LatencyConf, PipelineConf
 from racsim.pipeline import PipelineDraws, classify, fifo_assign, landing_step
 from racsim.schedule import DROPPED, INJECTED, PENDING
+from helpers import assert_same_schedule, det
 
-ARRAYS = ("delay", "status", "step_start", "submit_time", "service_start", "completion")
-
-
-def det(x: float) -> LatencyConf:
-    return LatencyConf(kind="deterministic", mean=float(x))
-
-
-def assert_same_schedule(a, b, label=""):
-    assert a.blocking == b.blocking and a.channel_names == b.channel_names, label
-    for f in ARRAYS:
-        x, y = getattr(a, f), getattr(b, f)
-        assert x.shape == y.shape, (label, f)
-        assert x.dtype == y.dtype, (label, f)
-        if not np.array_equal(x, y):
-            bad = np.argwhere(x != y)[:5]
-            raise AssertionError(f"{label}: {f} differs at {bad.tolist()}: {x[tuple(bad.T)]} vs {y[tuple(bad.T)]}")
 
 
 # ----------------------------------------------------------------------------

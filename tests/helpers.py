@@ -1,0 +1,29 @@
+"""Small helpers shared by the pipeline test files."""
+
+import numpy as np
+
+from racsim.config import LatencyConf
+
+ARRAYS = ("delay", "status", "step_start", "submit_time", "service_start", "completion")
+GPU_LOG = ("lane", "replica", "start", "end", "size", "tokens", "step", "replicas")
+
+
+def det(x: float) -> LatencyConf:
+    """A deterministic duration of x seconds."""
+    return LatencyConf(kind="deterministic", mean=float(x))
+
+
+def assert_same_schedule(a, b, label=""):
+    """Two ArrivalSchedules equal to the last bit: every array, and the GPU batch logs if any."""
+    assert a.blocking == b.blocking and a.channel_names == b.channel_names, label
+    for f in ARRAYS:
+        x, y = getattr(a, f), getattr(b, f)
+        assert x.shape == y.shape, (label, f)
+        assert x.dtype == y.dtype, (label, f)
+        if not np.array_equal(x, y):
+            bad = np.argwhere(x != y)[:5]
+            raise AssertionError(f"{label}: {f} differs at {bad.tolist()}: {x[tuple(bad.T)]} vs {y[tuple(bad.T)]}")
+    assert set(a.gpu_batches or {}) == set(b.gpu_batches or {}), label
+    for nm in a.gpu_batches or {}:
+        for k in GPU_LOG:
+            assert np.array_equal(a.gpu_batches[nm][k], b.gpu_batches[nm][k]), (label, nm, k)
