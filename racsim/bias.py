@@ -15,7 +15,7 @@ figure and its standard error.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -138,6 +138,19 @@ def _atoms(tables: List[np.ndarray]) -> tuple:
     return np.eye(SA), [t for t in tables]
 
 
+def _distinct_weights(w_cell: Dict[str, np.ndarray]) -> Tuple[Dict[str, int], np.ndarray]:
+    """Correctors whose weights are equal share one row of the GEMM, so that their
+    estimates are equal to the last bit (a BLAS may round two equal rows of one
+    product differently). Returns (name -> row, stacked distinct rows (M, trials, steps*batch, K))."""
+    rows: List[np.ndarray] = []
+    index: Dict[str, int] = {}
+    for name, w in w_cell.items():
+        index[name] = next((i for i, r in enumerate(rows) if np.array_equal(r, w)), len(rows))
+        if index[name] == len(rows):
+            rows.append(w)
+    return index, np.stack(rows)
+
+
 def run_bias_cells(
     mdp: M.TabularMDP,
     theta: np.ndarray,
@@ -178,7 +191,7 @@ def run_bias_cells(
             run.slack[name] = corrector_slack(name, sched, cell.params, gain)
             run.estimates[name] = np.empty((trials, SA))
         runs.append(run)
-        weights.append((list(w_cell), np.stack(list(w_cell.values()))))  # (M, trials, steps*batch, K)
+        weights.append(_distinct_weights(w_cell))
     per_trial = steps * batch
     noisy = any(sd > 0 for sd in noise)
     budget = CHUNK_TRAJECTORIES * 3 // max(3, len(atoms) + noisy)  # bounds the (atoms x T x n) returns
@@ -201,10 +214,10 @@ def run_bias_cells(
             fast = gc[:, :, 0].mean(axis=1)
             # every corrector of the cell at once: one (correctors x samples) GEMM per trial
             slow = gc[:, :, 1:].reshape(hi - lo, per_trial * K, SA)
-            w = stacked[:, lo:hi].reshape(len(names), hi - lo, per_trial * K).transpose(1, 0, 2)
+            w = stacked[:, lo:hi].reshape(len(stacked), hi - lo, per_trial * K).transpose(1, 0, 2)
             est = fast[None] + np.matmul(w, slow).transpose(1, 0, 2) / per_trial
-            for name, e in zip(names, est):
-                run.estimates[name][lo:hi] = e
+            for name, row in names.items():
+                run.estimates[name][lo:hi] = est[row]
             run.trajectories += n
         if progress is not None:
             progress(hi - lo)

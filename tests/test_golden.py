@@ -1,0 +1,27 @@
+"""The fixed set of golden runs (tests/golden.py) gives the result tables recorded
+in tests/golden.json, to the last bit of every value."""
+
+import json
+
+import pytest
+
+import golden
+
+
+@pytest.fixture(scope="module")
+def now():
+    return golden.digest_all(workers=1)
+
+
+def test_golden_runs_reproduce_the_recorded_tables(now):
+    recorded = json.loads(golden.DIGESTS.read_text())["runs"]
+    assert golden.compare(recorded, now, raw=False) == []
+
+
+def test_canonical_form_tells_apart_the_last_bit():
+    import pandas as pd
+
+    a = pd.DataFrame({"x": [0.1 + 0.2]})
+    b = pd.DataFrame({"x": [0.3]})
+    assert golden.canonical(a) != golden.canonical(b)
+    assert golden.canonical(a) == golden.canonical(a.copy())
