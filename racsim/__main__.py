@@ -1,5 +1,7 @@
 """``python -m racsim``: the same as the ``racsim`` command."""
 
-from .cli import main
+from __future__ import annotations
+
+from racsim.cli import main
 
 main()

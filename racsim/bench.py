@@ -22,7 +22,17 @@ from typing import Callable, Dict
 
 import numpy as np
 
-from . import mdp as M
+from racsim.config.schema import register_configs
+from racsim.learner import mdp as M
+from racsim.learner.rollouts import (
+    discounted_returns,
+    sample_trajectories,
+    trajectory_gradients,
+)
+from racsim.pipeline.draws import draw
+from racsim.pipeline.lanes import run_lanes
+from racsim.pipeline.simpy_engine import run_simpy
+from racsim.run import run
 
 
 def _best_of(fn: Callable[[], object], repeat: int) -> float:
@@ -55,9 +65,9 @@ def loop_gradients(mdp: M.TabularMDP, pi: np.ndarray, n: int, horizon: int, rng:
 
 
 def vector_gradients(mdp: M.TabularMDP, pi: np.ndarray, n: int, horizon: int, rng: np.random.Generator):
-    states, actions = M.sample_trajectories(mdp, pi, n, horizon, rng)
+    states, actions = sample_trajectories(mdp, pi, n, horizon, rng)
     r = mdp.reward_total[states, actions]
-    return M.trajectory_gradients(states, actions, M.discounted_returns(r, mdp.gamma), pi)
+    return trajectory_gradients(states, actions, discounted_returns(r, mdp.gamma), pi)
 
 
 def bench_bias(n_vec: int, n_loop: int, horizon: int = 50) -> Dict[str, float]:
@@ -77,20 +87,16 @@ def bench_bias(n_vec: int, n_loop: int, horizon: int = 50) -> Dict[str, float]:
 def _default_cfg(overrides=()):
     from hydra import compose, initialize_config_module
 
-    from .config import register_configs
-
     register_configs()
     with initialize_config_module(version_base="1.3", config_module="racsim.conf"):
         return compose("config", overrides=list(overrides))
 
 
 def bench_pipeline(trials: int) -> Dict[str, float]:
-    from . import pipeline
-
     cfg = _default_cfg()
-    draws = pipeline.draw(cfg.pipeline, trials, np.random.default_rng(0))
-    t_simpy = _best_of(lambda: pipeline.run_simpy(draws, False), 1)
-    t_lanes = _best_of(lambda: pipeline.run_lanes(draws, False), 3)
+    draws = draw(cfg.pipeline, trials, np.random.default_rng(0))
+    t_simpy = _best_of(lambda: run_simpy(draws, False), 1)
+    t_lanes = _best_of(lambda: run_lanes(draws, False), 3)
     return {
         "pipeline_simpy_trials_per_s": trials / t_simpy,
         "pipeline_lanes_trials_per_s": trials / t_lanes,
@@ -99,8 +105,6 @@ def bench_pipeline(trials: int) -> Dict[str, float]:
 
 
 def bench_default() -> Dict[str, float]:
-    from .run import run
-
     cfg = _default_cfg(["output.plots=false"])
     t0 = time.perf_counter()
     res = run(cfg)
@@ -156,8 +160,6 @@ PAPER_HEAVY_TAIL_S = 945.0  # the paper's reported time for its heavy-tail grid,
 def bench_heavy_tail() -> Dict[str, float]:
     """The paper's heavy-tail grid (225 cells x 1000 trials of 50 steps) end to end,
     against a per-trajectory Python loop timed here on the same trajectories' size."""
-    from .run import run
-
     cfg = _default_cfg(["scenario=paper/heavy_tail", "output.progress=false"])
     t0 = time.perf_counter()
     res = run(cfg)

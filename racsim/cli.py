@@ -16,9 +16,19 @@ import shutil
 import sys
 from pathlib import Path
 
-from .config import ConfigError
+from racsim.analyses.capacity import run_capacity
+from racsim.config.schema import register_configs
+from racsim.config.validate import check_schema
+from racsim.errors import ConfigError
+from racsim.report.capacity import format_curve, recommendation_text, write_capacity
+from racsim.report.tables import format_table
+from racsim.report.writers import write_outputs
+from racsim.run import run
+from racsim.sweep import Job, in_multirun, register_resolvers
 
 EXIT_USAGE = 2
+
+
 _FRIENDLY = True  # set by main(): False when the user asked for Hydra's full error reports
 
 
@@ -28,16 +38,11 @@ def _task(cfg) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    from .sweep import Job
-
     job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
     if job.skip:
         print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
         return
     try:
-        from .config import check_schema
-        from .run import run
-
         check_schema(cfg)  # keys added with +key=... that the schema lacks, and NaNs
         progress = _progress_bar(cfg)
         try:
@@ -54,8 +59,6 @@ def _task(cfg) -> None:
             raise
         print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    from .report import format_table, write_outputs
-
     written = write_outputs(out_dir, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
     job.finish(written)  # done.json, the completion marker: the last file written
     if job.num is not None:  # a sweep job: one line, the table is in its folder and the sweep's
@@ -78,8 +81,6 @@ def _capacity(cfg, out_dir: Path, job) -> None:
     """``capacity.enabled``: run racsim.capacity, write its folder, print the curve and the recommendation."""
     from omegaconf import OmegaConf
 
-    from .capacity import format_curve, recommendation_text, run_capacity, write_capacity
-
     res = run_capacity(cfg)
     written = write_capacity(out_dir, cfg, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
     job.finish(written)
@@ -95,8 +96,6 @@ def _capacity(cfg, out_dir: Path, job) -> None:
 
 
 def _progress_bar(cfg):
-    from .sweep import in_multirun
-
     if not cfg.output.progress or in_multirun():  # a sweep shows its own job counter
         return None
     from tqdm import tqdm
@@ -202,9 +201,6 @@ def main() -> None:
     import hydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
-
-    from .config import register_configs
-    from .sweep import register_resolvers
 
     global _FRIENDLY
     register_configs()

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from .config import ConfigError
+from racsim.errors import ConfigError
+from racsim.io import write_text
 
 
 @dataclass
@@ -94,7 +95,11 @@ def parse(argv: List[str]) -> ProfileConf:
 def build_model(conf: ProfileConf, dtype, device):
     """(model, description, vocab size) on ``device`` in ``dtype``, in eval mode."""
     import torch
-    from transformers import AutoModelForSequenceClassification, LlamaConfig, LlamaForSequenceClassification
+    from transformers import (
+        AutoModelForSequenceClassification,
+        LlamaConfig,
+        LlamaForSequenceClassification,
+    )
 
     torch.manual_seed(conf.seed)
     if conf.rm.checkpoint:
@@ -184,8 +189,6 @@ def measure(conf: ProfileConf, log=None):
 
 
 def write_csv(path: Path, header: dict, rows: list) -> None:
-    from .report import write_text
-
     lines = [f"# {k}: {v}" for k, v in header.items()]
     cols = ["batch_size", "seq_len", "seconds", "seconds_median", "seconds_max", "repeats"]
     lines.append(",".join(cols))

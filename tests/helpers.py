@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from racsim.config import LatencyConf
+from racsim.config.schema import LatencyConf
 
 ARRAYS = ("delay", "status", "step_start", "submit_time", "service_start", "completion")
 GPU_LOG = ("lane", "replica", "start", "end", "size", "tokens", "step", "replicas")

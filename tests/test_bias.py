@@ -21,13 +21,11 @@ import math
 
 import numpy as np
 import pytest
-from oracles import oracle_returns, oracle_weight
 from omegaconf import OmegaConf
+from oracles import oracle_returns, oracle_weight
 
-from racsim import bias as B
-from racsim import mdp as M
-from racsim import run as R
-from racsim.config import (
+import racsim.run as R
+from racsim.config.schema import (
     ChannelConf,
     CorrectorConf,
     LatencyConf,
@@ -37,8 +35,11 @@ from racsim.config import (
     RacsimConf,
     TrainConf,
 )
-from racsim.correctors import CorrectorParams
-from racsim.schedule import DROPPED, INJECTED, PENDING, ArrivalSchedule
+from racsim.learner import bias as B
+from racsim.learner import mdp as M
+from racsim.learner.correctors import CorrectorParams
+from racsim.learner.rollouts import sample_trajectories
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, ArrivalSchedule
 
 ALL = ["naive", "wait_for_slow", "retrace_a", "rac", "rac_no_age", "bare_additive", "sync_oracle"]
 
@@ -137,7 +138,7 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise):
     per_trial = steps * batch
     monkeypatch.setattr(B, "CHUNK_TRAJECTORIES", 2 * per_trial + 1)
     calls = []
-    real = M.sample_trajectories
+    real = sample_trajectories
 
     def recording(mdp_, pi_, n, horizon, rng_, time_major=False):
         s, a = real(mdp_, pi_, n, horizon, rng_, time_major=time_major)
@@ -145,7 +146,7 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise):
         calls.append((np.array(pi_, copy=True), n, horizon, *(x.T.copy() if time_major else x.copy() for x in (s, a))))
         return s, a
 
-    monkeypatch.setattr(M, "sample_trajectories", recording)
+    monkeypatch.setattr(B, "sample_trajectories", recording)  # as racsim.learner.bias calls it
     gen = RecordingGenerator(2024)
     run = B.run_bias(mdp, theta, schedules, ALL, params, T, gen, fast_noise_std=noise)
 

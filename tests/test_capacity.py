@@ -13,10 +13,12 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from racsim import pipeline
-from racsim.capacity import feasible, run_capacity
-from racsim.config import ConfigError, register_configs, validate
-from racsim.timeline import trace_events, write_timeline
+from racsim.analyses.capacity import feasible, run_capacity
+from racsim.config.schema import register_configs
+from racsim.config.validate import validate
+from racsim.errors import ConfigError
+from racsim.pipeline.engines import simulate
+from racsim.report.trace import trace_events, write_timeline
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted(p.stem for p in (REPO / "scenarios" / "capacity").glob("*.yaml"))
@@ -148,7 +150,7 @@ def test_speed_benchmark_figures(hydra_ctx):
 def test_trace_json_has_steps_batches_and_waits(hydra_ctx, tmp_path):
     cfg = make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "pipeline.channels.judge.rm.gpus=2",
                "+channel@pipeline.channels.verifier=code_verifier")
-    s = pipeline.simulate(cfg.pipeline, 3, np.random.default_rng(0))
+    s = simulate(cfg.pipeline, 3, np.random.default_rng(0))
     files = write_timeline(tmp_path, s)
     assert [f.name for f in files] == ["trace.json", "gantt.png"] and all(f.stat().st_size > 0 for f in files)
     doc = json.loads((tmp_path / "trace.json").read_text())
@@ -175,7 +177,7 @@ def test_trace_json_has_steps_batches_and_waits(hydra_ctx, tmp_path):
 
 def test_blocking_trace_shows_the_wait(hydra_ctx):
     cfg = make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "pipeline.channels.judge.rm.gpus=1")
-    s = pipeline.simulate(cfg.pipeline, 2, np.random.default_rng(0), blocking=True)
+    s = simulate(cfg.pipeline, 2, np.random.default_rng(0), blocking=True)
     waits = [e for e in trace_events(s) if e["name"] == "wait for slow"]
     assert len(waits) == 12 and all(e["dur"] > 0 for e in waits)
 

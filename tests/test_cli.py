@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from racsim.config import CORRECTORS
+from racsim.config.schema import CORRECTORS
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

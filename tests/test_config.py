@@ -15,17 +15,17 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from racsim.config import (
+from racsim.config.schema import (
     CORRECTORS,
     ENGINES,
     LATENCY_KINDS,
     ChannelConf,
-    ConfigError,
     LatencyConf,
     RacsimConf,
     register_configs,
-    validate,
 )
+from racsim.config.validate import validate
+from racsim.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from oracles import oracle_weight
 
-from racsim.config import CORRECTORS, ConfigError
-from racsim.correctors import (
+from racsim.config.schema import CORRECTORS
+from racsim.errors import ConfigError
+from racsim.learner.correctors import (
     BLOCKING,
     SCHEDULE_FREE,
     CorrectorParams,
@@ -21,7 +22,7 @@ from racsim.correctors import (
     geometric_weight,
     vtrace_advantage,
 )
-from racsim.schedule import DROPPED, INJECTED, PENDING
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING
 
 SHAPE = (7, 5, 3, 2)
 

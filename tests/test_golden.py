@@ -3,9 +3,8 @@ in tests/golden.json, to the last bit of every value."""
 
 import json
 
-import pytest
-
 import golden
+import pytest
 
 
 @pytest.fixture(scope="module")

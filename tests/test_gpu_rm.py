@@ -18,14 +18,22 @@ import math
 
 import numpy as np
 import pytest
-
-from racsim import pipeline
-from racsim.config import ChannelConf, GpuConf, LatencyConf, PipelineConf, RMConf, RMModelConf
-from racsim.pipeline import GpuSpec, PipelineDraws
-from racsim.schedule import DROPPED, INJECTED, PENDING
 from helpers import assert_same_schedule, det
 
-
+from racsim.config.schema import (
+    ChannelConf,
+    GpuConf,
+    LatencyConf,
+    PipelineConf,
+    RMConf,
+    RMModelConf,
+)
+from racsim.pipeline.batcher import GpuSpec, fast_score_seconds, gpu_spec
+from racsim.pipeline.draws import PipelineDraws, draw, draw_tokens
+from racsim.pipeline.engines import ENGINES
+from racsim.pipeline.lanes import run_lanes
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING
+from racsim.pipeline.simpy_engine import run_simpy
 
 # ----------------------------------------------------------------------------
 # Random configurations: slow GPUs (peak 30..150 TFLOP/s) so that queues form.
@@ -76,11 +84,11 @@ def cases():
     out = {}
     for seed in range(N_RANDOM):
         pcfg = random_pcfg(seed)
-        draws = pipeline.draw(pcfg, 3, np.random.default_rng(seed))
+        draws = draw(pcfg, 3, np.random.default_rng(seed))
         for blocking, timeout in MODES:
-            runs = (pipeline.run_lanes(draws, blocking, timeout),
-                    pipeline.run_lanes(draws, blocking, timeout, gpu_loop=True),
-                    pipeline.run_simpy(draws, blocking, timeout))
+            runs = (run_lanes(draws, blocking, timeout),
+                    run_lanes(draws, blocking, timeout, gpu_loop=True),
+                    run_simpy(draws, blocking, timeout))
             out[(seed, blocking, timeout)] = (pcfg, draws, runs)
     return out
 
@@ -155,8 +163,8 @@ def test_blocking_waits_for_the_whole_group():
     last sequence is scored, and every result is injected at delay 0."""
     rm = RMConf(gpu=GpuConf(peak_tflops=50.0), gpus=2, max_batch=4, sequences_per_sample=3)
     pcfg = PipelineConf(steps=10, batch_size=3, channels={"g": ChannelConf(kind="gpu_rm", rm=rm)})
-    draws = pipeline.draw(pcfg, 4, np.random.default_rng(3))
-    for run in (pipeline.run_lanes, pipeline.run_simpy):
+    draws = draw(pcfg, 4, np.random.default_rng(3))
+    for run in (run_lanes, run_simpy):
         s = run(draws, True)
         assert np.all(s.status == INJECTED) and np.all(s.delay == 0)
         resumed = s.step_start[:, 1:] - draws.phase[3]
@@ -207,7 +215,7 @@ def test_gpu_pool_is_erlang_c_with_batch_size_one(c, rho):
         gpu={"g": GpuSpec(replicas=c, max_batch=1, budget=1e12, max_wait=0.0, order="fifo", padded=False,
                           model=LinearService(rate), seqs=1)},
     )
-    s = pipeline.run_lanes(draws, False)
+    s = run_lanes(draws, False)
     wait = (s.service_start - s.submit_time)[:, warm:, 0, 0]
     mean_service = float(np.mean(tokens)) / rate  # the rounded draws' own mean
     expected = erlang_c_wait(c, lam, 1.0 / mean_service)
@@ -216,7 +224,7 @@ def test_gpu_pool_is_erlang_c_with_batch_size_one(c, rho):
     few = PipelineDraws(phase=draws.phase[:, :3, :400], service={"g": tokens[:3, :400]},
                         kernel_channels=frozenset(), nominal_step=1.0, workers={"g": None}, max_delay={"g": None},
                         gpu=draws.gpu)
-    assert_same_schedule(pipeline.run_lanes(few, False), pipeline.run_simpy(few, False), "M/M/c lanes vs simpy")
+    assert_same_schedule(run_lanes(few, False), run_simpy(few, False), "M/M/c lanes vs simpy")
 
 
 def lindley_starts(arrival, service):
@@ -252,8 +260,8 @@ def test_deterministic_batches_follow_lindley(engine, split, blocking):
     n = G // split
     flops = 2 * params * (n * 450) + 2 * 4 * d * n * 450**2
     D = flops / (0.002e12 * 0.5) + 0.03
-    draws = pipeline.draw(pcfg, 3, np.random.default_rng(9))
-    s = pipeline.ENGINES[engine](draws, blocking)
+    draws = draw(pcfg, 3, np.random.default_rng(9))
+    s = ENGINES[engine](draws, blocking)
     log = s.gpu_batches["g"]
     np.testing.assert_allclose(log["end"] - log["start"], D, rtol=1e-12)
     for i in range(3):
@@ -270,18 +278,18 @@ def test_fast_scorer_on_gpus_sets_the_fast_score_phase():
     the step's sequences, all handed over at once: one batch on one replica is
     the service model's time for that batch; single-sequence batches on several
     replicas are list-scheduled (each on the replica that falls free first)."""
-    rm = RMConf(gpu=GpuConf(peak_tflops=100.0), gpus=1, max_batch=64, token_budget=10**7, sequences_per_sample=2)
+    rm = RMConf(gpu=GpuConf(peak_tflops=100.0, memory_gb=1e5), gpus=1, max_batch=64, token_budget=10**7, sequences_per_sample=2)
     pcfg = PipelineConf(steps=5, batch_size=3, channels={"k": ChannelConf(kernel=[1.0])}, fast_rm=rm)
-    draws = pipeline.draw(pcfg, 2, np.random.default_rng(4))
+    draws = draw(pcfg, 2, np.random.default_rng(4))
     rng = np.random.default_rng(4)
-    pipeline.draw(PipelineConf(steps=5, batch_size=3, channels={"k": ChannelConf(kernel=[1.0])}), 2, rng)
-    tok = pipeline.draw_tokens(rm, rng, (2, 5, 6))  # the same stream, drawn after the channels
-    model = pipeline.gpu_spec(rm, "fast").model
+    draw(PipelineConf(steps=5, batch_size=3, channels={"k": ChannelConf(kernel=[1.0])}), 2, rng)
+    tok = draw_tokens(rm, rng, (2, 5, 6))  # the same stream, drawn after the channels
+    model = gpu_spec(rm, "fast").model
     expect = model.seconds(6.0, tok.sum(-1), (tok**2).sum(-1), tok.max(-1))
     np.testing.assert_allclose(draws.phase[1], expect, rtol=1e-12)
     rm2 = RMConf(**{**rm.__dict__, "gpus": 2, "max_batch": 1})
-    spec = pipeline.gpu_spec(rm2, "fast")
-    got = pipeline.fast_score_seconds(spec, tok)
+    spec = gpu_spec(rm2, "fast")
+    got = fast_score_seconds(spec, tok)
     for i, t in np.ndindex(2, 5):
         free = [0.0, 0.0]
         for L in tok[i, t]:

@@ -16,8 +16,13 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from racsim.config import ConfigError, LatencyConf
-from racsim.latency import build_latency, cauchy_truncated_mean, solve_cauchy_location
+from racsim.config.schema import LatencyConf
+from racsim.errors import ConfigError
+from racsim.pipeline.latency import (
+    build_latency,
+    cauchy_truncated_mean,
+    solve_cauchy_location,
+)
 
 INF = math.inf
 N = 400_000  # draws per distribution for moment/quantile checks

@@ -9,24 +9,25 @@ import itertools
 import numpy as np
 import pytest
 
-from racsim.mdp import (
+from racsim.learner.mdp import (
     TabularMDP,
     canonical_theta,
-    discounted_returns,
     finite_horizon_expectation,
     make_mdp,
     objective,
     optimal_policy,
     q_values,
-    sample_trajectories,
-    score_gradient,
     softmax_policy,
     state_transition,
     stationary_distribution,
-    trajectory_gradients,
     true_gradient,
 )
-
+from racsim.learner.rollouts import (
+    discounted_returns,
+    sample_trajectories,
+    score_gradient,
+    trajectory_gradients,
+)
 
 # ----------------------------------------------------------------- helpers
 

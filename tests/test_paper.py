@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from racsim.paper import SECTIONS, paper_values
+from racsim.report.paper import SECTIONS, paper_values
 
 SCENARIOS = ["k_sweep", "baselines_k2", "knob_ablation_k2", "cross_topology", "heavy_tail", "mdp_scaling",
              "slack_sweep", "identity_kernel", "tv_bound", "advantage_probe"]
@@ -88,7 +88,7 @@ def test_sweep_aggregate_has_one_row_per_job_and_corrector(suite):
 
 
 def test_results_from_an_older_racsim_skip_a_section_instead_of_crashing(suite, tmp_path):
-    from racsim.paper import paper_report
+    from racsim.report.paper import paper_report
 
     df = pd.read_parquet(suite / "results.parquet").drop(columns=["bias_slack"])
     text = paper_report(df, tmp_path)

@@ -14,14 +14,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import simpy
-
-from racsim import pipeline
-from racsim.config import ChannelConf, LatencyConf, PipelineConf
-from racsim.pipeline import PipelineDraws, classify, fifo_assign, landing_step
-from racsim.schedule import DROPPED, INJECTED, PENDING
 from helpers import assert_same_schedule, det
 
-
+from racsim.config.schema import ChannelConf, LatencyConf, PipelineConf
+from racsim.pipeline.draws import PipelineDraws, draw
+from racsim.pipeline.engines import ENGINES, simulate
+from racsim.pipeline.landing import classify, landing_step
+from racsim.pipeline.lanes import fifo_assign, run_lanes
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING
+from racsim.pipeline.simpy_engine import run_simpy
 
 # ----------------------------------------------------------------------------
 # Random configurations (continuous durations: ties have probability zero).
@@ -68,10 +69,10 @@ def cases():
     out = {}
     for seed in range(N_RANDOM):
         pcfg = random_pcfg(seed)
-        draws = pipeline.draw(pcfg, TRIALS, np.random.default_rng(seed))
+        draws = draw(pcfg, TRIALS, np.random.default_rng(seed))
         for blocking, timeout in MODES:
-            a = pipeline.run_lanes(draws, blocking, timeout)
-            b = pipeline.run_simpy(draws, blocking, timeout)
+            a = run_lanes(draws, blocking, timeout)
+            b = run_simpy(draws, blocking, timeout)
             out[(seed, blocking, timeout)] = (pcfg, draws, a, b)
     return out
 
@@ -118,8 +119,8 @@ def test_random_configs_cover_every_case(cases):
 
 def test_nonblocking_ignores_wait_timeout():
     pcfg = random_pcfg(3)
-    draws = pipeline.draw(pcfg, 3, np.random.default_rng(7))
-    for run in (pipeline.run_lanes, pipeline.run_simpy):
+    draws = draw(pcfg, 3, np.random.default_rng(7))
+    for run in (run_lanes, run_simpy):
         assert_same_schedule(run(draws, False, None), run(draws, False, 0.5), run.__name__)
 
 
@@ -135,10 +136,10 @@ def test_engines_agree_with_integer_ties():
             "k": ChannelConf(kernel=[0.3, 0.3, 0.2], max_delay=1),
         },
     )
-    draws = pipeline.draw(pcfg, 3, np.random.default_rng(1))
+    draws = draw(pcfg, 3, np.random.default_rng(1))
     for blocking, timeout in [(False, None), (True, None), (True, 1.0), (True, 2.0), (True, 3.0), (True, 4.0)]:
-        a = pipeline.run_lanes(draws, blocking, timeout)
-        b = pipeline.run_simpy(draws, blocking, timeout)
+        a = run_lanes(draws, blocking, timeout)
+        b = run_simpy(draws, blocking, timeout)
         assert_same_schedule(a, b, f"blocking={blocking} timeout={timeout}")
 
 
@@ -159,7 +160,7 @@ def _tie_draws():
 def test_blocking_result_completing_at_the_deadline_is_injected(engine):
     """Wait-for-slow with timeout 1 s: the wait ends at 2.0 and both results
     completed at 2.0, i.e. they are "in by then" and must be injected."""
-    s = pipeline.ENGINES[engine](_tie_draws(), True, 1.0)
+    s = ENGINES[engine](_tie_draws(), True, 1.0)
     assert s.completion[0, 0, :, 0].tolist() == [2.0, 2.0]
     assert s.step_start[0].tolist() == [0.0, 2.0]
     assert s.status[0, 0, :, 0].tolist() == [INJECTED, INJECTED]
@@ -172,8 +173,8 @@ def test_engines_agree_with_discrete_latencies_and_timeout():
         steps=12, batch_size=3, generate=det(1.0), fast_score=det(0.0), submit=det(0.0), update=det(0.0),
         channels={"b": ChannelConf(latency=LatencyConf(kind="exponential", mean=1.0, discrete=True), workers=1)},
     )
-    draws = pipeline.draw(pcfg, 4, np.random.default_rng(1))
-    assert_same_schedule(pipeline.run_lanes(draws, True, 1.0), pipeline.run_simpy(draws, True, 1.0))
+    draws = draw(pcfg, 4, np.random.default_rng(1))
+    assert_same_schedule(run_lanes(draws, True, 1.0), run_simpy(draws, True, 1.0))
 
 
 # ----------------------------------------------------------------------------
@@ -288,8 +289,8 @@ def test_pipeline_lane_queue_matches_simpy_oracle(c, blocking, timeout):
         channels={"q": ChannelConf(latency=LatencyConf(kind="exponential", mean=1.2), workers=c),
                   "free": ChannelConf(latency=LatencyConf(kind="lognormal", mean=3.0))},
     )
-    draws = pipeline.draw(pcfg, 3, np.random.default_rng(21 + c))
-    for run in (pipeline.run_lanes, pipeline.run_simpy):
+    draws = draw(pcfg, 3, np.random.default_rng(21 + c))
+    for run in (run_lanes, run_simpy):
         s = run(draws, blocking, timeout)
         for i in range(3):
             arr = s.submit_time[i, :, :, 0].ravel()
@@ -499,7 +500,7 @@ def test_blocking_wallclock_formula_infinite_workers(timeout):
             "k": ChannelConf(kernel=[0.1, 0.1]),  # 80% never returns; 1 step = 1.875 s
         },
     )
-    draws = pipeline.draw(pcfg, 6, np.random.default_rng(31))
+    draws = draw(pcfg, 6, np.random.default_rng(31))
     nominal = 1.0 + 0.25 + 0.125 + 0.5
     assert draws.nominal_step == nominal
     svc = np.stack([draws.service["x"], draws.service["y"],
@@ -508,7 +509,7 @@ def test_blocking_wallclock_formula_infinite_workers(timeout):
     if timeout is not None:
         wait = np.minimum(wait, timeout)
     expect_step = 1.0 + 0.25 + 0.125 + wait + 0.5
-    for run in (pipeline.run_lanes, pipeline.run_simpy):
+    for run in (run_lanes, run_simpy):
         b = run(draws, True, timeout)
         nb = run(draws, False, timeout)
         np.testing.assert_allclose(np.diff(b.step_start, axis=1), expect_step, rtol=1e-12, atol=1e-12)
@@ -551,7 +552,7 @@ def worked_pcfg(max_delay=None, workers=None):
 )
 def test_worked_example_nonblocking(engine, max_delay, injected, dropped, pending):
     pcfg = worked_pcfg(max_delay)
-    s = pipeline.simulate(pcfg, 2, np.random.default_rng(0), engine=engine)
+    s = simulate(pcfg, 2, np.random.default_rng(0), engine=engine)
     assert s.step_start.tolist() == [[float(x) for x in range(11)]] * 2
     t = np.arange(10)[:, None]
     assert np.array_equal(s.submit_time[0, :, :, 0], np.broadcast_to(t + 1.0, (10, 2)))
@@ -572,8 +573,8 @@ def test_worked_example_nonblocking(engine, max_delay, injected, dropped, pendin
 
 @pytest.mark.parametrize("engine", ["lanes", "simpy"])
 def test_worked_example_blocking(engine):
-    run = pipeline.ENGINES[engine]
-    draws = pipeline.draw(worked_pcfg(), 1, np.random.default_rng(0))
+    run = ENGINES[engine]
+    draws = draw(worked_pcfg(), 1, np.random.default_rng(0))
     s = run(draws, True)  # each step: 1 s generate + 2.5 s wait
     np.testing.assert_array_equal(s.step_start[0], 3.5 * np.arange(11))
     assert np.all(s.delay == 0) and np.all(s.status == INJECTED)
@@ -581,7 +582,7 @@ def test_worked_example_blocking(engine):
     np.testing.assert_array_equal(s.step_start[0], 3.0 * np.arange(11))
     assert np.all(s.status == DROPPED) and np.all(s.delay == -1)
     # One worker: the two samples are served one after the other, 5 s of waiting.
-    draws = pipeline.draw(worked_pcfg(workers=1), 1, np.random.default_rng(0))
+    draws = draw(worked_pcfg(workers=1), 1, np.random.default_rng(0))
     s = run(draws, True)
     np.testing.assert_array_equal(s.step_start[0], 6.0 * np.arange(11))
     np.testing.assert_array_equal(s.service_start[0, :, :, 0], 6.0 * np.arange(10)[:, None] + [1.0, 3.5])
@@ -604,7 +605,7 @@ def test_worked_example_blocking(engine):
 def test_worked_example_one_worker_nonblocking(engine):
     """One worker, 2 arrivals per second, 2.5 s each: the server is busy from t = 1
     on, so job n = 2t + b completes at 1 + 2.5 (n + 1) and lands at ceil of that."""
-    s = pipeline.simulate(worked_pcfg(workers=1), 1, np.random.default_rng(0), engine=engine)
+    s = simulate(worked_pcfg(workers=1), 1, np.random.default_rng(0), engine=engine)
     n = np.arange(20).reshape(10, 2)
     comp = 1.0 + 2.5 * (n + 1)
     np.testing.assert_array_equal(s.completion[0, :, :, 0], comp)
@@ -626,7 +627,7 @@ def test_worked_example_one_worker_nonblocking(engine):
 def test_kernel_delays_follow_the_kernel():
     kernel = [0.1, 0.4, 0.0, 0.3]  # 0.2 never returns
     pcfg = PipelineConf(steps=50, batch_size=8, channels={"k": ChannelConf(kernel=kernel)})
-    draws = pipeline.draw(pcfg, 100, np.random.default_rng(9))
+    draws = draw(pcfg, 100, np.random.default_rng(9))
     k = draws.service["k"]
     assert k.dtype == np.int64 and k.shape == (100, 50, 8)
     n = k.size
@@ -634,7 +635,7 @@ def test_kernel_delays_follow_the_kernel():
         freq = np.count_nonzero(k == value) / n
         assert abs(freq - p) <= 5 * math.sqrt(p * (1 - p) / n) + 1e-12, (value, freq, p)
     assert set(np.unique(k)) == {-1, 0, 1, 3}
-    s = pipeline.run_lanes(draws, False)
+    s = run_lanes(draws, False)
     t = np.arange(50)[None, :, None]
     land = t + k
     st = s.status[..., 0]
@@ -649,25 +650,25 @@ def test_kernel_delays_follow_the_kernel():
 
 def test_same_seed_same_draws_and_schedules():
     pcfg = random_pcfg(4)
-    d1 = pipeline.draw(pcfg, 3, np.random.default_rng(2024))
-    d2 = pipeline.draw(pcfg, 3, np.random.default_rng(2024))
-    d3 = pipeline.draw(pcfg, 3, np.random.default_rng(2025))
+    d1 = draw(pcfg, 3, np.random.default_rng(2024))
+    d2 = draw(pcfg, 3, np.random.default_rng(2024))
+    d3 = draw(pcfg, 3, np.random.default_rng(2025))
     assert np.array_equal(d1.phase, d2.phase) and not np.array_equal(d1.phase, d3.phase)
     for name in pcfg.channels:
         assert np.array_equal(d1.service[name], d2.service[name])
         assert not np.array_equal(d1.service[name], d3.service[name])
     for engine in ("lanes", "simpy"):
         for blocking in (False, True):
-            s1 = pipeline.simulate(pcfg, 3, np.random.default_rng(2024), engine=engine, blocking=blocking)
-            s2 = pipeline.simulate(pcfg, 3, np.random.default_rng(2024), engine=engine, blocking=blocking)
-            s3 = pipeline.simulate(pcfg, 3, np.random.default_rng(2025), engine=engine, blocking=blocking)
+            s1 = simulate(pcfg, 3, np.random.default_rng(2024), engine=engine, blocking=blocking)
+            s2 = simulate(pcfg, 3, np.random.default_rng(2024), engine=engine, blocking=blocking)
+            s3 = simulate(pcfg, 3, np.random.default_rng(2025), engine=engine, blocking=blocking)
             assert_same_schedule(s1, s2, engine)
-            assert_same_schedule(s1, pipeline.ENGINES[engine](d1, blocking), engine)
+            assert_same_schedule(s1, ENGINES[engine](d1, blocking), engine)
             assert not np.array_equal(s1.step_start, s3.step_start)
             assert not np.array_equal(s1.completion, s3.completion)
     # the default engine comes from the config
-    s = pipeline.simulate(replace(pcfg, engine="simpy"), 3, np.random.default_rng(2024))
-    assert_same_schedule(s, pipeline.run_simpy(d1, False))
+    s = simulate(replace(pcfg, engine="simpy"), 3, np.random.default_rng(2024))
+    assert_same_schedule(s, run_simpy(d1, False))
 
 
 # ----------------------------------------------------------------------------
@@ -680,6 +681,6 @@ def test_zero_duration_steps_never_give_negative_delays(engine):
     z = det(0.0)
     pcfg = PipelineConf(steps=4, batch_size=1, generate=z, fast_score=z, submit=z, update=z,
                         channels={"a": ChannelConf(latency=z)})
-    s = pipeline.simulate(pcfg, 1, np.random.default_rng(0), engine=engine)
+    s = simulate(pcfg, 1, np.random.default_rng(0), engine=engine)
     inj = s.status == INJECTED
     assert np.all(s.delay[inj] >= 0), s.delay.ravel().tolist()

@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from racsim.config import LatencyConf
-from racsim.probe import (
+from racsim.analyses.probe import (
     CHANNELS,
     PAPER_ETAS,
     PAPER_LIKE_MOMENTS,
@@ -24,6 +23,7 @@ from racsim.probe import (
     slack_sweep,
     synthetic_pairs,
 )
+from racsim.config.schema import LatencyConf
 
 # --------------------------------------------------------------------------
 # Oracle: one sample at a time, plain Python floats.

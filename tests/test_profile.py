@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from racsim.config import ConfigError, RMConf
+from racsim.config.schema import RMConf
+from racsim.errors import ConfigError
+from racsim.pipeline.service import Profiled, build_service, read_profile
 from racsim.profile import parse
-from racsim.service import Profiled, build_service, read_profile
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -98,7 +99,8 @@ def test_missing_checkpoint_is_a_one_line_error(tmp_path):
 
 
 def test_core_modules_do_not_import_torch():
-    code = ("import sys, racsim.pipeline, racsim.run, racsim.capacity, racsim.service, racsim.cli, racsim.profile; "
+    code = ("import sys, racsim.pipeline.engines, racsim.run, racsim.analyses.capacity, racsim.pipeline.service, racsim.cli, "
+            "racsim.profile; "
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

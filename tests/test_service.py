@@ -10,19 +10,26 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from racsim.config import (
+from racsim.config.schema import (
     ChannelConf,
-    ConfigError,
     GpuConf,
     LatencyConf,
     RacsimConf,
     RMConf,
     RMModelConf,
     register_configs,
-    validate,
 )
-from racsim.latency import build_latency
-from racsim.service import GPU_CATALOG, RM_CATALOG, Profiled, Roofline, build_service, model_size
+from racsim.config.validate import validate
+from racsim.errors import ConfigError
+from racsim.pipeline.latency import build_latency
+from racsim.pipeline.service import (
+    GPU_CATALOG,
+    RM_CATALOG,
+    Profiled,
+    Roofline,
+    build_service,
+    model_size,
+)
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -105,13 +112,25 @@ def error(cfg) -> ConfigError:
     return info.value
 
 
+def built(cfg):
+    """Validate, then build the judge's service model (where the memory check lives)."""
+    validate(cfg)
+    return build_service(cfg.pipeline.channels["judge"].rm, "pipeline.channels.judge.rm")
+
+
+def fit_error(cfg) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        built(cfg)
+    return info.value
+
+
 def test_model_that_does_not_fit_is_a_config_error():
-    ex = error(gpu_cfg(model=RMModelConf(**RM_CATALOG["70B"])))
+    ex = fit_error(gpu_cfg(model=RMModelConf(**RM_CATALOG["70B"])))
     assert ex.key == "pipeline.channels.judge.rm.tp"
     assert "does not fit" in ex.allowed and "tp >= 4" in ex.allowed, ex
-    validate(gpu_cfg(model=RMModelConf(**RM_CATALOG["70B"]), gpus=4, tp=4))
-    validate(gpu_cfg(model=RMModelConf(**RM_CATALOG["70B"]), gpu=GpuConf(**GPU_CATALOG["B200"])))
-    ex = error(gpu_cfg(model=RMModelConf(**RM_CATALOG["8B"]), gpu=GpuConf(**GPU_CATALOG["L40S"]), token_budget=10**6))
+    built(gpu_cfg(model=RMModelConf(**RM_CATALOG["70B"]), gpus=4, tp=4))
+    built(gpu_cfg(model=RMModelConf(**RM_CATALOG["70B"]), gpu=GpuConf(**GPU_CATALOG["B200"])))
+    ex = fit_error(gpu_cfg(model=RMModelConf(**RM_CATALOG["8B"]), gpu=GpuConf(**GPU_CATALOG["L40S"]), token_budget=10**6))
     assert ex.key == "pipeline.channels.judge.rm.tp" and "token_budget" in ex.allowed
 
 
@@ -168,10 +187,14 @@ def test_every_gpu_option_composes(hydra_ctx, gpu):
 def test_every_rm_model_option_composes(hydra_ctx, model, tp):
     over = ["+channel@pipeline.channels.rm=judge_gpu_rm", f"rm/model@pipeline.channels.rm.rm.model={model}",
             f"pipeline.channels.rm.rm.tp={tp}", f"pipeline.channels.rm.rm.gpus={tp}"]
-    validate(compose("config", overrides=over))
+    cfg = compose("config", overrides=over)
+    validate(cfg)
+    build_service(cfg.pipeline.channels.rm.rm, "pipeline.channels.rm.rm")
     if tp > 1:  # without tensor parallelism the 70B RM does not fit an H100
+        cfg = compose("config", overrides=over[:2])
+        validate(cfg)
         with pytest.raises(ConfigError):
-            validate(compose("config", overrides=over[:2]))
+            build_service(cfg.pipeline.channels.rm.rm, "pipeline.channels.rm.rm")
 
 
 # ----------------------------------------------------------------------------

@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
-from racsim.config import ConfigError, register_configs
+from racsim.config.grid import expand
+from racsim.config.schema import register_configs
+from racsim.errors import ConfigError
+from racsim.pipeline.kernels import distribution_kernel
 from racsim.run import run
-from racsim.study import distribution_kernel, expand
 
 register_configs()
 
@@ -53,7 +55,7 @@ def test_fast_mode_keeps_two_seeds_and_few_trials():
 
 
 def test_distribution_kernel_is_the_rounded_law():
-    from racsim.config import LatencyConf
+    from racsim.config.schema import LatencyConf
 
     k = np.array(distribution_kernel(LatencyConf(kind="gaussian", mean=20.0, std=6.0, discrete=True, low=1.0, high=200.0), "x"))
     assert abs(k.sum() - 1) < 1e-9 and k[0] == 0.0

@@ -20,7 +20,9 @@ import pandas as pd
 import pytest
 
 from racsim import sweep as S
-from racsim.gather import _column, gather, gather_and_write, main as report_main
+from racsim.markers import DONE, cell_overrides, is_complete
+from racsim.report.gather import _column, gather, gather_and_write
+from racsim.report.gather import main as report_main
 
 # Small cells. output.progress stays on: a sweep's job counter is part of what is tested.
 SMALL = ["learner.trials=20", "learner.bootstrap=20", "learner.train.enabled=false", "pipeline.steps=8",
@@ -63,7 +65,7 @@ def test_serial_sweep_writes_every_job_and_one_aggregate(serial):
     jobs = sorted(d for d in sweep.iterdir() if d.is_dir() and not d.name.startswith("."))
     assert [d.name for d in jobs] == [str(i) for i in range(N_JOBS)]
     for d in jobs:
-        assert S.is_complete(d)
+        assert is_complete(d)
         for name in ("results.parquet", "results.csv", "config.yaml", "summary.md", "done.json"):
             assert (d / name).is_file(), (d, name)
         assert not list(d.glob(".*.tmp-*"))
@@ -160,7 +162,7 @@ def test_kill_and_resume_gives_the_same_aggregate(serial, tmp_path):
     for name, marker in before.items():  # complete jobs were skipped, not rerun
         assert (sweep / name / "done.json").read_bytes() == marker
         assert f"job {name}: results complete" in out.stdout
-    assert S.is_complete(victim) and not list(victim.glob(".*.tmp-*"))
+    assert is_complete(victim) and not list(victim.glob(".*.tmp-*"))
     assert job_tables(sweep) == job_tables(sweep_ref)
     assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
     assert (sweep / "results.csv").read_bytes() == (sweep_ref / "results.csv").read_bytes()
@@ -193,7 +195,7 @@ def test_progress_counts_and_estimate(tmp_path):
         (tmp_path / str(i) / ".hydra").mkdir(parents=True)
         (tmp_path / str(i) / ".hydra" / "config.yaml").write_text("x")
     for i in range(2):
-        (tmp_path / str(i) / S.DONE).write_text("{}")
+        (tmp_path / str(i) / DONE).write_text("{}")
     os.utime(tmp_path / "3" / ".hydra" / "config.yaml", (t0 - 100, t0 - 100))  # left over from an earlier run
     p = S.Progress(tmp_path, total=10, started=t0)
     assert p.counts() == {"done": 2, "fresh": 2, "running": 1, "left": 7}
@@ -221,7 +223,7 @@ def test_cell_columns_keep_one_type():
     assert _column([1, 2.5]).tolist() == [1.0, 2.5]
     assert _column([True, False]).dtype == "boolean"
     assert _column([1, "a", None]).tolist() == ["1", "a", None]
-    assert S.cell_overrides(["a=1", "resume=true", "+resume=false", "b=2"]) == ["a=1", "b=2"]
+    assert cell_overrides(["a=1", "resume=true", "+resume=false", "b=2"]) == ["a=1", "b=2"]
 
 
 def test_blas_thread_count_does_not_change_results(tmp_path):

@@ -8,9 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from racsim.correctors import CorrectorParams, age_weight, correction_weight
-from racsim.schedule import DROPPED, INJECTED, PENDING
-from racsim.theory import (
+from racsim.learner.correctors import CorrectorParams, age_weight, correction_weight
+from racsim.learner.theory import (
     bh_bound,
     effective_kernel,
     kl_crossover,
@@ -23,6 +22,7 @@ from racsim.theory import (
     tv_bound,
     tv_distance,
 )
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING
 
 # --------------------------------------------------------------------------
 # Kernels.

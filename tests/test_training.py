@@ -14,12 +14,12 @@ import math
 
 import numpy as np
 import pytest
-from oracles import oracle_returns, oracle_weight
 from omegaconf import OmegaConf
+from oracles import oracle_returns, oracle_weight
 
-from racsim import mdp as M
-from racsim import run as R
-from racsim.config import (
+import racsim.run as R
+from racsim.analyses import bias_study as BS
+from racsim.config.schema import (
     ChannelConf,
     CorrectorConf,
     LatencyConf,
@@ -29,9 +29,11 @@ from racsim.config import (
     RacsimConf,
     TrainConf,
 )
-from racsim.correctors import CorrectorParams
-from racsim.schedule import DROPPED, INJECTED, PENDING, ArrivalSchedule
-from racsim.training import train
+from racsim.learner import mdp as M
+from racsim.learner.correctors import CorrectorParams
+from racsim.learner.rollouts import sample_trajectories
+from racsim.learner.training import train
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, ArrivalSchedule
 
 ASYNC_NAMES = ["naive", "retrace_a", "rac", "rac_no_age", "bare_additive", "sync_oracle"]
 
@@ -58,7 +60,7 @@ def oracle_train(mdp, theta0, sched, name, params, T, lr, rng, noise):
     for t in range(N):
         pis = [np.array([softmax_row(list(th[s])) for s in range(S)]) for th in theta]
         pi_rows = np.array([pis[l] for l in range(L) for _ in range(Bt)])
-        states, actions = M.sample_trajectories(mdp, pi_rows, L * Bt, T, rng)
+        states, actions = sample_trajectories(mdp, pi_rows, L * Bt, T, rng)
         eps = rng.standard_normal((L * Bt, T)) if noise > 0 else np.zeros((L * Bt, T))
         new_theta = []
         for l in range(L):
@@ -269,9 +271,9 @@ def test_training_wallclock_and_recording_through_run():
         output=OutputConf(plots=False, progress=False),
     ))
     res = R.run(cfg)
-    names = R.corrector_names(cfg)
-    scheds = R.simulate_schedules(cfg, lanes, "train_pipeline", names)
-    mdp = R.build_mdp(cfg)
+    names = BS.corrector_names(cfg)
+    scheds = BS.simulate_schedules(cfg, lanes, "train_pipeline", names)
+    mdp = BS.build_mdp(cfg)
     theta0 = M.canonical_theta(3, 2, seed=cfg.learner.theta_seed, scale=cfg.learner.theta_scale)
     J0 = M.objective(mdp, theta0)
     for name in names:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from racsim.mdp import canonical_theta, finite_horizon_expectation, make_mdp, softmax_policy, stationary_distribution
-from racsim.theory import kl_crossover, kl_divergence, tv_bound, tv_distance
-from racsim.tvbound import (
+from racsim.analyses.tvbound import (
     DEFAULT_KL_TARGETS,
     averaged_divergences,
     lr_for_kl,
@@ -17,6 +15,14 @@ from racsim.tvbound import (
     tv_experiment,
     tv_sweep,
 )
+from racsim.learner.mdp import (
+    canonical_theta,
+    finite_horizon_expectation,
+    make_mdp,
+    softmax_policy,
+    stationary_distribution,
+)
+from racsim.learner.theory import kl_crossover, kl_divergence, tv_bound, tv_distance
 
 HORIZON = 50
 CANONICAL = dict(n_states=3, n_actions=2, shares=(0.5, 0.5))

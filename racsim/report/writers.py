@@ -1,4 +1,4 @@
-"""Evidence on disk: tables (Parquet and CSV), summary.md, plots; and the terminal table.
+"""Evidence on disk: tables (Parquet and CSV), config.yaml, summary.md, plots and the trace of a run.
 
 Every file is written to a temporary name in the same folder and renamed into
 place, so an interrupted run never leaves a half-written result behind.
@@ -6,72 +6,15 @@ place, so an interrupted run never leaves a half-written result behind.
 
 from __future__ import annotations
 
-import math
-import os
 from pathlib import Path
-from typing import Any, Callable
 
 import pandas as pd
 
-from .run import RunResult
-
-# Columns of the terminal table, in order, with their headers.
-TABLE = [
-    ("corrector", "corrector"),
-    ("wallclock_ratio", "clock x"),
-    ("bias_mc", "bias (MC)"),
-    ("mc_se", "MC s.e."),
-    ("bias_exact", "bias (exact)"),
-    ("bias_predicted", "bias (thm)"),
-    ("reduction_exact", "reduction"),
-    ("reduction_ci", "95% CI (MC)"),
-    ("vif", "VIF"),
-    ("slack_eta", "eta"),
-    ("J_at_naive_clock", "J @ naive clock"),
-]
-
-
-def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` then rename the result onto ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(str(tmp))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda p: Path(p).write_text(text))
-
-
-def format_table(results: pd.DataFrame) -> str:
-    """The results as a fixed-width text table (also used in summary.md)."""
-    df = results.copy()
-    if "corrector" not in df:  # an analysis (probe, TV bound): every column
-        return df.drop(columns=["scenario"], errors="ignore").map(_fmt).to_string(index=False)
-    if "reduction_ci_lo" in df:
-        df["reduction_ci"] = [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(df.reduction_ci_lo, df.reduction_ci_hi)]
-    cols = [(c, h) for c, h in TABLE if c in df]
-    out = pd.DataFrame({h: df[c].map(_fmt) for c, h in cols})
-    return out.to_string(index=False)
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, str):
-        return v
-    if isinstance(v, (bool,)):
-        return str(v)
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, float):
-        if math.isinf(v):
-            return "inf"
-        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e4):
-            return f"{v:.2e}"
-        return f"{v:.4g}"
-    return str(v)
+from racsim.analyses.result import RunResult
+from racsim.io import atomic_write, write_text
+from racsim.report import plots as P
+from racsim.report.tables import format_table
+from racsim.report.trace import write_timeline
 
 
 def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: str, plots: bool = True) -> list:
@@ -100,15 +43,11 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: str, plots: bool = Tr
     write_text(out_dir / "config.yaml", cfg_yaml)
     written.append(out_dir / "config.yaml")
     if plots and "corrector" in res.results:
-        from . import plots as P
-
         for name, fn in (("pareto.png", P.pareto), ("training.png", P.training), ("queue.png", P.queue)):
             path = out_dir / name
             if fn(res, path):
                 written.append(path)
     if (res.schedules or {}).get("async") is not None:  # trace.json (Perfetto) and gantt.png of lane 0
-        from .timeline import write_timeline
-
         written += write_timeline(out_dir, res.schedules["async"], png=plots)
     summary = out_dir / "summary.md"
     write_text(summary, summary_markdown(res, [p.name for p in written]))

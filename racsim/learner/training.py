@@ -18,9 +18,15 @@ from typing import Dict, List
 
 import numpy as np
 
-from . import mdp as M
-from .correctors import CorrectorParams, correction_weight
-from .schedule import ArrivalSchedule
+from racsim.learner import mdp as M
+from racsim.learner.bias import schedule_for
+from racsim.learner.correctors import CorrectorParams, correction_weight
+from racsim.learner.rollouts import (
+    discounted_returns,
+    sample_trajectories,
+    score_gradient,
+)
+from racsim.pipeline.schedule import ArrivalSchedule
 
 
 @dataclass
@@ -77,11 +83,11 @@ def train(
     lane_of = np.repeat(np.arange(L), B)
     for t in range(N):
         pi = M.softmax_policy(theta)  # (L, S, A)
-        s, a = M.sample_trajectories(mdp, pi[lane_of], L * B, T, rng)
+        s, a = sample_trajectories(mdp, pi[lane_of], L * B, T, rng)
         r = rewards[:, s, a]
         if fast_noise_std > 0:
             r[0] = r[0] + fast_noise_std * rng.standard_normal(r[0].shape)
-        G = M.discounted_returns(r, mdp.gamma)  # (C, L*B, T)
+        G = discounted_returns(r, mdp.gamma)  # (C, L*B, T)
         states[:, t], actions[:, t] = s.reshape(L, B, T), a.reshape(L, B, T)
         behaviour[:, t] = pi[lane_of[:, None], s, a].reshape(L, B, T)
         slow[:, t] = G[1:].reshape(K, L, B, T).transpose(1, 2, 0, 3)
@@ -92,7 +98,7 @@ def train(
         d = np.broadcast_to(delay[l_, o_, b_, k_][:, None], ratio.shape)
         st = np.broadcast_to(sched.status[l_, o_, b_, k_][:, None], d.shape)
         c = correction_weight(name, d, st, ratio, params)
-        grad = M.score_gradient(
+        grad = score_gradient(
             np.concatenate([lane_of, l_]),
             np.concatenate([s, cs]),
             np.concatenate([a, ca]),
@@ -107,8 +113,6 @@ def train(
 def train_all(mdp, theta0, schedules: Dict[str, ArrivalSchedule], names: List[str], params, horizon, lr, seed_seq,
               fast_noise_std=0.0) -> Dict[str, TrainCurve]:
     """One :func:`train` per corrector, each on its own child random stream."""
-    from .bias import schedule_for
-
     children = seed_seq.spawn(len(names))
     return {
         name: train(mdp, theta0, schedule_for(name, schedules), name, params, horizon, lr,

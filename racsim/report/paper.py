@@ -21,8 +21,11 @@ from typing import Callable, Dict, List, Tuple
 import numpy as np
 import pandas as pd
 
-from .plots import _plt, _save
-from .report import _fmt
+from racsim.config.schema import LatencyConf
+from racsim.io import fmt
+from racsim.learner.theory import kl_crossover
+from racsim.pipeline.kernels import distribution_kernel
+from racsim.report.plots import _plt, _save
 
 CI_RESAMPLES = 2000  # bootstrap over cells (seeds) for ratios of mean biases
 
@@ -61,8 +64,8 @@ def _compare(label: str, ours: float, study: str, prow: str, metric: str, lo=np.
     paper, plo, phi = _paper(study, prow, metric)
     inside = "-" if not (np.isfinite(lo) and np.isfinite(hi) and np.isfinite(paper)) else (
         "yes" if lo <= paper <= hi else "no")
-    return Row(quantity=label, racsim=ours, racsim_mc=mc, ci=f"[{_fmt(lo)}, {_fmt(hi)}]" if np.isfinite(lo) else "-",
-               paper=paper, paper_ci=f"[{_fmt(plo)}, {_fmt(phi)}]" if np.isfinite(plo) else "-",
+    return Row(quantity=label, racsim=ours, racsim_mc=mc, ci=f"[{fmt(lo)}, {fmt(hi)}]" if np.isfinite(lo) else "-",
+               paper=paper, paper_ci=f"[{fmt(plo)}, {fmt(phi)}]" if np.isfinite(plo) else "-",
                ratio=(ours / paper) if np.isfinite(paper) and paper not in (0.0,) else np.nan,
                paper_in_ci=inside, note=note)
 
@@ -76,7 +79,7 @@ def _table(rows: List[Row]) -> str:
     keys = ["quantity", "racsim", "racsim_mc", "ci", "paper", "paper_ci", "ratio", "paper_in_ci", "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in df.iterrows():
-        lines.append("| " + " | ".join(_fmt(r[k]) for k in keys) + " |")
+        lines.append("| " + " | ".join(fmt(r[k]) for k in keys) + " |")
     return "\n".join(lines)
 
 
@@ -93,14 +96,10 @@ def _decompose(rows: pd.DataFrame, corrector: str = "rac") -> str:
     floor = int(r.at_noise_floor.sum())
     biggest = max((a, "the slack of Theorem 2.1 (a)"), (b, "the finite-T truncation and uniform start (b)"),
                   (c, "Monte-Carlo noise (c)"))[1]
-    return (f"Decomposition of {corrector}'s bias (mean over cells): (a) slack part {_fmt(a)}, "
-            f"(b) truncation part {_fmt(b)} (the synchronous oracle's whole bias), (c) Monte-Carlo s.e. {_fmt(c)}; "
+    return (f"Decomposition of {corrector}'s bias (mean over cells): (a) slack part {fmt(a)}, "
+            f"(b) truncation part {fmt(b)} (the synchronous oracle's whole bias), (c) Monte-Carlo s.e. {fmt(c)}; "
             f"the largest is {biggest}. {floor} of {len(r)} cells have a Monte-Carlo bias at the noise floor "
             f"(below 2 s.e.): their Monte-Carlo ratios are flagged, read the exact ones.")
-
-
-# ----------------------------------------------------------------------------
-# One section per paper table.
 
 
 def _k_label(v: str) -> int:
@@ -124,7 +123,7 @@ def section_table1_top(rows: pd.DataFrame, out: Path, rng) -> str:
             out_rows.append(_compare(f"{label}, sigma_f={noise}: RAC bias", r.bias_exact.mean(), "table1_top", label,
                                      "rac_bias", mc=r.bias_mc.mean()))
             out_rows.append(_compare(f"{label}, sigma_f={noise}: reduction", red, "table1_top", label, "reduction",
-                                     lo, hi, red_mc, note=f"eta={_fmt(r.slack_eta.mean())}{flag}"))
+                                     lo, hi, red_mc, note=f"eta={fmt(r.slack_eta.mean())}{flag}"))
     return "\n\n".join([
         _table(out_rows),
         _decompose(rows),
@@ -173,7 +172,7 @@ def section_table4(rows: pd.DataFrame, out: Path, rng) -> str:
             mc, *_ = _ratio_ci(n.bias_mc.to_numpy(), r.bias_mc.to_numpy(), rng)
             out_rows.append(_compare(f"drain={drain}: {name} reduction (mean over Delta in 5, 20, 50)", red,
                                      "table4", name, "reduction", lo, hi, mc,
-                                     note=f"eta={_fmt(r.slack_eta.mean())}"))
+                                     note=f"eta={fmt(r.slack_eta.mean())}"))
     return "\n\n".join([
         _table(out_rows), _decompose(rows),
         "In racsim the age kernel can only add slack (w_age <= 1 takes mass out of the effective kernel unless "
@@ -219,9 +218,6 @@ def section_table3(rows: pd.DataFrame, out: Path, rng) -> str:
 
 
 def section_table5(rows: pd.DataFrame, out: Path, rng) -> str:
-    from .study import distribution_kernel
-    from .config import LatencyConf
-
     out_rows = []
     kinds = {}
     tau = 200.0 if 200.0 in set(rows["corrector.tau_age"]) else rows["corrector.tau_age"].iloc[0]
@@ -311,12 +307,10 @@ def section_identity(rows: pd.DataFrame, out: Path, rng) -> str:
 
 
 def section_prop22(rows: pd.DataFrame, out: Path, rng) -> str:
-    from .theory import kl_crossover
-
     out_rows = [_compare("bound violations", int(rows.violated.sum()), "prop22", "all", "violations"),
                 _compare("KL* (root finder)", kl_crossover(), "prop22", "all", "kl_star")]
     for _, r in rows.iterrows():
-        out_rows.append(_compare(f"KL={_fmt(r.kl)}: TV {_fmt(r.tv)} <= bound {_fmt(r.bound)} ({r.tight} tight)",
+        out_rows.append(_compare(f"KL={fmt(r.kl)}: TV {fmt(r.tv)} <= bound {fmt(r.bound)} ({r.tight} tight)",
                                  r.tv, "prop22", "-", "-"))
     return _table(out_rows) + (
         "\n\nThe canonical 3x2 MDP cannot reach KL above KL* with exact mean updates (both updates saturate on the "
@@ -371,10 +365,6 @@ def paper_report(df: pd.DataFrame, out: Path, seed: int = 0) -> str:
                     f"to compare it with the paper)")
         parts += [f"### {title}", "", body, ""]
     return "\n".join(parts)
-
-
-# ----------------------------------------------------------------------------
-# Figures.
 
 
 def _heatmap_figure(heat: Dict[str, Dict[int, float]], path: Path) -> None:

@@ -23,8 +23,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import rel_entr
 
-from .correctors import age_weight
-from .schedule import INJECTED
+from racsim.learner.correctors import age_weight
+from racsim.pipeline.schedule import INJECTED
 
 __all__ = [
     "effective_kernel",
@@ -40,7 +40,10 @@ __all__ = [
     "tight_branch",
 ]
 
+
 _ROW_TOL = 1e-12
+
+
 _BH_FORMS = ("paper", "tight")
 
 

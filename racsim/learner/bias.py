@@ -19,10 +19,20 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import mdp as M
-from .correctors import BLOCKING, SCHEDULE_FREE, CorrectorParams, correction_weight
-from .schedule import INJECTED, ArrivalSchedule
-from .theory import measured_kernel, slack
+from racsim.learner import mdp as M
+from racsim.learner.correctors import (
+    BLOCKING,
+    SCHEDULE_FREE,
+    CorrectorParams,
+    correction_weight,
+)
+from racsim.learner.rollouts import (
+    discounted_returns,
+    sample_trajectories,
+    trajectory_gradients,
+)
+from racsim.learner.theory import measured_kernel, slack
+from racsim.pipeline.schedule import INJECTED, ArrivalSchedule
 
 # Trajectories simulated at once; bounds memory at about (n * T * (K + 1)) floats.
 CHUNK_TRAJECTORIES = 40_000
@@ -199,12 +209,12 @@ def run_bias_cells(
     for lo in range(0, trials, chunk):
         hi = min(trials, lo + chunk)
         n = (hi - lo) * per_trial
-        states, actions = M.sample_trajectories(mdp, pi, n, horizon, rng, time_major=True)  # (T, n)
+        states, actions = sample_trajectories(mdp, pi, n, horizon, rng, time_major=True)  # (T, n)
         r = atoms.reshape(-1, S, A)[:, states, actions]  # (R, T, n)
         if noisy:  # unit noise, scaled per cell: the noise-levels of a grid are paired
             r = np.concatenate([r, rng.standard_normal((n, horizon)).T[None]])
-        G = M.discounted_returns(r, mdp.gamma, axis=1)
-        g = M.trajectory_gradients(states, actions, G, pi, time_major=True).reshape(n, -1, SA)  # (n, R [+1], SA)
+        G = discounted_returns(r, mdp.gamma, axis=1)
+        g = trajectory_gradients(states, actions, G, pi, time_major=True).reshape(n, -1, SA)  # (n, R [+1], SA)
         for run, coef, sd, (names, stacked) in zip(runs, coefs, noise, weights):
             gc = np.einsum("nrs,cr->ncs", g[:, : len(atoms)], coef)  # this cell's channels (n, K+1, SA)
             if sd > 0:
@@ -222,10 +232,6 @@ def run_bias_cells(
         if progress is not None:
             progress(hi - lo)
     return runs
-
-
-# ----------------------------------------------------------------------------
-# Metrics.
 
 
 def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import CORRECTORS, ConfigError
-from .schedule import INJECTED
+from racsim.config.schema import CORRECTORS
+from racsim.errors import ConfigError
+from racsim.pipeline.schedule import INJECTED
 
 __all__ = [
     "CorrectorParams",
@@ -43,9 +44,12 @@ __all__ = [
     "SCHEDULE_FREE",
 ]
 
+
 #: Correctors whose optimizer blocks until the slow results of its own rollout
 #: are back; the pipeline (not the learner) makes the clock wait for them.
 BLOCKING = frozenset({"wait_for_slow"})
+
+
 #: Correctors that ignore the arrival schedule altogether (their weight does
 #: not depend on delay or status).
 SCHEDULE_FREE = frozenset({"naive", "sync_oracle"})
@@ -234,5 +238,9 @@ def causal_running_mean(x, axis: int = -1) -> np.ndarray:
 
 
 _KNOWN = frozenset({"naive", "sync_oracle", "wait_for_slow", "rac", "rac_no_age", "bare_additive", "retrace_a"})
+
+
 assert _KNOWN == frozenset(CORRECTORS), "correctors.py must implement exactly config.CORRECTORS"
+
+
 assert BLOCKING <= _KNOWN and SCHEDULE_FREE <= _KNOWN

@@ -30,13 +30,18 @@ from typing import Any, Optional, Tuple
 import numpy as np
 from scipy import optimize, special
 
-from racsim.config import LATENCY_KINDS, ConfigError, LatencyConf, validate_latency
+from racsim.config.schema import LATENCY_KINDS, LatencyConf
+from racsim.config.validate import validate_latency
+from racsim.errors import ConfigError
 
 __all__ = ["Latency", "build_latency", "cauchy_truncated_mean", "solve_cauchy_location"]
+
 
 # Tail mass below which atoms of a rounded distribution are not summed one by
 # one but integrated in closed form (with an Euler-Maclaurin correction).
 _TAIL_EPS = 1e-15
+
+
 _MAX_ATOMS = 1_000_000
 
 
@@ -73,10 +78,6 @@ class Latency(abc.ABC):
 
 def _bad_q(q: np.ndarray) -> np.ndarray:
     return ~((q >= 0) & (q <= 1))
-
-
-# ----------------------------------------------------------------------------
-# Point masses and finite samples.
 
 
 class _Deterministic(Latency):
@@ -128,10 +129,6 @@ class _Empirical(Latency):
 
     def describe(self) -> str:
         return self.label
-
-
-# ----------------------------------------------------------------------------
-# Continuous base distributions: cdf, sf, pdf, ppf, partial mean, draws.
 
 
 class _Base(abc.ABC):
@@ -459,10 +456,6 @@ class _TruncCauchy(_Base):
                 f"truncated to [{_fmt(self.low)}, {_fmt(self.high)}]")
 
 
-# ----------------------------------------------------------------------------
-# Rounding and clipping of a continuous base: Y = clip(rint(X), low, high).
-
-
 def _clipped_mean(base: _Base, low: float, high: float) -> float:
     """E[clip(X, low, high)]."""
     top = 0.0 if math.isinf(high) else high * float(base.sf(high))
@@ -539,10 +532,6 @@ class _Transformed(Latency):
 
     def describe(self) -> str:
         return self.label
-
-
-# ----------------------------------------------------------------------------
-# Builders, one per kind.
 
 
 def _bounds(conf: LatencyConf) -> Tuple[float, float]:
@@ -674,6 +663,8 @@ _BUILDERS = {
     "empirical": _build_empirical,
     "uniform": _build_uniform,
 }
+
+
 assert set(_BUILDERS) == set(LATENCY_KINDS), "latency.py must implement exactly config.LATENCY_KINDS"
 
 

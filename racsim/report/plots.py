@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from racsim.io import atomic_write
+
 
 def _plt():
     import matplotlib
@@ -17,8 +19,6 @@ def _plt():
 
 
 def _save(fig, path: Path) -> None:
-    from .report import atomic_write
-
     atomic_write(path, lambda t: fig.savefig(t, dpi=120, bbox_inches="tight", format="png"))
 
 

@@ -27,10 +27,16 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
-from .sweep import job_dirs, read_marker, is_complete
+from racsim.io import atomic_write, fmt, write_text
+from racsim.markers import is_complete, job_dirs, read_marker
+from racsim.report.paper import paper_report
 
 RESULTS = "results.parquet"
+
+
 REPORT_ROWS = 200  # rows of the table in report.md; the full table is in results.csv
+
+
 REPORT_METRICS = ["corrector", "wallclock_ratio", "bias_exact", "reduction_exact", "vif", "slack_eta",
                   "J_at_naive_clock"]
 
@@ -110,11 +116,9 @@ def _gather(root: Path, complete) -> Tuple[pd.DataFrame, List[str]]:
 
 
 def report_markdown(df: pd.DataFrame, cell_cols: List[str], title: str, incomplete: List[str]) -> str:
-    from .report import _fmt
-
     cols = cell_cols + [c for c in REPORT_METRICS if c in df.columns and c not in cell_cols]
     shown = df[cols].head(REPORT_ROWS)
-    table = pd.DataFrame({c: shown[c].map(_fmt) for c in cols}).to_string(index=False)
+    table = pd.DataFrame({c: shown[c].map(fmt) for c in cols}).to_string(index=False)
     n_jobs = df["job_dir"].nunique()
     lines = [f"# racsim report: {title}", "",
              f"{n_jobs} complete job(s), {len(df)} rows (one per job and corrector). "
@@ -133,8 +137,6 @@ def gather_and_write(path, out: Optional[Path] = None) -> Tuple[pd.DataFrame, Li
     """Gather ``path`` and write ``results.parquet``, ``results.csv`` and
     ``report.md`` into ``out`` (default: ``path``; for a single job folder,
     whose own results are not overwritten, ``report.md`` only)."""
-    from .report import atomic_write, write_text
-
     root = Path(path)
     complete, incomplete = _jobs(root)
     df, cell_cols = _gather(root, complete)
@@ -148,8 +150,6 @@ def gather_and_write(path, out: Optional[Path] = None) -> Tuple[pd.DataFrame, Li
         c = out_dir / "results.csv"
         atomic_write(c, lambda t: df.to_csv(t, index=False))
         written += [p, c]
-    from .paper import paper_report
-
     md = out_dir / "report.md"
     text = report_markdown(df, cell_cols, root.resolve().name, [d.relative_to(root).as_posix() for d in incomplete])
     write_text(md, text + "\n" + paper_report(df, out_dir))

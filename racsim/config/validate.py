@@ -1,338 +1,31 @@
-"""Typed configuration for racsim.
+"""Validation of a composed config: one rule per line, each naming the key and what is allowed.
 
-The dataclasses below are registered with Hydra's ConfigStore as the schema of
-the primary config, so Hydra itself rejects wrong types (``pipeline.steps=abc``)
-and unknown keys. :func:`validate` then checks every value's range and the
-cross-field rules, and raises :class:`ConfigError` naming the key and what is
-allowed. Nothing in this module runs a simulation.
+:func:`validate` checks every value's range and the cross-field rules and raises
+:class:`~racsim.errors.ConfigError`; :func:`check_schema` catches what the
+schema's types let through on the command line. Nothing here builds a model.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from collections.abc import Mapping
-from typing import Any, Dict, List, Optional
+from typing import Any
 
-# Names of everything a user can pick from; the modules that implement them
-# assert at import time that they cover exactly these.
-LATENCY_KINDS = ("deterministic", "gaussian", "lognormal", "pareto", "cauchy", "exponential", "empirical", "uniform")
-# GPU-backed reward-model scoring (racsim/service.py, the gpu_rm channel in racsim/pipeline.py).
-CHANNEL_KINDS = ("queue", "gpu_rm")
-SERVICE_MODELS = ("roofline", "profiled")
-BATCH_ORDERS = ("fifo", "shortest")
-CAPACITY_SEARCHES = ("grid", "bisect")
-CORRECTORS = (
-    "naive",
-    "wait_for_slow",
-    "retrace_a",
-    "rac",
-    "rac_no_age",
-    "bare_additive",
-    "sync_oracle",
+from racsim.config.schema import (
+    BATCH_ORDERS,
+    CAPACITY_SEARCHES,
+    CHANNEL_KINDS,
+    CORRECTORS,
+    ENGINES,
+    LATENCY_KINDS,
+    LEARNERS,
+    PHASES,
+    SERVICE_MODELS,
+    STUDIES,
+    TOPOLOGIES,
+    LatencyConf,
+    phase_conf,
 )
-ENGINES = ("lanes", "simpy")
-PHASES = ("generate", "fast_score", "submit", "update")  # one optimizer step, in order
-LEARNERS = ("tabular",)
-TOPOLOGIES = ("random", "chain", "cyclic", "dense", "terminal")  # racsim/mdp.py builds them
-STUDIES = ("bias", "probe", "tv_bound")
-
-
-class ConfigError(ValueError):
-    """A user-facing configuration mistake: names the key and what is allowed."""
-
-    def __init__(self, key: str, value: Any, allowed: str):
-        self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"{key} = {value!r}: {allowed}")
-
-
-@dataclass
-class LatencyConf:
-    """A non-negative duration distribution (seconds), matched to ``mean``.
-
-    kind: deterministic (always ``mean``), gaussian (N(mean, std^2), clipped),
-    lognormal (mu = ln(mean) - sigma^2/2), pareto (x_m = mean*(alpha-1)/alpha),
-    cauchy (location ``median``, ``scale``, truncated to [low, high]; when
-    ``median`` is null it is solved so that the truncated mean equals ``mean``),
-    exponential (rate 1/mean), empirical (resampled from a CSV column; rescaled
-    to ``mean`` when ``mean`` is set). ``low``/``high`` clip every kind but
-    cauchy, which they truncate; ``discrete`` rounds before clipping.
-    """
-
-    kind: str = "deterministic"
-    mean: Optional[float] = 1.0
-    std: float = 0.0
-    sigma: float = 0.5
-    alpha: float = 3.0
-    median: Optional[float] = None
-    scale: float = 1.0
-    low: Optional[float] = None
-    high: Optional[float] = None
-    discrete: bool = False
-    path: Optional[str] = None
-    column: Optional[str] = None
-
-
-def _fixed(seconds: float) -> Any:
-    return field(default_factory=lambda: LatencyConf(kind="deterministic", mean=seconds))
-
-
-@dataclass
-class GpuConf:
-    """One GPU kind (conf/rm/gpu/NAME.yaml; racsim.service.GPU_CATALOG): dense bf16
-    peak (no sparsity), HBM bandwidth and size, and a price per GPU-hour, an
-    editable assumption (set your own contract's)."""
-
-    name: str = "H100"
-    peak_tflops: float = 989.5
-    mem_bw_tbs: float = 3.35
-    memory_gb: float = 80.0
-    price_per_hour: float = 2.5
-
-
-@dataclass
-class RMModelConf:
-    """A reward model's transformer shape (conf/rm/model/NAME.yaml; racsim.service.RM_CATALOG):
-    parameter counts, weight bytes and FLOPs follow from it (racsim.service)."""
-
-    name: str = "8B"
-    layers: int = 32
-    d_model: int = 4096
-    d_ff: int = 14336
-    n_heads: int = 32
-    n_kv_heads: int = 8
-    vocab: int = 128256
-    bytes_per_param: float = 2.0
-
-
-def _tokens(mean: float, sigma: float) -> Any:
-    return field(default_factory=lambda: LatencyConf(kind="lognormal", mean=mean, sigma=sigma, low=1.0))
-
-
-@dataclass
-class RMConf:
-    """A reward model served on a pool of ``gpus`` GPUs (``gpus / tp`` replicas of
-    ``tp`` GPUs each) behind a batcher: batches of at most ``max_batch`` sequences
-    and ``token_budget`` tokens (padded to the longest when ``padded``), flushed
-    ``max_wait_s`` after the oldest waiting request arrived, taken in ``order``
-    (fifo or shortest first). A batch's seconds come from the ``service`` model:
-    ``roofline`` (FLOPs at ``mfu`` of the GPU's peak, a memory-bound floor, plus
-    ``overhead_s``) or ``profiled`` (the CSV ``profile`` written by racsim-profile).
-    Each pipeline sample is ``sequences_per_sample`` sequences (a GRPO group, say),
-    scored when all of them are; lengths in tokens are drawn from ``prompt_tokens``
-    + ``response_tokens`` (assumption: about 150 + 300, UltraFeedback's scale)."""
-
-    model: RMModelConf = field(default_factory=RMModelConf)
-    gpu: GpuConf = field(default_factory=GpuConf)
-    gpus: int = 1
-    tp: int = 1
-    service: str = "roofline"
-    mfu: float = 0.4
-    overhead_s: float = 0.01
-    mem_util: float = 0.9
-    profile: Optional[str] = None
-    max_batch: int = 32
-    token_budget: int = 32768
-    max_wait_s: float = 0.05
-    order: str = "fifo"
-    padded: bool = True
-    sequences_per_sample: int = 1
-    prompt_tokens: LatencyConf = _tokens(150.0, 0.5)
-    response_tokens: LatencyConf = _tokens(300.0, 0.6)
-
-
-@dataclass
-class ChannelConf:
-    """One slow reward channel (code verifier, judge RM, human review...).
-
-    A result takes ``latency`` seconds of service on one of ``workers`` servers
-    (null: as many as needed, so no queue) behind a FIFO queue. It is usable at
-    the first optimizer step that begins after it completes; if that is more
-    than ``max_delay`` steps after its rollout's step it is dropped (null: never
-    dropped). ``share`` is this channel's relative part of the slow reward.
-    ``kernel`` replaces the clock by an explicit delay kernel Lambda[k, Delta]
-    over Delta = 0, 1, ... optimizer steps; its missing mass never returns.
-    """
-
-    latency: LatencyConf = field(default_factory=lambda: LatencyConf(kind="lognormal", mean=20.0))
-    workers: Optional[int] = None
-    max_delay: Optional[int] = None
-    share: float = 1.0
-    kernel: Optional[List[float]] = None
-    # "queue" (the above) or "gpu_rm": a reward model on GPUs behind a batcher (``rm``).
-    kind: str = "queue"
-    rm: Optional[RMConf] = None
-
-
-@dataclass
-class PipelineConf:
-    """The optimizer clock: each of ``steps`` steps generates ``batch_size``
-    rollouts, fast-scores them, submits them to every slow channel, then updates."""
-
-    steps: int = 50
-    batch_size: int = 4
-    generate: LatencyConf = _fixed(6.0)
-    fast_score: LatencyConf = _fixed(1.0)
-    submit: LatencyConf = _fixed(0.1)
-    update: LatencyConf = _fixed(2.0)
-    channels: Dict[str, ChannelConf] = field(default_factory=dict)
-    engine: str = "lanes"
-    # Shortcuts for the paper's studies (resolved into ``channels`` before a run):
-    # K channels ch1..chK with deterministic delays of these many steps...
-    delay_steps: Optional[List[int]] = None
-    # ...or every channel's delay in steps drawn from this distribution (rounded).
-    delay_distribution: Optional[LatencyConf] = None
-    # Kernel channels only: results still in flight at the end land in a final
-    # update (the theorem's setting, where every result within D comes back).
-    drain: bool = False
-    # The fast scorer as a reward model on its own GPUs: when set, the fast_score
-    # phase of a step lasts as long as this pool takes to score the step's sequences.
-    fast_rm: Optional[RMConf] = None
-
-
-@dataclass
-class CorrectorConf:
-    """Which correctors to compare and their knobs (paper eq. 1)."""
-
-    names: List[str] = field(default_factory=lambda: list(CORRECTORS))
-    alpha: float = 1.0
-    tau_age: float = 1000.0
-    rho_bar: float = 1.0
-    retrace_gamma: float = 0.5
-    wait_timeout_s: Optional[float] = None
-    # Theorem 2.1's condition (R): scale each kernel channel's gain so that the
-    # corrector's effective kernel row sums to 1 (alpha_k = alpha / sum_D w(D) Lambda[k, D]).
-    row_normalize: bool = False
-
-
-@dataclass
-class TrainConf:
-    """The training loop: theta updated by the corrected gradient every step."""
-
-    enabled: bool = True
-    lanes: int = 16
-    lr: float = 2.0
-
-
-@dataclass
-class LearnerConf:
-    """The paper's tabular MDP and its Monte-Carlo bias benchmark."""
-
-    kind: str = "tabular"
-    topology: str = "random"
-    n_states: int = 3
-    n_actions: int = 2
-    mdp_seed: int = 1337
-    theta_seed: int = 7
-    theta_scale: float = 0.3
-    gamma: float = 0.9
-    horizon: int = 50
-    slow_bump: float = 0.6
-    fast_noise_std: float = 0.0
-    channel_noise_std: float = 0.0
-    trials: int = 1000
-    bootstrap: int = 1000
-    train: TrainConf = field(default_factory=TrainConf)
-
-
-@dataclass
-class ProbeConf:
-    """The static-batch advantage probe: (r_fast, r_slow) pairs from a file, or synthetic."""
-
-    pairs: Optional[str] = None
-    fast_col: str = "r_fast"
-    slow_col: str = "r_slow"
-    n: int = 500
-    correlation: float = -0.53
-    # Moments of the synthetic pairs. Defaults fitted (racsim/probe.py,
-    # PAPER_LIKE_MOMENTS) so that the deterministic channel's cos(ctrl) and l2
-    # ratio match the paper's probe; its cos(RAC) is then a prediction.
-    slow_mean: float = 2.19
-    slow_std: float = 1.0
-    fast_mean: float = 0.0
-    fast_std: float = 0.465
-
-
-@dataclass
-class StudyConf:
-    """What a run computes. ``bias``: the bias benchmark over the cells of
-    ``grid`` (config key -> list of values; "a,b" keys take tuples); ``probe``:
-    the static-batch advantage probe; ``tv_bound``: Proposition 2.2's bound.
-    ``paper`` names the paper table that racsim-report sets beside the results."""
-
-    kind: str = "bias"
-    grid: Dict[str, Any] = field(default_factory=dict)
-    paper: Optional[str] = None
-    # A reduced run for smoke tests and CI: every seed axis of the grid keeps
-    # its first two values, trials <= 100 and bootstrap <= 200.
-    fast: bool = False
-    # Processes for the grid's learner groups (0: every core). Results do not
-    # depend on it. Keep 1 inside a sweep whose launcher already uses the cores.
-    workers: int = 1
-    kl_targets: List[float] = field(default_factory=lambda: [0.01, 0.5, 1.2])
-    etas: List[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5])
-    probe: ProbeConf = field(default_factory=ProbeConf)
-
-
-@dataclass
-class CapacityConf:
-    """Capacity planning (racsim/capacity.py): the scenario is run once per count
-    in ``counts`` of ``channel``'s GPUs (gpu_rm) or workers (queue), all counts
-    (``grid``) or a bisection for the fewest that meets the targets (``bisect``):
-    ``corrector``'s exact bias at most ``max_bias`` (and at most
-    ``max_bias_vs_naive`` times naive's), its mean wall-clock per step at most
-    ``max_step_s``. Cost: the GPU's price (gpu_rm) or ``price_per_unit_hour``."""
-
-    enabled: bool = False
-    channel: Optional[str] = None
-    counts: List[int] = field(default_factory=list)
-    search: str = "grid"
-    corrector: str = "rac"
-    max_bias: Optional[float] = None
-    max_bias_vs_naive: Optional[float] = None
-    max_step_s: Optional[float] = None
-    price_per_unit_hour: Optional[float] = None
-    benchmark: bool = True  # time the lanes engine against raw SimPy on the same number of requests
-
-
-@dataclass
-class OutputConf:
-    plots: bool = True
-    progress: bool = True
-
-
-@dataclass
-class RacsimConf:
-    name: str = "custom"
-    description: str = ""
-    seed: int = 0
-    pipeline: PipelineConf = field(default_factory=PipelineConf)
-    corrector: CorrectorConf = field(default_factory=CorrectorConf)
-    learner: LearnerConf = field(default_factory=LearnerConf)
-    study: StudyConf = field(default_factory=StudyConf)
-    output: OutputConf = field(default_factory=OutputConf)
-    # Sweeps: skip jobs whose results are already complete (their done.json) and
-    # run the rest; the folder of the same earlier sweep is found again (racsim/sweep.py).
-    resume: bool = False
-    capacity: CapacityConf = field(default_factory=CapacityConf)
-
-
-def register_configs() -> None:
-    """Register the schema so that Hydra type-checks the composed config."""
-    from hydra.core.config_store import ConfigStore
-
-    cs = ConfigStore.instance()
-    cs.store(name="racsim_schema", node=RacsimConf)
-
-
-# ----------------------------------------------------------------------------
-# Validation: one rule per line, each naming the key and what is allowed.
-
-
-def phase_conf(pipeline: Any, phase: str) -> LatencyConf:
-    """The duration distribution of one optimizer phase. Item access, because a
-    DictConfig is a mapping and ``.update`` would find the mapping's method."""
-    return pipeline[phase] if isinstance(pipeline, Mapping) else getattr(pipeline, phase)
+from racsim.errors import ConfigError
 
 
 def _finite(x: Any) -> bool:
@@ -478,10 +171,6 @@ def validate(cfg: Any) -> None:
         validate_capacity(cfg)
 
 
-# ----------------------------------------------------------------------------
-# GPU-backed reward models and capacity planning (racsim/service.py, racsim/capacity.py).
-
-
 def validate_channel_kind(ch: Any, key: str) -> None:
     """A channel's ``kind`` and its ``rm`` block agree."""
     kind = getattr(ch, "kind", "queue")
@@ -499,7 +188,8 @@ def validate_channel_kind(ch: Any, key: str) -> None:
 
 
 def validate_rm(rm: Any, key: str) -> None:
-    """Range checks of an RM server, and that the model fits the GPU's memory."""
+    """Range checks of an RM server (whether the model fits the GPU's memory is checked where
+    the server is built: racsim.pipeline.service.build_service)."""
     m, g = rm.model, rm.gpu
     for f in ("layers", "d_model", "d_ff", "n_heads", "n_kv_heads", "vocab"):
         _int_at_least(f"{key}.model.{f}", getattr(m, f), 1)
@@ -527,9 +217,6 @@ def validate_rm(rm: Any, key: str) -> None:
     _int_at_least(f"{key}.sequences_per_sample", rm.sequences_per_sample, 1)
     validate_latency(rm.prompt_tokens, f"{key}.prompt_tokens")
     validate_latency(rm.response_tokens, f"{key}.response_tokens")
-    from .service import check_memory  # lazily: service imports this module
-
-    check_memory(rm, key)
 
 
 def validate_capacity(cfg: Any) -> None:

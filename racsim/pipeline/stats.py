@@ -7,7 +7,7 @@ from typing import Dict, Optional
 import numpy as np
 import pandas as pd
 
-from .schedule import ArrivalSchedule
+from racsim.pipeline.schedule import ArrivalSchedule
 
 
 def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]]) -> pd.DataFrame:

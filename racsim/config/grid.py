@@ -1,11 +1,10 @@
-"""Studies: the bias benchmark over a grid of cells, in one process.
+"""A study grid expanded into cells: validated configs, one per combination of values.
 
 A scenario's ``study.grid`` maps config keys to lists of values; the cells are
 their cartesian product (a key "a,b" takes tuples, so that values that belong
-together move together). Cells that share the learner (MDP, policy, horizon,
-trials, steps, batch and seed) are evaluated on the same trajectories, so a
-grid over delay distributions or corrector knobs costs one trajectory pass
-and its comparisons are paired (common random numbers).
+together move together). Each cell has its shortcuts resolved (``delay_steps``,
+``delay_distribution``) and is validated before anything runs. Cells with the
+same :func:`learner_key` share their trajectories (racsim.analyses.bias_study).
 """
 
 from __future__ import annotations
@@ -13,18 +12,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import math
 import typing
-from dataclasses import replace
 from typing import Any, Dict, List, Tuple
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from . import pipeline
-from .config import ChannelConf, ConfigError, RacsimConf, validate
-from .latency import build_latency
-from .schedule import INJECTED, PENDING, ArrivalSchedule
+pass
+from racsim.config.schema import ChannelConf, RacsimConf
+from racsim.config.validate import validate
+from racsim.errors import ConfigError
+from racsim.pipeline.kernels import distribution_kernel
 
 Values = Dict[str, Any]
 
@@ -145,44 +142,6 @@ def _one_hot(d: int) -> List[float]:
     k = [0.0] * (d + 1)
     k[d] = 1.0
     return k
-
-
-MAX_KERNEL_STEPS = 10_000
-
-
-def distribution_kernel(conf, key: str) -> List[float]:
-    """P(round(X) = D) for D = 0, 1, ... from a latency distribution read in steps,
-    up to the 1 - 1e-12 quantile or MAX_KERNEL_STEPS; the mass beyond never returns."""
-    conf = OmegaConf.to_object(conf) if isinstance(conf, DictConfig) else conf
-    lat = build_latency(replace(conf, discrete=True), key)
-    top = min(float(lat.quantile(1.0 - 1e-12)), MAX_KERNEL_STEPS)  # beyond: never returns
-    grid = np.arange(int(math.ceil(top)) + 1, dtype=np.float64)
-    cdf = lat.cdf(grid)
-    pmf = np.diff(np.concatenate([[0.0], cdf]))
-    return [float(x) for x in np.clip(pmf, 0.0, None)]
-
-
-def nominal_kernel(cfg: DictConfig):
-    """(K, D+1) configured kernels when every channel has one, else None."""
-    rows = [list(ch.kernel) for ch in cfg.pipeline.channels.values() if ch.kernel is not None]
-    if len(rows) != len(cfg.pipeline.channels):
-        return None
-    width = max(map(len, rows))
-    return np.array([r + [0.0] * (width - len(r)) for r in rows])
-
-
-def drain(sched: ArrivalSchedule, draws: pipeline.PipelineDraws) -> ArrivalSchedule:
-    """Land the kernel channels' results still in flight at the end (within D)."""
-    delay, status = sched.delay.copy(), sched.status.copy()
-    for k, name in enumerate(sched.channel_names):
-        if name not in draws.kernel_channels:
-            continue
-        d = draws.service[name]
-        limit = np.inf if draws.max_delay[name] is None else draws.max_delay[name]
-        late = (status[..., k] == PENDING) & (d >= 0) & (d <= limit)
-        status[..., k][late] = INJECTED
-        delay[..., k][late] = d[late]
-    return replace(sched, delay=delay, status=status)
 
 
 def learner_key(cfg: DictConfig) -> tuple:

@@ -35,14 +35,15 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import replace
-from typing import Dict, Mapping, Sequence, Union
+from typing import Any, Dict, Mapping, Sequence, Union
 
 import numpy as np
 import pandas as pd
 
-from .config import LatencyConf
-from .correctors import (
+from racsim.config.schema import LatencyConf
+from racsim.learner.correctors import (
     CorrectorParams,
     age_weight,
     causal_running_mean,
@@ -50,8 +51,15 @@ from .correctors import (
     correction_weight,
     vtrace_advantage,
 )
-from .latency import build_latency
-from .schedule import INJECTED
+from racsim.pipeline.latency import build_latency
+from racsim.pipeline.schedule import INJECTED
+
+pass
+pass
+pass
+from racsim.analyses.result import RunResult
+from racsim.errors import ConfigError
+from racsim.seeds import rng_for
 
 __all__ = [
     "PAPER_CORRELATION",
@@ -70,10 +78,14 @@ __all__ = [
     "run_probe",
 ]
 
+
 #: Pearson correlation of the paper's random-init fast head against the oracle.
 PAPER_CORRELATION = -0.53
+
+
 #: Slack deficits of the paper's 7B slack verification (Appendix B).
 PAPER_ETAS = (0.05, 0.10, 0.15, 0.20, 0.30, 0.50)
+
 
 #: Moments of a synthetic stand-in fitted to the paper's probe table (an
 #: inference, not a number the paper states). For large N, a causal baseline
@@ -84,6 +96,7 @@ PAPER_ETAS = (0.05, 0.10, 0.15, 0.20, 0.30, 0.50)
 #: s_s = 1 gives m = 2.19 and s_f = 0.465; the third number of the row,
 #: cos(A_rac, A_sync) = 0.73, then follows (0.729) without being fitted.
 PAPER_LIKE_MOMENTS = {"slow_mean": 2.19, "slow_std": 1.0, "fast_mean": 0.0, "fast_std": 0.465}
+
 
 _Rng = Union[np.random.Generator, int, None]
 
@@ -101,10 +114,6 @@ def _rewards(r_fast, r_slow):
         if not np.all(np.isfinite(v)):
             raise ValueError(f"{name} has {int(np.sum(~np.isfinite(v)))} non-finite value(s)")
     return f, s
-
-
-# ----------------------------------------------------------------------------
-# Pairs.
 
 
 def synthetic_pairs(
@@ -186,10 +195,6 @@ def load_pairs(path, fast_col: str = "r_fast", slow_col: str = "r_slow") -> pd.D
     if len(df) < 2:
         raise ValueError(f"pairs file {p!r}: {len(df)} row(s); the probe needs at least 2")
     return pd.DataFrame(out)
-
-
-# ----------------------------------------------------------------------------
-# The probe.
 
 
 def _delays(delays, n: int) -> np.ndarray:
@@ -295,9 +300,6 @@ def probe_metrics(adv: Mapping[str, np.ndarray]) -> Dict[str, float]:
     }
 
 
-# ----------------------------------------------------------------------------
-# Delay channels.
-
 #: The paper's three probe channels (delays in optimizer steps, rounded):
 #: deterministic 5; lognormal with mu = 1.5, sigma = 0.8 (LatencyConf is
 #: matched to the mean, so mean = exp(mu + sigma^2 / 2) = exp(1.82) ~ 6.17);
@@ -347,10 +349,6 @@ def paper_delays(n: int, rng: _Rng = None) -> Dict[str, np.ndarray]:
     in the order of :data:`CHANNELS` from one generator."""
     g = _rng(rng)
     return {name: delays_from(name, n, g) for name in CHANNELS}
-
-
-# ----------------------------------------------------------------------------
-# Theorem 2.1 checks on the pairs.
 
 
 def identity_collapse(r_fast, r_slow) -> float:
@@ -459,3 +457,28 @@ def run_probe(pairs_df: pd.DataFrame, channels: Mapping[str, np.ndarray], tau_ag
     cols = ["channel", "n", "mean_delay", "tau_age"]
     df = pd.DataFrame(rows)
     return df[cols + [c for c in df.columns if c not in cols]] if rows else df
+
+
+def probe_study(cfg: Any) -> RunResult:
+    """The static-batch advantage probe (paper appendix G) on pairs from a file or synthetic."""
+    pc = cfg.study.probe
+    rng = rng_for(cfg.seed, "probe")
+    if pc.pairs:
+        try:
+            pairs = load_pairs(pc.pairs, pc.fast_col, pc.slow_col)
+        except ValueError as ex:
+            raise ConfigError("study.probe.pairs", pc.pairs, str(ex)) from None
+    else:
+        pairs = synthetic_pairs(pc.n, pc.correlation, rng, slow_mean=pc.slow_mean, slow_std=pc.slow_std,
+                                  fast_mean=pc.fast_mean, fast_std=pc.fast_std)
+    t0 = time.perf_counter()
+    table = run_probe(pairs, paper_delays(len(pairs), rng), tau_age=cfg.corrector.tau_age)
+    table.insert(0, "scenario", cfg.name)
+    table.insert(1, "study", cfg.study.paper or "")
+    r_fast, r_slow = pairs["r_fast"].to_numpy(), pairs["r_slow"].to_numpy()
+    identity = pd.DataFrame({"scenario": [cfg.name], "study": [cfg.study.paper or ""], "n": [len(pairs)],
+                             "pearson_r": [float(np.corrcoef(r_fast, r_slow)[0, 1])],
+                             "linf_rac_vs_vtrace": [identity_collapse(r_fast, r_slow)]})
+    slack = slack_sweep(r_fast, r_slow, list(cfg.study.etas), rng=rng)
+    return RunResult(results=table, timings={"probe_s": time.perf_counter() - t0},
+                     extra={"identity": identity, "slack": slack})

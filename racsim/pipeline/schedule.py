@@ -14,7 +14,11 @@ import numpy as np
 
 # Status of one slow result (one trial, step, sample, channel) at the end of a run.
 INJECTED = np.int8(0)  # landed at step t + delay and was used by that step's update
+
+
 DROPPED = np.int8(1)  # older than the channel's admissible delay D_k before it landed
+
+
 PENDING = np.int8(2)  # still in a queue or in service when the run ended
 
 

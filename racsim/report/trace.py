@@ -17,7 +17,9 @@ from typing import List
 
 import numpy as np
 
-from .schedule import ArrivalSchedule
+from racsim.io import write_text
+from racsim.pipeline.schedule import ArrivalSchedule
+from racsim.report.plots import _plt, _save
 
 PHASE_NAMES = ("generate", "fast_score", "submit", "update")
 
@@ -84,8 +86,6 @@ def trace_events(sched: ArrivalSchedule, lane: int = 0) -> List[dict]:
 
 
 def write_trace(path: Path, sched: ArrivalSchedule, lane: int = 0) -> None:
-    from .report import write_text
-
     doc = {"traceEvents": trace_events(sched, lane), "displayTimeUnit": "ms",
            "otherData": {"racsim": "pipeline timeline", "lane": lane, "blocking": sched.blocking}}
     write_text(path, json.dumps(doc, separators=(",", ":")))
@@ -93,8 +93,6 @@ def write_trace(path: Path, sched: ArrivalSchedule, lane: int = 0) -> None:
 
 def gantt(sched: ArrivalSchedule, path: Path, lane: int = 0, steps: int = 3, max_rows: int = 12) -> bool:
     """The first ``steps`` optimizer steps of one lane as a Gantt chart (PNG)."""
-    from .plots import _plt, _save
-
     plt = _plt()
     S = sched.step_start[lane]
     t_end = float(S[min(steps, sched.n_steps)])

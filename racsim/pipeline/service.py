@@ -37,7 +37,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from .config import ConfigError
+from racsim.errors import ConfigError
 
 # name -> GpuConf fields. Peaks: dense BF16 tensor-core TFLOP/s from the vendors'
 # data sheets (the "with sparsity" figures halved); prices: on-demand cloud
@@ -49,6 +49,7 @@ GPU_CATALOG: Dict[str, Dict[str, Any]] = {
     "L40S": dict(name="L40S", peak_tflops=362.05, mem_bw_tbs=0.864, memory_gb=48.0, price_per_hour=1.0),
     "B200": dict(name="B200", peak_tflops=2250.0, mem_bw_tbs=8.0, memory_gb=180.0, price_per_hour=5.0),
 }
+
 
 # name -> RMModelConf fields: the shapes of Qwen2.5-1.5B, Llama-2-7B, Llama-3.1-8B
 # and Llama-3.1-70B with a scalar score head in place of the LM head.
@@ -240,7 +241,8 @@ def read_profile(path: str, key: str = "rm.profile"):
 
 
 def build_service(rm: Any, key: str = "rm") -> ServiceModel:
-    """The service model an RM config asks for."""
+    """The service model an RM config asks for, once the model is known to fit the GPUs."""
+    check_memory(rm, key)
     if rm.service == "roofline":
         return Roofline(rm)
     if rm.service == "profiled":

@@ -1,0 +1,4 @@
+"""The studies a run computes from the pipeline and the learner: the bias benchmark over a
+grid of cells (``bias_study``), the advantage probe (``probe``), the TV bound
+(``tvbound``) and the capacity search (``capacity``).
+"""

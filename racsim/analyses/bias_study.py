@@ -1,0 +1,251 @@
+"""The bias study: pipeline -> arrival schedules -> bias benchmark (and training) -> tables, per grid cell."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+import numpy as np
+import pandas as pd
+
+from racsim.analyses.result import RunResult
+from racsim.config.grid import learner_key
+from racsim.learner import mdp as M
+from racsim.learner.bias import (
+    BiasRun,
+    Cell,
+    bootstrap_counts,
+    run_bias_cells,
+    schedule_for,
+    summarize,
+)
+from racsim.learner.correctors import BLOCKING, CorrectorParams
+from racsim.learner.training import TrainCurve, train_all
+from racsim.pipeline.draws import draw
+from racsim.pipeline.engines import simulate
+from racsim.pipeline.kernels import drain, nominal_kernel
+from racsim.pipeline.schedule import ArrivalSchedule
+from racsim.pipeline.stats import channel_stats, queue_timeseries
+from racsim.seeds import rng_for, seed_sequence
+
+
+def corrector_names(cfg: Any) -> list:
+    """Requested correctors, with naive first: it is the reference of every ratio."""
+    names = list(cfg.corrector.names)
+    return names if names and names[0] == "naive" else ["naive"] + [n for n in names if n != "naive"]
+
+
+def simulate_schedules(cfg: Any, n_trials: int, stream: str, names) -> Dict[str, ArrivalSchedule]:
+    """The async schedule every non-blocking corrector shares, and the blocking one
+    wait-for-slow runs on, from the same draws (common random numbers)."""
+    p = cfg.pipeline
+    draws = draw(p, n_trials, rng_for(cfg.seed, stream))
+    out = {"async": simulate(p, n_trials, None, draws=draws)}
+    if any(n in BLOCKING for n in names):
+        out["blocking"] = simulate(p, n_trials, None, draws=draws, blocking=True,
+                                            wait_timeout=cfg.corrector.wait_timeout_s)
+    if p.drain:
+        out = {k: drain(v, draws) for k, v in out.items()}
+    return out
+
+
+def build_mdp(cfg: Any) -> M.TabularMDP:
+    lr = cfg.learner
+    shares = tuple(float(ch.share) for ch in cfg.pipeline.channels.values())
+    return M.make_mdp(lr.n_states, lr.n_actions, mdp_seed=lr.mdp_seed, shares=shares, gamma=lr.gamma,
+                      slow_bump=lr.slow_bump, topology=lr.topology, channel_noise_std=lr.channel_noise_std)
+
+
+def corrector_params(cfg: Any) -> CorrectorParams:
+    c = cfg.corrector
+    return CorrectorParams(alpha=c.alpha, tau_age=c.tau_age, rho_bar=c.rho_bar, retrace_gamma=c.retrace_gamma)
+
+
+@dataclass
+class _GroupOut:
+    """What one learner group contributes (computed in this process or a worker)."""
+
+    rows: list  # (cell index, values, results table, channel table)
+    bias: Optional[BiasRun]  # of the run's first cell, if it is in this group
+    schedules: Optional[Dict[str, ArrivalSchedule]]  # likewise
+    trajectories: int
+    pipeline_s: float
+    bias_s: float
+
+
+def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _GroupOut:
+    """Simulate every cell's pipeline, then the shared trajectories, then each cell's summary."""
+    first = members[0][2]
+    lr = first.learner
+    theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
+    t0 = time.perf_counter()
+    bias_cells = []
+    for _, _, ccfg in members:
+        names = corrector_names(ccfg)
+        bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names), names,
+                               corrector_params(ccfg), nominal_kernel(ccfg), ccfg.corrector.row_normalize,
+                               mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std))
+    pipeline_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mdp = bias_cells[0].mdp  # transitions shared by the group; each cell brings its own rewards
+    runs = run_bias_cells(mdp, theta, bias_cells, lr.horizon, rng_for(first.seed, "trajectories"),
+                          fast_noise_std=lr.fast_noise_std, progress=progress)
+    # One resample of the trials for the whole group: paired across its cells.
+    counts = bootstrap_counts(lr.trials, lr.bootstrap, rng_for(first.seed, "bootstrap")) if lr.bootstrap else None
+    rows = []
+    for (i, values, ccfg), cell, brun in zip(members, bias_cells, runs):
+        if n_cells > 1:
+            values = {"cell": i, **values}
+        summary = summarize(brun, lr.bootstrap, None, counts=counts)
+        workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
+        rows.append((i, values, _results_table(ccfg, cell.names, cell.schedules, summary, brun),
+                     channel_stats(cell.schedules["async"], workers)))
+    head = members[0][0] == 0
+    return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,
+                     runs[0].trajectories, pipeline_s, time.perf_counter() - t0)
+
+
+def _group_worker(args) -> _GroupOut:
+    members, n_cells = args
+    return _run_group(members, n_cells)
+
+
+def _with_values(tables: list) -> pd.DataFrame:
+    """Concatenate (cell values, table) pairs, the cells' grid values as leading
+    columns (one per grid key; lists and dicts as text)."""
+    df = pd.concat([t for _, t in tables], ignore_index=True)
+    lengths = [len(t) for _, t in tables]
+    keys: list = []
+    for values, _ in tables:
+        keys += [k for k in values if k not in keys]
+    front = {}
+    for k in keys:
+        col = [v if not isinstance(v, (list, dict)) else str(v) for v in (vals.get(k) for vals, _ in tables)]
+        front[k] = np.repeat(np.array(col, dtype=object), lengths)
+    if not front:
+        return df
+    head = pd.DataFrame(front).infer_objects()
+    return pd.concat([head, df.drop(columns=[k for k in front if k in df])], axis=1)
+
+
+def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
+    p = cfg.pipeline
+    naive_clock = schedules["async"].wallclock.mean()
+    rows = []
+    for name in names:
+        sched = schedule_for(name, schedules)
+        counts = sched.counts()
+        row: Dict[str, Any] = {
+            "scenario": cfg.name,
+            "study": cfg.study.paper or "",
+            "corrector": name,
+            "K": len(p.channels),
+            "steps": p.steps,
+            "batch_size": p.batch_size,
+            "trials": cfg.learner.trials,
+            "seed": cfg.seed,
+        }
+        row.update(summary[name])
+        clock = naive_clock if name == "sync_oracle" else sched.wallclock.mean()
+        row["wallclock_s"] = float(clock)
+        row["wallclock_ratio"] = float(clock / naive_clock)
+        for key in ("emitted", "injected", "dropped", "pending"):
+            row[key] = sum(v[key] for v in counts.values())
+        if name == "sync_oracle":  # every slow result at Delta = 0, by definition
+            row.update(injected=row["emitted"], dropped=0, pending=0)
+        for k, ch in enumerate(sched.channel_names):
+            row[f"eta_{ch}"] = float(bias.slack[name][k])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _add_training(results: pd.DataFrame, curves: Dict[str, TrainCurve]) -> pd.DataFrame:
+    """Training figures per corrector: final J and distance, J within naive's wall-clock."""
+    budget = curves["naive"].wallclock[:, -1].mean()
+    results = results.copy()
+    results["J_final"] = [float(curves[n].objective[:, -1].mean()) for n in results.corrector]
+    results["distance_final"] = [float(curves[n].distance[:, -1].mean()) for n in results.corrector]
+    results["J_at_naive_clock"] = [_value_at(curves[n], budget) for n in results.corrector]
+    return results
+
+
+def _value_at(curve: TrainCurve, seconds: float) -> float:
+    """Mean over lanes of J(theta) at the last step completed by ``seconds`` of wall-clock."""
+    done = (curve.wallclock[:, 1:] <= seconds + 1e-9).sum(axis=1)  # steps completed per lane
+    return float(curve.objective[np.arange(len(done)), done].mean())
+
+
+def _training_table(curves: Dict[str, TrainCurve]) -> pd.DataFrame:
+    frames = []
+    for name, cv in curves.items():
+        L, n = cv.objective.shape
+        frames.append(pd.DataFrame({
+            "corrector": name,
+            "lane": np.repeat(np.arange(L), n),
+            "step": np.tile(np.arange(n), L),
+            "wallclock_s": cv.wallclock.ravel(),
+            "J": cv.objective.ravel(),
+            "distance": cv.distance.ravel(),
+        }))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def run_bias_study(cells: list, progress: Optional[Any] = None) -> RunResult:
+    """The bias benchmark on every cell (values, config) of a study grid and, for a
+    single cell, the training loop. Cells sharing a learner form a group; with
+    ``study.workers`` != 1 the groups run in that many processes (0: every core),
+    with the same results as serially (each group seeds itself)."""
+    groups: Dict[tuple, list] = {}
+    for i, (values, ccfg) in enumerate(cells):
+        groups.setdefault(learner_key(ccfg), []).append((i, values, ccfg))
+    workers = cells[0][1].study.workers or (os.cpu_count() or 1)
+    workers = min(workers, len(groups))
+    if workers > 1:
+        import multiprocessing
+
+        jobs = [(m, len(cells)) for m in groups.values()]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            outs = []
+            for (members, _), out in zip(jobs, pool.imap(_group_worker, jobs)):  # imap keeps the order
+                outs.append(out)
+                if progress is not None:
+                    progress(members[0][2].learner.trials)
+    else:
+        outs = [_run_group(m, len(cells), progress) for m in groups.values()]
+    tables: list = [None] * len(cells)
+    channel_tables: list = [None] * len(cells)
+    for out in outs:
+        for i, values, table, chans in out.rows:
+            tables[i], channel_tables[i] = (values, table), (values, chans)
+    head = next(o for o in outs if o.bias is not None)
+    timings = {"pipeline_s": sum(o.pipeline_s for o in outs), "bias_s": sum(o.bias_s for o in outs)}
+    results = _with_values(tables)
+    curves: Dict[str, TrainCurve] = {}
+    values, ccfg = cells[0]
+    schedules = None
+    if len(cells) == 1:
+        names = corrector_names(ccfg)
+        schedules = head.schedules
+        if ccfg.learner.train.enabled:
+            t0 = time.perf_counter()
+            lr = ccfg.learner
+            mdp = build_mdp(ccfg)
+            theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
+            train_sched = simulate_schedules(ccfg, lr.train.lanes, "train_pipeline", names)
+            curves = train_all(mdp, theta, train_sched, names, corrector_params(ccfg), lr.horizon, lr.train.lr,
+                               seed_sequence(ccfg.seed, "training"), lr.fast_noise_std)
+            timings["training_s"] = time.perf_counter() - t0
+            results = _add_training(results, curves)
+    return RunResult(
+        results=results,
+        channels=_with_values(channel_tables),
+        timeline=queue_timeseries(schedules["async"]) if schedules else pd.DataFrame(),
+        training=_training_table(curves),
+        bias=head.bias,
+        schedules=schedules or {},
+        curves=curves,
+        timings=timings,
+        trajectories=sum(o.trajectories for o in outs),
+    )

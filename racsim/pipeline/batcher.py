@@ -1,0 +1,222 @@
+"""GPU-backed reward models (channel kind ``gpu_rm``): the batcher in front of replicas of an RM.
+
+Each sample is ``sequences_per_sample`` requests with drawn token lengths; a batch
+holds at most ``max_batch`` sequences and ``token_budget`` tokens (padded or
+packed), taken in FIFO or shortest-first order, and leaves for an idle replica
+when it is full or its oldest request has waited ``max_wait_s``. Everything that
+happens at one instant is applied before the batcher decides.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any, Dict, List
+
+import numpy as np
+
+from racsim.pipeline.service import build_service
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """What both engines need to serve a gpu_rm channel (built from its ``rm`` config)."""
+
+    replicas: int  # gpus / tp
+    max_batch: int
+    budget: float  # tokens per batch (padded or packed, as ``padded`` says)
+    max_wait: float  # seconds a request may wait for its batch to fill
+    order: str  # fifo | shortest
+    padded: bool
+    model: Any  # racsim.service.ServiceModel
+    seqs: int  # sequences (requests) per pipeline sample
+
+
+def gpu_spec(rm: Any, key: str) -> GpuSpec:
+    return GpuSpec(replicas=int(rm.gpus) // int(rm.tp), max_batch=int(rm.max_batch), budget=float(rm.token_budget),
+                   max_wait=float(rm.max_wait_s), order=str(rm.order), padded=bool(rm.padded),
+                   model=build_service(rm, key), seqs=int(rm.sequences_per_sample))
+
+
+def _billed(spec: GpuSpec, count, tok_sum, mx):
+    """Tokens a batch counts against the budget: count x longest when padded, else the sum."""
+    return count * mx if spec.padded else tok_sum
+
+
+class _Waiting:
+    """The requests a batcher holds, in the order it serves them: request index
+    (fifo) or (tokens, index) (shortest first). Both engines decide with it."""
+
+    def __init__(self, spec: GpuSpec, tokens: List[float], group: int):
+        self.spec, self.tok, self.G = spec, tokens, group
+        self.fifo = spec.order == "fifo"
+        self.keys: list = []
+        self.in_group: Dict[int, int] = {}
+        self.groups: List[int] = []  # groups with requests waiting, oldest first
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def admit(self, g: int) -> None:
+        ids = range(g * self.G, (g + 1) * self.G)
+        if self.fifo:
+            self.keys.extend(ids)
+        else:
+            for j in ids:
+                bisect.insort(self.keys, (self.tok[j], j))
+        self.in_group[g] = self.G
+        self.groups.append(g)
+
+    def oldest(self) -> int:
+        """Group of the longest-waiting request."""
+        while self.in_group[self.groups[0]] == 0:
+            self.groups.pop(0)
+        return self.groups[0]
+
+    def candidate(self):
+        """(ids, count, token sum, sum of squares, longest, full): the batch the
+        batcher would dispatch now; full when a limit stopped it."""
+        s = self.spec
+        ids: List[int] = []
+        ts = sq = mx = 0.0
+        full = False
+        for key in self.keys[: s.max_batch + 1]:
+            j = key if self.fifo else key[1]
+            L = self.tok[j]
+            n, m = len(ids) + 1, max(mx, L)
+            cost = n * m if s.padded else ts + L
+            if ids and (n > s.max_batch or cost > s.budget):
+                full = True
+                break
+            ids.append(j)
+            ts, sq, mx = ts + L, sq + L * L, m
+        return ids, len(ids), ts, sq, mx, full or len(ids) == s.max_batch
+
+    def remove(self, ids: List[int]) -> None:
+        del self.keys[: len(ids)]
+        for j in ids:
+            self.in_group[j // self.G] -= 1
+
+
+@dataclass
+class _FifoLanes:
+    """State of a FIFO batcher on every lane for :func:`_fifo_lanes`."""
+
+    head: np.ndarray  # (lanes,) first request not dispatched
+    free: np.ndarray  # (lanes, replicas) when each replica falls free
+    last: np.ndarray  # (lanes,) instant of the last dispatch
+    disp: np.ndarray  # (lanes, requests)
+    comp: np.ndarray
+    log: list
+    groups: np.ndarray  # (lanes,) groups arrived by ``last`` (times only grow, so a pointer)
+
+    @classmethod
+    def new(cls, lanes: int, requests: int, replicas: int) -> "_FifoLanes":
+        return cls(np.zeros(lanes, dtype=np.int64), np.zeros((lanes, replicas)), np.zeros(lanes),
+                   np.full((lanes, requests), np.nan), np.full((lanes, requests), np.inf), [],
+                   np.zeros(lanes, dtype=np.int64))
+
+
+def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
+                G: int, end: int, st: _FifoLanes) -> None:
+    """Dispatch every request below index ``end`` of a FIFO batcher, one batch per
+    lane per iteration (vectorised over lanes). The k-th batch from head h leaves at
+
+        tau_k = max(tau_{k-1}, earliest free replica, min(T_full, a_h + max_wait))
+
+    where T_full is the arrival of the request that makes the batch full (the
+    max_batch-th, or the first that does not fit; inf if none below ``end``), and
+    takes every request from h that has arrived by tau_k, up to the limits. This
+    equals the event loop of :class:`_LaneServer` (a test checks it).
+    ``group_time``: (lanes, groups) arrival of each group of G requests (inf: not yet known).
+    """
+    N = tok.shape[1]
+    M = spec.max_batch
+    offs = np.arange(M)
+    while True:
+        act = np.flatnonzero(st.head < end)
+        if act.size == 0:
+            return
+        rows = np.arange(act.size)
+        h = st.head[act]
+        win = h[:, None] + offs
+        valid = win < end
+        L = tok[act[:, None], np.minimum(win, N - 1)]
+        mx = np.maximum.accumulate(L, axis=1)
+        cost = (offs + 1.0) * mx if spec.padded else np.cumsum(L, axis=1)
+        fits = valid & (cost <= spec.budget)
+        fits[:, 0] = True
+        n_lim = fits.sum(axis=1)
+        nxt = np.minimum(n_lim, M - 1)
+        limited = (n_lim == M) | ((n_lim < M) & valid[rows, nxt])
+        gt = group_time[act]
+        t_max = gt[rows, np.minimum(h + M - 1, N - 1) // G]
+        t_next = gt[rows, np.minimum(h + n_lim, N - 1) // G]
+        t_full = np.where(n_lim == M, t_max, np.where(limited, t_next, np.inf))
+        deadline = gt[rows, h // G] + spec.max_wait
+        free = st.free[act]
+        tau = np.maximum(np.maximum(st.last[act], free.min(axis=1)), np.minimum(t_full, deadline))
+        ng = st.groups[act]  # groups arrived by tau: advance the pointer (a group's time is known before tau)
+        while True:
+            more = (ng < gt.shape[1]) & (gt[rows, np.minimum(ng, gt.shape[1] - 1)] <= tau)
+            if not more.any():
+                break
+            ng = ng + more
+        st.groups[act] = ng
+        arrived = np.minimum(ng * G, end)
+        n = np.minimum(n_lim, arrived - h)
+        ts = cum[act, h + n] - cum[act, h]
+        sq = cum2[act, h + n] - cum2[act, h]
+        m = mx[rows, n - 1]
+        e = tau + spec.model.seconds(n.astype(np.float64), ts, sq, m)
+        r = np.argmax(free <= tau[:, None], axis=1)
+        free[rows, r] = e
+        st.free[act] = free
+        rr, cc = np.nonzero(offs[None, :] < n[:, None])
+        st.disp[act[rr], win[rr, cc]] = tau[rr]
+        st.comp[act[rr], win[rr, cc]] = e[rr]
+        st.log.append((act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G))
+        st.head[act] = h + n
+        st.last[act] = tau
+
+
+def _prefix(tok: np.ndarray):
+    z = np.zeros((tok.shape[0], 1))
+    return np.hstack([z, np.cumsum(tok, axis=1)]), np.hstack([z, np.cumsum(tok * tok, axis=1)])
+
+
+def fast_score_seconds(spec: GpuSpec, tokens: np.ndarray) -> np.ndarray:
+    """Seconds a pool takes to score each step's sequences, all handed over at
+    once and dispatched at once (no waiting to fill): ``tokens`` (trials, steps,
+    sequences) -> (trials, steps)."""
+    T, S, G = tokens.shape
+    tok = tokens.reshape(T * S, G)
+    if spec.order == "shortest":
+        tok = np.sort(tok, axis=1, kind="stable")
+    now = GpuSpec(**{**spec.__dict__, "max_wait": 0.0})
+    st = _FifoLanes.new(T * S, G, spec.replicas)
+    cum, cum2 = _prefix(tok)
+    _fifo_lanes(now, tok, cum, cum2, np.zeros((T * S, 1)), G, G, st)
+    return st.comp.max(axis=1).reshape(T, S)
+
+
+def _batch_log(rows: list, replicas: int) -> Dict[str, np.ndarray]:
+    """Columns of a batch log, sorted by (lane, start, replica); ``replicas`` the pool's size."""
+    if rows:
+        lane, rep, start, end, size, tokens, step = (np.concatenate([np.asarray(r[k]) for r in rows]) for k in range(7))
+    else:
+        lane = rep = size = step = np.zeros(0, dtype=np.int64)
+        start = end = tokens = np.zeros(0)
+    order = np.lexsort((rep, start, lane))
+    return {"lane": lane.astype(np.int64)[order], "replica": rep.astype(np.int64)[order],
+            "start": start.astype(np.float64)[order], "end": end.astype(np.float64)[order],
+            "size": size.astype(np.int64)[order], "tokens": tokens.astype(np.float64)[order],
+            "step": step.astype(np.int64)[order],
+            "replicas": np.array(replicas, dtype=np.int64)}
+
+
+def _per_sample(disp: np.ndarray, comp: np.ndarray, shape):
+    """Requests (lanes, steps * batch * seqs) -> per sample (first dispatch, last completion)."""
+    d = disp.reshape(shape)
+    c = comp.reshape(shape)
+    return d.min(axis=-1), c.max(axis=-1)

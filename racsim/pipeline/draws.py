@@ -1,0 +1,98 @@
+"""Every random number a pipeline run uses, drawn once, so that the two engines and the
+blocking and non-blocking pipelines share them (common random numbers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from racsim.config.schema import PHASES, PipelineConf, phase_conf
+from racsim.pipeline.batcher import GpuSpec, fast_score_seconds, gpu_spec
+from racsim.pipeline.latency import build_latency
+
+
+@dataclass(frozen=True)
+class PipelineDraws:
+    """Every random number a pipeline run uses, drawn once so that the two
+    engines, and the blocking and non-blocking pipelines, share them.
+
+    ``phase``: (4, trials, steps) seconds for generate, fast_score, submit,
+    update. ``service``: per channel (trials, steps, batch) service seconds; for
+    a kernel channel, its delay in steps (``-1`` = the result never returns).
+    """
+
+    phase: np.ndarray
+    service: Dict[str, np.ndarray]
+    kernel_channels: frozenset
+    nominal_step: float
+    workers: Dict[str, Optional[int]]
+    max_delay: Dict[str, Optional[int]]
+    # gpu_rm channels: their batcher and service model; ``service[name]`` then holds
+    # the token length of each request, (trials, steps, batch, sequences_per_sample).
+    gpu: Dict[str, "GpuSpec"] = field(default_factory=dict)
+
+
+def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
+    """Draw all durations and latencies of ``n_trials`` independent runs."""
+    shape = (n_trials, pcfg.steps)
+    phase_lat = [build_latency(phase_conf(pcfg, p), f"pipeline.{p}") for p in PHASES]
+    phase = np.stack([lat.sample(rng, shape) for lat in phase_lat])
+    service, kernel_channels, gpu = {}, set(), {}
+    for name, ch in pcfg.channels.items():
+        size = shape + (pcfg.batch_size,)
+        if getattr(ch, "kind", "queue") == "gpu_rm":
+            key = f"pipeline.channels.{name}.rm"
+            gpu[name] = gpu_spec(ch.rm, key)
+            service[name] = draw_tokens(ch.rm, rng, size + (gpu[name].seqs,), key)
+        elif ch.kernel is not None:
+            service[name] = _draw_kernel_delays(list(ch.kernel), rng, size)
+            kernel_channels.add(name)
+        else:
+            service[name] = build_latency(ch.latency, f"pipeline.channels.{name}.latency").sample(rng, size)
+    nominal = float(sum(lat.mean() for lat in phase_lat))
+    fast_rm = getattr(pcfg, "fast_rm", None)
+    if fast_rm is not None:  # the fast scorer's GPUs score the step's sequences: that is the phase
+        spec = gpu_spec(fast_rm, "pipeline.fast_rm")
+        tokens = draw_tokens(fast_rm, rng, shape + (pcfg.batch_size * spec.seqs,), "pipeline.fast_rm")
+        phase[1] = fast_score_seconds(spec, tokens)
+        nominal = float(sum(lat.mean() for i, lat in enumerate(phase_lat) if i != 1) + phase[1].mean())
+    return PipelineDraws(
+        phase=phase,
+        service=service,
+        kernel_channels=frozenset(kernel_channels),
+        nominal_step=nominal,
+        workers={n: ch.workers for n, ch in pcfg.channels.items()},
+        max_delay={n: ch.max_delay for n, ch in pcfg.channels.items()},
+        gpu=gpu,
+    )
+
+
+def _draw_kernel_delays(kernel: List[float], rng: np.random.Generator, size) -> np.ndarray:
+    """Delays in steps drawn from Lambda[k, :]; the missing mass gives -1 (never returns)."""
+    cdf = np.cumsum(np.asarray(kernel, dtype=np.float64))
+    idx = np.searchsorted(cdf, rng.random(size), side="right")
+    return np.where(idx >= len(kernel), -1, idx).astype(np.int64)
+
+
+def draw_tokens(rm: Any, rng: np.random.Generator, size, key: str = "rm") -> np.ndarray:
+    """Token length of each request: rint(prompt) + rint(response), at least 1 (float64, integer-valued)."""
+    prompt = build_latency(rm.prompt_tokens, f"{key}.prompt_tokens").sample(rng, size)
+    response = build_latency(rm.response_tokens, f"{key}.response_tokens").sample(rng, size)
+    return np.maximum(np.rint(prompt) + np.rint(response), 1.0)
+
+
+def _queued(draws: PipelineDraws, name: str) -> bool:
+    return draws.workers[name] is not None and name not in draws.kernel_channels and name not in draws.gpu
+
+
+def _service_seconds(draws: PipelineDraws, name: str, t: int):
+    """Service time of step t's jobs and whether each is lost (kernel missing mass)."""
+    s = draws.service[name][:, t]
+    if name in draws.kernel_channels:
+        lost = s < 0
+        # A kernel channel on the clock: Delta steps of nominal step time.
+        return np.where(lost, 0.0, s * draws.nominal_step), lost
+    return s, np.zeros(s.shape, dtype=bool)

@@ -1,0 +1,233 @@
+"""The lanes engine: every trial is a lane of numpy arrays, one vectorised operation per
+job position; gpu_rm channels by a vectorised FIFO batcher recursion or a per-lane
+event loop. Bit-identical to the SimPy engine on the same draws (tests say so).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional
+
+import numpy as np
+
+from racsim.pipeline.batcher import (
+    GpuSpec,
+    _batch_log,
+    _billed,
+    _fifo_lanes,
+    _FifoLanes,
+    _per_sample,
+    _prefix,
+    _Waiting,
+)
+from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
+from racsim.pipeline.landing import _assemble, _async_landing
+from racsim.pipeline.schedule import ArrivalSchedule
+
+
+def fifo_assign(arrival: np.ndarray, service: np.ndarray, free: np.ndarray):
+    """Serve jobs in arrival order on identical workers (FIFO multi-server queue).
+
+    ``arrival``/``service``: (lanes, jobs), jobs sorted by arrival within a lane;
+    ``free``: (lanes, c) time each worker next falls free (updated in place).
+    Each job takes the earliest-free worker, which is exactly FIFO service.
+    Returns (start, completion), each (lanes, jobs).
+    """
+    lanes = np.arange(arrival.shape[0])
+    start = np.empty_like(arrival)
+    end = np.empty_like(arrival)
+    for j in range(arrival.shape[1]):
+        w = np.argmin(free, axis=1)
+        s = np.maximum(arrival[:, j], free[lanes, w])
+        e = s + service[:, j]
+        free[lanes, w] = e
+        start[:, j], end[:, j] = s, e
+    return start, end
+
+
+class _LaneServer:
+    """One trial's gpu_rm channel as a plain event loop (the lanes engine's general
+    path): decision instants are arrivals, batch completions and flush deadlines."""
+
+    def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int):
+        self.spec, self.G = spec, group
+        self.q = _Waiting(spec, tokens.tolist(), group)
+        self.arr: List[float] = []
+        self.left: List[int] = []  # requests of each group not dispatched yet
+        self.admitted = 0
+        self.free = [0.0] * spec.replicas
+        self.now = -math.inf
+        self.disp = np.full(tokens.size, np.nan)
+        self.comp = np.full(tokens.size, np.inf)
+        self.batches: list = []
+
+    def add_group(self, time: float) -> None:
+        self.arr.append(float(time))
+        self.left.append(self.G)
+
+    def _next(self) -> float:
+        c = self.arr[self.admitted] if self.admitted < len(self.arr) else math.inf
+        if self.q:
+            for f in self.free:
+                if self.now < f < c:
+                    c = f
+            d = self.arr[self.q.oldest()] + self.spec.max_wait
+            if self.now < d < c:
+                c = d
+        return c
+
+    def _decide(self, tau: float) -> None:
+        while self.admitted < len(self.arr) and self.arr[self.admitted] <= tau:
+            self.q.admit(self.admitted)
+            self.admitted += 1
+        w = self.spec.max_wait
+        while self.q:
+            idle = [r for r, f in enumerate(self.free) if f <= tau]
+            if not idle:
+                break
+            ids, n, ts, sq, mx, full = self.q.candidate()
+            if not (full or self.arr[self.q.oldest()] + w <= tau):
+                break
+            end = tau + float(self.spec.model.seconds(np.float64(n), ts, sq, mx))
+            self.free[idle[0]] = end
+            self.q.remove(ids)
+            for j in ids:
+                self.disp[j], self.comp[j] = tau, end
+                self.left[j // self.G] -= 1
+            self.batches.append((idle[0], tau, end, n, _billed(self.spec, float(n), ts, mx), min(ids) // self.G))
+        self.now = tau
+
+    def run(self, stop=None) -> None:
+        """Process decision instants in time order until ``stop(instant)`` or none is left."""
+        while True:
+            tau = self._next()
+            if tau == math.inf or (stop is not None and stop(tau)):
+                return
+            self._decide(tau)
+
+
+class _GpuLanes:
+    """A gpu_rm channel in the lanes engine, all trials."""
+
+    def __init__(self, draws: "PipelineDraws", name: str, blocking: bool, timeout: Optional[float], loop: bool):
+        self.spec = spec = draws.gpu[name]
+        tok4 = draws.service[name]
+        self.shape = tok4.shape
+        n, steps, batch, seqs = tok4.shape
+        self.G = batch * seqs
+        self.tok = tok4.reshape(n, steps * self.G)
+        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
+        if self.vector:
+            self.st = _FifoLanes.new(n, self.tok.shape[1], spec.replicas)
+            self.cum, self.cum2 = _prefix(self.tok)
+            self.group_time = np.full((n, steps), np.inf)
+        else:
+            self.servers = [_LaneServer(spec, self.tok[i], self.G) for i in range(n)]
+
+    def run_async(self, submit_time: np.ndarray) -> None:
+        """Every group's arrival known: serve them all. ``submit_time``: (lanes, steps)."""
+        if self.vector:
+            self.group_time[:] = submit_time
+            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, self.tok.shape[1], self.st)
+            return
+        for srv, row in zip(self.servers, submit_time):
+            for a in row:
+                srv.add_group(a)
+            srv.run()
+
+    def step_blocking(self, t: int, now: np.ndarray, timeout: Optional[float]) -> np.ndarray:
+        """Group t arrives at ``now``; serve until it is all dispatched (or the wait
+        times out). Returns when the group's last result is back (inf: not known by the timeout)."""
+        G = self.G
+        if self.vector:
+            self.group_time[:, t] = now
+            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, G, (t + 1) * G, self.st)
+            return self.st.comp[:, t * G:(t + 1) * G].max(axis=1)
+        out = np.empty(len(self.servers))
+        lim = np.inf if timeout is None else timeout
+        for i, srv in enumerate(self.servers):
+            srv.add_group(now[i])
+            until = now[i] + lim
+            srv.run(lambda tau: srv.left[t] == 0 or tau >= until)
+            out[i] = srv.comp[t * G:(t + 1) * G].max() if srv.left[t] == 0 else np.inf
+        return out
+
+    def finish(self):
+        """Serve what is left; (first dispatch, last completion) per sample and the batch log."""
+        if self.vector:
+            disp, comp, rows = self.st.disp, self.st.comp, self.st.log
+        else:
+            for srv in self.servers:
+                srv.run()
+            disp = np.stack([s.disp for s in self.servers])
+            comp = np.stack([s.comp for s in self.servers])
+            rows = [(np.full(len(s.batches), i), *zip(*s.batches)) for i, s in enumerate(self.servers) if s.batches]
+            rows = [tuple(np.asarray(c) for c in r) for r in rows]
+        start, end = _per_sample(disp, comp, self.shape)
+        return start, end, _batch_log(rows, self.spec.replicas)
+
+
+def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float] = None, *,
+              gpu_loop: bool = False) -> ArrivalSchedule:
+    """Vectorised engine: every trial is a lane; one array operation per job position.
+    gpu_rm channels: see :class:`_GpuLanes` (``gpu_loop`` forces the per-lane event loop)."""
+    gen, fast, sub, upd = draws.phase
+    n, steps = gen.shape
+    names = list(draws.service)
+    batch = next(iter(draws.service.values())).shape[2]
+    gpus = {nm: _GpuLanes(draws, nm, blocking, wait_timeout, gpu_loop) for nm in draws.gpu}
+    resumed = np.empty((n, steps))
+    step_start = np.zeros((n, steps + 1))
+    submit = {nm: np.empty((n, steps, batch)) for nm in names}
+    start = {nm: np.empty((n, steps, batch)) for nm in names}
+    end = {nm: np.empty((n, steps, batch)) for nm in names}
+    land = {nm: np.empty((n, steps, batch), dtype=np.int64) for nm in names}
+    free = {nm: np.zeros((n, draws.workers[nm])) for nm in names if _queued(draws, nm)}
+    timeout = np.inf if wait_timeout is None else wait_timeout
+    for t in range(steps):
+        now = step_start[:, t] + gen[:, t]
+        now = now + fast[:, t]
+        now = now + sub[:, t]
+        done = now  # the time the optimizer may update, if it waits
+        for nm in names:
+            arr = np.repeat(now[:, None], batch, axis=1)
+            if nm in gpus:
+                submit[nm][:, t] = arr
+                land[nm][:, t] = 0
+                if blocking:
+                    done = np.maximum(done, gpus[nm].step_blocking(t, now, wait_timeout))
+                continue
+            s, e, lost = _serve(draws, nm, t, arr, free.get(nm))
+            submit[nm][:, t], start[nm][:, t], end[nm][:, t] = arr, s, e
+            if blocking:
+                done = np.maximum(done, np.where(lost, arr, e).max(axis=1))
+            land[nm][:, t] = np.where(lost, -1, 0)
+        if blocking:
+            done = np.minimum(done, now + timeout)
+            resumed[:, t] = done
+            for nm in names:
+                if nm not in gpus:
+                    late = end[nm][:, t] > done[:, None]
+                    land[nm][:, t] = np.where(late, -1, land[nm][:, t])
+        step_start[:, t + 1] = done + upd[:, t]
+    gpu_log = {}
+    for nm, g in gpus.items():
+        if not blocking:
+            g.run_async(submit[nm][:, :, 0])
+        start[nm], end[nm], gpu_log[nm] = g.finish()
+        if blocking:  # late = completed after the optimizer resumed (ties count as in time)
+            land[nm] = np.where(end[nm] > resumed[:, :, None], -1, 0)
+    if not blocking:
+        land.update(_async_landing(draws, names, step_start, end))
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log)
+
+
+def _serve(draws, name, t, arrival, free):
+    service, lost = _service_seconds(draws, name, t)
+    if free is None:
+        start = arrival.copy()
+        end = arrival + service
+    else:
+        start, end = fifo_assign(arrival, service, free)
+    end = np.where(lost, np.inf, end)
+    return start, end, lost

@@ -1,0 +1,183 @@
+"""The SimPy engine, the engine of record: one environment per trial with an optimizer
+process, one process per queued job on a ``simpy.Resource``, and for gpu_rm
+channels a batcher process with a ``Resource`` per replica.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from racsim.pipeline.batcher import GpuSpec, _batch_log, _billed, _per_sample, _Waiting
+from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
+from racsim.pipeline.landing import _assemble, _async_landing
+from racsim.pipeline.schedule import ArrivalSchedule
+
+
+def _late_event_class():
+    import simpy
+
+    class _Late(simpy.events.Event):
+        """An event at the current instant that SimPy processes after every other
+        event of that instant (priorities: URGENT 0, NORMAL 1, this one 2), as
+        :class:`simpy.events.Timeout` does at NORMAL."""
+
+        def __init__(self, env):
+            super().__init__(env)
+            self._ok = True
+            self._value = None
+            env.schedule(self, 2)
+
+    return _Late
+
+
+class _SimpyServer:
+    """One trial's gpu_rm channel in SimPy: a batcher process, a ``Resource`` per
+    replica, a process per batch, and a flush timer per arriving group."""
+
+    def __init__(self, env, spec: GpuSpec, tokens: np.ndarray, group: int, steps: int, late_cls, lane: int):
+        import simpy
+
+        self.env, self.spec, self.G, self.Late, self.lane = env, spec, group, late_cls, lane
+        self.q = _Waiting(spec, tokens.tolist(), group)
+        self.gpus = [simpy.Resource(env, capacity=1) for _ in range(spec.replicas)]
+        self.arr: List[float] = [math.nan] * steps
+        self.left = [group] * steps
+        self.done = [env.event() for _ in range(steps)]
+        self.disp = np.full(tokens.size, np.nan)
+        self.comp = np.full(tokens.size, np.inf)
+        self.batches: list = []
+        self.wake = env.event()
+        env.process(self._batcher())
+
+    def arrive(self, g: int) -> None:
+        self.arr[g] = self.env.now
+        self.q.admit(g)
+        self.env.timeout(self.spec.max_wait).callbacks.append(self._poke)
+        self._poke()
+
+    def _poke(self, _=None) -> None:
+        if not self.wake.triggered:
+            self.wake.succeed()
+
+    def _batcher(self):
+        while True:
+            yield self.wake
+            self.wake = self.env.event()
+            yield self.Late(self.env)  # decide once the instant's arrivals and completions are in
+            self._decide(self.env.now)
+
+    def _decide(self, tau: float) -> None:
+        w = self.spec.max_wait
+        while self.q:
+            idle = [r for r, res in enumerate(self.gpus) if res.count == 0]
+            if not idle:
+                break
+            ids, n, ts, sq, mx, full = self.q.candidate()
+            if not (full or self.arr[self.q.oldest()] + w <= tau):
+                break
+            req = self.gpus[idle[0]].request()  # granted at once: the replica is idle
+            seconds = float(self.spec.model.seconds(np.float64(n), ts, sq, mx))
+            self.q.remove(ids)
+            self.disp[ids] = tau
+            self.env.process(self._serve(idle[0], req, ids, seconds, _billed(self.spec, float(n), ts, mx)))
+
+    def _serve(self, r: int, req, ids: List[int], seconds: float, billed: float):
+        yield req
+        start = self.env.now
+        yield self.env.timeout(seconds)
+        self.gpus[r].release(req)
+        self.comp[ids] = self.env.now
+        self.batches.append((self.lane, r, start, self.env.now, len(ids), billed, min(ids) // self.G))
+        for j in ids:
+            g = j // self.G
+            self.left[g] -= 1
+            if self.left[g] == 0:
+                self.done[g].succeed()
+        self._poke()
+
+
+def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float] = None) -> ArrivalSchedule:
+    """One SimPy environment per trial: an optimizer process, and for queued
+    channels one process per job on a ``simpy.Resource`` of c workers."""
+    import simpy
+
+    gen, fast, sub, upd = draws.phase
+    n, steps = gen.shape
+    names = list(draws.service)
+    batch = next(iter(draws.service.values())).shape[2]
+    step_start = np.zeros((n, steps + 1))
+    submit = {nm: np.empty((n, steps, batch)) for nm in names}
+    start = {nm: np.empty((n, steps, batch)) for nm in names}
+    end = {nm: np.full((n, steps, batch), np.inf) for nm in names}
+    land = {nm: np.zeros((n, steps, batch), dtype=np.int64) for nm in names}
+    late_cls = _late_event_class() if draws.gpu else None
+    gpu_rows: Dict[str, list] = {nm: [] for nm in draws.gpu}
+
+    for i in range(n):
+        env = simpy.Environment()
+        pools = {nm: simpy.Resource(env, capacity=draws.workers[nm]) for nm in names if _queued(draws, nm)}
+        servers = {}
+        for nm, spec in draws.gpu.items():
+            tok4 = draws.service[nm]
+            servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i)
+
+        def job(nm, t, b, service):
+            with pools[nm].request() as req:
+                yield req
+                start[nm][i, t, b] = env.now
+                yield env.timeout(service)
+                end[nm][i, t, b] = env.now
+
+        def optimizer():
+            for t in range(steps):
+                step_start[i, t] = env.now
+                yield env.timeout(gen[i, t])
+                yield env.timeout(fast[i, t])
+                yield env.timeout(sub[i, t])
+                waits = []
+                for nm in names:
+                    if nm in servers:
+                        submit[nm][i, t] = env.now
+                        servers[nm].arrive(t)
+                        waits.append(servers[nm].done[t])
+                        continue
+                    service, lost = _service_seconds(draws, nm, t)
+                    service, lost = service[i], lost[i]
+                    submit[nm][i, t] = env.now
+                    land[nm][i, t] = np.where(lost, -1, 0)
+                    if nm in pools:
+                        procs = [env.process(job(nm, t, b, service[b])) for b in range(batch)]
+                        waits += [p for p, gone in zip(procs, lost) if not gone]
+                    else:
+                        start[nm][i, t] = env.now
+                        end[nm][i, t] = np.where(lost, np.inf, env.now + service)
+                        if (~lost).any():  # one event for the whole batch
+                            waits.append(env.timeout(service[~lost].max()))
+                if blocking:
+                    if wait_timeout is None:
+                        yield env.all_of(waits)
+                    else:
+                        yield env.all_of(waits) | env.timeout(wait_timeout)
+                    resumed[t] = env.now
+                yield env.timeout(upd[i, t])
+            step_start[i, steps] = env.now
+
+        resumed = np.empty(steps)  # when the blocking optimizer stopped waiting
+        env.process(optimizer())
+        env.run()  # runs on until every job is served, after the last step too
+        for nm, srv in servers.items():
+            shape = draws.service[nm].shape[1:]
+            start[nm][i], end[nm][i] = _per_sample(srv.disp, srv.comp, shape)
+            gpu_rows[nm].append(tuple(np.asarray(c) for c in zip(*srv.batches)) if srv.batches else None)
+        if blocking:  # late = completed after the optimizer resumed (ties count as in time)
+            for nm in names:
+                land[nm][i] = np.where(end[nm][i] > resumed[:, None], -1, land[nm][i])
+
+    if not blocking:
+        land.update(_async_landing(draws, names, step_start, end))
+    gpu_log = {nm: _batch_log([r for r in rows if r is not None], draws.gpu[nm].replicas)
+               for nm, rows in gpu_rows.items()}
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log)

@@ -1,0 +1,111 @@
+"""The capacity search as a user reads it: the curve, the recommendation, summary.md and the files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, List
+
+import pandas as pd
+
+from racsim.analyses.capacity import CapacityResult
+from racsim.io import atomic_write, fmt, write_text
+from racsim.report.plots import capacity_curve
+from racsim.report.trace import write_timeline
+
+
+def format_curve(res: CapacityResult) -> str:
+    """One line per count: the chosen corrector's figures and every corrector's bias."""
+    c = res.curve
+    chosen = res.targets["corrector"]
+    base = c[c.corrector == chosen].set_index("count")
+    table = pd.DataFrame({
+        res.unit: base.index,
+        "delay p50": base.delay_p50_steps.values,
+        "delay p95": base.delay_p95_steps.values,
+        "dropped": base.dropped_frac.values,
+        f"eta ({chosen})": base.eta.values,
+        "util": base.utilisation.values,
+        "$/h": base.cost_per_hour.values,
+    })
+    for name in c.corrector.unique():
+        sub = c[c.corrector == name].set_index("count").reindex(base.index)
+        table[f"bias {name}"] = sub.bias_exact.values
+    for name in c.corrector.unique():
+        if name in ("naive", chosen) or name == "wait_for_slow":
+            sub = c[c.corrector == name].set_index("count").reindex(base.index)
+            table[f"s/step {name}"] = sub.step_s.values
+    table["meets"] = ["yes" if v else "no" for v in base.feasible.values]
+    return table.map(fmt).to_string(index=False)
+
+
+def recommendation_text(res: CapacityResult) -> str:
+    t = res.targets
+    goals = []
+    if t.get("max_bias") is not None:
+        goals.append(f"exact bias <= {t['max_bias']:g}")
+    if t.get("max_bias_vs_naive") is not None:
+        goals.append(f"bias <= {t['max_bias_vs_naive']:g} x naive's")
+    if t.get("max_step_s") is not None:
+        goals.append(f"<= {t['max_step_s']:g} s per step")
+    goal = " and ".join(goals) or "no target set (every count qualifies)"
+    chosen = t["corrector"]
+    if res.recommended is None:
+        return (f"No evaluated count of {res.channel}'s {res.unit} meets the targets for {chosen} ({goal}); "
+                f"evaluate larger counts or relax the targets.")
+    row = res.curve[(res.curve.corrector == chosen) & (res.curve["count"] == res.recommended)].iloc[0]
+    return (f"Recommended: {res.recommended} {res.unit} for {res.channel} with {chosen} ({goal}): "
+            f"bias {row.bias_exact:.4g} ({row.bias_vs_naive:.3g} x naive's), {row.step_s:.3g} s per step, "
+            f"delay p50/p95 {row.delay_p50_steps:g}/{row.delay_p95_steps:g} steps, eta {row.eta:.3g}, "
+            f"utilisation {row.utilisation:.0%}, ${row.cost_per_hour:.2f} per training hour "
+            f"(${row.cost_per_1000_steps:.2f} per 1000 steps).")
+
+
+def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -> str:
+    lines = [f"# racsim capacity plan: {cfg.name}", "", str(cfg.description or ""), "",
+             "## Recommendation", "", recommendation_text(res), ""]
+    per = res.per_corrector
+    lines += ["Fewest units meeting the same targets, per corrector (- : none of the evaluated counts):", "", "```",
+              per.assign(fewest=per.fewest.map(lambda v: "-" if v is None or pd.isna(v) else str(int(v))))
+              .to_string(index=False), "```", ""]
+    lines += ["## Capacity curve", "",
+              f"Per count of {res.channel}'s {res.unit} ({res.key}); delays in optimizer steps of the "
+              "asynchronous pipeline, `eta` the slack of the chosen corrector's effective kernel, bias the exact "
+              "bias of each corrector, `util` the pool's busy fraction, `$/h` the pool's price per training hour.",
+              "", "```", format_curve(res), "```", ""]
+    if res.speed:
+        s = res.speed
+        lines += ["## Simulator speed", "",
+                  f"{s['requests']:.3g} requests simulated over the sweep by the lanes engine in {s['lanes_s']:.2f} s: "
+                  f"{s['lanes_requests_per_s']:.3g} requests/s. Raw SimPy (a process per request on a Resource, "
+                  f"{s['raw_simpy_sample']:.0f} requests, same run): {s['raw_simpy_requests_per_s']:.3g} requests/s, "
+                  f"so {s['raw_simpy_s_for_all']:.1f} s for the same requests ({s['speedup_vs_raw_simpy']:.1f}x). "
+                  f"racsim's SimPy engine of record (batcher process, replica resources): "
+                  f"{s['simpy_engine_requests_per_s']:.3g} requests/s.", ""]
+    t = res.timings
+    lines += ["## Time", "", ", ".join(f"{k.replace('_s', '')} {v:.2f} s" for k, v in t.items()), ""]
+    lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
+    return "\n".join(lines)
+
+
+def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, plots: bool = True) -> list:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, df in (("capacity", res.curve), ("results", res.best.results), ("channels", res.best.channels)):
+        p = out_dir / f"{stem}.csv"
+        atomic_write(p, lambda t, df=df: df.to_csv(t, index=False))
+        written.append(p)
+    p = out_dir / "capacity.parquet"
+    atomic_write(p, lambda t: res.curve.to_parquet(t, index=False))
+    written.append(p)
+    write_text(out_dir / "config.yaml", cfg_yaml)
+    written.append(out_dir / "config.yaml")
+    if plots:
+        if capacity_curve(res, out_dir / "capacity.png"):
+            written.append(out_dir / "capacity.png")
+    sched = (res.best.schedules or {}).get("async")
+    if sched is not None:
+        written += write_timeline(out_dir, sched, png=plots)
+    summary = out_dir / "summary.md"
+    write_text(summary, capacity_summary_markdown(cfg, res, [p.name for p in written]))
+    written.append(summary)
+    return written

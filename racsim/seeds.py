@@ -1,0 +1,24 @@
+"""Independent random streams, one per purpose, derived from the config's seed alone
+(never from the worker, the time or the order in which things run).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+pass
+pass
+pass
+
+
+# Independent random streams, one per purpose, derived from the config's seed
+# alone (never from the worker, the time or the order in which things run).
+STREAMS = {"pipeline": 1, "trajectories": 2, "bootstrap": 3, "train_pipeline": 4, "training": 5, "probe": 6}
+
+
+def seed_sequence(seed: int, stream: str) -> np.random.SeedSequence:
+    return np.random.SeedSequence([seed, STREAMS[stream]])
+
+
+def rng_for(seed: int, stream: str) -> np.random.Generator:
+    return np.random.default_rng(seed_sequence(seed, stream))
