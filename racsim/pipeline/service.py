@@ -248,12 +248,3 @@ def build_service(rm: Any, key: str = "rm") -> ServiceModel:
     if rm.service == "profiled":
         return Profiled(rm.profile, rm.padded, f"{key}.profile")
     raise ConfigError(f"{key}.service", rm.service, "one of roofline, profiled")
-
-
-def replicas(rm: Any) -> int:
-    return int(rm.gpus) // int(rm.tp)
-
-
-def price_per_hour(rm: Any) -> float:
-    """USD per hour of the whole pool."""
-    return float(rm.gpus) * float(rm.gpu.price_per_hour)
