@@ -29,13 +29,13 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf, open_dict
 
-from racsim.analyses.bias_study import corrector_names
+from racsim.analyses.bias_study import corrector_names, run_bias_study
 from racsim.config.validate import validate
 from racsim.learner.correctors import BLOCKING
 from racsim.pipeline.draws import draw
 from racsim.pipeline.lanes import run_lanes
 from racsim.pipeline.simpy_engine import run_simpy
-from racsim.run import run
+from racsim.config.grid import expand
 
 
 @dataclass
@@ -145,7 +145,7 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
     def evaluate(n: int) -> bool:
         if n not in rows:
             t0 = time.perf_counter()
-            res = run(with_count(cfg, key, n))
+            res = run_bias_study(expand(with_count(cfg, key, n)))
             timings["runs_s"] += time.perf_counter() - t0
             timings["pipeline_s"] += float(res.timings.get("pipeline_s", 0.0))
             runs[n], rows[n] = res, _rows(cfg, name, n, res)
