@@ -78,7 +78,7 @@ def _task(cfg) -> None:
 
 
 def _capacity(cfg, out_dir: Path, job) -> None:
-    """``capacity.enabled``: run racsim.capacity, write its folder, print the curve and the recommendation."""
+    """``capacity.enabled``: run racsim.analyses.capacity, write its folder, print the curve and the recommendation."""
     from omegaconf import OmegaConf
 
     res = run_capacity(cfg)

@@ -14,7 +14,7 @@
   cell and its runtime; the sweep prints jobs done/running/left with a time
   estimate (it watches the folder, so it works with any launcher that shares a
   file system); at the end it gathers every job into the sweep's
-  ``results.parquet`` / ``results.csv`` / ``report.md`` (see ``racsim.gather``).
+  ``results.parquet`` / ``results.csv`` / ``report.md`` (see ``racsim.report.gather``).
 """
 
 from __future__ import annotations

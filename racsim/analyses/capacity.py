@@ -2,7 +2,7 @@
 
 A capacity run repeats the scenario for each count of the chosen channel's
 GPUs (``rm.gpus`` of a gpu_rm channel) or workers (a queue channel), through
-the ordinary run machinery (:func:`racsim.run.run`: the same pipeline, bias
+the ordinary run machinery (:func:`racsim.analyses.bias_study.run_bias_study`: the same pipeline, bias
 benchmark and tables as any run, the same seed, so the counts are compared on
 common random numbers), and collects per count and corrector: the delay in
 optimizer steps (p50/p95), the slack eta, the exact and Monte-Carlo bias, the

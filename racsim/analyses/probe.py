@@ -17,7 +17,7 @@ eq. (1) of the method section injects it at step s + Delta + 1.
 
 Also here: the identity-kernel collapse check (RAC at Lambda = I, rho = 1
 equals the V-trace advantage, to the bit, through two code paths of
-:mod:`racsim.correctors`) and the slack sweep of Theorem 2.1 on the pairs
+:mod:`racsim.learner.correctors`) and the slack sweep of Theorem 2.1 on the pairs
 (Lambda[Delta = 0] = 1 - eta, the rest never returns).
 
 The paper's pairs come from 7B reward models; :func:`synthetic_pairs` draws a
@@ -221,7 +221,7 @@ def probe_advantages(r_fast, r_slow, delays, tau_age: float = 1000.0) -> Dict[st
     rho = 1.
 
     Evaluation: the delay-0 corrections (sample t's own result, landing at t)
-    go through :func:`~racsim.correctors.corrected_advantage` with weight
+    go through :func:`~racsim.learner.correctors.corrected_advantage` with weight
     w_age(0) = 1, i.e. in replacement form, and the delayed ones are summed
     per landing step with ``np.bincount`` and added. This is algebraically the
     formula above, and with every delay 0 it makes ``A_rac == A_sync`` bit
@@ -327,7 +327,7 @@ def paper_channel(name: str) -> LatencyConf:
 def delays_from(spec: Union[str, LatencyConf], n: int, rng: _Rng = None) -> np.ndarray:
     """``n`` integer delays (steps) from a paper channel name or a LatencyConf.
 
-    The LatencyConf is built with :func:`~racsim.latency.build_latency` (its
+    The LatencyConf is built with :func:`~racsim.pipeline.latency.build_latency` (its
     durations read as steps) and sampled with ``rng`` (a Generator or a
     seed); draws are rounded to the nearest integer whether or not the conf
     is ``discrete``. Returns an int64 array of shape (n,), all >= 0.
@@ -354,11 +354,11 @@ def paper_delays(n: int, rng: _Rng = None) -> Dict[str, np.ndarray]:
 def identity_collapse(r_fast, r_slow) -> float:
     """``||A_RAC - A_V-trace||_inf`` at the identity kernel (paper: 0.0 in float64).
 
-    A_RAC is :func:`~racsim.correctors.corrected_advantage` with the weight
-    that :func:`~racsim.correctors.correction_weight` gives RAC for a result
+    A_RAC is :func:`~racsim.learner.correctors.corrected_advantage` with the weight
+    that :func:`~racsim.learner.correctors.correction_weight` gives RAC for a result
     injected at Delta = 0 with ratio 1 (alpha = 1, rho_bar = 1, tau_age =
     1000: w_age(0) = 1); A_V-trace is
-    :func:`~racsim.correctors.vtrace_advantage`. Both use the causal running
+    :func:`~racsim.learner.correctors.vtrace_advantage`. Both use the causal running
     mean of r_fast as baseline. Exactly 0.0 for finite inputs.
     """
     f, s = _rewards(r_fast, r_slow)

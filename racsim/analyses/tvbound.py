@@ -2,7 +2,7 @@
 
 From one policy ``theta`` two mean updates are taken, each with the exact
 expectation of the finite-horizon Monte-Carlo gradient estimator
-(:func:`~racsim.mdp.finite_horizon_expectation`) per reward channel,
+(:func:`~racsim.learner.mdp.finite_horizon_expectation`) per reward channel,
 G = [G_fast, G_1, ..., G_K]:
 
 * fast-only:     ``theta_fast = theta + lr * G_fast``            -> pi_t
@@ -18,10 +18,10 @@ state distribution the step's rollouts were drawn from; it does not move
 with lr), and Proposition 2.2 says TV_t <= min(sqrt(KL_t / 2), 1 - exp(-KL_t) / 2).
 
 Per-state KL is evaluated from log-softmax logits, which equals
-:func:`racsim.theory.kl_divergence` on the softmax probabilities (tests hold
+:func:`racsim.learner.theory.kl_divergence` on the softmax probabilities (tests hold
 them together) but stays finite and accurate when a probability underflows at
 large lr (``kl_divergence`` then returns inf for a KL that is actually ~0).
-TV uses :func:`racsim.theory.tv_distance` on :func:`racsim.mdp.softmax_policy`.
+TV uses :func:`racsim.learner.theory.tv_distance` on :func:`racsim.learner.mdp.softmax_policy`.
 
 Reachability. KL_t(lr) is not monotone and need not be unbounded: if in every
 state the two updates favour the same action, both policies saturate onto it
@@ -270,7 +270,7 @@ def tv_experiment(
     For each target the step size is solved (:func:`lr_for_kl`) so that the
     measured KL_t equals the target to ``KL_RTOL`` relative; the row gives
     kl_target, lr, kl, kl_rel_err, tv (measured), pinsker, bh, bound (the
-    ``form`` of Bretagnolle-Huber, see :func:`racsim.theory.bh_bound`),
+    ``form`` of Bretagnolle-Huber, see :func:`racsim.learner.theory.bh_bound`),
     tight (``tight_branch``), slack = bound - tv, violated (tv > bound +
     1e-12), and kl_star. ``eta``: None (all 0), a scalar, or one slack per
     slow channel. ``theta`` None: ``canonical_theta``. Raises ValueError,

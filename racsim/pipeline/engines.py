@@ -11,7 +11,7 @@ is dropped. With a blocking corrector (wait-for-slow) the optimizer instead
 waits, after submitting, until its own batch's results are back (or a timeout
 passes), and uses them in the same step (Delta = 0).
 
-Two engines produce the same :class:`~racsim.schedule.ArrivalSchedule` from
+Two engines produce the same :class:`~racsim.pipeline.schedule.ArrivalSchedule` from
 the same random draws: ``simpy`` (the engine of record: one SimPy process per
 trial's optimizer and per queued job) and ``lanes`` (all trials advance
 together as numpy lanes, one vectorised operation per job position). A test
@@ -23,7 +23,7 @@ lengths; a batcher forms batches (at most ``max_batch`` sequences and
 ``token_budget`` tokens, padded or packed, in FIFO or shortest-first order) and
 dispatches one to an idle replica of ``tp`` GPUs when it is full or when its
 oldest waiting request has waited ``max_wait_s``; a service model
-(racsim/service.py) gives the batch's seconds. A sample's result is back when
+(racsim/pipeline/service.py) gives the batch's seconds. A sample's result is back when
 all its sequences are scored. Everything that happens at one instant
 (arrivals, completions, flush deadlines) is applied before the batcher
 decides. In SimPy: a batcher process, one ``Resource`` per replica, one

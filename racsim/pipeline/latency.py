@@ -1,6 +1,6 @@
 """Latency (duration) distributions, each matched to a target mean.
 
-:func:`build_latency` turns a validated :class:`~racsim.config.LatencyConf`
+:func:`build_latency` turns a validated :class:`~racsim.config.schema.LatencyConf`
 into a :class:`Latency`. Every distribution samples vectorised from a
 ``numpy.random.Generator`` and knows, exactly, the mean, CDF and quantile
 function of what it samples *after* rounding (``discrete``) and clipping
