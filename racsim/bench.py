@@ -27,7 +27,7 @@ from racsim.learner import mdp as M
 from racsim.learner.rollouts import (
     discounted_returns,
     sample_trajectories,
-    trajectory_gradients,
+    score_gradient,
 )
 from racsim.pipeline.draws import draw
 from racsim.pipeline.lanes import run_lanes
@@ -45,7 +45,8 @@ def _best_of(fn: Callable[[], object], repeat: int) -> float:
 
 
 def loop_gradients(mdp: M.TabularMDP, pi: np.ndarray, n: int, horizon: int, rng: np.random.Generator) -> np.ndarray:
-    """Baseline: one trajectory at a time, one step at a time, in Python."""
+    """Baseline: one trajectory at a time, one step at a time, in Python; (n, S, A),
+    the quantity :func:`vector_gradients` computes (in distribution: other draws)."""
     S, A = pi.shape
     rewards = mdp.reward_total
     out = np.zeros((n, S, A))
@@ -64,10 +65,11 @@ def loop_gradients(mdp: M.TabularMDP, pi: np.ndarray, n: int, horizon: int, rng:
     return out
 
 
-def vector_gradients(mdp: M.TabularMDP, pi: np.ndarray, n: int, horizon: int, rng: np.random.Generator):
+def vector_gradients(mdp: M.TabularMDP, pi: np.ndarray, n: int, horizon: int, rng: np.random.Generator) -> np.ndarray:
+    """racsim's way: trajectories sampled in bulk, then the one score gradient; (n, S, A)."""
     states, actions = sample_trajectories(mdp, pi, n, horizon, rng)
     r = mdp.reward_total[states, actions]
-    return trajectory_gradients(states, actions, discounted_returns(r, mdp.gamma), pi)
+    return score_gradient(states, actions, discounted_returns(r, mdp.gamma), pi)
 
 
 def bench_bias(n_vec: int, n_loop: int, horizon: int = 50) -> Dict[str, float]:

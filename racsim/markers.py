@@ -71,11 +71,9 @@ def cell_values(cfg: Any, overrides: Iterable[str]) -> Dict[str, Any]:
 
 
 def _digest(path: Path) -> Dict[str, Any]:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return {"bytes": path.stat().st_size, "sha256": h.hexdigest()}
+        sha = hashlib.file_digest(f, "sha256").hexdigest()
+    return {"bytes": path.stat().st_size, "sha256": sha}
 
 
 def read_marker(job_dir: Path) -> Optional[dict]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from racsim.analyses.bias_study import run_bias_study
+from racsim.analyses.grid import expand
 from racsim.analyses.probe import probe_study
 from racsim.analyses.result import RunResult
 from racsim.analyses.tvbound import tv_bound_study
-from racsim.config.grid import expand
 
 ANALYSES = {"probe": probe_study, "tv_bound": tv_bound_study}  # study.kind -> analysis; "bias" is the default
 

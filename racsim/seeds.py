@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-pass
-pass
-pass
 
 
 # Independent random streams, one per purpose, derived from the config's seed

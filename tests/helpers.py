@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from racsim.config.schema import LatencyConf
+from racsim.config.schema import GpuConf, LatencyConf, RMModelConf
+from racsim.pipeline.service import GPU_CATALOG, RM_CATALOG
 
 ARRAYS = ("delay", "status", "step_start", "submit_time", "service_start", "completion")
 GPU_LOG = ("lane", "replica", "start", "end", "size", "tokens", "step", "replicas")
@@ -11,6 +12,22 @@ GPU_LOG = ("lane", "replica", "start", "end", "size", "tokens", "step", "replica
 def det(x: float) -> LatencyConf:
     """A deterministic duration of x seconds."""
     return LatencyConf(kind="deterministic", mean=float(x))
+
+
+def det_phases(generate: float, fast_score: float, submit: float, update: float) -> dict:
+    """The four phases of a PipelineConf as deterministic durations (the schema has no
+    default for them: conf/pipeline/default.yaml holds the command's)."""
+    return dict(generate=det(generate), fast_score=det(fast_score), submit=det(submit), update=det(update))
+
+
+def gpu(name: str, /, **change) -> GpuConf:
+    """A GPU of the catalog (conf/rm/gpu/), with some fields changed."""
+    return GpuConf(**{**GPU_CATALOG[name], **change})
+
+
+def rm_model(name: str, /, **change) -> RMModelConf:
+    """An RM shape of the catalog (conf/rm/model/), with some fields changed."""
+    return RMModelConf(**{**RM_CATALOG[name], **change})
 
 
 def assert_same_schedule(a, b, label=""):

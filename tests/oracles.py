@@ -34,3 +34,28 @@ def oracle_returns(rewards, gamma):
     """G_t = sum_{j >= t} gamma^(j - t) r_j, truncated at the horizon; plain floats."""
     T = len(rewards)
     return [sum(gamma ** (j - t) * rewards[j] for j in range(t, T)) for t in range(T)]
+
+
+def oracle_backward_returns(rewards, gamma):
+    """G_t = r_t + gamma * G_{t+1} written out one step at a time, G_{T-1} = r_{T-1}; plain floats.
+
+    The same two roundings per step as any float64 evaluation of the recursion,
+    so it may be compared bit for bit (``oracle_returns`` sums the powers instead)."""
+    out = [0.0] * len(rewards)
+    for t in reversed(range(len(rewards))):
+        out[t] = float(rewards[t]) if t == len(rewards) - 1 else float(rewards[t]) + gamma * out[t + 1]
+    return out
+
+
+def oracle_score(states, actions, returns, pi):
+    """(1/T) sum_t G_t grad_theta log pi(a_t|s_t) of ONE trajectory for a tabular softmax
+    policy pi (S x A), one cell at a time: d log pi(a|s) / d theta[s, b] = 1[b = a] - pi(b|s).
+    Returns a list of S lists of A floats."""
+    S, A = len(pi), len(pi[0])
+    T = len(states)
+    g = [[0.0] * A for _ in range(S)]
+    for t in range(T):
+        s, a = int(states[t]), int(actions[t])
+        for b in range(A):
+            g[s][b] += ((1.0 if b == a else 0.0) - float(pi[s][b])) * float(returns[t]) / T
+    return g

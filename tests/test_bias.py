@@ -21,15 +21,15 @@ import math
 
 import numpy as np
 import pytest
+from helpers import det_phases
 from omegaconf import OmegaConf
-from oracles import oracle_returns, oracle_weight
+from oracles import oracle_returns, oracle_score, oracle_weight
 
 import racsim.run as R
+from racsim.config.defaults import default_config
 from racsim.config.schema import (
     ChannelConf,
-    CorrectorConf,
     LatencyConf,
-    LearnerConf,
     OutputConf,
     PipelineConf,
     RacsimConf,
@@ -38,7 +38,11 @@ from racsim.config.schema import (
 from racsim.learner import bias as B
 from racsim.learner import mdp as M
 from racsim.learner.correctors import CorrectorParams
-from racsim.learner.rollouts import sample_trajectories
+from racsim.learner.rollouts import (
+    discounted_returns,
+    sample_trajectories,
+    score_gradient,
+)
 from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, ArrivalSchedule
 
 ALL = ["naive", "wait_for_slow", "retrace_a", "rac", "rac_no_age", "bare_additive", "sync_oracle"]
@@ -47,17 +51,19 @@ ALL = ["naive", "wait_for_slow", "retrace_a", "rac", "rac_no_age", "bare_additiv
 def make_cfg(channels, *, names=ALL, seed=0, steps=20, batch=2, trials=200, horizon=10, alpha=1.0,
              tau_age=math.inf, rho_bar=1.0, retrace_gamma=0.5, bootstrap=0, train=False, lanes=2,
              lr=1.0, noise=0.0, n_states=3, n_actions=2):
-    return structured(RacsimConf(
-        name="t",
-        seed=seed,
-        pipeline=PipelineConf(steps=steps, batch_size=batch, channels=channels),
-        corrector=CorrectorConf(names=list(names), alpha=alpha, tau_age=tau_age, rho_bar=rho_bar,
-                                retrace_gamma=retrace_gamma),
-        learner=LearnerConf(n_states=n_states, n_actions=n_actions, horizon=horizon, trials=trials,
-                            bootstrap=bootstrap, fast_noise_std=noise,
-                            train=TrainConf(enabled=train, lanes=lanes, lr=lr)),
-        output=OutputConf(plots=False, progress=False),
-    ))
+    cfg = default_config("~scenario")  # the learner's and corrector's other knobs: conf/'s defaults
+    cfg.name, cfg.seed = "t", seed
+    # a deterministic clock (6 + 1 + 0.1 + 2 s a step) on the lanes engine
+    cfg.pipeline = PipelineConf(steps=steps, batch_size=batch, engine="lanes", **det_phases(6.0, 1.0, 0.1, 2.0),
+                                channels=channels)
+    c = cfg.corrector
+    c.names, c.alpha, c.tau_age, c.rho_bar, c.retrace_gamma = list(names), alpha, tau_age, rho_bar, retrace_gamma
+    le = cfg.learner
+    le.n_states, le.n_actions, le.horizon, le.trials = n_states, n_actions, horizon, trials
+    le.bootstrap, le.fast_noise_std = bootstrap, noise
+    le.train = TrainConf(enabled=train, lanes=lanes, lr=lr)
+    cfg.output = OutputConf(plots=False, progress=False)
+    return structured(cfg)
 
 
 def structured(cfg: RacsimConf):
@@ -67,18 +73,6 @@ def structured(cfg: RacsimConf):
 
 # --------------------------------------------------------------------------
 # Oracles, written from the model's description.
-
-
-def oracle_score(states, actions, returns, pi):
-    """(1/T) sum_t grad log pi(a_t|s_t) G_t for a softmax policy, one cell at a time."""
-    S, A = pi.shape
-    T = len(states)
-    g = np.zeros((S, A))
-    for t in range(T):
-        s, a = int(states[t]), int(actions[t])
-        for b in range(A):
-            g[s, b] += ((1.0 if b == a else 0.0) - pi[s, b]) * returns[t] / T
-    return g
 
 
 class RecordingGenerator:
@@ -165,10 +159,10 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise):
     for i in range(trials * per_trial):
         s_, a_ = states[i], actions[i]
         fast_r = [mdp.r_fast[s_[t], a_[t]] + noise * eps[i, t] for t in range(T)]
-        g_fast[i] = oracle_score(s_, a_, oracle_returns(fast_r, mdp.gamma), pi)
+        g_fast[i] = np.array(oracle_score(s_, a_, oracle_returns(fast_r, mdp.gamma), pi))
         for k in range(K):
             slow_r = [mdp.r_slow[k, s_[t], a_[t]] for t in range(T)]
-            g_slow[i, k] = oracle_score(s_, a_, oracle_returns(slow_r, mdp.gamma), pi)
+            g_slow[i, k] = np.array(oracle_score(s_, a_, oracle_returns(slow_r, mdp.gamma), pi))
 
     for name in ALL:
         sched = schedules["blocking" if name == "wait_for_slow" else "async"]
@@ -198,6 +192,25 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise):
         np.testing.assert_allclose(run.channel_exact[1 + k],
                                    M.finite_horizon_expectation(mdp, theta, T, mdp.r_slow[k]).ravel(),
                                    rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_score_gradient_in_the_benchmarks_layout_matches_loop_oracle(seed):
+    """The one score gradient as run_bias_cells calls it (time-major, several reward
+    channels, returns from discounted_returns) against the per-step loop oracle."""
+    rng = np.random.default_rng(300 + seed)
+    n, T, S, A, C = int(rng.integers(1, 40)), int(rng.integers(1, 12)), int(rng.integers(1, 5)), int(rng.integers(1, 5)), 3
+    pi = M.softmax_policy(rng.normal(size=(S, A)))
+    states, actions = rng.integers(0, S, (T, n)), rng.integers(0, A, (T, n))  # (T, n), as sampled
+    rewards = rng.normal(size=(C, T, n))
+    gamma = float(rng.uniform(0.0, 0.99))
+    G = discounted_returns(rewards, gamma, axis=1)
+    g = score_gradient(states, actions, G, pi, time_major=True)
+    assert g.shape == (n, C, S, A)
+    for i in range(n):
+        for c in range(C):
+            ref = oracle_score(states[:, i], actions[:, i], oracle_returns(list(rewards[c, :, i]), gamma), pi)
+            np.testing.assert_allclose(g[i, c], ref, rtol=1e-12, atol=1e-14, err_msg=f"trajectory {i}, channel {c}")
 
 
 # --------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Configuration: Hydra composition of conf/ and scenarios/, and racsim.config.validate.
 
 Fast tests, no subprocess: configs are composed with Hydra's compose API (the
-same primary config, schema and search path the ``racsim`` command uses) or
-built from the dataclasses directly. Every bad value must raise ConfigError
+same primary config, schema and search path the ``racsim`` command uses), or
+start from those defaults as dataclasses (racsim.config.defaults.default_config). Every bad value must raise ConfigError
 whose ``.key`` names the offending key and whose message says what is allowed.
 """
 
@@ -11,21 +11,29 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+import racsim.learner.correctors as correctors_module
+from racsim.config.defaults import compose_config, default_config
 from racsim.config.schema import (
     CORRECTORS,
     ENGINES,
     LATENCY_KINDS,
     ChannelConf,
+    GpuConf,
     LatencyConf,
     RacsimConf,
+    RMModelConf,
     register_configs,
 )
-from racsim.config.validate import validate
+from racsim.config.validate import first_missing, validate
 from racsim.errors import ConfigError
+from racsim.learner.correctors import CorrectorParams, correction_weight
+from racsim.pipeline.schedule import INJECTED
+from racsim.report.plots import MARKERS
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -157,8 +165,8 @@ def test_unknown_corrector_names_the_bad_name(hydra_ctx):
 K0_ALLOWED = "at least one slow channel"
 
 
-def test_no_channels_from_dataclass_defaults():
-    check_error(raises_config_error(RacsimConf()), "pipeline.channels", K0_ALLOWED)
+def test_no_channels_from_the_defaults():
+    check_error(raises_config_error(default_config("~scenario")), "pipeline.channels", K0_ALLOWED)
 
 
 def test_no_channels_after_compose(hydra_ctx):
@@ -188,40 +196,147 @@ def test_k0_hint_in_message_is_a_working_override(hydra_ctx):
 
 
 # ----------------------------------------------------------------------------
-# Defaults of the dataclasses.
+# The defaults: conf/ is their one source; the schema leaves those fields MISSING.
+
+# The config groups whose options hold defaults: the option conf/config.yaml picks.
+DEFAULT_OPTIONS = {"pipeline": "default", "corrector": "all", "learner": "tabular"}
 
 
-def test_dataclass_defaults_are_valid_once_a_channel_is_added():
-    cfg = RacsimConf()
-    cfg.pipeline.channels["slow"] = ChannelConf()
-    validate(cfg)
-    # and through OmegaConf, as Hydra sees the schema
-    sc = OmegaConf.structured(RacsimConf)
-    sc.pipeline.channels["slow"] = ChannelConf()
-    validate(sc)
+def yaml_keys(node, schema, key):
+    """(key, schema parent, field) of every value a group's YAML sets, down to the first
+    field the schema leaves MISSING (a whole LatencyConf, say) or to a leaf."""
+    for k, v in node.items():
+        if k == "defaults":
+            continue
+        if isinstance(v, DictConfig) and not OmegaConf.is_missing(schema, k):
+            yield from yaml_keys(v, schema[k], f"{key}.{k}")
+        else:
+            yield f"{key}.{k}", schema, k
 
 
-def test_dataclass_default_correctors_are_all_known():
-    assert RacsimConf().corrector.names == list(CORRECTORS)
+def test_default_options_are_the_primary_configs_choices():
+    chosen = {k: v for d in OmegaConf.load(CONF / "config.yaml").defaults if not isinstance(d, str) for k, v in d.items()}
+    assert {g: chosen[g] for g in DEFAULT_OPTIONS} == DEFAULT_OPTIONS
+
+
+def test_one_place_per_default_value():
+    """Every value that a default option of conf/ sets is MISSING in the schema (no competing
+    default), the default config takes it from the YAML, and nothing is left MISSING there:
+    a config built from the schema alone lacks exactly what conf/ supplies."""
+    schema = OmegaConf.structured(RacsimConf)
+    composed = compose_config("~scenario")
+    set_by_yaml = set()
+    for group, option in DEFAULT_OPTIONS.items():
+        yaml = OmegaConf.load(CONF / group / f"{option}.yaml")
+        for key, parent, field in yaml_keys(yaml, schema[group], group):
+            assert OmegaConf.is_missing(parent, field), f"{key} has a default in the schema as well as in conf/{group}/"
+            got, want = OmegaConf.select(composed, key), OmegaConf.select(OmegaConf.create({group: yaml}), key)
+            if isinstance(want, DictConfig):  # a node (a phase's LatencyConf): the YAML's values are in it
+                got, want = OmegaConf.to_container(got), OmegaConf.to_container(OmegaConf.merge(got, want))
+            assert got == want, key
+            set_by_yaml.add(key)
+    assert {"pipeline.generate", "pipeline.fast_score", "pipeline.update", "corrector.alpha", "learner.mdp_seed",
+            "learner.train.lr"} <= set_by_yaml
+    assert set_by_yaml == schema_missing(schema)  # the schema leaves nothing else MISSING
+    assert first_missing(composed) is None and first_missing(compose_config()) is None
+    # the GPU and RM catalogs: every field of every entry is MISSING in its dataclass
+    for group, conf in (("gpu", GpuConf), ("model", RMModelConf)):
+        node = OmegaConf.structured(conf)
+        for f in (CONF / "rm" / group).glob("*.yaml"):
+            for key, parent, field in yaml_keys(OmegaConf.load(f), node, f"rm/{group}/{f.stem}"):
+                assert OmegaConf.is_missing(parent, field), f"{key} has a default in {conf.__name__} too"
+
+
+def schema_missing(node, key=""):
+    """The keys of the MISSING values of a typed DictConfig (not inside a MISSING node)."""
+    out = set()
+    for k in node.keys():
+        sub = f"{key}.{k}" if key else str(k)
+        if OmegaConf.is_missing(node, k):
+            out.add(sub)
+        elif isinstance(node[k], DictConfig) and sub not in ("pipeline.fast_rm",):
+            out |= schema_missing(node[k], sub)
+    return out
+
+
+def test_the_schema_alone_is_missing_the_defaults():
+    """A config built from the dataclasses alone is not a runnable model: validate names
+    the first value it lacks and says where the defaults are."""
+    ex = raises_config_error(RacsimConf())
+    check_error(ex, "pipeline.steps", "default_config()")
+    assert ex.value == "???"
+    check_error(raises_config_error(OmegaConf.structured(RacsimConf)), "pipeline.steps", "conf/")
+
+
+def test_defaults_are_valid_once_a_channel_is_added():
+    for cfg in (default_config("~scenario"), compose_config("~scenario")):  # dataclasses, and as Hydra has them
+        # no slow channel is the one thing wrong with the defaults...
+        check_error(raises_config_error(cfg), "pipeline.channels", K0_ALLOWED)
+        # ...and one channel with ChannelConf's defaults makes them a valid model
+        if isinstance(cfg, DictConfig):
+            with open_dict(cfg):  # the composed config is in struct mode
+                cfg.pipeline.channels["slow"] = ChannelConf()
+        else:
+            cfg.pipeline.channels["slow"] = ChannelConf()
+        validate(cfg)
+        assert list(cfg.pipeline.channels) == ["slow"] and cfg.pipeline.channels["slow"].latency.kind == "lognormal"
+
+
+def test_default_correctors_are_all_known():
+    """The default corrector.names (every corrector, in CORRECTORS' order) are the ones the
+    learner implements (an unknown name is a ConfigError there) and the plots draw."""
+    names = list(default_config().corrector.names)
+    assert names == list(CORRECTORS)
+    d, st = np.zeros(3, dtype=int), np.full(3, INJECTED)
+    for n in names:
+        w = correction_weight(n, d, st, None, CorrectorParams())
+        assert w.shape == (3,) and np.isfinite(w).all(), n
+        assert n in MARKERS, n
+    with pytest.raises(ConfigError):
+        correction_weight("bogus", d, st, None, CorrectorParams())
+
+
+def test_corrector_names_have_one_source():
+    """CORRECTORS is the one list: the learner's set and the plots' markers derive from it,
+    and no corrector option of conf/ lists a name outside it."""
+    assert correctors_module._KNOWN == frozenset(CORRECTORS)
+    assert list(MARKERS) == list(CORRECTORS) and len(set(MARKERS.values())) == len(CORRECTORS)
+    assert "names" not in OmegaConf.load(CONF / "corrector" / "all.yaml")  # the default is CORRECTORS itself
+
+
+# Each kind's minimal form: the knobs it needs beside ``kind``; every other field keeps
+# LatencyConf's default. None: set to null on purpose (cauchy's median and empirical's
+# column stand in for the mean).
+MINIMAL = {
+    "deterministic": dict(mean=10.0),
+    "gaussian": dict(mean=10.0),
+    "lognormal": dict(mean=10.0),
+    "pareto": dict(mean=10.0),
+    "exponential": dict(mean=10.0),
+    "uniform": dict(mean=10.0),
+    "cauchy": dict(mean=None, median=18.0, low=1.0, high=200.0),
+    "empirical": dict(mean=None, path="lat.csv", column="seconds"),
+}
 
 
 @pytest.mark.parametrize("kind", LATENCY_KINDS)
 def test_each_latency_kind_has_a_valid_minimal_form(kind):
-    """Each kind validates with the documented knobs it needs and nothing else."""
-    extra = {
-        "cauchy": dict(mean=None, median=18.0, low=1.0, high=200.0),
-        "empirical": dict(mean=None, path="lat.csv", column="seconds"),
-        "pareto": dict(alpha=2.0),
-    }.get(kind, {})
-    lat = LatencyConf(kind=kind, **{"mean": 10.0, **extra})
-    cfg = RacsimConf()
-    cfg.pipeline.channels["slow"] = ChannelConf(latency=lat)
+    """Each kind validates with the documented knobs it needs and nothing else, and
+    without any one of them it does not: the error names the missing knob."""
+    cfg = default_config("~scenario")
+    form = MINIMAL[kind]
+    cfg.pipeline.channels["slow"] = ChannelConf(latency=LatencyConf(kind=kind, **form))
     validate(cfg)
+    for knob in [k for k, v in form.items() if v is not None]:
+        cfg.pipeline.channels["slow"] = ChannelConf(latency=LatencyConf(kind=kind, **{**form, knob: None}))
+        ex = raises_config_error(cfg)
+        assert ex.key.startswith("pipeline.channels.slow.latency."), ex
+        assert ex.key.endswith(f".{knob}") or knob in ex.allowed, f"{kind} without {knob}: {ex}"
 
 
 def test_explicit_kernel_rules():
     """A kernel row is a sub-probability vector over Delta = 0, 1, ...: missing mass never returns."""
-    cfg = RacsimConf()
+    cfg = default_config("~scenario")
     cfg.pipeline.channels["k"] = ChannelConf(kernel=[0.25, 0.25, 0.5])
     validate(cfg)
     cfg.pipeline.channels["k"].kernel = [0.1, 0.0, 0.2]

@@ -18,11 +18,10 @@ import math
 
 import numpy as np
 import pytest
-from helpers import assert_same_schedule, det
+from helpers import assert_same_schedule, det, det_phases, gpu, rm_model
 
 from racsim.config.schema import (
     ChannelConf,
-    GpuConf,
     LatencyConf,
     PipelineConf,
     RMConf,
@@ -41,7 +40,8 @@ from racsim.pipeline.simpy_engine import run_simpy
 
 def random_rm(rng: np.random.Generator, order: str) -> RMConf:
     return RMConf(
-        gpu=GpuConf(name="slow", peak_tflops=float(rng.uniform(30, 150))),
+        model=rm_model("8B"),
+        gpu=gpu("H100", name="slow", peak_tflops=float(rng.uniform(30, 150))),
         gpus=int(rng.integers(1, 4)),
         max_batch=int(rng.integers(1, 9)),
         token_budget=int(rng.integers(400, 5000)),
@@ -161,8 +161,9 @@ def test_batcher_invariants(cases, seed):
 def test_blocking_waits_for_the_whole_group():
     """Wait-for-slow on a gpu_rm channel: the step resumes exactly when its
     last sequence is scored, and every result is injected at delay 0."""
-    rm = RMConf(gpu=GpuConf(peak_tflops=50.0), gpus=2, max_batch=4, sequences_per_sample=3)
-    pcfg = PipelineConf(steps=10, batch_size=3, channels={"g": ChannelConf(kind="gpu_rm", rm=rm)})
+    rm = RMConf(model=rm_model("8B"), gpu=gpu("H100", peak_tflops=50.0), gpus=2, max_batch=4, sequences_per_sample=3)
+    pcfg = PipelineConf(steps=10, batch_size=3, **det_phases(6.0, 1.0, 0.1, 2.0),
+                        channels={"g": ChannelConf(kind="gpu_rm", rm=rm)})
     draws = draw(pcfg, 4, np.random.default_rng(3))
     for run in (run_lanes, run_simpy):
         s = run(draws, True)
@@ -247,8 +248,8 @@ def test_deterministic_batches_follow_lindley(engine, split, blocking):
     roofline time computed here by hand."""
     B, seqs = 4, 2
     G = B * seqs
-    m = RMModelConf(name="t", layers=4, d_model=512, d_ff=1024, n_heads=8, n_kv_heads=8, vocab=1000)
-    rm = RMConf(model=m, gpu=GpuConf(peak_tflops=0.002, mem_bw_tbs=1.0), gpus=1, mfu=0.5, overhead_s=0.03,
+    m = RMModelConf(name="t", layers=4, d_model=512, d_ff=1024, n_heads=8, n_kv_heads=8, vocab=1000, bytes_per_param=2.0)
+    rm = RMConf(model=m, gpu=gpu("H100", peak_tflops=0.002, mem_bw_tbs=1.0), gpus=1, mfu=0.5, overhead_s=0.03,
                 max_batch=G // split, token_budget=10**6, max_wait_s=0.0, padded=True, sequences_per_sample=seqs,
                 prompt_tokens=det(150.0), response_tokens=det(300.0))
     pcfg = PipelineConf(steps=30, batch_size=B, generate=LatencyConf(kind="lognormal", mean=1.0, sigma=0.8),
@@ -278,11 +279,13 @@ def test_fast_scorer_on_gpus_sets_the_fast_score_phase():
     the step's sequences, all handed over at once: one batch on one replica is
     the service model's time for that batch; single-sequence batches on several
     replicas are list-scheduled (each on the replica that falls free first)."""
-    rm = RMConf(gpu=GpuConf(peak_tflops=100.0, memory_gb=1e5), gpus=1, max_batch=64, token_budget=10**7, sequences_per_sample=2)
-    pcfg = PipelineConf(steps=5, batch_size=3, channels={"k": ChannelConf(kernel=[1.0])}, fast_rm=rm)
+    rm = RMConf(model=rm_model("8B"), gpu=gpu("H100", peak_tflops=100.0, memory_gb=1e5), gpus=1, max_batch=64,
+                token_budget=10**7, sequences_per_sample=2)
+    phases = det_phases(6.0, 1.0, 0.1, 2.0)
+    pcfg = PipelineConf(steps=5, batch_size=3, **phases, channels={"k": ChannelConf(kernel=[1.0])}, fast_rm=rm)
     draws = draw(pcfg, 2, np.random.default_rng(4))
     rng = np.random.default_rng(4)
-    draw(PipelineConf(steps=5, batch_size=3, channels={"k": ChannelConf(kernel=[1.0])}), 2, rng)
+    draw(PipelineConf(steps=5, batch_size=3, **phases, channels={"k": ChannelConf(kernel=[1.0])}), 2, rng)
     tok = draw_tokens(rm, rng, (2, 5, 6))  # the same stream, drawn after the channels
     model = gpu_spec(rm, "fast").model
     expect = model.seconds(6.0, tok.sum(-1), (tok**2).sum(-1), tok.max(-1))

@@ -8,6 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
+from oracles import oracle_backward_returns, oracle_returns, oracle_score
 
 from racsim.learner.mdp import (
     TabularMDP,
@@ -26,7 +27,6 @@ from racsim.learner.rollouts import (
     discounted_returns,
     sample_trajectories,
     score_gradient,
-    trajectory_gradients,
 )
 
 # ----------------------------------------------------------------- helpers
@@ -248,7 +248,7 @@ def test_finite_horizon_expectation_matches_monte_carlo(T):
     n = 100_000
     states, actions = sample_trajectories(mdp, pi, n, T, np.random.default_rng(20240 + T))
     rewards = np.moveaxis(R[:, states, actions], 0, 1)  # (n, C, T)
-    g = trajectory_gradients(states, actions, discounted_returns(rewards, mdp.gamma), pi)
+    g = score_gradient(states, actions, discounted_returns(rewards, mdp.gamma), pi)
     mean, se = g.mean(0), g.std(0, ddof=1) / np.sqrt(n)
     expected = finite_horizon_expectation(mdp, theta, T, reward=R)
     assert se.max() > 0
@@ -300,36 +300,46 @@ def test_finite_horizon_expectation_converges_to_stationary_gradient():
 
 
 def _loop_trajectory_gradients(states, actions, returns, pi):
-    n, C, T = returns.shape
-    S, A = pi.shape
-    g = np.zeros((n, C, S, A))
-    for i in range(n):
-        for c in range(C):
-            for t in range(T):
-                s, a = states[i, t], actions[i, t]
-                for b in range(A):
-                    g[i, c, s, b] += ((a == b) - pi[s, b]) * returns[i, c, t] / T
-    return g
+    n, C = returns.shape[:2]
+    return np.array([[oracle_score(states[i], actions[i], returns[i, c], pi) for c in range(C)] for i in range(n)])
 
 
-def test_trajectory_gradients_matches_loop_oracle():
-    rng = np.random.default_rng(5)
-    n, C, T, S, A = 9, 2, 6, 3, 4
+@pytest.mark.parametrize("seed", [5, 50, 51, 52])
+def test_score_gradient_matches_loop_oracle(seed):
+    rng = np.random.default_rng(seed)
+    if seed == 5:
+        n, C, T, S, A = 9, 2, 6, 3, 4
+    else:
+        n, C, T, S, A = (int(x) for x in rng.integers(1, [30, 4, 12, 6, 6]))
     pi = softmax_policy(rng.normal(size=(S, A)))
     states, actions = rng.integers(0, S, (n, T)), rng.integers(0, A, (n, T))
     returns = rng.normal(size=(n, C, T))
-    g = trajectory_gradients(states, actions, returns, pi)
+    g = score_gradient(states, actions, returns, pi)
     assert g.shape == (n, C, S, A)
     np.testing.assert_allclose(g, _loop_trajectory_gradients(states, actions, returns, pi), atol=1e-14)
-    # (n, T) returns are one channel
-    g1 = trajectory_gradients(states, actions, returns[:, 1], pi)
-    np.testing.assert_allclose(g1, g[:, 1:2], atol=1e-15)
+    # (n, T) returns are one channel, without the channel axis
+    g1 = score_gradient(states, actions, returns[:, C - 1], pi)
+    assert g1.shape == (n, S, A)
+    np.testing.assert_array_equal(g1, g[:, C - 1])
+    # time-major inputs: the same bits (every cell sums its returns in time order either way)
+    tm = score_gradient(states.T, actions.T, returns.transpose(1, 2, 0), pi, time_major=True)
+    assert tm.shape == (n, C, S, A)
+    np.testing.assert_array_equal(tm, g)
+    np.testing.assert_array_equal(score_gradient(states.T, actions.T, returns[:, 0].T, pi, time_major=True), g[:, 0])
+    # one policy per trajectory
+    pis = softmax_policy(rng.normal(size=(n, S, A)))
+    ref = np.array([[oracle_score(states[i], actions[i], returns[i, c], pis[i]) for c in range(C)] for i in range(n)])
+    np.testing.assert_allclose(score_gradient(states, actions, returns, pis), ref, atol=1e-14)
     with pytest.raises(ValueError):
-        trajectory_gradients(states, np.full_like(actions, A), returns, pi)
+        score_gradient(states, np.full_like(actions, A), returns, pi)
+    with pytest.raises(ValueError):
+        score_gradient(states, actions, returns[:, :, :-1], pi)
+    with pytest.raises(ValueError):
+        score_gradient(states, actions, returns, pi, time_major=True)
 
 
-def test_trajectory_gradients_across_blocks():
-    """More trajectories than one internal block: rows must not leak between blocks."""
+def test_score_gradient_many_trajectories():
+    """More than 4096 trajectories: rows must not leak between trajectories."""
     rng = np.random.default_rng(6)
     n, C, T, S, A = 2 * 4096 + 37, 3, 3, 2, 3
     pi = softmax_policy(rng.normal(size=(S, A)))
@@ -338,19 +348,40 @@ def test_trajectory_gradients_across_blocks():
     onehot_s = np.eye(S)[states]  # (n, T, S)
     score = np.eye(A)[actions][:, :, None, :] - pi[None, None]  # (n, T, S, A) for state s_t
     ref = np.einsum("nts,ntsa,nct->ncsa", onehot_s, score, returns) / T
-    np.testing.assert_allclose(trajectory_gradients(states, actions, returns, pi), ref, atol=1e-13)
+    np.testing.assert_allclose(score_gradient(states, actions, returns, pi), ref, atol=1e-13)
 
 
 def test_discounted_returns():
     rng = np.random.default_rng(8)
-    for T in (1, 7, 300):  # 300 takes the recursion path
+    for T in (1, 7, 300):
         r = rng.normal(size=(2, 3, T))
         G = discounted_returns(r, 0.9)
         ref = np.empty_like(r)
         for t in range(T):
             ref[..., t] = (r[..., t:] * 0.9 ** np.arange(T - t)).sum(-1)
         np.testing.assert_allclose(G, ref, atol=1e-12)
+        np.testing.assert_allclose(G[0, 1], oracle_returns(list(r[0, 1]), 0.9), atol=1e-12)
     np.testing.assert_array_equal(discounted_returns(np.ones(4), 0.0), np.ones(4))
+
+
+def test_discounted_returns_is_the_recursion_to_the_bit():
+    """Bit for bit the step-by-step recursion G_t = r_t + gamma G_{t+1}, along any
+    axis, at any gamma, signed zeros included (rewards that are exactly -0.0 or
+    +0.0, as a terminal topology's masked rewards are)."""
+    rng = np.random.default_rng(9)
+    for case in range(300):
+        nd = int(rng.integers(1, 4))
+        shape = tuple(int(x) for x in rng.integers(1, 9, nd))
+        axis = int(rng.integers(-nd, nd))
+        gamma = float(rng.choice([0.0, 0.5, 0.9, 0.999, rng.random()]))
+        r = rng.normal(size=shape) * 10.0 ** rng.integers(-5, 6, shape)
+        r *= rng.random(shape) < 0.7  # zeros of both signs
+        G = discounted_returns(r, gamma, axis=axis)
+        assert G.shape == r.shape and G.flags.c_contiguous
+        rm, Gm = np.moveaxis(r, axis, -1), np.moveaxis(G, axis, -1)
+        for idx in np.ndindex(rm.shape[:-1]):
+            ref = np.array(oracle_backward_returns(list(rm[idx]), gamma))
+            assert np.array_equal(Gm[idx].view(np.uint64), ref.view(np.uint64)), (case, idx, Gm[idx], ref)
 
 
 def test_sample_trajectories_reproducible_and_distributed():
@@ -410,10 +441,17 @@ def test_score_gradient_sums_lanes_with_their_own_policy():
             s, a = states[i, t], actions[i, t]
             for b in range(A):
                 ref[lanes[i], s, b] += ((a == b) - pi[lanes[i], s, b]) * returns[i, t] / T
-    np.testing.assert_allclose(score_gradient(lanes, states, actions, returns, pi), ref, atol=1e-14)
-    # one lane: the sum of trajectory_gradients
-    g1 = score_gradient(np.zeros(n, int), states, actions, returns, pi[0])
-    np.testing.assert_allclose(g1[0], trajectory_gradients(states, actions, returns, pi[0])[:, 0].sum(0), atol=1e-13)
+    np.testing.assert_allclose(score_gradient(states, actions, returns, pi, lanes=lanes), ref, atol=1e-14)
+    oracle = np.zeros((L, S, A))
+    for i in range(n):
+        oracle[lanes[i]] += oracle_score(states[i], actions[i], returns[i], pi[lanes[i]])
+    np.testing.assert_allclose(score_gradient(states, actions, returns, pi, lanes=lanes), oracle, atol=1e-14)
+    # one lane: the sum of the per-trajectory gradients
+    g1 = score_gradient(states, actions, returns, pi[0], lanes=np.zeros(n, int))
+    assert g1.shape == (1, S, A)
+    np.testing.assert_allclose(g1[0], score_gradient(states, actions, returns, pi[0]).sum(0), atol=1e-13)
+    with pytest.raises(ValueError, match="lanes"):
+        score_gradient(states, actions, returns, pi, lanes=lanes[:-1])
 
 
 class _ConstantRng:

@@ -1,14 +1,26 @@
 """The paper suite end to end: every paper scenario in one multirun (fast mode),
-then report.md parsed and checked against what the theory guarantees."""
+then the comparison tables (racsim.report.paper.comparison_tables, the frames
+report.md renders) checked against the paper's numbers and what the theory
+guarantees."""
 
 import re
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from racsim.report.paper import SECTIONS, paper_values
+from racsim.learner.theory import kl_crossover
+from racsim.report.paper import (
+    COLUMNS,
+    SECTIONS,
+    _ratio_ci,
+    comparison_tables,
+    paper_report,
+    paper_sections,
+    paper_values,
+)
 
 SCENARIOS = ["k_sweep", "baselines_k2", "knob_ablation_k2", "cross_topology", "heavy_tail", "mdp_scaling",
              "slack_sweep", "identity_kernel", "tv_bound", "advantage_probe"]
@@ -24,60 +36,97 @@ def suite(tmp_path_factory):
     return out
 
 
-def _sections(text: str) -> dict:
-    parts = re.split(r"^### ", text.split("## racsim beside the paper", 1)[1], flags=re.M)[1:]
-    return {p.splitlines()[0].strip(): p for p in parts}
+@pytest.fixture(scope="module")
+def tables(suite):
+    return comparison_tables(pd.read_parquet(suite / "results.parquet"))
 
 
-def _rows(section: str) -> pd.DataFrame:
-    lines = [ln for ln in section.splitlines() if ln.startswith("|")]
-    head = [c.strip() for c in lines[0].strip("|").split("|")]
-    body = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
-    return pd.DataFrame(body, columns=head)
+def _metric(frame: pd.DataFrame, metric: str) -> pd.Series:
+    return frame[frame.metric == metric].racsim
 
 
-def _num(x: str) -> float:
-    return float("nan") if x in ("-", "") else float(x.replace("inf", "inf"))
+def test_prose_and_computation_cover_the_same_sections():
+    prose = paper_sections()
+    assert list(prose["sections"]) == list(SECTIONS)  # the data file in report order
+    assert set(SECTIONS) <= set(paper_values().study)
+    for study, sec in prose["sections"].items():
+        assert sec["title"].strip() and sec["reading"].strip(), study
+        assert "{" not in sec["title"], study
+    files = [s["figure"]["file"] for s in prose["sections"].values() if s.get("figure")]
+    assert len(files) == len(set(files)) and all(f.endswith(".png") for f in files)
 
 
-def test_report_has_every_paper_section_with_numbers(suite):
-    text = (suite / "report.md").read_text()
-    sections = _sections(text)
-    assert set(sections) == {title for title, _ in SECTIONS.values()}
-    known = set(paper_values().study)
-    assert set(SECTIONS) <= known
-    for title, sec in sections.items():
-        rows = _rows(sec)
-        assert len(rows) >= 1, title
-        assert set(rows["paper in CI?"]) <= {"yes", "no", "-"}
-        racsim = rows["racsim (exact)"].map(_num)
-        assert racsim.notna().all(), title
-        # wherever both numbers exist, the ratio column is racsim / paper
-        paper = rows["paper"].map(_num)
-        ratio = rows["racsim / paper"].map(_num)
-        both = paper.notna() & (paper != 0) & ratio.notna()
-        assert ((ratio[both] - racsim[both] / paper[both]).abs() <= 2e-3 * (racsim[both] / paper[both]).abs()
-                + 1e-3).all(), title
+def test_ratio_ci_resamples_numerator_and_denominator_cells_together():
+    rng = np.random.default_rng(0)
+    den = np.array([0.001, 0.01, 0.1, 1.0, 10.0])
+    # every cell's ratio is exactly 2: a paired resample cannot move it, an unpaired one would
+    assert _ratio_ci(2 * den, den, rng) == (2.0, 2.0, 2.0)
+    assert _ratio_ci(den, den, rng) == (1.0, 1.0, 1.0)  # all alike: the interval is the point
+    point, lo, hi = _ratio_ci(np.array([1.0, 3.0, 2.0, 5.0]), np.array([1.0, 1.0, 2.0, 1.0]), rng)
+    assert point == 11.0 / 5.0 and lo < point < hi
+    point, lo, hi = _ratio_ci(np.array([3.0]), np.array([1.5]), rng)  # one cell: no interval
+    assert point == 2.0 and np.isnan(lo) and np.isnan(hi)
 
 
-def test_report_checks_what_theory_guarantees(suite):
-    sections = _sections((suite / "report.md").read_text())
-    ident = _rows(sections["Identity kernel: the V-trace collapse"])
-    assert _num(ident["racsim (exact)"].iloc[0]) == 0.0  # bit-identical estimates
-    slack = _rows(sections["Appendix B: slack sweep"])
-    assert abs(_num(slack["racsim (exact)"].iloc[0]) - 1.0) < 1e-9  # pointwise ratio
-    assert _num(slack["racsim (exact)"].iloc[1]) < 1e-9  # its std
-    tv = _rows(sections["Proposition 2.2: TV bound"])
-    assert _num(tv["racsim (exact)"].iloc[0]) == 0  # no violation
-    assert abs(_num(tv["racsim (exact)"].iloc[1]) - 1.6259) < 1e-4  # KL*
+def test_every_paper_section_has_a_comparison_table_beside_the_paper(tables):
+    assert set(tables) == set(SECTIONS)
+    paper = paper_values().set_index(["study", "row", "metric"])
+    for study, t in tables.items():
+        assert len(t) >= 1, study
+        assert list(t.columns[:len(COLUMNS)]) == COLUMNS, study
+        assert t.racsim.notna().all(), study
+        # the paper's figure and CI are paper_values.csv's (NaN where the paper has none)
+        keys = list(zip([study] * len(t), t.row, t.metric))
+        want = paper.reindex(keys)
+        for col, src in (("paper", "value"), ("paper_ci_lo", "ci_lo"), ("paper_ci_hi", "ci_hi")):
+            np.testing.assert_array_equal(t[col].to_numpy(float), want[src].to_numpy(float), err_msg=f"{study} {col}")
+        # racsim / paper wherever the paper has a non-zero figure, and nothing elsewhere
+        has = np.isfinite(t.paper) & (t.paper != 0)
+        np.testing.assert_array_equal(t.ratio[has].to_numpy(float), (t.racsim[has] / t.paper[has]).to_numpy(float))
+        assert t.ratio[~has].isna().all(), study
+        # in-CI flag: whether racsim's interval holds the paper's figure; NA where either is missing
+        assert t.paper_in_ci.dtype == "boolean", study
+        judged = np.isfinite(t.ci_lo) & np.isfinite(t.ci_hi) & np.isfinite(t.paper)
+        inside = (t.ci_lo <= t.paper) & (t.paper <= t.ci_hi)
+        assert (t.paper_in_ci[judged].astype(bool) == inside[judged]).all(), study
+        assert t.paper_in_ci[~judged].isna().all(), study
+        ci = np.isfinite(t.ci_lo)
+        assert (t.ci_lo[ci] <= t.ci_hi[ci]).all() and np.isfinite(t.ci_hi[ci]).all(), study
+    # the ratio CIs come from a bootstrap over cells (they are not points)
+    assert (tables["table1_top"].pipe(lambda t: t[t.metric == "reduction"]).ci_lo.notna()).all()
+
+
+def test_comparison_tables_check_what_theory_guarantees(tables):
+    assert _metric(tables["identity"], "linf").tolist() == [0.0]  # bit-identical estimates
+    slack = tables["appendix_b"]
+    assert abs(_metric(slack, "ratio_mean").item() - 1.0) < 1e-9  # pointwise ratio empirical / predicted
+    assert _metric(slack, "ratio_std").item() < 1e-9  # its std
+    tv = tables["prop22"]
+    assert _metric(tv, "violations").item() == 0  # no violation of the bound
+    assert abs(_metric(tv, "kl_star").item() - 1.6259) < 1e-4  # KL*
+    assert _metric(tv, "kl_star").item() == kl_crossover()
+    per_kl = tv[tv.metric == "-"]
+    assert len(per_kl) >= 1 and (per_kl.racsim <= per_kl.bound).all()  # TV <= the bound at every KL
     # the saturated kernel (eta = 0) leaves RAC with the synchronous oracle's bias only
-    k = _rows(sections["Table 1, top block: K-sweep"])
-    sat = k[k.quantity.str.contains(r"\(sat\)") & k.quantity.str.endswith("reduction")]
-    assert sat.note.str.contains("eta=").all()
-    eta = sat.note.str.extract(r"eta=([-0-9.e+]+)")[0].astype(float)
-    assert len(eta) >= 1 and (eta.abs() < 1e-12).all()  # condition (R): no slack left
-    plain = k[~k.quantity.str.contains(r"\(sat\)") & k.quantity.str.endswith("reduction")]
-    assert (plain.note.str.extract(r"eta=([-0-9.e+]+)")[0].astype(float) > 0.01).all()  # end-of-run loss
+    k = tables["table1_top"]
+    red = k[k.metric == "reduction"]
+    assert red.eta.notna().all()
+    sat, plain = red[red.sat.astype(bool)], red[~red.sat.astype(bool)]
+    assert len(sat) >= 1 and (sat.eta.abs() < 1e-12).all()  # condition (R): no slack left
+    assert len(plain) >= 1 and (plain.eta > 0.01).all()  # end-of-run loss
+
+
+def test_report_renders_every_section_from_its_table(suite, tables):
+    text = (suite / "report.md").read_text()
+    prose = paper_sections()
+    assert f"## {prose['heading']}" in text
+    body = text.split(f"## {prose['heading']}", 1)[1]
+    rendered = {p.splitlines()[0].strip(): p for p in re.split(r"^### ", body, flags=re.M)[1:]}
+    assert set(rendered) == {s["title"] for s in prose["sections"].values()}
+    for study, sec in prose["sections"].items():
+        lines = [ln for ln in rendered[sec["title"]].splitlines() if ln.startswith("|")]
+        assert len(lines) - 2 == len(tables[study]), study  # header and rule, then one line per row
+        assert " ".join(sec["reading"].split()) in " ".join(rendered[sec["title"]].split()), study
 
 
 def test_sweep_aggregate_has_one_row_per_job_and_corrector(suite):
@@ -88,9 +137,9 @@ def test_sweep_aggregate_has_one_row_per_job_and_corrector(suite):
 
 
 def test_results_from_an_older_racsim_skip_a_section_instead_of_crashing(suite, tmp_path):
-    from racsim.report.paper import paper_report
-
     df = pd.read_parquet(suite / "results.parquet").drop(columns=["bias_slack"])
     text = paper_report(df, tmp_path)
     assert "section skipped" in text and "bias_slack" in text
     assert "### Proposition 2.2: TV bound" in text  # sections that do not need the column still render
+    tables = comparison_tables(df)
+    assert "table1_top" not in tables and "prop22" in tables

@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import simpy
-from helpers import assert_same_schedule, det
+from helpers import assert_same_schedule, det, det_phases
 
 from racsim.config.schema import ChannelConf, LatencyConf, PipelineConf
 from racsim.pipeline.draws import PipelineDraws, draw
@@ -626,7 +626,7 @@ def test_worked_example_one_worker_nonblocking(engine):
 
 def test_kernel_delays_follow_the_kernel():
     kernel = [0.1, 0.4, 0.0, 0.3]  # 0.2 never returns
-    pcfg = PipelineConf(steps=50, batch_size=8, channels={"k": ChannelConf(kernel=kernel)})
+    pcfg = PipelineConf(steps=50, batch_size=8, **det_phases(6.0, 1.0, 0.1, 2.0), channels={"k": ChannelConf(kernel=kernel)})
     draws = draw(pcfg, 100, np.random.default_rng(9))
     k = draws.service["k"]
     assert k.dtype == np.int64 and k.shape == (100, 50, 8)

@@ -1,8 +1,15 @@
 """racsim-profile: real forward passes of a tiny transformers reward model with
-torch on this machine, written as the CSV that the profiled service model reads."""
+torch on this machine, written as the CSV that the profiled service model reads.
+
+torch and transformers are optional (the ``rm`` extra): the tests that run
+them are skipped where they are missing, except in CI (``CI=true``), which
+installs the ``test`` extra (torch and transformers included) and fails there
+instead of skipping silently. The other tests run everywhere."""
 
 from __future__ import annotations
 
+import importlib
+import os
 import subprocess
 import sys
 
@@ -10,20 +17,44 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from racsim.config.schema import RMConf
+from racsim.config.schema import GpuConf, RMConf, RMModelConf
 from racsim.errors import ConfigError
-from racsim.pipeline.service import Profiled, build_service, read_profile
+from racsim.pipeline.service import (
+    GPU_CATALOG,
+    RM_CATALOG,
+    Profiled,
+    build_service,
+    read_profile,
+)
 from racsim.profile import parse
-
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
 
 BATCHES = [1, 4, 16]
 SEQS = [16, 64, 256]
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require(module: str):
+    """``module`` imported; where it is missing, a skip, or in CI a failure."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as ex:
+        if in_ci():
+            pytest.fail(f"{module} is not installed but CI={os.environ['CI']}: CI installs racsim[test] "
+                        f"(torch, transformers) and must run the racsim-profile tests ({ex})", pytrace=False)
+        pytest.skip(f"{module} is not installed (pip install -e '.[rm]'); in CI this test fails instead")
+
+
 @pytest.fixture(scope="module")
-def profile_csv(tmp_path_factory):
+def torch_stack():
+    """torch and transformers, for the tests that run real forward passes."""
+    return require("torch"), require("transformers")
+
+
+@pytest.fixture(scope="module")
+def profile_csv(torch_stack, tmp_path_factory):
     """One real run of the command (in-process: the console script's main)."""
     from racsim.profile import main
 
@@ -33,10 +64,8 @@ def profile_csv(tmp_path_factory):
     return out
 
 
-def test_profile_writes_a_csv_with_its_provenance(profile_csv):
-    import torch
-    import transformers
-
+def test_profile_writes_a_csv_with_its_provenance(profile_csv, torch_stack):
+    torch, transformers = torch_stack
     header, table = read_profile(str(profile_csv))
     assert header["device"].startswith("cpu") or header["device"].startswith("cuda")
     assert header["dtype"] in ("float32", "bfloat16")
@@ -61,7 +90,8 @@ def test_profiled_times_grow_where_the_work_must(profile_csv):
 
 def test_profiled_model_reproduces_the_measured_times(profile_csv):
     _, t = read_profile(str(profile_csv))
-    m = build_service(RMConf(service="profiled", profile=str(profile_csv)))
+    m = build_service(RMConf(model=RMModelConf(**RM_CATALOG["8B"]), gpu=GpuConf(**GPU_CATALOG["H100"]),
+                             service="profiled", profile=str(profile_csv)))
     assert isinstance(m, Profiled)
     got = m.at(t.batch_size.to_numpy(), t.seq_len.to_numpy())
     measured = t.seconds.to_numpy()
@@ -91,11 +121,29 @@ def test_profile_arguments_are_checked():
     assert conf.rm.checkpoint == "/some/where" and conf.repeats == 2
 
 
-def test_missing_checkpoint_is_a_one_line_error(tmp_path):
+def test_missing_checkpoint_is_a_one_line_error(torch_stack, tmp_path):
     r = subprocess.run([sys.executable, "-m", "racsim.profile", f"rm.checkpoint={tmp_path / 'nope'}",
                         f"out={tmp_path / 'x.csv'}"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip().startswith("racsim-profile: error: rm.checkpoint = ") and "local checkpoint" in r.stderr
+
+
+def test_without_torch_the_command_says_what_to_install(tmp_path):
+    code = ("import sys; sys.modules['torch'] = None; from racsim.profile import main; "  # import torch fails
+            f"main(['out={tmp_path / 'x.csv'}'])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "racsim-profile: error: torch is not installed: pip install -e '.[rm]'"
+
+
+@pytest.mark.parametrize("value, expected", [("true", True), ("1", True), ("", False), ("false", False)])
+def test_ci_turns_a_missing_torch_into_a_failure(monkeypatch, value, expected):
+    monkeypatch.setenv("CI", value)
+    monkeypatch.setitem(sys.modules, "no_such_module_for_racsim", None)  # importing it raises ImportError
+    outcome = pytest.fail.Exception if expected else pytest.skip.Exception
+    with pytest.raises(outcome) as info:
+        require("no_such_module_for_racsim")
+    assert ("CI=" in str(info.value)) == expected
 
 
 def test_core_modules_do_not_import_torch():

@@ -3,13 +3,15 @@ and the uniform latency kind the capacity scenarios use."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
 
+from racsim.config.defaults import default_config
 from racsim.config.schema import (
     ChannelConf,
     GpuConf,
@@ -84,13 +86,22 @@ def test_roofline_padding_tp_and_memory_floor():
     assert float(m.seconds(1, 1.0, 1.0, 1.0)) == pytest.approx(floor, rel=1e-12)
 
 
-def test_catalog_yamls_match_the_python_catalogs():
-    for name, spec in GPU_CATALOG.items():
-        assert OmegaConf.to_container(OmegaConf.load(CONF / "rm" / "gpu" / f"{name}.yaml")) == spec, name
-    files = {"1.5B": "1_5b", "7B": "7b", "8B": "8b", "70B": "70b"}
-    for name, spec in RM_CATALOG.items():
-        assert OmegaConf.to_container(OmegaConf.load(CONF / "rm" / "model" / f"{files[name]}.yaml")) == spec, name
-    assert GpuConf() == GpuConf(**GPU_CATALOG["H100"]) and RMModelConf() == RMModelConf(**RM_CATALOG["8B"])
+def test_catalogs_are_the_yaml_files():
+    """GPU_CATALOG and RM_CATALOG are conf/rm/gpu/*.yaml and conf/rm/model/*.yaml (their one
+    source), keyed by each file's name; every entry sets every field of its dataclass,
+    which has no default of its own (no second, competing catalog entry)."""
+    for group, cat, conf in (("gpu", GPU_CATALOG, GpuConf), ("model", RM_CATALOG, RMModelConf)):
+        files = sorted((CONF / "rm" / group).glob("*.yaml"))
+        assert len(files) == len(cat) >= 4, group
+        for f in files:
+            spec = OmegaConf.to_container(OmegaConf.load(f))
+            assert cat[spec["name"]] == spec, f
+            # the option name on the command line is the name, spelled as a file name
+            assert f.stem == (spec["name"] if group == "gpu" else spec["name"].lower().replace(".", "_")), f
+        fields = [f.name for f in dataclasses.fields(conf)]
+        assert all(list(spec) == fields for spec in cat.values()), group
+        assert all(getattr(conf(), f) == MISSING for f in fields), f"{conf.__name__} has a default beside conf/rm/{group}/"
+    assert set(GPU_CATALOG) == {"A100", "H100", "H200", "L40S", "B200"} and set(RM_CATALOG) == {"1.5B", "7B", "8B", "70B"}
     sizes = {n: model_size(RMModelConf(**s)).total / 1e9 for n, s in RM_CATALOG.items()}
     assert sizes["1.5B"] == pytest.approx(1.54, abs=0.05) and sizes["7B"] == pytest.approx(6.6, abs=0.1)
     assert sizes["8B"] == pytest.approx(7.5, abs=0.05) and sizes["70B"] == pytest.approx(69.5, abs=0.5)
@@ -100,9 +111,14 @@ def test_catalog_yamls_match_the_python_catalogs():
 # Configuration.
 
 
+def rm_conf(**rm) -> RMConf:
+    """An RM server: the 8B model on an H100 (from the catalogs) unless given."""
+    return RMConf(**{"model": RMModelConf(**RM_CATALOG["8B"]), "gpu": GpuConf(**GPU_CATALOG["H100"]), **rm})
+
+
 def gpu_cfg(**rm) -> RacsimConf:
-    cfg = RacsimConf()
-    cfg.pipeline.channels["judge"] = ChannelConf(kind="gpu_rm", rm=RMConf(**rm))
+    cfg = default_config("~scenario")  # conf/'s defaults, no slow channel
+    cfg.pipeline.channels["judge"] = ChannelConf(kind="gpu_rm", rm=rm_conf(**rm))
     return cfg
 
 
@@ -162,8 +178,8 @@ def test_gpu_rm_config_errors_name_the_key(change, key, allowed):
 
 
 def test_queue_channel_with_an_rm_block_is_an_error():
-    cfg = RacsimConf()
-    cfg.pipeline.channels["judge"] = ChannelConf(rm=RMConf())
+    cfg = default_config("~scenario")
+    cfg.pipeline.channels["judge"] = ChannelConf(rm=rm_conf())
     assert error(cfg).key == "pipeline.channels.judge.rm"
 
 
@@ -172,6 +188,20 @@ def hydra_ctx():
     register_configs()
     with initialize_config_module(version_base="1.3", config_module="racsim.conf"):
         yield
+
+
+def test_an_rm_without_gpu_or_model_says_which_catalog_to_pick(hydra_ctx):
+    """RMConf's model and gpu have no default beside the catalogs: a fast scorer given only
+    its model is an error that names the gpu key and a working override."""
+    cfg = compose("config", overrides=["+rm/model@pipeline.fast_rm.model=8b"])
+    ex = error(cfg)
+    assert ex.key == "pipeline.fast_rm.gpu.name" and "conf/rm/gpu/" in ex.allowed, ex
+    hint = ex.allowed.split("e.g. ", 1)[1]
+    cfg = compose("config", overrides=["+rm/model@pipeline.fast_rm.model=8b", hint])
+    validate(cfg)
+    assert OmegaConf.to_container(cfg.pipeline.fast_rm.gpu) == GPU_CATALOG["H100"]
+    ex = error(compose("config", overrides=["+rm/gpu@pipeline.fast_rm.gpu=A100"]))
+    assert ex.key == "pipeline.fast_rm.model.name" and "+rm/model@pipeline.fast_rm.model=8b" in ex.allowed, ex
 
 
 @pytest.mark.parametrize("gpu", sorted(GPU_CATALOG))
@@ -245,7 +275,7 @@ def test_profiled_errors(tmp_path):
     with pytest.raises(ConfigError, match="full grid"):
         Profiled(str(p))
     with pytest.raises(ConfigError) as info:
-        build_service(RMConf(service="profiled", profile=str(tmp_path / "missing.csv")), "x.rm")
+        build_service(rm_conf(service="profiled", profile=str(tmp_path / "missing.csv")), "x.rm")
     assert info.value.key == "x.rm.profile"
 
 

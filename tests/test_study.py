@@ -2,20 +2,16 @@
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_module
 
-from racsim.config.grid import expand
-from racsim.config.schema import register_configs
+from racsim.analyses.grid import expand
+from racsim.config.defaults import compose_config
 from racsim.errors import ConfigError
 from racsim.pipeline.kernels import distribution_kernel
 from racsim.run import run
 
-register_configs()
-
 
 def cfg(*overrides, grid=None):
-    with initialize_config_module(version_base="1.3", config_module="racsim.conf"):
-        c = compose("config", overrides=["~scenario", *overrides])
+    c = compose_config("~scenario", *overrides)  # conf/'s defaults, no scenario
     if grid is not None:  # keys with commas are not expressible in Hydra's override grammar
         c.study.grid = grid
     return c

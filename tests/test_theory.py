@@ -7,8 +7,16 @@ import math
 
 import numpy as np
 import pytest
+from oracles import oracle_score
 
-from racsim.learner.correctors import CorrectorParams, age_weight, correction_weight
+from racsim.learner.correctors import (
+    CorrectorParams,
+    age_weight,
+    correction_weight,
+    geometric_weight,
+)
+from racsim.learner.mdp import softmax_policy
+from racsim.learner.rollouts import score_gradient
 from racsim.learner.theory import (
     bh_bound,
     effective_kernel,
@@ -132,6 +140,36 @@ def random_kernel(rng, K, D):
     rows = rng.dirichlet(np.full(D + 1, 0.5), size=K)
     keep = 1.0 - rng.uniform(0.0, 0.4, size=(K, 1))  # part of the mass never returns
     return rows * keep
+
+
+def test_effective_kernel_with_a_correctors_weight():
+    """``weight`` in place of w_age: Lambda * (alpha * w), for any corrector's kernel."""
+    rng = np.random.default_rng(3)
+    lam = random_kernel(rng, 3, 6)
+    D = np.arange(7)
+    # w_age passed as a weight: the same bits as the default path.
+    assert np.array_equal(effective_kernel(lam, alpha=0.7, weight=age_weight(D, 4.0)),
+                          effective_kernel(lam, alpha=0.7, tau_age=4.0))
+    gains = np.array([1.0, 2.0, 0.5])
+    assert np.array_equal(effective_kernel(lam, alpha=gains, weight=age_weight(D, 4.0)),
+                          effective_kernel(lam, alpha=gains, tau_age=4.0))
+    # Retrace-A's geometric kernel, one row per channel, and a single row.
+    w = geometric_weight(D, 0.6)
+    np.testing.assert_array_equal(effective_kernel(lam, weight=w), lam * w)
+    rows = rng.uniform(0.0, 1.0, (3, 7))
+    np.testing.assert_array_equal(effective_kernel(lam, alpha=gains, weight=rows), lam * (gains[:, None] * rows))
+    np.testing.assert_array_equal(effective_kernel(lam[0], weight=w), lam[0] * w)
+    np.testing.assert_allclose(slack(effective_kernel(lam, weight=w)), 1.0 - (lam * w).sum(axis=1), rtol=1e-15)
+    # A weight above 1 (bare_additive at alpha = 2) may over-correct: negative slack.
+    assert slack(effective_kernel([[0.0, 0.9]], weight=[2.0, 2.0]))[0] == pytest.approx(-0.8)
+    with pytest.raises(ValueError, match="weight must have shape"):
+        effective_kernel(lam, weight=w[:-1])
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        effective_kernel(lam, weight=-w)
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        effective_kernel(lam, weight=np.full(7, np.nan))
+    with pytest.raises(ValueError, match="row 0"):  # Lambda's own rows are still checked
+        effective_kernel([[0.6, 0.6]], weight=[0.5, 0.5])
 
 
 KERNEL_CASES = [(seed, K, D, tau) for seed, (K, D, tau) in enumerate(
@@ -264,6 +302,29 @@ def test_predicted_bias_from_a_measured_schedule():
     assert np.all(np.abs(got - pred) <= 4 * se), (got, pred, se)
     assert np.all(np.abs(pred) > 8 * se)  # and the slack bias is far from zero
     np.testing.assert_allclose(predicted_bias(eta, mu), pred.sum())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_score_gradient_is_linear_in_the_returns(seed):
+    """The exact side of the bias benchmark, G_fast + sum_k E[c_k] G_k, rests on the
+    score gradient being linear in the returns: the gradient of the corrected return
+    G_fast + sum_k c_k G_k is G_fast's gradient plus sum_k c_k times channel k's. The
+    one score gradient (all channels at once) against the per-step loop oracle."""
+    rng = np.random.default_rng(40 + seed)
+    n, T, S, A, K = int(rng.integers(1, 25)), int(rng.integers(1, 10)), 3, int(rng.integers(1, 5)), 2
+    pi = softmax_policy(rng.normal(size=(S, A)))
+    states, actions = rng.integers(0, S, (n, T)), rng.integers(0, A, (n, T))
+    G = rng.normal(size=(n, 1 + K, T))
+    c = rng.uniform(0.0, 1.2, K)
+    g = score_gradient(states, actions, G, pi)  # (n, 1 + K, S, A)
+    assert g.shape == (n, 1 + K, S, A)
+    corrected = score_gradient(states, actions, G[:, 0] + np.einsum("k,nkt->nt", c, G[:, 1:]), pi)  # (n, S, A)
+    for i in range(n):
+        for k in range(1 + K):
+            np.testing.assert_allclose(g[i, k], oracle_score(states[i], actions[i], G[i, k], pi), rtol=1e-12, atol=1e-13)
+        ref = oracle_score(states[i], actions[i], G[i, 0] + c @ G[i, 1:], pi)
+        np.testing.assert_allclose(corrected[i], ref, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(g[i, 0] + np.tensordot(c, g[i, 1:], axes=1), ref, rtol=1e-12, atol=1e-13)
 
 
 # --------------------------------------------------------------------------

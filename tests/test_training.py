@@ -14,24 +14,23 @@ import math
 
 import numpy as np
 import pytest
+from helpers import det_phases
 from omegaconf import OmegaConf
-from oracles import oracle_returns, oracle_weight
+from oracles import oracle_returns, oracle_score, oracle_weight
 
 import racsim.run as R
 from racsim.analyses import bias_study as BS
+from racsim.config.defaults import default_config
 from racsim.config.schema import (
     ChannelConf,
-    CorrectorConf,
     LatencyConf,
-    LearnerConf,
     OutputConf,
     PipelineConf,
-    RacsimConf,
     TrainConf,
 )
 from racsim.learner import mdp as M
 from racsim.learner.correctors import CorrectorParams
-from racsim.learner.rollouts import sample_trajectories
+from racsim.learner.rollouts import sample_trajectories, score_gradient
 from racsim.learner.training import train
 from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, ArrivalSchedule
 
@@ -195,6 +194,28 @@ def test_train_clip_active_and_inactive(small_mdp):
     assert np.abs(a.objective[:, -1] - b.objective[:, -1]).max() > 1e-6
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_score_gradient_per_lane_matches_loop_oracle(seed):
+    """The one score gradient as train calls it: rows of several lanes in any order
+    (fresh rollouts, then late corrections), each lane's rows summed under that lane's
+    own policy, the returns weighted per step (c * G). Against the per-step loop oracle."""
+    rng = np.random.default_rng(700 + seed)
+    L, n, T, S, A = int(rng.integers(1, 5)), int(rng.integers(1, 30)), int(rng.integers(1, 9)), 3, int(rng.integers(1, 5))
+    pi = M.softmax_policy(rng.normal(size=(L, S, A)))
+    lanes = rng.integers(0, L, n)
+    states, actions = rng.integers(0, S, (n, T)), rng.integers(0, A, (n, T))
+    c = rng.uniform(0.0, 1.5, (n, T))
+    G = np.array([oracle_returns(list(r), 0.9) for r in rng.normal(size=(n, T))])
+    got = score_gradient(states, actions, c * G, pi, lanes=lanes)
+    assert got.shape == (L, S, A)
+    ref = np.zeros((L, S, A))
+    for i in range(n):
+        ref[lanes[i]] += oracle_score(states[i], actions[i], list(c[i] * G[i]), pi[lanes[i]])
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValueError, match="lanes"):
+        score_gradient(states, actions, G, pi, lanes=np.full(n, L))
+
+
 # --------------------------------------------------------------------------
 # 2. Behaviour on the canonical 3x2 MDP.
 
@@ -259,17 +280,19 @@ def test_naive_learns_the_fast_optimum_sync_oracle_the_total_one():
 
 def test_training_wallclock_and_recording_through_run():
     steps, lanes, batch = 7, 3, 2
-    cfg = OmegaConf.structured(RacsimConf(
-        name="t",
-        seed=6,
-        pipeline=PipelineConf(steps=steps, batch_size=batch, channels={
-            "verifier": ChannelConf(latency=LatencyConf(kind="lognormal", mean=12.0), workers=2, max_delay=3),
-            "judge": ChannelConf(kernel=[0.2, 0.5, 0.2]),
-        }),
-        corrector=CorrectorConf(names=["naive", "wait_for_slow", "rac", "sync_oracle"]),
-        learner=LearnerConf(horizon=8, trials=4, bootstrap=0, train=TrainConf(enabled=True, lanes=lanes, lr=1.0)),
-        output=OutputConf(plots=False, progress=False),
-    ))
+    base = default_config("~scenario")  # the learner's and corrector's other knobs: conf/'s defaults
+    base.name, base.seed = "t", 6
+    # a deterministic clock (6 + 1 + 0.1 + 2 s a step) on the lanes engine
+    base.pipeline = PipelineConf(steps=steps, batch_size=batch, engine="lanes", **det_phases(6.0, 1.0, 0.1, 2.0),
+                                 channels={
+        "verifier": ChannelConf(latency=LatencyConf(kind="lognormal", mean=12.0), workers=2, max_delay=3),
+        "judge": ChannelConf(kernel=[0.2, 0.5, 0.2]),
+    })
+    base.corrector.names = ["naive", "wait_for_slow", "rac", "sync_oracle"]
+    base.learner.horizon, base.learner.trials, base.learner.bootstrap = 8, 4, 0
+    base.learner.train = TrainConf(enabled=True, lanes=lanes, lr=1.0)
+    base.output = OutputConf(plots=False, progress=False)
+    cfg = OmegaConf.structured(base)
     res = R.run(cfg)
     names = BS.corrector_names(cfg)
     scheds = BS.simulate_schedules(cfg, lanes, "train_pipeline", names)

@@ -10,8 +10,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 import pandas as pd
 
+from racsim.analyses.grid import learner_key
 from racsim.analyses.result import RunResult
-from racsim.config.grid import learner_key
 from racsim.learner import mdp as M
 from racsim.learner.bias import (
     BiasRun,

@@ -30,12 +30,12 @@ import pandas as pd
 from omegaconf import OmegaConf, open_dict
 
 from racsim.analyses.bias_study import corrector_names, run_bias_study
+from racsim.analyses.grid import expand
 from racsim.config.validate import validate
 from racsim.learner.correctors import BLOCKING
 from racsim.pipeline.draws import draw
 from racsim.pipeline.lanes import run_lanes
 from racsim.pipeline.simpy_engine import run_simpy
-from racsim.config.grid import expand
 
 
 @dataclass

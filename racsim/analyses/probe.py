@@ -54,9 +54,6 @@ from racsim.learner.correctors import (
 from racsim.pipeline.latency import build_latency
 from racsim.pipeline.schedule import INJECTED
 
-pass
-pass
-pass
 from racsim.analyses.result import RunResult
 from racsim.errors import ConfigError
 from racsim.seeds import rng_for

@@ -7,9 +7,6 @@ from typing import Dict, Optional
 
 import pandas as pd
 
-pass
-pass
-pass
 from racsim.learner.bias import BiasRun
 from racsim.learner.training import TrainCurve
 from racsim.pipeline.schedule import ArrivalSchedule

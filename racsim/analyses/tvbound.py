@@ -45,8 +45,6 @@ import pandas as pd
 
 from racsim.learner import mdp as M
 
-pass
-pass
 import math
 from typing import Sequence
 

@@ -1,3 +1,3 @@
-"""What is asked: the typed schema (``schema``), its validation (``validate``) and the
-expansion of a study grid into validated cells (``grid``).
+"""What is asked: the typed schema (``schema``), the defaults composed from the YAML
+config groups (``defaults``) and the validation of a config (``validate``).
 """

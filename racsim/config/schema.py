@@ -5,6 +5,13 @@ the primary config, so Hydra itself rejects wrong types (``pipeline.steps=abc``)
 and unknown keys. :func:`validate` then checks every value's range and the
 cross-field rules, and raises :class:`ConfigError` naming the key and what is
 allowed. Nothing in this module runs a simulation.
+
+One place per default value: a field that a config group of conf/ sets
+(pipeline/default.yaml, corrector/all.yaml, learner/tabular.yaml, rm/gpu/*.yaml,
+rm/model/*.yaml) is ``MISSING`` (``???``) here, and its default is the YAML's;
+the other fields keep their default here. The default config as the ``racsim``
+command composes it is :func:`racsim.config.defaults.default_config`
+(tests/test_config.py checks that no field has a default in both places).
 """
 
 from __future__ import annotations
@@ -13,8 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-# Names of everything a user can pick from; the modules that implement them
-# assert at import time that they cover exactly these.
+from omegaconf import MISSING
+
+# Names of everything a user can pick from. CORRECTORS is the one list of the
+# correctors' names: racsim.learner.correctors' set, the plots' markers and the
+# default corrector.names derive from it (tests/test_correctors.py checks that
+# each one is implemented as documented).
 LATENCY_KINDS = ("deterministic", "gaussian", "lognormal", "pareto", "cauchy", "exponential", "empirical", "uniform")
 
 
@@ -84,36 +95,33 @@ class LatencyConf:
     column: Optional[str] = None
 
 
-def _fixed(seconds: float) -> Any:
-    return field(default_factory=lambda: LatencyConf(kind="deterministic", mean=seconds))
-
-
 @dataclass
 class GpuConf:
-    """One GPU kind (conf/rm/gpu/NAME.yaml; racsim.service.GPU_CATALOG): dense bf16
-    peak (no sparsity), HBM bandwidth and size, and a price per GPU-hour, an
-    editable assumption (set your own contract's)."""
+    """One GPU kind (conf/rm/gpu/NAME.yaml, the values' one source; racsim.pipeline.service.GPU_CATALOG
+    loads them): dense bf16 peak (no sparsity), HBM bandwidth and size, and a
+    price per GPU-hour, an editable assumption (set your own contract's)."""
 
-    name: str = "H100"
-    peak_tflops: float = 989.5
-    mem_bw_tbs: float = 3.35
-    memory_gb: float = 80.0
-    price_per_hour: float = 2.5
+    name: str = MISSING
+    peak_tflops: float = MISSING
+    mem_bw_tbs: float = MISSING
+    memory_gb: float = MISSING
+    price_per_hour: float = MISSING
 
 
 @dataclass
 class RMModelConf:
-    """A reward model's transformer shape (conf/rm/model/NAME.yaml; racsim.service.RM_CATALOG):
-    parameter counts, weight bytes and FLOPs follow from it (racsim.service)."""
+    """A reward model's transformer shape (conf/rm/model/NAME.yaml, the values' one source;
+    racsim.pipeline.service.RM_CATALOG loads them): parameter counts, weight bytes and FLOPs
+    follow from it (racsim.pipeline.service)."""
 
-    name: str = "8B"
-    layers: int = 32
-    d_model: int = 4096
-    d_ff: int = 14336
-    n_heads: int = 32
-    n_kv_heads: int = 8
-    vocab: int = 128256
-    bytes_per_param: float = 2.0
+    name: str = MISSING
+    layers: int = MISSING
+    d_model: int = MISSING
+    d_ff: int = MISSING
+    n_heads: int = MISSING
+    n_kv_heads: int = MISSING
+    vocab: int = MISSING
+    bytes_per_param: float = MISSING
 
 
 def _tokens(mean: float, sigma: float) -> Any:
@@ -131,7 +139,9 @@ class RMConf:
     ``overhead_s``) or ``profiled`` (the CSV ``profile`` written by racsim-profile).
     Each pipeline sample is ``sequences_per_sample`` sequences (a GRPO group, say),
     scored when all of them are; lengths in tokens are drawn from ``prompt_tokens``
-    + ``response_tokens`` (assumption: about 150 + 300, UltraFeedback's scale)."""
+    + ``response_tokens`` (assumption: about 150 + 300, UltraFeedback's scale).
+    ``model`` and ``gpu`` have no default here: pick them from conf/rm/ (e.g.
+    ``+rm/model@pipeline.fast_rm.model=8b +rm/gpu@pipeline.fast_rm.gpu=H100``)."""
 
     model: RMModelConf = field(default_factory=RMModelConf)
     gpu: GpuConf = field(default_factory=GpuConf)
@@ -178,16 +188,17 @@ class ChannelConf:
 @dataclass
 class PipelineConf:
     """The optimizer clock: each of ``steps`` steps generates ``batch_size``
-    rollouts, fast-scores them, submits them to every slow channel, then updates."""
+    rollouts, fast-scores them, submits them to every slow channel, then updates.
+    Defaults of the clock and the phases: conf/pipeline/default.yaml."""
 
-    steps: int = 50
-    batch_size: int = 4
-    generate: LatencyConf = _fixed(6.0)
-    fast_score: LatencyConf = _fixed(1.0)
-    submit: LatencyConf = _fixed(0.1)
-    update: LatencyConf = _fixed(2.0)
+    steps: int = MISSING
+    batch_size: int = MISSING
+    generate: LatencyConf = MISSING
+    fast_score: LatencyConf = MISSING
+    submit: LatencyConf = MISSING
+    update: LatencyConf = MISSING
     channels: Dict[str, ChannelConf] = field(default_factory=dict)
-    engine: str = "lanes"
+    engine: str = MISSING
     # Shortcuts for the paper's studies (resolved into ``channels`` before a run):
     # K channels ch1..chK with deterministic delays of these many steps...
     delay_steps: Optional[List[int]] = None
@@ -203,46 +214,50 @@ class PipelineConf:
 
 @dataclass
 class CorrectorConf:
-    """Which correctors to compare and their knobs (paper eq. 1)."""
+    """Which correctors to compare and their knobs (paper eq. 1). ``names``
+    defaults to every corrector (CORRECTORS); the knobs' defaults are in
+    conf/corrector/all.yaml."""
 
     names: List[str] = field(default_factory=lambda: list(CORRECTORS))
-    alpha: float = 1.0
-    tau_age: float = 1000.0
-    rho_bar: float = 1.0
-    retrace_gamma: float = 0.5
-    wait_timeout_s: Optional[float] = None
+    alpha: float = MISSING
+    tau_age: float = MISSING
+    rho_bar: float = MISSING
+    retrace_gamma: float = MISSING
+    wait_timeout_s: Optional[float] = MISSING
     # Theorem 2.1's condition (R): scale each kernel channel's gain so that the
     # corrector's effective kernel row sums to 1 (alpha_k = alpha / sum_D w(D) Lambda[k, D]).
-    row_normalize: bool = False
+    row_normalize: bool = MISSING
 
 
 @dataclass
 class TrainConf:
-    """The training loop: theta updated by the corrected gradient every step."""
+    """The training loop: theta updated by the corrected gradient every step
+    (defaults: conf/learner/tabular.yaml)."""
 
-    enabled: bool = True
-    lanes: int = 16
-    lr: float = 2.0
+    enabled: bool = MISSING
+    lanes: int = MISSING
+    lr: float = MISSING
 
 
 @dataclass
 class LearnerConf:
-    """The paper's tabular MDP and its Monte-Carlo bias benchmark."""
+    """The paper's tabular MDP and its Monte-Carlo bias benchmark (defaults:
+    conf/learner/tabular.yaml)."""
 
-    kind: str = "tabular"
-    topology: str = "random"
-    n_states: int = 3
-    n_actions: int = 2
-    mdp_seed: int = 1337
-    theta_seed: int = 7
-    theta_scale: float = 0.3
-    gamma: float = 0.9
-    horizon: int = 50
-    slow_bump: float = 0.6
-    fast_noise_std: float = 0.0
-    channel_noise_std: float = 0.0
-    trials: int = 1000
-    bootstrap: int = 1000
+    kind: str = MISSING
+    topology: str = MISSING
+    n_states: int = MISSING
+    n_actions: int = MISSING
+    mdp_seed: int = MISSING
+    theta_seed: int = MISSING
+    theta_scale: float = MISSING
+    gamma: float = MISSING
+    horizon: int = MISSING
+    slow_bump: float = MISSING
+    fast_noise_std: float = MISSING
+    channel_noise_std: float = MISSING
+    trials: int = MISSING
+    bootstrap: int = MISSING
     train: TrainConf = field(default_factory=TrainConf)
 
 

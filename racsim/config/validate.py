@@ -7,8 +7,11 @@ schema's types let through on the command line. Nothing here builds a model.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from typing import Any, Optional
+
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from racsim.config.schema import (
     BATCH_ORDERS,
@@ -93,9 +96,70 @@ def validate_latency(c: LatencyConf, key: str) -> None:
         _need(bool(c.column), f"{key}.column", c.column, "the name of a numeric column of that CSV")
 
 
+def first_missing(cfg: Any, key: str = "") -> Optional[str]:
+    """The first key (depth first, in field order) whose value is MISSING (``???``) in a
+    DictConfig or in dataclasses, or None. A field the schema leaves MISSING has its
+    default in conf/ (racsim.config.schema): a config built from the dataclasses alone
+    lacks it."""
+    if cfg is None or isinstance(cfg, (int, float)):  # most leaves (kernel rows are long lists of floats)
+        return None
+    if isinstance(cfg, DictConfig):
+        for k in cfg.keys():
+            sub = f"{key}.{k}" if key else str(k)
+            if OmegaConf.is_missing(cfg, k):
+                return sub
+            found = first_missing(cfg[k], sub)
+            if found:
+                return found
+    elif isinstance(cfg, ListConfig):
+        for i in range(len(cfg)):
+            if OmegaConf.is_missing(cfg, i):
+                return f"{key}[{i}]"
+            found = first_missing(cfg[i], f"{key}[{i}]")
+            if found:
+                return found
+    elif isinstance(cfg, str):
+        return key if cfg == MISSING else None
+    elif hasattr(type(cfg), "__dataclass_fields__"):  # a dataclass instance
+        for name in type(cfg).__dataclass_fields__:
+            found = first_missing(getattr(cfg, name), f"{key}.{name}" if key else name)
+            if found:
+                return found
+    elif isinstance(cfg, dict):
+        for k, v in cfg.items():
+            found = first_missing(v, f"{key}.{k}" if key else str(k))
+            if found:
+                return found
+    elif isinstance(cfg, (list, tuple)):
+        for i, v in enumerate(cfg):
+            found = first_missing(v, f"{key}[{i}]")
+            if found:
+                return found
+    return None
+
+
+MISSING_ALLOWED = ("a value: this key has no default in the schema; its default is in conf/ "
+                   "(racsim.config.defaults.default_config() composes them), or set it")
+
+
+def missing_error(key: str) -> ConfigError:
+    """The ConfigError for a MISSING value: for a GPU or an RM shape, which catalog option to pick."""
+    parent = key.rpartition(".")[0]
+    owner, _, group = parent.rpartition(".")
+    if group in ("gpu", "model") and owner.rpartition(".")[2] in ("rm", "fast_rm"):
+        example = "H100" if group == "gpu" else "8b"
+        return ConfigError(key, MISSING, f"a value: pick a {group} of conf/rm/{group}/ (the catalog), "
+                                         f"e.g. +rm/{group}@{parent}={example}")
+    return ConfigError(key, MISSING, MISSING_ALLOWED)
+
+
 def validate(cfg: Any) -> None:
     """Check ranges and cross-field rules of a composed config (a DictConfig
-    or a :class:`RacsimConf`). Raises :class:`ConfigError` on the first bad value."""
+    or a :class:`RacsimConf`). Raises :class:`ConfigError` on the first bad value,
+    or on the first MISSING one (``???``: a config built from the schema alone)."""
+    missing = first_missing(cfg)
+    if missing is not None:
+        raise missing_error(missing)
     p = cfg.pipeline
     _int_at_least("pipeline.steps", p.steps, 1)
     _int_at_least("pipeline.batch_size", p.batch_size, 1)
@@ -256,10 +320,6 @@ def check_schema(cfg: Any, key: str = "") -> None:
     the schema does not have (``+foo=1`` adds one even to a typed node) and a
     NaN anywhere (a float field takes ``nan``; no racsim setting means it).
     The racsim command runs this on the composed config before :func:`validate`."""
-    import dataclasses
-
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
     if isinstance(cfg, DictConfig):
         t = OmegaConf.get_type(cfg)
         allowed = {f.name for f in dataclasses.fields(t)} if dataclasses.is_dataclass(t) else None
@@ -267,7 +327,7 @@ def check_schema(cfg: Any, key: str = "") -> None:
             sub = f"{key}.{k}" if key else str(k)
             if allowed is not None and k not in allowed:
                 raise ConfigError(sub, OmegaConf.select(cfg, str(k), default=None),
-                                  f"not a setting of {t.__name__}: the schema (racsim/config.py) has no such key")
+                                  f"not a setting of {t.__name__}: the schema (racsim/config/schema.py) has no such key")
             if not OmegaConf.is_missing(cfg, k):
                 check_schema(cfg[k], sub)
     elif isinstance(cfg, ListConfig):

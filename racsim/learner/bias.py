@@ -29,9 +29,14 @@ from racsim.learner.correctors import (
 from racsim.learner.rollouts import (
     discounted_returns,
     sample_trajectories,
-    trajectory_gradients,
+    score_gradient,
 )
-from racsim.learner.theory import measured_kernel, slack
+from racsim.learner.theory import (
+    effective_kernel,
+    measured_kernel,
+    predicted_bias,
+    slack,
+)
 from racsim.pipeline.schedule import INJECTED, ArrivalSchedule
 
 # Trajectories simulated at once; bounds memory at about (n * T * (K + 1)) floats.
@@ -50,13 +55,14 @@ class BiasRun:
     trajectories: int = 0
 
     def exact(self, name: str) -> np.ndarray:
-        """E[estimate | arrival schedule] for corrector ``name``."""
+        """E[estimate | arrival schedule] for corrector ``name``: G_fast + sum_k mean(c_k) G_k,
+        from the weights the run applied (the measured side, set beside :meth:`predicted`)."""
         return self.channel_exact[0] + self.mean_weight[name] @ self.channel_exact[1:]
 
     def predicted(self, name: str) -> np.ndarray:
-        """Theorem 2.1: the synchronous expectation minus sum_k eta_k E[X_k]."""
+        """Theorem 2.1: the synchronous expectation plus the predicted bias -sum_k eta_k E[X_k]."""
         sync = self.channel_exact.sum(0)
-        return sync - self.slack[name] @ self.channel_exact[1:]
+        return sync + predicted_bias(self.slack[name], self.channel_exact[1:])
 
 
 def schedule_for(name: str, schedules: Dict[str, ArrivalSchedule]) -> ArrivalSchedule:
@@ -89,26 +95,26 @@ def _delay_weights(name: str, width: int, K: int, params: CorrectorParams) -> np
 
 
 def channel_gain(name: str, cell: Cell) -> np.ndarray:
-    """Per-channel factor on the corrector's weights: 1, or the row normalisation."""
+    """Per-channel factor on the corrector's weights: 1, or the row normalisation
+    alpha_k = 1 / sum_D w(D) Lambda[k, D] of the nominal kernel (1 where that is 0)."""
     K = cell.schedules["async"].n_channels
     if not cell.row_normalize or cell.nominal_kernel is None or name in SCHEDULE_FREE or name in BLOCKING:
         return np.ones(K)
     lam = cell.nominal_kernel
-    mass = (lam * _delay_weights(name, lam.shape[1], K, cell.params)).sum(axis=1)
+    mass = effective_kernel(lam, weight=_delay_weights(name, lam.shape[1], K, cell.params)).sum(axis=1)
     return np.where(mass > 0, 1.0 / np.where(mass > 0, mass, 1.0), 1.0)
 
 
 def corrector_slack(name: str, sched: ArrivalSchedule, params: CorrectorParams,
                     gain: Optional[np.ndarray] = None) -> np.ndarray:
-    """eta_k = 1 - sum_D Lambda~[k, D] for this corrector's kernel (identity actor)."""
+    """Theorem 2.1's slack eta_k = 1 - sum_D Lambda~[k, D] of this corrector's effective
+    kernel on the schedule's measured kernel (identity actor), with the gains ``gain``."""
     K = sched.n_channels
     if name in SCHEDULE_FREE:
         return np.zeros(K) if name == "sync_oracle" else np.ones(K)
     lam = measured_kernel(sched.delay, sched.status)  # (K, D+1)
     w = _delay_weights(name, lam.shape[1], K, params)
-    if gain is not None:
-        w = w * gain[:, None]
-    return slack(lam * w)
+    return slack(effective_kernel(lam, alpha=1.0 if gain is None else gain, weight=w))
 
 
 def run_bias(
@@ -214,7 +220,7 @@ def run_bias_cells(
         if noisy:  # unit noise, scaled per cell: the noise-levels of a grid are paired
             r = np.concatenate([r, rng.standard_normal((n, horizon)).T[None]])
         G = discounted_returns(r, mdp.gamma, axis=1)
-        g = trajectory_gradients(states, actions, G, pi, time_major=True).reshape(n, -1, SA)  # (n, R [+1], SA)
+        g = score_gradient(states, actions, G, pi, time_major=True).reshape(n, -1, SA)  # (n, R [+1], SA)
         for run, coef, sd, (names, stacked) in zip(runs, coefs, noise, weights):
             gc = np.einsum("nrs,cr->ncs", g[:, : len(atoms)], coef)  # this cell's channels (n, K+1, SA)
             if sd > 0:

@@ -1,13 +1,18 @@
 """Rollouts of a tabular softmax policy and their score-function gradients:
 trajectories sampled in bulk, discounted returns, and the REINFORCE gradient
-sum_t G_t grad log pi(a_t | s_t) per trajectory.
+(1/T) sum_t G_t grad log pi(a_t | s_t), per trajectory or summed per lane.
+
+Small pure functions over arrays, in the style of rlax: :func:`cell_index`,
+:func:`cell_sums` and :func:`softmax_score` are the steps of the one score
+gradient, :func:`score_gradient`, which every caller uses.
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
+from scipy.signal import lfilter
 
 from racsim.learner.mdp import TabularMDP
 
@@ -92,134 +97,127 @@ def _transpose(x: np.ndarray, block: int = 4096) -> np.ndarray:
 def discounted_returns(rewards: np.ndarray, gamma: float, axis: int = -1) -> np.ndarray:
     """G_t = sum_{j=t}^{T-1} gamma^(j-t) r_j along ``axis`` (time; truncated at T); same shape.
 
-    A backward recursion G_t = r_t + gamma G_{t+1}. With time on the last axis
-    it runs on a time-major copy, so that each step is one contiguous vector
-    operation; pass ``axis`` for arrays that are already time-major (no copy
-    beyond the result itself).
+    The backward recursion G_t = r_t + gamma G_{t+1}, G_T = 0, run as the IIR
+    filter y_n = x_n + gamma y_{n-1} (``scipy.signal.lfilter``) over reversed
+    time. Each step rounds fl(r_t + fl(gamma G_{t+1})), as the recursion
+    written out does, so the result is the same to the bit. The filter starts
+    from the state -0.0 (the additive identity) rather than +0.0, so that even
+    the sign of a zero return matches: G_{T-1} = r_{T-1} exactly. Rewards must
+    be finite (the filter multiplies each input by a zero coefficient, and
+    0 * inf is nan). C-contiguous float64 out.
     """
     r = np.asarray(rewards, dtype=np.float64)
     axis = axis % r.ndim
-    if axis == r.ndim - 1 and r.ndim > 1:
-        rT = np.moveaxis(r, -1, 0).copy()  # time-major, contiguous per step
-        _recurse(rT, gamma, 0)
-        return np.ascontiguousarray(np.moveaxis(rT, 0, -1))
-    G = r.copy()
-    _recurse(G, gamma, axis)
-    return G
+    x = np.flip(r, axis)
+    state = np.full(r.shape[:axis] + (1,) + r.shape[axis + 1 :], -0.0)
+    G, _ = lfilter([1.0], [1.0, -float(gamma)], x, axis=axis, zi=state)
+    return np.ascontiguousarray(np.flip(G, axis))
 
 
-def _recurse(G: np.ndarray, gamma: float, axis: int) -> None:
-    """In place: G[t] += gamma * G[t + 1] backwards along ``axis``."""
-    idx = [slice(None)] * G.ndim
-    for t in range(G.shape[axis] - 2, -1, -1):
-        here, nxt = list(idx), list(idx)
-        here[axis], nxt[axis] = t, t + 1
-        G[tuple(here)] += gamma * G[tuple(nxt)]
+def cell_index(states: np.ndarray, actions: np.ndarray, n_actions: int) -> np.ndarray:
+    """The (s, a) cell ``s * A + a`` of every step, int64, the shape of ``states``."""
+    key = np.asarray(states).astype(np.int64) * n_actions
+    key += actions
+    return key
 
 
-def trajectory_gradients(
-    states: np.ndarray, actions: np.ndarray, returns: np.ndarray, pi: np.ndarray, time_major: bool = False
-) -> np.ndarray:
-    """Per-trajectory softmax score-function gradients, (n, C, S, A).
+def cell_sums(keys: np.ndarray, weights: np.ndarray, n_bins: int) -> np.ndarray:
+    """M[j] = sum of ``weights`` where ``keys == j``, shape (n_bins,).
 
-    g[i, c, s, b] = (1/T) sum_t 1[s_t = s] (1[a_t = b] - pi(b|s)) returns[i, c, t].
-    ``returns`` is (n, C, T), or (n, T) read as C = 1. Vectorised with
-    np.bincount, one call per cache-sized block of 4096 trajectories (no loop
-    over single trajectories or over time). With ``time_major``, states and
-    actions are (T, n) and returns (C, T, n): one bincount, no transpose.
+    One ``np.bincount``: each bin adds its weights one by one in the order of
+    the flattened arrays, so two layouts that list each bin's weights in the
+    same order give the same bits.
     """
-    if time_major:
-        return _gradients_time_major(states, actions, returns, pi)
-    states = np.asarray(states)
-    actions = np.asarray(actions)
-    pi = np.asarray(pi, dtype=np.float64)
-    R = np.asarray(returns, dtype=np.float64)
-    if states.ndim != 2 or actions.shape != states.shape:
-        raise ValueError("states and actions must both be (n, T)")
-    n, T = states.shape
-    if R.ndim == 2:
-        R = R[:, None, :]
-    if R.ndim != 3 or R.shape[0] != n or R.shape[2] != T:
-        raise ValueError(f"returns must be (n, C, T) or (n, T) with n={n}, T={T}, got {np.shape(returns)}")
-    if pi.ndim != 2:
-        raise ValueError("pi must be (S, A)")
-    S, A = pi.shape
-    C = R.shape[1]
-    if n == 0 or T == 0:
-        return np.zeros((n, C, S, A))
-    if states.min() < 0 or states.max() >= S or actions.min() < 0 or actions.max() >= A:
-        raise ValueError("states or actions out of range for pi")
-    SA = S * A
-    out = np.empty((n, C, S, A))
-    flat = out.reshape(n, C, SA)
-    # cache-sized blocks of trajectories; within a block one bincount over
-    # keys (i, c, s*A + a) sums returns[i, c, t] into the cell (s_t, a_t)
-    block = 4096
-    off = (np.arange(block * C, dtype=np.int64) * SA).reshape(block, C, 1)
-    for i in range(0, n, block):
-        m = min(block, n - i)
-        sa = states[i : i + m].astype(np.int64) * A
-        sa += actions[i : i + m]
-        key = (off[:m] + sa[:, None, :]).ravel()
-        flat[i : i + m] = np.bincount(key, weights=R[i : i + m].ravel(), minlength=m * C * SA).reshape(m, C, SA)
-    # sum_t 1[s_t=s, a_t=b] G_t  -  pi(b|s) sum_t 1[s_t=s] G_t
-    out -= pi * out.sum(axis=-1, keepdims=True)
-    out /= T
-    return out
+    return np.bincount(keys.ravel(), weights=weights.ravel(), minlength=n_bins)
 
 
-def _gradients_time_major(states, actions, returns, pi) -> np.ndarray:
-    states, actions = np.asarray(states), np.asarray(actions)
-    R = np.asarray(returns, dtype=np.float64)
-    pi = np.asarray(pi, dtype=np.float64)
-    T, n = states.shape
-    S, A = pi.shape
-    C = R.shape[0]
-    if R.shape != (C, T, n) or actions.shape != (T, n):
-        raise ValueError(f"time-major inputs must be states/actions (T, n) and returns (C, T, n), got {R.shape}")
-    SA = S * A
-    key = np.arange(n, dtype=np.int64) * SA + states * A + actions  # (T, n): cell of trajectory i at t
-    keys = (np.arange(C, dtype=np.int64)[:, None, None] * (n * SA) + key[None]).ravel()
-    out = np.bincount(keys, weights=R.ravel(), minlength=C * n * SA).reshape(C, n, S, A)
-    out -= pi * out.sum(axis=-1, keepdims=True)
-    out /= T
-    return out.transpose(1, 0, 2, 3)
+def softmax_score(M: np.ndarray, pi: np.ndarray, horizon: int) -> np.ndarray:
+    """(1/T) sum_t G_t grad_theta log pi(a_t|s_t) from the per-cell sums of G.
+
+    For the tabular softmax, d log pi(a|s) / d theta[s', b] =
+    1[s' = s] (1[b = a] - pi(b|s)); contracted with
+    ``M[..., s, b] = sum_t 1[s_t = s, a_t = b] G_t`` this is
+    ``(M[s, b] - pi(b|s) sum_a M[s, a]) / T``. ``M`` is (..., S, A) and
+    ``pi`` broadcasts to it.
+    """
+    return (M - pi * M.sum(axis=-1, keepdims=True)) / horizon
 
 
 def score_gradient(
-    lanes: np.ndarray, states: np.ndarray, actions: np.ndarray, returns: np.ndarray, pi: np.ndarray
+    states: np.ndarray,
+    actions: np.ndarray,
+    returns: np.ndarray,
+    pi: np.ndarray,
+    lanes: Optional[np.ndarray] = None,
+    time_major: bool = False,
 ) -> np.ndarray:
-    """Per-lane SUM of the trajectories' score-function gradients, (L, S, A).
+    """REINFORCE score-function gradient of a tabular softmax policy (eq. 1's
+    corrected returns enter as ``returns``), per lane:
 
-    g[l, s, b] = sum_{i : lanes[i] = l} (1/T) sum_t 1[s_it = s] (1[a_it = b] - pi[l](b|s)) returns[i, t],
-    i.e. the sum over each lane's rows of ``trajectory_gradients`` (same 1/T
-    normalisation) with that lane's policy. ``lanes`` (n,) in [0, L);
-    ``states``, ``actions``, ``returns`` (n, T); ``pi`` (L, S, A), or (S, A)
-    for L = 1. One np.bincount, no loop.
+        g[l, c, s, b] = sum_{i : lane(i) = l} (1/T) sum_t 1[s_it = s] (1[a_it = b] - pi_l(b|s)) G[i, c, t]
+
+    ``states``, ``actions``: (n, T) ints, or (T, n) with ``time_major``.
+    ``returns`` G: (n, T), or (n, C, T) for C channels at once; time-major
+    (T, n) or (C, T, n). ``lanes``: None for one gradient per trajectory
+    (lane i = trajectory i, L = n, ``pi`` (S, A) shared or (n, S, A)); else
+    (n,) ints in [0, L), each lane's gradients summed under its own policy
+    ``pi`` (L, S, A), or (S, A) for L = 1.
+
+    Returns (L, S, A), or (L, C, S, A) when ``returns`` has a channel axis
+    (time-major: a transposed view of a (C, L, S, A) array). Steps:
+    :func:`cell_index`, one :func:`cell_sums` over keys (lane, channel,
+    cell), :func:`softmax_score`; no loop. A bin adds its returns in the
+    order of the flattened ``returns``: in time order in both layouts when
+    ``lanes`` is None (so the layouts agree to the bit); a lane's bin runs
+    over trajectories then time (batch-major) or time then trajectories
+    (time-major), which may differ in the last bits.
     """
+    states, actions = np.asarray(states), np.asarray(actions)
+    G = np.asarray(returns, dtype=np.float64)
     pi = np.asarray(pi, dtype=np.float64)
-    if pi.ndim == 2:
-        pi = pi[None]
-    if pi.ndim != 3:
-        raise ValueError(f"pi must be (L, S, A) or (S, A), got {pi.shape}")
-    L, S, A = pi.shape
-    lanes = np.asarray(lanes)
-    states = np.asarray(states)
-    actions = np.asarray(actions)
-    R = np.asarray(returns, dtype=np.float64)
-    if states.ndim != 2 or actions.shape != states.shape or R.shape != states.shape:
-        raise ValueError("states, actions and returns must all be (n, T)")
-    n, T = states.shape
-    if lanes.shape != (n,):
-        raise ValueError(f"lanes must be ({n},), got {lanes.shape}")
-    if n == 0 or T == 0:
-        return np.zeros((L, S, A))
-    if lanes.min() < 0 or lanes.max() >= L:
-        raise ValueError("lanes out of range for pi")
-    if states.min() < 0 or states.max() >= S or actions.min() < 0 or actions.max() >= A:
+    if states.ndim != 2 or actions.shape != states.shape:
+        raise ValueError(f"states and actions must both be {'(T, n)' if time_major else '(n, T)'}")
+    T, n = states.shape if time_major else states.shape[::-1]
+    steps = (T, n) if time_major else (n, T)
+    channels = G.ndim == 3  # the channel axis leads (time-major) or is the middle one
+    if channels:
+        G3 = G
+        ok = G.shape[1:] == steps if time_major else (G.shape[0], G.shape[2]) == steps
+    else:
+        G3 = G[None] if time_major else G[:, None]
+        ok = G.shape == steps
+    if not ok:
+        want = "(T, n) or (C, T, n)" if time_major else "(n, T) or (n, C, T)"
+        raise ValueError(f"returns must be {want} with n={n}, T={T}, got {G.shape}")
+    C = G3.shape[0] if time_major else G3.shape[1]
+    if pi.ndim not in (2, 3):
+        raise ValueError(f"pi must be (S, A) or (L, S, A), got {pi.shape}")
+    S, A = pi.shape[-2:]
+    if lanes is None:
+        L = n
+        if pi.ndim == 3 and pi.shape[0] != n:
+            raise ValueError(f"per-trajectory pi must be ({n}, S, A), got {pi.shape}")
+        lane = np.arange(n, dtype=np.int64)
+    else:
+        L = pi.shape[0] if pi.ndim == 3 else 1
+        lane = np.asarray(lanes)
+        if lane.shape != (n,):
+            raise ValueError(f"lanes must be ({n},), got {lane.shape}")
+        if n and (lane.min() < 0 or lane.max() >= L):
+            raise ValueError("lanes out of range for pi")
+        lane = lane.astype(np.int64)
+    if n and T and (states.min() < 0 or states.max() >= S or actions.min() < 0 or actions.max() >= A):
         raise ValueError("states or actions out of range for pi")
-    key = states.astype(np.int64) * A
-    key += actions
-    key += lanes.astype(np.int64)[:, None] * (S * A)
-    M = np.bincount(key.ravel(), weights=R.ravel(), minlength=L * S * A).reshape(L, S, A)
-    return (M - pi * M.sum(axis=-1, keepdims=True)) / T
+    SA = S * A
+    T = max(T, 1)  # no steps: every sum is 0 and so is the gradient
+    cell = cell_index(states, actions, A)
+    chan = np.arange(C, dtype=np.int64)
+    if time_major:  # keys (C, T, n): bins (channel, lane, cell)
+        keys = ((chan[:, None] * L + lane[None]) * SA)[:, None, :] + cell[None]
+        M = cell_sums(keys, G3, C * L * SA).reshape(C, L, S, A)
+        g = softmax_score(M, pi, T).transpose(1, 0, 2, 3)
+    else:  # keys (n, C, T): bins (lane, channel, cell)
+        keys = ((lane[:, None] * C + chan[None]) * SA)[:, :, None] + cell[:, None, :]
+        M = cell_sums(keys, G3, L * C * SA).reshape(L, C, S, A)
+        g = softmax_score(M, pi[:, None] if pi.ndim == 3 else pi, T)
+    return g if channels else g[:, 0]

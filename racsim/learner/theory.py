@@ -61,7 +61,7 @@ def _kernel_array(kernel, what: str = "kernel") -> np.ndarray:
     return lam
 
 
-def effective_kernel(kernel, alpha=1.0, tau_age: float = math.inf) -> np.ndarray:
+def effective_kernel(kernel, alpha=1.0, tau_age: float = math.inf, weight=None) -> np.ndarray:
     """Effective delay kernel of Theorem 2.1:
     ``Lambda~[k, D] = alpha * w_age(D) * Lambda[k, D]``, ``w_age(D) = exp(-D/tau_age)``.
 
@@ -70,35 +70,50 @@ def effective_kernel(kernel, alpha=1.0, tau_age: float = math.inf) -> np.ndarray
     returns) or (D+1,) for one channel; the result has the same shape.
     ``alpha`` is the global gain (a scalar) or one gain per row, shape (K,),
     as in the row normalisation ``alpha_k = 1 / sum_D w_age(D) Lambda[k, D]``.
+    ``weight``, when given, replaces w_age by another corrector's weight at
+    each delay (Retrace-A's gamma**D, an ablation's constant, ...): shape
+    (D+1,) or (K, D+1), finite and >= 0; ``tau_age`` is then unused.
+    Computed as ``Lambda * (alpha * w)``.
 
     Raises ValueError naming the row if the kernel has a negative or
     non-finite entry, if a row of Lambda sums above 1, or, where that row's
-    alpha <= 1, if a row of Lambda~ sums above 1 (+1e-12). With alpha > 1 a
-    row may exceed 1 (over-correction: negative slack).
+    weights alpha * w(D) are all <= 1 (for w_age: alpha <= 1), if a row of
+    Lambda~ sums above 1 (+1e-12). With a larger weight a row may exceed 1
+    (over-correction: negative slack).
     """
     lam = _kernel_array(kernel)
     lam2 = np.atleast_2d(lam)
-    K = lam2.shape[0]
+    K, W = lam2.shape
     a = np.asarray(alpha, dtype=np.float64)
     if a.ndim > 1 or (a.ndim == 1 and a.shape[0] != K):
         raise ValueError(f"alpha must be a scalar or have shape ({K},), got {a.shape}")
     if not np.all(np.isfinite(a) & (a > 0)):
         raise ValueError(f"alpha = {alpha!r}: positive finite gain(s)")
-    if not tau_age > 0:
-        raise ValueError(f"tau_age = {tau_age!r}: a positive number (or inf)")
+    if weight is None:
+        if not tau_age > 0:
+            raise ValueError(f"tau_age = {tau_age!r}: a positive number (or inf)")
+        w = age_weight(np.arange(W), tau_age)[None, :]
+    else:
+        w = np.asarray(weight, dtype=np.float64)
+        if w.shape not in ((W,), (K, W)):
+            raise ValueError(f"weight must have shape ({W},) or ({K}, {W}), got {w.shape}")
+        if not np.all(np.isfinite(w) & (w >= 0)):
+            raise ValueError("weight must be finite and >= 0")
+        w = np.atleast_2d(w)
     raw = lam2.sum(axis=1)
     over = np.flatnonzero(raw > 1.0 + _ROW_TOL)
     if over.size:
         k = over[0]
         raise ValueError(f"kernel row {k} sums to {float(raw[k])!r} > 1: a delay kernel row is a (sub-)probability")
     a_rows = np.broadcast_to(a, (K,))
-    w = age_weight(np.arange(lam2.shape[1]), tau_age)
-    eff = a_rows[:, None] * w[None, :] * lam2
+    scale = a_rows[:, None] * w
+    eff = lam2 * scale
     sums = eff.sum(axis=1)
-    over = np.flatnonzero((a_rows <= 1.0) & (sums > 1.0 + _ROW_TOL))
+    over = np.flatnonzero((scale.max(axis=1) <= 1.0) & (sums > 1.0 + _ROW_TOL))
     if over.size:
         k = over[0]
-        raise ValueError(f"effective kernel row {k} sums to {float(sums[k])!r} > 1 with alpha = {float(a_rows[k])!r} <= 1")
+        raise ValueError(f"effective kernel row {k} sums to {float(sums[k])!r} > 1 with alpha = {float(a_rows[k])!r} "
+                         f"and weights <= 1")
     return eff if lam.ndim == 2 else eff[0]
 
 

@@ -98,12 +98,12 @@ def train(
         d = np.broadcast_to(delay[l_, o_, b_, k_][:, None], ratio.shape)
         st = np.broadcast_to(sched.status[l_, o_, b_, k_][:, None], d.shape)
         c = correction_weight(name, d, st, ratio, params)
-        grad = score_gradient(
-            np.concatenate([lane_of, l_]),
+        grad = score_gradient(  # (L, S, A): each lane's sum over its rows
             np.concatenate([s, cs]),
             np.concatenate([a, ca]),
             np.concatenate([G[0], c * slow[l_, o_, b_, k_]]),
             pi,
+            lanes=np.concatenate([lane_of, l_]),
         )
         theta = theta + lr * grad / B
         J[:, t + 1], dist[:, t + 1] = _record(mdp, theta, optimal)

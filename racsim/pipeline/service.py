@@ -24,10 +24,11 @@ seconds. Two models:
   interpolated bilinearly after a monotone envelope (a batch never takes less
   time than a smaller one; measurement noise can say otherwise).
 
-Catalogs (the defaults of conf/rm/gpu/*.yaml and conf/rm/model/*.yaml, kept equal by a
-test): GPUs with dense bf16 peak (no sparsity), HBM bandwidth, memory and a
-price per GPU-hour, an assumption to edit; RM sizes as transformer shapes of
-well-known models (the parameter counts follow from the shape, biases left out).
+Catalogs (conf/rm/gpu/*.yaml and conf/rm/model/*.yaml, their one source, loaded
+from the racsim.conf package): GPUs with dense bf16 peak (no sparsity), HBM
+bandwidth, memory and a price per GPU-hour, an assumption to edit; RM sizes as
+transformer shapes of well-known models (the parameter counts follow from the
+shape, biases left out).
 """
 
 from __future__ import annotations
@@ -37,32 +38,19 @@ from typing import Any, Dict
 
 import numpy as np
 
+from racsim.config.defaults import catalog
 from racsim.errors import ConfigError
 
-# name -> GpuConf fields. Peaks: dense BF16 tensor-core TFLOP/s from the vendors'
-# data sheets (the "with sparsity" figures halved); prices: on-demand cloud
-# USD per GPU-hour, rough 2025 market figures -- an assumption, not a quote.
-GPU_CATALOG: Dict[str, Dict[str, Any]] = {
-    "A100": dict(name="A100", peak_tflops=312.0, mem_bw_tbs=2.039, memory_gb=80.0, price_per_hour=1.8),
-    "H100": dict(name="H100", peak_tflops=989.5, mem_bw_tbs=3.35, memory_gb=80.0, price_per_hour=2.5),
-    "H200": dict(name="H200", peak_tflops=989.5, mem_bw_tbs=4.8, memory_gb=141.0, price_per_hour=3.5),
-    "L40S": dict(name="L40S", peak_tflops=362.05, mem_bw_tbs=0.864, memory_gb=48.0, price_per_hour=1.0),
-    "B200": dict(name="B200", peak_tflops=2250.0, mem_bw_tbs=8.0, memory_gb=180.0, price_per_hour=5.0),
-}
+# name -> GpuConf fields, read from conf/rm/gpu/*.yaml (their one source). Peaks:
+# dense BF16 tensor-core TFLOP/s from the vendors' data sheets (the "with sparsity"
+# figures halved); prices: on-demand cloud USD per GPU-hour, rough 2025 market
+# figures -- an assumption, not a quote.
+GPU_CATALOG: Dict[str, Dict[str, Any]] = catalog("gpu")
 
 
-# name -> RMModelConf fields: the shapes of Qwen2.5-1.5B, Llama-2-7B, Llama-3.1-8B
-# and Llama-3.1-70B with a scalar score head in place of the LM head.
-RM_CATALOG: Dict[str, Dict[str, Any]] = {
-    "1.5B": dict(name="1.5B", layers=28, d_model=1536, d_ff=8960, n_heads=12, n_kv_heads=2, vocab=151936,
-                 bytes_per_param=2.0),
-    "7B": dict(name="7B", layers=32, d_model=4096, d_ff=11008, n_heads=32, n_kv_heads=32, vocab=32000,
-               bytes_per_param=2.0),
-    "8B": dict(name="8B", layers=32, d_model=4096, d_ff=14336, n_heads=32, n_kv_heads=8, vocab=128256,
-               bytes_per_param=2.0),
-    "70B": dict(name="70B", layers=80, d_model=8192, d_ff=28672, n_heads=64, n_kv_heads=8, vocab=128256,
-                bytes_per_param=2.0),
-}
+# name -> RMModelConf fields, read from conf/rm/model/*.yaml: the shapes of Qwen2.5-1.5B,
+# Llama-2-7B, Llama-3.1-8B and Llama-3.1-70B with a scalar score head in place of the LM head.
+RM_CATALOG: Dict[str, Dict[str, Any]] = catalog("model")
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,41 @@
 """racsim beside the paper: one section per paper table, with figures.
 
 The paper's numbers are data (``racsim/data/paper_values.csv``, each with the
-table and row it comes from). For every quantity the report sets racsim's
-figure (from the exact expectation of the finite-T estimator, the Monte-Carlo
-figure beside it) next to the paper's, with the ratio and whether the paper's
-value lies inside racsim's 95% CI, and decomposes each RAC bias into
-(a) the slack Theorem 2.1 predicts, (b) the truncation / initial-state bias of
-the finite-T estimator (the synchronous oracle's whole bias), (c) Monte-Carlo
-noise (the standard error). A ratio whose denominator sits at the noise floor
-is flagged, not celebrated.
+table and row it comes from), and so is the prose that reads them
+(``racsim/data/paper_sections.yaml``: titles, the paragraph under each table,
+figure captions); this module computes. For every quantity
+:func:`comparison_tables` sets racsim's figure (from the exact expectation of
+the finite-T estimator, the Monte-Carlo figure beside it) next to the paper's,
+with the ratio and whether the paper's value lies inside racsim's 95% CI, one
+data frame per paper table; each RAC bias is decomposed into (a) the slack
+Theorem 2.1 predicts, (b) the truncation / initial-state bias of the finite-T
+estimator (the synchronous oracle's whole bias), (c) Monte-Carlo noise (the
+standard error). A ratio whose denominator sits at the noise floor is flagged,
+not celebrated. :func:`paper_report` renders the frames, the decompositions,
+the figures and the prose as markdown.
+
+The confidence intervals are percentile bootstraps over cells (seeds), by
+``scipy.stats.bootstrap``; a ratio of mean biases resamples its numerator and
+denominator cells together (``paired=True``). (BCa was tried: on skewed cells
+like these it covers no better than the percentile interval at 4 to 50 cells,
+and a little worse at 50.) Each section draws from its own random stream, so
+its intervals do not depend on which other sections are in the results.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
+import functools
+import warnings
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import pandas as pd
+import yaml
+from scipy import stats
 
 from racsim.config.schema import LatencyConf
 from racsim.io import fmt
@@ -27,16 +43,43 @@ from racsim.learner.theory import kl_crossover
 from racsim.pipeline.kernels import distribution_kernel
 from racsim.report.plots import _plt, _save
 
-CI_RESAMPLES = 2000  # bootstrap over cells (seeds) for ratios of mean biases
+CI_RESAMPLES = 2000  # bootstrap resamples over cells (seeds) for ratios of mean biases
+MEAN_CI_RESAMPLES = 10_000  # for Table 6's mean reduction (the paper's B)
+
+# The comparison frame's columns, in order (a section may add its own after
+# them: K, eta, ...); row and metric name the paper's value in paper_values.csv.
+COLUMNS = ["quantity", "racsim", "racsim_mc", "ci_lo", "ci_hi", "paper", "paper_ci_lo", "paper_ci_hi", "ratio",
+           "paper_in_ci", "note", "row", "metric"]
+# report.md's header (the two CIs are rendered as "[lo, hi]")
+HEADERS = ["quantity", "racsim (exact)", "racsim (MC)", "racsim 95% CI", "paper", "paper CI", "racsim / paper",
+           "paper in CI?", "note"]
 
 
-def paper_values() -> pd.DataFrame:
+@functools.lru_cache(maxsize=None)
+def _paper_values() -> pd.DataFrame:
     with resources.files("racsim.data").joinpath("paper_values.csv").open() as f:
         return pd.read_csv(f)
 
 
+def paper_values() -> pd.DataFrame:
+    """The paper's numbers: study, row, metric, value, ci_lo, ci_hi, source."""
+    return _paper_values().copy()
+
+
+@functools.lru_cache(maxsize=None)
+def _paper_sections() -> dict:
+    with resources.files("racsim.data").joinpath("paper_sections.yaml").open() as f:
+        return yaml.safe_load(f)
+
+
+def paper_sections() -> dict:
+    """The report's prose (racsim/data/paper_sections.yaml): heading, intro,
+    templates, and per section id its title, figure and reading."""
+    return copy.deepcopy(_paper_sections())
+
+
 def _paper(study: str, row: str, metric: str) -> Tuple[float, float, float]:
-    p = paper_values()
+    p = _paper_values()
     hit = p[(p.study == study) & (p.row == row) & (p.metric == metric)]
     if hit.empty:
         return (np.nan, np.nan, np.nan)
@@ -44,42 +87,74 @@ def _paper(study: str, row: str, metric: str) -> Tuple[float, float, float]:
     return float(h.value), float(h.ci_lo), float(h.ci_hi)
 
 
-def _ratio_ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator) -> Tuple[float, float, float]:
-    """mean(num) / mean(den) over cells, with a paired bootstrap 95% CI over cells."""
+def _ratio(num, den) -> float:
+    """mean(num) / mean(den) over cells (inf when the denominator's mean is not positive)."""
     num, den = np.asarray(num, float), np.asarray(den, float)
-    point = num.mean() / den.mean() if den.mean() > 0 else np.inf
+    return num.mean() / den.mean() if den.mean() > 0 else np.inf
+
+
+def _ratio_of_means(num: np.ndarray, den: np.ndarray, axis: int = -1) -> np.ndarray:
+    return num.mean(axis) / np.maximum(den.mean(axis), 1e-300)
+
+
+def _bootstrap_ci(data: Tuple[np.ndarray, ...], statistic: Callable, rng: np.random.Generator,
+                  n_resamples: int, paired: bool = False) -> Tuple[float, float]:
+    """95% percentile bootstrap interval of ``statistic`` over cells."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        res = stats.bootstrap(data, statistic, n_resamples=n_resamples, paired=paired, vectorized=True,
+                              confidence_level=0.95, method="percentile", rng=rng)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _ratio_ci(num, den, rng: np.random.Generator) -> Tuple[float, float, float]:
+    """mean(num) / mean(den) over cells, with a paired (num and den of a cell
+    together) bootstrap 95% CI over cells."""
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    point = _ratio(num, den)
     if len(num) < 2:
         return point, np.nan, np.nan
-    idx = rng.integers(0, len(num), (CI_RESAMPLES, len(num)))
-    r = num[idx].mean(1) / np.maximum(den[idx].mean(1), 1e-300)
-    return point, *np.percentile(r, [2.5, 97.5])
+    return (point, *_bootstrap_ci((num, den), _ratio_of_means, rng, CI_RESAMPLES, paired=True))
 
 
-class Row(dict):
-    """One line of a comparison table."""
+def _mean_ci(x, rng: np.random.Generator) -> Tuple[float, float]:
+    """Bootstrap 95% CI of the mean over cells."""
+    return _bootstrap_ci((np.asarray(x, float),), np.mean, rng, MEAN_CI_RESAMPLES)
 
 
 def _compare(label: str, ours: float, study: str, prow: str, metric: str, lo=np.nan, hi=np.nan,
-             mc=np.nan, note: str = "") -> Row:
+             mc=np.nan, note: str = "", **extra: Any) -> Dict[str, Any]:
+    """One line of a comparison table: racsim's figure beside the paper's
+    (``extra``: the section's own columns)."""
     paper, plo, phi = _paper(study, prow, metric)
-    inside = "-" if not (np.isfinite(lo) and np.isfinite(hi) and np.isfinite(paper)) else (
-        "yes" if lo <= paper <= hi else "no")
-    return Row(quantity=label, racsim=ours, racsim_mc=mc, ci=f"[{fmt(lo)}, {fmt(hi)}]" if np.isfinite(lo) else "-",
-               paper=paper, paper_ci=f"[{fmt(plo)}, {fmt(phi)}]" if np.isfinite(plo) else "-",
-               ratio=(ours / paper) if np.isfinite(paper) and paper not in (0.0,) else np.nan,
-               paper_in_ci=inside, note=note)
+    inside = pd.NA if not (np.isfinite(lo) and np.isfinite(hi) and np.isfinite(paper)) else bool(lo <= paper <= hi)
+    return dict(quantity=label, racsim=ours, racsim_mc=mc, ci_lo=lo, ci_hi=hi, paper=paper, paper_ci_lo=plo,
+                paper_ci_hi=phi, ratio=(ours / paper) if np.isfinite(paper) and paper not in (0.0,) else np.nan,
+                paper_in_ci=inside, note=note, row=prow, metric=metric, **extra)
 
 
-def _table(rows: List[Row]) -> str:
-    if not rows:
-        return "(no rows)"
+def _frame(rows: List[Dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
-    head = ["quantity", "racsim (exact)", "racsim (MC)", "racsim 95% CI", "paper", "paper CI",
-            "racsim / paper", "paper in CI?", "note"]
-    keys = ["quantity", "racsim", "racsim_mc", "ci", "paper", "paper_ci", "ratio", "paper_in_ci", "note"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in df.iterrows():
-        lines.append("| " + " | ".join(fmt(r[k]) for k in keys) + " |")
+    if df.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    df["paper_in_ci"] = pd.array(list(df["paper_in_ci"]), dtype="boolean")
+    return df
+
+
+def _interval(lo, hi) -> str:
+    return f"[{fmt(lo)}, {fmt(hi)}]" if np.isfinite(lo) else "-"
+
+
+def _table(frame: pd.DataFrame) -> str:
+    """A comparison frame as a markdown table."""
+    if frame.empty:
+        return "(no rows)"
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    for _, r in frame.iterrows():
+        inside = "-" if pd.isna(r.paper_in_ci) else ("yes" if r.paper_in_ci else "no")
+        cells = [r.quantity, r.racsim, r.racsim_mc, _interval(r.ci_lo, r.ci_hi), r.paper,
+                 _interval(r.paper_ci_lo, r.paper_ci_hi), r.ratio, inside, r.note]
+        lines.append("| " + " | ".join(fmt(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -88,25 +163,31 @@ def _cell_reductions(part: pd.DataFrame, corrector: str = "rac") -> np.ndarray:
     return part[part.corrector == "naive"].bias_exact.to_numpy() / part[part.corrector == corrector].bias_exact.to_numpy()
 
 
-def _decompose(rows: pd.DataFrame, corrector: str = "rac") -> str:
+def _decompose(rows: pd.DataFrame, corrector: str = "rac") -> Dict[str, Any]:
+    """The corrector's bias split into (a) slack, (b) truncation, (c) Monte-Carlo
+    s.e. (means over cells), the largest of the three, and the number of cells
+    whose Monte-Carlo bias is at the noise floor. Empty without the corrector."""
     r = rows[rows.corrector == corrector]
     if r.empty:
-        return ""
-    a, b, c = r.bias_slack.mean(), r.bias_truncation.mean(), r.mc_se.mean()
-    floor = int(r.at_noise_floor.sum())
-    biggest = max((a, "the slack of Theorem 2.1 (a)"), (b, "the finite-T truncation and uniform start (b)"),
-                  (c, "Monte-Carlo noise (c)"))[1]
-    return (f"Decomposition of {corrector}'s bias (mean over cells): (a) slack part {fmt(a)}, "
-            f"(b) truncation part {fmt(b)} (the synchronous oracle's whole bias), (c) Monte-Carlo s.e. {fmt(c)}; "
-            f"the largest is {biggest}. {floor} of {len(r)} cells have a Monte-Carlo bias at the noise floor "
-            f"(below 2 s.e.): their Monte-Carlo ratios are flagged, read the exact ones.")
+        return {}
+    parts = {"slack": r.bias_slack.mean(), "truncation": r.bias_truncation.mean(), "mc_se": r.mc_se.mean()}
+    return dict(corrector=corrector, **parts, largest=max(parts, key=parts.get),
+                at_noise_floor=int(r.at_noise_floor.sum()), cells=len(r))
 
 
 def _k_label(v: str) -> int:
     return len(ast.literal_eval(v)) if isinstance(v, str) else int(v)
 
 
-def section_table1_top(rows: pd.DataFrame, out: Path, rng) -> str:
+class Section(NamedTuple):
+    """A paper table computed from racsim's results."""
+
+    frame: pd.DataFrame  # the comparison table (see COLUMNS)
+    decomposition: Optional[Dict[str, Any]] = None  # see _decompose; None: the section has none
+    draw: Optional[Callable[[Path], None]] = None  # writes the section's figure to a path
+
+
+def section_table1_top(rows: pd.DataFrame, rng) -> Section:
     rows = rows.copy()
     rows["K_cfg"] = rows["pipeline.delay_steps"].map(_k_label)
     rows["sat"] = rows["pipeline.drain"].astype(bool) if "pipeline.drain" in rows else False
@@ -115,29 +196,22 @@ def section_table1_top(rows: pd.DataFrame, out: Path, rng) -> str:
         for (K, sat), cell in part.groupby(["K_cfg", "sat"], sort=True):
             n, r = cell[cell.corrector == "naive"], cell[cell.corrector == "rac"]
             red, lo, hi = _ratio_ci(n.bias_exact.to_numpy(), r.bias_exact.to_numpy(), rng)
-            red_mc, *_ = _ratio_ci(n.bias_mc.to_numpy(), r.bias_mc.to_numpy(), rng)
+            red_mc = _ratio(n.bias_mc.to_numpy(), r.bias_mc.to_numpy())
             label = f"K={K}{' (sat)' if sat else ''}"
-            flag = " (MC at noise floor)" if r.at_noise_floor.mean() > 0.5 else ""
+            eta, floor = r.slack_eta.mean(), bool(r.at_noise_floor.mean() > 0.5)
+            flag = " (MC at noise floor)" if floor else ""
+            cols = dict(K=K, sat=bool(sat), sigma_f=noise)
             out_rows.append(_compare(f"{label}, sigma_f={noise}: naive bias", n.bias_exact.mean(), "table1_top", label,
-                                     "naive_bias", mc=n.bias_mc.mean()))
+                                     "naive_bias", mc=n.bias_mc.mean(), **cols))
             out_rows.append(_compare(f"{label}, sigma_f={noise}: RAC bias", r.bias_exact.mean(), "table1_top", label,
-                                     "rac_bias", mc=r.bias_mc.mean()))
+                                     "rac_bias", mc=r.bias_mc.mean(), **cols))
             out_rows.append(_compare(f"{label}, sigma_f={noise}: reduction", red, "table1_top", label, "reduction",
-                                     lo, hi, red_mc, note=f"eta={fmt(r.slack_eta.mean())}{flag}"))
-    return "\n\n".join([
-        _table(out_rows),
-        _decompose(rows),
-        "Why racsim differs: a racsim trial is a run of 50 optimizer steps, and the results of the last Delta_k "
-        "steps of each channel are still in flight when it ends. That end-of-run loss is the slack eta of "
-        "Theorem 2.1 (about Delta_k / 50 per channel), so RAC's reduction is bounded by about 1/eta "
-        "whatever the MDP; the saturated row (every in-flight result lands, gain row-normalised) has eta = 0 "
-        "and is left with the truncation bias (b) only, which the synchronous oracle has too. Fast-channel "
-        "noise sigma_f changes the Monte-Carlo spread, never the exact expectation. The paper does not say "
-        "how its closed-form bias avoids the end-of-run loss.",
-    ])
+                                     lo, hi, red_mc, note=f"eta={fmt(eta)}{flag}", eta=eta, mc_at_noise_floor=floor,
+                                     **cols))
+    return Section(_frame(out_rows), _decompose(rows))
 
 
-def section_table1_bottom(rows: pd.DataFrame, out: Path, rng) -> str:
+def section_table1_bottom(rows: pd.DataFrame, rng) -> Section:
     out_rows = []
     for (steps, noise), cell in rows.groupby(["pipeline.steps", "learner.fast_noise_std"], sort=False):
         for name in ("naive", "wait_for_slow", "retrace_a", "rac", "sync_oracle"):
@@ -147,43 +221,31 @@ def section_table1_bottom(rows: pd.DataFrame, out: Path, rng) -> str:
             r = r.iloc[0]
             tag = f"steps={int(steps)}, sigma_f={noise}: {name}"
             note = "racsim's own simulated point" if name in ("wait_for_slow", "retrace_a") else ""
+            cols = dict(steps=int(steps), sigma_f=noise, corrector=name)
             out_rows.append(_compare(f"{tag} wall-clock x", r.wallclock_ratio, "table1_bottom", name,
-                                     "wallclock_ratio", note=note))
+                                     "wallclock_ratio", note=note, **cols))
             out_rows.append(_compare(f"{tag} reduction", r.reduction_exact, "table1_bottom", name, "reduction",
                                      r.get("reduction_ci_lo", np.nan), r.get("reduction_ci_hi", np.nan),
-                                     r.reduction_mc, note=("MC at noise floor" if r.at_noise_floor else note)))
-    _pareto_figure(rows, out / "paper_pareto.png")
-    return "\n\n".join([
-        _table(out_rows), _decompose(rows), "![Pareto](paper_pareto.png)",
-        "The paper's wait-for-slow (26x) and Retrace-A (1.2x) points were not produced by a simulation of those "
-        "correctors; racsim's come from its simulated clock: a 1 s step and 23.7 s slow results (E[Delta] = 25). "
-        "Wait-for-slow pays the full latency every step. With a 50-step run, half of RAC's corrections are still "
-        "in flight at the end (eta ~ 0.5), which caps its reduction near 2x; with 500 steps eta ~ 0.05. "
-        "Retrace-A's gamma^Delta = 0.5^25 strips the signal entirely (reduction ~ 1).",
-    ])
+                                     r.reduction_mc, note=("MC at noise floor" if r.at_noise_floor else note),
+                                     mc_at_noise_floor=bool(r.at_noise_floor), **cols))
+    return Section(_frame(out_rows), _decompose(rows), lambda path: _pareto_figure(rows, path))
 
 
-def section_table4(rows: pd.DataFrame, out: Path, rng) -> str:
+def section_table4(rows: pd.DataFrame, rng) -> Section:
     out_rows = []
     for drain, part in rows.groupby("pipeline.drain", sort=False):
         for name in ("rac", "rac_no_age", "bare_additive"):
             n, r = part[part.corrector == "naive"], part[part.corrector == name]
             red, lo, hi = _ratio_ci(n.bias_exact.to_numpy(), r.bias_exact.to_numpy(), rng)
-            mc, *_ = _ratio_ci(n.bias_mc.to_numpy(), r.bias_mc.to_numpy(), rng)
+            mc = _ratio(n.bias_mc.to_numpy(), r.bias_mc.to_numpy())
+            eta = r.slack_eta.mean()
             out_rows.append(_compare(f"drain={drain}: {name} reduction (mean over Delta in 5, 20, 50)", red,
-                                     "table4", name, "reduction", lo, hi, mc,
-                                     note=f"eta={fmt(r.slack_eta.mean())}"))
-    return "\n\n".join([
-        _table(out_rows), _decompose(rows),
-        "In racsim the age kernel can only add slack (w_age <= 1 takes mass out of the effective kernel unless "
-        "the gain is row-normalised), so RAC with w_age is never less biased than without it at an identity "
-        "actor; the paper reports the opposite (47.9x vs 27.1x) without a mechanism. The clip is inert here "
-        "(rho = 1), so -w_age and bare additive coincide, as the paper also finds. Without drain, a delay of "
-        "50 steps in a 50-step run lands nothing.",
-    ])
+                                     "table4", name, "reduction", lo, hi, mc, note=f"eta={fmt(eta)}",
+                                     drain=bool(drain), corrector=name, eta=eta))
+    return Section(_frame(out_rows), _decompose(rows))
 
 
-def section_table3(rows: pd.DataFrame, out: Path, rng) -> str:
+def section_table3(rows: pd.DataFrame, rng) -> Section:
     rows = rows.copy()
     rows["K_cfg"] = rows["pipeline.delay_steps"].map(_k_label)
     names = {"random": "canonical"}
@@ -198,26 +260,17 @@ def section_table3(rows: pd.DataFrame, out: Path, rng) -> str:
         heat[label] = {K: v[0] for K, v in reds.items()}
         peak = max(reds, key=lambda k: reds[k][0])
         band = [k for k in reds if reds[k][0] >= 0.95 * reds[peak][0]]
-        out_rows.append(_compare(f"{label}: peak K (band {band})", peak, "table3", label, "peak_K"))
+        out_rows.append(_compare(f"{label}: peak K (band {band})", peak, "table3", label, "peak_K", topology=label))
         out_rows.append(_compare(f"{label}: reduction at peak", reds[peak][0], "table3", label, "red_peak",
-                                 reds[peak][1], reds[peak][2]))
+                                 reds[peak][1], reds[peak][2], topology=label, K=peak))
         for K, metric in ((15, "red_K15"), (2, "red_K2")):
             if K in reds:
                 out_rows.append(_compare(f"{label}: reduction at K={K}", reds[K][0], "table3", label, metric,
-                                         reds[K][1], reds[K][2]))
-    _heatmap_figure(heat, out / "paper_k_sweep_heatmap.png")
-    return "\n\n".join([
-        _table(out_rows), _decompose(rows), "![K-sweep heatmap](paper_k_sweep_heatmap.png)",
-        "With Delta_k = k, channel k loses its last k steps' results at the end of a 50-step run, so the slack "
-        "grows with K and racsim's reduction falls with K after the first channels, rather than peaking at "
-        "K = 5. With the noisy split r_k = r_slow/K + eps_k, channels injected at different rates no longer "
-        "cancel their eps_k, so at large K RAC can end up more biased than naive (reduction below 1): partial "
-        "injection of a noisy decomposition reintroduces its noise as bias. The topologies are racsim's own "
-        "constructions (the paper names them only), documented in racsim/mdp.py.",
-    ])
+                                         reds[K][1], reds[K][2], topology=label, K=K))
+    return Section(_frame(out_rows), _decompose(rows), lambda path: _heatmap_figure(heat, path))
 
 
-def section_table5(rows: pd.DataFrame, out: Path, rng) -> str:
+def section_table5(rows: pd.DataFrame, rng) -> Section:
     out_rows = []
     kinds = {}
     tau = 200.0 if 200.0 in set(rows["corrector.tau_age"]) else rows["corrector.tau_age"].iloc[0]
@@ -230,25 +283,17 @@ def section_table5(rows: pd.DataFrame, out: Path, rng) -> str:
         red = _cell_reductions(part)
         vif = part[part.corrector == "rac"].vif.to_numpy()
         out_rows += [
-            _compare(f"{kind}: red-mean (tau_age={tau:g})", red.mean(), "table5", kind, "red_mean"),
-            _compare(f"{kind}: red-min", red.min(), "table5", kind, "red_min"),
-            _compare(f"{kind}: VIF mean", vif.mean(), "table5", kind, "vif_mean"),
-            _compare(f"{kind}: VIF max", vif.max(), "table5", kind, "vif_max"),
+            _compare(f"{kind}: red-mean (tau_age={tau:g})", red.mean(), "table5", kind, "red_mean", kind=kind),
+            _compare(f"{kind}: red-min", red.min(), "table5", kind, "red_min", kind=kind),
+            _compare(f"{kind}: VIF mean", vif.mean(), "table5", kind, "vif_mean", kind=kind),
+            _compare(f"{kind}: VIF max", vif.max(), "table5", kind, "vif_max", kind=kind),
             _compare(f"{kind}: realised mean delay (steps)", float((np.arange(len(kernel)) * kernel).sum()),
-                     "table5", kind, "realised_mean"),
+                     "table5", kind, "realised_mean", kind=kind),
         ]
-    _delay_figure(kinds, out / "paper_delay_distributions.png")
-    return "\n\n".join([
-        _table(out_rows), _decompose(rows), "![delay distributions](paper_delay_distributions.png)",
-        "The five laws are matched at E[Delta] = 20 and rounded to whole steps. racsim's truncated Cauchy (median "
-        "18, scale 4, conditioned on [1, 200]) has mean ~21.25; the paper's ~21.0 matches clipping rather than "
-        "truncation. In a 50-step run, every result with Delta > 50 - t is lost, so the reduction depends mostly "
-        "on the mean delay, little on the tail shape, as in the paper; VIF is the variance of RAC's estimator "
-        "over naive's.",
-    ])
+    return Section(_frame(out_rows), _decompose(rows), lambda path: _delay_figure(kinds, path))
 
 
-def section_table6(rows: pd.DataFrame, out: Path, rng) -> str:
+def section_table6(rows: pd.DataFrame, rng) -> Section:
     out_rows = []
     boxes = {}
     drains = rows["pipeline.drain"] if "pipeline.drain" in rows else pd.Series(False, index=rows.index)
@@ -260,26 +305,19 @@ def section_table6(rows: pd.DataFrame, out: Path, rng) -> str:
             boxes[label + (" (drained)" if drain else "")] = red
             lo = hi = np.nan
             if label == "3x2" and len(red) > 1:
-                idx = rng.integers(0, len(red), (10_000, len(red)))
-                lo, hi = np.percentile(red[idx].mean(1), [2.5, 97.5])
+                lo, hi = _mean_ci(red, rng)
             tag = f"{label}{', drained' if drain else ''}"
+            cols = dict(size=label, drain=bool(drain))
             out_rows += [
-                _compare(f"{tag}: mean reduction", red.mean(), "table6", label, "red_mean", lo, hi),
-                _compare(f"{tag}: median", float(np.median(red)), "table6", label, "red_median"),
-                _compare(f"{tag}: min", red.min(), "table6", label, "red_min"),
-                _compare(f"{tag}: max", red.max(), "table6", label, "red_max"),
+                _compare(f"{tag}: mean reduction", red.mean(), "table6", label, "red_mean", lo, hi, **cols),
+                _compare(f"{tag}: median", float(np.median(red)), "table6", label, "red_median", **cols),
+                _compare(f"{tag}: min", red.min(), "table6", label, "red_min", **cols),
+                _compare(f"{tag}: max", red.max(), "table6", label, "red_max", **cols),
             ]
-    _box_figure(boxes, out / "paper_mdp_scaling.png")
-    return "\n\n".join([
-        _table(out_rows), _decompose(rows), "![MDP sizes](paper_mdp_scaling.png)",
-        "Per-cell reductions (five MDP seeds x Delta in {5, 20, 50}); the 3x2 CI is a bootstrap over cells "
-        "(B = 10000). Without draining, a delay of Delta steps loses the last Delta steps' results of a 50-step run "
-        "(at Delta = 50, everything: those cells sit at 1x); drained, every result lands and what is left is the "
-        "age kernel's slack and the truncation bias (b).",
-    ])
+    return Section(_frame(out_rows), _decompose(rows), lambda path: _box_figure(boxes, path))
 
 
-def section_appendix_b(rows: pd.DataFrame, out: Path, rng) -> str:
+def section_appendix_b(rows: pd.DataFrame, rng) -> Section:
     r = rows[rows.corrector == "rac"].copy()
     eta = r.slack_eta.to_numpy()
     out_rows = [
@@ -288,83 +326,112 @@ def section_appendix_b(rows: pd.DataFrame, out: Path, rng) -> str:
         _compare("std of the pointwise ratio (max over eta)", float(r.theorem_ratio_std[eta > 0].max()),
                  "appendix_b", "all", "ratio_std"),
     ]
-    _slack_figure(r, out / "paper_slack.png")
-    return "\n\n".join([
-        _table(out_rows), "![slack line](paper_slack.png)",
-        "Empirical = the exact expectation of RAC's estimator minus the synchronous one; predicted = "
-        "-sum_k eta_k E[X_k] (Theorem 2.1), coordinate by coordinate. On the probe's (r_fast, r_slow) pairs "
-        "the same sweep is in the advantage_probe job's slack.parquet.",
-    ])
+    return Section(_frame(out_rows), None, lambda path: _slack_figure(r, path))
 
 
-def section_identity(rows: pd.DataFrame, out: Path, rng) -> str:
+def section_identity(rows: pd.DataFrame, rng) -> Section:
     r = rows[rows.corrector == "rac"]
     linf = float(r.linf_vs_sync.max()) if "linf_vs_sync" in r else np.nan
-    return _table([_compare("l_inf(RAC - synchronous), estimator, float64", linf, "identity", "all", "linf")]) + (
-        "\n\nAt Lambda = I with rho = 1 and w_age(0) = 1, RAC's weights are exactly 1 and its estimates equal the "
-        "synchronous oracle's bit for bit; the advantage-level collapse on (r_fast, r_slow) pairs is checked in "
-        "the advantage_probe job (identity.parquet).")
+    return Section(_frame([_compare("l_inf(RAC - synchronous), estimator, float64", linf, "identity", "all",
+                                    "linf")]))
 
 
-def section_prop22(rows: pd.DataFrame, out: Path, rng) -> str:
+def section_prop22(rows: pd.DataFrame, rng) -> Section:
     out_rows = [_compare("bound violations", int(rows.violated.sum()), "prop22", "all", "violations"),
                 _compare("KL* (root finder)", kl_crossover(), "prop22", "all", "kl_star")]
     for _, r in rows.iterrows():
         out_rows.append(_compare(f"KL={fmt(r.kl)}: TV {fmt(r.tv)} <= bound {fmt(r.bound)} ({r.tight} tight)",
-                                 r.tv, "prop22", "-", "-"))
-    return _table(out_rows) + (
-        "\n\nThe canonical 3x2 MDP cannot reach KL above KL* with exact mean updates (both updates saturate on the "
-        "same action; the largest KL is ~1.41), so this scenario uses MDP seed 2, where the Bretagnolle-Huber "
-        "branch becomes the tight one above KL*.")
+                                 r.tv, "prop22", "-", "-", kl=r.kl, bound=r.bound, tight=r.tight))
+    return Section(_frame(out_rows))
 
 
-def section_table7(rows: pd.DataFrame, out: Path, rng) -> str:
+def section_table7(rows: pd.DataFrame, rng) -> Section:
     out_rows = []
     for _, r in rows.iterrows():
         ch = r.channel
-        out_rows += [_compare(f"{ch}: l2 ratio", r.l2_ratio, "table7", ch, "l2_ratio"),
-                     _compare(f"{ch}: cos(ctrl, oracle)", r.cos_control, "table7", ch, "cos_control"),
-                     _compare(f"{ch}: cos(RAC, oracle)", r.cos_rac, "table7", ch, "cos_rac")]
-    return _table(out_rows) + (
-        "\n\nOn synthetic pairs at Pearson r = -0.53 whose means and spreads were fitted to the deterministic row's "
-        "cos(ctrl) and l2 ratio (racsim/probe.py, PAPER_LIKE_MOMENTS); cos(RAC) is then a prediction. Point "
-        "study.probe.pairs at a file of real (r_fast, r_slow) scores to run it on them.")
+        out_rows += [_compare(f"{ch}: l2 ratio", r.l2_ratio, "table7", ch, "l2_ratio", channel=ch),
+                     _compare(f"{ch}: cos(ctrl, oracle)", r.cos_control, "table7", ch, "cos_control", channel=ch),
+                     _compare(f"{ch}: cos(RAC, oracle)", r.cos_rac, "table7", ch, "cos_rac", channel=ch)]
+    return Section(_frame(out_rows))
 
 
-SECTIONS: Dict[str, Tuple[str, Callable]] = {
-    "table1_top": ("Table 1, top block: K-sweep", section_table1_top),
-    "table1_bottom": ("Table 1, bottom block: baselines at K = 2", section_table1_bottom),
-    "table4": ("Table 4: knob ablation at K = 2", section_table4),
-    "table3": ("Table 3: cross-topology K-sweep", section_table3),
-    "table5": ("Table 5: heavy-tailed delays", section_table5),
-    "table6": ("Table 6: MDP sizes", section_table6),
-    "appendix_b": ("Appendix B: slack sweep", section_appendix_b),
-    "identity": ("Identity kernel: the V-trace collapse", section_identity),
-    "prop22": ("Proposition 2.2: TV bound", section_prop22),
-    "table7": ("Appendix G: static-batch advantage probe", section_table7),
+# study id (results' ``study`` column, paper_values.csv's and paper_sections.yaml's) -> its computation, in
+# report order
+SECTIONS: Dict[str, Callable[[pd.DataFrame, np.random.Generator], Section]] = {
+    "table1_top": section_table1_top,
+    "table1_bottom": section_table1_bottom,
+    "table4": section_table4,
+    "table3": section_table3,
+    "table5": section_table5,
+    "table6": section_table6,
+    "appendix_b": section_appendix_b,
+    "identity": section_identity,
+    "prop22": section_prop22,
+    "table7": section_table7,
 }
 
 
-def paper_report(df: pd.DataFrame, out: Path, seed: int = 0) -> str:
-    """Markdown sections (and PNG figures in ``out``) for every paper study in ``df``."""
+def _sections(df: pd.DataFrame, seed: int = 0) -> Dict[str, Any]:
+    """Every paper study in ``df``: its Section, or the KeyError / AttributeError
+    that computing it raised (results written by an older racsim lack a column)."""
     if "study" not in df:
-        return ""
-    rng = np.random.default_rng(seed)
-    parts = ["## racsim beside the paper", "",
-             "racsim's figures use the exact expectation of the finite-T estimator (noise-free); the Monte-Carlo "
-             "figure is beside it. Paper values: racsim/data/paper_values.csv (table and row of each).", ""]
-    for study, (title, fn) in SECTIONS.items():
+        return {}
+    streams = np.random.SeedSequence(seed).spawn(len(SECTIONS))
+    built: Dict[str, Any] = {}
+    for (study, fn), stream in zip(SECTIONS.items(), streams, strict=True):
         rows = df[df.study == study]
         if rows.empty:
             continue
         rows = rows.dropna(axis=1, how="all")
         try:
-            body = fn(rows, out, rng)
-        except (KeyError, AttributeError) as ex:  # results written by an older racsim lack a column
-            body = (f"(section skipped: the results lack {ex}; rerun the scenario with this racsim "
-                    f"to compare it with the paper)")
-        parts += [f"### {title}", "", body, ""]
+            built[study] = fn(rows, np.random.default_rng(stream))
+        except (KeyError, AttributeError) as ex:
+            built[study] = ex
+    return built
+
+
+def comparison_tables(df: pd.DataFrame, seed: int = 0) -> Dict[str, pd.DataFrame]:
+    """{study id: comparison frame} for every paper study in ``df`` whose results
+    have what it needs (the others are left out; :func:`paper_report` says why).
+    Columns: COLUMNS (racsim's figure, its Monte-Carlo figure and 95% CI, the
+    paper's figure and CI, racsim / paper, whether the paper's figure is inside
+    racsim's CI: NA where either is missing), then the section's own (K, eta...)."""
+    return {study: s.frame for study, s in _sections(df, seed).items() if isinstance(s, Section)}
+
+
+def paper_report(df: pd.DataFrame, out: Path, seed: int = 0) -> str:
+    """Markdown sections (and PNG figures in ``out``) for every paper study in ``df``."""
+    built = _sections(df, seed)
+    if "study" not in df:
+        return ""
+    prose = _paper_sections()
+    parts = [f"## {prose['heading']}", "", prose["intro"], ""]
+    for study, s in built.items():
+        text = prose["sections"][study]
+        if isinstance(s, Section):
+            fig = text.get("figure") if s.draw is not None else None
+            blocks = [_table(s.frame)]
+            if s.decomposition is not None:
+                blocks.append(_decomposition(s.decomposition, prose))
+            try:
+                if fig:
+                    s.draw(Path(out) / fig["file"])
+                    blocks.append(f"![{fig['alt']}]({fig['file']})")
+                body = "\n\n".join(blocks + [text["reading"]])
+            except (KeyError, AttributeError) as ex:  # the figure needs a column the results lack
+                body = prose["skipped"].format(error=ex)
+        else:
+            body = prose["skipped"].format(error=s)
+        parts += [f"### {text['title']}", "", body, ""]
     return "\n".join(parts)
+
+
+def _decomposition(d: Dict[str, Any], prose: dict) -> str:
+    if not d:
+        return ""
+    return prose["decomposition"].format(
+        corrector=d["corrector"], slack=fmt(d["slack"]), truncation=fmt(d["truncation"]), mc_se=fmt(d["mc_se"]),
+        largest=prose["largest"][d["largest"]], at_noise_floor=d["at_noise_floor"], cells=d["cells"])
 
 
 def _heatmap_figure(heat: Dict[str, Dict[int, float]], path: Path) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from racsim.config.schema import CORRECTORS
 from racsim.io import atomic_write
 
 
@@ -22,8 +23,9 @@ def _save(fig, path: Path) -> None:
     atomic_write(path, lambda t: fig.savefig(t, dpi=120, bbox_inches="tight", format="png"))
 
 
-MARKERS = {"naive": "o", "wait_for_slow": "s", "retrace_a": "v", "rac": "*", "rac_no_age": "P",
-           "bare_additive": "X", "sync_oracle": "D"}
+# One matplotlib marker per corrector, in the order of config.CORRECTORS (the one list of
+# their names): a corrector added there without a marker here fails at import.
+MARKERS = dict(zip(CORRECTORS, ("o", "s", "v", "*", "P", "X", "D"), strict=True))
 
 
 def pareto(res, path: Path) -> bool:

@@ -17,7 +17,6 @@ from typing import Any, Dict, List, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-pass
 from racsim.config.schema import ChannelConf, RacsimConf
 from racsim.config.validate import validate
 from racsim.errors import ConfigError

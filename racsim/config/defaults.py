@@ -1,0 +1,75 @@
+"""The defaults, read from conf/ (shipped as the package racsim.conf): the one source of them.
+
+conf/'s config groups hold the defaults they set (pipeline/default.yaml,
+corrector/all.yaml, learner/tabular.yaml, the GPU and RM catalogs rm/gpu/*.yaml
+and rm/model/*.yaml); those fields are ``MISSING`` in the schema
+(racsim.config.schema), so that a config built from the dataclasses alone is
+not a different model from the one the ``racsim`` command runs.
+
+* :func:`compose_config`: the composed config of ``racsim OVERRIDES...``, through
+  Hydra's compose API with the command's primary config, schema and search path;
+* :func:`default_config`: the same as plain dataclasses (a :class:`RacsimConf`);
+* :func:`catalog`: one of conf/rm/'s groups (``gpu``, ``model``) as name -> fields.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from importlib.resources import files
+from typing import Any, Dict, Tuple
+
+from omegaconf import DictConfig, OmegaConf
+
+from racsim.config.schema import RacsimConf, register_configs
+
+CONFIG_MODULE = "racsim.conf"
+
+
+def compose_config(*overrides: str) -> DictConfig:
+    """The config that ``racsim OVERRIDES...`` runs (without its ``hydra`` node), as a
+    typed DictConfig (a fresh copy: change it freely). Works whether or not Hydra is
+    already initialised (inside a test's initialize block, or a running app): the
+    global Hydra state is set aside for the composition and restored after it."""
+    return copy.deepcopy(_composed(tuple(overrides)))
+
+
+def default_config(*overrides: str) -> RacsimConf:
+    """:func:`compose_config` as dataclasses. ``default_config("~scenario")`` is the
+    defaults of conf/ with no slow channel (no scenario): the former ``RacsimConf()``."""
+    return OmegaConf.to_object(_composed(tuple(overrides)))
+
+
+@functools.lru_cache(maxsize=64)
+def _composed(overrides: Tuple[str, ...]) -> DictConfig:
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    register_configs()
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(version_base="1.3", config_module=CONFIG_MODULE):
+            cfg = compose(config_name="config", overrides=list(overrides))
+    finally:
+        restore_gh_from_backup(backup)
+    return cfg  # callers get copies: compose_config deep-copies it, default_config builds new objects
+
+
+@functools.lru_cache(maxsize=None)
+def _catalog(group: str) -> Dict[str, Dict[str, Any]]:
+    folder = files(CONFIG_MODULE).joinpath("rm", group)
+    out: Dict[str, Dict[str, Any]] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            spec = OmegaConf.to_container(OmegaConf.create(entry.read_text()))
+            out[str(spec["name"])] = spec
+    return out
+
+
+def catalog(group: str) -> Dict[str, Dict[str, Any]]:
+    """conf/rm/GROUP/*.yaml (GROUP ``gpu`` or ``model``) as ``{name: fields}``, keyed by
+    each file's ``name`` (H100, 8B, 1.5B...), in file-name order: the fields of a
+    :class:`~racsim.config.schema.GpuConf` or :class:`~racsim.config.schema.RMModelConf`."""
+    return copy.deepcopy(_catalog(group))
