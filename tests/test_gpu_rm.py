@@ -10,6 +10,10 @@
 3. Queueing theory, written independently here: the pool with batch size 1,
    exponential service and Poisson arrivals is M/M/c (Erlang C); one-group
    deterministic batches on one replica follow Lindley's recursion.
+
+The engines share the batcher's rule (racsim/pipeline/batcher.py), so agreement
+cannot see a wrong rule: tests/test_batcher_oracle.py checks the rule itself
+against a batcher written from its specification.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
@@ -43,9 +43,22 @@ def _billed(spec: GpuSpec, count, tok_sum, mx):
     return count * mx if spec.padded else tok_sum
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """A batch the dispatch rule sends off: the replica, its requests, its service
+    seconds, the tokens it bills against the budget and the group of its oldest request."""
+
+    replica: int
+    ids: List[int]
+    seconds: float
+    billed: float
+    group: int
+
+
 class _Waiting:
     """The requests a batcher holds, in the order it serves them: request index
-    (fifo) or (tokens, index) (shortest first). Both engines decide with it."""
+    (fifo) or (tokens, index) (shortest first), and the batcher's dispatch rule
+    (:meth:`dispatch`), which both event-loop engines call."""
 
     def __init__(self, spec: GpuSpec, tokens: List[float], group: int):
         self.spec, self.tok, self.G = spec, tokens, group
@@ -97,6 +110,30 @@ class _Waiting:
         for j in ids:
             self.in_group[j // self.G] -= 1
 
+    def deadline(self, arrival: Sequence[float]) -> float:
+        """When the oldest waiting request's batch leaves unfilled; ``arrival[g]``: group g's arrival."""
+        return arrival[self.oldest()] + self.spec.max_wait
+
+    def dispatch(self, idle: Sequence[int], tau: float, arrival: Sequence[float]) -> List[_Batch]:
+        """The dispatch rule at instant ``tau``, once everything of that instant is in
+        (arrivals admitted, finished replicas free): while requests wait and a replica
+        of ``idle`` is left (ascending; each takes one batch at most, service seconds
+        being positive), the candidate batch leaves on it if it is full or its oldest
+        request's deadline has come (``arrival[g]``: group g's arrival). Removes what
+        leaves; the engine starts each batch on its replica at ``tau`` for its
+        ``seconds``. :func:`_fifo_lanes` is the vectorised form for FIFO order."""
+        out: List[_Batch] = []
+        for r in idle:
+            if not self.keys:
+                break
+            ids, n, ts, sq, mx, full = self.candidate()
+            if not (full or self.deadline(arrival) <= tau):
+                break
+            self.remove(ids)
+            seconds = float(self.spec.model.seconds(np.float64(n), ts, sq, mx))
+            out.append(_Batch(r, ids, seconds, _billed(self.spec, float(n), ts, mx), min(ids) // self.G))
+        return out
+
 
 @dataclass
 class _FifoLanes:
@@ -119,15 +156,18 @@ class _FifoLanes:
 
 def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
                 G: int, end: int, st: _FifoLanes) -> None:
-    """Dispatch every request below index ``end`` of a FIFO batcher, one batch per
-    lane per iteration (vectorised over lanes). The k-th batch from head h leaves at
+    """The dispatch rule of :meth:`_Waiting.dispatch` for a FIFO batcher in closed
+    form, vectorised over lanes: a fast path of the same rule, not a second one.
+    Dispatches every request below index ``end``, one batch per lane per iteration.
+    The k-th batch from head h leaves at
 
         tau_k = max(tau_{k-1}, earliest free replica, min(T_full, a_h + max_wait))
 
     where T_full is the arrival of the request that makes the batch full (the
     max_batch-th, or the first that does not fit; inf if none below ``end``), and
-    takes every request from h that has arrived by tau_k, up to the limits. This
-    equals the event loop of :class:`_LaneServer` (a test checks it).
+    takes every request from h that has arrived by tau_k, up to the limits, on the
+    lowest-indexed free replica. It equals the event loop that calls the rule
+    (lanes' ``_LaneServer``; tests/test_gpu_rm.py checks it bit for bit).
     ``group_time``: (lanes, groups) arrival of each group of G requests (inf: not yet known).
     """
     N = tok.shape[1]

@@ -13,7 +13,6 @@ import numpy as np
 from racsim.pipeline.batcher import (
     GpuSpec,
     _batch_log,
-    _billed,
     _fifo_lanes,
     _FifoLanes,
     _per_sample,
@@ -47,7 +46,8 @@ def fifo_assign(arrival: np.ndarray, service: np.ndarray, free: np.ndarray):
 
 class _LaneServer:
     """One trial's gpu_rm channel as a plain event loop (the lanes engine's general
-    path): decision instants are arrivals, batch completions and flush deadlines."""
+    path): decision instants are arrivals, batch completions and flush deadlines;
+    at each, the batcher's rule (:meth:`_Waiting.dispatch`) says what leaves."""
 
     def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int):
         self.spec, self.G = spec, group
@@ -71,7 +71,7 @@ class _LaneServer:
             for f in self.free:
                 if self.now < f < c:
                     c = f
-            d = self.arr[self.q.oldest()] + self.spec.max_wait
+            d = self.q.deadline(self.arr)
             if self.now < d < c:
                 c = d
         return c
@@ -80,21 +80,13 @@ class _LaneServer:
         while self.admitted < len(self.arr) and self.arr[self.admitted] <= tau:
             self.q.admit(self.admitted)
             self.admitted += 1
-        w = self.spec.max_wait
-        while self.q:
-            idle = [r for r, f in enumerate(self.free) if f <= tau]
-            if not idle:
-                break
-            ids, n, ts, sq, mx, full = self.q.candidate()
-            if not (full or self.arr[self.q.oldest()] + w <= tau):
-                break
-            end = tau + float(self.spec.model.seconds(np.float64(n), ts, sq, mx))
-            self.free[idle[0]] = end
-            self.q.remove(ids)
-            for j in ids:
+        for b in self.q.dispatch([r for r, f in enumerate(self.free) if f <= tau], tau, self.arr):
+            end = tau + b.seconds
+            self.free[b.replica] = end
+            for j in b.ids:
                 self.disp[j], self.comp[j] = tau, end
                 self.left[j // self.G] -= 1
-            self.batches.append((idle[0], tau, end, n, _billed(self.spec, float(n), ts, mx), min(ids) // self.G))
+            self.batches.append((b.replica, tau, end, len(b.ids), b.billed, b.group))
         self.now = tau
 
     def run(self, stop=None) -> None:

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from racsim.pipeline.batcher import GpuSpec, _batch_log, _billed, _per_sample, _Waiting
+from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample, _Waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.landing import _assemble, _async_landing
 from racsim.pipeline.schedule import ArrivalSchedule
@@ -35,7 +35,8 @@ def _late_event_class():
 
 class _SimpyServer:
     """One trial's gpu_rm channel in SimPy: a batcher process, a ``Resource`` per
-    replica, a process per batch, and a flush timer per arriving group."""
+    replica, a process per batch, and a flush timer per arriving group; the batcher
+    decides by the rule of :meth:`_Waiting.dispatch`."""
 
     def __init__(self, env, spec: GpuSpec, tokens: np.ndarray, group: int, steps: int, late_cls, lane: int):
         import simpy
@@ -70,28 +71,19 @@ class _SimpyServer:
             self._decide(self.env.now)
 
     def _decide(self, tau: float) -> None:
-        w = self.spec.max_wait
-        while self.q:
-            idle = [r for r, res in enumerate(self.gpus) if res.count == 0]
-            if not idle:
-                break
-            ids, n, ts, sq, mx, full = self.q.candidate()
-            if not (full or self.arr[self.q.oldest()] + w <= tau):
-                break
-            req = self.gpus[idle[0]].request()  # granted at once: the replica is idle
-            seconds = float(self.spec.model.seconds(np.float64(n), ts, sq, mx))
-            self.q.remove(ids)
-            self.disp[ids] = tau
-            self.env.process(self._serve(idle[0], req, ids, seconds, _billed(self.spec, float(n), ts, mx)))
+        for b in self.q.dispatch([r for r, res in enumerate(self.gpus) if res.count == 0], tau, self.arr):
+            req = self.gpus[b.replica].request()  # granted at once: the replica is idle
+            self.disp[b.ids] = tau
+            self.env.process(self._serve(b, req))
 
-    def _serve(self, r: int, req, ids: List[int], seconds: float, billed: float):
+    def _serve(self, b: _Batch, req):
         yield req
         start = self.env.now
-        yield self.env.timeout(seconds)
-        self.gpus[r].release(req)
-        self.comp[ids] = self.env.now
-        self.batches.append((self.lane, r, start, self.env.now, len(ids), billed, min(ids) // self.G))
-        for j in ids:
+        yield self.env.timeout(b.seconds)
+        self.gpus[b.replica].release(req)
+        self.comp[b.ids] = self.env.now
+        self.batches.append((self.lane, b.replica, start, self.env.now, len(b.ids), b.billed, b.group))
+        for j in b.ids:
             g = j // self.G
             self.left[g] -= 1
             if self.left[g] == 0:
