@@ -1,5 +1,5 @@
 """``racsim-profile``: measure a reward model's forward passes, write the CSV the
-``profiled`` service model reads (racsim/service.py).
+``profiled`` service model reads (racsim/pipeline/service.py).
 
     racsim-profile                                   # tiny random Llama RM, CPU/CUDA, default grid
     racsim-profile out=h100_8b.csv rm.checkpoint=/models/my-rm batch_sizes=[1,8,32] seq_lens=[256,512,1024]

@@ -1,4 +1,4 @@
-"""The fixed-policy bias benchmark (racsim.bias) against slow, obvious oracles.
+"""The fixed-policy bias benchmark (racsim.learner.bias) against slow, obvious oracles.
 
 * ``run_bias`` against a per-trial, per-trajectory Python-loop oracle that
   recomputes every return, score and corrector weight from the trajectories

@@ -1,4 +1,4 @@
-"""Capacity planning (racsim/capacity.py), the timeline export (racsim/timeline.py)
+"""Capacity planning (racsim/analyses/capacity.py), the timeline export (racsim/report/trace.py)
 and the capacity scenarios, on small versions of the shipped scenarios."""
 
 from __future__ import annotations

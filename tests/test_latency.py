@@ -1,4 +1,4 @@
-"""Tests of racsim.latency: sampling, exact means, CDFs, quantiles, config errors.
+"""Tests of racsim.pipeline.latency: sampling, exact means, CDFs, quantiles, config errors.
 
 Reference values are computed here independently (densities written out by
 hand and integrated with scipy.integrate.quad, or scipy.stats distributions),

@@ -1,4 +1,4 @@
-"""Tests for racsim.mdp: construction, exact solutions, the finite-horizon
+"""Tests for racsim.learner.mdp: construction, exact solutions, the finite-horizon
 estimator's expectation, and the Monte-Carlo machinery, each against an
 independent reference (a rebuild, finite differences, enumeration, loops)."""
 

@@ -1,4 +1,4 @@
-"""Service models (racsim/service.py), the RM/GPU catalogs and configuration,
+"""Service models (racsim/pipeline/service.py), the RM/GPU catalogs and configuration,
 and the uniform latency kind the capacity scenarios use."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The training loop (racsim.training) against a plain-loop oracle and on behaviour.
+"""The training loop (racsim.learner.training) against a plain-loop oracle and on behaviour.
 
 The oracle re-implements one optimizer step from the model's description:
 sample the batch under the lane's CURRENT policy (a copy of the same seeded

@@ -29,7 +29,7 @@ from omegaconf import MISSING
 LATENCY_KINDS = ("deterministic", "gaussian", "lognormal", "pareto", "cauchy", "exponential", "empirical", "uniform")
 
 
-# GPU-backed reward-model scoring (racsim/service.py, the gpu_rm channel in racsim/pipeline.py).
+# GPU-backed reward-model scoring (racsim/pipeline/service.py, the gpu_rm channel in racsim/pipeline/).
 CHANNEL_KINDS = ("queue", "gpu_rm")
 
 
@@ -62,7 +62,7 @@ PHASES = ("generate", "fast_score", "submit", "update")  # one optimizer step, i
 LEARNERS = ("tabular",)
 
 
-TOPOLOGIES = ("random", "chain", "cyclic", "dense", "terminal")  # racsim/mdp.py builds them
+TOPOLOGIES = ("random", "chain", "cyclic", "dense", "terminal")  # racsim/learner/mdp.py builds them
 
 
 STUDIES = ("bias", "probe", "tv_bound")
@@ -270,7 +270,7 @@ class ProbeConf:
     slow_col: str = "r_slow"
     n: int = 500
     correlation: float = -0.53
-    # Moments of the synthetic pairs. Defaults fitted (racsim/probe.py,
+    # Moments of the synthetic pairs. Defaults fitted (racsim/analyses/probe.py,
     # PAPER_LIKE_MOMENTS) so that the deterministic channel's cos(ctrl) and l2
     # ratio match the paper's probe; its cos(RAC) is then a prediction.
     slow_mean: float = 2.19
@@ -302,7 +302,7 @@ class StudyConf:
 
 @dataclass
 class CapacityConf:
-    """Capacity planning (racsim/capacity.py): the scenario is run once per count
+    """Capacity planning (racsim/analyses/capacity.py): the scenario is run once per count
     in ``counts`` of ``channel``'s GPUs (gpu_rm) or workers (queue), all counts
     (``grid``) or a bisection for the fewest that meets the targets (``bisect``):
     ``corrector``'s exact bias at most ``max_bias`` (and at most

@@ -2,7 +2,7 @@
 
 Small pure functions over NumPy arrays, vectorised over every leading axis
 (trials, steps, batch, channels), in the style of rlax. Timing lives elsewhere:
-the pipeline produces an :class:`~racsim.schedule.ArrivalSchedule` (a delay
+the pipeline produces an :class:`~racsim.pipeline.schedule.ArrivalSchedule` (a delay
 and a status per trial, step, sample and channel) and the functions here turn
 it into the weights that the learner applies.
 
@@ -128,7 +128,7 @@ def correction_weight(name: str, delay, status, ratio, params: CorrectorParams) 
     Paper eq. (1): a RAC correction is ``delta = c * X`` with
     ``c = w_age(Delta) * alpha * rho_clip``. ``delay`` and ``status`` are
     integer arrays of equal shape (for example an
-    :class:`~racsim.schedule.ArrivalSchedule`'s (trials, steps, batch, K));
+    :class:`~racsim.pipeline.schedule.ArrivalSchedule`'s (trials, steps, batch, K));
     ``ratio`` is the importance ratio pi_current / pi_behaviour at the step
     that uses the result, broadcastable to them, or None for ratio 1 (the
     identity actor). Wherever ``status != INJECTED`` the weight is 0, except
@@ -145,7 +145,7 @@ def correction_weight(name: str, delay, status, ratio, params: CorrectorParams) 
     * ``retrace_a``: ``alpha * retrace_gamma**Delta * min(rho_bar, ratio)``.
 
     Returns a float64 array of the broadcast shape of (delay, status, ratio).
-    Raises :class:`~racsim.config.ConfigError` for an unknown corrector.
+    Raises :class:`~racsim.errors.ConfigError` for an unknown corrector.
     """
     if name not in _KNOWN:
         raise ConfigError("corrector.names", name, "one of " + ", ".join(CORRECTORS))

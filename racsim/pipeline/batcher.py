@@ -28,7 +28,7 @@ class GpuSpec:
     max_wait: float  # seconds a request may wait for its batch to fill
     order: str  # fifo | shortest
     padded: bool
-    model: Any  # racsim.service.ServiceModel
+    model: Any  # racsim.pipeline.service.ServiceModel
     seqs: int  # sequences (requests) per pipeline sample
 
 

@@ -1,6 +1,6 @@
 """Service models of a reward model on GPUs: how long does one batch take?
 
-A gpu_rm channel (racsim/pipeline.py) scores batches of sequences on replicas
+A gpu_rm channel (racsim/pipeline/) scores batches of sequences on replicas
 of ``tp`` GPUs; this module turns a batch -- its number of sequences, the sum
 and the sum of squares of their token lengths, the longest length -- into
 seconds. Two models:
@@ -67,7 +67,7 @@ class ModelSize:
 
 
 def model_size(m: Any) -> ModelSize:
-    """Parameters of an :class:`~racsim.config.RMModelConf`."""
+    """Parameters of an :class:`~racsim.config.schema.RMModelConf`."""
     d, kv = int(m.d_model), int(m.n_kv_heads) * (int(m.d_model) // int(m.n_heads))
     per_layer = 2 * d * d + 2 * d * kv + 3 * d * int(m.d_ff) + 2 * d  # q, o; k, v; gate, up, down; 2 norms
     return ModelSize(non_embedding=int(m.layers) * per_layer + 2 * d, embedding=int(m.vocab) * d)  # + final norm, head

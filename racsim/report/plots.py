@@ -107,7 +107,7 @@ def queue(res, path: Path) -> bool:
 
 def capacity_curve(res, path: Path) -> bool:
     """Capacity curve: units vs delay (p50/p95, steps), slack eta, bias per corrector,
-    wall-clock per step, utilisation and cost (racsim/capacity.py)."""
+    wall-clock per step, utilisation and cost (racsim/analyses/capacity.py)."""
     c = res.curve
     chosen = res.targets["corrector"]
     base = c[c.corrector == chosen].sort_values("count")
