@@ -22,7 +22,7 @@ from typing import Callable, Dict
 
 import numpy as np
 
-from racsim.config.schema import register_configs
+from racsim.config.defaults import compose_config
 from racsim.learner import mdp as M
 from racsim.learner.rollouts import (
     discounted_returns,
@@ -86,16 +86,8 @@ def bench_bias(n_vec: int, n_loop: int, horizon: int = 50) -> Dict[str, float]:
     }
 
 
-def _default_cfg(overrides=()):
-    from hydra import compose, initialize_config_module
-
-    register_configs()
-    with initialize_config_module(version_base="1.3", config_module="racsim.conf"):
-        return compose("config", overrides=list(overrides))
-
-
 def bench_pipeline(trials: int) -> Dict[str, float]:
-    cfg = _default_cfg()
+    cfg = compose_config()
     draws = draw(cfg.pipeline, trials, np.random.default_rng(0))
     t_simpy = _best_of(lambda: run_simpy(draws, False), 1)
     t_lanes = _best_of(lambda: run_lanes(draws, False), 3)
@@ -107,7 +99,7 @@ def bench_pipeline(trials: int) -> Dict[str, float]:
 
 
 def bench_default() -> Dict[str, float]:
-    cfg = _default_cfg(["output.plots=false"])
+    cfg = compose_config("output.plots=false")
     t0 = time.perf_counter()
     res = run(cfg)
     return {"default_scenario_s": time.perf_counter() - t0, "default_trajectories": float(res.bias.trajectories)}
@@ -162,7 +154,7 @@ PAPER_HEAVY_TAIL_S = 945.0  # the paper's reported time for its heavy-tail grid,
 def bench_heavy_tail() -> Dict[str, float]:
     """The paper's heavy-tail grid (225 cells x 1000 trials of 50 steps) end to end,
     against a per-trajectory Python loop timed here on the same trajectories' size."""
-    cfg = _default_cfg(["scenario=paper/heavy_tail", "output.progress=false"])
+    cfg = compose_config("scenario=paper/heavy_tail", "output.progress=false")
     t0 = time.perf_counter()
     res = run(cfg)
     took = time.perf_counter() - t0

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
-
 # Independent random streams, one per purpose, derived from the config's seed
 # alone (never from the worker, the time or the order in which things run).
 STREAMS = {"pipeline": 1, "trajectories": 2, "bootstrap": 3, "train_pipeline": 4, "training": 5, "probe": 6}

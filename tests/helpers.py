@@ -2,8 +2,10 @@
 
 import numpy as np
 
+from racsim.config.defaults import catalog
 from racsim.config.schema import GpuConf, LatencyConf, RMModelConf
-from racsim.pipeline.service import GPU_CATALOG, RM_CATALOG
+
+GPU_CATALOG, RM_CATALOG = catalog("gpu"), catalog("model")  # conf/rm/*/*.yaml
 
 ARRAYS = ("delay", "status", "step_start", "submit_time", "service_start", "completion")
 GPU_LOG = ("lane", "replica", "start", "end", "size", "tokens", "step", "replicas")

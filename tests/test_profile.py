@@ -17,16 +17,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from racsim.config.defaults import catalog
 from racsim.config.schema import GpuConf, RMConf, RMModelConf
 from racsim.errors import ConfigError
 from racsim.pipeline.service import (
-    GPU_CATALOG,
-    RM_CATALOG,
     Profiled,
     build_service,
     read_profile,
 )
 from racsim.profile import parse
+
+GPU_CATALOG, RM_CATALOG = catalog("gpu"), catalog("model")  # conf/rm/*/*.yaml
 
 BATCHES = [1, 4, 16]
 SEQS = [16, 64, 256]

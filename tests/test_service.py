@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import MISSING, OmegaConf
 
-from racsim.config.defaults import default_config
+from racsim.config.defaults import catalog, default_config
 from racsim.config.schema import (
     ChannelConf,
     GpuConf,
@@ -25,13 +25,13 @@ from racsim.config.validate import validate
 from racsim.errors import ConfigError
 from racsim.pipeline.latency import build_latency
 from racsim.pipeline.service import (
-    GPU_CATALOG,
-    RM_CATALOG,
     Profiled,
     Roofline,
     build_service,
     model_size,
 )
+
+GPU_CATALOG, RM_CATALOG = catalog("gpu"), catalog("model")  # conf/rm/*/*.yaml
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

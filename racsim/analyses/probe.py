@@ -42,7 +42,9 @@ from typing import Any, Dict, Mapping, Sequence, Union
 import numpy as np
 import pandas as pd
 
+from racsim.analyses.result import RunResult
 from racsim.config.schema import LatencyConf
+from racsim.errors import ConfigError
 from racsim.learner.correctors import (
     CorrectorParams,
     age_weight,
@@ -53,9 +55,6 @@ from racsim.learner.correctors import (
 )
 from racsim.pipeline.latency import build_latency
 from racsim.pipeline.schedule import INJECTED
-
-from racsim.analyses.result import RunResult
-from racsim.errors import ConfigError
 from racsim.seeds import rng_for
 
 __all__ = [

@@ -37,22 +37,18 @@ where some state's preferred action flips between the two updates (e.g.
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-
-from racsim.learner import mdp as M
-
-import math
-from typing import Sequence
-
 from scipy.optimize import brentq
 
 from racsim.analyses.bias_study import build_mdp
 from racsim.analyses.result import RunResult
 from racsim.errors import ConfigError
+from racsim.learner import mdp as M
 from racsim.learner.mdp import (
     TabularMDP,
     canonical_theta,

@@ -38,19 +38,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from racsim.config.defaults import catalog
 from racsim.errors import ConfigError
-
-# name -> GpuConf fields, read from conf/rm/gpu/*.yaml (their one source). Peaks:
-# dense BF16 tensor-core TFLOP/s from the vendors' data sheets (the "with sparsity"
-# figures halved); prices: on-demand cloud USD per GPU-hour, rough 2025 market
-# figures -- an assumption, not a quote.
-GPU_CATALOG: Dict[str, Dict[str, Any]] = catalog("gpu")
-
-
-# name -> RMModelConf fields, read from conf/rm/model/*.yaml: the shapes of Qwen2.5-1.5B,
-# Llama-2-7B, Llama-3.1-8B and Llama-3.1-70B with a scalar score head in place of the LM head.
-RM_CATALOG: Dict[str, Dict[str, Any]] = catalog("model")
 
 
 @dataclass(frozen=True)
