@@ -16,14 +16,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from racsim.analyses.capacity import run_capacity
 from racsim.config.schema import register_configs
 from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
-from racsim.report.capacity import format_curve, recommendation_text, write_capacity
-from racsim.report.tables import format_table
-from racsim.report.writers import write_outputs
-from racsim.run import run
 from racsim.sweep import Job, in_multirun, register_resolvers
 
 EXIT_USAGE = 2
@@ -36,6 +31,12 @@ def _task(cfg) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
+
+    # lazy: the simulator and its reports (numpy, pandas, scipy, ~1-2 s) load only when a job runs,
+    # so that `racsim --help` and usage errors answer at once
+    from racsim.report.tables import format_table  # lazy
+    from racsim.report.writers import write_outputs  # lazy
+    from racsim.run import run  # lazy
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
@@ -80,6 +81,13 @@ def _task(cfg) -> None:
 def _capacity(cfg, out_dir: Path, job) -> None:
     """``capacity.enabled``: run racsim.analyses.capacity, write its folder, print the curve and the recommendation."""
     from omegaconf import OmegaConf
+
+    from racsim.analyses.capacity import run_capacity  # lazy: see _task
+    from racsim.report.capacity import (  # lazy: see _task
+        format_curve,
+        recommendation_text,
+        write_capacity,
+    )
 
     res = run_capacity(cfg)
     written = write_capacity(out_dir, cfg, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)

@@ -40,7 +40,6 @@ from racsim.markers import (
     job_dirs,
     write_marker,
 )
-from racsim.report.gather import gather_and_write
 
 log = logging.getLogger("racsim.sweep")
 
@@ -293,6 +292,10 @@ class SweepCallback(Callback):
             mon.tick(force=True)
         if not self.gather:
             return
+        # lazy: the report stack (pandas, scipy, the paper report) loads in the launching
+        # process only when the sweep ends, not with Hydra's callback at start-up
+        from racsim.report.gather import gather_and_write  # lazy
+
         sweep = Path(str(config.hydra.sweep.dir))
         try:
             df, written = gather_and_write(sweep)

@@ -5,9 +5,9 @@ is refused with a ConfigError or Hydra/OmegaConf's own error, which the command
 line turns into one line: never another exception (a traceback for the user)."""
 
 import pytest
+from hydra.errors import HydraException
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 

@@ -82,9 +82,22 @@ def test_imports_follow_the_layers(name):
     assert not bad, f"racsim.{name} imports {bad}: not allowed for {name.split('.')[0]} ({sorted(ALLOWED[name.split('.')[0]])})"
 
 
+# Deliberate lazy imports (heavy modules the command line loads only when a job runs),
+# each marked "# lazy" on its line; nowhere else may a racsim import hide in a function.
+LAZY = {"cli", "sweep"}
+
+
+def lazy_lines(name):
+    src = (PKG / (name.replace(".", "/") + ".py")).read_text().splitlines()
+    return {i + 1 for i, line in enumerate(src) if "# lazy" in line}
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_racsim_import_inside_a_function(name):
-    assert racsim_imports(MODULES[name], inside_functions=True) == []
+    hidden = racsim_imports(MODULES[name], inside_functions=True)
+    if name in LAZY:
+        hidden = [(line, m) for line, m in hidden if line not in lazy_lines(name)]
+    assert hidden == []
 
 
 def test_no_import_cycle():

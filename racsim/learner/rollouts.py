@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import numpy as np
-from scipy.signal import lfilter
 
 from racsim.learner.mdp import TabularMDP
 
@@ -110,6 +109,10 @@ def discounted_returns(rewards: np.ndarray, gamma: float, axis: int = -1) -> np.
     axis = axis % r.ndim
     x = np.flip(r, axis)
     state = np.full(r.shape[:axis] + (1,) + r.shape[axis + 1 :], -0.0)
+    from scipy.signal import (
+        lfilter,  # lazy: scipy.signal costs ~0.3-1 s to import; only the bias study needs it
+    )
+
     G, _ = lfilter([1.0], [1.0, -float(gamma)], x, axis=axis, zi=state)
     return np.ascontiguousarray(np.flip(G, axis))
 
