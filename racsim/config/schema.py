@@ -192,6 +192,9 @@ class PipelineConf:
     Defaults of the clock and the phases: conf/pipeline/default.yaml."""
 
     steps: int = MISSING
+    # Steps at the start of a run that are simulated but not measured (queues
+    # filling from empty): steady-state figures use the updates after them.
+    warmup_steps: int = MISSING
     batch_size: int = MISSING
     generate: LatencyConf = MISSING
     fast_score: LatencyConf = MISSING
