@@ -50,12 +50,12 @@ ALL = ["naive", "wait_for_slow", "retrace_a", "rac", "rac_no_age", "bare_additiv
 
 def make_cfg(channels, *, names=ALL, seed=0, steps=20, batch=2, trials=200, horizon=10, alpha=1.0,
              tau_age=math.inf, rho_bar=1.0, retrace_gamma=0.5, bootstrap=0, train=False, lanes=2,
-             lr=1.0, noise=0.0, n_states=3, n_actions=2):
+             lr=1.0, noise=0.0, n_states=3, n_actions=2, warmup=0):
     cfg = default_config("~scenario")  # the learner's and corrector's other knobs: conf/'s defaults
     cfg.name, cfg.seed = "t", seed
     # a deterministic clock (6 + 1 + 0.1 + 2 s a step) on the lanes engine
-    cfg.pipeline = PipelineConf(steps=steps, batch_size=batch, engine="lanes", **det_phases(6.0, 1.0, 0.1, 2.0),
-                                channels=channels)
+    cfg.pipeline = PipelineConf(steps=steps, warmup_steps=warmup, batch_size=batch, engine="lanes",
+                                **det_phases(6.0, 1.0, 0.1, 2.0), channels=channels)
     c = cfg.corrector
     c.names, c.alpha, c.tau_age, c.rho_bar, c.retrace_gamma = list(names), alpha, tau_age, rho_bar, retrace_gamma
     le = cfg.learner
@@ -112,9 +112,9 @@ def hand_schedule(rng, trials, steps, batch, K, blocking):
 # 1. run_bias against the loop oracle.
 
 
-@pytest.mark.parametrize("K", [1, 2])
+@pytest.mark.parametrize("K,warmup", [(1, 0), (2, 0), (1, 2), (2, 1)])
 @pytest.mark.parametrize("noise", [0.0, 0.7])
-def test_run_bias_matches_loop_oracle(monkeypatch, K, noise):
+def test_run_bias_matches_loop_oracle(monkeypatch, K, noise, warmup):
     trials, steps, batch, T = 5, 4, 3, 6
     mdp = M.make_mdp(3, 3, mdp_seed=11, shares=(1.0,) if K == 1 else (0.7, 0.3), gamma=0.8)
     theta = M.canonical_theta(3, 3, seed=5, scale=0.8)
@@ -142,7 +142,7 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise):
 
     monkeypatch.setattr(B, "sample_trajectories", recording)  # as racsim.learner.bias calls it
     gen = RecordingGenerator(2024)
-    run = B.run_bias(mdp, theta, schedules, ALL, params, T, gen, fast_noise_std=noise)
+    run = B.run_bias(mdp, theta, schedules, ALL, params, T, gen, fast_noise_std=noise, warmup=warmup)
 
     sizes = [c[1] for c in calls]  # several chunks of whole trials, covering every trial once
     assert len(sizes) >= 3 and all(x % per_trial == 0 for x in sizes) and sum(sizes) == trials * per_trial
@@ -164,25 +164,41 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise):
             slow_r = [mdp.r_slow[k, s_[t], a_[t]] for t in range(T)]
             g_slow[i, k] = np.array(oracle_score(s_, a_, oracle_returns(slow_r, mdp.gamma), pi))
 
+    # Run view: every rollout's results by rollout step. Steady view: the updates of
+    # steps warmup..steps-1, each with its own rollouts' fast gradients and the slow
+    # results landing at it (step + delay; the sync oracle's at its own step).
     for name in ALL:
         sched = schedules["blocking" if name == "wait_for_slow" else "async"]
-        weight_sum = np.zeros(K)
+        weight_sum = {"run": np.zeros(K), "steady": np.zeros(K)}
         for tr in range(trials):
-            est = np.zeros((3, 3))
+            est = {"run": np.zeros((3, 3)), "steady": np.zeros((3, 3))}
             for step in range(steps):
                 for b in range(batch):
                     i = tr * per_trial + step * batch + b  # trajectories in trial, step, sample order
-                    est += g_fast[i]
+                    est["run"] += g_fast[i]
+                    if step >= warmup:
+                        est["steady"] += g_fast[i]
                     for k in range(K):
-                        c = oracle_weight(name, int(sched.delay[tr, step, b, k]), sched.status[tr, step, b, k], 1.0,
+                        d, st = int(sched.delay[tr, step, b, k]), sched.status[tr, step, b, k]
+                        c = oracle_weight(name, d, st, 1.0,
                                           params.alpha, params.tau_age, params.rho_bar, params.retrace_gamma)
-                        weight_sum[k] += c
-                        est += c * g_slow[i, k]
-            est /= per_trial
-            np.testing.assert_allclose(run.estimates[name][tr], est.ravel(), rtol=1e-11, atol=1e-14,
-                                       err_msg=f"{name}, trial {tr}")
-        np.testing.assert_allclose(run.mean_weight[name], weight_sum / (trials * per_trial), rtol=1e-12,
-                                   err_msg=name)
+                        weight_sum["run"][k] += c
+                        est["run"] += c * g_slow[i, k]
+                        lands = step if name == "sync_oracle" else (step + d if st == INJECTED else None)
+                        if lands is not None and warmup <= lands < steps:
+                            weight_sum["steady"][k] += c
+                            est["steady"] += c * g_slow[i, k]
+            est["run"] /= per_trial
+            est["steady"] /= (steps - warmup) * batch
+            for view in ("run", "steady"):
+                np.testing.assert_allclose(run.estimates[view][name][tr], est[view].ravel(), rtol=1e-11, atol=1e-14,
+                                           err_msg=f"{name}, {view}, trial {tr}")
+        np.testing.assert_allclose(run.mean_weight["run"][name], weight_sum["run"] / (trials * per_trial),
+                                   rtol=1e-12, err_msg=name)
+        np.testing.assert_allclose(run.mean_weight["steady"][name],
+                                   weight_sum["steady"] / (trials * (steps - warmup) * batch), rtol=1e-12, err_msg=name)
+        if warmup == 0:  # nothing lands before step 0: the two views are one
+            np.testing.assert_allclose(run.mean_weight["run"][name], run.mean_weight["steady"][name], rtol=1e-13)
 
     # The exact side of the run: target and per-channel finite-T expectations.
     np.testing.assert_allclose(run.target, M.true_gradient(mdp, theta).ravel(), rtol=1e-12)
@@ -248,79 +264,91 @@ def se(x):
 def test_theorem_2_1_bias_is_minus_slack_times_channel_mean(eta):
     """Row-stochastic effective kernel (alpha = 1, w_age = 1): rac is unbiased for
     the sync target; slack eta_k gives bias -sum_k eta_k G_k. Channel a puts its
-    mass 1 - eta at delay 0 (nothing pending, slack exactly eta); channel b
-    spreads 1 - eta/2 over delays 0..2, so results of the last steps are still
-    pending at the end: slack eta/2 + (1 - eta/2) * E[Delta] / steps."""
-    steps = 20
+    mass 1 - eta at delay 0, channel b spreads 1 - eta/2 over delays 0..2.
+    Steady view (warm-up 3 >= the kernels' support): slack [eta, eta/2], which
+    is Theorem 2.1's prediction from the configured kernels. Run view: results
+    of the last steps are still pending at the end, so channel b's slack is
+    eta/2 + (1 - eta/2) * E[Delta] / steps."""
+    steps, warmup = 20, 3
     row_a = [1.0 - eta]
     row_b = list((1.0 - eta / 2) * np.array([0.5, 0.3, 0.2]))
     cfg = make_cfg({"a": kernel_conf(row_a), "b": kernel_conf(row_b)}, names=["naive", "rac", "sync_oracle"],
-                   seed=3, steps=steps, batch=2, trials=2000, horizon=10, alpha=1.0, tau_age=math.inf)
+                   seed=3, steps=steps, batch=2, trials=2000, horizon=10, alpha=1.0, tau_age=math.inf,
+                   warmup=warmup)
     res = R.run(cfg)
     run = res.bias
     G = run.channel_exact  # (3, S*A): fast, a, b
     sync = G.sum(0)
-    eta_eff = np.array([eta, eta / 2 + (1 - eta / 2) * (0.3 * 1 + 0.2 * 2) / steps])
+    eta_kernel = np.array([eta, eta / 2])
+    eta_run = np.array([eta, eta / 2 + (1 - eta / 2) * (0.3 * 1 + 0.2 * 2) / steps])
     for k, row in enumerate([row_a, row_b]):
-        assert 1 - expected_weight("rac", row, steps, 1.0, math.inf, 1.0, 0.5) == pytest.approx(eta_eff[k], abs=1e-15)
-    bias_pred = -eta_eff @ G[1:]
+        assert 1 - expected_weight("rac", row, steps, 1.0, math.inf, 1.0, 0.5) == pytest.approx(eta_run[k], abs=1e-15)
+    # the theorem's input is the configured kernel, not the simulation
+    np.testing.assert_allclose(run.nominal_slack["rac"], eta_kernel, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(run.predicted("rac"), sync - eta_kernel @ G[1:], rtol=0, atol=1e-15)
 
-    rac, syn = run.estimates["rac"], run.estimates["sync_oracle"]
-    # The Monte-Carlo bias of rac against the sync oracle's EXACT expectation.
-    z = np.abs(rac.mean(0) - sync - bias_pred) / se(rac)
-    assert z.max() < 4, (z, bias_pred)
-    # The same, paired on the shared trajectories (much smaller standard error).
-    diff = rac - syn
-    z = np.abs(diff.mean(0) - bias_pred) / se(diff)
-    assert z.max() < 4, (z, bias_pred)
-    # The sync oracle itself is unbiased for its exact expectation.
-    z = np.abs(syn.mean(0) - sync) / se(syn)
-    assert z.max() < 4, z
-    # The paired check has the power to see the slack: even the pending part
-    # of channel b alone (eta = 0) is many standard errors away from zero.
-    assert np.abs(bias_pred).max() / se(diff)[np.argmax(np.abs(bias_pred))] > 10
-
-    # exact/predicted: the same vector at the identity actor; the measured slack
-    # is near the kernel's, and exact is near the analytic expectation.
-    for name in ("naive", "rac", "sync_oracle"):
-        np.testing.assert_allclose(run.exact(name), run.predicted(name), rtol=0, atol=1e-12, err_msg=name)
-    np.testing.assert_allclose(run.slack["rac"], eta_eff, atol=0.02)
-    np.testing.assert_allclose(run.slack["rac"], 1 - run.mean_weight["rac"], atol=1e-12)
-    np.testing.assert_allclose(run.exact("rac"), sync + bias_pred, atol=0.02 * np.abs(G[1:]).max())
-    np.testing.assert_array_equal(run.slack["sync_oracle"], np.zeros(2))
-    np.testing.assert_array_equal(run.slack["naive"], np.ones(2))
-    # The results table reports the measured per-channel slack.
+    for view, eta_v in (("steady", eta_kernel), ("run", eta_run)):
+        bias_pred = -eta_v @ G[1:]
+        rac, syn = run.estimates[view]["rac"], run.estimates[view]["sync_oracle"]
+        # The Monte-Carlo bias of rac against the sync oracle's EXACT expectation.
+        z = np.abs(rac.mean(0) - sync - bias_pred) / se(rac)
+        assert z.max() < 4, (view, z, bias_pred)
+        # The same, paired on the shared trajectories (much smaller standard error).
+        diff = rac - syn
+        z = np.abs(diff.mean(0) - bias_pred) / se(diff)
+        assert z.max() < 4, (view, z, bias_pred)
+        # The sync oracle itself is unbiased for its exact expectation.
+        z = np.abs(syn.mean(0) - sync) / se(syn)
+        assert z.max() < 4, (view, z)
+        # the measured slack is near the kernel's, and exact is near the analytic expectation
+        np.testing.assert_allclose(run.slack("rac", view), eta_v, atol=0.02)
+        np.testing.assert_allclose(run.exact("rac", view), sync + bias_pred, atol=0.02 * np.abs(G[1:]).max())
+        np.testing.assert_array_equal(run.slack("sync_oracle", view), np.zeros(2))
+        np.testing.assert_array_equal(run.slack("naive", view), np.ones(2))
+    if eta == 0:  # the run view's paired check sees the end-of-run loss, many standard errors from zero
+        diff = run.estimates["run"]["rac"] - run.estimates["run"]["sync_oracle"]
+        loss = -(eta_run - eta_kernel) @ G[1:]
+        assert np.abs(loss).max() / se(diff)[np.argmax(np.abs(loss))] > 10
+    # The results table: per-channel steady slack, the run's slack and its end-of-run part.
     row = res.results.set_index("corrector").loc["rac"]
-    assert row["eta_a"] == run.slack["rac"][0] and row["eta_b"] == run.slack["rac"][1]
+    assert row["eta_a"] == run.slack("rac")[0] and row["eta_b"] == run.slack("rac")[1]
+    assert row["run_slack_eta"] == pytest.approx(run.slack("rac", "run").mean(), rel=1e-12)
+    assert row["eta_end_of_run"] == pytest.approx(row["run_slack_eta"] - row["slack_eta"], rel=1e-12)
+    assert row["eta_end_of_run"] == pytest.approx((eta_run - eta_kernel).mean(), abs=0.01)
+    assert row["delay_past_warmup"] == 0.0
 
 
 def test_every_corrector_mean_matches_its_kernel_expectation():
     """Beyond rac at the saturated kernel: every corrector's Monte-Carlo mean is
     G_fast + sum_k E[c_k] G_k with E[c_k] from the kernel (age kernel, gain,
-    clip level, geometric kernel and pending tail included), and exact and
-    predicted coincide at the identity actor."""
-    steps, alpha, tau, rho_bar, gam = 12, 1.3, 2.0, 0.9, 0.5
+    clip level, geometric kernel; the run view with its pending tail, the
+    steady view without), and the theorem's slack from the configured kernel is
+    the steady one's expectation."""
+    steps, warmup, alpha, tau, rho_bar, gam = 12, 2, 1.3, 2.0, 0.9, 0.5
     row_a = [0.4, 0.3, 0.1]  # sums to 0.8: 0.2 never returns
     row_b = [0.2, 0.5, 0.3]
     cfg = make_cfg({"a": kernel_conf(row_a), "b": kernel_conf(row_b)}, names=ALL, seed=9, steps=steps, batch=2,
                    trials=1500, horizon=8, alpha=alpha, tau_age=tau, rho_bar=rho_bar, retrace_gamma=gam,
-                   noise=0.3)
+                   noise=0.3, warmup=warmup)
     res = R.run(cfg)
     run = res.bias
     G = run.channel_exact
-    syn = run.estimates["sync_oracle"]
-    for name in ALL:
-        ec = np.array([expected_weight(name, row, steps, alpha, tau, rho_bar, gam) for row in (row_a, row_b)])
-        want = (ec - 1.0) @ G[1:]  # E[estimate - sync estimate]
-        diff = run.estimates[name] - syn
-        if name == "sync_oracle":
-            assert np.array_equal(diff, np.zeros_like(diff))
-            continue
-        z = np.abs(diff.mean(0) - want) / se(diff)
-        assert z.max() < 4, (name, z)
-        np.testing.assert_allclose(run.mean_weight[name], ec, atol=0.03, err_msg=name)
-        np.testing.assert_allclose(run.exact(name), run.predicted(name), rtol=0, atol=1e-12, err_msg=name)
-        np.testing.assert_allclose(run.slack[name], 1 - run.mean_weight[name], atol=1e-12, err_msg=name)
+    for view, horizon_steps in (("run", steps), ("steady", 10 ** 9)):  # steady: no end-of-run loss
+        syn = run.estimates[view]["sync_oracle"]
+        for name in ALL:
+            ec = np.array([expected_weight(name, row, horizon_steps, alpha, tau, rho_bar, gam)
+                           for row in (row_a, row_b)])
+            want = (ec - 1.0) @ G[1:]  # E[estimate - sync estimate]
+            diff = run.estimates[view][name] - syn
+            if name == "sync_oracle":
+                assert np.array_equal(diff, np.zeros_like(diff))
+                continue
+            z = np.abs(diff.mean(0) - want) / se(diff)
+            assert z.max() < 4, (view, name, z)
+            np.testing.assert_allclose(run.mean_weight[view][name], ec, atol=0.03, err_msg=f"{view} {name}")
+            np.testing.assert_allclose(run.slack(name, view), 1 - run.mean_weight[view][name], atol=1e-12)
+            if view == "steady" and name != "wait_for_slow":
+                np.testing.assert_allclose(run.nominal_slack[name], 1 - ec, rtol=0, atol=1e-8, err_msg=name)
 
 
 # --------------------------------------------------------------------------
@@ -332,11 +360,11 @@ def test_identity_kernel_collapses_onto_sync_oracle(noise):
     cfg = make_cfg({"a": kernel_conf([1.0]), "b": kernel_conf([1.0])}, names=ALL, seed=4, steps=6, batch=3,
                    trials=50, horizon=7, alpha=1.0, tau_age=25.0, rho_bar=1.0, noise=noise)
     res = R.run(cfg)
-    est = res.bias.estimates
+    est = res.bias.estimates["steady"]
     sync = est["sync_oracle"]
     for name in ("rac", "rac_no_age", "bare_additive", "retrace_a", "wait_for_slow"):
         assert np.array_equal(est[name], sync), name
-        assert res.bias.slack[name].tolist() == [0.0, 0.0]
+        assert res.bias.slack(name).tolist() == [0.0, 0.0]
     assert not np.allclose(est["naive"], sync)  # the slow channels do contribute
     assert (res.schedules["async"].delay == 0).all() and res.schedules["async"].injected.all()
 
@@ -356,10 +384,14 @@ def synthetic_run(rng, trials=400, SA=4):
         "rac": target + 0.3 + noise(1.5),
         "floor": target + floor,
     }
-    run = B.BiasRun(target=target, channel_exact=G, estimates=est)
-    for name, w in (("naive", [0.0, 0.0]), ("rac", [0.9, 0.8]), ("floor", [1.0, 1.0])):
-        run.mean_weight[name] = np.array(w)
-        run.slack[name] = 1 - np.array(w)
+    whole = {"naive": target + 2.0 + noise(1.0), "rac": target + 0.7 + noise(1.5), "floor": target + noise(1.0)}
+    run = B.BiasRun(target=target, channel_exact=G, estimates={"steady": est, "run": whole})
+    weights = {"naive": ([0.0, 0.0], [0.0, 0.0]), "rac": ([0.9, 0.8], [0.8, 0.6]), "floor": ([1.0, 1.0], [0.9, 0.9])}
+    for name, (w, w_run) in weights.items():
+        run.mean_weight.setdefault("steady", {})[name] = np.array(w)
+        run.mean_weight.setdefault("run", {})[name] = np.array(w_run)
+    # the configured kernels' slack: differs from the measured one; unknown for "floor"
+    run.nominal_slack.update(naive=np.ones(2), rac=np.array([0.15, 0.1]), floor=np.array([0.0, np.nan]))
     return run
 
 
@@ -370,7 +402,7 @@ def test_summarize_formulas():
     counts = B.bootstrap_counts(400, R_, np.random.default_rng(77))
     g = run.target
     boot = {}
-    for name, est in run.estimates.items():
+    for name, est in run.estimates["steady"].items():
         row = out[name]
         n = est.shape[0]
         mean = est.sum(0) / n
@@ -379,11 +411,24 @@ def test_summarize_formulas():
         assert row["mc_se"] == pytest.approx(np.sqrt(var.sum() / n), rel=1e-12)
         assert row["total_variance"] == pytest.approx(var.sum(), rel=1e-12)
         assert row["rmse"] == pytest.approx(np.sqrt(((est - g) ** 2).sum(1).mean()), rel=1e-12)
-        exact = run.channel_exact[0] + run.mean_weight[name] @ run.channel_exact[1:]
-        pred = run.channel_exact.sum(0) - run.slack[name] @ run.channel_exact[1:]
+        w, w_run = run.mean_weight["steady"][name], run.mean_weight["run"][name]
+        exact = run.channel_exact[0] + w @ run.channel_exact[1:]
         assert row["bias_exact"] == pytest.approx(np.linalg.norm(exact - g), rel=1e-12)
-        assert row["bias_predicted"] == pytest.approx(np.linalg.norm(pred - g), rel=1e-12)
-        assert row["slack_eta"] == pytest.approx(run.slack[name].mean(), rel=1e-12)
+        assert row["slack_eta"] == pytest.approx((1 - w).mean(), rel=1e-12)
+        eta_nom = run.nominal_slack[name]
+        if np.isnan(eta_nom).any():  # no law for one channel: no prediction
+            assert math.isnan(row["bias_theorem"]) and math.isnan(row["theorem_gap"])
+        else:
+            pred = run.channel_exact.sum(0) - eta_nom @ run.channel_exact[1:]
+            assert row["bias_theorem"] == pytest.approx(np.linalg.norm(pred - g), rel=1e-12)
+            assert row["theorem_gap"] == pytest.approx(row["bias_exact"] - row["bias_theorem"], rel=1e-12, abs=1e-15)
+            assert row["eta_nominal"] == pytest.approx(eta_nom.mean(), rel=1e-12)
+        # the run view: its own estimates and weights
+        whole = run.estimates["run"][name]
+        assert row["run_bias_mc"] == pytest.approx(np.linalg.norm(whole.mean(0) - g), rel=1e-12)
+        exact_run = run.channel_exact[0] + w_run @ run.channel_exact[1:]
+        assert row["run_bias_exact"] == pytest.approx(np.linalg.norm(exact_run - g), rel=1e-12)
+        assert row["eta_end_of_run"] == pytest.approx((w - w_run).mean(), rel=1e-12, abs=1e-15)
         boot[name] = np.array([np.linalg.norm(c @ est / n - g) for c in counts])
         lo, hi = np.percentile(boot[name], [2.5, 97.5])
         assert row["bias_ci_lo"] == pytest.approx(lo, rel=1e-12)
@@ -396,6 +441,7 @@ def test_summarize_formulas():
         assert row["vif"] == pytest.approx(row["total_variance"] / base["total_variance"], rel=1e-12)
         assert row["reduction_exact"] == pytest.approx(base["bias_exact"] / row["bias_exact"], rel=1e-12)
         assert row["reduction_mc"] == pytest.approx(base["bias_mc"] / row["bias_mc"], rel=1e-12)
+        assert row["run_reduction_exact"] == pytest.approx(base["run_bias_exact"] / row["run_bias_exact"], rel=1e-12)
         r = boot["naive"] / boot[name]
         lo, hi = np.percentile(r, [2.5, 97.5])
         assert row["reduction_ci_lo"] == pytest.approx(lo, rel=1e-12)
@@ -504,8 +550,9 @@ def test_run_is_reproducible_and_seed_dependent():
     assert a.training.equals(b.training)
     assert a.channels.equals(b.channels)
     assert a.timeline.equals(b.timeline)
-    for name in ALL:
-        assert np.array_equal(a.bias.estimates[name], b.bias.estimates[name])
+    for view in B.VIEWS:
+        for name in ALL:
+            assert np.array_equal(a.bias.estimates[view][name], b.bias.estimates[view][name])
     ba, bc = a.results.set_index("corrector")["bias_mc"], c.results.set_index("corrector")["bias_mc"]
     assert (ba != bc).all()
     assert not a.training["J"].equals(c.training["J"])

@@ -23,14 +23,16 @@ SMALL = ["learner.trials=20", "learner.bootstrap=50", "learner.train.lanes=2", "
 NOPLOTS = ["output.plots=false"]
 PNG = b"\x89PNG\r\n\x1a\n"
 
-# What the README promises results.parquet holds, one row per corrector: bias and
-# CIs, VIF, RMSE, wall-clock and its ratio, slack per channel, predicted and
-# measured bias, injected/dropped/pending counts, training figures.
+# What the README promises results.parquet holds, one row per corrector: steady-state
+# bias and CIs, the theorem's prediction and its gap, the run-level bias and its
+# end-of-run slack, VIF, RMSE, wall-clock and its ratio, seconds per step, slack per
+# channel, injected/dropped/pending counts, training figures.
 RESULT_COLUMNS = [
-    "scenario", "corrector", "seed",
-    "bias_mc", "mc_se", "bias_exact", "bias_predicted", "bias_ci_lo", "bias_ci_hi",
+    "scenario", "corrector", "seed", "steps", "warmup_steps",
+    "bias_mc", "mc_se", "bias_exact", "bias_theorem", "theorem_gap", "bias_ci_lo", "bias_ci_hi",
     "reduction_exact", "reduction_ci_lo", "reduction_ci_hi",
-    "vif", "rmse", "wallclock_s", "wallclock_ratio",
+    "run_bias_mc", "run_bias_exact", "run_reduction_exact", "eta_end_of_run", "delay_past_warmup",
+    "vif", "rmse", "wallclock_s", "wallclock_ratio", "step_s",
     "slack_eta", "eta_verifier", "eta_judge",
     "emitted", "injected", "dropped", "pending",
     "J_final", "J_at_naive_clock",

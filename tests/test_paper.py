@@ -137,9 +137,9 @@ def test_sweep_aggregate_has_one_row_per_job_and_corrector(suite):
 
 
 def test_results_from_an_older_racsim_skip_a_section_instead_of_crashing(suite, tmp_path):
-    df = pd.read_parquet(suite / "results.parquet").drop(columns=["bias_slack"])
+    df = pd.read_parquet(suite / "results.parquet").drop(columns=["bias_vs_sync_exact"])
     text = paper_report(df, tmp_path)
-    assert "section skipped" in text and "bias_slack" in text
+    assert "section skipped" in text and "bias_vs_sync_exact" in text
     assert "### Proposition 2.2: TV bound" in text  # sections that do not need the column still render
     tables = comparison_tables(df)
     assert "table1_top" not in tables and "prop22" in tables

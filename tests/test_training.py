@@ -283,8 +283,8 @@ def test_training_wallclock_and_recording_through_run():
     base = default_config("~scenario")  # the learner's and corrector's other knobs: conf/'s defaults
     base.name, base.seed = "t", 6
     # a deterministic clock (6 + 1 + 0.1 + 2 s a step) on the lanes engine
-    base.pipeline = PipelineConf(steps=steps, batch_size=batch, engine="lanes", **det_phases(6.0, 1.0, 0.1, 2.0),
-                                 channels={
+    base.pipeline = PipelineConf(steps=steps, warmup_steps=None, batch_size=batch, engine="lanes",
+                                 **det_phases(6.0, 1.0, 0.1, 2.0), channels={
         "verifier": ChannelConf(latency=LatencyConf(kind="lognormal", mean=12.0), workers=2, max_delay=3),
         "judge": ChannelConf(kernel=[0.2, 0.5, 0.2]),
     })

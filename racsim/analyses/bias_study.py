@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from racsim.analyses.grid import learner_key
+from racsim.config.schema import warmup_steps
 from racsim.analyses.result import RunResult
 from racsim.learner import mdp as M
 from racsim.learner.bias import (
@@ -25,8 +26,8 @@ from racsim.learner.correctors import BLOCKING, CorrectorParams
 from racsim.learner.training import TrainCurve, train_all
 from racsim.pipeline.draws import draw
 from racsim.pipeline.engines import simulate
-from racsim.pipeline.kernels import drain, nominal_kernel
-from racsim.pipeline.schedule import ArrivalSchedule
+from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
+from racsim.pipeline.schedule import INJECTED, PENDING, ArrivalSchedule
 from racsim.pipeline.stats import channel_stats, queue_timeseries
 from racsim.seeds import rng_for, seed_sequence
 
@@ -86,7 +87,9 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _
         names = corrector_names(ccfg)
         bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names), names,
                                corrector_params(ccfg), nominal_kernel(ccfg), ccfg.corrector.row_normalize,
-                               mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std))
+                               mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std,
+                               predicted={v: predicted_kernel(ccfg, v == "blocking") for v in ("async", "blocking")},
+                               warmup=warmup_steps(ccfg.pipeline)))
     pipeline_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     mdp = bias_cells[0].mdp  # transitions shared by the group; each cell brings its own rewards
@@ -132,6 +135,7 @@ def _with_values(tables: list) -> pd.DataFrame:
 
 def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
     p = cfg.pipeline
+    warmup = warmup_steps(p)
     naive_clock = schedules["async"].wallclock.mean()
     rows = []
     for name in names:
@@ -143,6 +147,7 @@ def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
             "corrector": name,
             "K": len(p.channels),
             "steps": p.steps,
+            "warmup_steps": warmup,
             "batch_size": p.batch_size,
             "trials": cfg.learner.trials,
             "seed": cfg.seed,
@@ -151,14 +156,29 @@ def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
         clock = naive_clock if name == "sync_oracle" else sched.wallclock.mean()
         row["wallclock_s"] = float(clock)
         row["wallclock_ratio"] = float(clock / naive_clock)
+        # seconds per step in the steady state (the steps after the warm-up)
+        timed = schedules["async"] if name == "sync_oracle" else sched
+        row["step_s"] = float((timed.step_start[:, -1] - timed.step_start[:, warmup]).mean() / (p.steps - warmup))
         for key in ("emitted", "injected", "dropped", "pending"):
             row[key] = sum(v[key] for v in counts.values())
         if name == "sync_oracle":  # every slow result at Delta = 0, by definition
             row.update(injected=row["emitted"], dropped=0, pending=0)
         for k, ch in enumerate(sched.channel_names):
-            row[f"eta_{ch}"] = float(bias.slack[name][k])
+            row[f"eta_{ch}"] = float(bias.slack(name)[k])
+        row["delay_past_warmup"] = past_warmup(sched, warmup)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def past_warmup(sched: ArrivalSchedule, warmup: int) -> float:
+    """Share of the slow results that land, or are still in flight at the end, more
+    than ``warmup`` steps after their own step, among the rollouts of steps that
+    the run follows for that long (t <= steps - 1 - warmup). The steady-state
+    view misses up to this share of a stationary update's slow results: ~0 when
+    the warm-up covers the delays."""
+    seen = sched.status[:, : sched.n_steps - warmup]
+    late = (seen == PENDING) | ((seen == INJECTED) & (sched.delay[:, : sched.n_steps - warmup] > warmup))
+    return float(late.mean())
 
 
 def _add_training(results: pd.DataFrame, curves: Dict[str, TrainCurve]) -> pd.DataFrame:

@@ -89,13 +89,12 @@ def with_count(cfg: Any, key: str, n: int) -> Any:
 
 def _rows(cfg: Any, name: str, n: int, res) -> List[dict]:
     """The capacity curve's rows for one count, from a run's tables."""
-    steps = int(cfg.pipeline.steps)
     ch = res.channels[res.channels.channel == name].iloc[0]
     price = unit_price(cfg, name)
     naive = res.results[res.results.corrector == "naive"].iloc[0]
     out = []
     for _, r in res.results.iterrows():
-        step_s = float(r["wallclock_s"]) / steps
+        step_s = float(r["step_s"])
         out.append({
             "count": int(n),
             "corrector": r["corrector"],

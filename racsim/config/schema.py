@@ -194,7 +194,8 @@ class PipelineConf:
     steps: int = MISSING
     # Steps at the start of a run that are simulated but not measured (queues
     # filling from empty): steady-state figures use the updates after them.
-    warmup_steps: int = MISSING
+    # null: a fifth of ``steps`` (see :func:`warmup_steps`).
+    warmup_steps: Optional[int] = MISSING
     batch_size: int = MISSING
     generate: LatencyConf = MISSING
     fast_score: LatencyConf = MISSING
@@ -358,3 +359,9 @@ def phase_conf(pipeline: Any, phase: str) -> LatencyConf:
     """The duration distribution of one optimizer phase. Item access, because a
     DictConfig is a mapping and ``.update`` would find the mapping's method."""
     return pipeline[phase] if isinstance(pipeline, Mapping) else getattr(pipeline, phase)
+
+
+def warmup_steps(pipeline: Any) -> int:
+    """The warm-up of a run in steps: ``pipeline.warmup_steps``, or a fifth of ``steps`` when null."""
+    w = pipeline.warmup_steps
+    return pipeline.steps // 5 if w is None else int(w)

@@ -162,9 +162,10 @@ def validate(cfg: Any) -> None:
         raise missing_error(missing)
     p = cfg.pipeline
     _int_at_least("pipeline.steps", p.steps, 1)
-    _int_at_least("pipeline.warmup_steps", p.warmup_steps, 0)
-    _need(p.warmup_steps < p.steps, "pipeline.warmup_steps", p.warmup_steps,
-          f"less than pipeline.steps={p.steps}: at least one step is measured")
+    if p.warmup_steps is not None:
+        _int_at_least("pipeline.warmup_steps", p.warmup_steps, 0)
+        _need(p.warmup_steps < p.steps, "pipeline.warmup_steps", p.warmup_steps,
+              f"null (a fifth of the steps) or less than pipeline.steps={p.steps}: at least one step is measured")
     _int_at_least("pipeline.batch_size", p.batch_size, 1)
     _need(p.engine in ENGINES, "pipeline.engine", p.engine, "one of " + ", ".join(ENGINES))
     for phase in PHASES:

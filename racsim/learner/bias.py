@@ -1,15 +1,23 @@
 """Fixed-policy bias benchmark on the tabular MDP.
 
 A trial is one simulated training run of ``steps`` optimizer steps with
-``batch`` trajectories each. Its gradient estimate averages, over every
-trajectory of the run, the score-function gradient of the fast return plus,
-for every slow channel, the channel's return times the corrector's weight c
-(paper eq. 1; c = 0 for a result dropped or still pending at the end of the
-run, which is the slack of Theorem 2.1). The policy is fixed (identity actor,
-rho = 1), so the exact expectation of a trial's estimate given the arrival
-schedule is  G_fast + sum_k mean(c_k) G_k  with G the exact expectation of the
-finite-T estimator per reward channel; it is reported beside the Monte-Carlo
-figure and its standard error.
+``batch`` trajectories each; every trajectory's gradient is the score-function
+gradient of the fast return plus, for every slow channel, the channel's return
+times the corrector's weight c (paper eq. 1; c = 0 for a result dropped or not
+back). The policy is fixed (identity actor, rho = 1), so the exact expectation
+of an estimate given the arrival schedule is  G_fast + sum_k mean(c_k) G_k,
+with G the exact expectation of the finite-T estimator per reward channel; it
+is reported beside the Monte-Carlo figure and its standard error. Two views:
+
+* ``steady`` (the headline): the gradient of one update in the pipeline's
+  stationary regime. The updates of steps ``warmup .. steps-1`` are averaged:
+  each holds its own step's fast gradients and the slow results that land at
+  it, whatever step they were generated at. Results dropped (past max_delay,
+  timed out) are lost; a result still in flight when the simulation ends is
+  not (it would land in a later update).
+* ``run``: the whole finite run, every rollout's slow results weighted by
+  rollout step, so results in flight at the end count as lost (the end-of-run
+  loss of a run this short; it vanishes in a run of thousands of steps).
 """
 
 from __future__ import annotations
@@ -33,7 +41,6 @@ from racsim.learner.rollouts import (
 )
 from racsim.learner.theory import (
     effective_kernel,
-    measured_kernel,
     predicted_bias,
     slack,
 )
@@ -43,26 +50,37 @@ from racsim.pipeline.schedule import INJECTED, ArrivalSchedule
 CHUNK_TRAJECTORIES = 40_000
 
 
+VIEWS = ("steady", "run")  # the headline first
+
+
 @dataclass
 class BiasRun:
-    """Raw output: per-trial estimates and exact expectations, flattened over (S, A)."""
+    """Raw output: per-trial estimates and exact expectations, flattened over (S, A),
+    per view (:data:`VIEWS`) and corrector."""
 
     target: np.ndarray  # g*, the stationary true gradient
     channel_exact: np.ndarray  # (C, S*A) exact finite-T expectation per reward channel (0 = fast)
-    estimates: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (trials, S*A)
-    mean_weight: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,)
-    slack: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,) eta_k from the kernel
+    estimates: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)  # view -> name -> (trials, S*A)
+    mean_weight: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)  # view -> name -> (K,)
+    nominal_slack: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,) eta_k predicted, NaN: no law
     trajectories: int = 0
 
-    def exact(self, name: str) -> np.ndarray:
+    def exact(self, name: str, view: str = "steady") -> np.ndarray:
         """E[estimate | arrival schedule] for corrector ``name``: G_fast + sum_k mean(c_k) G_k,
-        from the weights the run applied (the measured side, set beside :meth:`predicted`)."""
-        return self.channel_exact[0] + self.mean_weight[name] @ self.channel_exact[1:]
+        from the weights the run applied."""
+        return self.channel_exact[0] + self.mean_weight[view][name] @ self.channel_exact[1:]
+
+    def slack(self, name: str, view: str = "steady") -> np.ndarray:
+        """Measured slack eta_k = 1 - mean(c_k): the share of channel k's slow
+        reward the corrector did not put back (identity actor)."""
+        return 1.0 - self.mean_weight[view][name]
 
     def predicted(self, name: str) -> np.ndarray:
-        """Theorem 2.1: the synchronous expectation plus the predicted bias -sum_k eta_k E[X_k]."""
+        """Theorem 2.1 (eq. ``eq:thm-unbiased``) from the nominal kernel: the synchronous
+        expectation minus sum_k eta_k E[X_k], eta from the configured delay law
+        (:func:`racsim.pipeline.kernels.predicted_kernel`), not from the simulation."""
         sync = self.channel_exact.sum(0)
-        return sync + predicted_bias(self.slack[name], self.channel_exact[1:])
+        return sync + predicted_bias(self.nominal_slack[name], self.channel_exact[1:])
 
 
 def schedule_for(name: str, schedules: Dict[str, ArrivalSchedule]) -> ArrivalSchedule:
@@ -77,6 +95,9 @@ class Cell:
     ``nominal_kernel`` (K, D+1), when given with ``row_normalize``, scales each
     channel's weights of the schedule-driven correctors by 1 / sum_D w(D) Lambda[k, D]
     so that their effective kernel rows sum to one (Theorem 2.1's condition R).
+    ``predicted`` holds the kernels the configuration predicts ("async", "blocking":
+    (K, D+1), NaN rows where no law does), for the theorem's prediction.
+    ``warmup``: the steady view measures the updates of steps warmup .. steps-1.
     """
 
     schedules: Dict[str, ArrivalSchedule]
@@ -86,12 +107,28 @@ class Cell:
     row_normalize: bool = False
     mdp: Optional[M.TabularMDP] = None  # the cell's own rewards (same transitions), if they differ
     fast_noise_std: Optional[float] = None  # the cell's own fast-channel noise, if it differs
+    predicted: Optional[Dict[str, np.ndarray]] = None
+    warmup: int = 0
 
 
 def _delay_weights(name: str, width: int, K: int, params: CorrectorParams) -> np.ndarray:
     """The corrector's weight at each delay 0..width-1 (identity actor), shape (K, width)."""
     grid = np.broadcast_to(np.arange(width), (K, width))
     return correction_weight(name, grid, np.full(grid.shape, INJECTED), None, params)
+
+
+def kernel_slack(name: str, lam: np.ndarray, params: CorrectorParams, gain) -> np.ndarray:
+    """Theorem 2.1's slack eta_k = 1 - sum_D alpha_k w(D) Lambda[k, D] of corrector ``name``
+    on the kernel ``lam`` (K, D+1); NaN for a row of NaN (no kernel known)."""
+    K = lam.shape[0]
+    if name in SCHEDULE_FREE:
+        return np.zeros(K) if name == "sync_oracle" else np.ones(K)
+    known = ~np.isnan(lam).any(axis=1)
+    out = np.full(K, np.nan)
+    if known.any():
+        w = _delay_weights(name, lam.shape[1], K, params)[known]
+        out[known] = slack(effective_kernel(lam[known], alpha=np.broadcast_to(gain, (K,))[known], weight=w))
+    return out
 
 
 def channel_gain(name: str, cell: Cell) -> np.ndarray:
@@ -105,16 +142,15 @@ def channel_gain(name: str, cell: Cell) -> np.ndarray:
     return np.where(mass > 0, 1.0 / np.where(mass > 0, mass, 1.0), 1.0)
 
 
-def corrector_slack(name: str, sched: ArrivalSchedule, params: CorrectorParams,
-                    gain: Optional[np.ndarray] = None) -> np.ndarray:
-    """Theorem 2.1's slack eta_k = 1 - sum_D Lambda~[k, D] of this corrector's effective
-    kernel on the schedule's measured kernel (identity actor), with the gains ``gain``."""
-    K = sched.n_channels
-    if name in SCHEDULE_FREE:
-        return np.zeros(K) if name == "sync_oracle" else np.ones(K)
-    lam = measured_kernel(sched.delay, sched.status)  # (K, D+1)
-    w = _delay_weights(name, lam.shape[1], K, params)
-    return slack(effective_kernel(lam, alpha=1.0 if gain is None else gain, weight=w))
+def steady_mask(name: str, sched: ArrivalSchedule, warmup: int) -> np.ndarray:
+    """(trials, steps, batch, K): the results that the updates of steps warmup..steps-1
+    use, i.e. that land at one of them (step t + delay; the synchronous oracle's at t).
+    A result landed after the last step (``pipeline.drain``'s final update) is not one."""
+    t = np.arange(sched.n_steps)[None, :, None, None]
+    if name == "sync_oracle":
+        return np.broadcast_to(t >= warmup, sched.delay.shape)
+    land = t + sched.delay
+    return (sched.status == INJECTED) & (land >= warmup) & (land < sched.n_steps)
 
 
 def run_bias(
@@ -127,9 +163,10 @@ def run_bias(
     rng: np.random.Generator,
     fast_noise_std: float = 0.0,
     progress: Optional[Callable[[int], None]] = None,
+    warmup: int = 0,
 ) -> BiasRun:
     """Monte-Carlo estimates of every corrector on shared trajectories (common random numbers)."""
-    cell = Cell(schedules, names, params)
+    cell = Cell(schedules, names, params, warmup=warmup)
     return run_bias_cells(mdp, theta, [cell], horizon, rng, fast_noise_std, progress)[0]
 
 
@@ -198,16 +235,24 @@ def run_bias_cells(
         exact = M.finite_horizon_expectation(m, theta, horizon, table.reshape(-1, S, A)).reshape(K + 1, SA)
         run = BiasRun(target=M.true_gradient(m, theta).ravel(), channel_exact=exact)
         w_cell = {}
+        n_win = (steps - cell.warmup) * batch  # the steady view's trajectories per trial
         for name in cell.names:
             sched = schedule_for(name, cell.schedules)
             gain = channel_gain(name, cell)
-            w = correction_weight(name, sched.delay, sched.status, None, cell.params) * gain
-            w_cell[name] = np.broadcast_to(w, sched.delay.shape).reshape(trials, steps * batch, K)
-            run.mean_weight[name] = w_cell[name].mean(axis=(0, 1))
-            run.slack[name] = corrector_slack(name, sched, cell.params, gain)
-            run.estimates[name] = np.empty((trials, SA))
+            w = np.broadcast_to(correction_weight(name, sched.delay, sched.status, None, cell.params) * gain,
+                                sched.delay.shape)
+            ss = np.where(steady_mask(name, sched, cell.warmup), w, 0.0)
+            w_cell["run", name] = w.reshape(trials, steps * batch, K)
+            w_cell["steady", name] = ss.reshape(trials, steps * batch, K)
+            run.mean_weight.setdefault("run", {})[name] = w_cell["run", name].mean(axis=(0, 1))
+            run.mean_weight.setdefault("steady", {})[name] = ss.sum(axis=(0, 1, 2)) / (trials * n_win)
+            for view in VIEWS:
+                run.estimates.setdefault(view, {})[name] = np.empty((trials, SA))
+            if cell.predicted is not None:
+                lam = cell.predicted["blocking" if name in BLOCKING else "async"]
+                run.nominal_slack[name] = kernel_slack(name, lam, cell.params, gain)
         runs.append(run)
-        weights.append(_distinct_weights(w_cell))
+        weights.append((_distinct_weights(w_cell), cell.warmup))
     per_trial = steps * batch
     noisy = any(sd > 0 for sd in noise)
     budget = CHUNK_TRAJECTORIES * 3 // max(3, len(atoms) + noisy)  # bounds the (atoms x T x n) returns
@@ -221,19 +266,22 @@ def run_bias_cells(
             r = np.concatenate([r, rng.standard_normal((n, horizon)).T[None]])
         G = discounted_returns(r, mdp.gamma, axis=1)
         g = score_gradient(states, actions, G, pi, time_major=True).reshape(n, -1, SA)  # (n, R [+1], SA)
-        for run, coef, sd, (names, stacked) in zip(runs, coefs, noise, weights):
+        for run, coef, sd, ((rows, stacked), warmup) in zip(runs, coefs, noise, weights):
             gc = np.einsum("nrs,cr->ncs", g[:, : len(atoms)], coef)  # this cell's channels (n, K+1, SA)
             if sd > 0:
                 gc[:, 0] += sd * g[:, -1]
             K = gc.shape[1] - 1
             gc = gc.reshape(hi - lo, per_trial, K + 1, SA)
-            fast = gc[:, :, 0].mean(axis=1)
-            # every corrector of the cell at once: one (correctors x samples) GEMM per trial
+            # per view: the fast gradients of its updates' own rollouts, and the divisor
+            fast = {"run": (gc[:, :, 0].mean(axis=1), per_trial),
+                    "steady": (gc[:, warmup * batch:, 0].mean(axis=1), (steps - warmup) * batch)}
+            # every corrector and view of the cell at once: one (weights x samples) GEMM per trial
             slow = gc[:, :, 1:].reshape(hi - lo, per_trial * K, SA)
             w = stacked[:, lo:hi].reshape(len(stacked), hi - lo, per_trial * K).transpose(1, 0, 2)
-            est = fast[None] + np.matmul(w, slow).transpose(1, 0, 2) / per_trial
-            for name, row in names.items():
-                run.estimates[name][lo:hi] = est[row]
+            est = np.matmul(w, slow).transpose(1, 0, 2)
+            for (view, name), row in rows.items():
+                f, denom = fast[view]
+                run.estimates[view][name][lo:hi] = f + est[row] / denom
             run.trajectories += n
         if progress is not None:
             progress(hi - lo)
@@ -246,66 +294,101 @@ def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.nda
     return np.bincount(idx.ravel(), minlength=resamples * n).reshape(resamples, n).astype(np.float64)
 
 
+def _view_figures(run: BiasRun, view: str, name: str, boot: Optional[np.ndarray]) -> dict:
+    """Bias of one corrector in one view: Monte Carlo with its s.e. and bootstrap CI, exact."""
+    est = run.estimates[view][name]
+    g = run.target
+    row = {
+        "bias_mc": float(np.linalg.norm(est.mean(axis=0) - g)),
+        "mc_se": float(np.sqrt(est.var(axis=0, ddof=1).sum() / est.shape[0])),
+        "bias_exact": float(np.linalg.norm(run.exact(name, view) - g)),
+        "slack_eta": float(run.slack(name, view).mean()),
+    }
+    if boot is not None:
+        row["bias_ci_lo"], row["bias_ci_hi"] = map(float, np.percentile(boot, [2.5, 97.5]))
+    return row
+
+
 def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: str = "naive",
               counts: Optional[np.ndarray] = None) -> Dict[str, dict]:
-    """Bias (Monte Carlo, exact, predicted), its standard error, VIF, RMSE and the
-    bias-reduction ratio against ``baseline`` with a paired bootstrap 95% CI.
+    """Per corrector: the steady-state bias (Monte Carlo, exact, standard error,
+    bootstrap CI), its decomposition, Theorem 2.1's prediction from the nominal
+    kernel and its gap, VIF, RMSE, the bias-reduction ratio against ``baseline``
+    with a paired bootstrap 95% CI, and the run-level figures as ``run_*``.
     ``counts`` (from :func:`bootstrap_counts`) may be passed to reuse a resample."""
     g = run.target
-    names = list(run.estimates)
-    trials = next(iter(run.estimates.values())).shape[0]
+    names = list(run.estimates["steady"])
+    trials = next(iter(run.estimates["steady"].values())).shape[0]
     if counts is None and resamples > 0:
         counts = bootstrap_counts(trials, resamples, rng)
-    boot_bias = {}
-    if counts is not None:  # every corrector's bootstrap means from one product
-        stacked = np.concatenate([run.estimates[nm] for nm in names], axis=1)
-        means = (counts @ stacked / trials).reshape(len(counts), len(names), -1)
-        boot_bias = {nm: np.linalg.norm(means[:, j] - g, axis=1) for j, nm in enumerate(names)}
+    boot_bias: Dict[Tuple[str, str], np.ndarray] = {}
+    if counts is not None:  # every corrector's bootstrap means, both views, from one product
+        keys = [(v, nm) for v in VIEWS for nm in names]
+        stacked = np.concatenate([run.estimates[v][nm] for v, nm in keys], axis=1)
+        means = (counts @ stacked / trials).reshape(len(counts), len(keys), -1)
+        boot_bias = {key: np.linalg.norm(means[:, j] - g, axis=1) for j, key in enumerate(keys)}
     sync = run.channel_exact.sum(0)
     out = {}
     for name in names:
-        est = run.estimates[name]
-        mean = est.mean(axis=0)
+        est = run.estimates["steady"][name]
         var = est.var(axis=0, ddof=1)
-        row = {
-            "bias_mc": float(np.linalg.norm(mean - g)),
-            "mc_se": float(np.sqrt(var.sum() / trials)),
-            "bias_exact": float(np.linalg.norm(run.exact(name) - g)),
-            "bias_predicted": float(np.linalg.norm(run.predicted(name) - g)),
+        row = _view_figures(run, "steady", name, boot_bias.get(("steady", name)))
+        exact = run.exact(name)
+        row.update({
             "total_variance": float(var.sum()),
             "rmse": float(np.sqrt(np.mean(np.sum((est - g) ** 2, axis=1)))),
-            "slack_eta": float(run.slack[name].mean()),
-            # Decomposition of the exact bias: (a) the slack Theorem 2.1 predicts,
-            # (b) the finite-T / initial-state truncation every estimator has
-            # (the synchronous oracle's whole bias); (c) noise is mc_se.
-            "bias_slack": float(np.linalg.norm(run.predicted(name) - sync)),
+            # Decomposition of the exact bias: the corrector's distance to the synchronous
+            # expectation (the slack's part), and the finite-T / initial-state truncation
+            # every estimator has (the synchronous oracle's whole bias); noise is mc_se.
+            "bias_vs_sync_exact": float(np.linalg.norm(exact - sync)),
+            "bias_vs_sync_mc": float(np.linalg.norm(est.mean(axis=0) - sync)),
             "bias_truncation": float(np.linalg.norm(sync - g)),
-            # The corrector's distance to the synchronous expectation (Theorem 2.1's empirical side).
-            "bias_vs_sync_exact": float(np.linalg.norm(run.exact(name) - sync)),
-            "bias_vs_sync_mc": float(np.linalg.norm(mean - sync)),
-        }
-        # Theorem 2.1 pointwise: (exact - sync) / (-sum_k eta_k G_k), where the prediction is not ~0.
-        pred = run.predicted(name) - sync
-        mask = np.abs(pred) > 1e-12 * max(1.0, np.abs(sync).max())
-        ratio = (run.exact(name) - sync)[mask] / pred[mask]
-        row["theorem_ratio_mean"] = float(ratio.mean()) if ratio.size else float("nan")
-        row["theorem_ratio_std"] = float(ratio.std()) if ratio.size else float("nan")
-        if "sync_oracle" in run.estimates:
-            row["linf_vs_sync"] = float(np.abs(est - run.estimates["sync_oracle"]).max())
-        if counts is not None:
-            row["bias_ci_lo"], row["bias_ci_hi"] = map(float, np.percentile(boot_bias[name], [2.5, 97.5]))
+        })
+        row.update(_theorem_figures(run, name, row["bias_exact"]))
+        if "sync_oracle" in names:
+            row["linf_vs_sync"] = float(np.abs(est - run.estimates["steady"]["sync_oracle"]).max())
         row["at_noise_floor"] = bool(row["bias_mc"] < 2.0 * row["mc_se"])
+        whole = _view_figures(run, "run", name, boot_bias.get(("run", name)))
+        row.update({f"run_{k}": v for k, v in whole.items()})
+        # the end-of-run loss: the part of the run's slack a stationary update does not have
+        row["eta_end_of_run"] = row["run_slack_eta"] - row["slack_eta"]
         out[name] = row
     if baseline in out:
         base = out[baseline]
         for name, row in out.items():
             row["vif"] = row["total_variance"] / base["total_variance"] if base["total_variance"] > 0 else float("nan")
-            row["reduction_mc"] = _ratio(base["bias_mc"], row["bias_mc"])
-            row["reduction_exact"] = _ratio(base["bias_exact"], row["bias_exact"])
+            for pre in ("", "run_"):
+                row[f"{pre}reduction_mc"] = _ratio(base[f"{pre}bias_mc"], row[f"{pre}bias_mc"])
+                row[f"{pre}reduction_exact"] = _ratio(base[f"{pre}bias_exact"], row[f"{pre}bias_exact"])
             if counts is not None:
-                r = boot_bias[baseline] / np.maximum(boot_bias[name], 1e-300)
+                r = boot_bias["steady", baseline] / np.maximum(boot_bias["steady", name], 1e-300)
                 row["reduction_ci_lo"], row["reduction_ci_hi"] = map(float, np.percentile(r, [2.5, 97.5]))
     return out
+
+
+def _theorem_figures(run: BiasRun, name: str, bias_exact: float) -> dict:
+    """Theorem 2.1 from the nominal kernel beside the exact steady-state bias: the predicted
+    bias, its gap to the exact one, the predicted slack and the pointwise ratio
+    (exact - sync) / (predicted - sync) where the prediction is not ~0. NaN where no
+    delay law predicts the kernel (gpu_rm channels, a GPU fast scorer)."""
+    nan = float("nan")
+    eta = run.nominal_slack.get(name)
+    if eta is None or np.isnan(eta).any():
+        return {"bias_theorem": nan, "theorem_gap": nan, "eta_nominal": nan, "bias_vs_sync_theorem": nan,
+                "theorem_ratio_mean": nan, "theorem_ratio_std": nan}
+    sync = run.channel_exact.sum(0)
+    pred = run.predicted(name)
+    bias_theorem = float(np.linalg.norm(pred - run.target))
+    mask = np.abs(pred - sync) > 1e-12 * max(1.0, np.abs(sync).max())
+    ratio = (run.exact(name) - sync)[mask] / (pred - sync)[mask]
+    return {
+        "bias_theorem": bias_theorem,
+        "theorem_gap": bias_exact - bias_theorem,
+        "eta_nominal": float(eta.mean()),
+        "bias_vs_sync_theorem": float(np.linalg.norm(pred - sync)),  # || sum_k eta_k E[X_k] ||
+        "theorem_ratio_mean": float(ratio.mean()) if ratio.size else nan,
+        "theorem_ratio_std": float(ratio.std()) if ratio.size else nan,
+    }
 
 
 def _ratio(a: float, b: float) -> float:

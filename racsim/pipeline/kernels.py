@@ -1,5 +1,6 @@
 """Explicit delay kernels Lambda[k, Delta]: from a latency law read in steps, the
-configured kernels of a cell, and draining the results still in flight at the end.
+configured kernels of a cell, the kernels a configuration predicts without
+simulating it, and draining the results still in flight at the end.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from racsim.pipeline.draws import PipelineDraws
 from racsim.pipeline.latency import build_latency
+from racsim.config.schema import PHASES, phase_conf
 from racsim.pipeline.schedule import INJECTED, PENDING, ArrivalSchedule
 
 MAX_KERNEL_STEPS = 10_000
@@ -37,6 +39,52 @@ def nominal_kernel(cfg: DictConfig):
         return None
     width = max(map(len, rows))
     return np.array([r + [0.0] * (width - len(r)) for r in rows])
+
+
+def predicted_kernel(cfg: DictConfig, blocking: bool = False) -> np.ndarray:
+    """(K, D+1) delay kernel of every slow channel from the configuration alone: no
+    queueing, no simulated schedule (the input of Theorem 2.1's prediction, eq.
+    ``eq:thm-unbiased``, to set beside the simulated bias).
+
+    A kernel channel: its configured kernel. A clock channel with a latency law X
+    and a step of mean length s = sum of the phases' means, submitted a = generate
+    + fast_score + submit into its step: Delta = max(1, ceil((a + X) / s)), the
+    first later step that begins after the result is back. ``max_delay`` cuts
+    the kernel (the rest is dropped). ``blocking``: the optimizer waits, so a
+    result lands at Delta = 0 unless it takes longer than
+    ``corrector.wait_timeout_s`` (for a kernel channel: Delta steps of s). NaN
+    rows where no law predicts the delay: gpu_rm channels (batching and queues
+    set it) and every channel when the fast scorer runs on GPUs (``fast_rm``).
+    """
+    p = cfg.pipeline
+    means = {ph: float(build_latency(phase_conf(p, ph), f"pipeline.{ph}").mean()) for ph in PHASES}
+    step = sum(means.values())
+    offset = step - means["update"]
+    timeout = cfg.corrector.wait_timeout_s
+    rows = []
+    for name, ch in p.channels.items():
+        if ch.kind == "gpu_rm" or p.fast_rm is not None:
+            rows.append(None)
+            continue
+        if ch.kernel is not None:
+            pmf = np.asarray(list(ch.kernel), dtype=np.float64)
+            if blocking:
+                ok = np.arange(len(pmf)) * step <= (np.inf if timeout is None else timeout)
+                rows.append(np.array([pmf[ok].sum()]))
+                continue
+        else:
+            lat = build_latency(ch.latency, f"pipeline.channels.{name}.latency")
+            if blocking:
+                rows.append(np.array([1.0 if timeout is None else float(lat.cdf(np.array([timeout]))[0])]))
+                continue
+            top = min(math.ceil((offset + float(lat.quantile(1.0 - 1e-12))) / step), MAX_KERNEL_STEPS)
+            cdf = lat.cdf(np.arange(1, max(top, 1) + 1) * step - offset)  # P(Delta <= d), d = 1..top
+            pmf = np.diff(np.concatenate([[0.0, 0.0], cdf]))  # Delta = 0 has no mass
+        if ch.max_delay is not None:
+            pmf = pmf[: ch.max_delay + 1]
+        rows.append(np.clip(pmf, 0.0, None))
+    width = max((len(r) for r in rows if r is not None), default=1)
+    return np.array([np.full(width, np.nan) if r is None else np.pad(r, (0, width - len(r))) for r in rows])
 
 
 def drain(sched: ArrivalSchedule, draws: PipelineDraws) -> ArrivalSchedule:

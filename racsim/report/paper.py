@@ -170,7 +170,7 @@ def _decompose(rows: pd.DataFrame, corrector: str = "rac") -> Dict[str, Any]:
     r = rows[rows.corrector == corrector]
     if r.empty:
         return {}
-    parts = {"slack": r.bias_slack.mean(), "truncation": r.bias_truncation.mean(), "mc_se": r.mc_se.mean()}
+    parts = {"slack": r.bias_vs_sync_exact.mean(), "truncation": r.bias_truncation.mean(), "mc_se": r.mc_se.mean()}
     return dict(corrector=corrector, **parts, largest=max(parts, key=parts.get),
                 at_noise_floor=int(r.at_noise_floor.sum()), cells=len(r))
 
@@ -510,7 +510,7 @@ def _slack_figure(r: pd.DataFrame, path: Path) -> None:
     plt = _plt()
     r = r.sort_values("slack_eta")
     fig, ax = plt.subplots(figsize=(5.6, 4))
-    ax.plot(r.slack_eta, r.bias_slack, "-", label="predicted: || sum_k eta_k E[X_k] || (Theorem 2.1)")
+    ax.plot(r.slack_eta, r.bias_vs_sync_theorem, "-", label="predicted: || sum_k eta_k E[X_k] || (Theorem 2.1)")
     ax.plot(r.slack_eta, r.bias_vs_sync_mc, "o", label="empirical: || mean estimate - E[sync] || (Monte Carlo)")
     ax.plot(r.slack_eta, r.bias_vs_sync_exact, "x", label="exact expectation")
     ax.set_xlabel("slack eta")

@@ -13,13 +13,27 @@ TABLE = [
     ("bias_mc", "bias (MC)"),
     ("mc_se", "MC s.e."),
     ("bias_exact", "bias (exact)"),
-    ("bias_predicted", "bias (thm)"),
+    ("bias_theorem", "bias (thm)"),
     ("reduction_exact", "reduction"),
     ("reduction_ci", "95% CI (MC)"),
+    ("run_bias_exact", "run bias"),
     ("vif", "VIF"),
     ("slack_eta", "eta"),
     ("J_at_naive_clock", "J @ naive clock"),
 ]
+
+
+def warmup_warning(results: pd.DataFrame, threshold: float = 0.05) -> str:
+    """One line when the warm-up is too short for the delays (``delay_past_warmup``
+    above ``threshold``): the steady-state figures then miss part of the slow results."""
+    if "delay_past_warmup" not in results or not len(results):
+        return ""
+    worst = results.loc[results.delay_past_warmup.idxmax()]
+    if worst.delay_past_warmup <= threshold:
+        return ""
+    return (f"warning: {worst.delay_past_warmup:.0%} of the slow results land (or are still in flight) more than "
+            f"pipeline.warmup_steps={worst.warmup_steps} steps after their own step: the steady-state bias misses "
+            "them; raise pipeline.warmup_steps (and pipeline.steps)")
 
 
 def format_table(results: pd.DataFrame) -> str:

@@ -13,7 +13,7 @@ import pandas as pd
 from racsim.analyses.result import RunResult
 from racsim.io import atomic_write, write_text
 from racsim.report import plots as P
-from racsim.report.tables import format_table
+from racsim.report.tables import format_table, warmup_warning
 from racsim.report.trace import write_timeline
 
 
@@ -68,22 +68,29 @@ def summary_markdown(res: RunResult, files: list) -> str:
         f"# racsim run: {first['scenario']}",
         "",
         f"K = {first['K']} slow channels, {first['steps']} optimizer steps x {first['batch_size']} trajectories "
-        f"per trial, {first['trials']} trials, seed {first['seed']}.",
+        f"per trial (the first {first['warmup_steps']} a warm-up), {first['trials']} trials, seed {first['seed']}.",
         "",
         "## Correctors",
         "",
-        "Bias = || mean estimate - true gradient ||_2. `bias (MC)` is the Monte-Carlo figure with its standard "
-        "error; `bias (exact)` is the exact expectation of the finite-T estimator given the simulated arrival "
-        "schedule; `bias (thm)` is Theorem 2.1's prediction from the measured delay kernel. `reduction` is "
-        "naive's exact bias over the corrector's; the CI is a paired bootstrap of the Monte-Carlo ratio. "
-        "`clock x` is simulated wall-clock relative to naive. `J @ naive clock` is the true objective reached "
-        "by training with that corrector within naive's wall-clock.",
+        "Bias = || mean estimate - true gradient ||_2 of one update's gradient in the pipeline's steady state: "
+        "the updates after the warm-up, each with the slow results that land at it (dropped results are lost, "
+        "results still in flight when the simulation ends are not). `bias (MC)` is the Monte-Carlo figure with "
+        "its standard error; `bias (exact)` its exact expectation given the simulated arrival schedule; "
+        "`bias (thm)` is Theorem 2.1's prediction from the configured delay law alone (no queueing, no "
+        "simulation), so it can disagree (`theorem_gap` in results.csv). `reduction` is naive's exact bias over "
+        "the corrector's; the CI is a paired bootstrap of the Monte-Carlo ratio. `run bias` is the exact bias of "
+        "the whole finite run instead, where results in flight at the end are lost (`eta_end_of_run` is that "
+        "loss's part of the slack). `clock x` is simulated wall-clock relative to naive. `J @ naive clock` is the "
+        "true objective reached by training with that corrector within naive's wall-clock.",
         "",
         "```",
         format_table(r),
         "```",
         "",
     ]
+    warning = warmup_warning(r)
+    if warning:
+        lines += [warning[0].upper() + warning[1:] + ".", ""]
     floor = r[r.get("at_noise_floor", False) == True]  # noqa: E712
     if len(floor):
         lines += [
