@@ -347,11 +347,18 @@ class RacsimConf:
 
 
 def register_configs() -> None:
-    """Register the schema so that Hydra type-checks the composed config."""
-    from hydra.core.config_store import ConfigStore
+    """Register the schema so that Hydra type-checks the composed config.
 
-    cs = ConfigStore.instance()
-    cs.store(name="racsim_schema", node=RacsimConf)
+    The ``study`` node is stored open (its struct flag False): OmegaConf refuses to
+    delete a field of a typed node, so ``~study.grid`` (remove a scenario's grid) needs
+    it. Every value keeps its type; a key the schema lacks under ``study`` is then
+    caught by racsim.config.validate.check_schema instead of by the composition."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.structured(RacsimConf)
+    OmegaConf.set_struct(node.study, False)
+    ConfigStore.instance().store(name="racsim_schema", node=node)
 
 
 def phase_conf(pipeline: Any, phase: str) -> LatencyConf:
