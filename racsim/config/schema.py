@@ -50,6 +50,7 @@ CORRECTORS = (
     "rac_no_age",
     "bare_additive",
     "sync_oracle",
+    "rac_adaptive",  # last: adding it left the other correctors' random streams (training) as they were
 )
 
 
@@ -226,6 +227,11 @@ class CorrectorConf:
     tau_age: float = MISSING
     rho_bar: float = MISSING
     retrace_gamma: float = MISSING
+    # rac_adaptive: tau_age(u) = adaptive_scale * max(1, the adaptive_quantile of the delays of the
+    # channel's results landed before update u), tau_age until adaptive_min_results have landed.
+    adaptive_quantile: float = MISSING
+    adaptive_scale: float = MISSING
+    adaptive_min_results: int = MISSING
     wait_timeout_s: Optional[float] = MISSING
     # Theorem 2.1's condition (R): scale each kernel channel's gain so that the
     # corrector's effective kernel row sums to 1 (alpha_k = alpha / sum_D w(D) Lambda[k, D]).
