@@ -16,6 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from racsim.config.defaults import replace_grid
 from racsim.config.schema import register_configs
 from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
@@ -38,7 +39,9 @@ def _task(cfg) -> None:
     from racsim.report.writers import write_outputs  # lazy
     from racsim.run import run  # lazy
 
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    hc = HydraConfig.get()
+    out_dir = Path(hc.runtime.output_dir)
+    replace_grid(cfg, hc.overrides.task)  # Hydra merged it; a value it accepted for the grid cannot fail here
     job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
     if job.skip:
         print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")

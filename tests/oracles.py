@@ -7,9 +7,10 @@ the README), one element or one time step at a time, never calling racsim.
 import math
 
 
-def oracle_weight(name, delay, status, ratio, alpha, tau_age, rho_bar, gamma):
+def oracle_weight(name, delay, status, ratio, alpha, tau_age, rho_bar, gamma, tau=None):
     """Corrector weight c of one (sample, channel) element; plain Python floats.
-    ``status`` 0 means injected; ``ratio`` is pi_now / pi_behaviour (1 at an identity actor)."""
+    ``status`` 0 means injected; ``ratio`` is pi_now / pi_behaviour (1 at an identity actor);
+    ``tau``: rac_adaptive's age constant for this element (see oracle_adaptive_tau)."""
     if name == "naive":
         return 0.0
     if name == "sync_oracle":
@@ -27,7 +28,26 @@ def oracle_weight(name, delay, status, ratio, alpha, tau_age, rho_bar, gamma):
         return alpha * rho
     if name == "retrace_a":
         return alpha * gamma**delay * rho
+    if name == "rac_adaptive":
+        return alpha * math.exp(-delay / tau) * rho
     raise AssertionError(name)
+
+
+def oracle_adaptive_tau(delay, status, lane, update, channel, quantile, scale, min_results, prior):
+    """rac_adaptive's tau_age at ``update`` of one lane and channel, from the README's rule:
+    collect the delays of that lane's and channel's injected results whose landing step
+    (origin step + delay) is before ``update``; fewer than ``min_results``: the prior;
+    else scale * max(1, Q) with Q the ceil(quantile * n)-th smallest of them.
+    ``delay``/``status``: a schedule's (lanes, steps, batch, K) arrays."""
+    seen = []
+    for t in range(delay.shape[1]):
+        for b in range(delay.shape[2]):
+            if status[lane, t, b, channel] == 0 and t + delay[lane, t, b, channel] < update:
+                seen.append(int(delay[lane, t, b, channel]))
+    if len(seen) < min_results:
+        return float(prior)
+    q = sorted(seen)[math.ceil(quantile * len(seen)) - 1]
+    return scale * max(1, q)
 
 
 def oracle_returns(rewards, gamma):

@@ -287,10 +287,11 @@ def test_default_correctors_are_all_known():
     learner implements (an unknown name is a ConfigError there) and the plots draw."""
     names = list(default_config().corrector.names)
     assert names == list(CORRECTORS)
-    d, st = np.zeros(3, dtype=int), np.full(3, INJECTED)
+    shape = (1, 3, 1, 1)  # a schedule's (trials, steps, batch, K): rac_adaptive reads its history there
+    d, st = np.zeros(shape, dtype=int), np.full(shape, INJECTED)
     for n in names:
         w = correction_weight(n, d, st, None, CorrectorParams())
-        assert w.shape == (3,) and np.isfinite(w).all(), n
+        assert w.shape == shape and np.isfinite(w).all(), n
         assert n in MARKERS, n
     with pytest.raises(ConfigError):
         correction_weight("bogus", d, st, None, CorrectorParams())

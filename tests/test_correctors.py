@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from oracles import oracle_weight
+from oracles import oracle_adaptive_tau, oracle_weight
 
 from racsim.config.schema import CORRECTORS
 from racsim.errors import ConfigError
@@ -69,9 +69,13 @@ def test_correction_weight_matches_loop_oracle(seed, ratio_mode):
                     assert got.dtype == np.float64 and got.shape == SHAPE
                     want = np.empty(SHAPE)
                     for idx in np.ndindex(*SHAPE):
+                        lane, t, _, k = idx
+                        tau = None if name != "rac_adaptive" else oracle_adaptive_tau(
+                            delay, status, lane, t + delay[idx], k, params.adaptive_quantile, params.adaptive_scale,
+                            params.adaptive_min_results, tau_age)
                         want[idx] = oracle_weight(
                             name, int(delay[idx]), int(status[idx]), float(full_ratio[idx]),
-                            alpha, tau_age, rho_bar, gamma,
+                            alpha, tau_age, rho_bar, gamma, tau,
                         )
                     np.testing.assert_allclose(got, want, rtol=1e-13, atol=0, err_msg=f"{name} {params}")
                     checked += 1

@@ -29,7 +29,7 @@ SMALL = ["learner.trials=20", "learner.bootstrap=20", "learner.train.enabled=fal
          "output.plots=false"]
 CELLS = ["seed=0,1,2", "corrector.tau_age=20,1000"]
 N_JOBS = 6
-N_CORRECTORS = 7  # every corrector of the default scenario
+N_CORRECTORS = 8  # every corrector of the default scenario
 
 
 def racsim(args, cwd, timeout=300, extra_env=None):

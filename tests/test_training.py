@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from helpers import det_phases
 from omegaconf import OmegaConf
-from oracles import oracle_returns, oracle_score, oracle_weight
+from oracles import oracle_adaptive_tau, oracle_returns, oracle_score, oracle_weight
 
 import racsim.run as R
 from racsim.analyses import bias_study as BS
@@ -34,7 +34,7 @@ from racsim.learner.rollouts import sample_trajectories, score_gradient
 from racsim.learner.training import train
 from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, ArrivalSchedule
 
-ASYNC_NAMES = ["naive", "retrace_a", "rac", "rac_no_age", "bare_additive", "sync_oracle"]
+ASYNC_NAMES = ["naive", "retrace_a", "rac", "rac_no_age", "bare_additive", "sync_oracle", "rac_adaptive"]
 
 
 # --------------------------------------------------------------------------
@@ -94,13 +94,18 @@ def oracle_train(mdp, theta0, sched, name, params, T, lr, rng, noise):
                         elif status != INJECTED or o + delay != t:
                             continue
                         st, ac, beh, slow = memory[l, o, b]
+                        tau = None
+                        if name == "rac_adaptive":
+                            tau = oracle_adaptive_tau(sched.delay, sched.status, l, t, k, params.adaptive_quantile,
+                                                      params.adaptive_scale, params.adaptive_min_results,
+                                                      params.tau_age)
                         cs = []
                         for u in range(T):
                             ratio = pi[st[u], ac[u]] / beh[u]
                             if name in ("rac", "rac_no_age", "retrace_a") and o < t:
                                 ratios.append(ratio)
                             cs.append(oracle_weight(name, delay, status, ratio, params.alpha, params.tau_age, params.rho_bar,
-                                                    params.retrace_gamma))
+                                                    params.retrace_gamma, tau))
                         add_score(st, ac, slow[k], cs)
             new_theta.append(theta[l] + lr * grad / Bt)
         theta = new_theta
@@ -161,7 +166,9 @@ def test_train_matches_loop_oracle(small_mdp, name, lanes):
     st = sched.status
     assert (st == INJECTED).any() and (st == DROPPED).any() and (st == PENDING).any()
     assert set(np.unique(sched.delay[st == INJECTED])) == {0, 1, 2, 3}
-    params = CorrectorParams(alpha=0.9, tau_age=2.5, rho_bar=1.0, retrace_gamma=0.7)
+    # rac_adaptive: its prior for the first 4 landed results of a lane and channel, then 1.5 x their median
+    params = CorrectorParams(alpha=0.9, tau_age=2.5, rho_bar=1.0, retrace_gamma=0.7, adaptive_scale=1.5,
+                             adaptive_min_results=4)
     noise = 0.4 if lanes == 2 else 0.0
     check_against_oracle(mdp, theta0, sched, name, params, 5, 3.0, 17, noise)
 

@@ -61,7 +61,9 @@ def build_mdp(cfg: Any) -> M.TabularMDP:
 
 def corrector_params(cfg: Any) -> CorrectorParams:
     c = cfg.corrector
-    return CorrectorParams(alpha=c.alpha, tau_age=c.tau_age, rho_bar=c.rho_bar, retrace_gamma=c.retrace_gamma)
+    return CorrectorParams(alpha=c.alpha, tau_age=c.tau_age, rho_bar=c.rho_bar, retrace_gamma=c.retrace_gamma,
+                           adaptive_quantile=c.adaptive_quantile, adaptive_scale=c.adaptive_scale,
+                           adaptive_min_results=c.adaptive_min_results)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from racsim.config.schema import ChannelConf, RacsimConf
-from racsim.config.validate import validate
+from racsim.config.validate import check_schema, validate
 from racsim.errors import ConfigError
 from racsim.pipeline.kernels import distribution_kernel
 
@@ -28,7 +28,11 @@ Values = Dict[str, Any]
 def expand(cfg: Any) -> List[Tuple[Values, RacsimConf]]:
     """The cells of ``cfg.study.grid`` (one cell, with no values, when it is empty),
     each resolved (:func:`resolve`) and validated, as plain :class:`RacsimConf`
-    objects (setting values on those is cheap; on a DictConfig it is not)."""
+    objects (setting values on those is cheap; on a DictConfig it is not). A DictConfig
+    is first checked for keys the schema lacks (:func:`check_schema`: the ``study``
+    node is open, see racsim.config.schema.register_configs)."""
+    if isinstance(cfg, DictConfig):
+        check_schema(cfg)
     base: RacsimConf = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else copy.deepcopy(cfg)
     grid = dict(base.study.grid)
     base.study.grid = {}

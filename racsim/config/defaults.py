@@ -9,7 +9,8 @@ not a different model from the one the ``racsim`` command runs.
 * :func:`compose_config`: the composed config of ``racsim OVERRIDES...``, through
   Hydra's compose API with the command's primary config, schema and search path;
 * :func:`default_config`: the same as plain dataclasses (a :class:`RacsimConf`);
-* :func:`catalog`: one of conf/rm/'s groups (``gpu``, ``model``) as name -> fields.
+* :func:`catalog`: one of conf/rm/'s groups (``gpu``, ``model``) as name -> fields;
+* :func:`replace_grid`: a study grid given on the command line replaces the scenario's.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from __future__ import annotations
 import copy
 import functools
 from importlib.resources import files
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Iterable, Tuple
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from racsim.config.schema import RacsimConf, register_configs
 
@@ -51,10 +52,29 @@ def _composed(overrides: Tuple[str, ...]) -> DictConfig:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(version_base="1.3", config_module=CONFIG_MODULE):
-            cfg = compose(config_name="config", overrides=list(overrides))
+            cfg = replace_grid(compose(config_name="config", overrides=list(overrides)), overrides)
     finally:
         restore_gh_from_backup(backup)
     return cfg  # callers get copies: compose_config deep-copies it, default_config builds new objects
+
+
+GRID_KEY = "study.grid"
+
+
+def replace_grid(cfg: DictConfig, overrides: Iterable[str]) -> DictConfig:
+    """Set the last ``study.grid=GRID`` of the command line's ``overrides`` as the whole grid
+    (in place; returns ``cfg``). Hydra merges a mapping given for a key into the one
+    composed there, so the scenario's grid would survive ``study.grid={}`` and keep its
+    other axes under ``study.grid={seed:[0,1]}``; a grid is one object, so the one given
+    replaces it. ``study.grid.AXIS=[...]`` still changes one axis and ``~study.grid``
+    (Hydra's deletion) removes the grid."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if o.key_or_group == GRID_KEY]
+    if given and not given[-1].is_delete():
+        with open_dict(cfg):
+            cfg.study.grid = given[-1].value()
+    return cfg
 
 
 @functools.lru_cache(maxsize=None)

@@ -50,6 +50,7 @@ CORRECTORS = (
     "rac_no_age",
     "bare_additive",
     "sync_oracle",
+    "rac_adaptive",  # last: adding it left the other correctors' random streams (training) as they were
 )
 
 
@@ -227,6 +228,11 @@ class CorrectorConf:
     tau_age: float = MISSING
     rho_bar: float = MISSING
     retrace_gamma: float = MISSING
+    # rac_adaptive: tau_age(u) = adaptive_scale * max(1, the adaptive_quantile of the delays of the
+    # channel's results landed before update u), tau_age until adaptive_min_results have landed.
+    adaptive_quantile: float = MISSING
+    adaptive_scale: float = MISSING
+    adaptive_min_results: int = MISSING
     wait_timeout_s: Optional[float] = MISSING
     # Theorem 2.1's condition (R): scale each kernel channel's gain so that the
     # corrector's effective kernel row sums to 1 (alpha_k = alpha / sum_D w(D) Lambda[k, D]).
@@ -348,11 +354,18 @@ class RacsimConf:
 
 
 def register_configs() -> None:
-    """Register the schema so that Hydra type-checks the composed config."""
-    from hydra.core.config_store import ConfigStore
+    """Register the schema so that Hydra type-checks the composed config.
 
-    cs = ConfigStore.instance()
-    cs.store(name="racsim_schema", node=RacsimConf)
+    The ``study`` node is stored open (its struct flag False): OmegaConf refuses to
+    delete a field of a typed node, so ``~study.grid`` (remove a scenario's grid) needs
+    it. Every value keeps its type; a key the schema lacks under ``study`` is then
+    caught by racsim.config.validate.check_schema instead of by the composition."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.structured(RacsimConf)
+    OmegaConf.set_struct(node.study, False)
+    ConfigStore.instance().store(name="racsim_schema", node=node)
 
 
 def phase_conf(pipeline: Any, phase: str) -> LatencyConf:

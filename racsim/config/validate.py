@@ -204,6 +204,10 @@ def validate(cfg: Any) -> None:
     _positive("corrector.rho_bar", c.rho_bar, allow_inf=True)
     _need(_finite(c.retrace_gamma) and 0 <= c.retrace_gamma <= 1, "corrector.retrace_gamma",
           c.retrace_gamma, "a number in [0, 1]")
+    _need(_finite(c.adaptive_quantile) and 0 < c.adaptive_quantile <= 1, "corrector.adaptive_quantile",
+          c.adaptive_quantile, "a number in (0, 1]")
+    _positive("corrector.adaptive_scale", c.adaptive_scale)
+    _int_at_least("corrector.adaptive_min_results", c.adaptive_min_results, 1)
     if c.wait_timeout_s is not None:
         _positive("corrector.wait_timeout_s", c.wait_timeout_s)
 

@@ -33,6 +33,7 @@ from racsim.learner.correctors import (
     SCHEDULE_FREE,
     CorrectorParams,
     correction_weight,
+    kernel_tau_age,
 )
 from racsim.learner.rollouts import (
     discounted_returns,
@@ -111,10 +112,14 @@ class Cell:
     warmup: int = 0
 
 
-def _delay_weights(name: str, width: int, K: int, params: CorrectorParams) -> np.ndarray:
-    """The corrector's weight at each delay 0..width-1 (identity actor), shape (K, width)."""
+def _delay_weights(name: str, lam: np.ndarray, params: CorrectorParams) -> np.ndarray:
+    """The corrector's weight at each delay 0..D of the kernel ``lam`` (K, D+1) (identity actor),
+    shape (K, D+1). rac_adaptive, whose tau_age comes from a run's history, takes its long-run
+    value for this kernel (:func:`~racsim.learner.correctors.kernel_tau_age`)."""
+    K, width = lam.shape
     grid = np.broadcast_to(np.arange(width), (K, width))
-    return correction_weight(name, grid, np.full(grid.shape, INJECTED), None, params)
+    tau = kernel_tau_age(lam, params)[:, None] if name == "rac_adaptive" else None
+    return correction_weight(name, grid, np.full(grid.shape, INJECTED), None, params, tau_age=tau)
 
 
 def kernel_slack(name: str, lam: np.ndarray, params: CorrectorParams, gain) -> np.ndarray:
@@ -126,7 +131,7 @@ def kernel_slack(name: str, lam: np.ndarray, params: CorrectorParams, gain) -> n
     known = ~np.isnan(lam).any(axis=1)
     out = np.full(K, np.nan)
     if known.any():
-        w = _delay_weights(name, lam.shape[1], K, params)[known]
+        w = _delay_weights(name, lam[known], params)
         out[known] = slack(effective_kernel(lam[known], alpha=np.broadcast_to(gain, (K,))[known], weight=w))
     return out
 
@@ -138,7 +143,7 @@ def channel_gain(name: str, cell: Cell) -> np.ndarray:
     if not cell.row_normalize or cell.nominal_kernel is None or name in SCHEDULE_FREE or name in BLOCKING:
         return np.ones(K)
     lam = cell.nominal_kernel
-    mass = effective_kernel(lam, weight=_delay_weights(name, lam.shape[1], K, cell.params)).sum(axis=1)
+    mass = effective_kernel(lam, weight=_delay_weights(name, lam, cell.params)).sum(axis=1)
     return np.where(mass > 0, 1.0 / np.where(mass > 0, mass, 1.0), 1.0)
 
 

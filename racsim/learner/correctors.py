@@ -19,6 +19,13 @@ Notation follows the paper (``paper/rac-paper.tex``, section "Method"):
 Every corrector is described by one number per element, the weight ``c``
 multiplying ``X`` (:func:`correction_weight`); :func:`corrected_advantage`
 applies it.
+
+``rac_adaptive`` (not in the paper) is eq. (1) with tau_age set from the delays
+observed so far in the run (:func:`adaptive_tau_age`): at update u, channel k's
+tau_age is ``adaptive_scale * max(1, Q_q)``, Q_q the ``adaptive_quantile`` of the
+delays of the channel's results that landed at updates before u, and the prior
+``tau_age`` until ``adaptive_min_results`` of them have landed. It is causal: a
+weight depends only on results that landed before the update applying it.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from racsim.pipeline.schedule import INJECTED
 __all__ = [
     "CorrectorParams",
     "age_weight",
+    "adaptive_tau_age",
+    "kernel_tau_age",
     "geometric_weight",
     "clipped_ratio",
     "correction_weight",
@@ -64,12 +73,19 @@ class CorrectorParams:
         in optimizer steps; ``inf`` turns the age kernel off (w_age = 1).
     rho_bar: clip level of the importance ratio; ``inf`` disables the clip.
     retrace_gamma: per-step decay gamma of Retrace-A's kernel gamma**Delta.
+    adaptive_quantile, adaptive_scale, adaptive_min_results: rac_adaptive's rule
+        tau_age(u) = adaptive_scale * max(1, q-quantile of the delays landed before
+        update u), with ``tau_age`` as the prior until adaptive_min_results have landed
+        (per trial and channel). A result at the quantile keeps w_age = exp(-1/scale).
     """
 
     alpha: float = 1.0
     tau_age: float = 1000.0
     rho_bar: float = 1.0
     retrace_gamma: float = 0.5
+    adaptive_quantile: float = 0.5
+    adaptive_scale: float = 50.0
+    adaptive_min_results: int = 10
 
     def __post_init__(self) -> None:
         for key in ("alpha", "tau_age", "rho_bar"):
@@ -81,20 +97,92 @@ class CorrectorParams:
         g = self.retrace_gamma
         if not (isinstance(g, (int, float, np.floating, np.integer)) and 0 <= g <= 1):
             raise ValueError(f"CorrectorParams.retrace_gamma = {g!r}: a number in [0, 1]")
+        q = self.adaptive_quantile
+        if not (isinstance(q, (int, float, np.floating, np.integer)) and 0 < q <= 1):
+            raise ValueError(f"CorrectorParams.adaptive_quantile = {q!r}: a number in (0, 1]")
+        c = self.adaptive_scale
+        if not (isinstance(c, (int, float, np.floating, np.integer)) and 0 < c < np.inf):
+            raise ValueError(f"CorrectorParams.adaptive_scale = {c!r}: a finite positive number")
+        n = self.adaptive_min_results
+        if not (isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1):
+            raise ValueError(f"CorrectorParams.adaptive_min_results = {n!r}: an integer >= 1")
 
 
-def age_weight(delay, tau_age: float) -> np.ndarray:
+def age_weight(delay, tau_age) -> np.ndarray:
     """Age kernel of eq. (1): ``w_age(Delta) = exp(-Delta / tau_age)``.
 
     The paper writes it as gamma**Delta with gamma = exp(-1/tau_age).
-    ``tau_age = inf`` gives 1 everywhere (no age discount). float64 out.
+    ``tau_age = inf`` gives 1 everywhere (no age discount). ``tau_age`` is a
+    number or an array broadcastable to ``delay`` (one per element). float64 out.
     """
     d = np.asarray(delay, dtype=np.float64)
-    if not tau_age > 0:
+    tau = np.asarray(tau_age, dtype=np.float64)
+    if not np.all(tau > 0):
         raise ValueError(f"tau_age = {tau_age!r}: a positive number (or inf)")
-    if np.isinf(tau_age):
+    if tau.ndim == 0 and np.isinf(tau):
         return np.ones_like(d)
-    return np.exp(-d / float(tau_age))
+    return np.exp(-d / tau)
+
+
+def _quantile_index(hist: np.ndarray, q: float) -> np.ndarray:
+    """Per row of a histogram over delays 0, 1, ... (last axis): the smallest delay d with
+    at least a fraction q of the row's mass at delays <= d (0 for an empty row)."""
+    cdf = np.cumsum(hist, axis=-1)
+    return np.argmax(cdf >= q * cdf[..., -1:], axis=-1)
+
+
+def _tau_from_quantile(quantile: np.ndarray, params: CorrectorParams) -> np.ndarray:
+    """rac_adaptive's tau_age from a delay quantile: adaptive_scale * max(1, quantile)."""
+    return params.adaptive_scale * np.maximum(quantile, 1).astype(np.float64)
+
+
+def adaptive_tau_age(delay, status, params: CorrectorParams) -> np.ndarray:
+    """rac_adaptive's tau_age for every result of a schedule (its delay and status arrays,
+    (trials, steps, batch, K)): for a result landing at update u = t + Delta, per trial
+    and channel, ``adaptive_scale * max(1, Q)`` with Q the ``adaptive_quantile`` of the
+    delays of the results that landed at updates before u (the smallest landed delay d
+    with at least that fraction of them <= d); ``tau_age`` (the prior) while fewer than
+    ``adaptive_min_results`` have landed, and where a result is not injected (its
+    weight is 0). Causal: results landing at u or later do not change it. float64 out.
+    """
+    delay, status = np.asarray(delay), np.asarray(status)
+    if delay.ndim != 4 or delay.shape != status.shape:
+        raise ValueError(f"rac_adaptive needs a schedule's (trials, steps, batch, K) delays and statuses, "
+                         f"got shapes {delay.shape} and {status.shape}")
+    out = np.full(delay.shape, float(params.tau_age))
+    injected = status == INJECTED
+    if not injected.any():
+        return out
+    trial, step, _, chan = np.nonzero(injected)
+    d = delay[injected]
+    land = step + d
+    order = np.argsort(land, kind="stable")
+    updates, first = np.unique(land[order], return_index=True)
+    ends = np.append(first[1:], len(order))
+    counts = np.zeros((delay.shape[0], delay.shape[3], int(d.max()) + 1), dtype=np.int64)
+    tau = np.empty(len(d))
+    for lo, hi in zip(first, ends):  # one update at a time, in order: counts hold the earlier landings
+        now = np.where(counts.sum(axis=-1) >= params.adaptive_min_results,
+                       _tau_from_quantile(_quantile_index(counts, params.adaptive_quantile), params),
+                       float(params.tau_age))
+        sel = order[lo:hi]
+        tau[sel] = now[trial[sel], chan[sel]]
+        np.add.at(counts, (trial[sel], chan[sel], d[sel]), 1)
+    out[injected] = tau
+    return out
+
+
+def kernel_tau_age(kernel, params: CorrectorParams) -> np.ndarray:
+    """rac_adaptive's tau_age in the long run of a delay kernel Lambda (K, D+1), one per
+    channel: ``adaptive_scale * max(1, Q)`` with Q the ``adaptive_quantile`` of the
+    kernel's landed mass (what the running quantile of :func:`adaptive_tau_age` tends to
+    when results land with that law); the prior ``tau_age`` for a channel none of whose
+    results land. Used where a weight is needed without a history (Theorem 2.1's kernel,
+    the row normalisation). float64 (K,)."""
+    lam = np.asarray(kernel, dtype=np.float64)
+    landed = lam.sum(axis=-1) > 0
+    tau = _tau_from_quantile(_quantile_index(lam, params.adaptive_quantile), params)
+    return np.where(landed, tau, float(params.tau_age))
 
 
 def geometric_weight(delay, gamma: float) -> np.ndarray:
@@ -122,7 +210,7 @@ def clipped_ratio(ratio, rho_bar: float) -> np.ndarray:
     return np.minimum(np.float64(rho_bar), r)
 
 
-def correction_weight(name: str, delay, status, ratio, params: CorrectorParams) -> np.ndarray:
+def correction_weight(name: str, delay, status, ratio, params: CorrectorParams, tau_age=None) -> np.ndarray:
     """Weight ``c`` multiplying the slow residual ``X = r_slow - r_fast_bl``.
 
     Paper eq. (1): a RAC correction is ``delta = c * X`` with
@@ -142,13 +230,20 @@ def correction_weight(name: str, delay, status, ratio, params: CorrectorParams) 
     * ``rac``: ``alpha * exp(-Delta/tau_age) * min(rho_bar, ratio)`` (eq. 1);
     * ``rac_no_age``: ``alpha * min(rho_bar, ratio)`` (ablation: no w_age);
     * ``bare_additive``: ``alpha`` (ablation: no w_age, no clipped ratio);
-    * ``retrace_a``: ``alpha * retrace_gamma**Delta * min(rho_bar, ratio)``.
+    * ``retrace_a``: ``alpha * retrace_gamma**Delta * min(rho_bar, ratio)``;
+    * ``rac_adaptive``: ``alpha * exp(-Delta/tau) * min(rho_bar, ratio)``, eq. (1)
+      with ``tau`` from :func:`adaptive_tau_age` (then ``delay`` and ``status`` must
+      be a whole schedule's (trials, steps, batch, K): the history is read from
+      them), or ``tau_age`` when given (per element, broadcastable to ``delay``;
+      only rac_adaptive takes it).
 
     Returns a float64 array of the broadcast shape of (delay, status, ratio).
     Raises :class:`~racsim.errors.ConfigError` for an unknown corrector.
     """
     if name not in _KNOWN:
         raise ConfigError("corrector.names", name, "one of " + ", ".join(CORRECTORS))
+    if tau_age is not None and name != "rac_adaptive":
+        raise ValueError(f"a per-element tau_age is rac_adaptive's; {name} takes params.tau_age")
     delay = np.asarray(delay)
     status = np.asarray(status)
     if delay.shape != status.shape:
@@ -183,6 +278,8 @@ def correction_weight(name: str, delay, status, ratio, params: CorrectorParams) 
         rho = clipped_ratio(1.0 if ratio is None else ratio, params.rho_bar)
         if name == "rac":
             kern = age_weight(d, params.tau_age)
+        elif name == "rac_adaptive":
+            kern = age_weight(d, adaptive_tau_age(delay, status, params) if tau_age is None else tau_age)
         elif name == "retrace_a":
             kern = geometric_weight(d, params.retrace_gamma)
         else:  # rac_no_age

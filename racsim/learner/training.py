@@ -20,7 +20,7 @@ import numpy as np
 
 from racsim.learner import mdp as M
 from racsim.learner.bias import schedule_for
-from racsim.learner.correctors import CorrectorParams, correction_weight
+from racsim.learner.correctors import CorrectorParams, adaptive_tau_age, correction_weight
 from racsim.learner.rollouts import (
     discounted_returns,
     sample_trajectories,
@@ -73,6 +73,8 @@ def train(
     optimal = M.optimal_policy(mdp)
     land = _landing(sched, name)
     delay = np.where(name == "sync_oracle", 0, sched.delay)
+    # rac_adaptive's tau_age per result, from the results landed before the update that uses it
+    tau = adaptive_tau_age(sched.delay, sched.status, params) if name == "rac_adaptive" else None
     theta = np.repeat(theta0[None].astype(np.float64), L, axis=0)
     states = np.zeros((L, N, B, T), dtype=np.int64)
     actions = np.zeros((L, N, B, T), dtype=np.int64)
@@ -97,7 +99,8 @@ def train(
         ratio = pi[l_[:, None], cs, ca] / behaviour[l_, o_, b_]
         d = np.broadcast_to(delay[l_, o_, b_, k_][:, None], ratio.shape)
         st = np.broadcast_to(sched.status[l_, o_, b_, k_][:, None], d.shape)
-        c = correction_weight(name, d, st, ratio, params)
+        c = correction_weight(name, d, st, ratio, params,
+                              tau_age=None if tau is None else tau[l_, o_, b_, k_][:, None])
         grad = score_gradient(  # (L, S, A): each lane's sum over its rows
             np.concatenate([s, cs]),
             np.concatenate([a, ca]),

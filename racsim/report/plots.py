@@ -25,7 +25,7 @@ def _save(fig, path: Path) -> None:
 
 # One matplotlib marker per corrector, in the order of config.CORRECTORS (the one list of
 # their names): a corrector added there without a marker here fails at import.
-MARKERS = dict(zip(CORRECTORS, ("o", "s", "v", "*", "P", "X", "D"), strict=True))
+MARKERS = dict(zip(CORRECTORS, ("o", "s", "v", "*", "P", "X", "D", "^"), strict=True))
 
 
 def pareto(res, path: Path) -> bool:

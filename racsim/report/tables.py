@@ -44,5 +44,17 @@ def format_table(results: pd.DataFrame) -> str:
     if "reduction_ci_lo" in df:
         df["reduction_ci"] = [f"[{fmt(a)}, {fmt(b)}]" for a, b in zip(df.reduction_ci_lo, df.reduction_ci_hi)]
     cols = [(c, h) for c, h in TABLE if c in df]
-    out = pd.DataFrame({h: df[c].map(fmt) for c, h in cols})
+    values = {h: df[c].map(fmt) for c, h in grid_columns(df)}
+    out = pd.DataFrame({**values, **{h: df[c].map(fmt) for c, h in cols}})
     return out.to_string(index=False)
+
+
+def grid_columns(results: pd.DataFrame) -> list:
+    """(column, header) of a grid run's cell values, which lead its rows: the columns before
+    ``scenario`` (racsim.analyses.bias_study), headed by their last dotted part where that
+    is unique. Empty for a one-cell run."""
+    if "cell" not in results or "scenario" not in results:
+        return []
+    keys = [c for c in results.columns[: list(results.columns).index("scenario")] if c != "cell"]
+    short = [k.rsplit(".", 1)[-1] for k in keys]
+    return [(k, s if short.count(s) == 1 else k) for k, s in zip(keys, short)]
