@@ -140,6 +140,7 @@ def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
         row: Dict[str, Any] = {
             "scenario": cfg.name,
             "study": cfg.study.paper or "",
+            "mode": "pipeline",
             "corrector": name,
             "K": len(p.channels),
             "steps": p.steps,

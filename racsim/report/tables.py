@@ -16,6 +16,7 @@ TABLE = [
     ("bias_predicted", "bias (thm)"),
     ("reduction_exact", "reduction"),
     ("reduction_ci", "95% CI (MC)"),
+    ("reduction_rep", "95% rep."),
     ("vif", "VIF"),
     ("slack_eta", "eta"),
     ("J_at_naive_clock", "J @ naive clock"),
@@ -29,6 +30,8 @@ def format_table(results: pd.DataFrame) -> str:
         return df.drop(columns=["scenario"], errors="ignore").map(fmt).to_string(index=False)
     if "reduction_ci_lo" in df:
         df["reduction_ci"] = [f"[{fmt(a)}, {fmt(b)}]" for a, b in zip(df.reduction_ci_lo, df.reduction_ci_hi)]
+    if "reduction_rep_lo" in df:  # static mode: the replication interval of the MC ratio
+        df["reduction_rep"] = [f"[{fmt(a)}, {fmt(b)}]" for a, b in zip(df.reduction_rep_lo, df.reduction_rep_hi)]
     cols = [(c, h) for c, h in TABLE if c in df]
     out = pd.DataFrame({h: df[c].map(fmt) for c, h in cols})
     return out.to_string(index=False)
