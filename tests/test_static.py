@@ -9,6 +9,7 @@ import itertools
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from racsim.analyses.static_study import draw_delays
@@ -238,3 +239,30 @@ def test_clipped_cauchy_is_the_papers_draw():
         build_latency(LatencyConf(kind="cauchy", median=18.0, low=1.0, high=200.0, cauchy_bounds="fold"), "d")
     with pytest.raises(ConfigError, match="median"):
         build_latency(LatencyConf(kind="cauchy", mean=20.0, low=1.0, high=200.0, cauchy_bounds="clip"), "d")
+
+
+def _run(*overrides):
+    from racsim.config.defaults import compose_config
+    from racsim.run import run
+
+    return run(compose_config(*overrides))
+
+
+def test_study_modes_rows_and_errors():
+    base = ("scenario=paper/identity_kernel", "pipeline.channels.ch1.kernel=[0,0.5,0.3]", "learner.trials=60",
+            "learner.bootstrap=20", "study.replications=30", "corrector.names=[naive,rac,sync_oracle]")
+    both = _run(*base, "study.mode=both").results
+    assert list(both["mode"].unique()) == ["pipeline", "static"]
+    st = both[both["mode"] == "static"].set_index("corrector")
+    for col in ("bias_mc", "mc_se", "bias_exact", "bias_ci_lo", "bias_ci_hi", "reduction_mc", "reduction_exact"):
+        assert st[col].notna().all(), col
+    assert st.loc["rac", "reduction_exact"] == pytest.approx(st.loc["naive", "bias_exact"] / st.loc["rac", "bias_exact"])
+    static = _run(*base, "study.mode=static")
+    assert (static.results["mode"] == "static").all()
+    cols = list(static.results.columns)  # static rows do not depend on whether the pipeline ran too
+    pd.testing.assert_frame_equal(static.results[cols], both[both["mode"] == "static"].reset_index(drop=True)[cols])
+    assert len(static.extra["static_replicates"]) == 3 * 30
+    with pytest.raises(ConfigError, match="study.mode"):
+        _run(*base, "study.mode=sometimes")
+    with pytest.raises(ConfigError, match="study.mode"):  # a queue channel has no delay kernel
+        _run("scenario=paper/baselines_k2", "learner.trials=10", "study.mode=static")

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import pandas as pd
 
-from racsim.analyses.bias_study import _with_values, corrector_names, corrector_params
+from racsim.analyses.bias_study import _with_values, build_mdp, corrector_names, corrector_params
 from racsim.errors import ConfigError
 from racsim.learner import mdp as M
 from racsim.learner import static as ST
@@ -36,15 +36,6 @@ def draw_delays(kernel: np.ndarray, n: int, rng: np.random.Generator) -> np.ndar
     return np.stack([draw_kernel_delays(list(row), rng, int(n)) for row in lam], axis=1).reshape(int(n), len(lam))
 
 
-def static_mdp(cfg: Any) -> M.TabularMDP:
-    """The cell's MDP: the recipe of ``learner`` with the channels' shares and ``reward_split``."""
-    lr = cfg.learner
-    shares = tuple(float(ch.share) for ch in cfg.pipeline.channels.values())
-    return M.make_mdp(lr.n_states, lr.n_actions, mdp_seed=lr.mdp_seed, shares=shares, gamma=lr.gamma,
-                      slow_bump=lr.slow_bump, topology=lr.topology, channel_noise_std=lr.channel_noise_std,
-                      split=lr.reward_split)
-
-
 def static_cell(cfg: Any) -> Tuple[pd.DataFrame, pd.DataFrame]:
     """One cell: (results rows, one per corrector; replicate biases, long format)."""
     kernel = nominal_kernel(cfg)
@@ -54,7 +45,7 @@ def static_cell(cfg: Any) -> Tuple[pd.DataFrame, pd.DataFrame]:
                           "pipeline.delay_distribution or pipeline.channels.NAME.kernel): the static "
                           "mode draws each result's delay from its channel's kernel")
     lr, names, params = cfg.learner, corrector_names(cfg), corrector_params(cfg)
-    mdp = static_mdp(cfg)
+    mdp = build_mdp(cfg)
     theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
     S, A, K = mdp.n_states, mdp.n_actions, mdp.n_channels
     table = np.concatenate([mdp.r_fast[None], mdp.r_slow])
@@ -91,12 +82,24 @@ def _kernel_mean(kernel: np.ndarray) -> float:
     return float((lam * np.arange(lam.shape[1])).sum() / mass) if mass > 0 else float("nan")
 
 
+def static_key(cfg: Any) -> tuple:
+    """What fixes a cell's static rows: the learner, the correctors, the kernels, the seeds.
+    Grid cells with equal keys (e.g. pipeline.drain true/false) give one set of rows."""
+    kernel = nominal_kernel(cfg)
+    return (repr(cfg.learner), repr(cfg.corrector), None if kernel is None else kernel.tobytes(),
+            None if kernel is None else kernel.shape, cfg.seed, cfg.study.replications, cfg.name)
+
+
 def run_static_study(cells: List[tuple], progress: Any = None) -> Dict[str, pd.DataFrame]:
-    """Every cell (values, config) of a grid: {"results": rows with the grid values in front,
-    "replicates": the replications' biases with the same leading columns}."""
+    """Every distinct cell (values, config) of a grid (:func:`static_key`): {"results": rows
+    with the grid values in front, "replicates": the replications' biases likewise}."""
     t0 = time.perf_counter()
-    tables, reps = [], []
+    tables, reps, seen = [], [], set()
     for i, (values, ccfg) in enumerate(cells):
+        key = static_key(ccfg)
+        if key in seen:  # differs only in what the static reading ignores (drain, steps, clock)
+            continue
+        seen.add(key)
         if len(cells) > 1:
             values = {"cell": i, **values}
         rows, rep = static_cell(ccfg)

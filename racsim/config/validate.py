@@ -233,8 +233,6 @@ def validate(cfg: Any) -> None:
     _nonneg("learner.channel_noise_std", lr.channel_noise_std)
     _need(lr.reward_split in REWARD_SPLITS, "learner.reward_split", lr.reward_split, "one of " + ", ".join(REWARD_SPLITS))
     _need(st.mode in STUDY_MODES, "study.mode", st.mode, "one of " + ", ".join(STUDY_MODES))
-    _need(lr.reward_split == "slow" or st.mode == "static", "learner.reward_split", lr.reward_split,
-          "slow unless study.mode=static (only the static reading splits the total reward)")
     _int_at_least("study.replications", st.replications, 0)
     _need(len(st.kl_targets) >= 1 and all(_finite(k) and k > 0 for k in st.kl_targets), "study.kl_targets",
           list(st.kl_targets), "a non-empty list of KL levels > 0")
