@@ -266,3 +266,23 @@ def test_study_modes_rows_and_errors():
         _run(*base, "study.mode=sometimes")
     with pytest.raises(ConfigError, match="study.mode"):  # a queue channel has no delay kernel
         _run("scenario=paper/baselines_k2", "learner.trials=10", "study.mode=static")
+
+
+def test_report_replication_interval_aggregates_each_replication_over_cells():
+    from racsim.report.paper import replication_interval
+
+    rng = np.random.default_rng(3)
+    cells, R = [0, 1, 2], 40
+    reps = pd.DataFrame([{"job_dir": "j", "cell": c, "corrector": n, "replication": r, "bias_mc": rng.uniform(0.01, 1)}
+                         for c in cells + [9] for n in ("naive", "rac") for r in range(R)])
+    rows = pd.DataFrame([{"job_dir": "j", "cell": c, "corrector": n} for c in cells for n in ("naive", "rac")])
+    for agg in (np.mean, np.min, np.median):
+        per_rep = []
+        for r in range(R):  # the oracle: per replication, the ratio in each cell (cell 9 is not in rows), aggregated
+            ratios = []
+            for c in cells:
+                pick = reps[(reps.cell == c) & (reps.replication == r)].set_index("corrector").bias_mc
+                ratios.append(pick["naive"] / pick["rac"])
+            per_rep.append(agg(ratios))
+        lo, hi = replication_interval(rows, reps, "rac", agg)
+        assert (lo, hi) == pytest.approx(tuple(np.percentile(per_rep, [2.5, 97.5])), rel=1e-12)

@@ -614,14 +614,14 @@ def static_comparison(df: pd.DataFrame, reps: Optional[pd.DataFrame] = None) -> 
     if "mode" not in df or not (df["mode"] == "static").any():
         return pd.DataFrame()
     st, pl = df[df["mode"] == "static"], df[df["mode"] == "pipeline"]
-    if "pipeline.drain" in pl:
-        pl = pl[~pl["pipeline.drain"].astype(bool)]
     lines: List[Dict[str, Any]] = []
 
     def part(rows, study):
         return rows[rows.study == study].dropna(axis=1, how="all")
 
-    s, p = part(st, "table1_top"), part(pl, "table1_top")
+    s, p = part(st, "table1_top"), part(pl, "table1_top")  # (its saturated pipeline row is drained)
+    if "pipeline.drain" in pl:  # elsewhere the pipeline's plain runs (drain is an ablation there)
+        pl = pl[~pl["pipeline.drain"].fillna(False).astype(bool)]
     if len(s):
         s = s.assign(K_paper=s["pipeline.delay_steps"].map(_k_label) + _fast_counted(s),
                      sat=s["corrector.row_normalize"].astype(bool))
