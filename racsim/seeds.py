@@ -8,12 +8,14 @@ import numpy as np
 
 # Independent random streams, one per purpose, derived from the config's seed
 # alone (never from the worker, the time or the order in which things run).
-STREAMS = {"pipeline": 1, "trajectories": 2, "bootstrap": 3, "train_pipeline": 4, "training": 5, "probe": 6}
+STREAMS = {"pipeline": 1, "trajectories": 2, "bootstrap": 3, "train_pipeline": 4, "training": 5, "probe": 6,
+           "static": 7, "static_replication": 8}
 
 
-def seed_sequence(seed: int, stream: str) -> np.random.SeedSequence:
-    return np.random.SeedSequence([seed, STREAMS[stream]])
+def seed_sequence(seed: int, stream: str, *keys: int) -> np.random.SeedSequence:
+    """The stream's seed sequence; ``keys`` (non-negative ints) split it further."""
+    return np.random.SeedSequence([seed, STREAMS[stream], *keys])
 
 
-def rng_for(seed: int, stream: str) -> np.random.Generator:
-    return np.random.default_rng(seed_sequence(seed, stream))
+def rng_for(seed: int, stream: str, *keys: int) -> np.random.Generator:
+    return np.random.default_rng(seed_sequence(seed, stream, *keys))

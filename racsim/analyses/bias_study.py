@@ -56,7 +56,8 @@ def build_mdp(cfg: Any) -> M.TabularMDP:
     lr = cfg.learner
     shares = tuple(float(ch.share) for ch in cfg.pipeline.channels.values())
     return M.make_mdp(lr.n_states, lr.n_actions, mdp_seed=lr.mdp_seed, shares=shares, gamma=lr.gamma,
-                      slow_bump=lr.slow_bump, topology=lr.topology, channel_noise_std=lr.channel_noise_std)
+                      slow_bump=lr.slow_bump, topology=lr.topology, channel_noise_std=lr.channel_noise_std,
+                      split=lr.reward_split)
 
 
 def corrector_params(cfg: Any) -> CorrectorParams:
@@ -146,6 +147,7 @@ def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
         row: Dict[str, Any] = {
             "scenario": cfg.name,
             "study": cfg.study.paper or "",
+            "mode": "pipeline",
             "corrector": name,
             "K": len(p.channels),
             "steps": p.steps,

@@ -66,6 +66,15 @@ LEARNERS = ("tabular",)
 TOPOLOGIES = ("random", "chain", "cyclic", "dense", "terminal")  # racsim/learner/mdp.py builds them
 
 
+REWARD_SPLITS = ("slow", "total")  # how make_mdp splits the reward into channels
+
+
+CAUCHY_BOUNDS = ("truncate", "clip")  # a cauchy latency's [low, high]: conditioned on, or clipped to
+
+
+STUDY_MODES = ("pipeline", "static", "both")  # the bias study's reading(s): racsim.analyses.static_study
+
+
 STUDIES = ("bias", "probe", "tv_bound")
 
 
@@ -76,7 +85,9 @@ class LatencyConf:
     kind: deterministic (always ``mean``), gaussian (N(mean, std^2), clipped),
     lognormal (mu = ln(mean) - sigma^2/2), pareto (x_m = mean*(alpha-1)/alpha),
     cauchy (location ``median``, ``scale``, truncated to [low, high]; when
-    ``median`` is null it is solved so that the truncated mean equals ``mean``),
+    ``median`` is null it is solved so that the truncated mean equals ``mean``;
+    with ``cauchy_bounds: clip`` clipped to [low, high] instead, as the paper's
+    Table 5 draws it, and ``median`` is required),
     exponential (rate 1/mean), empirical (resampled from a CSV column; rescaled
     to ``mean`` when ``mean`` is set). ``low``/``high`` clip every kind but
     cauchy, which they truncate; ``discrete`` rounds before clipping.
@@ -94,6 +105,7 @@ class LatencyConf:
     discrete: bool = False
     path: Optional[str] = None
     column: Optional[str] = None
+    cauchy_bounds: str = "truncate"
 
 
 @dataclass
@@ -266,6 +278,7 @@ class LearnerConf:
     slow_bump: float = MISSING
     fast_noise_std: float = MISSING
     channel_noise_std: float = MISSING
+    reward_split: str = MISSING
     trials: int = MISSING
     bootstrap: int = MISSING
     train: TrainConf = field(default_factory=TrainConf)
@@ -297,6 +310,13 @@ class StudyConf:
     ``paper`` names the paper table that racsim-report sets beside the results."""
 
     kind: str = "bias"
+    # The bias study's reading: "pipeline" (trials are runs of the simulated pipeline),
+    # "static" (the paper's experiment: one rollout per trial, every slow result lands
+    # with its weight; racsim/learner/static.py) or "both" (rows carry a "mode" column).
+    mode: str = "pipeline"
+    # Static mode: replications of its Monte Carlo at learner.trials (the interval of a
+    # reduction the paper's procedure yields); 0 turns them off.
+    replications: int = 200
     grid: Dict[str, Any] = field(default_factory=dict)
     paper: Optional[str] = None
     # A reduced run for smoke tests and CI: every seed axis of the grid keeps

@@ -16,6 +16,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from racsim.config.schema import (
     BATCH_ORDERS,
     CAPACITY_SEARCHES,
+    CAUCHY_BOUNDS,
     CHANNEL_KINDS,
     CORRECTORS,
     ENGINES,
@@ -23,7 +24,9 @@ from racsim.config.schema import (
     LEARNERS,
     PHASES,
     SERVICE_MODELS,
+    REWARD_SPLITS,
     STUDIES,
+    STUDY_MODES,
     TOPOLOGIES,
     LatencyConf,
     phase_conf,
@@ -57,10 +60,14 @@ def _int_at_least(key: str, value: Any, low: int) -> None:
 def validate_latency(c: LatencyConf, key: str) -> None:
     """Range checks for one latency distribution (the sampler builds from it)."""
     _need(c.kind in LATENCY_KINDS, f"{key}.kind", c.kind, "one of " + ", ".join(LATENCY_KINDS))
+    _need(c.cauchy_bounds in CAUCHY_BOUNDS, f"{key}.cauchy_bounds", c.cauchy_bounds, "one of " + ", ".join(CAUCHY_BOUNDS))
     if c.kind == "cauchy":
         _need(c.low is not None and c.high is not None, f"{key}.low", c.low,
               "cauchy needs finite truncation bounds low < high")
-        if c.median is None:
+        if c.cauchy_bounds == "clip":
+            _need(c.median is not None and _finite(c.median), f"{key}.median", c.median,
+                  "a finite number: a clipped cauchy is given by its median (no mean is solved for)")
+        elif c.median is None:
             _need(c.mean is not None, f"{key}.median", c.median, "a number, or set mean so it can be solved")
         else:
             _need(_finite(c.median), f"{key}.median", c.median, "a finite number")
@@ -229,6 +236,9 @@ def validate(cfg: Any) -> None:
     _need(st.kind in STUDIES, "study.kind", st.kind, "one of " + ", ".join(STUDIES))
     _need(lr.topology in TOPOLOGIES, "learner.topology", lr.topology, "one of " + ", ".join(TOPOLOGIES))
     _nonneg("learner.channel_noise_std", lr.channel_noise_std)
+    _need(lr.reward_split in REWARD_SPLITS, "learner.reward_split", lr.reward_split, "one of " + ", ".join(REWARD_SPLITS))
+    _need(st.mode in STUDY_MODES, "study.mode", st.mode, "one of " + ", ".join(STUDY_MODES))
+    _int_at_least("study.replications", st.replications, 0)
     _need(len(st.kl_targets) >= 1 and all(_finite(k) and k > 0 for k in st.kl_targets), "study.kl_targets",
           list(st.kl_targets), "a non-empty list of KL levels > 0")
     _need(all(_finite(e) and 0 <= e <= 1 for e in st.etas), "study.etas", list(st.etas), "slacks in [0, 1]")

@@ -20,7 +20,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-from racsim.config.schema import TOPOLOGIES
+from racsim.config.schema import REWARD_SPLITS as SPLITS, TOPOLOGIES
 
 __all__ = [
     "TabularMDP",
@@ -113,6 +113,7 @@ def make_mdp(
     slow_bump: float = 0.6,
     topology: str = "random",
     channel_noise_std: float = 0.0,
+    split: str = "slow",
 ) -> TabularMDP:
     """The paper's MDP recipe (MDP-Size Scaling appendix), uniform start.
 
@@ -126,6 +127,11 @@ def make_mdp(
     per (s, a), the last channel's eps pinned to minus the sum of the others so
     that the channels still sum to the slow reward. ``topology`` reshapes the
     transitions and rewards after the draws (see :func:`_shape_topology`).
+
+    ``split="total"`` is the paper's K-sweep decomposition (Cross-Topology
+    appendix): the total reward r_fast + r_slow is split into C = K + 1 equal
+    parts r_total / C + eps_c (eps as above, last one pinned; ``shares`` only
+    fix K), part 0 the fast channel that naive sees, parts 1..K the slow channels.
     """
     S, A = int(n_states), int(n_actions)
     if S < 1 or A < 1:
@@ -143,14 +149,29 @@ def make_mdp(
     slow = rng.uniform(-0.3, 0.3, (S, A))
     logits, r_fast, slow = _shape_topology(topology, logits, r_fast, slow)
     slow[0, A - 1] += slow_bump
-    r_slow = slow[None] * (w / w.sum())[:, None, None]
-    if channel_noise_std > 0 and len(w) > 1:
-        eps = rng.normal(0.0, channel_noise_std, (len(w) - 1, S, A))
-        r_slow = r_slow + np.concatenate([eps, -eps.sum(0, keepdims=True)])
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if split == "total":
+        parts = np.broadcast_to((r_fast + slow) / (len(w) + 1), (len(w) + 1, S, A))
+        parts = parts + _pinned_noise(rng, channel_noise_std, len(w) + 1, S, A)
+        r_fast, r_slow = parts[0], parts[1:]
+    else:
+        r_slow = slow[None] * (w / w.sum())[:, None, None]
+        if channel_noise_std > 0 and len(w) > 1:
+            r_slow = r_slow + _pinned_noise(rng, channel_noise_std, len(w), S, A)
     P = softmax_policy(logits)  # softmax over the last axis
     if topology == "terminal":
         P[S - 1] = 1.0 / S  # the terminal state restarts the episode from the uniform start
     return TabularMDP(P=P, r_fast=r_fast, r_slow=r_slow, gamma=gamma, start=np.full(S, 1.0 / S))
+
+
+def _pinned_noise(rng: np.random.Generator, std: float, C: int, S: int, A: int) -> np.ndarray:
+    """(C, S, A) eps_c ~ N(0, std^2) for c < C - 1, the last pinned to minus their sum
+    (the channels keep their sum); zeros, and no draw, when std = 0 or C = 1."""
+    if not std > 0 or C < 2:
+        return np.zeros((C, S, A))
+    eps = rng.normal(0.0, std, (C - 1, S, A))
+    return np.concatenate([eps, -eps.sum(0, keepdims=True)])
 
 
 def _shape_topology(topology: str, logits: np.ndarray, r_fast: np.ndarray, slow: np.ndarray):

@@ -48,7 +48,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
             gpu[name] = gpu_spec(ch.rm, key)
             service[name] = draw_tokens(ch.rm, rng, size + (gpu[name].seqs,), key)
         elif ch.kernel is not None:
-            service[name] = _draw_kernel_delays(list(ch.kernel), rng, size)
+            service[name] = draw_kernel_delays(list(ch.kernel), rng, size)
             kernel_channels.add(name)
         else:
             service[name] = build_latency(ch.latency, f"pipeline.channels.{name}.latency").sample(rng, size)
@@ -70,7 +70,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
     )
 
 
-def _draw_kernel_delays(kernel: List[float], rng: np.random.Generator, size) -> np.ndarray:
+def draw_kernel_delays(kernel: List[float], rng: np.random.Generator, size) -> np.ndarray:
     """Delays in steps drawn from Lambda[k, :]; the missing mass gives -1 (never returns)."""
     cdf = np.cumsum(np.asarray(kernel, dtype=np.float64))
     idx = np.searchsorted(cdf, rng.random(size), side="right")

@@ -32,6 +32,7 @@ from racsim.markers import is_complete, job_dirs, read_marker
 from racsim.report.paper import paper_report
 
 RESULTS = "results.parquet"
+REPLICATES = "static_replicates.parquet"  # the replications of a static study's Monte Carlo
 
 
 REPORT_ROWS = 200  # rows of the table in report.md; the full table is in results.csv
@@ -86,6 +87,18 @@ def _jobs(root: Path) -> Tuple[List[Tuple[Path, dict]], List[Path]]:
     if not complete:
         raise FileNotFoundError(f"{root}: no complete racsim run (a folder with {RESULTS} and done.json)")
     return complete, incomplete
+
+
+def gather_replicates(root: Path, complete) -> pd.DataFrame:
+    """Every job's ``static_replicates.parquet`` (static mode), with its ``job_dir``."""
+    tables = []
+    for d, _ in complete:
+        p = d / REPLICATES
+        if p.exists():
+            t = pd.read_parquet(p)
+            t.insert(0, "job_dir", d.relative_to(root).as_posix() or ".")
+            tables.append(t)
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
 def _gather(root: Path, complete) -> Tuple[pd.DataFrame, List[str]]:
@@ -152,7 +165,7 @@ def gather_and_write(path, out: Optional[Path] = None) -> Tuple[pd.DataFrame, Li
         written += [p, c]
     md = out_dir / "report.md"
     text = report_markdown(df, cell_cols, root.resolve().name, [d.relative_to(root).as_posix() for d in incomplete])
-    write_text(md, text + "\n" + paper_report(df, out_dir))
+    write_text(md, text + "\n" + paper_report(df, out_dir, reps=gather_replicates(root, complete)))
     written.append(md)
     return df, written
 

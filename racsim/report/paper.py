@@ -6,8 +6,8 @@ table and row it comes from), and so is the prose that reads them
 figure captions); this module computes. For every quantity
 :func:`comparison_tables` sets racsim's figure (from the exact expectation of
 the finite-T estimator, the Monte-Carlo figure beside it) next to the paper's,
-with the ratio and whether the paper's value lies inside racsim's 95% CI, one
-data frame per paper table; each RAC bias is decomposed into (a) the slack
+with the ratio, one data frame per paper table (whether the paper's value is
+what its own procedure yields is judged by :func:`static_report` only); each RAC bias is decomposed into (a) the slack
 Theorem 2.1 predicts, (b) the truncation / initial-state bias of the finite-T
 estimator (the synchronous oracle's whole bias), (c) Monte-Carlo noise (the
 standard error). A ratio whose denominator sits at the noise floor is flagged,
@@ -49,10 +49,12 @@ MEAN_CI_RESAMPLES = 10_000  # for Table 6's mean reduction (the paper's B)
 # The comparison frame's columns, in order (a section may add its own after
 # them: K, eta, ...); row and metric name the paper's value in paper_values.csv.
 COLUMNS = ["quantity", "racsim", "racsim_mc", "ci_lo", "ci_hi", "paper", "paper_ci_lo", "paper_ci_hi", "ratio",
-           "paper_in_ci", "note", "row", "metric"]
+           "note", "row", "metric"]
 # report.md's header (the two CIs are rendered as "[lo, hi]")
+# (no "paper in CI?" here: racsim's CI is over cells of the pipeline's exact ratios, the paper's figure a
+# Monte-Carlo ratio of another experiment; static_report judges the paper against its own procedure)
 HEADERS = ["quantity", "racsim (exact)", "racsim (MC)", "racsim 95% CI", "paper", "paper CI", "racsim / paper",
-           "paper in CI?", "note"]
+           "note"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -127,18 +129,14 @@ def _compare(label: str, ours: float, study: str, prow: str, metric: str, lo=np.
     """One line of a comparison table: racsim's figure beside the paper's
     (``extra``: the section's own columns)."""
     paper, plo, phi = _paper(study, prow, metric)
-    inside = pd.NA if not (np.isfinite(lo) and np.isfinite(hi) and np.isfinite(paper)) else bool(lo <= paper <= hi)
     return dict(quantity=label, racsim=ours, racsim_mc=mc, ci_lo=lo, ci_hi=hi, paper=paper, paper_ci_lo=plo,
                 paper_ci_hi=phi, ratio=(ours / paper) if np.isfinite(paper) and paper not in (0.0,) else np.nan,
-                paper_in_ci=inside, note=note, row=prow, metric=metric, **extra)
+                note=note, row=prow, metric=metric, **extra)
 
 
 def _frame(rows: List[Dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
-    if df.empty:
-        return pd.DataFrame(columns=COLUMNS)
-    df["paper_in_ci"] = pd.array(list(df["paper_in_ci"]), dtype="boolean")
-    return df
+    return pd.DataFrame(columns=COLUMNS) if df.empty else df
 
 
 def _interval(lo, hi) -> str:
@@ -151,9 +149,8 @@ def _table(frame: pd.DataFrame) -> str:
         return "(no rows)"
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     for _, r in frame.iterrows():
-        inside = "-" if pd.isna(r.paper_in_ci) else ("yes" if r.paper_in_ci else "no")
         cells = [r.quantity, r.racsim, r.racsim_mc, _interval(r.ci_lo, r.ci_hi), r.paper,
-                 _interval(r.paper_ci_lo, r.paper_ci_hi), r.ratio, inside, r.note]
+                 _interval(r.paper_ci_lo, r.paper_ci_hi), r.ratio, r.note]
         lines.append("| " + " | ".join(fmt(c) for c in cells) + " |")
     return "\n".join(lines)
 
@@ -179,6 +176,13 @@ def _k_label(v: str) -> int:
     return len(ast.literal_eval(v)) if isinstance(v, str) else int(v)
 
 
+def _fast_counted(rows: pd.DataFrame):
+    """1 where K counts the fast channel (the paper's split, learner.reward_split total), else 0."""
+    if "learner.reward_split" not in rows:
+        return 0
+    return (rows["learner.reward_split"] == "total").astype(int)
+
+
 class Section(NamedTuple):
     """A paper table computed from racsim's results."""
 
@@ -189,8 +193,10 @@ class Section(NamedTuple):
 
 def section_table1_top(rows: pd.DataFrame, rng) -> Section:
     rows = rows.copy()
-    rows["K_cfg"] = rows["pipeline.delay_steps"].map(_k_label)
+    rows["K_cfg"] = rows["pipeline.delay_steps"].map(_k_label) + _fast_counted(rows)
     rows["sat"] = rows["pipeline.drain"].astype(bool) if "pipeline.drain" in rows else False
+    if "corrector.row_normalize" in rows:  # the saturated row: the row-normalised gain
+        rows["sat"] = rows["sat"] | rows["corrector.row_normalize"].astype(bool)
     out_rows = []
     for noise, part in rows.groupby("learner.fast_noise_std", sort=False):
         for (K, sat), cell in part.groupby(["K_cfg", "sat"], sort=True):
@@ -247,7 +253,7 @@ def section_table4(rows: pd.DataFrame, rng) -> Section:
 
 def section_table3(rows: pd.DataFrame, rng) -> Section:
     rows = rows.copy()
-    rows["K_cfg"] = rows["pipeline.delay_steps"].map(_k_label)
+    rows["K_cfg"] = rows["pipeline.delay_steps"].map(_k_label) + _fast_counted(rows)
     names = {"random": "canonical"}
     out_rows = []
     heat = {}
@@ -378,6 +384,8 @@ def _sections(df: pd.DataFrame, seed: int = 0) -> Dict[str, Any]:
         return {}
     streams = np.random.SeedSequence(seed).spawn(len(SECTIONS))
     built: Dict[str, Any] = {}
+    if "mode" in df:  # these sections read the pipeline's rows; the static ones: static_report
+        df = df[df["mode"].fillna("pipeline") == "pipeline"]
     for (study, fn), stream in zip(SECTIONS.items(), streams, strict=True):
         rows = df[df.study == study]
         if rows.empty:
@@ -399,13 +407,15 @@ def comparison_tables(df: pd.DataFrame, seed: int = 0) -> Dict[str, pd.DataFrame
     return {study: s.frame for study, s in _sections(df, seed).items() if isinstance(s, Section)}
 
 
-def paper_report(df: pd.DataFrame, out: Path, seed: int = 0) -> str:
-    """Markdown sections (and PNG figures in ``out``) for every paper study in ``df``."""
+def paper_report(df: pd.DataFrame, out: Path, seed: int = 0, reps: Optional[pd.DataFrame] = None) -> str:
+    """Markdown: the static comparison (:func:`static_report`, from the static rows and their
+    replications ``reps``), then sections (and PNG figures in ``out``) for every paper study
+    in ``df``'s pipeline rows."""
     built = _sections(df, seed)
     if "study" not in df:
         return ""
     prose = _paper_sections()
-    parts = [f"## {prose['heading']}", "", prose["intro"], ""]
+    parts = [static_report(df, reps), f"## {prose['heading']}", "", prose["intro"], ""]
     for study, s in built.items():
         text = prose["sections"][study]
         if isinstance(s, Section):
@@ -520,3 +530,206 @@ def _slack_figure(r: pd.DataFrame, path: Path) -> None:
     ax.grid(True, alpha=0.3)
     _save(fig, path)
     plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The paper's own experiment (study.mode static): paper value | static exact | static MC at the
+# paper's trial counts with the replication interval of its procedure | pipeline steady-state.
+
+STATIC_HEADERS = ["paper number", "paper", "static exact (paper agg.)", "static exact (ratio of means)",
+                  "static MC (paper agg.)", "95% replication interval", "paper in interval?",
+                  "static MC (ratio of means)", "pipeline (exact)", "reason for a difference"]
+
+_AGG = {"red_mean": np.mean, "reduction": np.mean, "red_min": np.min, "red_max": np.max, "red_median": np.median,
+        "red_K2": np.mean, "red_K15": np.mean}
+
+
+@functools.lru_cache(maxsize=None)
+def _static_prose() -> dict:
+    with resources.files("racsim.data").joinpath("paper_static.yaml").open() as f:
+        return yaml.safe_load(f)
+
+
+def _cell_keys(rows: pd.DataFrame) -> List[str]:
+    return [c for c in ("job_dir", "cell") if c in rows]
+
+
+def _per_cell(rows: pd.DataFrame, corrector: str, column: str) -> pd.Series:
+    """naive's ``column`` over the corrector's, one value per cell (job_dir, cell)."""
+    keys = _cell_keys(rows)
+    n = rows[rows.corrector == "naive"].set_index(keys)[column] if keys else rows[rows.corrector == "naive"][column]
+    c = rows[rows.corrector == corrector].set_index(keys)[column] if keys else rows[rows.corrector == corrector][column]
+    if not keys:
+        n, c = n.reset_index(drop=True), c.reset_index(drop=True)
+    return (n / c.where(c > 0)).fillna(np.inf)
+
+
+def replication_interval(rows: pd.DataFrame, reps: Optional[pd.DataFrame], corrector: str,
+                         agg: Callable = np.mean) -> Tuple[float, float]:
+    """95% interval of ``agg`` over the cells of ``rows`` of the per-cell Monte-Carlo ratio naive /
+    corrector, over the replications of the paper's procedure (static_replicates: cells of one MDP
+    and Monte-Carlo seed share their resamples, so a replication's cells are a joint draw)."""
+    if reps is None or reps.empty:
+        return np.nan, np.nan
+    keys = _cell_keys(rows)
+    cells = rows[rows.corrector == corrector][keys].drop_duplicates()
+    r = reps.merge(cells, on=keys)
+    if r.empty:
+        return np.nan, np.nan
+    wide = r.pivot_table(index=keys + ["replication"], columns="corrector", values="bias_mc")
+    if corrector not in wide or "naive" not in wide:
+        return np.nan, np.nan
+    ratio = (wide["naive"] / wide[corrector].where(wide[corrector] > 0)).fillna(np.inf)
+    per_rep = ratio.groupby(level="replication").agg(agg)
+    lo, hi = np.percentile(per_rep.to_numpy(), [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _static_line(label: str, study: str, prow: str, metric: str, srows: pd.DataFrame, prows: pd.DataFrame,
+                 reps: Optional[pd.DataFrame], corrector: str = "rac") -> Dict[str, Any]:
+    agg = _AGG.get(metric, np.mean)
+    paper = _paper(study, prow, metric)[0]
+    out: Dict[str, Any] = dict(quantity=label, study=study, row=prow, metric=metric, paper=paper, corrector=corrector)
+    s = srows[srows.corrector.isin(["naive", corrector])]
+    if len(s):
+        out["static_exact"] = float(agg(_per_cell(s, corrector, "bias_exact")))
+        out["static_mc"] = float(agg(_per_cell(s, corrector, "bias_mc")))
+        n, c = s[s.corrector == "naive"], s[s.corrector == corrector]
+        out["static_exact_rom"] = _ratio(n.bias_exact.to_numpy(), c.bias_exact.to_numpy())
+        out["static_mc_rom"] = _ratio(n.bias_mc.to_numpy(), c.bias_mc.to_numpy())
+        out["rep_lo"], out["rep_hi"] = replication_interval(s, reps, corrector, agg)
+    p = prows[prows.corrector.isin(["naive", corrector])] if len(prows) else prows
+    if len(p):
+        out["pipeline_exact"] = float(agg(_per_cell(p, corrector, "bias_exact")))
+    lo, hi = out.get("rep_lo", np.nan), out.get("rep_hi", np.nan)
+    out["paper_in_interval"] = (bool(lo <= paper <= hi) if np.isfinite(paper) and np.isfinite(lo) and np.isfinite(hi)
+                                else pd.NA)
+    reasons = _static_prose()["reasons"]
+    out["reason"] = reasons.get(f"{study}/{prow}/{metric}", reasons.get(study, ""))
+    return out
+
+
+def static_comparison(df: pd.DataFrame, reps: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """One line per paper number that has a static reading in ``df`` (see STATIC_HEADERS)."""
+    if "mode" not in df or not (df["mode"] == "static").any():
+        return pd.DataFrame()
+    st, pl = df[df["mode"] == "static"], df[df["mode"] == "pipeline"]
+    lines: List[Dict[str, Any]] = []
+
+    def part(rows, study):
+        return rows[rows.study == study].dropna(axis=1, how="all")
+
+    s, p = part(st, "table1_top"), part(pl, "table1_top")  # (its saturated pipeline row is drained)
+    if "pipeline.drain" in pl:  # elsewhere the pipeline's plain runs (drain is an ablation there)
+        pl = pl[~pl["pipeline.drain"].fillna(False).astype(bool)]
+    if len(s):
+        s = s.assign(K_paper=s["pipeline.delay_steps"].map(_k_label) + _fast_counted(s),
+                     sat=s["corrector.row_normalize"].astype(bool))
+        for (K, sat), cell in s.groupby(["K_paper", "sat"], sort=True):
+            row = f"K={K}{' (sat)' if sat else ''}"
+            pc = p
+            if len(p):
+                p_k = p["pipeline.delay_steps"].map(_k_label) + _fast_counted(p)
+                pc = p[(p_k == K) & (p["corrector.row_normalize"].astype(bool) == sat)]
+            lines.append(_static_line(f"Table 1 top, {row}: RAC reduction", "table1_top", row, "reduction",
+                                      cell, pc, reps))
+    s, p = part(st, "table4"), part(pl, "table4")
+    for noise in sorted(set(s.get("learner.fast_noise_std", pd.Series([0.0])))) if len(s) else []:
+        sn = s[s["learner.fast_noise_std"] == noise]
+        pn = p[p["learner.fast_noise_std"] == noise] if len(p) else p
+        for name in ("rac", "rac_no_age", "bare_additive"):
+            lines.append(_static_line(f"Table 4, sigma_f={noise:g}: {name} reduction (mean over Delta 5/20/50)",
+                                      "table4", name, "reduction", sn, pn, reps, name))
+        for name in ("wait_for_slow", "retrace_a", "rac"):
+            lines.append(_static_line(f"Table 1 bottom (K=2 cells of Table 4), sigma_f={noise:g}: {name} reduction",
+                                      "table1_bottom", name, "reduction", sn, pn.iloc[:0], reps, name))
+    s = part(st, "table3")
+    if len(s):
+        s = s.assign(K_paper=s["pipeline.delay_steps"].map(_k_label) + _fast_counted(s))
+        names = {"random": "canonical"}
+        for topo, cell in s.groupby("learner.topology", sort=False):
+            label = names.get(topo, topo)
+            for K, metric in ((2, "red_K2"), (15, "red_K15")):
+                c = cell[cell.K_paper == K]
+                if len(c):
+                    lines.append(_static_line(f"Table 3, {label}: reduction at K={K}", "table3", label, metric,
+                                              c, s.iloc[:0], reps))
+            ex = {K: float(np.mean(_per_cell(c, "rac", "bias_exact"))) for K, c in cell.groupby("K_paper")}
+            mc = {K: float(np.mean(_per_cell(c, "rac", "bias_mc"))) for K, c in cell.groupby("K_paper")}
+            lines.append(dict(quantity=f"Table 3, {label}: peak K (exact / MC)", study="table3", row=label,
+                              metric="peak_K", paper=_paper("table3", label, "peak_K")[0],
+                              static_exact=max(ex, key=ex.get), static_mc=max(mc, key=mc.get),
+                              reason=_static_prose()["reasons"].get("table3/peak_K", "")))
+    s, p = part(st, "table5"), part(pl, "table5")
+    if len(s):
+        tau = 200.0
+        s = s[s["corrector.tau_age"] == tau]
+        p = p[p["corrector.tau_age"] == tau] if len(p) else p
+        for dist, cell in s.groupby("pipeline.delay_distribution", sort=False):
+            conf = ast.literal_eval(dist) if isinstance(dist, str) else dist
+            kind = conf["kind"] + (" (clipped)" if conf.get("cauchy_bounds") == "clip" else "")
+            pc = p[p["pipeline.delay_distribution"] == dist] if len(p) else p
+            for metric in ("red_mean", "red_min"):
+                lines.append(_static_line(f"Table 5, {kind}: {metric} (tau_age=200)", "table5", conf["kind"], metric,
+                                          cell, pc, reps))
+    s, p = part(st, "table6"), part(pl, "table6")
+    if len(s):
+        for (S, A), cell in s.groupby(["learner.n_states", "learner.n_actions"], sort=False):
+            label = f"{int(S)}x{int(A)}"
+            pc = p[(p["learner.n_states"] == S) & (p["learner.n_actions"] == A)] if len(p) else p
+            for metric in ("red_mean", "red_median", "red_min", "red_max"):
+                lines.append(_static_line(f"Table 6, {label}: {metric}", "table6", label, metric, cell, pc, reps))
+    return pd.DataFrame(lines)
+
+
+def canonical_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """The canonical static cell (3x2, mdp_seed 1337, theta seed 7, K = 2, tau_age 1000, noise-free
+    expectation) at Delta = 5/20/50: RAC's and -w_age's exact reductions (Table 4's cells)."""
+    if "mode" not in df:
+        return pd.DataFrame()
+    s = df[(df["mode"] == "static") & (df.study == "table4")]
+    if s.empty or "learner.mdp_seed" not in s:
+        return pd.DataFrame()
+    s = s[s["learner.mdp_seed"] == 1337]
+    if "corrector.tau_age" in s:  # a grid over tau_age: its default's cells (NaN: not a grid axis)
+        s = s[s["corrector.tau_age"].isna() | (s["corrector.tau_age"] == 1000.0)]
+    out = []
+    for steps, cell in s.groupby("pipeline.delay_steps", sort=False):
+        first = cell.drop_duplicates("corrector")
+        row = {"Delta": ast.literal_eval(steps)[0] if isinstance(steps, str) else list(steps)[0]}
+        for name in ("rac", "rac_no_age", "retrace_a"):
+            r = first[first.corrector == name]
+            if len(r):
+                row[f"{name} exact reduction"] = float(r.reduction_exact.iloc[0])
+                row[f"{name} exact bias"] = float(r.bias_exact.iloc[0])
+        row["naive exact bias"] = float(first[first.corrector == "naive"].bias_exact.iloc[0])
+        out.append(row)
+    return pd.DataFrame(out).sort_values("Delta") if out else pd.DataFrame()
+
+
+def static_report(df: pd.DataFrame, reps: Optional[pd.DataFrame] = None) -> str:
+    """Markdown: the four-column comparison of every paper number with a static reading."""
+    table = static_comparison(df, reps)
+    if table.empty:
+        return ""
+    prose = _static_prose()
+    lines = [f"## {prose['heading']}", "", prose["intro"], "",
+             "| " + " | ".join(STATIC_HEADERS) + " |", "|" + "---|" * len(STATIC_HEADERS)]
+    for _, r in table.iterrows():
+        inside = r.get("paper_in_interval", pd.NA)
+        inside = "-" if pd.isna(inside) else ("yes" if inside else "no")
+        cells = [r.quantity, r.paper, r.get("static_exact", np.nan), r.get("static_exact_rom", np.nan),
+                 r.get("static_mc", np.nan), _interval(r.get("rep_lo", np.nan), r.get("rep_hi", np.nan)), inside,
+                 r.get("static_mc_rom", np.nan), r.get("pipeline_exact", np.nan), r.get("reason", "")]
+        lines.append("| " + " | ".join("-" if isinstance(c, float) and np.isnan(c) else fmt(c) for c in cells) + " |")
+    canon = canonical_cells(df)
+    if len(canon):
+        lines += ["", f"### {prose['canonical']['title']}", "", prose["canonical"]["intro"], "",
+                  "| " + " | ".join(canon.columns) + " | paper (MC, mean over Delta) |",
+                  "|" + "---|" * (len(canon.columns) + 1)]
+        paper = _paper("table4", "rac", "reduction")[0]
+        for _, r in canon.iterrows():
+            lines.append("| " + " | ".join(fmt(v) for v in r.to_numpy()) + f" | {fmt(paper)} |")
+        lines += ["", prose["canonical"]["reading"]]
+    lines += ["", prose["not_reproducible"]]
+    return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ from racsim.io import fmt
 # Columns of the terminal table, in order, with their headers.
 TABLE = [
     ("corrector", "corrector"),
+    ("mode", "mode"),  # pipeline or static (study.mode)
     ("wallclock_ratio", "clock x"),
     ("bias_mc", "bias (MC)"),
     ("mc_se", "MC s.e."),
@@ -17,6 +18,7 @@ TABLE = [
     ("reduction_exact", "reduction"),
     ("reduction_ci", "95% CI (MC)"),
     ("run_bias_exact", "run bias"),
+    ("reduction_rep", "95% rep."),
     ("vif", "VIF"),
     ("slack_eta", "eta"),
     ("J_at_naive_clock", "J @ naive clock"),
@@ -43,6 +45,8 @@ def format_table(results: pd.DataFrame) -> str:
         return df.drop(columns=["scenario"], errors="ignore").map(fmt).to_string(index=False)
     if "reduction_ci_lo" in df:
         df["reduction_ci"] = [f"[{fmt(a)}, {fmt(b)}]" for a, b in zip(df.reduction_ci_lo, df.reduction_ci_hi)]
+    if "reduction_rep_lo" in df:  # static mode: the replication interval of the MC ratio
+        df["reduction_rep"] = [f"[{fmt(a)}, {fmt(b)}]" for a, b in zip(df.reduction_rep_lo, df.reduction_rep_hi)]
     cols = [(c, h) for c, h in TABLE if c in df]
     values = {h: df[c].map(fmt) for c, h in grid_columns(df)}
     out = pd.DataFrame({**values, **{h: df[c].map(fmt) for c, h in cols}})
