@@ -2,7 +2,8 @@
 
 ``study.kind`` picks the computation: ``bias`` (racsim.analyses.bias_study:
 pipeline -> arrival schedules -> bias benchmark and training), ``probe``
-(racsim.analyses.probe) or ``tv_bound`` (racsim.analyses.tvbound). Capacity
+(racsim.analyses.probe) or ``tv_bound`` (racsim.analyses.tvbound); ``learner.kind=lm``
+runs the GRPO study instead of the bias one (racsim.analyses.lm_study). Capacity
 planning (``capacity.enabled``) is chosen by the command line (racsim.cli).
 """
 
@@ -12,6 +13,7 @@ from typing import Any, Optional
 
 from racsim.analyses.bias_study import run_bias_study
 from racsim.analyses.grid import expand
+from racsim.analyses.lm_study import run_lm_study
 from racsim.analyses.probe import probe_study
 from racsim.analyses.result import RunResult
 from racsim.analyses.tvbound import tv_bound_study
@@ -24,6 +26,8 @@ def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
     resolved and validated first (one cell when there is no grid)."""
     cells = expand(cfg)
     kind = cells[0][1].study.kind
+    if kind == "bias" and cells[0][1].learner.kind == "lm":
+        return run_lm_study(cells)
     if kind == "bias":
         return run_bias_study(cells, progress)
     return ANALYSES[kind](cells[0][1])

@@ -19,6 +19,12 @@ TABLE = [
     ("vif", "VIF"),
     ("slack_eta", "eta"),
     ("J_at_naive_clock", "J @ naive clock"),
+    # learner=lm (racsim/analyses/lm_study.py); a "+-" column follows each with a _ci
+    ("true_at_naive_clock", "true @ naive clock"),
+    ("true_final", "true final"),
+    ("proxy_final", "proxy final"),
+    ("ratio_mean", "mean ratio (late)"),
+    ("grad_missing", "slow grad missing"),
 ]
 
 
@@ -31,4 +37,7 @@ def format_table(results: pd.DataFrame) -> str:
         df["reduction_ci"] = [f"[{fmt(a)}, {fmt(b)}]" for a, b in zip(df.reduction_ci_lo, df.reduction_ci_hi)]
     cols = [(c, h) for c, h in TABLE if c in df]
     out = pd.DataFrame({h: df[c].map(fmt) for c, h in cols})
+    for c, h in cols:
+        if f"{c}_ci" in df:
+            out.insert(list(out.columns).index(h) + 1, f"{h} +-", df[f"{c}_ci"].map(fmt))
     return out.to_string(index=False)
