@@ -111,6 +111,8 @@ class TransformerPolicy:
 
     @torch.no_grad()
     def ref_logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        if self.ref is None:
+            raise ValueError("no reference model: build the policy with reference=True for a KL term")
         return self._logp(self.ref, prompt_idx, responses).double().cpu().numpy()
 
     def _backward(self, logp: torch.Tensor, coef: np.ndarray, norm: float) -> None:
