@@ -16,6 +16,23 @@ def is_lm(res) -> bool:
     return "true_final" in res.results
 
 
+def _value_label(v) -> str:
+    """A grid value in a few characters: a latency law by its kind, a key=value text by the value."""
+    if isinstance(v, str) and v.startswith("{") and "'kind'" in v:
+        return v.split("'kind': '")[1].split("'")[0]
+    return str(v)
+
+
+def cell_labels(r: pd.DataFrame) -> dict:
+    """cell -> a short label of its grid values (the columns before ``scenario``)."""
+    keys = [c for c in r.columns[: list(r.columns).index("scenario")] if c != "cell"]
+    cells = r.drop_duplicates("cell")
+    if len(keys) == 1:  # the values alone; the axis title names the key
+        return {row.cell: _value_label(row[keys[0]]) for _, row in cells.iterrows()}
+    return {row.cell: ", ".join(f"{k.split('.')[-1]}={_value_label(row[k])}" for k in keys)
+            for _, row in cells.iterrows()}
+
+
 def _band(ax, x, y, lo, hi, name, **kw):
     (line,) = ax.plot(x, y, label=name, marker=MARKERS.get(name, "o"), markevery=max(1, len(x) // 8), ms=4, **kw)
     ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
@@ -83,12 +100,10 @@ def sweep(res, path: Path) -> bool:
     r = res.results
     if "cell" not in r:
         return False
-    keys = [c for c in r.columns[: list(r.columns).index("scenario")] if c != "cell"]
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(7, 1.4 * r.cell.nunique()), 4.6))
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * r.cell.nunique()), 4.6))
     cells = r.drop_duplicates("cell")
-    labels = ["\n".join(f"{k.split('.')[-2] if k.count('.') else k}.{k.split('.')[-1]}={row[k]}" for k in keys)
-              for _, row in cells.iterrows()]
+    labels = [cell_labels(r)[c].replace(", ", "\n") for c in cells.cell]
     names = list(dict.fromkeys(r.corrector))
     width = 0.8 / len(names)
     for j, name in enumerate(names):
@@ -96,11 +111,13 @@ def sweep(res, path: Path) -> bool:
         x = np.arange(len(cells)) + (j - (len(names) - 1) / 2) * width
         ax.errorbar(x, d.true_final, yerr=d.true_final_ci, fmt=MARKERS.get(name, "o"), capsize=2, label=name)
     ax.set_xticks(np.arange(len(cells)))
-    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_xticklabels(labels, fontsize=8)
+    keys = [c for c in r.columns[: list(r.columns).index("scenario")] if c != "cell"]
+    ax.set_xlabel(", ".join(keys))
     ax.set_ylabel("final true reward (mean of the last 10% of steps)")
     ax.set_title(f"GRPO ({r.policy.iloc[0]}): final true reward per corrector across cells, 95% CI over seeds")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
     _save(fig, path)
     plt.close(fig)
     return True
@@ -136,8 +153,12 @@ def summary_markdown(res, files: list) -> str:
         "",
     ]
     if "cell" in r:
-        wide = r.pivot(index="corrector", columns="cell", values="true_final").loc[list(dict.fromkeys(r.corrector))]
-        lines += ["## Final true reward per corrector (columns: grid cells)", "", "```", wide.to_string(), "```", ""]
+        for col, what in (("true_final", "Final true reward (mean of the last 10% of steps)"),
+                          ("true_at_naive_clock", "True reward at naive's wall-clock")):
+            wide = r.pivot(index="corrector", columns="cell", values=col).loc[list(dict.fromkeys(r.corrector))]
+            wide.columns = [cell_labels(r)[c] for c in wide.columns]
+            lines += [f"## {what} per corrector (columns: grid cells)", "", "```",
+                      wide.map(lambda v: f"{v:.3f}").to_string(), "```", ""]
     lines += [
         "## Time",
         "",

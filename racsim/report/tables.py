@@ -9,6 +9,7 @@ from racsim.io import fmt
 # Columns of the terminal table, in order, with their headers.
 TABLE = [
     ("corrector", "corrector"),
+    ("policy", "policy"),  # learner=lm: transformer, or its NumPy stand-in (bandit)
     ("wallclock_ratio", "clock x"),
     ("bias_mc", "bias (MC)"),
     ("mc_se", "MC s.e."),
