@@ -135,7 +135,7 @@ def results_table(cfg: Any, out: Dict[str, Any]) -> pd.DataFrame:
         if per_seed:
             m, h = mean_ci(np.array(per_seed))
             row["grad_missing"], row["grad_missing_ci"] = float(m), float(h)
-            row["grad_cosine"] = float(np.mean([g["cosine"] for c in cv for g in c.gradients]))
+            row["grad_cosine"] = float(np.nanmean([g["cosine"] for c in cv for g in c.gradients]))
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -208,9 +208,10 @@ def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.n
             ratios.append(seen["ratio"].ravel())
             delays.append(np.repeat(t - go, G))
         if want:
+            den = np.linalg.norm(grad) * np.linalg.norm(g_sync)  # 0 when every group's rewards tie
             records.append({"step": t, "c0": float(c0.mean()), "late_dot": float((grad - g_cur) @ (g_res_a + g_res_b) / 2),
                             "res_dot": float(g_res_a @ g_res_b),
-                            "cosine": float(grad @ g_sync / (np.linalg.norm(grad) * np.linalg.norm(g_sync)))})
+                            "cosine": float(grad @ g_sync / den) if den > 0 else np.nan})
     pidx = np.repeat(rng.integers(0, task.n_prompts, P), G)
     r_fast, r_true = task_rewards(task, pidx, policy.sample(pidx, rng))
     true_m[N], fast_m[N] = r_true.mean(), r_fast.mean()
