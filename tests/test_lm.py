@@ -329,3 +329,19 @@ def test_cli_and_run_do_not_import_torch():
     code = "import sys, racsim, racsim.cli, racsim.run; print('torch' in sys.modules or 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("backbone", ["gpt2", "llama"])
+def test_local_checkpoint_loads_the_same_model(tmp_path, backbone):
+    task = tiny_task()
+    a = policy(task, backbone=backbone)
+    a.model.save_pretrained(tmp_path)
+    b = policy(task, seed=99, checkpoint=str(tmp_path))
+    rng = np.random.default_rng(0)
+    pidx = rng.integers(0, task.n_prompts, 6)
+    resp = a.sample(pidx, np.random.default_rng(1))
+    assert np.array_equal(b.sample(pidx, np.random.default_rng(1)), resp)
+    assert np.allclose(a.logprob(pidx, resp), b.logprob(pidx, resp), atol=1e-6)
+    with pytest.raises(ConfigError) as ex:
+        policy(task, checkpoint=str(tmp_path / "absent"))
+    assert ex.value.key == "learner.lm.checkpoint"
