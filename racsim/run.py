@@ -4,7 +4,8 @@
 pipeline -> arrival schedules -> bias benchmark and training; with
 ``study.mode`` static or both, racsim.analyses.static_study: the paper's own
 one-rollout experiment, its rows marked ``mode``), ``probe``
-(racsim.analyses.probe) or ``tv_bound`` (racsim.analyses.tvbound). Capacity
+(racsim.analyses.probe) or ``tv_bound`` (racsim.analyses.tvbound); ``learner.kind=lm``
+runs the GRPO study instead of the bias one (racsim.analyses.lm_study). Capacity
 planning (``capacity.enabled``) is chosen by the command line (racsim.cli).
 """
 
@@ -16,6 +17,7 @@ import pandas as pd
 
 from racsim.analyses.bias_study import run_bias_study
 from racsim.analyses.grid import expand
+from racsim.analyses.lm_study import run_lm_study
 from racsim.analyses.probe import probe_study
 from racsim.analyses.result import RunResult
 from racsim.analyses.static_study import run_static_study
@@ -31,6 +33,8 @@ def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
     kind = cells[0][1].study.kind
     if kind != "bias":
         return ANALYSES[kind](cells[0][1])
+    if cells[0][1].learner.kind == "lm":
+        return run_lm_study(cells)
     mode = cells[0][1].study.mode
     res = run_bias_study(cells, progress) if mode != "static" else RunResult(results=pd.DataFrame())
     if mode == "pipeline":

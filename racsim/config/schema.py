@@ -60,7 +60,17 @@ ENGINES = ("lanes", "simpy")
 PHASES = ("generate", "fast_score", "submit", "update")  # one optimizer step, in order
 
 
-LEARNERS = ("tabular",)
+LEARNERS = ("tabular", "lm")
+
+
+# learner.kind=lm (racsim/learner/grpo.py): the policy, its model and its optimizer.
+LM_POLICIES = ("transformer", "bandit")
+
+
+LM_BACKBONES = ("gpt2", "llama")
+
+
+OPTIMIZERS = ("adam", "sgd")
 
 
 TOPOLOGIES = ("random", "chain", "cyclic", "dense", "terminal")  # racsim/learner/mdp.py builds them
@@ -262,6 +272,44 @@ class TrainConf:
 
 
 @dataclass
+class LMConf:
+    """``learner.kind=lm``: GRPO on a synthetic task with a fast proxy reward and a
+    slow true reward (racsim/learner/grpo.py; racsim/analyses/lm_study.py runs it).
+    Each of ``pipeline.steps`` steps samples ``pipeline.batch_size`` prompts (the
+    pipeline's samples) x ``group_size`` responses. ``policy``: ``transformer`` (a
+    causal LM built from ``backbone``/``layers``/``d_model``/``heads`` with random
+    weights, or a local ``checkpoint``; torch, on ``device``) or ``bandit`` (its NumPy
+    stand-in: a softmax over ``n_responses`` responses per prompt, 0: all of them).
+    ``seeds`` independent runs per corrector; at ``checkpoints`` evenly spaced steps
+    the update's gradient is compared with the synchronous one on ``sync_batch``
+    times as many groups. Defaults live here (learner/lm.yaml only sets kind)."""
+
+    policy: str = "transformer"
+    seeds: int = 4
+    group_size: int = 8
+    n_prompts: int = 8
+    prompt_len: int = 4
+    response_len: int = 6
+    vocab: int = 16
+    proxy_correlation: float = -0.53  # the paper's probe: fast vs slow advantages on real pairs
+    task_seed: int = 0
+    init_seed: int = 0
+    backbone: str = "gpt2"
+    layers: int = 2
+    d_model: int = 64
+    heads: int = 4
+    checkpoint: Optional[str] = None
+    device: str = "auto"
+    threads: Optional[int] = 1
+    optimizer: str = "adam"
+    lr: float = 0.01
+    kl_coef: float = 0.0
+    n_responses: int = 64
+    checkpoints: int = 8
+    sync_batch: int = 4
+
+
+@dataclass
 class LearnerConf:
     """The paper's tabular MDP and its Monte-Carlo bias benchmark (defaults:
     conf/learner/tabular.yaml)."""
@@ -282,6 +330,7 @@ class LearnerConf:
     trials: int = MISSING
     bootstrap: int = MISSING
     train: TrainConf = field(default_factory=TrainConf)
+    lm: LMConf = field(default_factory=LMConf)
 
 
 @dataclass

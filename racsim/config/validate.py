@@ -22,6 +22,9 @@ from racsim.config.schema import (
     ENGINES,
     LATENCY_KINDS,
     LEARNERS,
+    LM_BACKBONES,
+    LM_POLICIES,
+    OPTIMIZERS,
     PHASES,
     SERVICE_MODELS,
     REWARD_SPLITS,
@@ -239,6 +242,8 @@ def validate(cfg: Any) -> None:
     _need(lr.reward_split in REWARD_SPLITS, "learner.reward_split", lr.reward_split, "one of " + ", ".join(REWARD_SPLITS))
     _need(st.mode in STUDY_MODES, "study.mode", st.mode, "one of " + ", ".join(STUDY_MODES))
     _int_at_least("study.replications", st.replications, 0)
+    if lr.kind == "lm":
+        validate_lm(lr.lm)
     _need(len(st.kl_targets) >= 1 and all(_finite(k) and k > 0 for k in st.kl_targets), "study.kl_targets",
           list(st.kl_targets), "a non-empty list of KL levels > 0")
     _need(all(_finite(e) and 0 <= e <= 1 for e in st.etas), "study.etas", list(st.etas), "slacks in [0, 1]")
@@ -251,6 +256,34 @@ def validate(cfg: Any) -> None:
         _positive(f"study.probe.{key}", getattr(pr, key))
     if getattr(cfg, "capacity", None) is not None and cfg.capacity.enabled:
         validate_capacity(cfg)
+
+
+def validate_lm(lm: Any) -> None:
+    """``learner.lm`` (learner.kind=lm): GRPO's sizes, the task, the model and the optimizer."""
+    key = "learner.lm"
+    _need(lm.policy in LM_POLICIES, f"{key}.policy", lm.policy, "one of " + ", ".join(LM_POLICIES))
+    _int_at_least(f"{key}.seeds", lm.seeds, 2)
+    _int_at_least(f"{key}.group_size", lm.group_size, 2)
+    for name, low in (("n_prompts", 1), ("prompt_len", 1), ("response_len", 1), ("vocab", 2), ("layers", 1),
+                      ("d_model", 1), ("heads", 1), ("n_responses", 0), ("checkpoints", 0), ("sync_batch", 1),
+                      ("task_seed", 0), ("init_seed", 0)):
+        _int_at_least(f"{key}.{name}", getattr(lm, name), low)
+    _need(_finite(lm.proxy_correlation) and -1 <= lm.proxy_correlation <= 1, f"{key}.proxy_correlation",
+          lm.proxy_correlation, "a correlation in [-1, 1]")
+    _need(lm.backbone in LM_BACKBONES, f"{key}.backbone", lm.backbone, "one of " + ", ".join(LM_BACKBONES))
+    _need(lm.d_model % lm.heads == 0, f"{key}.heads", lm.heads, f"a divisor of learner.lm.d_model={lm.d_model}")
+    _need(lm.optimizer in OPTIMIZERS, f"{key}.optimizer", lm.optimizer, "one of " + ", ".join(OPTIMIZERS))
+    _positive(f"{key}.lr", lm.lr)
+    _nonneg(f"{key}.kl_coef", lm.kl_coef)
+    dev = str(lm.device)
+    _need(dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit()), f"{key}.device",
+          lm.device, "auto (CUDA when present), cpu, cuda or cuda:N")
+    if lm.threads is not None:
+        _int_at_least(f"{key}.threads", lm.threads, 1)
+    if lm.policy == "bandit":
+        space = lm.vocab ** lm.response_len
+        _need(lm.n_responses <= space and (lm.n_responses > 0 or space <= 1_000_000), f"{key}.n_responses",
+              lm.n_responses, f"at most vocab**response_len={space} (0: all of them, when that is <= 1e6)")
 
 
 def validate_channel_kind(ch: Any, key: str) -> None:

@@ -38,7 +38,7 @@ class TrainCurve:
     distance: np.ndarray
 
 
-def _landing(sched: ArrivalSchedule, name: str) -> np.ndarray:
+def landing_step(sched: ArrivalSchedule, name: str) -> np.ndarray:
     """Step at which each (lane, step, sample, channel) correction enters an update, -1 if never."""
     if name == "naive":
         return np.full(sched.delay.shape, -1)
@@ -71,7 +71,7 @@ def train(
     T = horizon
     rewards = np.concatenate([mdp.r_fast[None], mdp.r_slow])  # (C, S, A)
     optimal = M.optimal_policy(mdp)
-    land = _landing(sched, name)
+    land = landing_step(sched, name)
     delay = np.where(name == "sync_oracle", 0, sched.delay)
     # rac_adaptive's tau_age per result, from the results landed before the update that uses it
     tau = adaptive_tau_age(sched.delay, sched.status, params) if name == "rac_adaptive" else None

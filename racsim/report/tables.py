@@ -10,6 +10,7 @@ from racsim.io import fmt
 TABLE = [
     ("corrector", "corrector"),
     ("mode", "mode"),  # pipeline or static (study.mode)
+    ("policy", "policy"),  # learner=lm: transformer, or its NumPy stand-in (bandit)
     ("wallclock_ratio", "clock x"),
     ("bias_mc", "bias (MC)"),
     ("mc_se", "MC s.e."),
@@ -22,6 +23,12 @@ TABLE = [
     ("vif", "VIF"),
     ("slack_eta", "eta"),
     ("J_at_naive_clock", "J @ naive clock"),
+    # learner=lm (racsim/analyses/lm_study.py); a "+-" column follows each with a _ci
+    ("true_at_naive_clock", "true @ naive clock"),
+    ("true_final", "true final"),
+    ("proxy_final", "proxy final"),
+    ("ratio_mean", "mean ratio (late)"),
+    ("grad_missing", "slow grad missing"),
 ]
 
 
@@ -50,6 +57,9 @@ def format_table(results: pd.DataFrame) -> str:
     cols = [(c, h) for c, h in TABLE if c in df]
     values = {h: df[c].map(fmt) for c, h in grid_columns(df)}
     out = pd.DataFrame({**values, **{h: df[c].map(fmt) for c, h in cols}})
+    for c, h in cols:
+        if f"{c}_ci" in df:
+            out.insert(list(out.columns).index(h) + 1, f"{h} +-", df[f"{c}_ci"].map(fmt))
     return out.to_string(index=False)
 
 

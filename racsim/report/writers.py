@@ -12,6 +12,7 @@ import pandas as pd
 
 from racsim.analyses.result import RunResult
 from racsim.io import atomic_write, write_text
+from racsim.report import lm as LM
 from racsim.report import plots as P
 from racsim.report.tables import format_table, warmup_warning
 from racsim.report.trace import write_timeline
@@ -43,14 +44,18 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: str, plots: bool = Tr
     write_text(out_dir / "config.yaml", cfg_yaml)
     written.append(out_dir / "config.yaml")
     if plots and "corrector" in res.results:
-        for name, fn in (("pareto.png", P.pareto), ("training.png", P.training), ("queue.png", P.queue)):
+        figures = (("pareto.png", P.pareto), ("training.png", P.training), ("queue.png", P.queue))
+        if LM.is_lm(res):  # learner=lm: its own figures
+            figures = LM.PLOTS + (("queue.png", P.queue),)
+        for name, fn in figures:
             path = out_dir / name
             if fn(res, path):
                 written.append(path)
     if (res.schedules or {}).get("async") is not None:  # trace.json (Perfetto) and gantt.png of lane 0
         written += write_timeline(out_dir, res.schedules["async"], png=plots)
     summary = out_dir / "summary.md"
-    write_text(summary, summary_markdown(res, [p.name for p in written]))
+    md = LM.summary_markdown if LM.is_lm(res) else summary_markdown
+    write_text(summary, md(res, [p.name for p in written]))
     written.append(summary)
     return written
 

@@ -1,0 +1,257 @@
+"""GRPO with a late slow reward: the training loop shared by the transformer
+policy (racsim/learner/lm.py, torch) and its NumPy stand-in (racsim/learner/bandit.py).
+
+The task (:func:`make_task`) is synthetic: a prompt x is a few tokens, a
+response y is ``response_len`` tokens of a small vocabulary. The slow, true
+reward is a verifier's score of the task's goal, ``r_true(x, y) = sum_t
+u[x, t, y_t] / sqrt(L)``; the fast reward is a cheap proxy ``r_fast(x, y) =
+sum_t (rho u + sqrt(1 - rho^2) z)[x, t, y_t] / sqrt(L)`` with u, z independent
+standard normal tables, so that under the uniform policy the two are
+correlated with coefficient ``rho`` on average over the task's draw
+(``learner.lm.proxy_correlation``; the paper's probe measured -0.53 between
+fast and slow advantages).
+
+One optimizer step t takes P prompts (the pipeline's samples) x G responses
+(one GRPO group per sample), scores them with the fast reward and sends each
+group to the K slow channels, whose results land by the pipeline's
+:class:`~racsim.pipeline.schedule.ArrivalSchedule` (one delay and status per
+step, sample and channel: a group's slow scores come back together). The
+update ascends ``(1 / PG) sum_rows coef_row * log pi(y_row | x_row)`` where
+
+* a row of the current batch has the group-relative advantage (no division by
+  the group's std) of ``(1 - c0) r_fast + c0 r_true``, c0 the share-weighted
+  corrector weight of the slow results that land in their own step (Delta = 0;
+  ratio 1, the behaviour policy is the current one): c0 = 0 is naive GRPO on the
+  proxy, c0 = 1 synchronous GRPO on the true reward, bit for bit;
+* a row of an earlier group whose channel-k result lands now, Delta steps
+  late, carries paper eq. (1)'s correction ``c * w_k * X`` with X the
+  group-relative residual ``r_true - r_fast``, w_k the channel's share and
+  ``c = correction_weight(name, Delta, status, pi_now(y|x) / pi_behaviour(y|x))``,
+  the sequence-level ratio from the policy's log-probabilities;
+* with ``kl_coef`` > 0 the current rows also carry the gradient of
+  ``kl_coef * k3``, the sequence-level estimator
+  ``k3 = exp(ref - logp) - (ref - logp) - 1`` of KL(pi || pi_ref).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Protocol, Sequence
+
+import numpy as np
+
+from racsim.learner.correctors import CorrectorParams, corrected_advantage, correction_weight
+from racsim.learner.training import landing_step
+from racsim.pipeline.schedule import ArrivalSchedule
+
+
+@dataclass(frozen=True)
+class RewardTask:
+    """Prompts (n_prompts, prompt_len) tokens and the reward tables (n_prompts, L, V)."""
+
+    prompts: np.ndarray
+    true_table: np.ndarray
+    fast_table: np.ndarray
+
+    @property
+    def n_prompts(self) -> int:
+        return self.prompts.shape[0]
+
+    @property
+    def response_len(self) -> int:
+        return self.true_table.shape[1]
+
+    @property
+    def vocab(self) -> int:
+        return self.true_table.shape[2]
+
+
+def make_task(n_prompts: int, prompt_len: int, response_len: int, vocab: int, correlation: float,
+              seed: int) -> RewardTask:
+    """The synthetic task of the module docstring, drawn from ``default_rng(seed)``:
+    prompts, then u, then z."""
+    if not -1 <= correlation <= 1:
+        raise ValueError(f"correlation = {correlation!r}: a number in [-1, 1]")
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(0, vocab, (n_prompts, prompt_len))
+    u = rng.standard_normal((n_prompts, response_len, vocab))
+    z = rng.standard_normal((n_prompts, response_len, vocab))
+    scale = 1.0 / np.sqrt(response_len)
+    fast = (correlation * u + np.sqrt(1.0 - correlation**2) * z) * scale
+    return RewardTask(prompts=prompts, true_table=u * scale, fast_table=fast)
+
+
+def task_rewards(task: RewardTask, prompt_idx: np.ndarray, responses: np.ndarray):
+    """(r_fast, r_true), each (n,), of responses (n, L) to prompts ``prompt_idx`` (n,)."""
+    pos = np.arange(task.response_len)[None]
+    x = np.asarray(prompt_idx)[:, None]
+    return task.fast_table[x, pos, responses].sum(axis=1), task.true_table[x, pos, responses].sum(axis=1)
+
+
+def group_relative(r: np.ndarray, group: int) -> np.ndarray:
+    """GRPO's group-relative advantage ``r_i - mean_{j in group(i)} r_j`` (consecutive
+    groups of ``group`` rows; not divided by the group's std)."""
+    g = np.asarray(r, dtype=np.float64).reshape(-1, group)
+    return (g - g.mean(axis=1, keepdims=True)).ravel()
+
+
+class Policy(Protocol):
+    """What the loop needs of a policy over responses to the task's prompts."""
+
+    def sample(self, prompt_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Responses (n, L), one per prompt index, drawn with ``rng`` alone."""
+
+    def logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        """log pi(y | x) of each row, (n,) float64."""
+
+    def ref_logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        """log pi_ref(y | x) under the initial policy, (n,) float64."""
+
+    def update(self, prompt_idx: np.ndarray, responses: np.ndarray,
+               coefficients: Callable[[np.ndarray], np.ndarray], norm: float, want_grad: bool = False):
+        """One optimizer step ascending ``sum coef * log pi / norm``, coef = coefficients(log pi)
+        from the same forward pass; returns (log pi (n,), the flat gradient or None)."""
+
+    def gradient(self, prompt_idx: np.ndarray, responses: np.ndarray, coef: np.ndarray,
+                 norm: float) -> np.ndarray:
+        """The flat gradient of ``sum coef * log pi / norm`` (no step)."""
+
+
+@dataclass
+class LaneCurve:
+    """One training run: per step (steps + 1) the mean true and proxy reward of the
+    batch generated there (the last entry: an evaluation batch after the last update);
+    the ratios pi_now / pi_behaviour of the rows that received a correction, with
+    their delays; and the gradient-bias records of the checkpoints."""
+
+    true: np.ndarray
+    fast: np.ndarray
+    ratio: np.ndarray
+    ratio_delay: np.ndarray
+    gradients: List[Dict[str, float]] = field(default_factory=list)
+
+
+def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.ndarray, land: np.ndarray,
+               name: str, params: CorrectorParams, shares: Sequence[float], group: int, kl_coef: float,
+               rng: np.random.Generator, bias_rng: Optional[np.random.Generator] = None,
+               checkpoints: Sequence[int] = (), sync_batch: int = 8) -> LaneCurve:
+    """Train ``policy`` for ``delay.shape[0]`` steps with corrector ``name``.
+
+    ``delay``, ``status``, ``land``: (steps, P, K) of one lane of the arrival
+    schedule (``land``: :func:`~racsim.learner.training.landing_step`).
+    At each step of ``checkpoints`` the update's gradient is compared with the
+    synchronous GRPO gradient on ``sync_batch`` times as many groups, drawn
+    with ``bias_rng`` (so training itself is unchanged): :func:`missing_fraction`'s
+    terms, and the cosine of the update's gradient and g_sync. (With ``kl_coef`` > 0 the KL
+    term's gradient counts among the late part.)
+    """
+    N, P, K = delay.shape
+    G = group
+    n = P * G
+    w = np.asarray(shares, dtype=np.float64)
+    total = 0.0
+    for k in range(K):  # the same additions as c0's numerator below: c = 1 on every channel gives c0 = 1 exactly
+        total += w[k]
+    hist_x = np.zeros((N, P, G), dtype=np.int64)
+    hist_y = np.zeros((N, P, G, task.response_len), dtype=np.int64)
+    hist_resid = np.zeros((N, P, G))
+    hist_logp = np.zeros((N, P, G))
+    true_m, fast_m = np.empty(N + 1), np.empty(N + 1)
+    ratios: list = []
+    delays: list = []
+    records: list = []
+    for t in range(N):
+        pidx = np.repeat(rng.integers(0, task.n_prompts, P), G)
+        resp = policy.sample(pidx, rng)
+        r_fast, r_true = task_rewards(task, pidx, resp)
+        true_m[t], fast_m[t] = r_true.mean(), r_fast.mean()
+        hist_x[t], hist_y[t] = pidx.reshape(P, G), resp.reshape(P, G, -1)
+        hist_resid[t] = group_relative(r_true - r_fast, G).reshape(P, G)
+        o_, b_, k_ = np.nonzero(land == t)
+        same = o_ == t
+        c_same = np.zeros((P, K))
+        c_same[b_[same], k_[same]] = correction_weight(
+            name, np.zeros(int(same.sum()), dtype=np.int64), status[o_[same], b_[same], k_[same]], None, params)
+        num = np.zeros(P)
+        for k in range(K):
+            num = num + w[k] * c_same[:, k]
+        c0 = np.repeat(num / total, G)
+        adv = group_relative(corrected_advantage(r_fast, r_true, 0.0, c0), G)
+        late = ~same
+        og, inv = np.unique(o_[late] * P + b_[late], return_inverse=True)
+        go, gb = og // P, og % P
+        lo, lb, lk = o_[late], b_[late], k_[late]
+        rows_x = np.concatenate([pidx, hist_x[go, gb].ravel()])
+        rows_y = np.concatenate([resp, hist_y[go, gb].reshape(-1, task.response_len)])
+        ref = policy.ref_logprob(pidx, resp) if kl_coef > 0 else None
+        seen: dict = {}
+
+        def coefficients(logp: np.ndarray) -> np.ndarray:
+            ratio = np.exp(logp[n:].reshape(len(og), G) - hist_logp[go, gb])
+            c = correction_weight(name, np.broadcast_to(delay[lo, lb, lk][:, None], (len(lo), G)),
+                                  np.broadcast_to(status[lo, lb, lk][:, None], (len(lo), G)), ratio[inv], params)
+            late_coef = np.zeros((len(og), G))
+            np.add.at(late_coef, inv, w[lk][:, None] / total * c * hist_resid[lo, lb])
+            cur = adv
+            if ref is not None:
+                cur = adv - kl_coef * (1.0 - np.exp(ref - logp[:n]))
+            seen["ratio"] = ratio
+            return np.concatenate([cur, late_coef.ravel()])
+
+        want = t in checkpoints and bias_rng is not None
+        if want:  # before the update: the current batch's own gradient and the large synchronous batch
+            g_cur = policy.gradient(pidx, resp, adv, float(n))
+            g_sync, g_res_a, g_res_b = sync_directions(policy, task, P * sync_batch, G, bias_rng)
+        logp, grad = policy.update(rows_x, rows_y, coefficients, float(n), want_grad=want)
+        hist_logp[t] = logp[:n].reshape(P, G)
+        if len(og):
+            ratios.append(seen["ratio"].ravel())
+            delays.append(np.repeat(t - go, G))
+        if want:
+            den = np.linalg.norm(grad) * np.linalg.norm(g_sync)  # 0 when every group's rewards tie
+            records.append({"step": t, "c0": float(c0.mean()), "late_dot": float((grad - g_cur) @ (g_res_a + g_res_b) / 2),
+                            "res_dot": float(g_res_a @ g_res_b),
+                            "cosine": float(grad @ g_sync / den) if den > 0 else np.nan})
+    pidx = np.repeat(rng.integers(0, task.n_prompts, P), G)
+    r_fast, r_true = task_rewards(task, pidx, policy.sample(pidx, rng))
+    true_m[N], fast_m[N] = r_true.mean(), r_fast.mean()
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
+    return LaneCurve(true=true_m, fast=fast_m, ratio=cat(ratios), ratio_delay=cat(delays), gradients=records)
+
+
+def sync_directions(policy: Policy, task: RewardTask, prompts: int, G: int, rng: np.random.Generator):
+    """On a large batch of ``prompts`` x ``G`` responses from the current policy: the
+    synchronous GRPO gradient g_sync (group-relative r_true) and the slow residual's
+    gradient (group-relative r_true - r_fast) on each half of the groups, two independent
+    estimates of g_res."""
+    pidx = np.repeat(rng.integers(0, task.n_prompts, prompts), G)
+    resp = policy.sample(pidx, rng)
+    r_fast, r_true = task_rewards(task, pidx, resp)
+    res = group_relative(r_true - r_fast, G)
+    half = (prompts // 2) * G
+    return (policy.gradient(pidx, resp, group_relative(r_true, G), float(len(pidx))),
+            policy.gradient(pidx[:half], resp[:half], res[:half], float(half)),
+            policy.gradient(pidx[half:], resp[half:], res[half:], float(len(pidx) - half)))
+
+
+def missing_fraction(c0: np.ndarray, late_dot: np.ndarray, res_dot: np.ndarray) -> float:
+    """Fraction of the slow residual's gradient g_res that the updates lack against
+    synchronous GRPO, ``-<E[g] - g_sync, g_res> / ||g_res||^2``, pooled over checkpoints.
+
+    An update is g = g_cur + g_late: its current batch's part, whose expectation is
+    g_sync - (1 - c0) g_res (c0 the mean weight of the slow results used in their own
+    step), and the late corrections. So the figure is
+    ``mean(1 - c0) - sum <g_late, g_res> / sum ||g_res||^2``: 1 for naive, 0 for the sync
+    oracle and, when E[g_late] = (1 - eta - c0) g_res, Theorem 2.1's slack eta (the
+    tabular prediction). ``late_dot`` holds <g_late, (a + b) / 2> and ``res_dot`` <a, b>
+    for two independent estimates a, b of g_res, so that the noise of the estimates
+    inflates neither sum (||a||^2 would: an attenuation bias towards 1)."""
+    return float(np.mean(1.0 - np.asarray(c0)) - np.sum(late_dot) / np.sum(res_dot))
+
+
+def lane_slices(sched: ArrivalSchedule, name: str):
+    """Per lane: (delay, status, landing step), each (steps, P, K); the sync oracle's
+    results all land in their own step."""
+    land = landing_step(sched, name)
+    delay = np.zeros_like(sched.delay) if name == "sync_oracle" else sched.delay
+    return [(delay[lane], sched.status[lane], land[lane]) for lane in range(sched.n_trials)]

@@ -1,0 +1,140 @@
+"""A small causal transformer (transformers, torch) as the GRPO policy of racsim/learner/grpo.py.
+
+The model is built in code from a GPT-2 or Llama config with random weights
+(no download), or loaded from a local checkpoint (``learner.lm.checkpoint``,
+offline). Responses use the first ``vocab`` token ids. Sampling draws each
+token by inverse CDF from the model's float64 softmax with a NumPy generator,
+so a fixed seed gives the same responses on any device that gives the same
+logits; log-probabilities are teacher-forced, summed over the response's
+tokens (the sequence-level log pi(y | x) of the ratio pi_now / pi_behaviour).
+
+This is the only racsim module that imports torch and transformers at its
+top; racsim.analyses.lm_study imports it when ``learner.kind=lm`` runs, so
+``import racsim`` and the command line never load them.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from racsim.errors import ConfigError
+from racsim.learner.rollouts import _inverse_cdf, _search_table
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto``: the CUDA device when one is present, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("learner.lm.device", name, "auto or cpu: no CUDA device is present")
+    return torch.device(name)
+
+
+def build_model(conf: Any, vocab: int, max_len: int, seed: int) -> torch.nn.Module:
+    """The policy's model: ``conf.checkpoint`` (a local path), or a ``conf.backbone``
+    (gpt2 or llama) with ``conf.layers`` layers of width ``conf.d_model``, ``conf.heads``
+    heads, no dropout, weights from ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+    if conf.checkpoint:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(conf.checkpoint, local_files_only=True)
+        except (OSError, ValueError) as ex:
+            raise ConfigError("learner.lm.checkpoint", conf.checkpoint,
+                              f"a local causal-LM checkpoint folder ({str(ex).splitlines()[0]})") from None
+        if model.config.vocab_size < vocab:
+            raise ConfigError("learner.lm.vocab", vocab, f"at most the checkpoint's {model.config.vocab_size} tokens")
+        return model
+    if conf.backbone == "gpt2":
+        cfg = GPT2Config(vocab_size=vocab, n_positions=max_len, n_embd=conf.d_model, n_layer=conf.layers,
+                         n_head=conf.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                         bos_token_id=None, eos_token_id=None)
+        return GPT2LMHeadModel(cfg)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=conf.d_model, intermediate_size=2 * conf.d_model,
+                      num_hidden_layers=conf.layers, num_attention_heads=conf.heads,
+                      num_key_value_heads=conf.heads, max_position_embeddings=max_len,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return LlamaForCausalLM(cfg)
+
+
+class TransformerPolicy:
+    """pi(y | x) of a causal LM over the task's prompts (tokens (n_prompts, prompt_len)),
+    responses of ``response_len`` tokens among the first ``vocab`` ids; ``optimizer``
+    (sgd or adam) with learning rate ``lr``; a frozen copy as the KL reference when
+    ``reference``."""
+
+    def __init__(self, prompts: np.ndarray, vocab: int, response_len: int, conf: Any, seed: int,
+                 reference: bool = False):
+        if conf.threads:  # one thread by default: the same bits on any machine, and no oversubscription
+            torch.set_num_threads(conf.threads)
+        self.device = pick_device(conf.device)
+        self.prompts = np.asarray(prompts, dtype=np.int64)
+        self.vocab, self.response_len = vocab, response_len
+        self.model = build_model(conf, vocab, self.prompts.shape[1] + response_len, seed).to(self.device).eval()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = torch.optim.Adam if conf.optimizer == "adam" else torch.optim.SGD
+        self.opt = opt(self.params, lr=conf.lr)
+        self.ref = copy.deepcopy(self.model).requires_grad_(False) if reference else None
+
+    def _tokens(self, prompt_idx: np.ndarray, responses: np.ndarray) -> torch.Tensor:
+        x = np.concatenate([self.prompts[np.asarray(prompt_idx)], np.asarray(responses, dtype=np.int64)], axis=1)
+        return torch.as_tensor(x, device=self.device)
+
+    def _logp(self, model: torch.nn.Module, prompt_idx: np.ndarray, responses: np.ndarray) -> torch.Tensor:
+        """Teacher-forced sum over the response of log pi(y_t | x, y_<t), (n,) float32."""
+        x = self._tokens(prompt_idx, responses)
+        lp0 = self.prompts.shape[1]
+        logits = model(input_ids=x).logits[:, lp0 - 1 : -1, : self.vocab].float()
+        return torch.log_softmax(logits, dim=-1).gather(-1, x[:, lp0:, None]).squeeze(-1).sum(dim=-1)
+
+    @torch.no_grad()
+    def sample(self, prompt_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        n = len(prompt_idx)
+        out = np.empty((n, self.response_len), dtype=np.int64)
+        step = self.model(input_ids=self._tokens(prompt_idx, np.zeros((n, 0), dtype=np.int64)), use_cache=True)
+        rows = np.arange(n)
+        for j in range(self.response_len):
+            p = torch.softmax(step.logits[:, -1, : self.vocab].double(), dim=-1).cpu().numpy()
+            out[:, j] = _inverse_cdf(_search_table(p), rows, rng.random(n))
+            if j + 1 < self.response_len:
+                tok = torch.as_tensor(out[:, j : j + 1], device=self.device)
+                step = self.model(input_ids=tok, past_key_values=step.past_key_values, use_cache=True)
+        return out
+
+    @torch.no_grad()
+    def logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        return self._logp(self.model, prompt_idx, responses).double().cpu().numpy()
+
+    @torch.no_grad()
+    def ref_logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        if self.ref is None:
+            raise ValueError("no reference model: build the policy with reference=True for a KL term")
+        return self._logp(self.ref, prompt_idx, responses).double().cpu().numpy()
+
+    def _backward(self, logp: torch.Tensor, coef: np.ndarray, norm: float) -> None:
+        c = torch.as_tensor(coef, dtype=logp.dtype, device=self.device)
+        self.opt.zero_grad(set_to_none=False)
+        (-(c * logp).sum() / norm).backward()
+
+    def _flat_grad(self) -> np.ndarray:
+        """The gradient of the objective (ascent direction), flat, float64."""
+        return -torch.cat([p.grad.reshape(-1) for p in self.params]).double().cpu().numpy()
+
+    def update(self, prompt_idx: np.ndarray, responses: np.ndarray, coefficients: Callable[[np.ndarray], np.ndarray],
+               norm: float, want_grad: bool = False):
+        logp = self._logp(self.model, prompt_idx, responses)
+        lp = logp.detach().double().cpu().numpy()
+        self._backward(logp, coefficients(lp), norm)
+        grad: Optional[np.ndarray] = self._flat_grad() if want_grad else None
+        self.opt.step()
+        return lp, grad
+
+    def gradient(self, prompt_idx: np.ndarray, responses: np.ndarray, coef: np.ndarray, norm: float) -> np.ndarray:
+        self._backward(self._logp(self.model, prompt_idx, responses), coef, norm)
+        g = self._flat_grad()
+        self.opt.zero_grad(set_to_none=False)
+        return g

@@ -1,0 +1,170 @@
+"""Plots and summary of the LM study (learner.kind=lm, racsim/analyses/lm_study.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from racsim.analyses.lm_study import Z95
+from racsim.report.plots import MARKERS, _plt, _save
+from racsim.report.tables import format_table
+
+
+def is_lm(res) -> bool:
+    return "true_final" in res.results
+
+
+def _value_label(v) -> str:
+    """A grid value in a few characters: a latency law by its kind, a key=value text by the value."""
+    if isinstance(v, str) and v.startswith("{") and "'kind'" in v:
+        return v.split("'kind': '")[1].split("'")[0]
+    return str(v)
+
+
+def cell_labels(r: pd.DataFrame) -> dict:
+    """cell -> a short label of its grid values (the columns before ``scenario``)."""
+    keys = [c for c in r.columns[: list(r.columns).index("scenario")] if c != "cell"]
+    cells = r.drop_duplicates("cell")
+    if len(keys) == 1:  # the values alone; the axis title names the key
+        return {row.cell: _value_label(row[keys[0]]) for _, row in cells.iterrows()}
+    return {row.cell: ", ".join(f"{k.split('.')[-1]}={_value_label(row[k])}" for k in keys)
+            for _, row in cells.iterrows()}
+
+
+def _band(ax, x, y, lo, hi, name, **kw):
+    (line,) = ax.plot(x, y, label=name, marker=MARKERS.get(name, "o"), markevery=max(1, len(x) // 8), ms=4, **kw)
+    ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
+
+
+def training(res, path: Path) -> bool:
+    """True and proxy reward per corrector against simulated wall-clock and against
+    steps: mean over seeds of a rolling mean, band the 95% CI over seeds."""
+    cv = res.extra.get("lm_curves")
+    if cv is None or not len(cv):
+        return False
+    steps = int(cv.step.max())
+    window = max(1, steps // 10)
+    plt = _plt()
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharey="row")
+    for name, df in cv.groupby("corrector", sort=False):
+        for r, col in enumerate(("true", "proxy")):
+            wide = df.pivot(index="seed_lane", columns="step", values=col).to_numpy()
+            smooth = pd.DataFrame(wide.T).rolling(window, min_periods=1).mean().to_numpy().T
+            m = smooth.mean(axis=0)
+            h = Z95 * smooth.std(axis=0, ddof=1) / np.sqrt(smooth.shape[0])
+            clock = df.pivot(index="seed_lane", columns="step", values="wallclock_s").to_numpy().mean(axis=0) / 60
+            _band(axes[r, 0], clock, m, m - h, m + h, name)
+            _band(axes[r, 1], np.arange(len(m)), m, m - h, m + h, name)
+    for r, what in enumerate(("true (slow) reward", "proxy (fast) reward")):
+        axes[r, 0].set_ylabel(f"{what}, rolling mean of {window} steps")
+        axes[r, 0].set_xlabel("simulated wall-clock (min)")
+        axes[r, 1].set_xlabel("optimizer step")
+    for a in axes.ravel():
+        a.grid(True, alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    policy = res.results["policy"].iloc[0]
+    fig.suptitle(f"GRPO ({policy}) with each corrector: mean over {res.results['seeds'].iloc[0]} seeds, "
+                 "band = 95% CI over seeds")
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def gradients(res, path: Path) -> bool:
+    """Measured missing fraction of the slow residual's gradient per corrector (pooled over
+    the checkpoints of each seed; 95% CI over seeds) beside the tabular prediction, eta."""
+    r = res.results
+    if "grad_missing" not in r:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    x = np.arange(len(r))
+    ax.errorbar(x - 0.1, r.grad_missing, yerr=r.grad_missing_ci, fmt="o", capsize=3,
+                label="measured: -<E[g] - g_sync, g_res> / ||g_res||^2")
+    ax.plot(x + 0.1, r.slack_eta, "k_", ms=14, mew=2, label="tabular prediction: slack eta (Theorem 2.1)")
+    ax.set_xticks(x)
+    ax.set_xticklabels(r.corrector, rotation=20, fontsize=8)
+    ax.set_ylabel("missing fraction of the slow residual's gradient")
+    ax.set_title("Gradient bias against synchronous GRPO at the checkpoints (95% CI over seeds)", fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def sweep(res, path: Path) -> bool:
+    """Final true reward per corrector across the grid's cells (e.g. delay laws), 95% CI over seeds."""
+    r = res.results
+    if "cell" not in r:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * r.cell.nunique()), 4.6))
+    cells = r.drop_duplicates("cell")
+    labels = [cell_labels(r)[c].replace(", ", "\n") for c in cells.cell]
+    names = list(dict.fromkeys(r.corrector))
+    width = 0.8 / len(names)
+    for j, name in enumerate(names):
+        d = r[r.corrector == name].set_index("cell").loc[cells.cell]
+        x = np.arange(len(cells)) + (j - (len(names) - 1) / 2) * width
+        ax.errorbar(x, d.true_final, yerr=d.true_final_ci, fmt=MARKERS.get(name, "o"), capsize=2, label=name)
+    ax.set_xticks(np.arange(len(cells)))
+    ax.set_xticklabels(labels, fontsize=8)
+    keys = [c for c in r.columns[: list(r.columns).index("scenario")] if c != "cell"]
+    ax.set_xlabel(", ".join(keys))
+    ax.set_ylabel("final true reward (mean of the last 10% of steps)")
+    ax.set_title(f"GRPO ({r.policy.iloc[0]}): final true reward per corrector across cells, 95% CI over seeds")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+PLOTS = (("lm_training.png", training), ("lm_gradients.png", gradients), ("lm_sweep.png", sweep))
+
+
+def summary_markdown(res, files: list) -> str:
+    r = res.results
+    first = r.iloc[0]
+    stand_in = first["policy"] == "bandit"
+    lines = [
+        f"# racsim run: {first['scenario']} (learner=lm, policy {first['policy']})",
+        "",
+        f"GRPO, K = {first['K']} slow channels, {first['steps']} steps x {first['prompts']} prompts x "
+        f"{first['group_size']} responses, {first['seeds']} seeds per corrector, proxy correlation "
+        f"{first['proxy_correlation']}." + (" Policy: the NumPy contextual-bandit stand-in of the transformer "
+                                             "(learner.lm.policy=bandit), for speed." if stand_in else ""),
+        "",
+        "`true @ naive clock`: true (slow) reward of the corrector's policy when naive's mean wall-clock has "
+        "elapsed (mean over the last 10% of steps completed by then, over seeds); `true final` / `proxy final`: "
+        "the last 10% of steps; `+-`: 95% CI over seeds. `slow grad missing`: at the checkpoints, "
+        "-<g - g_sync, g_res> / ||g_res||^2 for the update's gradient g, the synchronous gradient g_sync and "
+        "the slow residual's gradient g_res (both on a large batch at the same policy): the fraction of the "
+        "slow signal's gradient the update lacks, to set beside `eta`, the tabular prediction (Theorem 2.1's "
+        "slack of the corrector on the measured delay kernel, share-weighted over channels). `mean ratio "
+        "(late)`: pi_now / pi_behaviour of the responses whose slow reward landed late.",
+        "",
+        "```",
+        format_table(r),
+        "```",
+        "",
+    ]
+    if "cell" in r:
+        for col, what in (("true_final", "Final true reward (mean of the last 10% of steps)"),
+                          ("true_at_naive_clock", "True reward at naive's wall-clock")):
+            wide = r.pivot(index="corrector", columns="cell", values=col).loc[list(dict.fromkeys(r.corrector))]
+            wide.columns = [cell_labels(r)[c] for c in wide.columns]
+            lines += [f"## {what} per corrector (columns: grid cells)", "", "```",
+                      wide.map(lambda v: f"{v:.3f}").to_string(), "```", ""]
+    lines += [
+        "## Time",
+        "",
+        ", ".join(f"{k.replace('_s', '')} {v:.2f} s" for k, v in res.timings.items())
+        + f"; {first['seconds_per_step']:.4f} s per optimizer step (gradient checkpoints included)",
+        "",
+    ]
+    lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
+    return "\n".join(lines)
