@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 SMALL = ["learner.trials=20", "learner.bootstrap=20", "learner.train.enabled=false", "pipeline.steps=8",
+         "pipeline.warmup_steps=null",
          "output.plots=false", "output.progress=false"]
 
 # ----------------------------------------------------------------------------

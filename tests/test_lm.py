@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from racsim.config.schema import CORRECTORS
 from racsim.analyses.lm_study import checkpoint_steps, value_at_clock  # noqa: E402
 from racsim.config.defaults import default_config  # noqa: E402
 from racsim.config.validate import validate  # noqa: E402
@@ -316,7 +317,7 @@ def test_learner_lm_runs_end_to_end(tmp_path):
                          "learner.lm.response_len=3", "learner.lm.group_size=4")
     res = run(cfg)
     r = res.results
-    assert list(r.corrector)[0] == "naive" and len(r) == 7
+    assert list(r.corrector)[0] == "naive" and len(r) == len(CORRECTORS)
     assert (r.grad_missing[r.corrector == "naive"] == 1).all() and (r.grad_missing[r.corrector == "sync_oracle"] == 0).all()
     sync, wait = (r[r.corrector == n].iloc[0] for n in ("sync_oracle", "wait_for_slow"))
     assert wait.wallclock_ratio > 1 and sync.wallclock_ratio == 1

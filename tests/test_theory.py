@@ -21,6 +21,7 @@ from racsim.learner.theory import (
     bh_bound,
     effective_kernel,
     kl_crossover,
+    measured_kernel,
     kl_divergence,
     pinsker_bound,
     predicted_bias,
@@ -84,6 +85,30 @@ def measured_kernel_oracle(delay, status, width):
         if status[idx] == INJECTED:
             counts[k, delay[idx]] += 1
     return counts / totals[:, None]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_measured_kernel_matches_loop_oracle(seed):
+    rng = np.random.default_rng(seed)
+    shape = (4, 12, 5, 3)
+    status = rng.choice(np.array([INJECTED, DROPPED, PENDING], dtype=np.int8), size=shape, p=[0.7, 0.2, 0.1])
+    # Different delay ranges per channel.
+    top = np.array([0, 4, 9])
+    delay = np.where(status == INJECTED, np.floor(rng.random(shape) * (top + 1)).astype(int), -1)
+    got = measured_kernel(delay, status)
+    width = int(delay.max()) + 1
+    assert got.shape == (3, width)
+    np.testing.assert_allclose(got, measured_kernel_oracle(delay, status, width), rtol=1e-15)
+    inj_frac = (status == INJECTED).reshape(-1, 3).mean(axis=0)
+    np.testing.assert_allclose(got.sum(axis=1), inj_frac, rtol=1e-14)
+    assert np.all(got.sum(axis=1) < 1.0)
+    wide = measured_kernel(delay, status, max_delay=15)
+    assert wide.shape == (3, 16) and np.array_equal(wide[:, :width], got) and not wide[:, width:].any()
+    with pytest.raises(ValueError, match="max_delay"):
+        measured_kernel(delay, status, max_delay=width - 2)
+    # Nothing injected: an all-zero row of width 1.
+    none = measured_kernel(np.full((3, 2), -1), np.full((3, 2), DROPPED))
+    assert none.shape == (2, 1) and not none.any()
 
 
 # --------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from racsim.learner.rollouts import (
 )
 from racsim.learner.theory import (
     effective_kernel,
+    measured_kernel,
     predicted_bias,
     slack,
 )
@@ -134,6 +135,11 @@ def kernel_slack(name: str, lam: np.ndarray, params: CorrectorParams, gain) -> n
         w = _delay_weights(name, lam[known], params)
         out[known] = slack(effective_kernel(lam[known], alpha=np.broadcast_to(gain, (K,))[known], weight=w))
     return out
+
+
+def corrector_slack(name: str, sched: ArrivalSchedule, params: CorrectorParams, gain=1.0) -> np.ndarray:
+    """:func:`kernel_slack` on the kernel the schedule realised (:func:`~racsim.learner.theory.measured_kernel`)."""
+    return kernel_slack(name, measured_kernel(sched.delay, sched.status), params, gain)
 
 
 def channel_gain(name: str, cell: Cell) -> np.ndarray:

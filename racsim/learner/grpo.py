@@ -40,7 +40,7 @@ from typing import Callable, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 
-from racsim.learner.correctors import CorrectorParams, corrected_advantage, correction_weight
+from racsim.learner.correctors import CorrectorParams, adaptive_tau_age, corrected_advantage, correction_weight
 from racsim.learner.training import landing_step
 from racsim.pipeline.schedule import ArrivalSchedule
 
@@ -160,6 +160,8 @@ def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.n
     ratios: list = []
     delays: list = []
     records: list = []
+    # rac_adaptive's tau_age per result, from the results landed before the update that uses it
+    tau = adaptive_tau_age(delay[None], status[None], params)[0] if name == "rac_adaptive" else None
     for t in range(N):
         pidx = np.repeat(rng.integers(0, task.n_prompts, P), G)
         resp = policy.sample(pidx, rng)
@@ -171,7 +173,8 @@ def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.n
         same = o_ == t
         c_same = np.zeros((P, K))
         c_same[b_[same], k_[same]] = correction_weight(
-            name, np.zeros(int(same.sum()), dtype=np.int64), status[o_[same], b_[same], k_[same]], None, params)
+            name, np.zeros(int(same.sum()), dtype=np.int64), status[o_[same], b_[same], k_[same]], None, params,
+            tau_age=None if tau is None else tau[o_[same], b_[same], k_[same]])
         num = np.zeros(P)
         for k in range(K):
             num = num + w[k] * c_same[:, k]
@@ -189,7 +192,8 @@ def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.n
         def coefficients(logp: np.ndarray) -> np.ndarray:
             ratio = np.exp(logp[n:].reshape(len(og), G) - hist_logp[go, gb])
             c = correction_weight(name, np.broadcast_to(delay[lo, lb, lk][:, None], (len(lo), G)),
-                                  np.broadcast_to(status[lo, lb, lk][:, None], (len(lo), G)), ratio[inv], params)
+                                  np.broadcast_to(status[lo, lb, lk][:, None], (len(lo), G)), ratio[inv], params,
+                                  tau_age=None if tau is None else tau[lo, lb, lk][:, None])
             late_coef = np.zeros((len(og), G))
             np.add.at(late_coef, inv, w[lk][:, None] / total * c * hist_resid[lo, lb])
             cur = adv

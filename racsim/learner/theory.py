@@ -10,9 +10,10 @@
   ``min(sqrt(KL/2), 1 - exp(-KL)/2)`` (eq. ``eq:tv-bound``), Pinsker's
   inequality below the crossover KL* and Bretagnolle-Huber above it.
 
-The kernel Lambda itself comes from the configuration
-(:func:`racsim.pipeline.kernels.predicted_kernel`), so that the prediction can
-disagree with what the simulated pipeline did.
+For the bias benchmark's prediction the kernel Lambda comes from the
+configuration (:func:`racsim.pipeline.kernels.predicted_kernel`), so that it can
+disagree with what the simulated pipeline did; :func:`measured_kernel` is the
+kernel a simulated schedule realised (the LM study's slack beside its measurement).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from scipy.optimize import brentq
 from scipy.special import rel_entr
 
 from racsim.learner.correctors import age_weight
+from racsim.pipeline.schedule import INJECTED
 
 __all__ = [
     "effective_kernel",
     "slack",
     "predicted_bias",
+    "measured_kernel",
     "kl_divergence",
     "tv_distance",
     "pinsker_bound",
@@ -141,6 +144,47 @@ def predicted_bias(eta, residual_mean) -> np.ndarray:
     if m.ndim == 0 or m.shape[0] != e.shape[0]:
         raise ValueError(f"residual_mean must have shape ({e.shape[0]}, ...), got {m.shape}")
     return -np.tensordot(e, m, axes=(0, 0))
+
+
+def measured_kernel(delay, status, max_delay=None) -> np.ndarray:
+    """Delay kernel measured from an arrival schedule.
+
+    ``Lambda[k, D]`` is the fraction of ALL results emitted on channel k (the
+    last axis of ``delay``/``status``; every other axis is pooled) that were
+    injected with a delay of D optimizer steps. Dropped and pending results
+    are the row's missing mass, so row k sums to channel k's injected
+    fraction (<= 1). Shape (K, W) with W = the largest injected delay + 1
+    (1 when nothing was injected), or ``max_delay + 1`` when given (an
+    injected delay above ``max_delay`` is then an error).
+    """
+    d = np.asarray(delay)
+    s = np.asarray(status)
+    if d.shape != s.shape:
+        raise ValueError(f"delay shape {d.shape} != status shape {s.shape}")
+    if d.ndim < 1 or d.shape[-1] == 0:
+        raise ValueError(f"delay/status need a last (channel) axis, got shape {d.shape}")
+    K = d.shape[-1]
+    d2 = d.reshape(-1, K)
+    inj = s.reshape(-1, K) == INJECTED
+    n = d2.shape[0]
+    dinj = d2[inj]
+    if dinj.size and dinj.min() < 0:
+        raise ValueError("an injected result has a negative delay")
+    top = int(dinj.max()) if dinj.size else -1
+    if max_delay is None:
+        width = max(top, 0) + 1
+    else:
+        if int(max_delay) != max_delay or max_delay < 0:
+            raise ValueError(f"max_delay = {max_delay!r}: an integer >= 0")
+        width = int(max_delay) + 1
+        if top >= width:
+            raise ValueError(f"an injected delay {top} exceeds max_delay = {max_delay}")
+    if n == 0:
+        return np.zeros((K, width))
+    chan = np.broadcast_to(np.arange(K), d2.shape)[inj]
+    counts = np.bincount(chan * width + dinj.astype(np.int64), minlength=K * width)
+    return counts.reshape(K, width) / float(n)
+
 
 
 def _categorical(p, what: str, axis: int) -> np.ndarray:
