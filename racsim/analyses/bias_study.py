@@ -101,7 +101,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _
         summary = summarize(brun, lr.bootstrap, None, counts=counts)
         workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
         rows.append((i, values, _results_table(ccfg, cell.names, cell.schedules, summary, brun),
-                     channel_stats(cell.schedules["async"], workers)))
+                     channel_stats(cell.schedules["async"], workers, ccfg.pipeline.warmup_steps)))
     head = members[0][0] == 0
     return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,
                      runs[0].trajectories, pipeline_s, time.perf_counter() - t0)
