@@ -180,6 +180,9 @@ class ChannelConf:
     max_delay: Optional[int] = None
     share: float = 1.0
     kernel: Optional[List[float]] = None
+    # A result that can no longer be used (past max_delay, or past a blocking
+    # wait's timeout) is cancelled: it leaves the queue, or frees its worker, then.
+    cancel_on_drop: bool = False
     # "queue" (the above) or "gpu_rm": a reward model on GPUs behind a batcher (``rm``).
     kind: str = "queue"
     rm: Optional[RMConf] = None

@@ -187,6 +187,11 @@ def validate(cfg: Any) -> None:
         else:
             validate_latency(ch.latency, f"{key}.latency")
         validate_channel_kind(ch, key)
+        if getattr(ch, "cancel_on_drop", False):
+            _need(getattr(ch, "kind", "queue") == "queue" and ch.kernel is None and ch.workers is not None,
+                  f"{key}.cancel_on_drop", ch.cancel_on_drop,
+                  "false here: cancelling frees a worker, so it needs a queue channel with workers set "
+                  "(not a kernel, not gpu_rm)")
     _need(sum(ch.share for ch in p.channels.values()) > 0, "pipeline.channels.*.share",
           [ch.share for ch in p.channels.values()], "at least one channel with share > 0")
     if getattr(p, "fast_rm", None) is not None:

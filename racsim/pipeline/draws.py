@@ -33,6 +33,8 @@ class PipelineDraws:
     # gpu_rm channels: their batcher and service model; ``service[name]`` then holds
     # the token length of each request, (trials, steps, batch, sequences_per_sample).
     gpu: Dict[str, "GpuSpec"] = field(default_factory=dict)
+    # queue channels with ``cancel_on_drop``: a result past its deadline frees its worker.
+    cancel: frozenset = frozenset()
 
 
 def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
@@ -67,6 +69,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         workers={n: ch.workers for n, ch in pcfg.channels.items()},
         max_delay={n: ch.max_delay for n, ch in pcfg.channels.items()},
         gpu=gpu,
+        cancel=frozenset(n for n, ch in pcfg.channels.items() if getattr(ch, "cancel_on_drop", False)),
     )
 
 

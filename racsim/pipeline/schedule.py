@@ -50,6 +50,9 @@ class ArrivalSchedule:
     # batcher: padded or packed), step (of its oldest request), sorted by (lane,
     # start, replica); and replicas, the pool's size.
     gpu_batches: Optional[Dict[str, Dict[str, np.ndarray]]] = None
+    # Queue channels with cancel_on_drop: results cancelled at their deadline (their
+    # completion is then the second they let go of the queue or the worker), (trials, steps, batch, K).
+    cancelled: Optional[np.ndarray] = None
     # The optimizer's phase durations (generate, fast_score, submit, update) x (trials, steps), for timelines.
     phase: Optional[np.ndarray] = None
 

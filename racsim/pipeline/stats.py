@@ -33,8 +33,11 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
         row["wait_mean_s"] = float(wait.mean())
         # without a queue (no workers limit) nothing ever waits: skip the quantile
         row["wait_p95_s"] = float(np.percentile(wait, 95)) if workers.get(name) or name in (sched.gpu_batches or {}) else 0.0
-        soj = (sched.completion[:, w:, :, k] - sub).ravel()
-        soj = soj[np.isfinite(soj)]  # lost results never complete
+        soj = sched.completion[:, w:, :, k] - sub
+        back = np.isfinite(soj)  # lost results never complete, cancelled ones never come back
+        if sched.cancelled is not None:
+            back &= ~sched.cancelled[:, w:, :, k]
+        soj = soj[back]
         row["sojourn_mean_s"] = float(soj.mean()) if soj.size else float("nan")
         for q, v in zip((50, 95, 99), _quantiles(soj)):
             row[f"sojourn_p{q}_s"] = v
