@@ -558,7 +558,7 @@ def test_worked_example_nonblocking(engine, max_delay, injected, dropped, pendin
     assert np.array_equal(s.submit_time[0, :, :, 0], np.broadcast_to(t + 1.0, (10, 2)))
     assert np.array_equal(s.completion[0, :, :, 0], np.broadcast_to(t + 3.5, (10, 2)))
     assert s.counts() == {"v": {"emitted": 40, "injected": 2 * injected, "dropped": 2 * dropped,
-                                "pending": 2 * pending}}
+                                "pending": 2 * pending, "unrouted": 0}}
     d = s.delay[0, :, :, 0]
     st = s.status[0, :, :, 0]
     if injected:
@@ -617,7 +617,7 @@ def test_worked_example_one_worker_nonblocking(engine):
     np.testing.assert_array_equal(s.delay[0, :, :, 0], np.where(land <= 9, land - t, -1))
     # by hand: (0,0) -> 3.5 lands at 4; (0,1) -> 6 lands at 6; (1,0) -> 8.5 lands at 9
     assert s.delay[0, 0, :, 0].tolist() == [4, 6] and s.delay[0, 1, :, 0].tolist() == [8, -1]
-    assert s.counts()["v"] == {"emitted": 20, "injected": 3, "dropped": 0, "pending": 17}
+    assert s.counts()["v"] == {"emitted": 20, "injected": 3, "dropped": 0, "pending": 17, "unrouted": 0}
 
 
 # ----------------------------------------------------------------------------

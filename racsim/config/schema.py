@@ -183,6 +183,9 @@ class ChannelConf:
     # A result that can no longer be used (past max_delay, or past a blocking
     # wait's timeout) is cancelled: it leaves the queue, or frees its worker, then.
     cancel_on_drop: bool = False
+    # Probability that a sample is sent to this channel (code prompts to the verifier, a
+    # sampled 5% to human review); an unrouted sample gets no slow result from it.
+    route_prob: float = 1.0
     # "queue" (the above) or "gpu_rm": a reward model on GPUs behind a batcher (``rm``).
     kind: str = "queue"
     rm: Optional[RMConf] = None

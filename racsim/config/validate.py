@@ -187,6 +187,10 @@ def validate(cfg: Any) -> None:
         else:
             validate_latency(ch.latency, f"{key}.latency")
         validate_channel_kind(ch, key)
+        rp = getattr(ch, "route_prob", 1.0)
+        _need(_finite(rp) and 0 < rp <= 1, f"{key}.route_prob", rp, "a probability in (0, 1]")
+        _need(rp == 1 or getattr(ch, "kind", "queue") == "queue", f"{key}.route_prob", rp,
+              "1 for a gpu_rm channel (routing is modelled for queue and kernel channels)")
         if getattr(ch, "cancel_on_drop", False):
             _need(getattr(ch, "kind", "queue") == "queue" and ch.kernel is None and ch.workers is not None,
                   f"{key}.cancel_on_drop", ch.cancel_on_drop,

@@ -10,7 +10,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from racsim.pipeline.draws import PipelineDraws
-from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, ArrivalSchedule
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED, ArrivalSchedule
 
 
 def _async_landing(draws: "PipelineDraws", names, step_start: np.ndarray,
@@ -89,6 +89,9 @@ def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_
             s = np.where(ok, INJECTED, DROPPED).astype(np.int8)
         else:
             d, s = classify(land[name], draws.max_delay[name], steps)
+        if name in draws.routed:
+            d = np.where(draws.routed[name], d, -1)
+            s = np.where(draws.routed[name], s, UNROUTED).astype(np.int8)
         delays.append(d)
         statuses.append(s)
     return ArrivalSchedule(

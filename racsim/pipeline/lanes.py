@@ -243,5 +243,8 @@ def _serve(draws, name, t, arrival, free, deadline=None):
         cut = np.zeros(lost.shape, dtype=bool)
     else:
         start, end, cut = fifo_assign(arrival, service, free, deadline)
+    if name in draws.routed:  # an unrouted sample was never sent: it keeps its submission time
+        sent = draws.routed[name][:, t]
+        start, end, cut = np.where(sent, start, arrival), np.where(sent, end, arrival), cut & sent
     end = np.where(lost, np.inf, end)
     return start, end, lost, cut

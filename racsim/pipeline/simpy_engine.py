@@ -165,8 +165,9 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                     land[nm][i, t] = np.where(lost, -1, 0)
                     if nm in pools:
                         dl = deadline(nm, t)
-                        procs = [env.process(job(nm, t, b, service[b], dl)) for b in range(batch)]
-                        waits += [p for p, gone in zip(procs, lost) if not gone]
+                        sent = draws.routed[nm][i, t] if nm in draws.routed else np.ones(batch, dtype=bool)
+                        start[nm][i, t] = end[nm][i, t] = env.now  # what an unrouted sample keeps
+                        waits += [env.process(job(nm, t, b, service[b], dl)) for b in range(batch) if sent[b]]
                     else:
                         start[nm][i, t] = env.now
                         end[nm][i, t] = np.where(lost, np.inf, env.now + service)

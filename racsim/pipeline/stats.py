@@ -7,7 +7,7 @@ from typing import Dict, Optional
 import numpy as np
 import pandas as pd
 
-from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, ArrivalSchedule
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED, ArrivalSchedule
 
 
 def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], warmup_steps: int = 0) -> pd.DataFrame:
@@ -22,19 +22,22 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
     for k, name in enumerate(sched.channel_names):
         st = sched.status[:, w:, :, k]
         d = sched.delay[:, w:, :, k][st == 0]
+        sent = st != UNROUTED
         row = {"channel": name, "measured_from_step": w,
-               "emitted": int(st.size), "injected": int(np.count_nonzero(st == INJECTED)),
-               "dropped": int(np.count_nonzero(st == DROPPED)), "pending": int(np.count_nonzero(st == PENDING))}
+               "emitted": int(np.count_nonzero(sent)), "injected": int(np.count_nonzero(st == INJECTED)),
+               "dropped": int(np.count_nonzero(st == DROPPED)), "pending": int(np.count_nonzero(st == PENDING)),
+               "unrouted": int(st.size - np.count_nonzero(sent))}
         row["delay_mean_steps"] = float(d.mean()) if d.size else float("nan")
         for q, v in zip((50, 95, 99), _quantiles(d)):
             row[f"delay_p{q}_steps"] = v
         sub = sched.submit_time[:, w:, :, k]
-        wait = (sched.service_start[:, w:, :, k] - sub).ravel()
-        row["wait_mean_s"] = float(wait.mean())
+        wait = (sched.service_start[:, w:, :, k] - sub)[sent]
+        row["wait_mean_s"] = float(wait.mean()) if wait.size else float("nan")
         # without a queue (no workers limit) nothing ever waits: skip the quantile
-        row["wait_p95_s"] = float(np.percentile(wait, 95)) if workers.get(name) or name in (sched.gpu_batches or {}) else 0.0
+        queued = workers.get(name) or name in (sched.gpu_batches or {})
+        row["wait_p95_s"] = _quantiles(wait)[1] if queued else 0.0
         soj = sched.completion[:, w:, :, k] - sub
-        back = np.isfinite(soj)  # lost results never complete, cancelled ones never come back
+        back = np.isfinite(soj) & sent  # unrouted samples are never sent, lost results never complete, cancelled ones never come back
         if sched.cancelled is not None:
             back &= ~sched.cancelled[:, w:, :, k]
         soj = soj[back]
