@@ -186,6 +186,13 @@ class ChannelConf:
     # Probability that a sample is sent to this channel (code prompts to the verifier, a
     # sampled 5% to human review); an unrouted sample gets no slow result from it.
     route_prob: float = 1.0
+    # Correlated latency bursts: a hidden two-state Markov chain per run, one state per
+    # optimizer step (normal -> degraded with probability p_degrade, back with p_recover),
+    # multiplies the latency of every sample submitted in a degraded step by
+    # degraded_factor (1: off). Started from its stationary law.
+    degraded_factor: float = 1.0
+    p_degrade: float = 0.0
+    p_recover: float = 1.0
     # "queue" (the above) or "gpu_rm": a reward model on GPUs behind a batcher (``rm``).
     kind: str = "queue"
     rm: Optional[RMConf] = None

@@ -66,6 +66,10 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
     # drawn last, so that a run without routing draws what it drew before routing existed
     routed = {n: rng.random(shape + (pcfg.batch_size,)) < ch.route_prob
               for n, ch in pcfg.channels.items() if getattr(ch, "route_prob", 1.0) < 1}
+    for n, ch in pcfg.channels.items():
+        if getattr(ch, "degraded_factor", 1.0) != 1:
+            bad = regime_path(ch.p_degrade, ch.p_recover, rng, shape)
+            service[n] = service[n] * np.where(bad, ch.degraded_factor, 1.0)[..., None]
     return PipelineDraws(
         phase=phase,
         service=service,
@@ -77,6 +81,18 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         cancel=frozenset(n for n, ch in pcfg.channels.items() if getattr(ch, "cancel_on_drop", False)),
         routed=routed,
     )
+
+
+def regime_path(p_degrade: float, p_recover: float, rng: np.random.Generator, shape) -> np.ndarray:
+    """(lanes, steps) hidden state of a two-state Markov chain, True = degraded: the first step
+    from the stationary law P(degraded) = p_degrade / (p_degrade + p_recover), then each step
+    leaves normal with probability p_degrade and degraded with p_recover."""
+    u = rng.random(shape)
+    out = np.empty(shape, dtype=bool)
+    out[:, 0] = u[:, 0] < p_degrade / (p_degrade + p_recover)
+    for t in range(1, shape[1]):
+        out[:, t] = np.where(out[:, t - 1], u[:, t] >= p_recover, u[:, t] < p_degrade)
+    return out
 
 
 def _draw_kernel_delays(kernel: List[float], rng: np.random.Generator, size) -> np.ndarray:
