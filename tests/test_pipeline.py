@@ -239,7 +239,7 @@ def test_fifo_assign_matches_simpy_and_kiefer_wolfowitz(c):
     service = rng.lognormal(0.3, 0.9, arrival.shape) * c / 2.5
     service[:, ::7] = 0.0  # zero-length jobs too
     free = np.zeros((lanes, c))
-    start, end = fifo_assign(arrival, service, free.copy())
+    start, end, _ = fifo_assign(arrival, service, free.copy())
     for i in range(lanes):
         s_sim, e_sim = simpy_fifo_oracle(arrival[i], service[i], c)
         assert np.array_equal(start[i], s_sim), i
@@ -255,7 +255,7 @@ def test_fifo_assign_single_server_is_lindley():
     lanes, n = 4, 400
     arrival = np.cumsum(rng.exponential(1.0, (lanes, n)), axis=1)
     service = rng.exponential(0.9, (lanes, n))
-    start, end = fifo_assign(arrival, service, np.zeros((lanes, 1)))
+    start, end, _ = fifo_assign(arrival, service, np.zeros((lanes, 1)))
     for i in range(lanes):
         s_l, e_l = lindley(arrival[i], service[i])
         np.testing.assert_allclose(start[i], s_l, rtol=1e-12, atol=1e-9)
@@ -269,9 +269,9 @@ def test_fifo_assign_carries_worker_state():
     arrival = np.sort(rng.uniform(0, 20, (3, 40)), axis=1)
     service = rng.exponential(2.0, (3, 40))
     free = np.zeros((3, 2))
-    s1, e1 = fifo_assign(arrival[:, :25], service[:, :25], free)
-    s2, e2 = fifo_assign(arrival[:, 25:], service[:, 25:], free)
-    s, e = fifo_assign(arrival, service, np.zeros((3, 2)))
+    s1, e1, _ = fifo_assign(arrival[:, :25], service[:, :25], free)
+    s2, e2, _ = fifo_assign(arrival[:, 25:], service[:, 25:], free)
+    s, e, _ = fifo_assign(arrival, service, np.zeros((3, 2)))
     assert np.array_equal(np.hstack([s1, s2]), s) and np.array_equal(np.hstack([e1, e2]), e)
     assert np.array_equal(np.sort(free, axis=1), np.sort(np.stack([np.sort(e[i])[-2:] for i in range(3)]), axis=1))
 
@@ -330,7 +330,7 @@ def test_fifo_assign_mmc_mean_wait_is_erlang_c(c, rho, seed):
     lam = rho * c * mu
     arrival = np.cumsum(rng.exponential(1.0 / lam, (lanes, jobs)), axis=1)
     service = rng.exponential(1.0 / mu, (lanes, jobs))
-    start, end = fifo_assign(arrival, service, np.zeros((lanes, c)))
+    start, end, _ = fifo_assign(arrival, service, np.zeros((lanes, c)))
     wait = (start - arrival)[:, warm:]
     p_wait, wq = erlang_c(c, lam, mu)
     if c == 1:  # M/M/1, written separately: P(wait) = rho, Wq = rho / (mu - lambda)
@@ -558,7 +558,7 @@ def test_worked_example_nonblocking(engine, max_delay, injected, dropped, pendin
     assert np.array_equal(s.submit_time[0, :, :, 0], np.broadcast_to(t + 1.0, (10, 2)))
     assert np.array_equal(s.completion[0, :, :, 0], np.broadcast_to(t + 3.5, (10, 2)))
     assert s.counts() == {"v": {"emitted": 40, "injected": 2 * injected, "dropped": 2 * dropped,
-                                "pending": 2 * pending}}
+                                "pending": 2 * pending, "unrouted": 0}}
     d = s.delay[0, :, :, 0]
     st = s.status[0, :, :, 0]
     if injected:
@@ -617,7 +617,7 @@ def test_worked_example_one_worker_nonblocking(engine):
     np.testing.assert_array_equal(s.delay[0, :, :, 0], np.where(land <= 9, land - t, -1))
     # by hand: (0,0) -> 3.5 lands at 4; (0,1) -> 6 lands at 6; (1,0) -> 8.5 lands at 9
     assert s.delay[0, 0, :, 0].tolist() == [4, 6] and s.delay[0, 1, :, 0].tolist() == [8, -1]
-    assert s.counts()["v"] == {"emitted": 20, "injected": 3, "dropped": 0, "pending": 17}
+    assert s.counts()["v"] == {"emitted": 20, "injected": 3, "dropped": 0, "pending": 17, "unrouted": 0}
 
 
 # ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import racsim.run as R
 from racsim.config.schema import ChannelConf, LatencyConf
 from racsim.pipeline.kernels import predicted_kernel
 from racsim.pipeline.latency import build_latency
-from racsim.pipeline.schedule import INJECTED
+from racsim.pipeline.schedule import INJECTED, UNROUTED
 
 TAU = 3.0  # rac's age kernel: the weight depends on the delay
 
@@ -139,3 +139,20 @@ def test_theorem_from_the_nominal_kernel_can_disagree():
     assert abs(free.slack_eta - free.eta_nominal) < 0.01
     assert busy.slack_eta - busy.eta_nominal > 0.03  # 10x the free case's tolerance
     assert abs(busy.theorem_gap) > 5 * abs(free.theorem_gap)
+
+
+def test_routed_channel_is_reweighted_by_its_routing_probability():
+    """A channel that scores half the samples: its unrouted samples carry no result,
+    and the schedule-driven correctors weigh the routed ones by 1 / 0.5, so RAC's
+    mean weight (and the theorem's slack) is that of a channel scoring every sample."""
+    cfg = make_cfg({"r": ChannelConf(kernel=[0.6, 0.4], route_prob=0.5)}, names=["naive", "rac", "sync_oracle"],
+                   seed=4, steps=20, batch=2, trials=500, horizon=3, warmup=2)
+    res = R.run(cfg)
+    st = res.schedules["async"].status
+    routed = (st != UNROUTED).mean()
+    n = st.size
+    assert abs(routed - 0.5) < 5 * math.sqrt(0.25 / n)
+    w = res.bias.mean_weight["steady"]["rac"][0]
+    assert abs(w - 1.0) < 5 * math.sqrt(1.0 / (500 * 18 * 2))  # c in {0, 2}: sd 1
+    np.testing.assert_allclose(res.bias.nominal_slack["rac"], [0.0], atol=1e-15)
+    assert res.bias.mean_weight["steady"]["sync_oracle"][0] == 1.0  # the oracle sees every sample's reward

@@ -92,7 +92,8 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _
                                corrector_params(ccfg), nominal_kernel(ccfg), ccfg.corrector.row_normalize,
                                mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std,
                                predicted={v: predicted_kernel(ccfg, v == "blocking") for v in ("async", "blocking")},
-                               warmup=warmup_steps(ccfg.pipeline)))
+                               warmup=warmup_steps(ccfg.pipeline),
+                               route=np.array([ch.route_prob for ch in ccfg.pipeline.channels.values()])))
     pipeline_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     mdp = bias_cells[0].mdp  # transitions shared by the group; each cell brings its own rewards
@@ -107,7 +108,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _
         summary = summarize(brun, lr.bootstrap, None, counts=counts)
         workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
         rows.append((i, values, _results_table(ccfg, cell.names, cell.schedules, summary, brun),
-                     channel_stats(cell.schedules["async"], workers)))
+                     channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))))
     head = members[0][0] == 0
     return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,
                      runs[0].trajectories, pipeline_s, time.perf_counter() - t0)

@@ -5,7 +5,8 @@ GPUs (``rm.gpus`` of a gpu_rm channel) or workers (a queue channel), through
 the ordinary run machinery (:func:`racsim.analyses.bias_study.run_bias_study`: the same pipeline, bias
 benchmark and tables as any run, the same seed, so the counts are compared on
 common random numbers), and collects per count and corrector: the delay in
-optimizer steps (p50/p95), the slack eta, the exact and Monte-Carlo bias, the
+optimizer steps (p50/p95) and the sojourn in seconds (p95), measured after
+``pipeline.warmup_steps`` (the steady state), the slack eta, the exact and Monte-Carlo bias, the
 wall-clock per step, the pool's utilisation and its cost. It then recommends
 the fewest units for which the chosen corrector meets the targets
 (``capacity.max_bias``, ``capacity.max_bias_vs_naive``, ``capacity.max_step_s``).
@@ -109,6 +110,7 @@ def _rows(cfg: Any, name: str, n: int, res) -> List[dict]:
             "dropped_frac": float(ch["dropped"]) / float(ch["emitted"]),
             "pending_frac": float(ch["pending"]) / float(ch["emitted"]),
             "wait_p95_s": float(ch["wait_p95_s"]),
+            "sojourn_p95_s": float(ch["sojourn_p95_s"]),
             "utilisation": float(ch["utilisation"]),
             "cost_per_hour": n * price,
             "cost_per_1000_steps": n * price * step_s * 1000.0 / 3600.0,

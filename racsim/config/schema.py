@@ -203,6 +203,19 @@ class ChannelConf:
     max_delay: Optional[int] = None
     share: float = 1.0
     kernel: Optional[List[float]] = None
+    # A result that can no longer be used (past max_delay, or past a blocking
+    # wait's timeout) is cancelled: it leaves the queue, or frees its worker, then.
+    cancel_on_drop: bool = False
+    # Probability that a sample is sent to this channel (code prompts to the verifier, a
+    # sampled 5% to human review); an unrouted sample gets no slow result from it.
+    route_prob: float = 1.0
+    # Correlated latency bursts: a hidden two-state Markov chain per run, one state per
+    # optimizer step (normal -> degraded with probability p_degrade, back with p_recover),
+    # multiplies the latency of every sample submitted in a degraded step by
+    # degraded_factor (1: off). Started from its stationary law.
+    degraded_factor: float = 1.0
+    p_degrade: float = 0.0
+    p_recover: float = 1.0
     # "queue" (the above) or "gpu_rm": a reward model on GPUs behind a batcher (``rm``).
     kind: str = "queue"
     rm: Optional[RMConf] = None

@@ -198,6 +198,24 @@ def validate(cfg: Any) -> None:
         else:
             validate_latency(ch.latency, f"{key}.latency")
         validate_channel_kind(ch, key)
+        rp = getattr(ch, "route_prob", 1.0)
+        _need(_finite(rp) and 0 < rp <= 1, f"{key}.route_prob", rp, "a probability in (0, 1]")
+        _need(rp == 1 or getattr(ch, "kind", "queue") == "queue", f"{key}.route_prob", rp,
+              "1 for a gpu_rm channel (routing is modelled for queue and kernel channels)")
+        f = getattr(ch, "degraded_factor", 1.0)
+        _need(_finite(f) and f > 0, f"{key}.degraded_factor", f, "a finite number > 0 (1: no bursts)")
+        if f != 1:
+            _need(getattr(ch, "kind", "queue") == "queue" and ch.kernel is None, f"{key}.degraded_factor", f,
+                  "1 for a kernel or gpu_rm channel (bursts scale a queue channel's latency)")
+            _need(_finite(ch.p_degrade) and 0 < ch.p_degrade <= 1, f"{key}.p_degrade", ch.p_degrade,
+                  "a probability in (0, 1] per step: the chance a normal step is followed by a degraded one")
+            _need(_finite(ch.p_recover) and 0 < ch.p_recover <= 1, f"{key}.p_recover", ch.p_recover,
+                  "a probability in (0, 1] per step: the chance a degraded step is followed by a normal one")
+        if getattr(ch, "cancel_on_drop", False):
+            _need(getattr(ch, "kind", "queue") == "queue" and ch.kernel is None and ch.workers is not None,
+                  f"{key}.cancel_on_drop", ch.cancel_on_drop,
+                  "false here: cancelling frees a worker, so it needs a queue channel with workers set "
+                  "(not a kernel, not gpu_rm)")
     _need(sum(ch.share for ch in p.channels.values()) > 0, "pipeline.channels.*.share",
           [ch.share for ch in p.channels.values()], "at least one channel with share > 0")
     if getattr(p, "fast_rm", None) is not None:

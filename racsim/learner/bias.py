@@ -111,6 +111,7 @@ class Cell:
     fast_noise_std: Optional[float] = None  # the cell's own fast-channel noise, if it differs
     predicted: Optional[Dict[str, np.ndarray]] = None
     warmup: int = 0
+    route: Optional[np.ndarray] = None  # (K,) probability that a sample goes to each channel; None: all do
 
 
 def _delay_weights(name: str, lam: np.ndarray, params: CorrectorParams) -> np.ndarray:
@@ -151,6 +152,14 @@ def channel_gain(name: str, cell: Cell) -> np.ndarray:
     lam = cell.nominal_kernel
     mass = effective_kernel(lam, weight=_delay_weights(name, lam, cell.params)).sum(axis=1)
     return np.where(mass > 0, 1.0 / np.where(mass > 0, mass, 1.0), 1.0)
+
+
+def routing_gain(name: str, cell: Cell) -> np.ndarray:
+    """1 / p_k on channel k's routed results for the schedule-driven correctors (see :class:`Cell`)."""
+    K = cell.schedules["async"].n_channels
+    if cell.route is None or name in SCHEDULE_FREE:
+        return np.ones(K)
+    return 1.0 / np.asarray(cell.route, dtype=np.float64)
 
 
 def steady_mask(name: str, sched: ArrivalSchedule, warmup: int) -> np.ndarray:
@@ -249,7 +258,7 @@ def run_bias_cells(
         n_win = (steps - cell.warmup) * batch  # the steady view's trajectories per trial
         for name in cell.names:
             sched = schedule_for(name, cell.schedules)
-            gain = channel_gain(name, cell)
+            gain = channel_gain(name, cell) * routing_gain(name, cell)
             w = np.broadcast_to(correction_weight(name, sched.delay, sched.status, None, cell.params) * gain,
                                 sched.delay.shape)
             ss = np.where(steady_mask(name, sched, cell.warmup), w, 0.0)

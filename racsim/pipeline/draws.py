@@ -33,6 +33,10 @@ class PipelineDraws:
     # gpu_rm channels: their batcher and service model; ``service[name]`` then holds
     # the token length of each request, (trials, steps, batch, sequences_per_sample).
     gpu: Dict[str, "GpuSpec"] = field(default_factory=dict)
+    # queue channels with ``cancel_on_drop``: a result past its deadline frees its worker.
+    cancel: frozenset = frozenset()
+    # channels with route_prob < 1: (trials, steps, batch) True where the sample is sent to it.
+    routed: Dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
@@ -59,6 +63,13 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         tokens = draw_tokens(fast_rm, rng, shape + (pcfg.batch_size * spec.seqs,), "pipeline.fast_rm")
         phase[1] = fast_score_seconds(spec, tokens)
         nominal = float(sum(lat.mean() for i, lat in enumerate(phase_lat) if i != 1) + phase[1].mean())
+    # drawn last, so that a run without routing draws what it drew before routing existed
+    routed = {n: rng.random(shape + (pcfg.batch_size,)) < ch.route_prob
+              for n, ch in pcfg.channels.items() if getattr(ch, "route_prob", 1.0) < 1}
+    for n, ch in pcfg.channels.items():
+        if getattr(ch, "degraded_factor", 1.0) != 1:
+            bad = regime_path(ch.p_degrade, ch.p_recover, rng, shape)
+            service[n] = service[n] * np.where(bad, ch.degraded_factor, 1.0)[..., None]
     return PipelineDraws(
         phase=phase,
         service=service,
@@ -67,7 +78,21 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         workers={n: ch.workers for n, ch in pcfg.channels.items()},
         max_delay={n: ch.max_delay for n, ch in pcfg.channels.items()},
         gpu=gpu,
+        cancel=frozenset(n for n, ch in pcfg.channels.items() if getattr(ch, "cancel_on_drop", False)),
+        routed=routed,
     )
+
+
+def regime_path(p_degrade: float, p_recover: float, rng: np.random.Generator, shape) -> np.ndarray:
+    """(lanes, steps) hidden state of a two-state Markov chain, True = degraded: the first step
+    from the stationary law P(degraded) = p_degrade / (p_degrade + p_recover), then each step
+    leaves normal with probability p_degrade and degraded with p_recover."""
+    u = rng.random(shape)
+    out = np.empty(shape, dtype=bool)
+    out[:, 0] = u[:, 0] < p_degrade / (p_degrade + p_recover)
+    for t in range(1, shape[1]):
+        out[:, t] = np.where(out[:, t - 1], u[:, t] >= p_recover, u[:, t] < p_degrade)
+    return out
 
 
 def draw_kernel_delays(kernel: List[float], rng: np.random.Generator, size) -> np.ndarray:
@@ -89,10 +114,16 @@ def _queued(draws: PipelineDraws, name: str) -> bool:
 
 
 def _service_seconds(draws: PipelineDraws, name: str, t: int):
-    """Service time of step t's jobs and whether each is lost (kernel missing mass)."""
+    """Service time of step t's jobs and whether each is lost (kernel missing mass).
+    An unrouted job takes 0 s: in a FIFO queue it then delays nobody (it leaves its
+    worker free when it found it, or at its arrival, before any later arrival)."""
     s = draws.service[name][:, t]
     if name in draws.kernel_channels:
         lost = s < 0
         # A kernel channel on the clock: Delta steps of nominal step time.
-        return np.where(lost, 0.0, s * draws.nominal_step), lost
-    return s, np.zeros(s.shape, dtype=bool)
+        s, lost = np.where(lost, 0.0, s * draws.nominal_step), lost
+    else:
+        lost = np.zeros(s.shape, dtype=bool)
+    if name in draws.routed:
+        s = np.where(draws.routed[name][:, t], s, 0.0)
+    return s, lost

@@ -50,7 +50,8 @@ def predicted_kernel(cfg: DictConfig, blocking: bool = False) -> np.ndarray:
     and a step of mean length s = sum of the phases' means, submitted a = generate
     + fast_score + submit into its step: Delta = max(1, ceil((a + X) / s)), the
     first later step that begins after the result is back. ``max_delay`` cuts
-    the kernel (the rest is dropped). ``blocking``: the optimizer waits, so a
+    the kernel (the rest is dropped); ``route_prob`` scales it (the unrouted share never
+    has a result). ``blocking``: the optimizer waits, so a
     result lands at Delta = 0 unless it takes longer than
     ``corrector.wait_timeout_s`` (for a kernel channel: Delta steps of s). NaN
     rows where no law predicts the delay: gpu_rm channels (batching and queues
@@ -70,19 +71,20 @@ def predicted_kernel(cfg: DictConfig, blocking: bool = False) -> np.ndarray:
             pmf = np.asarray(list(ch.kernel), dtype=np.float64)
             if blocking:
                 ok = np.arange(len(pmf)) * step <= (np.inf if timeout is None else timeout)
-                rows.append(np.array([pmf[ok].sum()]))
+                rows.append(np.array([pmf[ok].sum()]) * ch.route_prob)
                 continue
         else:
             lat = build_latency(ch.latency, f"pipeline.channels.{name}.latency")
             if blocking:
-                rows.append(np.array([1.0 if timeout is None else float(lat.cdf(np.array([timeout]))[0])]))
+                rows.append(np.array([1.0 if timeout is None else float(lat.cdf(np.array([timeout]))[0])])
+                            * ch.route_prob)
                 continue
             top = min(math.ceil((offset + float(lat.quantile(1.0 - 1e-12))) / step), MAX_KERNEL_STEPS)
             cdf = lat.cdf(np.arange(1, max(top, 1) + 1) * step - offset)  # P(Delta <= d), d = 1..top
             pmf = np.diff(np.concatenate([[0.0, 0.0], cdf]))  # Delta = 0 has no mass
         if ch.max_delay is not None:
             pmf = pmf[: ch.max_delay + 1]
-        rows.append(np.clip(pmf, 0.0, None))
+        rows.append(np.clip(pmf, 0.0, None) * ch.route_prob)
     width = max((len(r) for r in rows if r is not None), default=1)
     return np.array([np.full(width, np.nan) if r is None else np.pad(r, (0, width - len(r))) for r in rows])
 

@@ -10,13 +10,14 @@ from typing import Dict, Optional
 import numpy as np
 
 from racsim.pipeline.draws import PipelineDraws
-from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, ArrivalSchedule
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED, ArrivalSchedule
 
 
 def _async_landing(draws: "PipelineDraws", names, step_start: np.ndarray,
-                   end: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+                   end: Dict[str, np.ndarray], cut: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
     """Landing steps of a non-blocking run: kernel channels at t + Delta (-1: lost),
-    clock channels at the first later step that begins after completion."""
+    clock channels at the first later step that begins after completion; a result
+    cancelled by ``cancel_on_drop`` (``cut``) never lands (-1)."""
     steps = step_start.shape[1] - 1
     land = {}
     for nm in names:
@@ -25,7 +26,19 @@ def _async_landing(draws: "PipelineDraws", names, step_start: np.ndarray,
             land[nm] = np.where(k < 0, -1, np.arange(steps)[None, :, None] + k)
         else:
             land[nm] = landing_step(step_start[:, :steps], end[nm])
+        if cut is not None and nm in draws.cancel:
+            land[nm] = np.where(cut[nm], -1, land[nm])
     return land
+
+
+def drop_deadline(step_start: np.ndarray, t: int, max_delay: Optional[int]) -> np.ndarray:
+    """(lanes,) the second after which step t's results can no longer land within D steps:
+    the start of step t + D (a result completing later lands at t + D + 1 or after, and is
+    dropped there); inf where no drop happens within the run (no D, or t + D + 1 past the last step)."""
+    steps = step_start.shape[1] - 1
+    if max_delay is None or t + max_delay + 1 > steps - 1:
+        return np.full(step_start.shape[0], np.inf)
+    return step_start[:, t + max_delay]
 
 
 def landing_step(step_start: np.ndarray, completion: np.ndarray) -> np.ndarray:
@@ -66,7 +79,7 @@ def classify(land: np.ndarray, max_delay: Optional[int], n_steps: int):
     return delay, status
 
 
-def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log=None) -> ArrivalSchedule:
+def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log=None, cut=None) -> ArrivalSchedule:
     steps = step_start.shape[1] - 1
     delays, statuses = [], []
     for name in names:
@@ -76,6 +89,9 @@ def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_
             s = np.where(ok, INJECTED, DROPPED).astype(np.int8)
         else:
             d, s = classify(land[name], draws.max_delay[name], steps)
+        if name in draws.routed:
+            d = np.where(draws.routed[name], d, -1)
+            s = np.where(draws.routed[name], s, UNROUTED).astype(np.int8)
         delays.append(d)
         statuses.append(s)
     return ArrivalSchedule(
@@ -88,5 +104,6 @@ def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_
         service_start=np.stack([start[nm] for nm in names], axis=-1),
         completion=np.stack([end[nm] for nm in names], axis=-1),
         gpu_batches=gpu_log or None,
+        cancelled=np.stack([cut[nm] for nm in names], axis=-1) if draws.cancel else None,
         phase=draws.phase,
     )

@@ -20,28 +20,39 @@ from racsim.pipeline.batcher import (
     _Waiting,
 )
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
-from racsim.pipeline.landing import _assemble, _async_landing
+from racsim.pipeline.landing import _assemble, _async_landing, drop_deadline
 from racsim.pipeline.schedule import ArrivalSchedule
 
 
-def fifo_assign(arrival: np.ndarray, service: np.ndarray, free: np.ndarray):
+def fifo_assign(arrival: np.ndarray, service: np.ndarray, free: np.ndarray, deadline: Optional[np.ndarray] = None):
     """Serve jobs in arrival order on identical workers (FIFO multi-server queue).
 
     ``arrival``/``service``: (lanes, jobs), jobs sorted by arrival within a lane;
     ``free``: (lanes, c) time each worker next falls free (updated in place).
     Each job takes the earliest-free worker, which is exactly FIFO service.
-    Returns (start, completion), each (lanes, jobs).
+    ``deadline`` (lanes, jobs), with ``cancel_on_drop``, non-decreasing in arrival
+    order (as the pipeline's are; one before the arrival counts as the arrival): a job
+    that would complete after its deadline, or start at it, is cancelled there: it
+    leaves the queue, or frees its worker, at the deadline (its start and completion
+    read min(start, deadline) and the deadline). Returns (start, completion,
+    cancelled), each (lanes, jobs).
     """
     lanes = np.arange(arrival.shape[0])
     start = np.empty_like(arrival)
     end = np.empty_like(arrival)
+    dl = None if deadline is None else np.maximum(deadline, arrival)
     for j in range(arrival.shape[1]):
         w = np.argmin(free, axis=1)
         s = np.maximum(arrival[:, j], free[lanes, w])
         e = s + service[:, j]
-        free[lanes, w] = e
         start[:, j], end[:, j] = s, e
-    return start, end
+        # Deadlines in FIFO order: every worker is free by the head job's deadline, so a
+        # job still waiting at its own deadline finds a worker free there and leaves.
+        free[lanes, w] = e if dl is None else np.minimum(e, dl[:, j])
+    if dl is None:
+        return start, end, np.zeros(arrival.shape, dtype=bool)
+    cut = (end > dl) | (start >= dl)
+    return np.minimum(start, dl), np.minimum(end, dl), cut
 
 
 class _LaneServer:
@@ -175,6 +186,7 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     end = {nm: np.empty((n, steps, batch)) for nm in names}
     land = {nm: np.empty((n, steps, batch), dtype=np.int64) for nm in names}
     free = {nm: np.zeros((n, draws.workers[nm])) for nm in names if _queued(draws, nm)}
+    cut = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in names}  # cancelled (cancel_on_drop)
     timeout = np.inf if wait_timeout is None else wait_timeout
     for t in range(steps):
         now = step_start[:, t] + gen[:, t]
@@ -189,11 +201,15 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 if blocking:
                     done = np.maximum(done, gpus[nm].step_blocking(t, now, wait_timeout))
                 continue
-            s, e, lost = _serve(draws, nm, t, arr, free.get(nm))
-            submit[nm][:, t], start[nm][:, t], end[nm][:, t] = arr, s, e
+            submit[nm][:, t] = arr
+            if nm in draws.cancel and not blocking:
+                continue  # served once the clock is known: its deadlines are step starts
+            dl = arr + timeout if nm in draws.cancel else None  # a timed-out result frees its worker
+            s, e, lost, cut[nm][:, t] = _serve(draws, nm, t, arr, free.get(nm), dl)
+            start[nm][:, t], end[nm][:, t] = s, e
             if blocking:
                 done = np.maximum(done, np.where(lost, arr, e).max(axis=1))
-            land[nm][:, t] = np.where(lost, -1, 0)
+            land[nm][:, t] = np.where(lost | cut[nm][:, t], -1, 0)
         if blocking:
             done = np.minimum(done, now + timeout)
             resumed[:, t] = done
@@ -210,16 +226,25 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             land[nm] = np.where(end[nm] > resumed[:, :, None], -1, 0)
     if not blocking:
-        land.update(_async_landing(draws, names, step_start, end))
-    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log)
+        for nm in draws.cancel:
+            for t in range(steps):
+                dl = np.repeat(drop_deadline(step_start, t, draws.max_delay[nm])[:, None], batch, axis=1)
+                start[nm][:, t], end[nm][:, t], _, cut[nm][:, t] = _serve(draws, nm, t, submit[nm][:, t], free[nm], dl)
+        land.update(_async_landing(draws, names, step_start, end, cut))
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut)
 
 
-def _serve(draws, name, t, arrival, free):
+def _serve(draws, name, t, arrival, free, deadline=None):
+    """Step t's jobs of a clock channel: (start, completion, lost, cancelled)."""
     service, lost = _service_seconds(draws, name, t)
     if free is None:
         start = arrival.copy()
         end = arrival + service
+        cut = np.zeros(lost.shape, dtype=bool)
     else:
-        start, end = fifo_assign(arrival, service, free)
+        start, end, cut = fifo_assign(arrival, service, free, deadline)
+    if name in draws.routed:  # an unrouted sample was never sent: it keeps its submission time
+        sent = draws.routed[name][:, t]
+        start, end, cut = np.where(sent, start, arrival), np.where(sent, end, arrival), cut & sent
     end = np.where(lost, np.inf, end)
-    return start, end, lost
+    return start, end, lost, cut

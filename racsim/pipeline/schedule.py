@@ -22,6 +22,9 @@ DROPPED = np.int8(1)  # older than the channel's admissible delay D_k before it 
 PENDING = np.int8(2)  # still in a queue or in service when the run ended
 
 
+UNROUTED = np.int8(3)  # never sent to the channel (its route_prob): no slow result from it
+
+
 @dataclass(frozen=True)
 class ArrivalSchedule:
     """Per trial, step, sample and channel: the delay in optimizer steps and the status.
@@ -50,6 +53,9 @@ class ArrivalSchedule:
     # batcher: padded or packed), step (of its oldest request), sorted by (lane,
     # start, replica); and replicas, the pool's size.
     gpu_batches: Optional[Dict[str, Dict[str, np.ndarray]]] = None
+    # Queue channels with cancel_on_drop: results cancelled at their deadline (their
+    # completion is then the second they let go of the queue or the worker), (trials, steps, batch, K).
+    cancelled: Optional[np.ndarray] = None
     # The optimizer's phase durations (generate, fast_score, submit, update) x (trials, steps), for timelines.
     phase: Optional[np.ndarray] = None
 
@@ -79,14 +85,16 @@ class ArrivalSchedule:
         return self.step_start[:, -1] - self.step_start[:, 0]
 
     def counts(self) -> dict:
-        """Injected, dropped and pending results per channel (summed over trials)."""
+        """Results sent (emitted), injected, dropped, pending and samples not routed, per channel
+        (summed over trials)."""
         out = {}
         for k, name in enumerate(self.channel_names):
             s = self.status[..., k]
             out[name] = {
-                "emitted": int(s.size),
+                "emitted": int(np.count_nonzero(s != UNROUTED)),
                 "injected": int(np.count_nonzero(s == INJECTED)),
                 "dropped": int(np.count_nonzero(s == DROPPED)),
                 "pending": int(np.count_nonzero(s == PENDING)),
+                "unrouted": int(np.count_nonzero(s == UNROUTED)),
             }
         return out

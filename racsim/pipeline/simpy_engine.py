@@ -105,6 +105,7 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     start = {nm: np.empty((n, steps, batch)) for nm in names}
     end = {nm: np.full((n, steps, batch), np.inf) for nm in names}
     land = {nm: np.zeros((n, steps, batch), dtype=np.int64) for nm in names}
+    cut = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in names}  # cancelled (cancel_on_drop)
     late_cls = _late_event_class() if draws.gpu else None
     gpu_rows: Dict[str, list] = {nm: [] for nm in draws.gpu}
 
@@ -116,16 +117,38 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             tok4 = draws.service[nm]
             servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i)
 
-        def job(nm, t, b, service):
+        def job(nm, t, b, service, dl):
             with pools[nm].request() as req:
-                yield req
-                start[nm][i, t, b] = env.now
-                yield env.timeout(service)
-                end[nm][i, t, b] = env.now
+                if dl is None:
+                    yield req
+                    start[nm][i, t, b] = env.now
+                    yield env.timeout(service)
+                    end[nm][i, t, b] = env.now
+                    return
+                yield req | dl  # cancel_on_drop: the deadline ends the wait, or the service
+                s = start[nm][i, t, b] = env.now
+                if not dl.processed:
+                    yield env.timeout(service) | dl
+                    if not dl.processed or env.now >= s + service:
+                        end[nm][i, t, b] = env.now
+                        return
+                end[nm][i, t, b] = env.now  # the worker (if it had one) is free from now on
+                cut[nm][i, t, b] = True
+
+        def deadline(nm, t):
+            """The event after which step t's results of a cancel_on_drop channel are of no use."""
+            if nm not in draws.cancel:
+                return None
+            if blocking:
+                return None if wait_timeout is None else env.timeout(wait_timeout)
+            d = draws.max_delay[nm]
+            return None if d is None or t + d + 1 > steps - 1 else begin[t + d]
 
         def optimizer():
             for t in range(steps):
                 step_start[i, t] = env.now
+                if begin:
+                    begin[t].succeed()
                 yield env.timeout(gen[i, t])
                 yield env.timeout(fast[i, t])
                 yield env.timeout(sub[i, t])
@@ -141,8 +164,10 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                     submit[nm][i, t] = env.now
                     land[nm][i, t] = np.where(lost, -1, 0)
                     if nm in pools:
-                        procs = [env.process(job(nm, t, b, service[b])) for b in range(batch)]
-                        waits += [p for p, gone in zip(procs, lost) if not gone]
+                        dl = deadline(nm, t)
+                        sent = draws.routed[nm][i, t] if nm in draws.routed else np.ones(batch, dtype=bool)
+                        start[nm][i, t] = end[nm][i, t] = env.now  # what an unrouted sample keeps
+                        waits += [env.process(job(nm, t, b, service[b], dl)) for b in range(batch) if sent[b]]
                     else:
                         start[nm][i, t] = env.now
                         end[nm][i, t] = np.where(lost, np.inf, env.now + service)
@@ -158,6 +183,7 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             step_start[i, steps] = env.now
 
         resumed = np.empty(steps)  # when the blocking optimizer stopped waiting
+        begin = [env.event() for _ in range(steps)] if draws.cancel else None  # step t begins
         env.process(optimizer())
         env.run()  # runs on until every job is served, after the last step too
         for nm, srv in servers.items():
@@ -166,10 +192,10 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             gpu_rows[nm].append(tuple(np.asarray(c) for c in zip(*srv.batches)) if srv.batches else None)
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             for nm in names:
-                land[nm][i] = np.where(end[nm][i] > resumed[:, None], -1, land[nm][i])
+                land[nm][i] = np.where((end[nm][i] > resumed[:, None]) | cut[nm][i], -1, land[nm][i])
 
     if not blocking:
-        land.update(_async_landing(draws, names, step_start, end))
+        land.update(_async_landing(draws, names, step_start, end, cut))
     gpu_log = {nm: _batch_log([r for r in rows if r is not None], draws.gpu[nm].replicas)
                for nm, rows in gpu_rows.items()}
-    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log)
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut)

@@ -7,42 +7,70 @@ from typing import Dict, Optional
 import numpy as np
 import pandas as pd
 
-from racsim.pipeline.schedule import ArrivalSchedule
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED, ArrivalSchedule
 
 
-def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]]) -> pd.DataFrame:
-    """One row per channel: result counts, delay quantiles (steps), queue wait (s), utilisation."""
+def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], warmup_steps: int = 0) -> pd.DataFrame:
+    """One row per channel, in the steady state after ``warmup_steps`` (``pipeline.warmup_steps``):
+    result counts, delay quantiles (steps), queue wait and sojourn (s) of the jobs submitted
+    at steps >= warmup_steps, and utilisation over the window from that step's start to the
+    run's end (busy seconds of every job inside the window, warm-up jobs included)."""
     rows = []
-    span = sched.wallclock  # (trials,)
-    counts = sched.counts()
+    w = int(warmup_steps)
+    t0, t1 = sched.step_start[:, w], sched.step_start[:, -1]
+    span = t1 - t0  # (trials,)
     for k, name in enumerate(sched.channel_names):
-        st = sched.status[..., k]
-        d = sched.delay[..., k][st == 0]
-        row = {"channel": name, **counts[name]}
+        st = sched.status[:, w:, :, k]
+        d = sched.delay[:, w:, :, k][st == 0]
+        sent = st != UNROUTED
+        row = {"channel": name, "measured_from_step": w,
+               "emitted": int(np.count_nonzero(sent)), "injected": int(np.count_nonzero(st == INJECTED)),
+               "dropped": int(np.count_nonzero(st == DROPPED)), "pending": int(np.count_nonzero(st == PENDING)),
+               "unrouted": int(st.size - np.count_nonzero(sent))}
         row["delay_mean_steps"] = float(d.mean()) if d.size else float("nan")
-        qs = np.percentile(d, (50, 95, 99)) if d.size else [float("nan")] * 3  # one partition for all three
-        for q, v in zip((50, 95, 99), qs):
-            row[f"delay_p{q}_steps"] = float(v)
-        wait = (sched.service_start[..., k] - sched.submit_time[..., k]).ravel()
-        row["wait_mean_s"] = float(wait.mean())
+        for q, v in zip((50, 95, 99), _quantiles(d)):
+            row[f"delay_p{q}_steps"] = v
+        sub = sched.submit_time[:, w:, :, k]
+        wait = (sched.service_start[:, w:, :, k] - sub)[sent]
+        row["wait_mean_s"] = float(wait.mean()) if wait.size else float("nan")
         # without a queue (no workers limit) nothing ever waits: skip the quantile
-        row["wait_p95_s"] = float(np.percentile(wait, 95)) if workers.get(name) or name in (sched.gpu_batches or {}) else 0.0
+        queued = workers.get(name) or name in (sched.gpu_batches or {})
+        row["wait_p95_s"] = _quantiles(wait)[1] if queued else 0.0
+        soj = sched.completion[:, w:, :, k] - sub
+        back = np.isfinite(soj) & sent  # unrouted samples are never sent, lost results never complete, cancelled ones never come back
+        if sched.cancelled is not None:
+            back &= ~sched.cancelled[:, w:, :, k]
+        soj = soj[back]
+        row["sojourn_mean_s"] = float(soj.mean()) if soj.size else float("nan")
+        for q, v in zip((50, 95, 99), _quantiles(soj)):
+            row[f"sojourn_p{q}_s"] = v
         row["workers"] = workers.get(name)
         gpu = (sched.gpu_batches or {}).get(name)
         if gpu is not None:  # a gpu_rm channel: replica-seconds busy with batches
             row["workers"] = int(gpu["replicas"])
-            end = np.minimum(gpu["end"], sched.step_start[gpu["lane"], -1])
-            busy = np.bincount(gpu["lane"], weights=np.clip(end - gpu["start"], 0, None), minlength=sched.n_trials)
+            lane = gpu["lane"]
+            busy = np.bincount(lane, weights=_inside(gpu["start"], gpu["end"], t0[lane], t1[lane]),
+                               minlength=sched.n_trials)
             row["utilisation"] = float(np.mean(busy / (row["workers"] * span)))
         elif workers.get(name):
-            # Busy seconds inside the run's window over worker-seconds available.
-            end = np.minimum(sched.completion[..., k], sched.step_start[:, -1, None, None])
-            busy = np.clip(end - sched.service_start[..., k], 0, None).sum(axis=(1, 2))
+            # Busy seconds inside the measured window over worker-seconds available.
+            busy = _inside(sched.service_start[..., k], sched.completion[..., k],
+                           t0[:, None, None], t1[:, None, None]).sum(axis=(1, 2))
             row["utilisation"] = float(np.mean(busy / (workers[name] * span)))
         else:
             row["utilisation"] = float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _quantiles(x: np.ndarray) -> list:
+    """p50, p95, p99 of ``x`` (NaN when empty), one partition for all three."""
+    return [float(v) for v in np.percentile(x, (50, 95, 99))] if x.size else [float("nan")] * 3
+
+
+def _inside(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Seconds of each busy interval [start, end) inside the window [lo, hi]."""
+    return np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
 
 
 def queue_timeseries(sched: ArrivalSchedule, points: int = 200) -> pd.DataFrame:

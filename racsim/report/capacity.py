@@ -8,6 +8,7 @@ from typing import Any, List
 import pandas as pd
 
 from racsim.analyses.capacity import CapacityResult
+from racsim.config.schema import warmup_steps
 from racsim.io import atomic_write, fmt, write_text
 from racsim.report.plots import capacity_curve
 from racsim.report.trace import write_timeline
@@ -23,6 +24,7 @@ def format_curve(res: CapacityResult) -> str:
         "delay p50": base.delay_p50_steps.values,
         "delay p95": base.delay_p95_steps.values,
         "dropped": base.dropped_frac.values,
+        "sojourn p95 s": base.sojourn_p95_s.values,
         f"eta ({chosen})": base.eta.values,
         "util": base.utilisation.values,
         "$/h": base.cost_per_hour.values,
@@ -55,7 +57,8 @@ def recommendation_text(res: CapacityResult) -> str:
     row = res.curve[(res.curve.corrector == chosen) & (res.curve["count"] == res.recommended)].iloc[0]
     return (f"Recommended: {res.recommended} {res.unit} for {res.channel} with {chosen} ({goal}): "
             f"bias {row.bias_exact:.4g} ({row.bias_vs_naive:.3g} x naive's), {row.step_s:.3g} s per step, "
-            f"delay p50/p95 {row.delay_p50_steps:g}/{row.delay_p95_steps:g} steps, eta {row.eta:.3g}, "
+            f"delay p50/p95 {row.delay_p50_steps:g}/{row.delay_p95_steps:g} steps, "
+            f"sojourn p95 {row.sojourn_p95_s:.3g} s, eta {row.eta:.3g}, "
             f"utilisation {row.utilisation:.0%}, ${row.cost_per_hour:.2f} per training hour "
             f"(${row.cost_per_1000_steps:.2f} per 1000 steps).")
 
@@ -69,8 +72,10 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
               .to_string(index=False), "```", ""]
     lines += ["## Capacity curve", "",
               f"Per count of {res.channel}'s {res.unit} ({res.key}); delays in optimizer steps of the "
-              "asynchronous pipeline, `eta` the slack of the chosen corrector's effective kernel, bias the exact "
-              "bias of each corrector, `util` the pool's busy fraction, `$/h` the pool's price per training hour.",
+              "asynchronous pipeline and sojourn (submit to result) in seconds, both measured from step "
+              f"{warmup_steps(cfg.pipeline)} on (`pipeline.warmup_steps`), `eta` the slack of the chosen corrector's "
+              "effective kernel, bias the exact bias of each corrector, `util` the pool's busy fraction, "
+              "`$/h` the pool's price per training hour.",
               "", "```", format_curve(res), "```", ""]
     if res.speed:
         s = res.speed
