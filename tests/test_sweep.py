@@ -159,9 +159,10 @@ def test_kill_and_resume_gives_the_same_aggregate(serial, tmp_path):
 
     out = racsim(["-m", *SMALL, *CELLS, "resume=true"], tmp_path)
     assert only_sweep(tmp_path) == sweep  # found the interrupted sweep's folder again from the command
-    for name, marker in before.items():  # complete jobs were skipped, not rerun
+    for name, marker in before.items():  # complete jobs were skipped, not rerun (nor launched)
         assert (sweep / name / "done.json").read_bytes() == marker
-        assert f"job {name}: results complete" in out.stdout
+        assert f"#{name} : " not in out.stderr + out.stdout
+    assert f"racsim: resume: {len(before)} of {N_JOBS} jobs complete in {sweep}, skipped" in out.stdout
     assert is_complete(victim) and not list(victim.glob(".*.tmp-*"))
     assert job_tables(sweep) == job_tables(sweep_ref)
     assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
