@@ -302,3 +302,29 @@ def test_a_job_failing_at_run_time_does_not_take_the_others_down(serial, tmp_pat
     assert sorted(df["job"].unique()) == [0, 2]
     assert job_tables(sweep)["0"] == job_tables(sweep_ref)["0"]  # seed=0 tau_age=20 is job 0 of the reference too
     assert "injected failure at run time" in (sweep / "1" / "racsim.log").read_text()  # with its traceback
+
+
+def test_ctrl_c_says_one_line_and_the_sweep_resumes_to_the_same_bytes(serial, tmp_path):
+    """SIGINT to the sweep's process group (what Ctrl-C in a terminal sends): no
+    KeyboardInterrupt traceback, one line, exit 130; resume=true finishes the sweep and
+    gives the bytes of an uninterrupted one."""
+    sweep_ref, _ = serial
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.Popen([sys.executable, "-m", "racsim", "-m", *SMALL, *CELLS], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if len(list((tmp_path / "outputs").glob("default/multirun_*/*/done.json"))) >= 2:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert [ln for ln in err.splitlines() if "interrupt" in ln.lower()] == [
+        "racsim: interrupted; rerun the same command with resume=true to finish a sweep"]
+    sweep = only_sweep(tmp_path)
+    assert 2 <= len(list(sweep.glob("*/done.json"))) < N_JOBS and not (sweep / "results.parquet").exists()
+    racsim(["-m", *SMALL, *CELLS, "resume=true"], tmp_path)
+    assert job_tables(sweep) == job_tables(sweep_ref)
+    assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
