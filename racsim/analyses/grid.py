@@ -55,7 +55,7 @@ def expand(cfg: Any) -> List[Tuple[Values, RacsimConf]]:
         values: Values = {}
         for (names, _), v in zip(axes, combo):
             for name, value in zip(names, v if len(names) > 1 else [v]):
-                set_key(cell, name, value, typed)
+                _set(cell, name, value, typed)
                 values[name] = value
         cells.append((values, resolve(cell)))
     return cells
@@ -86,7 +86,7 @@ def _field_type(cfg: Any, path: str, key: str):
     return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
 
 
-def set_key(cfg: Any, path: str, value: Any, typed: Dict[str, Any]) -> None:
+def _set(cfg: Any, path: str, value: Any, typed: Dict[str, Any]) -> None:
     """Set a dotted key; a dict fills a typed node (e.g. a LatencyConf) through its
     schema (converted once per distinct value: ``typed`` caches it)."""
     kind = _field_type(cfg, path, path)
