@@ -162,7 +162,8 @@ def test_kill_and_resume_gives_the_same_aggregate(serial, tmp_path):
     for name, marker in before.items():  # complete jobs were skipped, not rerun (nor launched)
         assert (sweep / name / "done.json").read_bytes() == marker
         assert f"#{name} : " not in out.stderr + out.stdout
-    assert f"racsim: resume: {len(before)} of {N_JOBS} jobs complete in {sweep}, skipped" in out.stdout
+    assert f"racsim: resume: {len(before)} of {N_JOBS} jobs complete in outputs/default/{sweep.name}, skipped" \
+        in out.stdout
     assert is_complete(victim) and not list(victim.glob(".*.tmp-*"))
     assert job_tables(sweep) == job_tables(sweep_ref)
     assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
