@@ -8,7 +8,8 @@
 3. The default scenario end to end (``racsim`` with no arguments), seconds.
 4. ``--sweep`` (alone): a 64-cell sweep through the ``racsim`` command,
    serially vs Hydra's joblib launcher on 2 processes: the speed-up, and the
-   launcher overhead per job.
+   launcher overhead per job. ``--sweep --cells N``: N tiny cells as a sweep
+   (racsim's sweeper) vs as one in-process grid: time to first job, cells/s.
 
 Machines are noisy: compare the ratios, not the absolute numbers.
 """
@@ -148,6 +149,72 @@ def bench_sweep(n_seeds: int = 16, trials: int = 500, n_jobs: int = 2, keep: str
     return out
 
 
+def bench_sweep_cells(cells: int, trials: int = 20, keep: str = None, budget_s: float = None) -> Dict[str, float]:
+    """``cells`` tiny cells (seed x 4 values of corrector.tau_age; ``trials`` trials of 8
+    steps, no training) two ways, timed in the same run: one ``racsim`` run of an
+    in-process ``study.grid`` (one process, ``study.workers=1``), and a sweep of them
+    through the ``racsim`` command (racsim's sweeper and launcher, one job per cell).
+    The sweep's time to first job is from the command's start to its job 0's folder;
+    its cells/s count the whole command (start-up, every cell checked, the jobs, the
+    final gathering) and, apart, the jobs alone (first job start to last job end).
+    ``budget_s``: stop the sweep (SIGINT, as Ctrl-C) after that many seconds and time
+    the in-process grid on as many cells as the sweep completed: the rates then come
+    from the cells that ran, the time to first job from the whole sweep's start."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import signal
+
+    n_seeds = max(cells // 4, 1)
+    n = 4 * n_seeds
+    tiny = [f"learner.trials={trials}", "learner.bootstrap=20", "pipeline.steps=8", *SWEEP_CELL]
+    out: Dict[str, float] = {"cells": float(n), "cell_trials": float(trials)}
+    with tempfile.TemporaryDirectory(prefix="racsim-bench-") as tmp:
+        if keep:
+            tmp = str(Path(keep).resolve())
+            Path(tmp).mkdir(parents=True, exist_ok=True)
+        sweep = Path(tmp) / "sweep"
+        cmd = [sys.executable, "-m", "racsim", "-m", f"seed=range({n_seeds})", "corrector.tau_age=20,100,1000,inf",
+               *tiny, f"hydra.sweep.dir={sweep}"]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        first = None
+        while proc.poll() is None:
+            if first is None and (sweep / "0" / ".hydra").is_dir():
+                first = time.perf_counter() - t0
+            if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                proc.send_signal(signal.SIGINT)
+                proc.wait()
+                break
+            time.sleep(0.02)
+        wall = time.perf_counter() - t0
+        if proc.returncode not in (0, 130):
+            raise RuntimeError(f"the sweep failed (exit {proc.returncode}): {' '.join(cmd[:8])} ...")
+        markers = sorted(sweep.glob("*/done.json"), key=lambda p: p.stat().st_mtime)
+        jobs_s = markers[-1].stat().st_mtime - (sweep / "0" / ".hydra").stat().st_mtime
+    ran = len(markers)
+    grid_seeds = ",".join(map(str, range(max(ran // 4, 1))))
+    grid_cfg = compose_config(*tiny, f"+study.grid={{seed: [{grid_seeds}], corrector.tau_age: [20, 100, 1000, inf]}}")
+    t0 = time.perf_counter()
+    res = run(grid_cfg)
+    grid_s = time.perf_counter() - t0
+    grid_rate = int(res.results["cell"].nunique()) / grid_s
+    out.update({
+        "sweep_cells_completed": float(ran),
+        "sweep_first_job_s": first if first is not None else wall,
+        "sweep_s": wall,
+        "sweep_cells_per_s": ran / wall,
+        "sweep_jobs_cells_per_s": ran / jobs_s,
+        "grid_in_process_cells": float(res.results["cell"].nunique()),
+        "grid_in_process_s": grid_s,
+        "grid_in_process_cells_per_s": grid_rate,
+        "sweep_vs_grid_rate": (ran / jobs_s) / grid_rate,
+    })
+    return out
+
+
 PAPER_HEAVY_TAIL_S = 945.0  # the paper's reported time for its heavy-tail grid, one CPU thread
 
 
@@ -179,7 +246,13 @@ def main(argv=None) -> None:
     ap.add_argument("--sweep", action="store_true",
                     help="only the sweep benchmark: 64 cells serially vs the joblib launcher on 2 processes")
     ap.add_argument("--keep", help="--sweep: leave the two sweeps in this folder")
-    ap.add_argument("--trials", type=int, default=500, help="--sweep: trials per cell (default 500)")
+    ap.add_argument("--trials", type=int, default=None,
+                    help="--sweep: trials per cell (default 500; 20 with --cells)")
+    ap.add_argument("--cells", type=int, default=None,
+                    help="--sweep: a sweep of this many tiny cells through racsim's sweeper, against the same "
+                         "cells as one in-process study.grid: time to first job, cells per second")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="--sweep --cells: stop the sweep after this many seconds; rates from the cells that ran")
     ap.add_argument("--paper", action="store_true", help="only the paper's heavy-tail grid (issue: under 10 s)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
@@ -187,9 +260,13 @@ def main(argv=None) -> None:
     figures: Dict[str, float] = {}
     if args.paper:
         figures.update(bench_heavy_tail())
+    elif args.sweep and args.cells is not None:
+        if args.cells < 4:
+            ap.error(f"--cells {args.cells}: at least 4 (seeds x 4 values of corrector.tau_age)")
+        figures.update(bench_sweep_cells(args.cells, trials=args.trials or 20, keep=args.keep, budget_s=args.budget))
     elif args.sweep:
         figures.update(bench_sweep(n_seeds=2, trials=50, keep=args.keep) if args.quick
-                       else bench_sweep(trials=args.trials, keep=args.keep))
+                       else bench_sweep(trials=args.trials or 500, keep=args.keep))
     else:
         figures.update(bench_bias(n_vec, n_loop))
         figures.update(bench_pipeline(trials))

@@ -59,6 +59,8 @@ def _task(cfg) -> None:
     except (ConfigError, OmegaConfBaseException) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
         _remove_empty_job_dir(out_dir, str(cfg.name))
+        if job.num is not None:  # a sweep job: the others go on, and the sweep lists it when it ends
+            raise
         if "HYDRA_FULL_ERROR" in os.environ and not _FRIENDLY:
             raise
         print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
@@ -225,6 +227,9 @@ def main() -> None:
     app = hydra.main(version_base="1.3", config_path="pkg://racsim.conf", config_name="config")(_task)
     try:
         app()
+    except KeyboardInterrupt:  # Ctrl-C: every complete job keeps its done.json; the rest rerun on resume
+        print("racsim: interrupted; rerun the same command with resume=true to finish a sweep", file=sys.stderr)
+        sys.exit(130)
     except (HydraException, OmegaConfBaseException) as ex:
         if not friendly:
             raise

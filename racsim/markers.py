@@ -7,6 +7,7 @@ is the part of its overrides that varies across the sweep (``resume`` never is).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ RESUME_KEY = "resume"  # the sweep switch (racsim.sweep); never part of a job's 
 MARKER_VERSION = 1
 
 
+@functools.lru_cache(maxsize=65536)  # a sweep parses the same overrides for every job (about 1 ms each)
 def _parse(override: str):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 

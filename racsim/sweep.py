@@ -25,7 +25,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -168,10 +168,11 @@ register_resolvers()  # at import: workers unpickle the callback (this module) b
 
 
 def count_jobs(config: DictConfig) -> Optional[int]:
-    """How many jobs Hydra's basic sweeper makes of this command (None for another sweeper)."""
+    """How many jobs Hydra's basic sweeper (or racsim's, the same grid) makes of this command
+    (None for another sweeper)."""
     try:
         target = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-        if not target.endswith("BasicSweeper"):
+        if not target.endswith(("BasicSweeper", "RacsimSweeper")):
             return None
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -182,6 +183,23 @@ def count_jobs(config: DictConfig) -> Optional[int]:
         return sum(len(b) for b in batches)
     except Exception:
         return None
+
+
+_FAILURES: List[Tuple[int, str, str]] = []  # (job, cell, reason): the failed jobs of the sweep in this process
+
+
+def record_failures(failures: Iterable[Tuple[int, str]], labels: List[str]) -> None:
+    """The racsim sweeper's failed jobs (number, reason), for the callback to list when the sweep ends."""
+    _FAILURES[:] = [(i, labels[i], why) for i, why in failures]
+
+
+def failures_line(failures: List[Tuple[int, str, str]], total: Optional[int], shown: int = 5) -> str:
+    """One line: how many jobs failed and, for the first few, which and why."""
+    parts = [f"job {i} ({cell}): {why}" for i, cell, why in failures[:shown]]
+    more = f"; and {len(failures) - shown} more" if len(failures) > shown else ""
+    of = f" of {total}" if total is not None else ""
+    return (f"racsim: sweep: {len(failures)}{of} jobs failed (see each job's racsim.log; resume=true reruns them): "
+            + "; ".join(parts) + more)
 
 
 def _fmt_s(seconds: float) -> str:
@@ -242,12 +260,15 @@ class _Monitor(threading.Thread):
         self.stop_event = threading.Event()
         self.last_key = None
         self.last_print = 0.0
+        self.cost_s = 0.0  # the last count's time: a folder of 10,000 jobs is not walked every second
 
     def tick(self, force: bool = False) -> None:
+        t0 = time.perf_counter()
         try:
             c = self.progress.counts()
         except Exception:
             return
+        self.cost_s = time.perf_counter() - t0
         key = (c["done"], c["running"])
         now = time.time()
         if force or (key != self.last_key and now - self.last_print >= self.every_s) or now - self.last_print >= 60:
@@ -255,7 +276,7 @@ class _Monitor(threading.Thread):
             print(self.progress.line(now), file=self.stream, flush=True)
 
     def run(self) -> None:
-        while not self.stop_event.wait(min(self.every_s, 1.0)):
+        while not self.stop_event.wait(max(min(self.every_s, 1.0), 20 * self.cost_s)):
             self.tick()
 
 
@@ -277,6 +298,7 @@ class SweepCallback(Callback):
     # -- the sweep, in the process that launches it
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._started = time.time()
+        _FAILURES.clear()
         sweep = Path(str(config.hydra.sweep.dir))  # resolves (and caches) the folder now
         total = count_jobs(config)
         log.info("sweep of %s jobs into %s", "?" if total is None else total, sweep)
@@ -290,8 +312,13 @@ class SweepCallback(Callback):
             mon.stop_event.set()
             mon.join(timeout=5)
             mon.tick(force=True)
-        if not self.gather:
-            return
+        if self.gather:
+            self._gather(config)
+        if _FAILURES:  # the jobs that completed are gathered; the sweep still says it did not all run
+            print(failures_line(_FAILURES, count_jobs(config)), file=sys.stderr)
+            sys.exit(1)
+
+    def _gather(self, config: DictConfig) -> None:
         # lazy: the report stack (pandas, scipy, the paper report) loads in the launching
         # process only when the sweep ends, not with Hydra's callback at start-up
         from racsim.report.gather import gather_and_write  # lazy
@@ -326,3 +353,6 @@ class SweepCallback(Callback):
         num = OmegaConf.select(config, "hydra.job.num", default=None)
         status = getattr(getattr(job_return, "status", None), "name", "DONE")
         log.info("job %s: %s in %.2f s", num, status.lower(), dt)
+        error = getattr(job_return, "_return_value", None) if status == "FAILED" else None
+        if isinstance(error, BaseException):  # the sweep goes on; the job's log keeps the whole story
+            log.error("job %s: failed: %s", num, error, exc_info=(type(error), error, error.__traceback__))

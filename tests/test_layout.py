@@ -25,6 +25,7 @@ ALLOWED = {
     "report": {"errors", "io", "markers", "config", "pipeline", "learner", "analyses", "report"},
     "run": {"analyses", "config"},
     "sweep": {"errors", "io", "markers", "report", "sweep"},
+    "sweeper": {"errors", "config", "analyses", "markers"},  # the logic of hydra_plugins/racsim_sweeper
     "cli": {"errors", "config", "analyses", "report", "run", "sweep"},
     "bench": {"config", "pipeline", "learner", "run"},
     "profile": {"errors", "io"},

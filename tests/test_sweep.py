@@ -159,9 +159,11 @@ def test_kill_and_resume_gives_the_same_aggregate(serial, tmp_path):
 
     out = racsim(["-m", *SMALL, *CELLS, "resume=true"], tmp_path)
     assert only_sweep(tmp_path) == sweep  # found the interrupted sweep's folder again from the command
-    for name, marker in before.items():  # complete jobs were skipped, not rerun
+    for name, marker in before.items():  # complete jobs were skipped, not rerun (nor launched)
         assert (sweep / name / "done.json").read_bytes() == marker
-        assert f"job {name}: results complete" in out.stdout
+        assert f"#{name} : " not in out.stderr + out.stdout
+    assert f"racsim: resume: {len(before)} of {N_JOBS} jobs complete in outputs/default/{sweep.name}, skipped" \
+        in out.stdout
     assert is_complete(victim) and not list(victim.glob(".*.tmp-*"))
     assert job_tables(sweep) == job_tables(sweep_ref)
     assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
@@ -239,3 +241,91 @@ def test_blas_thread_count_does_not_change_results(tmp_path):
                extra_env={"OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n})
         out[n] = (tmp_path / f"run{n}" / "results.parquet").read_bytes()
     assert out["1"] == out["2"]
+
+
+def test_racsim_sweeper_matches_hydras_basic_sweeper(serial, tmp_path):
+    """The default (racsim's sweeper and launcher) against Hydra's basic ones: the same
+    jobs under the same numbers, the same configs and results, byte for byte."""
+    sweep, _ = serial
+    racsim(["-m", "hydra/sweeper=basic", "hydra/launcher=basic", *SMALL, *CELLS], tmp_path)
+    other = only_sweep(tmp_path)
+    assert job_tables(other) == job_tables(sweep) and len(job_tables(sweep)) == N_JOBS
+    assert (other / "results.parquet").read_bytes() == (sweep / "results.parquet").read_bytes()
+    for i in range(N_JOBS):
+        for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "config.yaml"):
+            assert (other / str(i) / name).read_bytes() == (sweep / str(i) / name).read_bytes(), (i, name)
+
+
+def test_an_invalid_cell_stops_the_sweep_before_any_job(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.run([sys.executable, "-m", "racsim", "-m", *SMALL, "seed=0,-1", "corrector.tau_age=20,-5,30"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("racsim: error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr
+    assert "sweep: 4 of 6 cells are invalid, nothing was run" in errors[0]
+    assert "job 1 (seed=0 corrector.tau_age=-5): corrector.tau_age = -5" in errors[0]
+    assert "job 3 (seed=-1 corrector.tau_age=20): seed = -1: an integer >= 0" in errors[0]
+    assert not list(tmp_path.rglob("done.json")) and not list(tmp_path.rglob("multirun.yaml"))
+
+
+FAIL_AT_RUN_TIME = '''
+import os
+if os.environ.get("RACSIM_TEST_FAIL_SEED"):  # a job that fails at run time (tests/test_sweep.py)
+    import racsim.run as R
+    _run = R.run
+    def run(cfg, progress=None):
+        if cfg.seed == int(os.environ["RACSIM_TEST_FAIL_SEED"]):
+            raise RuntimeError("injected failure at run time")
+        return _run(cfg, progress)
+    R.run = run
+'''
+
+
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=basic"], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+                                      ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5"]],
+                         ids=["racsim", "basic", "joblib", "submitit_local"])
+def test_a_job_failing_at_run_time_does_not_take_the_others_down(serial, tmp_path, launcher):
+    sweep_ref, _ = serial
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(FAIL_AT_RUN_TIME)
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(PYTHONPATH=str(tmp_path / "site"), RACSIM_TEST_FAIL_SEED="1")
+    proc = subprocess.run([sys.executable, "-m", "racsim", "-m", *launcher, *SMALL, "seed=0,1,2",
+                           "corrector.tau_age=20"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "racsim: sweep: 1 of 3 jobs failed" in proc.stderr
+    assert "job 1 (seed=1): injected failure at run time" in proc.stderr
+    sweep = only_sweep(tmp_path)
+    assert sorted(job_tables(sweep)) == ["0", "2"]  # the others ran ...
+    df = pd.read_parquet(sweep / "results.parquet")  # ... and were gathered
+    assert sorted(df["job"].unique()) == [0, 2]
+    assert job_tables(sweep)["0"] == job_tables(sweep_ref)["0"]  # seed=0 tau_age=20 is job 0 of the reference too
+    assert "injected failure at run time" in (sweep / "1" / "racsim.log").read_text()  # with its traceback
+
+
+def test_ctrl_c_says_one_line_and_the_sweep_resumes_to_the_same_bytes(serial, tmp_path):
+    """SIGINT to the sweep's process group (what Ctrl-C in a terminal sends): no
+    KeyboardInterrupt traceback, one line, exit 130; resume=true finishes the sweep and
+    gives the bytes of an uninterrupted one."""
+    sweep_ref, _ = serial
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.Popen([sys.executable, "-m", "racsim", "-m", *SMALL, *CELLS], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if len(list((tmp_path / "outputs").glob("default/multirun_*/*/done.json"))) >= 2:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert [ln for ln in err.splitlines() if "interrupt" in ln.lower()] == [
+        "racsim: interrupted; rerun the same command with resume=true to finish a sweep"]
+    sweep = only_sweep(tmp_path)
+    assert 2 <= len(list(sweep.glob("*/done.json"))) < N_JOBS and not (sweep / "results.parquet").exists()
+    racsim(["-m", *SMALL, *CELLS, "resume=true"], tmp_path)
+    assert job_tables(sweep) == job_tables(sweep_ref)
+    assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()

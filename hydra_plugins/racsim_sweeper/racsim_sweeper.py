@@ -1,0 +1,158 @@
+"""racsim's Hydra sweeper and launcher (``hydra/sweeper=racsim``, ``hydra/launcher=racsim``,
+the defaults of conf/config.yaml). Hydra finds them by scanning the ``hydra_plugins``
+namespace package; the logic lives in :mod:`racsim.sweeper`, imported when a sweep
+starts so that the scan (every ``racsim`` start) stays cheap.
+
+The sweeper expands the grid as Hydra's basic sweeper does (same jobs, same numbers),
+checks every cell before the first job starts (one line naming the bad cells, nothing
+run), skips with ``resume=true`` the jobs already complete without launching them,
+hands the rest to the launcher in batches, and goes on past a job that fails (the
+sweep gathers what completed, lists the failures and exits non-zero). Any launcher
+works (basic, joblib, submitit, Ray); the racsim launcher runs the jobs one after
+the other in this process, each config composed from a cached one.
+"""
+
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RacsimSweeperConf:
+    _target_: str = "hydra_plugins.racsim_sweeper.racsim_sweeper.RacsimSweeper"
+    max_batch_size: int = 64  # jobs handed to the launcher at a time
+    check_cells: bool = True  # validate every cell before the first job starts
+    params: Optional[Dict[str, str]] = None
+
+
+@dataclass
+class RacsimLauncherConf:
+    _target_: str = "hydra_plugins.racsim_sweeper.racsim_sweeper.RacsimLauncher"
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="racsim", node=RacsimSweeperConf, provider="racsim")
+ConfigStore.instance().store(group="hydra/launcher", name="racsim", node=RacsimLauncherConf, provider="racsim")
+
+
+def _parsed(config_loader: Any, arguments: Sequence[str]) -> list:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create(config_loader=config_loader).parse_overrides(list(arguments))
+
+
+class RacsimLauncher(Launcher):
+    """Hydra's basic launcher (serial, in this process), with each job's config
+    composed by :class:`racsim.sweeper.Composer` (once per base, then copied)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config: Optional[DictConfig] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.composer: Any = None
+        self.swept: List[str] = []
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from racsim.sweeper import Composer, swept_keys
+
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+        self.composer = Composer(hydra_context.config_loader, config)
+        params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+        args = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+        self.swept = swept_keys(_parsed(hydra_context.config_loader, args))
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        setup_globals()
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        runs: List[JobReturn] = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+            try:
+                sweep_config = self.composer.compose(list(overrides), self.swept)
+            except Exception as ex:  # checked before the sweep by the racsim sweeper; another sweeper may not
+                runs.append(_failed(overrides, ex))
+                continue
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = idx
+                sweep_config.hydra.job.num = idx
+            runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
+                                config=sweep_config, job_dir_key="hydra.sweep.dir",
+                                job_subdir_key="hydra.sweep.subdir"))
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return runs
+
+
+def _failed(overrides: Sequence[str], ex: BaseException) -> JobReturn:
+    ret = JobReturn(overrides=list(overrides), status=JobStatus.FAILED)
+    ret.return_value = ex
+    return ret
+
+
+class RacsimSweeper(Sweeper):
+    """Hydra's basic sweeper's grid (cartesian product, same job numbers), for sweeps of any size."""
+
+    def __init__(self, max_batch_size: int = 64, check_cells: bool = True,
+                 params: Optional[Dict[str, str]] = None) -> None:
+        super().__init__()
+        self.max_batch_size, self.check, self.params = int(max_batch_size), bool(check_cells), params or {}
+        self.config: Optional[DictConfig] = None
+        self.launcher: Optional[Launcher] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+        from racsim import sweeper as S
+        from racsim.sweep import record_failures
+
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        if self.max_batch_size < 1:
+            raise HydraException(f"hydra.sweeper.max_batch_size = {self.max_batch_size}: an integer >= 1")
+        overrides = _parsed(self.hydra_context.config_loader,
+                            [f"{k}={v}" for k, v in self.params.items()] + list(arguments))
+        cells = BasicSweeper.split_arguments(overrides, None)[0]
+        swept = S.swept_keys(overrides)
+        composer = getattr(self.launcher, "composer", None) or S.Composer(self.hydra_context.config_loader,
+                                                                          self.config)
+        if self.check:
+            bad = S.check_cells(composer, cells, swept)
+            if bad:
+                shown = [S.cell_label(c, swept) for c in cells]
+                raise HydraException(S.bad_cells_message(shown, bad))
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        todo = S.jobs_to_run(self.config, sweep_dir, cells)
+        returns, failures = [], []
+        for start, chunk in S.chunks(todo, cells, self.max_batch_size):
+            try:
+                results = self.launcher.launch(chunk, initial_job_idx=start)
+            except Exception as ex:  # the launcher itself failed (a worker died, a cluster refused)
+                failures += [(start + i, S.reason(ex)) for i in range(len(chunk))]
+                continue
+            failures += [(start + i, S.reason(r._return_value)) for i, r in enumerate(results)
+                         if r.status == JobStatus.FAILED]
+            returns.append(results)
+        record_failures(failures, [S.cell_label(c, swept) for c in cells])
+        return returns
