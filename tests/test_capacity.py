@@ -118,7 +118,10 @@ def test_queue_channel_capacity(hydra_ctx):
     assert res.unit == "workers" and res.key == "pipeline.channels.verifier.workers"
     rac = res.curve[res.curve.corrector == "rac"].sort_values("count")
     np.testing.assert_allclose(rac.cost_per_hour, rac["count"] * 0.05)
-    assert rac.delay_p95_steps.iloc[0] >= rac.delay_p95_steps.iloc[-1]
+    # fewer workers: later results, or none landing in the measured window at all (NaN)
+    first, last = rac.delay_p95_steps.iloc[0], rac.delay_p95_steps.iloc[-1]
+    assert np.isfinite(last) and (np.isnan(first) or first >= last)
+    assert rac.dropped_frac.iloc[0] > rac.dropped_frac.iloc[-1]
 
 
 @pytest.mark.parametrize("over,key", [
