@@ -12,14 +12,13 @@ left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from racsim.config.schema import register_configs
 from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
-from racsim.sweep import Job, in_multirun, register_resolvers
+from racsim.sweep import Job, in_multirun, publish_run, register_resolvers, remove_created
 
 EXIT_USAGE = 2
 
@@ -39,11 +38,11 @@ def _task(cfg) -> None:
     from racsim.run import run  # lazy
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
-    if job.skip:
-        print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
-        return
     try:
+        job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
+        if job.skip:
+            print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
+            return
         check_schema(cfg)  # keys added with +key=... that the schema lacks, and NaNs
         progress = _progress_bar(cfg)
         try:
@@ -53,14 +52,16 @@ def _task(cfg) -> None:
         finally:
             if progress:
                 progress.close()
+        written = publish_run(out_dir, cfg, lambda stage: write_outputs(stage, res, OmegaConf.to_yaml(cfg),
+                                                                        plots=cfg.output.plots))
     except (ConfigError, OmegaConfBaseException) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
-        _remove_empty_job_dir(out_dir, str(cfg.name))
+        if not in_multirun():  # a sweep's folders are the sweep's (its jobs are checked before they start)
+            remove_created()
         if "HYDRA_FULL_ERROR" in os.environ and not _FRIENDLY:
             raise
         print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    written = write_outputs(out_dir, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
     job.finish(written)  # done.json, the completion marker: the last file written
     if job.num is not None:  # a sweep job: one line, the table is in its folder and the sweep's
         print(f"racsim: {job.label}: results in {out_dir}")
@@ -90,7 +91,8 @@ def _capacity(cfg, out_dir: Path, job) -> None:
     )
 
     res = run_capacity(cfg)
-    written = write_capacity(out_dir, cfg, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
+    written = publish_run(out_dir, cfg, lambda stage: write_capacity(stage, cfg, res, OmegaConf.to_yaml(cfg),
+                                                                     plots=cfg.output.plots))
     job.finish(written)
     print(f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
           f"in {res.timings.get('runs_s', 0.0):.1f} s")
@@ -110,25 +112,6 @@ def _progress_bar(cfg):
 
     return tqdm(total=cfg.learner.trials, desc="bias benchmark (trials)", unit="trial", leave=False,
                 disable=None)  # None: off when stderr is not a terminal
-
-
-def _remove_empty_job_dir(out_dir: Path, scenario: str) -> None:
-    """Take away the folder Hydra made for a job that never started: it holds
-    only Hydra's own bookkeeping, no result. Its parents go too only when they
-    are the default layout's ``outputs/<scenario>/`` and are left empty."""
-    if not out_dir.is_dir():
-        return
-    own = {".hydra", "racsim.log"}
-    if not all(p.name in own for p in out_dir.iterdir()):
-        return
-    shutil.rmtree(out_dir, ignore_errors=True)
-    parent = out_dir.parent
-    if parent.name == scenario and parent.parent.name == "outputs":
-        for folder in (parent, parent.parent):
-            try:
-                folder.rmdir()  # only succeeds when empty
-            except OSError:
-                break
 
 
 def _one_line(ex: BaseException) -> str:
@@ -219,12 +202,14 @@ def main() -> None:
     app = hydra.main(version_base="1.3", config_path="pkg://racsim.conf", config_name="config")(_task)
     try:
         app()
-    except (HydraException, OmegaConfBaseException) as ex:
+    except (HydraException, OmegaConfBaseException, ConfigError) as ex:
+        remove_created()  # what this process made before the run could start
         if not friendly:
             raise
-        print(f"racsim: error: {_one_line(ex)}", file=sys.stderr)
+        print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except Exception as ex:  # a YAML or encoding error in a config file, a bad group choice
+        remove_created()
         msg = _usage_error(ex) if friendly else None
         if msg is None:
             raise

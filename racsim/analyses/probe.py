@@ -187,6 +187,9 @@ def load_pairs(path, fast_col: str = "r_fast", slow_col: str = "r_slow") -> pd.D
         if bad.size:
             raise ValueError(f"pairs file {p!r}: column {col!r} has {bad.size} NaN, missing or infinite "
                              f"value(s), the first in row {int(bad[0])}")
+        if v.size and np.ptp(v) == 0:
+            raise ValueError(f"pairs file {p!r}: column {col!r} is constant ({v[0]:g}): the probe needs "
+                             f"rewards that vary (a correlation and a spread)")
         out[role] = v
     if len(df) < 2:
         raise ValueError(f"pairs file {p!r}: {len(df)} row(s); the probe needs at least 2")
