@@ -133,6 +133,9 @@ def _one_line(ex: BaseException) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines:
         return type(ex).__name__
+    if text.startswith("Interpolation") or "interpolation" in type(ex).__name__.lower():
+        refs = [a for a in sys.argv[1:] if "${" in a]  # which override: the resolver does not say
+        return f"{' '.join(refs) + ': ' if refs else ''}{lines[0]}"
     if "Available options" in text:
         i = next(i for i, ln in enumerate(lines) if ln.startswith("Available options"))
         options = []
@@ -155,6 +158,13 @@ def _usage_error(ex: BaseException) -> "str | None":
     while tb is not None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
+    if isinstance(ex, RecursionError):
+        return ("a config file includes itself, or its defaults lists nest deeper than Python allows "
+                f"(scenario={_scenario_arg()}): break the cycle")
+    override = next((f.f_locals["override"] for f in reversed(frames)
+                     if getattr(f.f_locals.get("override"), "input_line", None)), None)
+    if override is not None and isinstance(ex, (AssertionError, AttributeError, TypeError)):
+        return _null_parent(override, frames) or f"{override.input_line}: cannot be applied ({type(ex).__name__}: {ex})"
     innermost = frames[-1].f_code.co_filename if frames else ""
     from_hydra = f"{os.sep}hydra{os.sep}" in innermost
     if not (isinstance(ex, (yaml.YAMLError, UnicodeDecodeError)) or (from_hydra and isinstance(ex, ValueError))):
@@ -173,6 +183,28 @@ def _usage_error(ex: BaseException) -> "str | None":
     return f"{source + ': ' if source else ''}{reason}"
 
 
+def _scenario_arg() -> str:
+    return next((a.split("=", 1)[1] for a in sys.argv[1:] if a.lstrip("+").startswith("scenario=")), "default")
+
+
+def _null_parent(override, frames) -> "str | None":
+    """'KEY=VALUE: PARENT is null ...' when an override sets a key under a block that is null
+    (``pipeline.fast_rm.gpus=4`` while there is no fast RM), with how to set the block first."""
+    from omegaconf import OmegaConf
+
+    cfg = next((f.f_locals["cfg"] for f in reversed(frames) if OmegaConf.is_config(f.f_locals.get("cfg"))), None)
+    parts = str(override.key_or_group).split(".")
+    for i in range(1, len(parts)):
+        parent = ".".join(parts[:i])
+        if cfg is not None and OmegaConf.select(cfg, parent, default=0) is None:
+            hint = f"set the block first ({parent}={{...}})"
+            if parts[i - 1] in ("fast_rm", "rm"):
+                hint = (f"pick its model and GPU first, e.g. +rm/model@{parent}.model=8b +rm/gpu@{parent}.gpu=H100 "
+                        f"{override.input_line}")
+            return f"{override.input_line}: {parent} is null (not set), so its keys cannot be set one by one: {hint}"
+    return None
+
+
 def _bad_group_choice(arg: str) -> bool:
     """``scenario=nan``, ``=5``: a config group (a folder of conf/, or scenario) given a non-name."""
     from importlib.resources import files
@@ -187,6 +219,47 @@ def _bad_group_choice(arg: str) -> bool:
     return o.key_or_group.lstrip("/") in groups and not isinstance(o.value(), (str, list))
 
 
+MAX_YAML_NODES = 1_000_000  # values of one config file once its aliases are expanded
+
+
+def _expanded_nodes(node, memo: dict) -> int:
+    """How many YAML nodes ``node`` stands for once every alias (``*a``) is copied out."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1  # a node that refers to itself counts once
+    n = 1
+    for item in node.value if isinstance(node.value, list) else ():
+        for sub in item if isinstance(item, tuple) else (item,):
+            n += _expanded_nodes(sub, memo)
+    memo[id(node)] = n
+    return n
+
+
+def _guard_yaml() -> None:
+    """Refuse a YAML alias bomb (a few lines of ``&a``/``*a`` that expand to billions of
+    values) before OmegaConf copies it out: the loader Hydra reads config files with
+    counts the expanded nodes of each file first (a YAMLError naming the file)."""
+    import omegaconf._utils as ou
+    import yaml
+
+    if getattr(ou.get_yaml_loader, "racsim_guard", False):
+        return
+    base = ou.get_yaml_loader
+
+    def get_yaml_loader():
+        class Loader(base()):
+            def compose_document(self):
+                node = super().compose_document()
+                if node is not None and _expanded_nodes(node, {}) > MAX_YAML_NODES:
+                    raise yaml.YAMLError(f"more than {MAX_YAML_NODES:,} values once its aliases (*name) are "
+                                         f"expanded: refused (an alias bomb?)")
+                return node
+        return Loader
+
+    get_yaml_loader.racsim_guard = True
+    ou.get_yaml_loader = get_yaml_loader
+
+
 def main() -> None:
     """Console entry point (``racsim`` and ``python -m racsim``)."""
     import hydra
@@ -194,6 +267,7 @@ def main() -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     global _FRIENDLY
+    _guard_yaml()
     register_configs()
     register_resolvers()
     friendly = _FRIENDLY = "HYDRA_FULL_ERROR" not in os.environ

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import threading
@@ -365,9 +366,20 @@ def check_sweep_folder(sweep: Path, config: DictConfig) -> None:
     if clash and not OmegaConf.select(config, "output.force", default=False):
         raise ConfigError("hydra.sweep.dir", str(sweep), f"a folder where racsim would not replace the user's "
                           f"{', '.join(clash)} (or output.force=true)")
+    n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
+    if n_jobs is not None:  # joblib: n_jobs processes, or all cores + 1 + n_jobs when negative
+        cores = os.cpu_count() or 1
+        ok = isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and n_jobs != 0 and -cores - 1 < n_jobs < 2**15
+        _need_launcher(ok, n_jobs, cores)
     sweep.mkdir(parents=True, exist_ok=True)
     _RELEASE.clear()
     hold(sweep, "sweep")
+
+
+def _need_launcher(ok: bool, n_jobs: Any, cores: int) -> None:
+    if not ok:
+        raise ConfigError("hydra.launcher.n_jobs", n_jobs, f"a number of processes >= 1 (or -1 for all {cores} "
+                                                           f"cores, -2 for all but one...)")
 
 
 class SweepCallback(Callback):
