@@ -474,8 +474,8 @@ def check_data_files(cfg: Any) -> None:
             continue
         try:
             st = os.stat(v)
-        except OSError as ex:
-            raise ConfigError(key, v, f"the path of an existing file ({ex.strerror})") from None
+        except OSError:  # missing or unreadable: its reader says so where it opens it
+            continue
         _need(stat.S_ISREG(st.st_mode), key, v, "a regular file (not a folder, FIFO or device)")
         _need(st.st_size <= cap, key, v, f"a file of at most limits.file_mb = {cfg.limits.file_mb:g} MB "
                                          f"(it has {st.st_size / 1e6:.3g} MB)")
