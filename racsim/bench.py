@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Callable, Dict
 
@@ -256,6 +257,10 @@ def main(argv=None) -> None:
     ap.add_argument("--paper", action="store_true", help="only the paper's heavy-tail grid (issue: under 10 s)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
+    if args.trials < 2:
+        ap.error(f"--trials {args.trials}: an integer >= 2")
+    if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
+        ap.error(f"--json {args.json}: a file path in an existing folder")
     n_vec, n_loop, trials = (20_000, 200, 50) if args.quick else (200_000, 2_000, 300)
     figures: Dict[str, float] = {}
     if args.paper:

@@ -12,7 +12,6 @@ left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from racsim.config.defaults import replace_grid
 from racsim.config.schema import register_configs
 from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
-from racsim.sweep import Job, in_multirun, register_resolvers
+from racsim.sweep import Job, in_multirun, publish_run, register_resolvers, remove_created
 
 EXIT_USAGE = 2
 
@@ -42,11 +41,11 @@ def _task(cfg) -> None:
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
     replace_grid(cfg, hc.overrides.task)  # Hydra merged it; a value it accepted for the grid cannot fail here
-    job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
-    if job.skip:
-        print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
-        return
     try:
+        job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
+        if job.skip:
+            print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
+            return
         check_schema(cfg)  # keys added with +key=... that the schema lacks, and NaNs
         progress = _progress_bar(cfg)
         try:
@@ -56,16 +55,17 @@ def _task(cfg) -> None:
         finally:
             if progress:
                 progress.close()
+        written = publish_run(out_dir, cfg, lambda stage: write_outputs(stage, res, OmegaConf.to_yaml(cfg),
+                                                                        plots=cfg.output.plots))
     except (ConfigError, OmegaConfBaseException) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
-        _remove_empty_job_dir(out_dir, str(cfg.name))
-        if job.num is not None:  # a sweep job: the others go on, and the sweep lists it when it ends
+        if in_multirun():  # a sweep job: the others go on, the sweep lists it when it ends; its folders are the sweep's
             raise
+        remove_created()
         if "HYDRA_FULL_ERROR" in os.environ and not _FRIENDLY:
             raise
         print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    written = write_outputs(out_dir, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
     job.finish(written)  # done.json, the completion marker: the last file written
     if job.num is not None:  # a sweep job: one line, the table is in its folder and the sweep's
         print(f"racsim: {job.label}: results in {out_dir}")
@@ -98,7 +98,8 @@ def _capacity(cfg, out_dir: Path, job) -> None:
     )
 
     res = run_capacity(cfg)
-    written = write_capacity(out_dir, cfg, res, OmegaConf.to_yaml(cfg), plots=cfg.output.plots)
+    written = publish_run(out_dir, cfg, lambda stage: write_capacity(stage, cfg, res, OmegaConf.to_yaml(cfg),
+                                                                     plots=cfg.output.plots))
     job.finish(written)
     print(f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
           f"in {res.timings.get('runs_s', 0.0):.1f} s")
@@ -120,25 +121,6 @@ def _progress_bar(cfg):
                 disable=None)  # None: off when stderr is not a terminal
 
 
-def _remove_empty_job_dir(out_dir: Path, scenario: str) -> None:
-    """Take away the folder Hydra made for a job that never started: it holds
-    only Hydra's own bookkeeping, no result. Its parents go too only when they
-    are the default layout's ``outputs/<scenario>/`` and are left empty."""
-    if not out_dir.is_dir():
-        return
-    own = {".hydra", "racsim.log"}
-    if not all(p.name in own for p in out_dir.iterdir()):
-        return
-    shutil.rmtree(out_dir, ignore_errors=True)
-    parent = out_dir.parent
-    if parent.name == scenario and parent.parent.name == "outputs":
-        for folder in (parent, parent.parent):
-            try:
-                folder.rmdir()  # only succeeds when empty
-            except OSError:
-                break
-
-
 def _one_line(ex: BaseException) -> str:
     """Shorten a Hydra/OmegaConf exception chain to 'key: reason'."""
     from omegaconf.errors import OmegaConfBaseException
@@ -158,6 +140,9 @@ def _one_line(ex: BaseException) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines:
         return type(ex).__name__
+    if text.startswith("Interpolation") or "interpolation" in type(ex).__name__.lower():
+        refs = [a for a in sys.argv[1:] if "${" in a]  # which override: the resolver does not say
+        return f"{' '.join(refs) + ': ' if refs else ''}{lines[0]}"
     if "Available options" in text:
         i = next(i for i, ln in enumerate(lines) if ln.startswith("Available options"))
         options = []
@@ -180,6 +165,13 @@ def _usage_error(ex: BaseException) -> "str | None":
     while tb is not None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
+    if isinstance(ex, RecursionError):
+        return ("a config file includes itself, or its defaults lists nest deeper than Python allows "
+                f"(scenario={_scenario_arg()}): break the cycle")
+    override = next((f.f_locals["override"] for f in reversed(frames)
+                     if getattr(f.f_locals.get("override"), "input_line", None)), None)
+    if override is not None and isinstance(ex, (AssertionError, AttributeError, TypeError)):
+        return _null_parent(override, frames) or f"{override.input_line}: cannot be applied ({type(ex).__name__}: {ex})"
     innermost = frames[-1].f_code.co_filename if frames else ""
     from_hydra = f"{os.sep}hydra{os.sep}" in innermost
     if not (isinstance(ex, (yaml.YAMLError, UnicodeDecodeError)) or (from_hydra and isinstance(ex, ValueError))):
@@ -198,6 +190,28 @@ def _usage_error(ex: BaseException) -> "str | None":
     return f"{source + ': ' if source else ''}{reason}"
 
 
+def _scenario_arg() -> str:
+    return next((a.split("=", 1)[1] for a in sys.argv[1:] if a.lstrip("+").startswith("scenario=")), "default")
+
+
+def _null_parent(override, frames) -> "str | None":
+    """'KEY=VALUE: PARENT is null ...' when an override sets a key under a block that is null
+    (``pipeline.fast_rm.gpus=4`` while there is no fast RM), with how to set the block first."""
+    from omegaconf import OmegaConf
+
+    cfg = next((f.f_locals["cfg"] for f in reversed(frames) if OmegaConf.is_config(f.f_locals.get("cfg"))), None)
+    parts = str(override.key_or_group).split(".")
+    for i in range(1, len(parts)):
+        parent = ".".join(parts[:i])
+        if cfg is not None and OmegaConf.select(cfg, parent, default=0) is None:
+            hint = f"set the block first ({parent}={{...}})"
+            if parts[i - 1] in ("fast_rm", "rm"):
+                hint = (f"pick its model and GPU first, e.g. +rm/model@{parent}.model=8b +rm/gpu@{parent}.gpu=H100 "
+                        f"{override.input_line}")
+            return f"{override.input_line}: {parent} is null (not set), so its keys cannot be set one by one: {hint}"
+    return None
+
+
 def _bad_group_choice(arg: str) -> bool:
     """``scenario=nan``, ``=5``: a config group (a folder of conf/, or scenario) given a non-name."""
     from importlib.resources import files
@@ -212,6 +226,47 @@ def _bad_group_choice(arg: str) -> bool:
     return o.key_or_group.lstrip("/") in groups and not isinstance(o.value(), (str, list))
 
 
+MAX_YAML_NODES = 1_000_000  # values of one config file once its aliases are expanded
+
+
+def _expanded_nodes(node, memo: dict) -> int:
+    """How many YAML nodes ``node`` stands for once every alias (``*a``) is copied out."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1  # a node that refers to itself counts once
+    n = 1
+    for item in node.value if isinstance(node.value, list) else ():
+        for sub in item if isinstance(item, tuple) else (item,):
+            n += _expanded_nodes(sub, memo)
+    memo[id(node)] = n
+    return n
+
+
+def _guard_yaml() -> None:
+    """Refuse a YAML alias bomb (a few lines of ``&a``/``*a`` that expand to billions of
+    values) before OmegaConf copies it out: the loader Hydra reads config files with
+    counts the expanded nodes of each file first (a YAMLError naming the file)."""
+    import omegaconf._utils as ou
+    import yaml
+
+    if getattr(ou.get_yaml_loader, "racsim_guard", False):
+        return
+    base = ou.get_yaml_loader
+
+    def get_yaml_loader():
+        class Loader(base()):
+            def compose_document(self):
+                node = super().compose_document()
+                if node is not None and _expanded_nodes(node, {}) > MAX_YAML_NODES:
+                    raise yaml.YAMLError(f"more than {MAX_YAML_NODES:,} values once its aliases (*name) are "
+                                         f"expanded: refused (an alias bomb?)")
+                return node
+        return Loader
+
+    get_yaml_loader.racsim_guard = True
+    ou.get_yaml_loader = get_yaml_loader
+
+
 def main() -> None:
     """Console entry point (``racsim`` and ``python -m racsim``)."""
     import hydra
@@ -219,6 +274,7 @@ def main() -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     global _FRIENDLY
+    _guard_yaml()
     register_configs()
     register_resolvers()
     friendly = _FRIENDLY = "HYDRA_FULL_ERROR" not in os.environ
@@ -230,12 +286,14 @@ def main() -> None:
     except KeyboardInterrupt:  # Ctrl-C: every complete job keeps its done.json; the rest rerun on resume
         print("racsim: interrupted; rerun the same command with resume=true to finish a sweep", file=sys.stderr)
         sys.exit(130)
-    except (HydraException, OmegaConfBaseException) as ex:
+    except (HydraException, OmegaConfBaseException, ConfigError) as ex:
+        remove_created()  # what this process made before the run could start
         if not friendly:
             raise
-        print(f"racsim: error: {_one_line(ex)}", file=sys.stderr)
+        print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except Exception as ex:  # a YAML or encoding error in a config file, a bad group choice
+        remove_created()
         msg = _usage_error(ex) if friendly else None
         if msg is None:
             raise

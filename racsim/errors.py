@@ -10,4 +10,4 @@ class ConfigError(ValueError):
 
     def __init__(self, key: str, value: Any, allowed: str):
         self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"{key} = {value!r}: {allowed}")
+        super().__init__(" ".join(f"{key} = {value!r}: {allowed}".split()))  # one line, whatever a reader said

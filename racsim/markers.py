@@ -1,8 +1,15 @@
 """Completion markers of sweep jobs (``done.json``) and a job's cell.
 
-A job's folder is complete when its marker exists, names the job's overrides
-and lists files that are all present with the recorded sizes. The cell of a job
-is the part of its overrides that varies across the sweep (``resume`` never is).
+A job's folder is complete when its marker exists, names the job's overrides,
+holds the cell those overrides give, and lists at least one file, every one
+present with the recorded size and SHA-256. The cell of a job is the part of
+its overrides that varies across the sweep (``resume`` never is).
+
+Ownership: racsim replaces only the files it wrote itself. Every folder it
+writes into keeps ``.racsim-files``, the names it wrote there (the marker's
+files count too); a file of another name is the user's and is never replaced
+unless forced (:func:`publish`). A folder is held by one process at a time
+(``.racsim.lock``, :func:`hold_folder`).
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ import functools
 import hashlib
 import json
 import os
+import shutil
+import socket
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -87,19 +96,53 @@ def read_marker(job_dir: Path) -> Optional[dict]:
     return m if isinstance(m, dict) and isinstance(m.get("files"), dict) else None
 
 
+def _same(recorded: Any, given: Any) -> bool:
+    """A cell value as the marker holds it (typed by the config) against the override's own value."""
+    if recorded == given or str(recorded) == str(given):
+        return True
+    try:
+        return float(recorded) == float(given)
+    except (TypeError, ValueError):
+        return False
+
+
+def cell_matches(marker: dict) -> bool:
+    """True when the marker's ``cell`` holds exactly the values its ``overrides`` give
+    (a hand-edited cell would else change the gathered table)."""
+    cell, overrides = marker.get("cell"), marker.get("overrides")
+    if not isinstance(cell, dict) or not isinstance(overrides, list):
+        return False
+    want: Dict[str, Any] = {}
+    for text in overrides:
+        try:
+            o = _parse(str(text))
+        except Exception:
+            want[override_key(str(text))] = str(text).split("=", 1)[-1]
+            continue
+        if o.is_delete():
+            continue
+        v = o.value()
+        want[override_key(str(text))] = v if v is None or isinstance(v, (bool, int, float, str)) \
+            else o.get_value_element_as_str()
+    return set(cell) == set(want) and all(_same(cell[k], want[k]) for k in want)
+
+
 def is_complete(job_dir: Path, overrides: Optional[Iterable[str]] = None) -> bool:
-    """True when the job folder holds a marker, every file it lists is there
-    with its recorded size, and (if given) the marker's cell is ``overrides``."""
+    """True when the job folder holds a marker that lists at least one file, every
+    file it lists is there with its recorded size and SHA-256, its cell is what its
+    overrides give, and (if given) its overrides are ``overrides``."""
     job_dir = Path(job_dir)
     m = read_marker(job_dir)
-    if m is None:
+    if m is None or not m["files"] or not cell_matches(m):
         return False
     if overrides is not None and m.get("overrides") != cell_overrides(overrides):
         return False
     for name, meta in m["files"].items():
         p = job_dir / name
+        if not isinstance(meta, dict) or Path(name).name != name or not p.is_file():
+            return False
         try:
-            if p.stat().st_size != meta.get("bytes"):
+            if p.stat().st_size != meta.get("bytes") or _digest(p)["sha256"] != meta.get("sha256"):
                 return False
         except OSError:
             return False
@@ -123,20 +166,130 @@ def write_marker(job_dir: Path, written: Iterable[Path], *, overrides: List[str]
     return path
 
 
-def clear_partial(job_dir: Path) -> None:
-    """Before a job (re)starts: take away its old marker and any temporary file a
-    killed writer left (report.atomic_write names them ``.NAME.tmp-PID``)."""
-    job_dir = Path(job_dir)
+OWNED = ".racsim-files"  # the names racsim wrote in a folder (JSON list)
+LOCK = ".racsim.lock"  # the process that holds a folder (JSON: pid, host, argv)
+
+
+def owned_names(folder: Path) -> set:
+    """The files of ``folder`` that racsim wrote: its ``.racsim-files`` and a valid marker's files."""
+    folder = Path(folder)
+    names: set = set()
     try:
-        (job_dir / DONE).unlink()
-    except FileNotFoundError:
+        doc = json.loads((folder / OWNED).read_text())
+        names |= {n for n in doc if isinstance(n, str)} if isinstance(doc, list) else set()
+    except (OSError, ValueError):
         pass
-    if job_dir.is_dir():
-        for p in job_dir.glob(".*.tmp-*"):
-            try:
-                p.unlink()
-            except OSError:
-                pass
+    m = read_marker(folder)
+    if m is not None:
+        names |= set(m["files"]) | {DONE}
+    return names
+
+
+def foreign(folder: Path, names: Iterable[str]) -> List[str]:
+    """Those of ``names`` present in ``folder`` that racsim did not write there."""
+    own = owned_names(folder)
+    return sorted(n for n in set(names) if n not in own and os.path.lexists(Path(folder) / n))
+
+
+def _pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _clear_stale(folder: Path, names: set) -> None:
+    """Before new files of ``names`` land: take away the old marker when it is one of
+    them (the folder is not complete until the new one is written), and the temporary
+    files of them (``.NAME.tmp-PID``, racsim.io.atomic_write) whose writer is gone."""
+    if DONE in names and read_marker(folder) is not None:
+        (folder / DONE).unlink(missing_ok=True)
+    for p in folder.glob(".*.tmp-*"):
+        name, _, pid = p.name[1:].rpartition(".tmp-")
+        if name in names and pid.isdigit() and not _pid_alive(int(pid)):
+            p.unlink(missing_ok=True)
+
+
+def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = ()) -> List[Path]:
+    """Write a result set into ``folder`` without touching a file racsim did not write.
+    ``write(stage)`` writes into a fresh hidden folder and returns the paths it wrote;
+    their names (and ``also``'s) must not clash with a file of ``folder`` that racsim
+    did not write, unless ``force``: else FileExistsError names them and nothing in
+    ``folder`` changes. Then the files are moved in and recorded in ``.racsim-files``.
+    Returns the paths in ``folder``."""
+    import tempfile
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".racsim-stage-", dir=folder))
+    try:
+        staged = [Path(p).name for p in write(stage)]
+        names = sorted(p.name for p in stage.iterdir())
+        clash = foreign(folder, [*names, *also])
+        if clash and not force:
+            raise FileExistsError(f"{folder}: would replace {', '.join(clash)}, which racsim did not write "
+                                  f"(choose another folder, or force it)")
+        _clear_stale(folder, set(names) | set(also))
+        record = sorted(owned_names(folder) | set(names) | set(also))
+        write_text(folder / OWNED, json.dumps(record) + "\n")  # first: a file moved in is always known as ours
+        for n in names:
+            os.replace(stage / n, folder / n)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)  # made here, by this process
+    return [folder / n for n in staged]
+
+
+def _read_lock(lock: Path) -> Optional[dict]:
+    try:
+        doc = json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def hold_folder(folder: Path, what: str = "run"):
+    """Take ``folder`` for this process (``.racsim.lock``), or raise FileExistsError
+    naming the live racsim process that holds it. A lock left by a process that is
+    gone (on this host), or by this very process, is taken over. Returns the function
+    that gives the folder back."""
+    import sys
+
+    folder = Path(folder)
+    lock = folder / LOCK
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "what": what, "argv": " ".join(sys.argv)}
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            other = _read_lock(lock)
+            if other is None:  # being written this instant, or not racsim's: not ours to remove
+                raise FileExistsError(f"{folder} is held by {lock} (not a racsim lock?); remove it if no run uses "
+                                      f"the folder") from None
+            mine = other.get("host") == me["host"] and other.get("pid") == me["pid"]
+            gone = other.get("host") == me["host"] and not _pid_alive(other.get("pid"))
+            if not (mine or gone):
+                raise FileExistsError(
+                    f"{folder} belongs to another racsim {other.get('what', 'run')} (pid {other.get('pid')} on "
+                    f"{other.get('host')}: {other.get('argv', '?')}); wait for it, choose another folder, or remove "
+                    f"{lock} if that run is gone") from None
+            lock.unlink(missing_ok=True)  # racsim's own lock, of this process or of one that is gone
+            continue
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        break
+    else:
+        raise FileExistsError(f"{folder}: could not take {lock}")
+
+    def release() -> None:
+        if _read_lock(lock) == me:
+            lock.unlink(missing_ok=True)
+
+    return release
 
 
 def job_dirs(root: Path, max_depth: int = 4) -> List[Path]:

@@ -20,6 +20,7 @@ torch and transformers are imported inside the functions below only (the
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import sys
@@ -89,7 +90,22 @@ def parse(argv: List[str]) -> ProfileConf:
         raise ConfigError("warmup", conf.warmup, "an integer >= 0")
     if conf.dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise ConfigError("dtype", conf.dtype, "one of auto, float32, bfloat16, float16")
+    for k, most in (("batch_sizes", MAX_BATCH), ("seq_lens", MAX_SEQ)):
+        if max(getattr(conf, k)) > most:
+            raise ConfigError(k, list(getattr(conf, k)), f"integers <= {most} (one forward pass must fit memory)")
+    for k, low in (("repeats", 1), ("warmup", 0)):
+        if getattr(conf, k) > MAX_REPEATS:
+            raise ConfigError(k, getattr(conf, k), f"an integer in [{low}, {MAX_REPEATS}]")
+    if not 0 <= conf.seed < 2**63:
+        raise ConfigError("seed", conf.seed, "an integer in [0, 2**63)")
+    out = Path(str(conf.out))
+    above = next((d for d in out.parents if d.exists()), Path("."))
+    if out.is_dir() or not above.is_dir() or not os.access(above, os.W_OK):
+        raise ConfigError("out", conf.out, "the path of a CSV file to write, in a folder you can write to")
     return conf
+
+
+MAX_BATCH, MAX_SEQ, MAX_REPEATS = 4096, 131072, 1000  # sizes past these are a typo, not a profile
 
 
 def build_model(conf: ProfileConf, dtype, device):
@@ -216,7 +232,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"racsim-profile: error: {ex}", file=sys.stderr)
         sys.exit(2)
     out = Path(conf.out)
-    write_csv(out, header, rows)
+    try:
+        write_csv(out, header, rows)
+    except OSError as ex:
+        print(f"racsim-profile: error: out = {conf.out!r}: cannot be written ({ex.strerror})", file=sys.stderr)
+        sys.exit(2)
     print(f"racsim-profile: {len(rows)} cells on {header['device']} ({header['dtype']}) -> {out}")
     print(f"racsim-profile: use it with rm.service=profiled rm.profile={out}")
 

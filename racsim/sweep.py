@@ -20,6 +20,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import sys
 import threading
 import time
@@ -30,14 +32,17 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from racsim.errors import ConfigError
 from racsim.markers import (
     DONE,
     RESUME_KEY,
     cell_overrides,
     cell_values,
-    clear_partial,
+    foreign,
+    hold_folder,
     is_complete,
     job_dirs,
+    publish,
     write_marker,
 )
 
@@ -80,8 +85,7 @@ class Job:
         self.skip = bool(cfg.get(RESUME_KEY, False)) and is_complete(self.out_dir, self.overrides)
         if self.skip:
             log.info("%s: complete, skipped (resume)", self.label)
-        else:
-            clear_partial(self.out_dir)
+        else:  # the old marker goes when the new results land (racsim.markers.publish), not before
             self._threads = pin_blas_threads()
 
     @property
@@ -123,6 +127,91 @@ def _stamp() -> str:
     return datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
 
 
+# What this process made for its run's output (path, whole tree?), in order: taken away
+# again when the run stops before it starts (remove_created); nothing else ever is.
+CREATED: List[tuple] = []
+_RELEASE: List[Any] = []  # gives back the folder this process holds (racsim.markers.hold_folder)
+
+
+def _note_new(path: Path) -> None:
+    """Record the folders above ``path`` that do not exist yet (they will be made here)."""
+    missing = []
+    for d in [path, *path.parents]:
+        if d.exists() or str(d) in ("", "."):
+            break
+        missing.append(d)
+    CREATED.extend((d, False) for d in reversed(missing))
+
+
+def unique_dir(path: str) -> str:
+    """Resolver ``racsim.unique_dir``: make the folder ``path`` now, or ``path_2``,
+    ``path_3``... when another run took it (two runs started in the same second):
+    a folder belongs to one run."""
+    base = Path(str(path))
+    _note_new(base.parent)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        cand = base if n == 1 else base.with_name(f"{base.name}_{n}")
+        try:
+            cand.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        CREATED.append((cand, True))
+        return str(cand)
+
+
+def remove_created() -> None:
+    """Take away what this process made for a run that stopped before it started
+    (its folder, or Hydra's .hydra/ and racsim.log in a folder that existed), and
+    give its folder back; nothing that was there before."""
+    while _RELEASE:
+        _RELEASE.pop()()
+    for path, tree in reversed(CREATED):
+        try:
+            if tree and path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.is_dir() and not path.is_symlink():
+                path.rmdir()  # a folder above the run's: only when left empty
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass
+    CREATED.clear()
+
+
+def publish_run(out_dir: Path, cfg: Any, write) -> List[Path]:
+    """Write a run's files into ``out_dir`` through a staging folder (racsim.markers.publish):
+    a ConfigError, and nothing touched, when one would replace a file racsim did not write."""
+    force = bool(OmegaConf.select(cfg, "output.force", default=False))
+    try:
+        return publish(out_dir, write, force=force, also=[DONE])
+    except FileExistsError as ex:
+        raise ConfigError("output.force", force, f"true to replace them: {ex}") from None
+
+
+def refuse(ex: ConfigError) -> None:
+    """Stop the command from a Hydra callback (which turns an exception into a warning and
+    goes on): one line, exit status 2, and what this process made taken away."""
+    remove_created()
+    print(f"racsim: error: {ex}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def hold(folder: Path, what: str) -> None:
+    """Take ``folder`` for this process; a ConfigError naming the run that holds it."""
+    try:
+        _RELEASE.append(hold_folder(folder, what))
+    except FileExistsError as ex:
+        raise ConfigError(f"hydra.{what}.dir", str(folder), str(ex)) from None
+
+
+def release() -> None:
+    while _RELEASE:
+        _RELEASE.pop()()
+
+
 def _recorded_overrides(sweep: Path) -> Optional[List[str]]:
     import yaml
 
@@ -154,7 +243,7 @@ def sweep_dir(base: str, task_overrides: Any, resume: Any) -> str:
         if found is not None:
             return str(found)
         log.warning("resume: no earlier sweep of these overrides under %s; starting a new one", base)
-    return f"{base}/multirun_{_stamp()}"
+    return unique_dir(f"{base}/multirun_{_stamp()}")
 
 
 def register_resolvers() -> None:
@@ -162,6 +251,8 @@ def register_resolvers() -> None:
     # (the cache travels with the config to joblib, submitit and Ray workers).
     if not OmegaConf.has_resolver("racsim.sweep_dir"):
         OmegaConf.register_new_resolver("racsim.sweep_dir", sweep_dir, use_cache=True)
+    if not OmegaConf.has_resolver("racsim.unique_dir"):
+        OmegaConf.register_new_resolver("racsim.unique_dir", unique_dir, use_cache=True)
 
 
 register_resolvers()  # at import: workers unpickle the callback (this module) before composing
@@ -280,6 +371,38 @@ class _Monitor(threading.Thread):
             self.tick()
 
 
+GATHERED = ("results.parquet", "results.csv", "report.md")  # what the end of a sweep writes in its folder
+
+
+def check_sweep_folder(sweep: Path, config: DictConfig) -> None:
+    """A sweep folder holds one sweep: refuse one that holds another sweep's jobs (other
+    overrides), one that another live sweep holds, and one where gathering would replace
+    a file racsim did not write (``output.force=true`` allows that)."""
+    want = cell_overrides(config.hydra.overrides.task)
+    had = _recorded_overrides(sweep) if (sweep / "multirun.yaml").is_file() else None
+    if had is not None and had != want:
+        raise ConfigError("hydra.sweep.dir", str(sweep),
+                          f"a folder of its own: it holds another sweep ({' '.join(had) or 'no overrides'})")
+    clash = foreign(sweep, GATHERED)
+    if clash and not OmegaConf.select(config, "output.force", default=False):
+        raise ConfigError("hydra.sweep.dir", str(sweep), f"a folder where racsim would not replace the user's "
+                          f"{', '.join(clash)} (or output.force=true)")
+    n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
+    if n_jobs is not None:  # joblib: n_jobs processes, or all cores + 1 + n_jobs when negative
+        cores = os.cpu_count() or 1
+        ok = isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and n_jobs != 0 and -cores - 1 < n_jobs < 2**15
+        _need_launcher(ok, n_jobs, cores)
+    sweep.mkdir(parents=True, exist_ok=True)
+    _RELEASE.clear()
+    hold(sweep, "sweep")
+
+
+def _need_launcher(ok: bool, n_jobs: Any, cores: int) -> None:
+    if not ok:
+        raise ConfigError("hydra.launcher.n_jobs", n_jobs, f"a number of processes >= 1 (or -1 for all {cores} "
+                                                           f"cores, -2 for all but one...)")
+
+
 class SweepCallback(Callback):
     """Hydra callback (conf/config.yaml ``hydra.callbacks.racsim``)."""
 
@@ -295,11 +418,37 @@ class SweepCallback(Callback):
         state["_monitor"] = None
         return state
 
+    # -- a single run: its folder is made (or taken) here, before Hydra writes into it
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        CREATED.clear()
+        _RELEASE.clear()
+        run = Path(str(config.hydra.run.dir))  # the default is made now (racsim.unique_dir)
+        if not any(p == run for p, _ in CREATED):
+            _note_new(run)
+            if not run.exists():
+                CREATED[-1] = (run, True)
+        for name in (".hydra", f"{config.hydra.job.name}.log"):
+            if not (run / name).exists():
+                CREATED.append((run / name, name == ".hydra"))
+        run.mkdir(parents=True, exist_ok=True)
+        try:
+            hold(run, "run")
+        except ConfigError as ex:
+            CREATED[:] = [(p, t) for p, t in CREATED if run not in (p, *p.parents)]  # the folder is another run's
+            refuse(ex)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        release()
+
     # -- the sweep, in the process that launches it
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._started = time.time()
         _FAILURES.clear()
         sweep = Path(str(config.hydra.sweep.dir))  # resolves (and caches) the folder now
+        try:
+            check_sweep_folder(sweep, config)
+        except ConfigError as ex:
+            refuse(ex)
         total = count_jobs(config)
         log.info("sweep of %s jobs into %s", "?" if total is None else total, sweep)
         if OmegaConf.select(config, "output.progress", default=True):
@@ -307,6 +456,7 @@ class SweepCallback(Callback):
             self._monitor.start()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        release()
         mon, self._monitor = self._monitor, None
         if mon is not None:
             mon.stop_event.set()
@@ -325,7 +475,11 @@ class SweepCallback(Callback):
 
         sweep = Path(str(config.hydra.sweep.dir))
         try:
-            df, written = gather_and_write(sweep)
+            df, written = gather_and_write(sweep, force=bool(OmegaConf.select(config, "output.force", default=False)))
+        except FileExistsError as ex:
+            print(f"racsim: sweep: the jobs are complete but not gathered: {ex} (output.force=true, or "
+                  f"racsim-report {sweep} --out DIR)", file=sys.stderr)
+            sys.exit(1)
         except FileNotFoundError as ex:
             print(f"racsim: sweep: nothing to gather ({ex})", file=sys.stderr)
             return

@@ -1,8 +1,24 @@
-"""Bad input generated, not listed: hypothesis draws a config key of the default
-config and a value of any kind (huge integers, NaN, inf, text, lists, null) and
-composes and expands it as ``racsim KEY=VALUE`` would. Either it is accepted or it
-is refused with a ConfigError or Hydra/OmegaConf's own error, which the command
-line turns into one line: never another exception (a traceback for the user)."""
+"""Bad input generated, not listed.
+
+Stage 0: hypothesis draws a config key of the default config and a value of any kind
+(huge integers, NaN, inf, text, lists, null) and composes and expands it as ``racsim
+KEY=VALUE`` would: accepted, or refused with a ConfigError or Hydra/OmegaConf's own
+error, never another exception.
+
+Stage 1 (issue 10): through the command itself (``racsim.cli.main`` in-process), it
+generates overrides for every key of the schema (wrong types, extremes, NaN/inf,
+negatives, huge ints), malformed scenario files (YAML) and malformed data files (CSV:
+latency samples, RM profiles, probe pairs), and asserts per case: exit 0, or exit 2 with
+one stderr line naming the key or the file, no traceback, no folder left, no pre-existing
+file touched. Stage 2 runs a sample of generated cases as real subprocesses. Fixed seed
+(derandomized), fixed budgets; the outcomes by class are printed at the end (-s)."""
+
+import collections
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hydra.errors import HydraException
@@ -64,3 +80,204 @@ def test_refused_cleanly_can_tell(monkeypatch):
     monkeypatch.setattr(__import__(__name__), "expand", crash)
     with pytest.raises(OverflowError):
         refused_cleanly("learner.trials=10")
+
+
+# ------------------------------------------------------------------ stage 1: through the command
+
+from racsim import cli  # noqa: E402
+
+TINY = ["learner.trials=4", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=3",
+        "output.plots=false", "output.progress=false", "limits.hours=0.001"]  # an accepted case runs in ~1 s
+OUTCOMES = collections.Counter()
+def seeded(n: int):
+    """A fixed seed (derandomized) and a budget of ``n`` cases."""
+    return settings(max_examples=n, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+                    database=None)
+
+EXTREME_INTS = [2**63, 2**63 - 1, -(2**63) - 1, 2**64, 10**30, -1, 0]
+EXTREME_FLOATS = ["nan", "inf", "-inf", "1e308", "-1e308", "5e-324", "1e400", "-0.0"]
+BAD_VALUES = st.one_of(
+    st.integers(min_value=-(2**80), max_value=2**80).map(str),
+    st.sampled_from(EXTREME_INTS).map(str),
+    st.sampled_from(EXTREME_FLOATS),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(min_value=-(10**6), max_value=-1).map(str),
+    st.text(alphabet="abcxyz019 _-.", min_size=0, max_size=8).map(lambda t: f"'{t}'"),
+    st.sampled_from(["null", "true", "[]", "[1,2]", "[a,b]", "{}", "{a:1}", "[[1]]", "[nan]", "[1e400]"]),
+)
+
+
+def the_command(tmp_path, monkeypatch, capsys, args, config_dir=None):
+    """``racsim ARGS`` in-process in a folder holding the user's files: (exit code, stderr lines),
+    after checking that the user's files are untouched and, on a refusal, that nothing is left."""
+    work = tmp_path / "work"
+    if work.exists():
+        import shutil
+        shutil.rmtree(work)
+    (work / "mine").mkdir(parents=True)
+    users = {work / "keep.txt": b"the user's", work / "mine" / "results.csv": b"a,b"}
+    for path, data in users.items():
+        path.write_bytes(data)
+    monkeypatch.chdir(work)
+    extra = ["--config-dir", str(config_dir)] if config_dir else []
+    monkeypatch.setattr(sys, "argv", ["racsim", *extra, *TINY, *args])
+    capsys.readouterr()
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as ex:
+        code = ex.code
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in out + err
+    assert all(path.read_bytes() == data for path, data in users.items()), "a file of the user's was touched"
+    assert code in (0, 2), (code, err)
+    if code == 2:
+        assert len(lines) == 1 and lines[0].startswith("racsim: error: "), err
+        assert sorted(p.name for p in work.iterdir()) == ["keep.txt", "mine"], "a folder was left behind"
+        assert sorted(p.name for p in (work / "mine").iterdir()) == ["results.csv"]
+    return code, lines
+
+
+def names(line: str, key: str) -> bool:
+    """The error line names ``key`` or a block above it, or the key its value made wrong
+    (``capacity.enabled=1`` -> ``capacity.channel = None: ...``), or a limits.* budget."""
+    parts = key.split(".")
+    shortest = min(2, len(parts))  # a block, not just the top group ("pipeline")
+    if any(".".join(parts[:i]) in line for i in range(len(parts), shortest - 1, -1)) or "limits." in line:
+        return True
+    return re.search(r"error: [A-Za-z_][\w.\[\]]* = ", line) is not None
+
+
+SCHEMA_KEYS = sorted(set(KEYS))
+
+
+@seeded(16)
+@given(st.sampled_from(SCHEMA_KEYS), BAD_VALUES)
+def test_generated_overrides_through_the_command(tmp_path_factory, monkeypatch, capsys, key, value):
+    tmp = tmp_path_factory.mktemp("o")
+    code, lines = the_command(tmp, monkeypatch, capsys, [f"{key}={value}"])
+    OUTCOMES["override: accepted" if code == 0 else "override: refused"] += 1
+    if code == 2:
+        assert names(lines[0], key) or f"{key}={value}" in lines[0], (key, value, lines)
+
+
+def yaml_scalar():
+    return st.one_of(BAD_VALUES, st.sampled_from(["~", "'x'", "&a 1", "*a", "!!binary aGk=", "[", "{", "1:2"]))
+
+
+@st.composite
+def scenario_texts(draw):
+    """A scenario file: header or not, some keys of the schema with bad values, then a
+    malformation (tabs, unclosed brackets, duplicate keys, a self-include, an alias bomb...)."""
+    keys = draw(st.lists(st.sampled_from(SCHEMA_KEYS), min_size=0, max_size=3, unique=True))
+    rows = ["# @package _global_"] if draw(st.booleans()) else []
+    rows += [f"{k}: {draw(yaml_scalar())}" for k in keys]
+    breakage = draw(st.sampled_from(["none", "tab", "unclosed", "duplicate", "self", "bomb", "not_mapping",
+                                     "binary", "empty", "deep"]))
+    if breakage == "tab":
+        rows.append("\tseed: 1")
+    elif breakage == "unclosed":
+        rows.append("seed: [1, 2")
+    elif breakage == "duplicate":
+        rows += ["seed: 1", "seed: 2"]
+    elif breakage == "self":
+        rows[1:1] = ["defaults:", "  - /scenario/gen"]
+    elif breakage == "bomb":
+        rows.append("b0: &b0 [x, x, x, x, x, x, x, x, x, x]")
+        rows += [f"b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * 10)}]" for i in range(1, 8)]
+    elif breakage == "not_mapping":
+        rows = ["- 1", "- 2"]
+    elif breakage == "empty":
+        rows = []
+    elif breakage == "deep":
+        rows.append("x: " + "[" * 200 + "]" * 200)
+    text = "\n".join(rows) + "\n"
+    return (text.encode() + b"\xff\xfe") if breakage == "binary" else text.encode()
+
+
+@seeded(10)
+@given(scenario_texts())
+def test_generated_scenario_files(tmp_path_factory, monkeypatch, capsys, text):
+    conf = tmp_path_factory.mktemp("conf")
+    (conf / "scenario").mkdir()
+    (conf / "scenario" / "gen.yaml").write_bytes(text)
+    code, lines = the_command(conf, monkeypatch, capsys, ["scenario=gen"], config_dir=conf)
+    OUTCOMES["scenario file: accepted" if code == 0 else "scenario file: refused"] += 1
+    if code == 2:
+        assert "gen" in lines[0] or "scenario" in lines[0] or ":" in lines[0], lines
+
+
+CSV_CELLS = st.one_of(st.sampled_from(["", "abc", "nan", "inf", "-inf", "0", "-1", "1e400", "1.5", '"', "1,2"]),
+                      st.integers(-5, 5000).map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr))
+DATA_USES = {  # which knob reads the file, and its columns
+    "latency": (["x"], lambda p: ["pipeline.channels.judge.latency.kind=empirical",
+                                  f"pipeline.channels.judge.latency.path={p}", "pipeline.channels.judge.latency.column=x"],
+                "pipeline.channels.judge.latency.path"),
+    "profile": (["batch_size", "seq_len", "seconds"],
+                lambda p: ["channel@pipeline.channels.judge=judge_gpu_rm", "pipeline.channels.judge.rm.service=profiled",
+                           f"pipeline.channels.judge.rm.profile={p}"], "pipeline.channels.judge.rm.profile"),
+    "pairs": (["r_fast", "r_slow"], lambda p: ["study.kind=probe", f"study.probe.pairs={p}"], "study.probe.pairs"),
+}
+
+
+@st.composite
+def data_files(draw):
+    use = draw(st.sampled_from(sorted(DATA_USES)))
+    cols = list(DATA_USES[use][0])
+    if draw(st.booleans()):  # a wrong or missing header
+        cols = draw(st.lists(st.sampled_from(cols + ["y", ""]), min_size=0, max_size=4))
+    n = draw(st.integers(0, 6))
+    rows = [",".join(draw(st.lists(CSV_CELLS, min_size=len(cols), max_size=len(cols) + 1))) for _ in range(n)]
+    return use, (",".join(cols) + "\n" + "\n".join(rows) + "\n").encode()
+
+
+@seeded(10)
+@given(data_files())
+def test_generated_data_files(tmp_path_factory, monkeypatch, capsys, case):
+    use, data = case
+    tmp = tmp_path_factory.mktemp("d")
+    path = tmp / "data.csv"
+    path.write_bytes(data)
+    code, lines = the_command(tmp, monkeypatch, capsys, DATA_USES[use][1](path))
+    OUTCOMES[f"{use} file: accepted" if code == 0 else f"{use} file: refused"] += 1
+    if code == 2:
+        block = DATA_USES[use][2].rpartition(".")[0]  # the knob, or its block (the column read from the file)
+        assert block in lines[0] or str(path) in lines[0], lines
+
+
+# ------------------------------------------------------------------ stage 2: a sample as real subprocesses
+
+
+@seeded(5)
+@given(st.one_of(st.tuples(st.sampled_from(SCHEMA_KEYS), BAD_VALUES).map(lambda kv: ("override", kv)),
+                 scenario_texts().map(lambda t: ("scenario", t))))
+def test_a_sample_as_subprocesses(tmp_path_factory, case):
+    kind, what = case
+    work = tmp_path_factory.mktemp("p")
+    (work / "keep.txt").write_bytes(b"the user's")
+    args = list(TINY)
+    if kind == "override":
+        args.append(f"{what[0]}={what[1]}")
+    else:
+        (work / "conf" / "scenario").mkdir(parents=True)
+        (work / "conf" / "scenario" / "gen.yaml").write_bytes(what)
+        args = ["--config-dir", str(work / "conf"), *args, "scenario=gen"]
+    before = sorted(p.name for p in work.iterdir())
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    p = subprocess.run([sys.executable, "-m", "racsim", *args], cwd=work, env=env, capture_output=True, text=True,
+                       timeout=120)
+    OUTCOMES[f"subprocess {kind}: " + ("accepted" if p.returncode == 0 else "refused")] += 1
+    assert "Traceback" not in p.stdout + p.stderr
+    assert (work / "keep.txt").read_bytes() == b"the user's"
+    assert p.returncode in (0, 2), p.stderr
+    if p.returncode == 2:
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("racsim: error: "), p.stderr
+        assert sorted(x.name for x in work.iterdir()) == before
+
+
+def test_zz_outcomes_by_class(capsys):
+    """Prints how many cases each stage generated, by outcome (run with -s to see it)."""
+    with capsys.disabled():
+        print("\nfuzz outcomes:", dict(sorted(OUTCOMES.items())), "total", sum(OUTCOMES.values()))

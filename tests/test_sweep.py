@@ -215,8 +215,8 @@ def test_sweep_dir_resolver_finds_the_same_sweep(tmp_path, monkeypatch):
         (d / "multirun.yaml").write_text(f"hydra:\n  overrides:\n    task: {json.dumps(task)}\n")
     assert S.sweep_dir(base, ["a=1,2", "resume=true"], True) == f"{base}/multirun_2026-01-02_00-00-00"
     assert S.sweep_dir(base, ["a=3"], True) == f"{base}/multirun_2026-01-03_00-00-00"
-    fresh = S.sweep_dir(base, ["a=1,2"], False)
-    assert fresh.startswith(f"{base}/multirun_") and not (tmp_path / fresh).exists()
+    fresh = S.sweep_dir(base, ["a=1,2"], False)  # a new folder, made now: no other sweep can take it
+    assert fresh.startswith(f"{base}/multirun_") and not list((tmp_path / fresh).iterdir())
     assert S.sweep_dir(base, ["a=4"], True).startswith(f"{base}/multirun_")  # nothing to resume: a new one
 
 

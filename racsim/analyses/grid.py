@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from racsim.config.schema import ChannelConf, RacsimConf
-from racsim.config.validate import check_schema, validate
+from racsim.config.validate import check_limits, check_schema, validate
 from racsim.errors import ConfigError
 from racsim.pipeline.kernels import distribution_kernel
 
@@ -34,6 +34,7 @@ def expand(cfg: Any) -> List[Tuple[Values, RacsimConf]]:
     if isinstance(cfg, DictConfig):
         check_schema(cfg)
     base: RacsimConf = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else copy.deepcopy(cfg)
+    check_limits(base)  # a run too big for the machine is refused before a cell is built
     grid = dict(base.study.grid)
     base.study.grid = {}
     if base.study.fast:

@@ -147,6 +147,9 @@ def synthetic_pairs(
     return pd.DataFrame({"r_fast": fast, "r_slow": slow})
 
 
+MAX_REWARD = 1e12  # |r| of a scored pair; past it the probe's sums of squares overflow to inf
+
+
 def load_pairs(path, fast_col: str = "r_fast", slow_col: str = "r_slow") -> pd.DataFrame:
     """Read scored pairs from a ``.csv`` or ``.parquet`` file.
 
@@ -187,9 +190,16 @@ def load_pairs(path, fast_col: str = "r_fast", slow_col: str = "r_slow") -> pd.D
         if bad.size:
             raise ValueError(f"pairs file {p!r}: column {col!r} has {bad.size} NaN, missing or infinite "
                              f"value(s), the first in row {int(bad[0])}")
+        if v.size and np.abs(v).max() > MAX_REWARD:
+            raise ValueError(f"pairs file {p!r}: column {col!r} has values beyond +-{MAX_REWARD:g} "
+                             f"(the first in row {int(np.argmax(np.abs(v) > MAX_REWARD))}): not rewards")
         out[role] = v
     if len(df) < 2:
         raise ValueError(f"pairs file {p!r}: {len(df)} row(s); the probe needs at least 2")
+    for role, col in (("r_fast", fast_col), ("r_slow", slow_col)):
+        if np.ptp(out[role]) == 0:
+            raise ValueError(f"pairs file {p!r}: column {col!r} is constant ({out[role][0]:g}): the probe needs "
+                             f"rewards that vary (a correlation and a spread)")
     return pd.DataFrame(out)
 
 

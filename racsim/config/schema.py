@@ -417,6 +417,22 @@ class CapacityConf:
 class OutputConf:
     plots: bool = True
     progress: bool = True
+    # Replace files of the same name that racsim did not write in the output folder
+    # (by default a run refuses, and nothing of the user's is touched).
+    force: bool = False
+
+
+@dataclass
+class LimitsConf:
+    """Budgets a run is checked against before it starts (racsim.config.validate.check_limits):
+    a run whose estimate exceeds one is refused with one line naming the knob that made it big.
+    ``memory_gb`` null: half of this machine's memory. Raise them deliberately for a big run."""
+
+    memory_gb: Optional[float] = None
+    hours: float = 24.0  # estimated compute time of the run, at about 2 million trajectory steps a second
+    cells: int = 10000  # cells of study.grid in one run (a bigger study is a sweep: racsim -m)
+    capacity_counts: int = 256  # entries of capacity.counts
+    file_mb: float = 256.0  # size of a data file read (empirical latencies, RM profile, probe pairs)
 
 
 @dataclass
@@ -433,6 +449,7 @@ class RacsimConf:
     # run the rest; the folder of the same earlier sweep is found again (racsim/sweep.py).
     resume: bool = False
     capacity: CapacityConf = field(default_factory=CapacityConf)
+    limits: LimitsConf = field(default_factory=LimitsConf)
 
 
 def register_configs() -> None:

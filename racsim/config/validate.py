@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import stat
 from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
@@ -39,6 +41,15 @@ from racsim.errors import ConfigError
 
 def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+MAX_GAIN = 1e6  # corrector.alpha: past this the corrected gradients overflow to inf/NaN
+INT64 = 2**63  # every integer key: numpy holds it in an int64
+
+
+def cauchy_window_mass(median: float, scale: float, low: float, high: float) -> float:
+    """P(low <= X <= high) for X ~ Cauchy(median, scale)."""
+    return (math.atan((high - median) / scale) - math.atan((low - median) / scale)) / math.pi
 
 
 def _need(ok: bool, key: str, value: Any, allowed: str) -> None:
@@ -75,6 +86,11 @@ def validate_latency(c: LatencyConf, key: str) -> None:
         else:
             _need(_finite(c.median), f"{key}.median", c.median, "a finite number")
         _positive(f"{key}.scale", c.scale)
+        if c.median is not None and _finite(c.low) and _finite(c.high):
+            mass = cauchy_window_mass(c.median, c.scale, c.low, c.high)
+            _need(mass > 1e-9, f"{key}.median", c.median,
+                  f"a median whose Cauchy(scale {c.scale:g}) puts mass on [low, high] = [{c.low:g}, {c.high:g}] "
+                  f"(it puts {mass:.3g} there: nothing could be drawn)")
     if c.mean is not None:
         _need(_finite(c.mean) and c.mean >= 0, f"{key}.mean", c.mean, "a finite number >= 0 (seconds)")
     elif c.kind == "uniform":
@@ -148,6 +164,24 @@ def first_missing(cfg: Any, key: str = "") -> Optional[str]:
     return None
 
 
+def leaves(cfg: Any, key: str = ""):
+    """(dotted key, value) of every leaf of a DictConfig or of dataclasses (MISSING ones skipped)."""
+    if isinstance(cfg, DictConfig):
+        items = [(k, cfg[k]) for k in cfg.keys() if not OmegaConf.is_missing(cfg, k)]
+    elif isinstance(cfg, ListConfig) or isinstance(cfg, (list, tuple)):
+        items = [(f"[{i}]", v) for i, v in enumerate(cfg)]
+    elif hasattr(type(cfg), "__dataclass_fields__"):
+        items = [(name, getattr(cfg, name)) for name in type(cfg).__dataclass_fields__]
+    elif isinstance(cfg, dict):
+        items = list(cfg.items())
+    else:
+        yield key, cfg
+        return
+    for k, v in items:
+        sub = f"{key}{k}" if str(k).startswith("[") else (f"{key}.{k}" if key else str(k))
+        yield from leaves(v, sub)
+
+
 MISSING_ALLOWED = ("a value: this key has no default in the schema; its default is in conf/ "
                    "(racsim.config.defaults.default_config() composes them), or set it")
 
@@ -170,6 +204,9 @@ def validate(cfg: Any) -> None:
     missing = first_missing(cfg)
     if missing is not None:
         raise missing_error(missing)
+    for key, v in leaves(cfg):
+        _need(not isinstance(v, int) or isinstance(v, bool) or -INT64 <= v < INT64, key, v,
+              "an integer within int64 (|value| < 2**63)")
     p = cfg.pipeline
     _int_at_least("pipeline.steps", p.steps, 1)
     if p.warmup_steps is not None:
@@ -228,6 +265,8 @@ def validate(cfg: Any) -> None:
         _need(n in CORRECTORS, "corrector.names", n, "each one of " + ", ".join(CORRECTORS))
     _need(len(set(names)) == len(names), "corrector.names", names, "each corrector at most once")
     _positive("corrector.alpha", c.alpha)
+    _need(c.alpha <= MAX_GAIN, "corrector.alpha", c.alpha,
+          f"a positive number <= {MAX_GAIN:g} (a gain on the slow residual; the paper's is 1)")
     _positive("corrector.tau_age", c.tau_age, allow_inf=True)
     _positive("corrector.rho_bar", c.rho_bar, allow_inf=True)
     _need(_finite(c.retrace_gamma) and 0 <= c.retrace_gamma <= 1, "corrector.retrace_gamma",
@@ -253,6 +292,8 @@ def validate(cfg: Any) -> None:
     _int_at_least("learner.train.lanes", lr.train.lanes, 1)
     _positive("learner.train.lr", lr.train.lr)
     _int_at_least("seed", cfg.seed, 0)
+    _int_at_least("learner.mdp_seed", lr.mdp_seed, 0)
+    _int_at_least("learner.theta_seed", lr.theta_seed, 0)
     st = cfg.study
     _need(st.kind in STUDIES, "study.kind", st.kind, "one of " + ", ".join(STUDIES))
     _need(lr.topology in TOPOLOGIES, "learner.topology", lr.topology, "one of " + ", ".join(TOPOLOGIES))
@@ -272,8 +313,12 @@ def validate(cfg: Any) -> None:
           "a Pearson correlation in (-1, 1)")
     for key in ("slow_std", "fast_std"):
         _positive(f"study.probe.{key}", getattr(pr, key))
+    for key in ("slow_mean", "fast_mean"):
+        _need(_finite(getattr(pr, key)), f"study.probe.{key}", getattr(pr, key), "a finite number")
     if getattr(cfg, "capacity", None) is not None and cfg.capacity.enabled:
         validate_capacity(cfg)
+    if getattr(cfg, "limits", None) is not None:
+        check_data_files(cfg)
 
 
 def validate_lm(lm: Any) -> None:
@@ -404,3 +449,99 @@ def check_schema(cfg: Any, key: str = "") -> None:
             check_schema(cfg[i], f"{key}[{i}]")
     elif isinstance(cfg, float) and math.isnan(cfg):
         raise ConfigError(key, cfg, "a number, not NaN")
+
+
+
+# -- budgets: what a run would take, estimated before it starts (LimitsConf)
+
+TRAJECTORY_STEPS_PER_S = 2e6  # the bias benchmark's rate on one core (README: 1e7 steps in ~4.5 s)
+ROLLOUT_CHUNK = 40_000  # trajectories sampled at once (racsim.learner.bias.CHUNK_TRAJECTORIES)
+
+
+def machine_memory_gb() -> float:
+    """Physical memory of this machine in GB (8 when it cannot be told)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError, AttributeError):
+        return 8.0
+
+
+def grid_cells(grid: Any) -> int:
+    """How many cells ``study.grid`` expands to (the product of its axes' lengths)."""
+    n = 1
+    for values in dict(grid or {}).values():
+        n *= max(len(values), 1) if isinstance(values, (list, tuple, ListConfig)) else 1
+    return n
+
+
+def run_estimate(cfg: Any) -> dict:
+    """Rough memory (bytes) and time (s) of a bias run, from its sizes: the arrival schedules
+    hold about 200 bytes per (trial, step, sample, channel + 1); a chunk of rollouts about
+    48 bytes per trajectory step; time goes with the trajectory steps (cells x trials x steps x
+    batch_size x horizon, and once more per capacity count). A knob varied by study.grid
+    counts at its largest value."""
+    grid = dict(getattr(cfg.study, "grid", None) or {})
+
+    def biggest(key: str, value: Any) -> int:
+        vals = [value] + [v for k, vs in grid.items() if k.strip() == key and isinstance(vs, (list, ListConfig))
+                          for v in vs]
+        return max(int(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+
+    lr, p = cfg.learner, cfg.pipeline
+    sizes = {"learner.trials": biggest("learner.trials", lr.trials), "pipeline.steps": biggest("pipeline.steps", p.steps),
+             "pipeline.batch_size": biggest("pipeline.batch_size", p.batch_size),
+             "learner.horizon": biggest("learner.horizon", lr.horizon)}
+    trials, steps, batch, horizon = sizes.values()
+    K = max(len(p.channels or {}), len(p.delay_steps or []), 1)
+    memory = 200.0 * trials * steps * batch * (K + 1) + 48.0 * max(ROLLOUT_CHUNK, steps * batch) * horizon
+    runs = grid_cells(grid) * (max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1)
+    seconds = runs * float(trials) * steps * batch * horizon / TRAJECTORY_STEPS_PER_S
+    return {"memory": memory, "seconds": seconds, "sizes": sizes}
+
+
+def check_limits(cfg: Any) -> None:
+    """Refuse, before anything starts, a run whose estimate (:func:`run_estimate`) exceeds a
+    ``limits.*`` budget: the error names the knob that made it big and the budget."""
+    lim = cfg.limits
+    mem_gb = machine_memory_gb() / 2 if lim.memory_gb is None else lim.memory_gb
+    if lim.memory_gb is not None:
+        _positive("limits.memory_gb", lim.memory_gb, allow_inf=True)
+    _positive("limits.hours", lim.hours, allow_inf=True)
+    _int_at_least("limits.cells", lim.cells, 1)
+    _int_at_least("limits.capacity_counts", lim.capacity_counts, 1)
+    _positive("limits.file_mb", lim.file_mb, allow_inf=True)
+    n = grid_cells(cfg.study.grid)
+    _need(n <= lim.cells, "study.grid", f"{n} cells", f"at most limits.cells = {lim.cells} cells in one run "
+          f"(sweep the rest with racsim -m, or raise limits.cells)")
+    counts = len(cfg.capacity.counts)
+    _need(not cfg.capacity.enabled or counts <= lim.capacity_counts, "capacity.counts", f"{counts} counts",
+          f"at most limits.capacity_counts = {lim.capacity_counts} counts (or raise it)")
+    if cfg.study.kind != "bias":
+        return
+    est = run_estimate(cfg)
+    knob, value = max(est["sizes"].items(), key=lambda kv: kv[1])
+    product = " x ".join(est["sizes"])
+    if est["memory"] > mem_gb * 1e9:
+        raise ConfigError(knob, value, f"smaller: the run needs about {est['memory'] / 1e9:.3g} GB ({product}) "
+                                       f"and limits.memory_gb is {mem_gb:.3g} (raise it to run anyway)")
+    if est["seconds"] > lim.hours * 3600:
+        raise ConfigError(knob, value, f"smaller: the run would take about {est['seconds'] / 3600:.3g} h "
+                                       f"({product}) and limits.hours is {lim.hours:g} (raise it to run anyway)")
+
+
+def check_data_files(cfg: Any) -> None:
+    """Every data file the config names (empirical latency CSVs, RM profiles, probe pairs) is a
+    regular file (not a FIFO or a device, which would hang or never end) within limits.file_mb."""
+    cap = cfg.limits.file_mb * 1e6
+    for key, v in leaves(cfg):
+        if not (key.endswith(".path") or key.endswith(".profile") or key == "study.probe.pairs"):
+            continue
+        if not isinstance(v, str) or not v:
+            continue
+        try:
+            st = os.stat(v)
+        except OSError:  # missing or unreadable: its reader says so where it opens it
+            continue
+        _need(stat.S_ISREG(st.st_mode), key, v, "a regular file (not a folder, FIFO or device)")
+        _need(st.st_size <= cap, key, v, f"a file of at most limits.file_mb = {cfg.limits.file_mb:g} MB "
+                                         f"(it has {st.st_size / 1e6:.3g} MB)")

@@ -213,7 +213,12 @@ def read_profile(path: str, key: str = "rm.profile"):
                           + ", ".join(map(str, table.columns)) + ")")
     if len(table) == 0:
         raise ConfigError(key, path, "a CSV with at least one measured row")
-    return header, table
+    sizes = table[["batch_size", "seq_len"]].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+    if not (np.all(np.isfinite(sizes)) and np.all(sizes >= 1) and np.all(sizes == np.round(sizes))):
+        raise ConfigError(key, path, "integers >= 1 in every row's batch_size and seq_len")
+    if not np.all(np.isfinite(pd.to_numeric(table["seconds"], errors="coerce").to_numpy(dtype=np.float64))):
+        raise ConfigError(key, path, "a number of seconds in every row")
+    return header, table.astype({"batch_size": np.int64, "seq_len": np.int64, "seconds": np.float64})
 
 
 def build_service(rm: Any, key: str = "rm") -> ServiceModel:

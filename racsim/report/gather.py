@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pandas as pd
 
 from racsim.io import atomic_write, fmt, write_text
-from racsim.markers import is_complete, job_dirs, read_marker
+from racsim.markers import is_complete, job_dirs, publish, read_marker
 from racsim.report.paper import paper_report
 
 RESULTS = "results.parquet"
@@ -146,28 +146,34 @@ def report_markdown(df: pd.DataFrame, cell_cols: List[str], title: str, incomple
     return "\n".join(lines)
 
 
-def gather_and_write(path, out: Optional[Path] = None) -> Tuple[pd.DataFrame, List[Path]]:
+def gather_and_write(path, out: Optional[Path] = None, force: bool = False) -> Tuple[pd.DataFrame, List[Path]]:
     """Gather ``path`` and write ``results.parquet``, ``results.csv`` and
     ``report.md`` into ``out`` (default: ``path``; for a single job folder,
-    whose own results are not overwritten, ``report.md`` only)."""
+    whose own results are not overwritten, ``report.md`` only). A file of the
+    same name there that racsim did not write is never replaced unless ``force``
+    (FileExistsError; nothing is written)."""
     root = Path(path)
     complete, incomplete = _jobs(root)
     df, cell_cols = _gather(root, complete)
     is_job = out is None and any(d == root for d, _ in complete)
     out_dir = Path(out) if out is not None else root
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written: List[Path] = []
-    if not is_job:
-        p = out_dir / "results.parquet"
-        atomic_write(p, lambda t: df.to_parquet(t, index=False))
-        c = out_dir / "results.csv"
-        atomic_write(c, lambda t: df.to_csv(t, index=False))
-        written += [p, c]
-    md = out_dir / "report.md"
-    text = report_markdown(df, cell_cols, root.resolve().name, [d.relative_to(root).as_posix() for d in incomplete])
-    write_text(md, text + "\n" + paper_report(df, out_dir, reps=gather_replicates(root, complete)))
-    written.append(md)
-    return df, written
+    title = root.resolve().name
+    skipped = [d.relative_to(root).as_posix() for d in incomplete]
+
+    def write(stage: Path) -> List[Path]:
+        written: List[Path] = []
+        if not is_job:
+            p = stage / "results.parquet"
+            atomic_write(p, lambda t: df.to_parquet(t, index=False))
+            c = stage / "results.csv"
+            atomic_write(c, lambda t: df.to_csv(t, index=False))
+            written += [p, c]
+        md = stage / "report.md"
+        paper = paper_report(df, stage, reps=gather_replicates(root, complete))
+        write_text(md, report_markdown(df, cell_cols, title, skipped) + "\n" + paper)
+        return written + [md]
+
+    return df, publish(out_dir, write, force=force)
 
 
 def main(argv=None) -> None:
@@ -176,9 +182,14 @@ def main(argv=None) -> None:
                                  description="Gather racsim run and sweep folders into one table.")
     ap.add_argument("path", help="a run folder, a sweep folder, or any folder above them (e.g. outputs/)")
     ap.add_argument("--out", help="where to write results.parquet, results.csv and report.md (default: PATH)")
+    ap.add_argument("--force", action="store_true",
+                    help="replace files of the same names in the output folder that racsim did not write")
     args = ap.parse_args(argv)
     try:
-        df, written = gather_and_write(Path(args.path), Path(args.out) if args.out else None)
+        df, written = gather_and_write(Path(args.path), Path(args.out) if args.out else None, force=args.force)
+    except FileExistsError as ex:
+        print(f"racsim-report: error: {ex}; pass --force to replace them", file=sys.stderr)
+        sys.exit(2)
     except FileNotFoundError as ex:
         print(f"racsim-report: error: {ex}", file=sys.stderr)
         sys.exit(2)
