@@ -257,7 +257,7 @@ def main(argv=None) -> None:
     ap.add_argument("--paper", action="store_true", help="only the paper's heavy-tail grid (issue: under 10 s)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
-    if args.trials < 2:
+    if args.trials is not None and args.trials < 2:
         ap.error(f"--trials {args.trials}: an integer >= 2")
     if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         ap.error(f"--json {args.json}: a file path in an existing folder")
@@ -266,6 +266,8 @@ def main(argv=None) -> None:
     if args.paper:
         figures.update(bench_heavy_tail())
     elif args.sweep and args.cells is not None:
+        if args.budget is not None and not args.budget > 0:
+            ap.error(f"--budget {args.budget}: a positive number of seconds")
         if args.cells < 4:
             ap.error(f"--cells {args.cells}: at least 4 (seeds x 4 values of corrector.tau_age)")
         figures.update(bench_sweep_cells(args.cells, trials=args.trials or 20, keep=args.keep, budget_s=args.budget))

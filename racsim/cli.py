@@ -40,8 +40,8 @@ def _task(cfg) -> None:
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
-    replace_grid(cfg, hc.overrides.task)  # Hydra merged it; a value it accepted for the grid cannot fail here
     try:
+        replace_grid(cfg, hc.overrides.task)  # Hydra merged the grid given; it replaces the scenario's
         job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
         if job.skip:
             print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
