@@ -54,7 +54,7 @@ def format_table(results: pd.DataFrame) -> str:
         df["reduction_ci"] = [f"[{fmt(a)}, {fmt(b)}]" for a, b in zip(df.reduction_ci_lo, df.reduction_ci_hi)]
     if "reduction_rep_lo" in df:  # static mode: the replication interval of the MC ratio
         df["reduction_rep"] = [f"[{fmt(a)}, {fmt(b)}]" for a, b in zip(df.reduction_rep_lo, df.reduction_rep_hi)]
-    cols = [(c, h) for c, h in TABLE if c in df]
+    cols = [(c, h) for c, h in TABLE if c in df and not (c == "mode" and df[c].nunique() == 1)]
     values = {h: df[c].map(fmt) for c, h in grid_columns(df)}
     out = pd.DataFrame({**values, **{h: df[c].map(fmt) for c, h in cols}})
     for c, h in cols:
