@@ -643,17 +643,20 @@ def static_comparison(df: pd.DataFrame, reps: Optional[pd.DataFrame] = None) -> 
         for name in ("wait_for_slow", "retrace_a", "rac"):
             lines.append(_static_line(f"Table 1 bottom (K=2 cells of Table 4), sigma_f={noise:g}: {name} reduction",
                                       "table1_bottom", name, "reduction", sn, pn.iloc[:0], reps, name))
-    s = part(st, "table3")
+    s, p = part(st, "table3"), part(pl, "table3")
     if len(s):
         s = s.assign(K_paper=s["pipeline.delay_steps"].map(_k_label) + _fast_counted(s))
+        if len(p):
+            p = p.assign(K_paper=p["pipeline.delay_steps"].map(_k_label) + _fast_counted(p))
         names = {"random": "canonical"}
         for topo, cell in s.groupby("learner.topology", sort=False):
             label = names.get(topo, topo)
+            pt = p[p["learner.topology"] == topo] if len(p) else p
             for K, metric in ((2, "red_K2"), (15, "red_K15")):
                 c = cell[cell.K_paper == K]
                 if len(c):
                     lines.append(_static_line(f"Table 3, {label}: reduction at K={K}", "table3", label, metric,
-                                              c, s.iloc[:0], reps))
+                                              c, pt[pt.K_paper == K] if len(pt) else pt, reps))
             ex = {K: float(np.mean(_per_cell(c, "rac", "bias_exact"))) for K, c in cell.groupby("K_paper")}
             mc = {K: float(np.mean(_per_cell(c, "rac", "bias_mc"))) for K, c in cell.groupby("K_paper")}
             lines.append(dict(quantity=f"Table 3, {label}: peak K (exact / MC)", study="table3", row=label,
