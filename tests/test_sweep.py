@@ -311,8 +311,11 @@ def test_ctrl_c_says_one_line_and_the_sweep_resumes_to_the_same_bytes(serial, tm
     gives the bytes of an uninterrupted one."""
     sweep_ref, _ = serial
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    # A terminal's child has SIGINT at its default; a test runner's worker (pytest-xdist) may ignore it,
+    # and a Python started with SIGINT ignored keeps ignoring it: restore the default in the child.
     proc = subprocess.Popen([sys.executable, "-m", "racsim", "-m", *SMALL, *CELLS], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
         if len(list((tmp_path / "outputs").glob("default/multirun_*/*/done.json"))) >= 2:
