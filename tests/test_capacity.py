@@ -147,6 +147,10 @@ def test_speed_benchmark_figures(hydra_ctx):
     assert s["requests"] == 2 * 2 * 6 * 12 * 16 * 16  # counts x (async + blocking) x trials x steps x batch x seqs
     assert s["lanes_requests_per_s"] > 0 and s["raw_simpy_requests_per_s"] > 0
     assert s["speedup_vs_raw_simpy"] == pytest.approx(s["lanes_requests_per_s"] / s["raw_simpy_requests_per_s"])
+    assert s["lanes_s"] == res.timings["pipeline_s"]  # the run's own simulation, timed as it ran, not a re-run
+    simpy = run_capacity(make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[2]",
+                              "capacity.benchmark=true", "pipeline.engine=simpy"))
+    assert simpy.speed == {}  # no "lanes" figure from a SimPy run
 
 
 # ----------------------------------------------------------------------------

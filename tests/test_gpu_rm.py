@@ -19,6 +19,7 @@ against a batcher written from its specification.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -61,8 +62,9 @@ def random_rm(rng: np.random.Generator, order: str) -> RMConf:
 
 def random_pcfg(seed: int) -> PipelineConf:
     rng = np.random.default_rng(5000 + seed)
+    bursts = dict(degraded_factor=4.0, p_degrade=0.3, p_recover=0.4) if seed % 3 == 2 else {}
     chans = {"g": ChannelConf(kind="gpu_rm", rm=random_rm(rng, "fifo" if seed % 2 == 0 else "shortest"),
-                              max_delay=[None, 1, 3][seed % 3])}
+                              max_delay=[None, 1, 3][seed % 3], **bursts)}
     if seed % 3 == 1:
         chans["h"] = ChannelConf(kind="gpu_rm", rm=random_rm(rng, "fifo"), max_delay=2)
     if seed % 4 == 2:
@@ -108,10 +110,11 @@ def test_engines_agree_on_gpu_rm_channels(cases, seed, blocking, timeout):
 def test_random_gpu_configs_cover_every_case(cases):
     seen = dict(queued=False, waited_for_fill=False, full_batches=False, multi_batch_sample=False, shortest=False,
                 injected=False, dropped_age=False, pending=False, timeout_drop=False, two_gpu_channels=False,
-                several_replicas_busy=False, fast_rm=False, packed=False, padded=False)
+                several_replicas_busy=False, fast_rm=False, packed=False, padded=False, bursts=False)
     for (seed, blocking, timeout), (pcfg, draws, (s, _, _)) in cases.items():
         seen["fast_rm"] |= pcfg.fast_rm is not None
         seen["two_gpu_channels"] |= len(draws.gpu) == 2
+        seen["bursts"] |= any((f > 1).any() for f in draws.slowdown.values())
         for k, name in enumerate(s.channel_names):
             if name not in draws.gpu:
                 continue
@@ -160,6 +163,30 @@ def test_batcher_invariants(cases, seed):
             # a batch never starts before the step of its oldest request submitted it
             sub = s.submit_time[log["lane"], log["step"], 0, k]
             assert np.all(log["start"] >= sub)
+
+
+def test_bursts_scale_each_batch_by_its_oldest_requests_step():
+    """A degraded judge (Markov-modulated, issue 11 item 5) serves a batch in the service
+    model's seconds times degraded_factor when the batch's oldest request was submitted in
+    a degraded step: with every request the same length, a batch's duration is a function
+    of its size alone, checked here batch by batch in both engines."""
+    rm = replace(random_rm(np.random.default_rng(1), "fifo"), gpus=2, max_batch=3, max_wait_s=0.1,
+                 prompt_tokens=det(100.0), response_tokens=det(200.0), sequences_per_sample=2)
+    ch = ChannelConf(kind="gpu_rm", rm=rm, degraded_factor=3.0, p_degrade=0.3, p_recover=0.3)
+    pcfg = PipelineConf(steps=30, batch_size=4, generate=LatencyConf(kind="exponential", mean=1.0),
+                        fast_score=det(0.2), submit=det(0.05), update=det(0.3), channels={"g": ch})
+    draws = draw(pcfg, 6, np.random.default_rng(2))
+    factor = draws.slowdown["g"]
+    assert set(np.unique(factor)) == {1.0, 3.0}
+    spec = draws.gpu["g"]
+    for s in (run_lanes(draws, False), run_lanes(draws, False, gpu_loop=True), run_simpy(draws, False),
+              run_lanes(draws, True), run_simpy(draws, True, 2.0)):
+        log = s.gpu_batches["g"]
+        n = log["size"].astype(np.float64)
+        plain = spec.model.seconds(n, n * 300.0, n * 300.0**2, np.full_like(n, 300.0))
+        np.testing.assert_allclose(log["end"] - log["start"], plain * factor[log["lane"], log["step"]],
+                                   rtol=1e-12, atol=1e-9)
+        assert (log["step"][factor[log["lane"], log["step"]] == 3.0]).size > 0
 
 
 def test_blocking_waits_for_the_whole_group():

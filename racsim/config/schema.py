@@ -212,7 +212,8 @@ class ChannelConf:
     # Correlated latency bursts: a hidden two-state Markov chain per run, one state per
     # optimizer step (normal -> degraded with probability p_degrade, back with p_recover),
     # multiplies the latency of every sample submitted in a degraded step by
-    # degraded_factor (1: off). Started from its stationary law.
+    # degraded_factor (1: off); on a gpu_rm channel, the seconds of every batch whose
+    # oldest request was submitted in a degraded step. Started from its stationary law.
     degraded_factor: float = 1.0
     p_degrade: float = 0.0
     p_recover: float = 1.0
@@ -410,7 +411,7 @@ class CapacityConf:
     max_bias_vs_naive: Optional[float] = None
     max_step_s: Optional[float] = None
     price_per_unit_hour: Optional[float] = None
-    benchmark: bool = True  # time the lanes engine against raw SimPy on the same number of requests
+    benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
 
 
 @dataclass

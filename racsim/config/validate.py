@@ -242,8 +242,8 @@ def validate(cfg: Any) -> None:
         f = getattr(ch, "degraded_factor", 1.0)
         _need(_finite(f) and f > 0, f"{key}.degraded_factor", f, "a finite number > 0 (1: no bursts)")
         if f != 1:
-            _need(getattr(ch, "kind", "queue") == "queue" and ch.kernel is None, f"{key}.degraded_factor", f,
-                  "1 for a kernel or gpu_rm channel (bursts scale a queue channel's latency)")
+            _need(ch.kernel is None, f"{key}.degraded_factor", f,
+                  "1 for a kernel channel (bursts scale a queue channel's latency or a gpu_rm channel's batch seconds)")
             _need(_finite(ch.p_degrade) and 0 < ch.p_degrade <= 1, f"{key}.p_degrade", ch.p_degrade,
                   "a probability in (0, 1] per step: the chance a normal step is followed by a degraded one")
             _need(_finite(ch.p_recover) and 0 < ch.p_recover <= 1, f"{key}.p_recover", ch.p_recover,

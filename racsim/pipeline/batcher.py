@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -60,8 +60,9 @@ class _Waiting:
     (fifo) or (tokens, index) (shortest first), and the batcher's dispatch rule
     (:meth:`dispatch`), which both event-loop engines call."""
 
-    def __init__(self, spec: GpuSpec, tokens: List[float], group: int):
+    def __init__(self, spec: GpuSpec, tokens: List[float], group: int, slow: Optional[Sequence[float]] = None):
         self.spec, self.tok, self.G = spec, tokens, group
+        self.slow = slow  # per group: factor on the seconds of a batch whose oldest request is of that group
         self.fifo = spec.order == "fifo"
         self.keys: list = []
         self.in_group: Dict[int, int] = {}
@@ -131,7 +132,10 @@ class _Waiting:
                 break
             self.remove(ids)
             seconds = float(self.spec.model.seconds(np.float64(n), ts, sq, mx))
-            out.append(_Batch(r, ids, seconds, _billed(self.spec, float(n), ts, mx), min(ids) // self.G))
+            g = min(ids) // self.G
+            if self.slow is not None:
+                seconds = seconds * self.slow[g]
+            out.append(_Batch(r, ids, seconds, _billed(self.spec, float(n), ts, mx), g))
         return out
 
 
@@ -155,7 +159,7 @@ class _FifoLanes:
 
 
 def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
-                G: int, end: int, st: _FifoLanes) -> None:
+                G: int, end: int, st: _FifoLanes, slow: Optional[np.ndarray] = None) -> None:
     """The dispatch rule of :meth:`_Waiting.dispatch` for a FIFO batcher in closed
     form, vectorised over lanes: a fast path of the same rule, not a second one.
     Dispatches every request below index ``end``, one batch per lane per iteration.
@@ -168,7 +172,8 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
     takes every request from h that has arrived by tau_k, up to the limits, on the
     lowest-indexed free replica. It equals the event loop that calls the rule
     (lanes' ``_LaneServer``; tests/test_gpu_rm.py checks it bit for bit).
-    ``group_time``: (lanes, groups) arrival of each group of G requests (inf: not yet known).
+    ``group_time``: (lanes, groups) arrival of each group of G requests (inf: not yet known);
+    ``slow``: (lanes, groups) factor on the seconds of a batch whose first request is of that group.
     """
     N = tok.shape[1]
     M = spec.max_batch
@@ -208,7 +213,8 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         ts = cum[act, h + n] - cum[act, h]
         sq = cum2[act, h + n] - cum2[act, h]
         m = mx[rows, n - 1]
-        e = tau + spec.model.seconds(n.astype(np.float64), ts, sq, m)
+        seconds = spec.model.seconds(n.astype(np.float64), ts, sq, m)
+        e = tau + (seconds if slow is None else seconds * slow[act, h // G])
         r = np.argmax(free <= tau[:, None], axis=1)
         free[rows, r] = e
         st.free[act] = free

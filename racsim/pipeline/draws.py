@@ -37,6 +37,9 @@ class PipelineDraws:
     cancel: frozenset = frozenset()
     # channels with route_prob < 1: (trials, steps, batch) True where the sample is sent to it.
     routed: Dict[str, np.ndarray] = field(default_factory=dict)
+    # gpu_rm channels with bursts: (trials, steps) factor on the seconds of every batch whose
+    # oldest request was submitted at that step (degraded_factor in degraded steps, else 1).
+    slowdown: Dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
@@ -66,10 +69,14 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
     # drawn last, so that a run without routing draws what it drew before routing existed
     routed = {n: rng.random(shape + (pcfg.batch_size,)) < ch.route_prob
               for n, ch in pcfg.channels.items() if getattr(ch, "route_prob", 1.0) < 1}
+    slowdown = {}
     for n, ch in pcfg.channels.items():
         if getattr(ch, "degraded_factor", 1.0) != 1:
-            bad = regime_path(ch.p_degrade, ch.p_recover, rng, shape)
-            service[n] = service[n] * np.where(bad, ch.degraded_factor, 1.0)[..., None]
+            factor = np.where(regime_path(ch.p_degrade, ch.p_recover, rng, shape), ch.degraded_factor, 1.0)
+            if n in gpu:  # a degraded judge serves its batches slower; its requests' tokens stay
+                slowdown[n] = factor
+            else:
+                service[n] = service[n] * factor[..., None]
     return PipelineDraws(
         phase=phase,
         service=service,
@@ -80,6 +87,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         gpu=gpu,
         cancel=frozenset(n for n, ch in pcfg.channels.items() if getattr(ch, "cancel_on_drop", False)),
         routed=routed,
+        slowdown=slowdown,
     )
 
 

@@ -60,9 +60,9 @@ class _LaneServer:
     path): decision instants are arrivals, batch completions and flush deadlines;
     at each, the batcher's rule (:meth:`_Waiting.dispatch`) says what leaves."""
 
-    def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int):
+    def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int, slow: Optional[np.ndarray] = None):
         self.spec, self.G = spec, group
-        self.q = _Waiting(spec, tokens.tolist(), group)
+        self.q = _Waiting(spec, tokens.tolist(), group, None if slow is None else slow.tolist())
         self.arr: List[float] = []
         self.left: List[int] = []  # requests of each group not dispatched yet
         self.admitted = 0
@@ -120,18 +120,21 @@ class _GpuLanes:
         self.G = batch * seqs
         self.tok = tok4.reshape(n, steps * self.G)
         self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
+        self.slow = draws.slowdown.get(name)  # bursts: (lanes, steps) factor on batch seconds
         if self.vector:
             self.st = _FifoLanes.new(n, self.tok.shape[1], spec.replicas)
             self.cum, self.cum2 = _prefix(self.tok)
             self.group_time = np.full((n, steps), np.inf)
         else:
-            self.servers = [_LaneServer(spec, self.tok[i], self.G) for i in range(n)]
+            self.servers = [_LaneServer(spec, self.tok[i], self.G, None if self.slow is None else self.slow[i])
+                            for i in range(n)]
 
     def run_async(self, submit_time: np.ndarray) -> None:
         """Every group's arrival known: serve them all. ``submit_time``: (lanes, steps)."""
         if self.vector:
             self.group_time[:] = submit_time
-            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, self.tok.shape[1], self.st)
+            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, self.tok.shape[1], self.st,
+                        self.slow)
             return
         for srv, row in zip(self.servers, submit_time):
             for a in row:
@@ -144,7 +147,7 @@ class _GpuLanes:
         G = self.G
         if self.vector:
             self.group_time[:, t] = now
-            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, G, (t + 1) * G, self.st)
+            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, G, (t + 1) * G, self.st, self.slow)
             return self.st.comp[:, t * G:(t + 1) * G].max(axis=1)
         out = np.empty(len(self.servers))
         lim = np.inf if timeout is None else timeout

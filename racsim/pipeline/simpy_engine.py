@@ -38,11 +38,12 @@ class _SimpyServer:
     replica, a process per batch, and a flush timer per arriving group; the batcher
     decides by the rule of :meth:`_Waiting.dispatch`."""
 
-    def __init__(self, env, spec: GpuSpec, tokens: np.ndarray, group: int, steps: int, late_cls, lane: int):
+    def __init__(self, env, spec: GpuSpec, tokens: np.ndarray, group: int, steps: int, late_cls, lane: int,
+                 slow: Optional[np.ndarray] = None):
         import simpy
 
         self.env, self.spec, self.G, self.Late, self.lane = env, spec, group, late_cls, lane
-        self.q = _Waiting(spec, tokens.tolist(), group)
+        self.q = _Waiting(spec, tokens.tolist(), group, None if slow is None else slow.tolist())
         self.gpus = [simpy.Resource(env, capacity=1) for _ in range(spec.replicas)]
         self.arr: List[float] = [math.nan] * steps
         self.left = [group] * steps
@@ -115,7 +116,8 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         servers = {}
         for nm, spec in draws.gpu.items():
             tok4 = draws.service[nm]
-            servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i)
+            slow = draws.slowdown[nm][i] if nm in draws.slowdown else None
+            servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i, slow)
 
         def job(nm, t, b, service, dl):
             with pools[nm].request() as req:

@@ -80,7 +80,8 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
     if res.speed:
         s = res.speed
         lines += ["## Simulator speed", "",
-                  f"{s['requests']:.3g} requests simulated over the sweep by the lanes engine in {s['lanes_s']:.2f} s: "
+                  f"{s['requests']:.3g} requests simulated over the sweep by the lanes engine in {s['lanes_s']:.2f} s "
+                  "(the run's own draws and schedules, timed as it ran them): "
                   f"{s['lanes_requests_per_s']:.3g} requests/s. Raw SimPy (a process per request on a Resource, "
                   f"{s['raw_simpy_sample']:.0f} requests, same run): {s['raw_simpy_requests_per_s']:.3g} requests/s, "
                   f"so {s['raw_simpy_s_for_all']:.1f} s for the same requests ({s['speedup_vs_raw_simpy']:.1f}x). "
