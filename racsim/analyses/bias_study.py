@@ -119,7 +119,7 @@ def _group_worker(args) -> _GroupOut:
     return _run_group(members, n_cells)
 
 
-def _with_values(tables: list) -> pd.DataFrame:
+def with_values(tables: list) -> pd.DataFrame:
     """Concatenate (cell values, table) pairs, the cells' grid values as leading
     columns (one per grid key; lists and dicts as text)."""
     df = pd.concat([t for _, t in tables], ignore_index=True)
@@ -246,7 +246,7 @@ def run_bias_study(cells: list, progress: Optional[Any] = None) -> RunResult:
             tables[i], channel_tables[i] = (values, table), (values, chans)
     head = next(o for o in outs if o.bias is not None)
     timings = {"pipeline_s": sum(o.pipeline_s for o in outs), "bias_s": sum(o.bias_s for o in outs)}
-    results = _with_values(tables)
+    results = with_values(tables)
     curves: Dict[str, TrainCurve] = {}
     values, ccfg = cells[0]
     schedules = None
@@ -265,7 +265,7 @@ def run_bias_study(cells: list, progress: Optional[Any] = None) -> RunResult:
             results = _add_training(results, curves)
     return RunResult(
         results=results,
-        channels=_with_values(channel_tables),
+        channels=with_values(channel_tables),
         timeline=queue_timeseries(schedules["async"]) if schedules else pd.DataFrame(),
         training=_training_table(curves),
         bias=head.bias,

@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 import numpy as np
 import pandas as pd
 
-from racsim.analyses.bias_study import _with_values, corrector_names, corrector_params, simulate_schedules
+from racsim.analyses.bias_study import with_values, corrector_names, corrector_params, simulate_schedules
 from racsim.analyses.result import RunResult
 from racsim.learner.bandit import BanditPolicy
 from racsim.learner.bias import corrector_slack, schedule_for
@@ -177,5 +177,5 @@ def run_lm_study(cells: list) -> RunResult:
             extra["lm_gradients"] = grads
         schedules = out["schedules"]
         timeline = queue_timeseries(schedules["async"])
-    return RunResult(results=_with_values(tables), timeline=timeline, schedules=schedules, timings=timings,
+    return RunResult(results=with_values(tables), timeline=timeline, schedules=schedules, timings=timings,
                      extra=extra)

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import pandas as pd
 
-from racsim.analyses.bias_study import _with_values, build_mdp, corrector_names, corrector_params
+from racsim.analyses.bias_study import with_values, build_mdp, corrector_names, corrector_params
 from racsim.errors import ConfigError
 from racsim.learner import mdp as M
 from racsim.learner import static as ST
@@ -108,6 +108,6 @@ def run_static_study(cells: List[tuple], progress: Any = None) -> Dict[str, pd.D
             reps.append((values, rep))
         if progress is not None:
             progress(ccfg.learner.trials)
-    out = {"results": _with_values(tables), "seconds": time.perf_counter() - t0}
-    out["replicates"] = _with_values(reps) if reps else pd.DataFrame()
+    out = {"results": with_values(tables), "seconds": time.perf_counter() - t0}
+    out["replicates"] = with_values(reps) if reps else pd.DataFrame()
     return out
