@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from racsim.config.schema import PHASES, PipelineConf, phase_conf
+from racsim.pipeline.arrivals import draw_offsets
 from racsim.pipeline.batcher import GpuSpec, fast_score_seconds, gpu_spec
 from racsim.pipeline.latency import build_latency
 
@@ -37,6 +38,9 @@ class PipelineDraws:
     cancel: frozenset = frozenset()
     # channels with route_prob < 1: (trials, steps, batch) True where the sample is sent to it.
     routed: Dict[str, np.ndarray] = field(default_factory=dict)
+    # pipeline.arrivals other than batch: (trials, steps, batch) seconds from its step's start
+    # at which each sample is ready and sent to the slow channels (racsim/pipeline/arrivals.py).
+    offset: Optional[np.ndarray] = None
 
 
 def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
@@ -70,6 +74,12 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         if getattr(ch, "degraded_factor", 1.0) != 1:
             bad = regime_path(ch.p_degrade, ch.p_recover, rng, shape)
             service[n] = service[n] * np.where(bad, ch.degraded_factor, 1.0)[..., None]
+    arrivals, offset = getattr(pcfg, "arrivals", None), None
+    if arrivals is not None and arrivals.mode != "batch":  # drawn last too, and only when on
+        offset, gen = draw_offsets(arrivals, phase[0], pcfg.batch_size, rng)
+        if gen is not phase[0]:  # stream, trace: the generate phase ends with the last rollout
+            nominal += float(gen.mean()) - phase_lat[0].mean()
+            phase[0] = gen
     return PipelineDraws(
         phase=phase,
         service=service,
@@ -80,6 +90,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         gpu=gpu,
         cancel=frozenset(n for n, ch in pcfg.channels.items() if getattr(ch, "cancel_on_drop", False)),
         routed=routed,
+        offset=offset,
     )
 
 
