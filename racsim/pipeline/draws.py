@@ -77,7 +77,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
     arrivals, offset = getattr(pcfg, "arrivals", None), None
     if arrivals is not None and arrivals.mode != "batch":  # drawn last too, and only when on
         offset, gen = draw_offsets(arrivals, phase[0], pcfg.batch_size, rng)
-        if gen is not phase[0]:  # stream, trace: the generate phase ends with the last rollout
+        if arrivals.mode != "poisson":  # stream, trace: the generate phase ends with the last rollout
             nominal += float(gen.mean()) - phase_lat[0].mean()
             phase[0] = gen
     return PipelineDraws(
