@@ -54,10 +54,9 @@ def in_ready_order(serve: Callable[..., tuple], arrival: np.ndarray, *per_job: O
     the sample order, as SimPy sees them), its outputs put back in sample order. ``per_job``
     arrays are (lanes, jobs) like ``arrival``, or None (passed on as None)."""
     order = np.argsort(arrival, axis=1, kind="stable")
-
-    def take(a):
-        return None if a is None else np.take_along_axis(a, order, axis=1)
-
-    outs = serve(take(arrival), *map(take, per_job))
-    back = np.argsort(order, axis=1)
-    return tuple(np.take_along_axis(o, back, axis=1) for o in outs)
+    rows = np.arange(arrival.shape[0])[:, None]
+    outs = serve(arrival[rows, order], *(None if a is None else a[rows, order] for a in per_job))
+    back = tuple(np.empty_like(o) for o in outs)
+    for b, o in zip(back, outs):
+        b[rows, order] = o
+    return back
