@@ -20,21 +20,22 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from helpers import assert_same_schedule, det
+from test_cancel import event_loop
 from test_routing import kiefer_wolfowitz_waits
 
 from racsim.config.schema import ArrivalsConf, ChannelConf, LatencyConf, PipelineConf
 from racsim.errors import ConfigError
 from racsim.pipeline.draws import draw
 from racsim.pipeline.lanes import run_lanes
-from racsim.pipeline.schedule import UNROUTED
+from racsim.pipeline.schedule import DROPPED, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
 
 MODES = ("stream", "poisson", "trace")
 
 
-def arrivals_pcfg(seed: int, mode: str, trace_csv=None) -> PipelineConf:
-    """A queue of 1-3 workers (routed or not, bursty or not), a channel without a queue and a
-    kernel channel, fed by ``mode`` arrivals (continuous durations: no ties)."""
+def arrivals_pcfg(seed: int, mode: str, trace_csv=None, cancel: bool = False) -> PipelineConf:
+    """A queue of 1-3 workers (routed or not, bursty or not, cancelling on drop or not), a channel
+    without a queue and a kernel channel, fed by ``mode`` arrivals (continuous durations: no ties)."""
     rng = np.random.default_rng(seed)
     batch = int(rng.integers(2, 7))
     workers = int(rng.integers(1, 4))
@@ -43,7 +44,8 @@ def arrivals_pcfg(seed: int, mode: str, trace_csv=None) -> PipelineConf:
                       / (batch * p), sigma=0.7)  # load 0.5-1.5 of the routed samples
     burst = dict(degraded_factor=3.0, p_degrade=0.2, p_recover=0.5) if seed % 3 == 0 else {}
     chans = {
-        "q": ChannelConf(latency=lat, workers=workers, max_delay=int(rng.integers(1, 5)), route_prob=p, **burst),
+        "q": ChannelConf(latency=lat, workers=workers, max_delay=int(rng.integers(1, 5)), route_prob=p,
+                         cancel_on_drop=cancel, **burst),
         "free": ChannelConf(latency=LatencyConf(kind="uniform", low=1.0, high=9.0, mean=5.0)),
         "kern": ChannelConf(kernel=[0.3, 0.4, 0.2], max_delay=2),
     }
@@ -61,20 +63,23 @@ def trace_csv(tmp_path):
     return str(path), values
 
 
-def _pcfg(seed, mode, trace_csv):
-    return arrivals_pcfg(seed, mode, trace_csv[0] if mode == "trace" else None)
+def _pcfg(seed, mode, trace_csv, cancel=False):
+    return arrivals_pcfg(seed, mode, trace_csv[0] if mode == "trace" else None, cancel)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("seed", range(4))
-def test_engines_agree_and_nothing_is_lost(seed, mode, trace_csv):
-    pcfg = _pcfg(seed, mode, trace_csv)
+@pytest.mark.parametrize("cancel", [False, True])
+def test_engines_agree_and_nothing_is_lost(seed, mode, cancel, trace_csv):
+    pcfg = _pcfg(seed, mode, trace_csv, cancel)
     draws = draw(pcfg, 3, np.random.default_rng(seed))
     for blocking, timeout in ((False, None), (True, None), (True, 3.0)):
         a, b = run_lanes(draws, blocking, timeout), run_simpy(draws, blocking, timeout)
         assert_same_schedule(a, b, f"{mode} seed {seed} blocking {blocking} timeout {timeout}")
         for c in a.counts().values():
             assert c["injected"] + c["dropped"] + c["pending"] == c["emitted"]
+        if cancel:
+            assert np.array_equal(a.cancelled, b.cancelled)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -105,6 +110,35 @@ def test_clock_and_queue_against_kiefer_wolfowitz_on_ready_times(seed, mode, tra
         assert (sched.status[i, ..., k][~sent[i]] == UNROUTED).all()
     f = sched.channel_names.index("free")
     np.testing.assert_allclose(sched.completion[..., f], ready + draws.service["free"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("seed", range(4))
+def test_cancel_on_drop_against_an_event_loop_on_ready_times(seed, mode, trace_csv):
+    """Asynchronous: step t's results leave at the start of step t + D (test_cancel's request-by-request
+    event loop, fed the routed samples at their ready times). Blocking with a timeout: each sample
+    lets go of the queue or its worker at the latest its own submission + the timeout."""
+    pcfg = _pcfg(seed, mode, trace_csv, cancel=True)
+    draws = draw(pcfg, 3, np.random.default_rng(seed))
+    sched = run_lanes(draws, False)
+    k, ch = sched.channel_names.index("q"), pcfg.channels["q"]
+    steps, batch = draws.offset.shape[1:]
+    sent = draws.routed["q"] if "q" in draws.routed else np.ones(draws.offset.shape, dtype=bool)
+    for i in range(3):
+        m = sent[i].ravel()
+        arr = (sched.step_start[i, :-1, None] + draws.offset[i]).ravel()[m]
+        dl = np.repeat([sched.step_start[i, t + ch.max_delay] if t + ch.max_delay + 1 <= steps - 1 else np.inf
+                        for t in range(steps)], batch)[m]
+        s, e, cut = event_loop(arr, draws.service["q"][i].ravel()[m], dl, ch.workers)
+        np.testing.assert_allclose(sched.service_start[i, ..., k].ravel()[m], s, rtol=1e-12)
+        np.testing.assert_allclose(sched.completion[i, ..., k].ravel()[m], e, rtol=1e-12)
+        assert np.array_equal(sched.cancelled[i, ..., k].ravel()[m], cut)
+    timeout = 3.0
+    b = run_lanes(draws, True, timeout)
+    held = b.completion[..., k] - b.submit_time[..., k]
+    assert (held <= timeout * (1 + 1e-12)).all()
+    np.testing.assert_allclose(held[b.cancelled[..., k]], timeout, rtol=1e-12)
+    assert b.cancelled[..., k].any() and (b.status[..., k][b.cancelled[..., k]] == DROPPED).all()
 
 
 def test_offset_laws(trace_csv):
@@ -187,7 +221,6 @@ def test_arrivals_are_validated(tmp_path):
         (("pipeline.arrivals.mode=stream", "pipeline.arrivals.length.mean=-1"), "pipeline.arrivals.length.mean"),
         (("pipeline.arrivals.mode=trace",), "pipeline.arrivals.path"),
         (("pipeline.arrivals.mode=stream", "channel@pipeline.channels.judge=judge_gpu_rm"), "gpu_rm"),
-        (("pipeline.arrivals.mode=poisson", "pipeline.channels.judge.cancel_on_drop=true"), "cancel_on_drop"),
     ]
     for overrides, match in bad:
         with pytest.raises(ConfigError, match=match):

@@ -150,7 +150,7 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             submit[nm][i, t, b] = start[nm][i, t, b] = end[nm][i, t, b] = env.now  # what an unrouted one keeps
             if nm in pools:
                 if sent:
-                    yield from job(nm, t, b, service, None)
+                    yield from job(nm, t, b, service, deadline(nm, t))  # a blocking timeout runs from now
             elif lost:
                 end[nm][i, t, b] = math.inf
             else:
