@@ -23,9 +23,12 @@ import time
 from typing import Callable, Dict
 
 import numpy as np
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
 from racsim.config.defaults import compose_config
 from racsim.config.validate import validate
+from racsim.errors import ConfigError
 from racsim.learner import mdp as M
 from racsim.learner.rollouts import (
     discounted_returns,
@@ -277,6 +280,10 @@ def main(argv=None) -> None:
     n_vec, n_loop, trials = (20_000, 200, 50) if args.quick else (200_000, 2_000, 300)
     figures: Dict[str, float] = {}
     if args.set:
+        try:
+            validate(compose_config(*args.set))
+        except (ConfigError, HydraException, OmegaConfBaseException) as e:
+            ap.error(f"--set {' '.join(args.set)}: {e}")
         figures.update(bench_pipeline(trials, args.set))
     elif args.paper:
         figures.update(bench_heavy_tail())

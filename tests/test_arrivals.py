@@ -234,3 +234,17 @@ def test_arrivals_are_validated(tmp_path):
             draw(pcfg, 1, np.random.default_rng(0))
     with pytest.raises(ConfigError, match="pipeline.arrivals.path"):
         draw(arrivals_pcfg(0, "trace", str(tmp_path / "none.csv")), 1, np.random.default_rng(0))
+
+
+def test_bench_times_the_pipeline_with_arrivals_on(capsys):
+    from racsim import bench
+
+    fig = bench.bench_pipeline(3, ["scenario=capacity/code_verifier", "pipeline.arrivals.mode=stream",
+                                   "pipeline.steps=4"])
+    assert fig["pipeline_lanes_requests_per_s"] == pytest.approx(fig["pipeline_lanes_trials_per_s"] * 4 * 32)
+    assert fig["pipeline_simpy_requests_per_s"] > 0
+    for bad in (["pipeline.arrivals.mode=burst"], ["pipeline.arrivals.nope=1"]):
+        with pytest.raises(SystemExit) as ex:
+            bench.main(["--set", *bad])
+        err = capsys.readouterr().err
+        assert ex.value.code == 2 and "Traceback" not in err and "pipeline.arrivals" in err
