@@ -28,7 +28,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from racsim.config.defaults import compose_config
 from racsim.config.validate import validate
-from racsim.errors import ConfigError
 from racsim.learner import mdp as M
 from racsim.learner.rollouts import (
     discounted_returns,
@@ -282,7 +281,7 @@ def main(argv=None) -> None:
     if args.set:
         try:
             validate(compose_config(*args.set))
-        except (ConfigError, HydraException, OmegaConfBaseException) as e:
+        except (ValueError, HydraException, OmegaConfBaseException) as e:  # ValueError: racsim's ConfigError
             ap.error(f"--set {' '.join(args.set)}: {e}")
         figures.update(bench_pipeline(trials, args.set))
     elif args.paper:
