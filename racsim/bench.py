@@ -23,8 +23,11 @@ import time
 from typing import Callable, Dict
 
 import numpy as np
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
 from racsim.config.defaults import compose_config
+from racsim.config.validate import validate
 from racsim.learner import mdp as M
 from racsim.learner.rollouts import (
     discounted_returns,
@@ -88,16 +91,25 @@ def bench_bias(n_vec: int, n_loop: int, horizon: int = 50) -> Dict[str, float]:
     }
 
 
-def bench_pipeline(trials: int) -> Dict[str, float]:
-    cfg = compose_config()
+def bench_pipeline(trials: int, overrides=()) -> Dict[str, float]:
+    """The default scenario's pipeline (or the one ``overrides`` compose: a capacity scenario,
+    ``pipeline.arrivals.mode=stream``...), asynchronous, in both engines on the same draws:
+    trials and simulated requests (trials x steps x batch x channels) per second."""
+    cfg = compose_config(*overrides)
+    validate(cfg)
     draws = draw(cfg.pipeline, trials, np.random.default_rng(0))
     t_simpy = _best_of(lambda: run_simpy(draws, False), 1)
     t_lanes = _best_of(lambda: run_lanes(draws, False), 3)
-    return {
+    requests = draws.phase[0].size * cfg.pipeline.batch_size * len(cfg.pipeline.channels)
+    out = {
         "pipeline_simpy_trials_per_s": trials / t_simpy,
         "pipeline_lanes_trials_per_s": trials / t_lanes,
         "pipeline_speedup": t_simpy / t_lanes,
     }
+    if overrides:
+        out.update({"pipeline_simpy_requests_per_s": requests / t_simpy,
+                    "pipeline_lanes_requests_per_s": requests / t_lanes})
+    return out
 
 
 def bench_default() -> Dict[str, float]:
@@ -255,6 +267,9 @@ def main(argv=None) -> None:
     ap.add_argument("--budget", type=float, default=None,
                     help="--sweep --cells: stop the sweep after this many seconds; rates from the cells that ran")
     ap.add_argument("--paper", action="store_true", help="only the paper's heavy-tail grid (issue: under 10 s)")
+    ap.add_argument("--set", nargs="+", default=(), metavar="OVERRIDE",
+                    help="only the pipeline benchmark, on the config these overrides compose, e.g. "
+                         "--set scenario=capacity/code_verifier pipeline.arrivals.mode=stream")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.trials is not None and args.trials < 2:
@@ -263,7 +278,13 @@ def main(argv=None) -> None:
         ap.error(f"--json {args.json}: a file path in an existing folder")
     n_vec, n_loop, trials = (20_000, 200, 50) if args.quick else (200_000, 2_000, 300)
     figures: Dict[str, float] = {}
-    if args.paper:
+    if args.set:
+        try:
+            validate(compose_config(*args.set))
+        except (ValueError, HydraException, OmegaConfBaseException) as e:  # ValueError: racsim's ConfigError
+            ap.error(f"--set {' '.join(args.set)}: {e}")
+        figures.update(bench_pipeline(trials, args.set))
+    elif args.paper:
         figures.update(bench_heavy_tail())
     elif args.sweep and args.cells is not None:
         if args.budget is not None and not args.budget > 0:
@@ -277,7 +298,7 @@ def main(argv=None) -> None:
     else:
         figures.update(bench_bias(n_vec, n_loop))
         figures.update(bench_pipeline(trials))
-    if not args.quick and not args.sweep and not args.paper:
+    if not args.quick and not args.sweep and not args.paper and not args.set:
         figures.update(bench_default())
     width = max(map(len, figures))
     for k, v in figures.items():

@@ -63,6 +63,10 @@ PHASES = ("generate", "fast_score", "submit", "update")  # one optimizer step, i
 LEARNERS = ("tabular", "lm")
 
 
+# pipeline.arrivals.mode (racsim/pipeline/arrivals.py): when a step's samples reach the slow channels.
+ARRIVAL_MODES = ("batch", "stream", "poisson", "trace")
+
+
 # learner.kind=lm (racsim/learner/grpo.py): the policy, its model and its optimizer.
 LM_POLICIES = ("transformer", "bandit")
 
@@ -223,6 +227,25 @@ class ChannelConf:
 
 
 @dataclass
+class ArrivalsConf:
+    """When each sample of a step is sent to the slow channels (racsim/pipeline/arrivals.py).
+    ``batch``: all at once, after generate, fast_score and submit (the paper's clock).
+    The other modes send each sample the second it is ready, measured from its step's
+    start, and the fast score, submit and update stay per step, after the generate phase:
+    ``stream``: each rollout takes a time drawn from ``length`` (response tokens / decode
+    rate) and the generate phase lasts until the step's last one is done (it replaces
+    ``pipeline.generate``); ``poisson``: the samples arrive as a Poisson process over the
+    drawn generate phase (given B arrivals in it, each uniform on it); ``trace``: the
+    offsets (seconds from the step's start) of the CSV ``path``'s ``column``, read in order
+    over steps x samples and cycled, the generate phase ending at the step's last one."""
+
+    mode: str = "batch"
+    length: LatencyConf = field(default_factory=lambda: LatencyConf(kind="lognormal", mean=6.0, sigma=0.5))
+    path: Optional[str] = None
+    column: str = "offset_s"
+
+
+@dataclass
 class PipelineConf:
     """The optimizer clock: each of ``steps`` steps generates ``batch_size``
     rollouts, fast-scores them, submits them to every slow channel, then updates.
@@ -251,6 +274,8 @@ class PipelineConf:
     # The fast scorer as a reward model on its own GPUs: when set, the fast_score
     # phase of a step lasts as long as this pool takes to score the step's sequences.
     fast_rm: Optional[RMConf] = None
+    # When a step's samples reach the slow channels: all at once (batch) or as each is ready.
+    arrivals: ArrivalsConf = field(default_factory=ArrivalsConf)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from racsim.config.schema import (
+    ARRIVAL_MODES,
     BATCH_ORDERS,
     CAPACITY_SEARCHES,
     CAUCHY_BOUNDS,
@@ -257,6 +258,8 @@ def validate(cfg: Any) -> None:
           [ch.share for ch in p.channels.values()], "at least one channel with share > 0")
     if getattr(p, "fast_rm", None) is not None:
         validate_rm(p.fast_rm, "pipeline.fast_rm")
+    if getattr(p, "arrivals", None) is not None:
+        validate_arrivals(p)
 
     c = cfg.corrector
     names = list(c.names)
@@ -363,6 +366,25 @@ def validate_channel_kind(ch: Any, key: str) -> None:
     _need(ch.workers is None, f"{key}.workers", ch.workers,
           f"null for a gpu_rm channel: its servers are {key}.rm.gpus / {key}.rm.tp replicas")
     validate_rm(rm, f"{key}.rm")
+
+
+def validate_arrivals(p: Any) -> None:
+    """pipeline.arrivals: its mode, the mode's own keys, and the channels it can feed."""
+    a, key = p.arrivals, "pipeline.arrivals"
+    _need(a.mode in ARRIVAL_MODES, f"{key}.mode", a.mode, "one of " + ", ".join(ARRIVAL_MODES))
+    if a.mode == "stream":
+        validate_latency(a.length, f"{key}.length")
+    if a.mode == "trace":
+        _need(isinstance(a.path, str) and bool(a.path), f"{key}.path", a.path,
+              "the path of a CSV file whose column (pipeline.arrivals.column) holds each sample's offset "
+              "in seconds from its step's start")
+        _need(isinstance(a.column, str) and bool(a.column), f"{key}.column", a.column, "the name of a CSV column")
+    if a.mode == "batch":
+        return
+    for name, ch in p.channels.items():  # gpu_rm: its batcher groups a step's requests (left out)
+        _need(getattr(ch, "kind", "queue") == "queue", f"{key}.mode", a.mode,
+              f"batch while pipeline.channels.{name} is a gpu_rm channel (its batcher groups requests per "
+              "step; arrivals over time feed queue and kernel channels)")
 
 
 def validate_rm(rm: Any, key: str) -> None:

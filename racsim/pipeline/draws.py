@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from racsim.config.schema import PHASES, PipelineConf, phase_conf
+from racsim.pipeline.arrivals import draw_offsets
 from racsim.pipeline.batcher import GpuSpec, fast_score_seconds, gpu_spec
 from racsim.pipeline.latency import build_latency
 
@@ -40,6 +41,9 @@ class PipelineDraws:
     # gpu_rm channels with bursts: (trials, steps) factor on the seconds of every batch whose
     # oldest request was submitted at that step (degraded_factor in degraded steps, else 1).
     slowdown: Dict[str, np.ndarray] = field(default_factory=dict)
+    # pipeline.arrivals other than batch: (trials, steps, batch) seconds from its step's start
+    # at which each sample is ready and sent to the slow channels (racsim/pipeline/arrivals.py).
+    offset: Optional[np.ndarray] = None
 
 
 def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
@@ -77,6 +81,12 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
                 slowdown[n] = factor
             else:
                 service[n] = service[n] * factor[..., None]
+    arrivals, offset = getattr(pcfg, "arrivals", None), None
+    if arrivals is not None and arrivals.mode != "batch":  # drawn last too, and only when on
+        offset, gen = draw_offsets(arrivals, phase[0], pcfg.batch_size, rng)
+        if arrivals.mode != "poisson":  # stream, trace: the generate phase ends with the last rollout
+            nominal += float(gen.mean()) - phase_lat[0].mean()
+            phase[0] = gen
     return PipelineDraws(
         phase=phase,
         service=service,
@@ -88,6 +98,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         cancel=frozenset(n for n, ch in pcfg.channels.items() if getattr(ch, "cancel_on_drop", False)),
         routed=routed,
         slowdown=slowdown,
+        offset=offset,
     )
 
 

@@ -9,7 +9,9 @@ the first step that begins at or after it completes; its delay Delta is that
 step's index minus t. A result older than the channel's admissible delay D_k
 is dropped. With a blocking corrector (wait-for-slow) the optimizer instead
 waits, after submitting, until its own batch's results are back (or a timeout
-passes), and uses them in the same step (Delta = 0).
+passes), and uses them in the same step (Delta = 0). With ``pipeline.arrivals`` other
+than ``batch``, each sample is instead sent to the slow channels the second its rollout
+is ready, during the generate phase (racsim/pipeline/arrivals.py).
 
 Two engines produce the same :class:`~racsim.pipeline.schedule.ArrivalSchedule` from
 the same random draws: ``simpy`` (the engine of record: one SimPy process per

@@ -19,6 +19,7 @@ from racsim.pipeline.batcher import (
     _prefix,
     _Waiting,
 )
+from racsim.pipeline.arrivals import in_ready_order
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.landing import _assemble, _async_landing, drop_deadline
 from racsim.pipeline.schedule import ArrivalSchedule
@@ -198,6 +199,8 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         done = now  # the time the optimizer may update, if it waits
         for nm in names:
             arr = np.repeat(now[:, None], batch, axis=1)
+            if draws.offset is not None:  # each sample sent when it is ready (pipeline.arrivals)
+                arr = step_start[:, t, None] + draws.offset[:, t]
             if nm in gpus:
                 submit[nm][:, t] = arr
                 land[nm][:, t] = 0
@@ -244,6 +247,8 @@ def _serve(draws, name, t, arrival, free, deadline=None):
         start = arrival.copy()
         end = arrival + service
         cut = np.zeros(lost.shape, dtype=bool)
+    elif draws.offset is not None:  # samples ready at different seconds: served in the order they arrive
+        start, end, cut = in_ready_order(lambda a, s, d: fifo_assign(a, s, free, d), arrival, service, deadline)
     else:
         start, end, cut = fifo_assign(arrival, service, free, deadline)
     if name in draws.routed:  # an unrouted sample was never sent: it keeps its submission time

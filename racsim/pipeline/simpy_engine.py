@@ -137,6 +137,28 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 end[nm][i, t, b] = env.now  # the worker (if it had one) is free from now on
                 cut[nm][i, t, b] = True
 
+        def streamed(t):
+            """pipeline.arrivals: one process per sample and channel, sent the second it is ready."""
+            procs = []
+            for nm in names:
+                service, lost = _service_seconds(draws, nm, t)
+                land[nm][i, t] = np.where(lost[i], -1, 0)
+                sent = draws.routed[nm][i, t] if nm in draws.routed else np.ones(batch, dtype=bool)
+                procs += [env.process(ready(nm, t, b, service[i, b], lost[i, b], sent[b])) for b in range(batch)]
+            return procs
+
+        def ready(nm, t, b, service, lost, sent):
+            yield env.timeout(draws.offset[i, t, b])
+            submit[nm][i, t, b] = start[nm][i, t, b] = end[nm][i, t, b] = env.now  # what an unrouted one keeps
+            if nm in pools:
+                if sent:
+                    yield from job(nm, t, b, service, deadline(nm, t))  # a blocking timeout runs from now
+            elif lost:
+                end[nm][i, t, b] = math.inf
+            else:
+                end[nm][i, t, b] = env.now + service
+                yield env.timeout(service)
+
         def deadline(nm, t):
             """The event after which step t's results of a cancel_on_drop channel are of no use."""
             if nm not in draws.cancel:
@@ -151,11 +173,12 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 step_start[i, t] = env.now
                 if begin:
                     begin[t].succeed()
+                ready_now = [] if draws.offset is None else streamed(t)
                 yield env.timeout(gen[i, t])
                 yield env.timeout(fast[i, t])
                 yield env.timeout(sub[i, t])
-                waits = []
-                for nm in names:
+                waits = ready_now
+                for nm in names if draws.offset is None else ():  # streamed samples were sent as they were ready
                     if nm in servers:
                         submit[nm][i, t] = env.now
                         servers[nm].arrive(t)

@@ -1,0 +1,62 @@
+"""Arrivals over time (issue 11, knob 2): when each sample of a step reaches the slow channels.
+
+``pipeline.arrivals.mode=batch`` (the default) sends a step's B samples to every slow
+channel at one instant, after generate, fast_score and submit. The other modes send
+sample b of step t at ``step_start[t] + offset[t, b]``, the second its rollout is ready;
+the fast score, submit and update stay per step, after the generate phase, so the
+optimizer's clock is a step of generate + fast_score + submit (+ wait) + update as before:
+
+* ``stream``: offset ~ ``arrivals.length`` (iid per sample), the generate phase is the
+  step's largest offset (all rollouts start with the step, it ends with the last);
+* ``poisson``: offset = G_t x U, U ~ U(0, 1) iid, G_t the drawn generate phase: given its B
+  arrivals in [0, G_t], a Poisson process's arrival times are B iid uniforms on it;
+* ``trace``: the CSV column's offsets in order over (step, sample), cycled, the same in
+  every trial; the generate phase is the step's largest offset.
+
+The queue then sees the samples in the order they are ready (ties in sample order).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple
+
+import numpy as np
+
+from racsim.pipeline.latency import _read_column, build_latency
+
+
+def draw_offsets(arrivals: Any, gen: np.ndarray, batch: int,
+                 rng: np.random.Generator) -> Tuple[Optional[np.ndarray], np.ndarray]:
+    """(offset, generate phase): offset (trials, steps, batch) seconds from the step's start at
+    which each sample is ready (None in batch mode), and the generate phase (trials, steps)
+    that goes with it. ``gen``: the drawn generate phase. Draws only in stream and poisson mode."""
+    mode = arrivals.mode
+    if mode == "batch":
+        return None, gen
+    if mode == "poisson":
+        return gen[..., None] * rng.random(gen.shape + (batch,)), gen
+    if mode == "stream":
+        offset = build_latency(arrivals.length, "pipeline.arrivals.length").sample(rng, gen.shape + (batch,))
+    else:
+        offset = trace_offsets(_read_column(arrivals, "pipeline.arrivals"), gen.shape, batch)
+    return offset, offset.max(axis=2)
+
+
+def trace_offsets(values: np.ndarray, shape: Tuple[int, int], batch: int) -> np.ndarray:
+    """(trials, steps, batch) offsets: ``values`` in order over (step, sample), cycled, every trial alike."""
+    n, steps = shape
+    flat = np.resize(np.asarray(values, dtype=np.float64), steps * batch)
+    return np.broadcast_to(flat.reshape(steps, batch), (n, steps, batch)).copy()
+
+
+def in_ready_order(serve: Callable[..., tuple], arrival: np.ndarray, *per_job: Optional[np.ndarray]) -> tuple:
+    """``serve(arrival, *per_job)`` on each lane's jobs sorted by arrival (a stable sort: ties keep
+    the sample order, as SimPy sees them), its outputs put back in sample order. ``per_job``
+    arrays are (lanes, jobs) like ``arrival``, or None (passed on as None)."""
+    order = np.argsort(arrival, axis=1, kind="stable")
+    rows = np.arange(arrival.shape[0])[:, None]
+    outs = serve(arrival[rows, order], *(None if a is None else a[rows, order] for a in per_job))
+    back = tuple(np.empty_like(o) for o in outs)
+    for b, o in zip(back, outs):
+        b[rows, order] = o
+    return back
