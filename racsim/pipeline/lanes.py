@@ -17,8 +17,8 @@ from racsim.pipeline.batcher import (
     _FifoLanes,
     _per_sample,
     _prefix,
-    _Waiting,
 )
+from racsim.pipeline.cbatch import waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.landing import _assemble, _async_landing, drop_deadline
 from racsim.pipeline.schedule import ArrivalSchedule
@@ -62,7 +62,7 @@ class _LaneServer:
 
     def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int):
         self.spec, self.G = spec, group
-        self.q = _Waiting(spec, tokens.tolist(), group)
+        self.q = waiting(spec, tokens.tolist(), group)
         self.arr: List[float] = []
         self.left: List[int] = []  # requests of each group not dispatched yet
         self.admitted = 0
@@ -94,8 +94,10 @@ class _LaneServer:
         for b in self.q.dispatch([r for r, f in enumerate(self.free) if f <= tau], tau, self.arr):
             end = tau + b.seconds
             self.free[b.replica] = end
-            for j in b.ids:
-                self.disp[j], self.comp[j] = tau, end
+            for j in b.starts:
+                self.disp[j] = tau
+            for j in b.ends:
+                self.comp[j] = end
                 self.left[j // self.G] -= 1
             self.batches.append((b.replica, tau, end, len(b.ids), b.billed, b.group))
         self.now = tau
@@ -119,7 +121,7 @@ class _GpuLanes:
         n, steps, batch, seqs = tok4.shape
         self.G = batch * seqs
         self.tok = tok4.reshape(n, steps * self.G)
-        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
+        self.vector = not loop and spec.order == "fifo" and not spec.chunked and (not blocking or timeout is None)
         if self.vector:
             self.st = _FifoLanes.new(n, self.tok.shape[1], spec.replicas)
             self.cum, self.cum2 = _prefix(self.tok)
