@@ -13,12 +13,10 @@ import numpy as np
 from racsim.pipeline.batcher import (
     GpuSpec,
     _batch_log,
-    _fifo_lanes,
-    _FifoLanes,
     _per_sample,
     _prefix,
 )
-from racsim.pipeline.cbatch import waiting
+from racsim.pipeline.cbatch import fifo_lanes, lanes_state, waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.landing import _assemble, _async_landing, drop_deadline
 from racsim.pipeline.schedule import ArrivalSchedule
@@ -121,9 +119,9 @@ class _GpuLanes:
         n, steps, batch, seqs = tok4.shape
         self.G = batch * seqs
         self.tok = tok4.reshape(n, steps * self.G)
-        self.vector = not loop and spec.order == "fifo" and not spec.chunked and (not blocking or timeout is None)
+        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
         if self.vector:
-            self.st = _FifoLanes.new(n, self.tok.shape[1], spec.replicas)
+            self.st = lanes_state(spec, n, self.tok.shape[1])
             self.cum, self.cum2 = _prefix(self.tok)
             self.group_time = np.full((n, steps), np.inf)
         else:
@@ -133,7 +131,7 @@ class _GpuLanes:
         """Every group's arrival known: serve them all. ``submit_time``: (lanes, steps)."""
         if self.vector:
             self.group_time[:] = submit_time
-            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, self.tok.shape[1], self.st)
+            fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, self.tok.shape[1], self.st)
             return
         for srv, row in zip(self.servers, submit_time):
             for a in row:
@@ -146,7 +144,7 @@ class _GpuLanes:
         G = self.G
         if self.vector:
             self.group_time[:, t] = now
-            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, G, (t + 1) * G, self.st)
+            fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, G, (t + 1) * G, self.st)
             return self.st.comp[:, t * G:(t + 1) * G].max(axis=1)
         out = np.empty(len(self.servers))
         lim = np.inf if timeout is None else timeout
