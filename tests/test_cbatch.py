@@ -6,7 +6,9 @@
    then waiting requests in order up to the token budget and max_batch, the one over
    the budget split when chunking (else run alone if first) -- gives every request's
    first dispatch and completion, and every iteration, as both engines do, on random
-   token lengths, arrivals, pools, orders, with and without chunking.
+   token lengths, arrivals, pools, orders, with and without chunking; the lanes engine
+   on its vectorised FIFO paths (racsim/pipeline/cbatch.py's _chunked_lanes when chunked)
+   and on its per-lane event loop.
 2. A chunk's attention term counts its context: a request's chunks add up to L^2.
 3. Engine agreement (lanes vectorised, lanes event loop, SimPy) on the random configs of
    tests/test_gpu_rm.py turned continuous, blocking or not, with timeouts.

@@ -62,7 +62,7 @@ class _LaneServer:
         self.spec, self.G = spec, group
         self.q = waiting(spec, tokens.tolist(), group)
         self.arr: List[float] = []
-        self.left: List[int] = []  # requests of each group not dispatched yet
+        self.left: List[int] = []  # requests of each group not dispatched yet (their last chunk, if chunked)
         self.admitted = 0
         self.free = [0.0] * spec.replicas
         self.now = -math.inf
