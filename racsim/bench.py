@@ -10,6 +10,9 @@
    serially vs Hydra's joblib launcher on 2 processes: the speed-up, and the
    launcher overhead per job. ``--sweep --cells N``: N tiny cells as a sweep
    (racsim's sweeper) vs as one in-process grid: time to first job, cells/s.
+5. ``--gpu-rm static|continuous|chunked`` (alone): the judge capacity scenario's
+   gpu_rm pipeline with that batching, simulated requests (sequences) per second,
+   lanes vs SimPy on the same draws.
 
 Machines are noisy: compare the ratios, not the absolute numbers.
 """
@@ -110,6 +113,25 @@ def bench_pipeline(trials: int, overrides=()) -> Dict[str, float]:
         out.update({"pipeline_simpy_requests_per_s": requests / t_simpy,
                     "pipeline_lanes_requests_per_s": requests / t_lanes})
     return out
+
+
+def bench_gpu_rm(trials: int, batching: str = "static", chunked: bool = False) -> Dict[str, float]:
+    """The judge scenario's pipeline (8B RM on 4 H100s, 1024 sequences a step) with
+    ``rm.batching`` and ``rm.chunked_prefill`` as given: simulated requests (sequences
+    scored) per second, lanes engine vs the SimPy engine, on the same draws."""
+    rm = "pipeline.channels.judge.rm"
+    cfg = compose_config("scenario=capacity/judge_rm_h100", f"{rm}.batching={batching}",
+                         f"{rm}.chunked_prefill={str(chunked).lower()}")
+    draws = draw(cfg.pipeline, trials, np.random.default_rng(0))
+    requests = draws.service["judge"].size
+    t_simpy = _best_of(lambda: run_simpy(draws, False), 1)
+    t_lanes = _best_of(lambda: run_lanes(draws, False), 3)
+    tag = f"gpu_rm_{batching}{'_chunked' if chunked else ''}"
+    return {
+        f"{tag}_simpy_req_per_s": requests / t_simpy,
+        f"{tag}_lanes_req_per_s": requests / t_lanes,
+        f"{tag}_speedup": t_simpy / t_lanes,
+    }
 
 
 def bench_default() -> Dict[str, float]:
@@ -270,6 +292,9 @@ def main(argv=None) -> None:
     ap.add_argument("--set", nargs="+", default=(), metavar="OVERRIDE",
                     help="only the pipeline benchmark, on the config these overrides compose, e.g. "
                          "--set scenario=capacity/code_verifier pipeline.arrivals.mode=stream")
+    ap.add_argument("--gpu-rm", choices=("static", "continuous", "chunked"), default=None,
+                    help="only the judge scenario's gpu_rm pipeline with this batching (chunked: continuous with "
+                         "chunked prefill): requests/s, lanes vs SimPy")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.trials is not None and args.trials < 2:
@@ -286,6 +311,9 @@ def main(argv=None) -> None:
         figures.update(bench_pipeline(trials, args.set))
     elif args.paper:
         figures.update(bench_heavy_tail())
+    elif args.gpu_rm:
+        chunked = args.gpu_rm == "chunked"
+        figures.update(bench_gpu_rm(10 if args.quick else 50, "continuous" if chunked else args.gpu_rm, chunked))
     elif args.sweep and args.cells is not None:
         if args.budget is not None and not args.budget > 0:
             ap.error(f"--budget {args.budget}: a positive number of seconds")
@@ -298,7 +326,7 @@ def main(argv=None) -> None:
     else:
         figures.update(bench_bias(n_vec, n_loop))
         figures.update(bench_pipeline(trials))
-    if not args.quick and not args.sweep and not args.paper and not args.set:
+    if not args.quick and not args.sweep and not args.paper and not args.set and not args.gpu_rm:
         figures.update(bench_default())
     width = max(map(len, figures))
     for k, v in figures.items():

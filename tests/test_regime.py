@@ -87,3 +87,10 @@ def test_regime_knobs_are_validated():
                            (["degraded_factor=5", "p_degrade=0.1", "p_recover=0"], "p_recover")):
             with pytest.raises(ConfigError, match=f"{key}.{field}"):
                 validate(compose("config", overrides=[f"{key}.{b}" for b in bad]))
+        judge = "pipeline.channels.judge"
+        burst = [f"{judge}.degraded_factor=2", f"{judge}.p_degrade=0.1"]
+        validate(compose("config", overrides=["scenario=capacity/judge_rm_h100", *burst,
+                                              f"{judge}.rm.batching=continuous"]))
+        with pytest.raises(ConfigError, match=f"{judge}.degraded_factor.*chunked_prefill"):
+            validate(compose("config", overrides=["scenario=capacity/judge_rm_h100", *burst,
+                                                  f"{judge}.rm.batching=continuous", f"{judge}.rm.chunked_prefill=true"]))

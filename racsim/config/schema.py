@@ -39,6 +39,9 @@ SERVICE_MODELS = ("roofline", "profiled")
 BATCH_ORDERS = ("fifo", "shortest")
 
 
+BATCH_POLICIES = ("static", "continuous")  # racsim/pipeline/batcher.py; racsim/pipeline/cbatch.py
+
+
 CAPACITY_SEARCHES = ("grid", "bisect")
 
 
@@ -185,6 +188,10 @@ class RMConf:
     order: str = "fifo"
     padded: bool = True
     sequences_per_sample: int = 1
+    # "static" (the above) or "continuous": iteration-level scheduling, packed, no waiting to fill;
+    # with chunked_prefill the request over the budget left is split across iterations (cbatch.py).
+    batching: str = "static"
+    chunked_prefill: bool = False
     prompt_tokens: LatencyConf = _tokens(150.0, 0.5)
     response_tokens: LatencyConf = _tokens(300.0, 0.6)
 

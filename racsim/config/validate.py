@@ -18,6 +18,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from racsim.config.schema import (
     ARRIVAL_MODES,
     BATCH_ORDERS,
+    BATCH_POLICIES,
     CAPACITY_SEARCHES,
     CAUCHY_BOUNDS,
     CHANNEL_KINDS,
@@ -245,6 +246,8 @@ def validate(cfg: Any) -> None:
         if f != 1:
             _need(ch.kernel is None, f"{key}.degraded_factor", f,
                   "1 for a kernel channel (bursts scale a queue channel's latency or a gpu_rm channel's batch seconds)")
+            _need(ch.rm is None or not ch.rm.chunked_prefill, f"{key}.degraded_factor", f,
+                  "1 with rm.chunked_prefill (bursts are modelled on whole batches, not chunked iterations)")
             _need(_finite(ch.p_degrade) and 0 < ch.p_degrade <= 1, f"{key}.p_degrade", ch.p_degrade,
                   "a probability in (0, 1] per step: the chance a normal step is followed by a degraded one")
             _need(_finite(ch.p_recover) and 0 < ch.p_recover <= 1, f"{key}.p_recover", ch.p_recover,
@@ -258,6 +261,8 @@ def validate(cfg: Any) -> None:
           [ch.share for ch in p.channels.values()], "at least one channel with share > 0")
     if getattr(p, "fast_rm", None) is not None:
         validate_rm(p.fast_rm, "pipeline.fast_rm")
+        _need(not p.fast_rm.chunked_prefill, "pipeline.fast_rm.chunked_prefill", p.fast_rm.chunked_prefill,
+              "false: the fast scorer's phase is modelled without chunked prefill (batching=continuous is allowed)")
     if getattr(p, "arrivals", None) is not None:
         validate_arrivals(p)
 
@@ -415,6 +420,10 @@ def validate_rm(rm: Any, key: str) -> None:
     _nonneg(f"{key}.max_wait_s", rm.max_wait_s)
     _need(rm.order in BATCH_ORDERS, f"{key}.order", rm.order, "one of " + ", ".join(BATCH_ORDERS))
     _int_at_least(f"{key}.sequences_per_sample", rm.sequences_per_sample, 1)
+    _need(rm.batching in BATCH_POLICIES, f"{key}.batching", rm.batching, "one of " + ", ".join(BATCH_POLICIES))
+    _need(isinstance(rm.chunked_prefill, bool), f"{key}.chunked_prefill", rm.chunked_prefill, "true or false")
+    _need(not rm.chunked_prefill or rm.batching == "continuous", f"{key}.chunked_prefill", rm.chunked_prefill,
+          "false unless batching is continuous (static batches are not split)")
     validate_latency(rm.prompt_tokens, f"{key}.prompt_tokens")
     validate_latency(rm.response_tokens, f"{key}.response_tokens")
 

@@ -30,6 +30,7 @@ class GpuSpec:
     padded: bool
     model: Any  # racsim.pipeline.service.ServiceModel
     seqs: int  # sequences (requests) per pipeline sample
+    chunked: bool = False  # continuous batching with chunked prefill (racsim/pipeline/cbatch.py)
 
 
 def gpu_spec(rm: Any, key: str) -> GpuSpec:
@@ -53,6 +54,16 @@ class _Batch:
     seconds: float
     billed: float
     group: int
+    new: Optional[List[int]] = None  # requests dispatched for the first time (None: all of ids)
+    last: Optional[List[int]] = None  # requests whose last tokens it scores (None: all of ids)
+
+    @property
+    def starts(self) -> List[int]:
+        return self.ids if self.new is None else self.new
+
+    @property
+    def ends(self) -> List[int]:
+        return self.ids if self.last is None else self.last
 
 
 class _Waiting:

@@ -11,7 +11,8 @@ import numpy as np
 
 from racsim.config.schema import PHASES, PipelineConf, phase_conf
 from racsim.pipeline.arrivals import draw_offsets
-from racsim.pipeline.batcher import GpuSpec, fast_score_seconds, gpu_spec
+from racsim.pipeline.batcher import GpuSpec, fast_score_seconds
+from racsim.pipeline.cbatch import serving_spec
 from racsim.pipeline.latency import build_latency
 
 
@@ -56,7 +57,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         size = shape + (pcfg.batch_size,)
         if getattr(ch, "kind", "queue") == "gpu_rm":
             key = f"pipeline.channels.{name}.rm"
-            gpu[name] = gpu_spec(ch.rm, key)
+            gpu[name] = serving_spec(ch.rm, key)
             service[name] = draw_tokens(ch.rm, rng, size + (gpu[name].seqs,), key)
         elif ch.kernel is not None:
             service[name] = draw_kernel_delays(list(ch.kernel), rng, size)
@@ -66,7 +67,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
     nominal = float(sum(lat.mean() for lat in phase_lat))
     fast_rm = getattr(pcfg, "fast_rm", None)
     if fast_rm is not None:  # the fast scorer's GPUs score the step's sequences: that is the phase
-        spec = gpu_spec(fast_rm, "pipeline.fast_rm")
+        spec = serving_spec(fast_rm, "pipeline.fast_rm")
         tokens = draw_tokens(fast_rm, rng, shape + (pcfg.batch_size * spec.seqs,), "pipeline.fast_rm")
         phase[1] = fast_score_seconds(spec, tokens)
         nominal = float(sum(lat.mean() for i, lat in enumerate(phase_lat) if i != 1) + phase[1].mean())

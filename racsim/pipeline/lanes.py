@@ -13,13 +13,11 @@ import numpy as np
 from racsim.pipeline.batcher import (
     GpuSpec,
     _batch_log,
-    _fifo_lanes,
-    _FifoLanes,
     _per_sample,
     _prefix,
-    _Waiting,
 )
 from racsim.pipeline.arrivals import in_ready_order
+from racsim.pipeline.cbatch import fifo_lanes, lanes_state, waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.landing import _assemble, _async_landing, drop_deadline
 from racsim.pipeline.schedule import ArrivalSchedule
@@ -63,9 +61,9 @@ class _LaneServer:
 
     def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int, slow: Optional[np.ndarray] = None):
         self.spec, self.G = spec, group
-        self.q = _Waiting(spec, tokens.tolist(), group, None if slow is None else slow.tolist())
+        self.q = waiting(spec, tokens.tolist(), group, None if slow is None else slow.tolist())
         self.arr: List[float] = []
-        self.left: List[int] = []  # requests of each group not dispatched yet
+        self.left: List[int] = []  # requests of each group not dispatched yet (their last chunk, if chunked)
         self.admitted = 0
         self.free = [0.0] * spec.replicas
         self.now = -math.inf
@@ -95,8 +93,10 @@ class _LaneServer:
         for b in self.q.dispatch([r for r, f in enumerate(self.free) if f <= tau], tau, self.arr):
             end = tau + b.seconds
             self.free[b.replica] = end
-            for j in b.ids:
-                self.disp[j], self.comp[j] = tau, end
+            for j in b.starts:
+                self.disp[j] = tau
+            for j in b.ends:
+                self.comp[j] = end
                 self.left[j // self.G] -= 1
             self.batches.append((b.replica, tau, end, len(b.ids), b.billed, b.group))
         self.now = tau
@@ -123,7 +123,7 @@ class _GpuLanes:
         self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
         self.slow = draws.slowdown.get(name)  # bursts: (lanes, steps) factor on batch seconds
         if self.vector:
-            self.st = _FifoLanes.new(n, self.tok.shape[1], spec.replicas)
+            self.st = lanes_state(spec, n, self.tok.shape[1])
             self.cum, self.cum2 = _prefix(self.tok)
             self.group_time = np.full((n, steps), np.inf)
         else:
@@ -134,8 +134,8 @@ class _GpuLanes:
         """Every group's arrival known: serve them all. ``submit_time``: (lanes, steps)."""
         if self.vector:
             self.group_time[:] = submit_time
-            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, self.tok.shape[1], self.st,
-                        self.slow)
+            fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, self.tok.shape[1], self.st,
+                       self.slow)
             return
         for srv, row in zip(self.servers, submit_time):
             for a in row:
@@ -148,7 +148,7 @@ class _GpuLanes:
         G = self.G
         if self.vector:
             self.group_time[:, t] = now
-            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, G, (t + 1) * G, self.st, self.slow)
+            fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, G, (t + 1) * G, self.st, self.slow)
             return self.st.comp[:, t * G:(t + 1) * G].max(axis=1)
         out = np.empty(len(self.servers))
         lim = np.inf if timeout is None else timeout

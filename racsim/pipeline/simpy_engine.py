@@ -10,7 +10,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample, _Waiting
+from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
+from racsim.pipeline.cbatch import waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.landing import _assemble, _async_landing
 from racsim.pipeline.schedule import ArrivalSchedule
@@ -43,7 +44,7 @@ class _SimpyServer:
         import simpy
 
         self.env, self.spec, self.G, self.Late, self.lane = env, spec, group, late_cls, lane
-        self.q = _Waiting(spec, tokens.tolist(), group, None if slow is None else slow.tolist())
+        self.q = waiting(spec, tokens.tolist(), group, None if slow is None else slow.tolist())
         self.gpus = [simpy.Resource(env, capacity=1) for _ in range(spec.replicas)]
         self.arr: List[float] = [math.nan] * steps
         self.left = [group] * steps
@@ -74,7 +75,7 @@ class _SimpyServer:
     def _decide(self, tau: float) -> None:
         for b in self.q.dispatch([r for r, res in enumerate(self.gpus) if res.count == 0], tau, self.arr):
             req = self.gpus[b.replica].request()  # granted at once: the replica is idle
-            self.disp[b.ids] = tau
+            self.disp[b.starts] = tau
             self.env.process(self._serve(b, req))
 
     def _serve(self, b: _Batch, req):
@@ -82,9 +83,9 @@ class _SimpyServer:
         start = self.env.now
         yield self.env.timeout(b.seconds)
         self.gpus[b.replica].release(req)
-        self.comp[b.ids] = self.env.now
+        self.comp[b.ends] = self.env.now
         self.batches.append((self.lane, b.replica, start, self.env.now, len(b.ids), b.billed, b.group))
-        for j in b.ids:
+        for j in b.ends:
             g = j // self.G
             self.left[g] -= 1
             if self.left[g] == 0:
