@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from racsim.config.schema import PHASES, PipelineConf, phase_conf
+from racsim.pipeline.autoscale import scale_rule
 from racsim.pipeline.batcher import GpuSpec, fast_score_seconds, gpu_spec
 from racsim.pipeline.latency import build_latency
 
@@ -37,6 +38,8 @@ class PipelineDraws:
     cancel: frozenset = frozenset()
     # channels with route_prob < 1: (trials, steps, batch) True where the sample is sent to it.
     routed: Dict[str, np.ndarray] = field(default_factory=dict)
+    # channels with an ``autoscale`` rule (racsim/pipeline/autoscale.py): their pool's rule.
+    autoscale: Dict[str, Any] = field(default_factory=dict)
 
 
 def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
@@ -80,6 +83,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         gpu=gpu,
         cancel=frozenset(n for n, ch in pcfg.channels.items() if getattr(ch, "cancel_on_drop", False)),
         routed=routed,
+        autoscale={n: scale_rule(ch) for n, ch in pcfg.channels.items() if getattr(ch, "autoscale", None) is not None},
     )
 
 
