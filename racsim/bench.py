@@ -24,6 +24,7 @@ from typing import Callable, Dict
 
 import numpy as np
 
+from racsim.analyses.capacity import benchmark, channel_of, count_key
 from racsim.config.defaults import compose_config
 from racsim.learner import mdp as M
 from racsim.learner.rollouts import (
@@ -98,6 +99,14 @@ def bench_pipeline(trials: int) -> Dict[str, float]:
         "pipeline_lanes_trials_per_s": trials / t_lanes,
         "pipeline_speedup": t_simpy / t_lanes,
     }
+
+
+def bench_autoscale(trials: int) -> Dict[str, float]:
+    """The capacity search's speed figures (lanes engine, asynchronous and blocking schedules,
+    vs raw SimPy timed in the same run) on scenarios/capacity/judge_rm_autoscale, the judge's
+    pool autoscaled (racsim/pipeline/autoscale.py)."""
+    cfg = compose_config("scenario=capacity/judge_rm_autoscale", f"learner.trials={trials}")
+    return {f"autoscale_{k}": v for k, v in benchmark(cfg, count_key(cfg, channel_of(cfg)), [2]).items()}
 
 
 def bench_default() -> Dict[str, float]:
@@ -255,6 +264,8 @@ def main(argv=None) -> None:
     ap.add_argument("--budget", type=float, default=None,
                     help="--sweep --cells: stop the sweep after this many seconds; rates from the cells that ran")
     ap.add_argument("--paper", action="store_true", help="only the paper's heavy-tail grid (issue: under 10 s)")
+    ap.add_argument("--autoscale", action="store_true",
+                    help="only the capacity speed figures with an autoscaled judge pool (lanes vs raw SimPy)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.trials is not None and args.trials < 2:
@@ -265,6 +276,8 @@ def main(argv=None) -> None:
     figures: Dict[str, float] = {}
     if args.paper:
         figures.update(bench_heavy_tail())
+    elif args.autoscale:
+        figures.update(bench_autoscale(args.trials or (5 if args.quick else 20)))
     elif args.sweep and args.cells is not None:
         if args.budget is not None and not args.budget > 0:
             ap.error(f"--budget {args.budget}: a positive number of seconds")
@@ -277,7 +290,7 @@ def main(argv=None) -> None:
     else:
         figures.update(bench_bias(n_vec, n_loop))
         figures.update(bench_pipeline(trials))
-    if not args.quick and not args.sweep and not args.paper:
+    if not args.quick and not args.sweep and not args.paper and not args.autoscale:
         figures.update(bench_default())
     width = max(map(len, figures))
     for k, v in figures.items():

@@ -102,8 +102,8 @@ class AutoPool:
         self.above_since: Optional[float] = None
         self.arr: List[float] = [math.nan] * len(group_sizes)
         self.left = list(group_sizes)  # requests of each group not dispatched yet
-        self.disp = np.full(n_requests, np.nan)
-        self.comp = np.full(n_requests, np.inf)
+        self.disp = [math.nan] * n_requests  # first dispatch and completion of each request
+        self.comp = [math.inf] * n_requests
         self.batches: list = []
 
     def admit(self, g: int, time: float) -> None:
@@ -118,12 +118,13 @@ class AutoPool:
         Returns (batches started, servers requested, whether the for_s clock (re)started)."""
         r = self.rule
         started = self.q.dispatch(self.idle(tau), tau, self.arr)
+        disp, comp, left, G = self.disp, self.comp, self.left, self.q.G
         for b in started:
             end = tau + b.seconds
             self.free[b.replica] = end
-            self.disp[b.ids], self.comp[b.ids] = tau, end
             for j in b.ids:
-                self.left[j // self.q.G] -= 1
+                disp[j], comp[j] = tau, end
+                left[j // G] -= 1
             self.batches.append((b.replica, tau, end, len(b.ids), b.billed, b.group))
         for s in list(self.alive):
             if len(self.alive) > r.min and self.free[s] + r.idle_s <= tau:
@@ -266,8 +267,8 @@ class AutoLanes:
             if p.left[t]:
                 out[i] = np.inf
             else:
-                G = p.disp.size // len(p.left)
-                c = p.comp[t * G:(t + 1) * G]
+                G = len(p.disp) // len(p.left)
+                c = np.asarray(p.comp[t * G:(t + 1) * G])
                 c = c[np.isfinite(c)] if self.name not in self.draws.gpu else c
                 out[i] = c.max() if c.size else now[i]
         return out
