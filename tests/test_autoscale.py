@@ -73,11 +73,12 @@ def clock(phase: np.ndarray) -> np.ndarray:
 
 def oracle(arrival, service, rule):
     """One lane's autoscaled FIFO queue, request by request. ``arrival`` non-decreasing.
-    Returns start, end per job and (requested, released) per server ever billed."""
+    Returns start, end per job and (slot, requested, released) per server ever billed, in the
+    order they were requested; a new server takes the lowest slot free, and "first" means by slot."""
     heap = list(arrival)
     heapq.heapify(heap)
     queue, nxt = deque(), 0
-    servers = [{"req": 0.0, "ready": 0.0, "busy_to": 0.0, "rel": math.inf} for _ in range(rule.min)]
+    servers = [{"slot": k, "req": 0.0, "ready": 0.0, "busy_to": 0.0, "rel": math.inf} for k in range(rule.min)]
     start, end = [math.nan] * len(arrival), [math.nan] * len(arrival)
     above = None
     while heap:
@@ -87,7 +88,7 @@ def oracle(arrival, service, rule):
         while nxt < len(arrival) and arrival[nxt] <= tau:
             queue.append(nxt)
             nxt += 1
-        live = [s for s in servers if s["rel"] == math.inf]
+        live = sorted((s for s in servers if s["rel"] == math.inf), key=lambda s: s["slot"])
         for s in live:  # the head job to each idle ready server, lowest index first
             if queue and s["ready"] <= tau and s["busy_to"] <= tau:
                 j = queue.popleft()
@@ -108,14 +109,15 @@ def oracle(arrival, service, rule):
             idle = any(s["ready"] <= tau and s["busy_to"] <= tau for s in live)
             if tau >= above + rule.for_s and len(live) < rule.max and not idle:
                 ready = tau + rule.startup_s
-                servers.append({"req": tau, "ready": ready, "busy_to": ready, "rel": math.inf})
+                slot = min(set(range(rule.max)) - {s["slot"] for s in live})  # the lowest slot free
+                servers.append({"slot": slot, "req": tau, "ready": ready, "busy_to": ready, "rel": math.inf})
                 heapq.heappush(heap, ready)
                 heapq.heappush(heap, ready + rule.idle_s)
                 above = tau
                 heapq.heappush(heap, tau + rule.for_s)
         else:
             above = None
-    return np.array(start), np.array(end), [(s["req"], s["rel"]) for s in servers]
+    return np.array(start), np.array(end), [(s["slot"], s["req"], s["rel"]) for s in servers]
 
 
 N_SEEDS = 8
@@ -148,12 +150,14 @@ def test_queue_pool_matches_event_loop_oracle(queue_cases, seed):
             np.testing.assert_array_equal(lanes.service_start[i, ..., k][sent], s)
             np.testing.assert_array_equal(lanes.completion[i, ..., k][sent], e)
             mine = log["lane"] == i
-            np.testing.assert_array_equal(log["requested"][mine], [r for r, _ in srv])
-            np.testing.assert_array_equal(log["released"][mine], [r for _, r in srv])
+            np.testing.assert_array_equal(log["server"][mine], [k for k, _, _ in srv])
+            np.testing.assert_array_equal(log["requested"][mine], [r for _, r, _ in srv])
+            np.testing.assert_array_equal(log["released"][mine], [r for _, _, r in srv])
 
 
 def test_random_configs_reach_every_branch(queue_cases):
-    seen = dict(scaled_up=False, reached_max=False, scaled_down=False, stayed_min=False, routed=False, dropped=False)
+    seen = dict(scaled_up=False, reached_max=False, scaled_down=False, stayed_min=False, routed=False, dropped=False,
+                slot_reused=False)
     for pcfg, draws, lanes, _ in queue_cases.values():
         for nm, log in lanes.pools.items():
             rule = pcfg.channels[nm].autoscale
@@ -163,6 +167,9 @@ def test_random_configs_reach_every_branch(queue_cases):
             seen["scaled_down"] |= bool(np.isfinite(log["released"]).any())
             seen["reached_max"] |= rule.max > rule.min and max_alive(log).max() == rule.max
             seen["routed"] |= nm in draws.routed
+            for i in np.unique(log["lane"]):
+                slots = log["server"][log["lane"] == i]
+                seen["slot_reused"] |= len(set(slots.tolist())) < len(slots)
         seen["dropped"] |= bool((lanes.status == 1).any())
     assert all(seen.values()), seen
 
@@ -259,6 +266,9 @@ def test_engines_agree_with_gpu_rm_and_blocking(gpu_cases, seed, blocking, timeo
     assert_same_schedule(a, b, f"seed {seed} blocking {blocking} timeout {timeout}")
     for nm in draws.autoscale:
         assert all(np.array_equal(a.pools[nm][c], b.pools[nm][c]) for c in a.pools[nm]), nm
+        assert a.pools[nm]["server"].max() < draws.autoscale[nm].max  # slots: one track per replica
+    for nm, log in (a.gpu_batches or {}).items():
+        assert log["replica"].max() < log["replicas"]
 
 
 def test_gpu_cases_scale_in_every_mode(gpu_cases):

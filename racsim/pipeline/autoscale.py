@@ -9,13 +9,13 @@ The rule, per trial: the pool starts with ``min`` servers, ready at time 0.
   server is requested; it serves from ``startup_s`` seconds later. The ``for_s``
   clock then restarts at that instant (the next one needs another ``for_s``).
 * Scale down: a ready server idle for ``idle_s`` seconds is released while more
-  than ``min`` are billed (lowest server index first).
+  than ``min`` are billed (lowest slot first).
 * Billing: a server is billed from the instant it is requested to the instant it
   is released (initial servers from 0), at ``price_per_hour`` per server.
 
 Order at an instant tau: arrivals are admitted and finished or started-up servers
 are free first; then the dispatch rule sends work to idle ready servers (lowest
-index first: the head job for a queue channel, :meth:`_Waiting.dispatch` for
+slot first, a new server taking the lowest slot free: the head job for a queue channel, :meth:`_Waiting.dispatch` for
 gpu_rm); then scale-down; then scale-up. Every state change happens at an
 instant both engines visit (an arrival, a completion, a start-up's end, a flush
 deadline, ``idle_since + idle_s``, ``above_since + for_s``), and a decision at
@@ -27,6 +27,7 @@ schedule as ``workers: min`` (or ``rm.gpus: min * tp``).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -90,8 +91,11 @@ class _FifoJobs:
 
 class AutoPool:
     """One trial's autoscaled channel: its waiting requests, its servers and the rule.
-    ``free[s]``: when server s is next free (its start-up's end, then its last completion),
-    which is also when it became idle; ``released[s]``: inf while billed."""
+    Server s (numbered in the order they are requested) sits in ``slot[s]``, the lowest
+    slot (0 .. max - 1) free when it was requested: the replica the batch log names, and
+    the order of "lowest index first". ``free[s]``: when it is next free (its start-up's
+    end, then its last completion), which is also when it became idle; ``released[s]``:
+    inf while billed. ``alive``: the servers billed, by slot."""
 
     def __init__(self, rule: ScaleRule, q, group_sizes: List[int], n_requests: int):
         self.rule, self.q = rule, q
@@ -99,6 +103,7 @@ class AutoPool:
         self.free = [0.0] * rule.min
         self.released = [math.inf] * rule.min
         self.alive = list(range(rule.min))
+        self.slot = list(range(rule.min))
         self.above_since: Optional[float] = None
         self.arr: List[float] = [math.nan] * len(group_sizes)
         self.left = list(group_sizes)  # requests of each group not dispatched yet
@@ -125,7 +130,7 @@ class AutoPool:
             for j in b.ids:
                 disp[j], comp[j] = tau, end
                 left[j // G] -= 1
-            self.batches.append((b.replica, tau, end, len(b.ids), b.billed, b.group))
+            self.batches.append((self.slot[b.replica], tau, end, len(b.ids), b.billed, b.group))
         for s in list(self.alive):
             if len(self.alive) > r.min and self.free[s] + r.idle_s <= tau:
                 self.alive.remove(s)
@@ -135,7 +140,9 @@ class AutoPool:
             if self.above_since is None:
                 self.above_since, clock = tau, True
             if tau >= self.above_since + r.for_s and len(self.alive) < r.max and not self.idle(tau):
-                self.alive.append(len(self.free))
+                taken = {self.slot[s] for s in self.alive}
+                self.slot.append(next(k for k in range(r.max) if k not in taken))
+                bisect.insort(self.alive, len(self.free), key=self.slot.__getitem__)
                 self.requested.append(tau)
                 self.free.append(tau + r.startup_s)
                 self.released.append(math.inf)
@@ -164,9 +171,9 @@ class AutoPool:
         return c
 
     def log_rows(self, lane: int):
-        """(lane, server, requested, released) of every server this lane's pool ever billed."""
+        """(lane, slot, requested, released) of every server this lane's pool ever billed."""
         n = len(self.requested)
-        return np.full(n, lane), np.arange(n), np.asarray(self.requested), np.asarray(self.released)
+        return np.full(n, lane), np.asarray(self.slot), np.asarray(self.requested), np.asarray(self.released)
 
 
 def pool_log(rows: list, rule: ScaleRule) -> Dict[str, np.ndarray]:
