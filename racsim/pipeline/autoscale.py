@@ -241,7 +241,6 @@ class AutoLanes:
         self.known = [[] for _ in range(n)]  # arrival times handed over, per lane
         self.admitted = [0] * n
         self.now = [-math.inf] * n
-        self.submit: Optional[np.ndarray] = None
 
     def _run(self, i: int, stop=None) -> None:
         p, arr = self.pools[i], self.known[i]

@@ -116,6 +116,8 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         pools = {nm: simpy.Resource(env, capacity=draws.workers[nm]) for nm in names if _queued(draws, nm)}
         servers = {}
         for nm, spec in draws.gpu.items():
+            if nm in draws.autoscale:
+                continue  # an autoscaled pool: SimpyAutoPool below
             tok4 = draws.service[nm]
             servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i)
         servers.update({nm: SimpyAutoPool(env, draws, nm, i, late_cls) for nm in draws.autoscale})
