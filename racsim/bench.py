@@ -27,11 +27,14 @@ from typing import Callable, Dict
 
 import numpy as np
 from hydra.errors import HydraException
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from racsim.analyses.capacity import benchmark, channel_of, count_key
 from racsim.config.defaults import compose_config
 from racsim.config.validate import validate
 from racsim.learner import mdp as M
+from racsim.learner.correctors import BLOCKING
 from racsim.learner.rollouts import (
     discounted_returns,
     sample_trajectories,
@@ -132,6 +135,22 @@ def bench_gpu_rm(trials: int, batching: str = "static", chunked: bool = False) -
         f"{tag}_lanes_req_per_s": requests / t_lanes,
         f"{tag}_speedup": t_simpy / t_lanes,
     }
+
+
+def bench_autoscale(trials: int) -> Dict[str, float]:
+    """The capacity search's speed figures (lanes engine, asynchronous and blocking schedules,
+    vs raw SimPy timed in the same run) on scenarios/capacity/judge_rm_autoscale, the judge's
+    pool autoscaled (racsim/pipeline/autoscale.py)."""
+    cfg = compose_config("scenario=capacity/judge_rm_autoscale", f"learner.trials={trials}")
+    key = count_key(cfg, channel_of(cfg))
+    t0 = time.perf_counter()
+    draws = draw(cfg.pipeline, trials, np.random.default_rng(0))
+    run_lanes(draws, False)
+    if any(n in BLOCKING for n in cfg.corrector.names):  # as the capacity run simulates it
+        run_lanes(draws, True, cfg.corrector.wait_timeout_s)
+    lanes_s = time.perf_counter() - t0
+    count = int(OmegaConf.select(cfg, key))
+    return {f"autoscale_{k}": v for k, v in benchmark(cfg, key, [count], lanes_s).items()}
 
 
 def bench_default() -> Dict[str, float]:
@@ -295,6 +314,8 @@ def main(argv=None) -> None:
     ap.add_argument("--gpu-rm", choices=("static", "continuous", "chunked"), default=None,
                     help="only the judge scenario's gpu_rm pipeline with this batching (chunked: continuous with "
                          "chunked prefill): requests/s, lanes vs SimPy")
+    ap.add_argument("--autoscale", action="store_true",
+                    help="only the capacity speed figures with an autoscaled judge pool (lanes vs raw SimPy)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.trials is not None and args.trials < 2:
@@ -314,6 +335,8 @@ def main(argv=None) -> None:
     elif args.gpu_rm:
         chunked = args.gpu_rm == "chunked"
         figures.update(bench_gpu_rm(10 if args.quick else 50, "continuous" if chunked else args.gpu_rm, chunked))
+    elif args.autoscale:
+        figures.update(bench_autoscale(args.trials or (5 if args.quick else 20)))
     elif args.sweep and args.cells is not None:
         if args.budget is not None and not args.budget > 0:
             ap.error(f"--budget {args.budget}: a positive number of seconds")
@@ -326,7 +349,8 @@ def main(argv=None) -> None:
     else:
         figures.update(bench_bias(n_vec, n_loop))
         figures.update(bench_pipeline(trials))
-    if not args.quick and not args.sweep and not args.paper and not args.set and not args.gpu_rm:
+    if not args.quick and not args.sweep and not args.paper and not args.set and not args.gpu_rm \
+            and not args.autoscale:
         figures.update(bench_default())
     width = max(map(len, figures))
     for k, v in figures.items():

@@ -27,7 +27,7 @@ ALLOWED = {
     "sweep": {"errors", "io", "markers", "report", "sweep"},
     "sweeper": {"errors", "config", "analyses", "markers"},  # the logic of hydra_plugins/racsim_sweeper
     "cli": {"errors", "config", "analyses", "report", "run", "sweep"},
-    "bench": {"config", "pipeline", "learner", "run"},
+    "bench": {"config", "pipeline", "learner", "analyses", "run"},
     "profile": {"errors", "io"},
     "__main__": {"cli"},
     "__init__": set(),

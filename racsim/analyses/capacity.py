@@ -53,6 +53,7 @@ class CapacityResult:
     best: Any = None  # RunResult at the recommended (or largest) count
     timings: Dict[str, float] = field(default_factory=dict)
     speed: Dict[str, float] = field(default_factory=dict)
+    autoscale: Optional[pd.DataFrame] = None  # the channel's autoscaled pool vs fixed pools of min and max
 
 
 def channel_of(cfg: Any) -> str:
@@ -85,6 +86,40 @@ def with_count(cfg: Any, key: str, n: int) -> Any:
         c.capacity.enabled = False
     OmegaConf.update(c, key, int(n), merge=False)
     return c
+
+
+def units_per_server(cfg: Any, name: str) -> int:
+    """GPUs per replica (tp) of a gpu_rm channel, 1 worker per server of a queue channel."""
+    return int(cfg.pipeline.channels[name].rm.tp) if _is_gpu(cfg, name) else 1
+
+
+def fixed_pool(cfg: Any, name: str) -> Any:
+    """The config with ``name``'s autoscale rule removed (a fixed pool of its count)."""
+    c = cfg.copy()
+    OmegaConf.update(c, f"pipeline.channels.{name}.autoscale", None, merge=False)
+    return c
+
+
+def autoscale_whatif(cfg: Any, name: str, fixed_rows: Dict[int, List[dict]], auto) -> pd.DataFrame:
+    """Autoscaled pool against fixed pools of its min and max: per pool and corrector, servers
+    (mean billed, autoscaled), bias, wall-clock per step and cost per 1000 steps. ``fixed_rows``:
+    capacity rows by unit count; ``auto``: the autoscaled run. The autoscaled pool's cost is
+    measured on the asynchronous pipeline, so it is not given for blocking correctors."""
+    a, units = cfg.pipeline.channels[name].autoscale, units_per_server(cfg, name)
+    out = []
+    for pool, n in ((f"fixed {a.min}", a.min), (f"fixed {a.max}", a.max)):
+        out += [{"pool": pool, "servers": float(n), **_whatif(r)} for r in fixed_rows[n * units]]
+    ch = auto.channels[auto.channels.channel == name].iloc[0]
+    for r in _rows(cfg, name, 0, auto):
+        r["cost_per_1000_steps"] = np.nan if r["corrector"] in BLOCKING else float(ch["cost_per_1000_steps"])
+        out.append({"pool": "autoscaled", "servers": float(ch["servers_billed_mean"]), **_whatif(r)})
+    return pd.DataFrame(out)
+
+
+def _whatif(r: dict) -> dict:
+    keys = ("corrector", "bias_exact", "bias_vs_naive", "step_s", "delay_p95_steps", "sojourn_p95_s",
+            "dropped_frac", "cost_per_1000_steps")
+    return {k: r[k] for k in keys}
 
 
 def _rows(cfg: Any, name: str, n: int, res) -> List[dict]:
@@ -134,6 +169,9 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
     validate(cfg)
     cap = cfg.capacity
     name = channel_of(cfg)
+    scaled = cfg if getattr(cfg.pipeline.channels[name], "autoscale", None) is not None else None
+    if scaled is not None:  # the curve: fixed pools; the autoscaled pool is compared with them below
+        cfg = fixed_pool(cfg, name)
     key = count_key(cfg, name)
     counts = sorted(set(int(n) for n in cap.counts))
     targets = {k: getattr(cap, k) for k in ("max_bias", "max_bias_vs_naive", "max_step_s")}
@@ -166,6 +204,10 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
         for n in counts:
             evaluate(n)
 
+    if scaled is not None:  # the fixed pools of the rule's min and max are on the curve
+        a, units = scaled.pipeline.channels[name].autoscale, units_per_server(scaled, name)
+        for n in (a.min * units, a.max * units):
+            evaluate(n)
     curve = pd.DataFrame([r for n in sorted(rows) for r in rows[n]])
     curve.insert(0, "channel", name)
     curve["feasible"] = [feasible(r, targets) for _, r in curve.iterrows()]
@@ -176,8 +218,14 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
     result = CapacityResult(curve=curve, channel=name, unit="GPUs" if _is_gpu(cfg, name) else "workers", key=key,
                             recommended=recommended, per_corrector=per, targets={**targets, "corrector": chosen},
                             best=runs[best_n], timings=timings)
+    if scaled is not None:
+        t0 = time.perf_counter()
+        auto = run_bias_study(expand(with_count(scaled, key, a.min * units)))
+        timings["runs_s"] += time.perf_counter() - t0
+        result.autoscale = autoscale_whatif(scaled, name, rows, auto)
     if cap.benchmark and cfg.pipeline.engine == "lanes":  # the figure is the lanes engine's
-        result.speed = benchmark(cfg, key, sorted(rows), timings["pipeline_s"])
+        result.speed = (benchmark(cfg, key, sorted(rows), timings["pipeline_s"]) if scaled is None else
+                        benchmark(scaled, key, [a.min * units], float(auto.timings["pipeline_s"])))
     return result
 
 

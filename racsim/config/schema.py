@@ -197,6 +197,25 @@ class RMConf:
 
 
 @dataclass
+class AutoscaleConf:
+    """An autoscaled pool (racsim/pipeline/autoscale.py) of a queue channel's workers or a
+    gpu_rm channel's replicas (tp GPUs each), replacing ``workers`` / ``rm.gpus``: it starts
+    with ``min`` servers; one more is requested when more than ``queue_above`` requests have
+    waited for ``for_s`` seconds and no server is idle, serving ``startup_s`` later, up to
+    ``max``; one idle for ``idle_s`` is released, down to ``min``. Billed from request to
+    release at ``cost_per_hour`` per server (null: a gpu_rm replica's catalog GPU price x tp;
+    a queue worker's 0)."""
+
+    min: int = 1
+    max: int = 4
+    queue_above: int = 0
+    for_s: float = 1.0
+    startup_s: float = 30.0
+    idle_s: float = 60.0
+    cost_per_hour: Optional[float] = None
+
+
+@dataclass
 class ChannelConf:
     """One slow reward channel (code verifier, judge RM, human review...).
 
@@ -231,6 +250,8 @@ class ChannelConf:
     # "queue" (the above) or "gpu_rm": a reward model on GPUs behind a batcher (``rm``).
     kind: str = "queue"
     rm: Optional[RMConf] = None
+    # null: a fixed pool (``workers`` / ``rm.gpus``); else a pool sized by a rule (AutoscaleConf).
+    autoscale: Optional[AutoscaleConf] = None
 
 
 @dataclass

@@ -257,6 +257,8 @@ def validate(cfg: Any) -> None:
                   f"{key}.cancel_on_drop", ch.cancel_on_drop,
                   "false here: cancelling frees a worker, so it needs a queue channel with workers set "
                   "(not a kernel, not gpu_rm)")
+        if getattr(ch, "autoscale", None) is not None:
+            validate_autoscale(ch, f"{key}.autoscale")
     _need(sum(ch.share for ch in p.channels.values()) > 0, "pipeline.channels.*.share",
           [ch.share for ch in p.channels.values()], "at least one channel with share > 0")
     if getattr(p, "fast_rm", None) is not None:
@@ -329,6 +331,25 @@ def validate(cfg: Any) -> None:
         check_data_files(cfg)
 
 
+def validate_autoscale(ch: Any, key: str) -> None:
+    """An autoscale block: a queue channel with workers (not a kernel, no cancel_on_drop) or a
+    gpu_rm channel; 1 <= min <= max; queue_above >= 0; positive seconds; a price >= 0 or null."""
+    a = ch.autoscale
+    gpu = getattr(ch, "kind", "queue") == "gpu_rm"
+    _need(gpu or (ch.kernel is None and ch.workers is not None and not getattr(ch, "cancel_on_drop", False)),
+          key, "set", "null here: autoscaling sizes a gpu_rm channel's replicas or a queue channel's workers "
+          "(workers set, no kernel, cancel_on_drop false)")
+    _need(not (gpu and ch.rm is not None and ch.rm.chunked_prefill), key, "set",
+          "null with rm.chunked_prefill (an autoscaled pool serves whole batches)")
+    _int_at_least(f"{key}.min", a.min, 1)
+    _int_at_least(f"{key}.max", a.max, a.min)
+    _int_at_least(f"{key}.queue_above", a.queue_above, 0)
+    for k in ("for_s", "startup_s", "idle_s"):
+        _positive(f"{key}.{k}", getattr(a, k))
+    if a.cost_per_hour is not None:
+        _nonneg(f"{key}.cost_per_hour", a.cost_per_hour)
+
+
 def validate_lm(lm: Any) -> None:
     """``learner.lm`` (learner.kind=lm): GRPO's sizes, the task, the model and the optimizer."""
     key = "learner.lm"
@@ -390,6 +411,8 @@ def validate_arrivals(p: Any) -> None:
         _need(getattr(ch, "kind", "queue") == "queue", f"{key}.mode", a.mode,
               f"batch while pipeline.channels.{name} is a gpu_rm channel (its batcher groups requests per "
               "step; arrivals over time feed queue and kernel channels)")
+        _need(getattr(ch, "autoscale", None) is None, f"{key}.mode", a.mode,
+              f"batch while pipeline.channels.{name} is autoscaled (its pool takes a step's jobs at one instant)")
 
 
 def validate_rm(rm: Any, key: str) -> None:

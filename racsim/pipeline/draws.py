@@ -11,6 +11,7 @@ import numpy as np
 
 from racsim.config.schema import PHASES, PipelineConf, phase_conf
 from racsim.pipeline.arrivals import draw_offsets
+from racsim.pipeline.autoscale import scale_rule
 from racsim.pipeline.batcher import GpuSpec, fast_score_seconds
 from racsim.pipeline.cbatch import serving_spec
 from racsim.pipeline.latency import build_latency
@@ -45,6 +46,8 @@ class PipelineDraws:
     # pipeline.arrivals other than batch: (trials, steps, batch) seconds from its step's start
     # at which each sample is ready and sent to the slow channels (racsim/pipeline/arrivals.py).
     offset: Optional[np.ndarray] = None
+    # channels with an ``autoscale`` rule (racsim/pipeline/autoscale.py): their pool's rule.
+    autoscale: Dict[str, Any] = field(default_factory=dict)
 
 
 def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
@@ -100,6 +103,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         routed=routed,
         slowdown=slowdown,
         offset=offset,
+        autoscale={n: scale_rule(ch) for n, ch in pcfg.channels.items() if getattr(ch, "autoscale", None) is not None},
     )
 
 

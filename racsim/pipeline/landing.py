@@ -79,7 +79,8 @@ def classify(land: np.ndarray, max_delay: Optional[int], n_steps: int):
     return delay, status
 
 
-def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log=None, cut=None) -> ArrivalSchedule:
+def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log=None, cut=None,
+              pool_log=None) -> ArrivalSchedule:
     steps = step_start.shape[1] - 1
     delays, statuses = [], []
     for name in names:
@@ -106,4 +107,5 @@ def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_
         gpu_batches=gpu_log or None,
         cancelled=np.stack([cut[nm] for nm in names], axis=-1) if draws.cancel else None,
         phase=draws.phase,
+        pools=pool_log or None,
     )

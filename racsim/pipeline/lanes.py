@@ -17,6 +17,7 @@ from racsim.pipeline.batcher import (
     _prefix,
 )
 from racsim.pipeline.arrivals import in_ready_order
+from racsim.pipeline.autoscale import AutoLanes
 from racsim.pipeline.cbatch import fifo_lanes, lanes_state, waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.landing import _assemble, _async_landing, drop_deadline
@@ -182,7 +183,8 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     n, steps = gen.shape
     names = list(draws.service)
     batch = next(iter(draws.service.values())).shape[2]
-    gpus = {nm: _GpuLanes(draws, nm, blocking, wait_timeout, gpu_loop) for nm in draws.gpu}
+    gpus = {nm: _GpuLanes(draws, nm, blocking, wait_timeout, gpu_loop) for nm in draws.gpu if nm not in draws.autoscale}
+    gpus.update({nm: AutoLanes(draws, nm) for nm in draws.autoscale})  # served like gpu_rm channels
     resumed = np.empty((n, steps))
     step_start = np.zeros((n, steps + 1))
     submit = {nm: np.empty((n, steps, batch)) for nm in names}
@@ -224,11 +226,16 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                     late = end[nm][:, t] > done[:, None]
                     land[nm][:, t] = np.where(late, -1, land[nm][:, t])
         step_start[:, t + 1] = done + upd[:, t]
-    gpu_log = {}
+    gpu_log, pool_log = {}, {}
     for nm, g in gpus.items():
         if not blocking:
             g.run_async(submit[nm][:, :, 0])
-        start[nm], end[nm], gpu_log[nm] = g.finish()
+        if nm in draws.autoscale:
+            start[nm], end[nm], blog, pool_log[nm] = g.finish(submit[nm])
+            if blog is not None:
+                gpu_log[nm] = blog
+        else:
+            start[nm], end[nm], gpu_log[nm] = g.finish()
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             land[nm] = np.where(end[nm] > resumed[:, :, None], -1, 0)
     if not blocking:
@@ -237,7 +244,7 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 dl = np.repeat(drop_deadline(step_start, t, draws.max_delay[nm])[:, None], batch, axis=1)
                 start[nm][:, t], end[nm][:, t], _, cut[nm][:, t] = _serve(draws, nm, t, submit[nm][:, t], free[nm], dl)
         land.update(_async_landing(draws, names, step_start, end, cut))
-    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut)
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log)
 
 
 def _serve(draws, name, t, arrival, free, deadline=None):

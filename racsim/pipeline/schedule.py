@@ -58,6 +58,10 @@ class ArrivalSchedule:
     cancelled: Optional[np.ndarray] = None
     # The optimizer's phase durations (generate, fast_score, submit, update) x (trials, steps), for timelines.
     phase: Optional[np.ndarray] = None
+    # Autoscaled channels (racsim/pipeline/autoscale.py): per channel, one entry per server
+    # ever billed, arrays lane, server (its slot, 0 .. max - 1: the replica of the batch log), requested, released (inf: still billed when the
+    # simulation ended), price_per_hour (USD per server-hour) and max (the pool's largest size).
+    pools: Optional[Dict[str, Dict[str, np.ndarray]]] = None
 
     @property
     def n_trials(self) -> int:

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from racsim.pipeline.autoscale import SimpyAutoPool, logs, sample_times
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
@@ -108,17 +109,21 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     end = {nm: np.full((n, steps, batch), np.inf) for nm in names}
     land = {nm: np.zeros((n, steps, batch), dtype=np.int64) for nm in names}
     cut = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in names}  # cancelled (cancel_on_drop)
-    late_cls = _late_event_class() if draws.gpu else None
-    gpu_rows: Dict[str, list] = {nm: [] for nm in draws.gpu}
+    late_cls = _late_event_class() if draws.gpu or draws.autoscale else None
+    gpu_rows: Dict[str, list] = {nm: [] for nm in draws.gpu if nm not in draws.autoscale}
+    auto: Dict[str, list] = {nm: [] for nm in draws.autoscale}  # each trial's AutoPool
 
     for i in range(n):
         env = simpy.Environment()
         pools = {nm: simpy.Resource(env, capacity=draws.workers[nm]) for nm in names if _queued(draws, nm)}
         servers = {}
         for nm, spec in draws.gpu.items():
+            if nm in draws.autoscale:
+                continue  # an autoscaled pool: SimpyAutoPool below
             tok4 = draws.service[nm]
             slow = draws.slowdown[nm][i] if nm in draws.slowdown else None
             servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i, slow)
+        servers.update({nm: SimpyAutoPool(env, draws, nm, i, late_cls) for nm in draws.autoscale})
 
         def job(nm, t, b, service, dl):
             with pools[nm].request() as req:
@@ -213,6 +218,10 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         env.process(optimizer())
         env.run()  # runs on until every job is served, after the last step too
         for nm, srv in servers.items():
+            if nm in auto:
+                auto[nm].append(srv.pool)
+                start[nm][i], end[nm][i] = (x[0] for x in sample_times(draws, nm, [srv.pool], submit[nm][i], i))
+                continue
             shape = draws.service[nm].shape[1:]
             start[nm][i], end[nm][i] = _per_sample(srv.disp, srv.comp, shape)
             gpu_rows[nm].append(tuple(np.asarray(c) for c in zip(*srv.batches)) if srv.batches else None)
@@ -224,4 +233,9 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         land.update(_async_landing(draws, names, step_start, end, cut))
     gpu_log = {nm: _batch_log([r for r in rows if r is not None], draws.gpu[nm].replicas)
                for nm, rows in gpu_rows.items()}
-    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut)
+    pool_log = {}
+    for nm, pools in auto.items():
+        blog, pool_log[nm] = logs(draws, nm, pools)
+        if blog is not None:
+            gpu_log[nm] = blog
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log)

@@ -7,6 +7,7 @@ from typing import Dict, Optional
 import numpy as np
 import pandas as pd
 
+from racsim.pipeline.autoscale import billed_seconds
 from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED, ArrivalSchedule
 
 
@@ -59,8 +60,30 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
             row["utilisation"] = float(np.mean(busy / (workers[name] * span)))
         else:
             row["utilisation"] = float("nan")
+        pool = (sched.pools or {}).get(name)
+        if pool is not None:
+            row.update(pool_row(sched, k, pool, t0, t1, w))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def pool_row(sched: ArrivalSchedule, k: int, pool: Dict[str, np.ndarray], t0: np.ndarray, t1: np.ndarray,
+             w: int) -> dict:
+    """An autoscaled channel's pool over the measured window [t0, t1] (mean over trials):
+    its largest size (``workers``), servers billed on average, server-seconds billed, cost per 1000 optimizer steps at the
+    pool's price per server-hour, and utilisation = busy seconds / billed server-seconds."""
+    billed = billed_seconds(pool, t0, t1)
+    gpu = (sched.gpu_batches or {}).get(sched.channel_names[k])
+    if gpu is not None:
+        lane = gpu["lane"]
+        busy = np.bincount(lane, weights=_inside(gpu["start"], gpu["end"], t0[lane], t1[lane]), minlength=len(t0))
+    else:
+        busy = _inside(sched.service_start[..., k], sched.completion[..., k],
+                       t0[:, None, None], t1[:, None, None]).sum(axis=(1, 2))
+    steps = sched.n_steps - w
+    return {"workers": int(pool["max"]), "utilisation": float(np.mean(busy / billed)),
+            "servers_billed_mean": float(np.mean(billed / (t1 - t0))), "server_seconds": float(np.mean(billed)),
+            "cost_per_1000_steps": float(np.mean(billed)) / steps * 1000.0 * float(pool["price_per_hour"]) / 3600.0}
 
 
 def _quantiles(x: np.ndarray) -> list:

@@ -63,6 +63,24 @@ def recommendation_text(res: CapacityResult) -> str:
             f"(${row.cost_per_1000_steps:.2f} per 1000 steps).")
 
 
+def autoscale_section(cfg: Any, res: CapacityResult) -> List[str]:
+    """The autoscaled pool against fixed pools of its min and max, per corrector."""
+    a = cfg.pipeline.channels[res.channel].autoscale
+    table = res.autoscale.rename(columns={
+        "servers": "servers (mean billed)", "bias_exact": "bias", "bias_vs_naive": "x naive", "step_s": "s/step",
+        "delay_p95_steps": "delay p95", "sojourn_p95_s": "sojourn p95 s", "dropped_frac": "dropped",
+        "cost_per_1000_steps": "$/1000 steps"})
+    return ["## Autoscaling what-if", "",
+            f"{res.channel}'s pool sized by its rule (from {a.min} to {a.max} servers; one more after more than "
+            f"{a.queue_above} requests waited {a.for_s:g} s, serving {a.startup_s:g} s later; one released after "
+            f"{a.idle_s:g} s idle) against fixed pools of {a.min} and {a.max}, on the same draws. `servers`: "
+            "servers billed on average over the measured steps (a server counts from its request to its release); "
+            "`bias` the exact bias, `x naive` its ratio to naive's, `s/step` the wall-clock per step, delays "
+            "in steps and sojourn in seconds of the asynchronous pipeline, `$/1000 steps` the pool's cost per "
+            "1000 optimizer steps (autoscaled: billed server-seconds of the asynchronous pipeline, so - for "
+            "blocking correctors).", "", "```", table.map(fmt).to_string(index=False), "```", ""]
+
+
 def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -> str:
     lines = [f"# racsim capacity plan: {cfg.name}", "", str(cfg.description or ""), "",
              "## Recommendation", "", recommendation_text(res), ""]
@@ -77,6 +95,8 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
               "effective kernel, bias the exact bias of each corrector, `util` the pool's busy fraction, "
               "`$/h` the pool's price per training hour.",
               "", "```", format_curve(res), "```", ""]
+    if res.autoscale is not None:
+        lines += autoscale_section(cfg, res)
     if res.speed:
         s = res.speed
         lines += ["## Simulator speed", "",
@@ -96,7 +116,10 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
 def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, plots: bool = True) -> list:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for stem, df in (("capacity", res.curve), ("results", res.best.results), ("channels", res.best.channels)):
+    tables = [("capacity", res.curve), ("results", res.best.results), ("channels", res.best.channels)]
+    if res.autoscale is not None:
+        tables.append(("autoscale", res.autoscale))
+    for stem, df in tables:
         p = out_dir / f"{stem}.csv"
         atomic_write(p, lambda t, df=df: df.to_csv(t, index=False))
         written.append(p)

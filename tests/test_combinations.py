@@ -1,0 +1,61 @@
+"""Issue 11's capacity knobs together: the combinations both engines model agree bit for
+bit, and the ones racsim does not model are refused with one line naming the key."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import assert_same_schedule
+
+from racsim.config.defaults import compose_config
+from racsim.config.validate import validate
+from racsim.errors import ConfigError
+from racsim.pipeline.draws import draw
+from racsim.pipeline.lanes import run_lanes
+from racsim.pipeline.simpy_engine import run_simpy
+
+J = "pipeline.channels.judge"
+SMALL = ["pipeline.steps=10", "pipeline.warmup_steps=2", "pipeline.batch_size=4", f"{J}.rm.sequences_per_sample=4",
+         f"{J}.autoscale.queue_above=8", f"{J}.autoscale.for_s=2", f"{J}.autoscale.startup_s=3",
+         f"{J}.autoscale.idle_s=2", f"{J}.rm.gpu.peak_tflops=20"]
+BURSTS = [f"{J}.degraded_factor=4", f"{J}.p_degrade=0.3", f"{J}.p_recover=0.3"]
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_autoscaled_bursty_judge_engines_agree_and_bursts_slow_it(batching):
+    cfg = compose_config("scenario=capacity/judge_rm_autoscale", *SMALL, *BURSTS, f"{J}.rm.batching={batching}")
+    validate(cfg)
+    draws = draw(cfg.pipeline, 3, np.random.default_rng(0))
+    assert (draws.slowdown["judge"] == 4.0).any()
+    for blocking, timeout in ((False, None), (True, None), (True, 5.0)):
+        a, b = run_lanes(draws, blocking, timeout), run_simpy(draws, blocking, timeout)
+        assert_same_schedule(a, b, f"{batching} blocking {blocking} timeout {timeout}")
+    calm = draw(compose_config("scenario=capacity/judge_rm_autoscale", *SMALL, f"{J}.rm.batching={batching}").pipeline,
+                3, np.random.default_rng(0))
+    log, calm_log = run_lanes(draws, False).gpu_batches["judge"], run_lanes(calm, False).gpu_batches["judge"]
+    assert (log["end"] - log["start"]).sum() > (calm_log["end"] - calm_log["start"]).sum()
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["scenario=capacity/judge_rm_autoscale", f"{J}.rm.batching=continuous", f"{J}.rm.chunked_prefill=true"],
+     f"{J}.autoscale"),
+    (["scenario=capacity/judge_rm_h100", f"{J}.rm.batching=continuous", f"{J}.rm.chunked_prefill=true", *BURSTS],
+     f"{J}.degraded_factor"),
+    (["scenario=capacity/judge_rm_h100", "pipeline.arrivals.mode=poisson"], "pipeline.arrivals.mode"),
+])
+def test_combinations_not_modelled_are_refused(overrides, key):
+    with pytest.raises(ConfigError) as info:
+        validate(compose_config(*overrides))
+    assert info.value.key == key and "\n" not in str(info.value)
+
+
+def test_arrivals_over_time_refused_on_an_autoscaled_queue_channel():
+    from racsim.config.schema import ArrivalsConf, AutoscaleConf, ChannelConf, LatencyConf, PipelineConf
+    from racsim.config.validate import validate_arrivals
+
+    ch = ChannelConf(latency=LatencyConf(kind="exponential", mean=2.0), workers=2,
+                     autoscale=AutoscaleConf(min=1, max=3))
+    validate_arrivals(PipelineConf(channels={"v": ch}, arrivals=ArrivalsConf(mode="batch")))
+    with pytest.raises(ConfigError, match="pipeline.channels.v is autoscaled") as info:
+        validate_arrivals(PipelineConf(channels={"v": ch}, arrivals=ArrivalsConf(mode="poisson")))
+    assert info.value.key == "pipeline.arrivals.mode"
