@@ -10,7 +10,9 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from racsim.config.schema import PHASES, PipelineConf, phase_conf
+from racsim.config.validate import faults_on
 from racsim.pipeline.batcher import GpuSpec, fast_score_seconds, gpu_spec
+from racsim.pipeline.faults import Timeline, fault_spec
 from racsim.pipeline.latency import build_latency
 
 
@@ -37,6 +39,8 @@ class PipelineDraws:
     cancel: frozenset = frozenset()
     # channels with route_prob < 1: (trials, steps, batch) True where the sample is sent to it.
     routed: Dict[str, np.ndarray] = field(default_factory=dict)
+    # gpu_rm channels with ``faults``: each replica's outages per lane (racsim/pipeline/faults.py).
+    faults: Dict[str, Timeline] = field(default_factory=dict)
 
 
 def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
@@ -70,6 +74,10 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         if getattr(ch, "degraded_factor", 1.0) != 1:
             bad = regime_path(ch.p_degrade, ch.p_recover, rng, shape)
             service[n] = service[n] * np.where(bad, ch.degraded_factor, 1.0)[..., None]
+    faults = {}  # drawn last, and only with faults on: every other run draws what it drew before
+    for n, ch in pcfg.channels.items():
+        if faults_on(ch):
+            faults[n] = Timeline(int(rng.integers(2**62)), n_trials, gpu[n].replicas, fault_spec(ch.faults, int(ch.rm.tp)))
     return PipelineDraws(
         phase=phase,
         service=service,
@@ -80,6 +88,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         gpu=gpu,
         cancel=frozenset(n for n, ch in pcfg.channels.items() if getattr(ch, "cancel_on_drop", False)),
         routed=routed,
+        faults=faults,
     )
 
 

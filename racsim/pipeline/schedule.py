@@ -8,7 +8,7 @@ structure they share and nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -58,6 +58,10 @@ class ArrivalSchedule:
     cancelled: Optional[np.ndarray] = None
     # The optimizer's phase durations (generate, fast_score, submit, update) x (trials, steps), for timelines.
     phase: Optional[np.ndarray] = None
+    # gpu_rm channels with faults: results lost to a server failure (counted dropped), (trials, steps,
+    # batch, K); and each such channel's outage timeline (racsim.pipeline.faults.Timeline).
+    failed: Optional[np.ndarray] = None
+    faults: Optional[Dict[str, Any]] = None
 
     @property
     def n_trials(self) -> int:
