@@ -2,7 +2,9 @@
 down and come back.
 
 Each server (a replica of ``tp`` GPUs) alternates up times Exp(mtbf_s / tp) -- it fails
-when any of its GPUs does -- and repair times Exp(mttr_s), starting up at time 0. The
+when any of its GPUs does -- and repair times Exp(mttr_s); each
+process starts from its stationary law (down at time 0 with probability
+MTTR / (MTBF + MTTR), then for an Exp(MTTR) repair: memoryless). The
 timeline is a pure function of (seed, server, lane): chunk c of server r's cycles comes
 from ``numpy.random.default_rng([seed, r, c])`` for every lane at once, generated when an
 engine first looks past the end of what exists, so both engines read the same outages
@@ -40,10 +42,13 @@ def fault_spec(faults: Any, tp: int = 1) -> FaultSpec:
 
 def cycles(seed: int, server: int, chunk: int, lanes: int, spec: FaultSpec, start: np.ndarray):
     """(down, up), each (lanes, CHUNK): chunk ``chunk`` of a server's outages, its first
-    up time starting at ``start`` (lanes,): d_k = u_{k-1} + Exp(mtbf), u_k = d_k + Exp(mttr)."""
+    up time starting at ``start`` (lanes,): d_k = u_{k-1} + Exp(mtbf), u_k = d_k + Exp(mttr);
+    chunk 0 has its first up time 0 (down from time 0) with the stationary probability."""
     rng = np.random.default_rng([seed, server, chunk])
     up_s = rng.exponential(spec.mtbf, (lanes, CHUNK))
     down_s = rng.exponential(spec.mttr, (lanes, CHUNK))
+    if chunk == 0:
+        up_s[:, 0] *= rng.random(lanes) >= spec.mttr / (spec.mtbf + spec.mttr)
     steps = np.stack([up_s, down_s], axis=-1).reshape(lanes, 2 * CHUNK)
     t = np.cumsum(np.hstack([start[:, None], steps]), axis=1)[:, 1:]
     return t[:, 0::2], t[:, 1::2]
