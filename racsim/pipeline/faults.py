@@ -61,6 +61,7 @@ class Timeline:
         self.seed, self.lanes, self.spec = seed, lanes, spec
         self.down = [np.zeros((lanes, 0)) for _ in range(servers)]
         self.up = [np.zeros((lanes, 0)) for _ in range(servers)]
+        self._last: dict = {}  # (lane, server) -> (t, down, up) of the last lookup
 
     @property
     def servers(self) -> int:
@@ -77,9 +78,14 @@ class Timeline:
 
     def outage(self, lane: int, server: int, t: float) -> Tuple[float, float]:
         """(down, up) of the first outage that ends after ``t``: the server is down at t iff down <= t."""
+        last = self._last.get((lane, server))
+        if last is not None and last[0] <= t < last[2]:  # the same outage answers every t in [t_last, up)
+            return last[1], last[2]
         self.cover(server, t)
         k = int(np.searchsorted(self.up[server][lane], t, side="right"))
-        return float(self.down[server][lane, k]), float(self.up[server][lane, k])
+        d, u = float(self.down[server][lane, k]), float(self.up[server][lane, k])
+        self._last[(lane, server)] = (t, d, u)
+        return d, u
 
     def next_up(self, lane: int, server: int, t: float) -> float:
         """The first instant >= t at which the server is up."""

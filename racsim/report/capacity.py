@@ -29,6 +29,9 @@ def format_curve(res: CapacityResult) -> str:
         "util": base.utilisation.values,
         "$/h": base.cost_per_hour.values,
     })
+    if "availability" in base:  # faults: fraction of replica-seconds up, share of results lost to failures
+        table.insert(4, "avail", base.availability.values)
+        table.insert(5, "lost to failure", base.lost_to_failure_frac.values)
     for name in c.corrector.unique():
         sub = c[c.corrector == name].set_index("count").reindex(base.index)
         table[f"bias {name}"] = sub.bias_exact.values
