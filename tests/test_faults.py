@@ -229,3 +229,13 @@ def test_faults_need_a_gpu_rm_channel():
     cfg = compose_config("pipeline.channels.judge.faults.mtbf_s=100", "pipeline.channels.judge.faults.mttr_s=10")
     with pytest.raises(ConfigError, match=r"pipeline\.channels\.judge\.faults\.mtbf_s.*gpu_rm"):
         validate(cfg)
+
+
+def test_capacity_search_runs_every_count_with_the_faults_on():
+    from racsim.analyses.capacity import count_key, with_count
+
+    cfg = compose_config("scenario=capacity/judge_rm_faults", "pipeline.steps=2", "pipeline.warmup_steps=0")
+    key = count_key(cfg, "judge")
+    for n in (2, 6):
+        d = draw(with_count(cfg, key, n).pipeline, 1, np.random.default_rng(0))
+        assert d.faults["judge"].servers == n and d.faults["judge"].spec == FaultSpec(1800.0, 300.0, 3)

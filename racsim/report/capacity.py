@@ -78,7 +78,9 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
               "asynchronous pipeline and sojourn (submit to result) in seconds, both measured from step "
               f"{warmup_steps(cfg.pipeline)} on (`pipeline.warmup_steps`), `eta` the slack of the chosen corrector's "
               "effective kernel, bias the exact bias of each corrector, `util` the pool's busy fraction, "
-              "`$/h` the pool's price per training hour.",
+              "`$/h` the pool's price per training hour"
+              + ("; `avail` the fraction of replica-seconds up and `lost to failure` the share of results lost to "
+                 "failures (faults)." if "availability" in res.curve else "."),
               "", "```", format_curve(res), "```", ""]
     if res.speed:
         s = res.speed
