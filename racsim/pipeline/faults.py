@@ -92,17 +92,17 @@ class Timeline:
         d, u = self.outage(lane, server, t)
         return u if d <= t else t
 
-    def serve(self, lane: int, server: int, start: float, seconds: float) -> Tuple[float, bool, int]:
-        """A batch of ``seconds`` started at ``start`` on an up server: (end, lost, restarts).
+    def serve(self, lane: int, server: int, start: float, seconds: float) -> Tuple[float, bool]:
+        """A batch of ``seconds`` started at ``start`` on an up server: (end, lost).
         It completes at start + seconds if no outage begins before; else it is interrupted at
         the outage's start and restarts at its end (at most ``retries`` times) or is lost there."""
         s, tries = start, 0
         while True:
             d, u = self.outage(lane, server, s)
             if s + seconds <= d:
-                return s + seconds, False, tries
+                return s + seconds, False
             if tries == self.spec.retries:
-                return d, True, tries
+                return d, True
             s, tries = u, tries + 1
 
     def up_fraction(self, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:

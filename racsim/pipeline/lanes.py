@@ -57,7 +57,8 @@ def fifo_assign(arrival: np.ndarray, service: np.ndarray, free: np.ndarray, dead
 
 class _LaneServer:
     """One trial's gpu_rm channel as a plain event loop (the lanes engine's general
-    path): decision instants are arrivals, batch completions and flush deadlines;
+    path): decision instants are arrivals, batch completions, flush deadlines and, with
+    faults, repairs of idle replicas;
     at each, the batcher's rule (:meth:`_Waiting.dispatch`) says what leaves."""
 
     def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int, faults=None, lane: int = 0):
@@ -101,7 +102,7 @@ class _LaneServer:
         for b in self.q.dispatch(idle, tau, self.arr):
             end, lost = tau + b.seconds, False
             if self.faults is not None:
-                end, lost, _ = self.faults.serve(self.lane, b.replica, tau, b.seconds)
+                end, lost = self.faults.serve(self.lane, b.replica, tau, b.seconds)
             self.free[b.replica] = end
             for j in b.ids:
                 self.disp[j], self.comp[j], self.lost[j] = tau, end, lost
