@@ -42,6 +42,9 @@ def test_autoscaled_bursty_judge_engines_agree_and_bursts_slow_it(batching):
     (["scenario=capacity/judge_rm_h100", f"{J}.rm.batching=continuous", f"{J}.rm.chunked_prefill=true", *BURSTS],
      f"{J}.degraded_factor"),
     (["scenario=capacity/judge_rm_h100", "pipeline.arrivals.mode=poisson"], "pipeline.arrivals.mode"),
+    (["scenario=capacity/judge_rm_faults", f"{J}.rm.batching=continuous", f"{J}.rm.chunked_prefill=true"],
+     f"{J}.faults.mtbf_s"),
+    (["scenario=capacity/judge_rm_autoscale", f"{J}.faults.mtbf_s=3600", f"{J}.faults.mttr_s=60"], f"{J}.faults.mtbf_s"),
 ])
 def test_combinations_not_modelled_are_refused(overrides, key):
     with pytest.raises(ConfigError) as info:
@@ -59,3 +62,15 @@ def test_arrivals_over_time_refused_on_an_autoscaled_queue_channel():
     with pytest.raises(ConfigError, match="pipeline.channels.v is autoscaled") as info:
         validate_arrivals(PipelineConf(channels={"v": ch}, arrivals=ArrivalsConf(mode="poisson")))
     assert info.value.key == "pipeline.arrivals.mode"
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_failing_bursty_judge_engines_agree(batching):
+    cfg = compose_config("scenario=capacity/judge_rm_faults", *SMALL[:5], *BURSTS, f"{J}.rm.batching={batching}",
+                         f"{J}.rm.gpus=2", f"{J}.faults.mtbf_s=40", f"{J}.faults.mttr_s=5")
+    validate(cfg)
+    draws = draw(cfg.pipeline, 3, np.random.default_rng(0))
+    assert "judge" in draws.faults and (draws.slowdown["judge"] == 4.0).any()
+    for blocking, timeout in ((False, None), (True, None), (True, 5.0)):
+        a, b = run_lanes(draws, blocking, timeout), run_simpy(draws, blocking, timeout)
+        assert_same_schedule(a, b, f"{batching} blocking {blocking} timeout {timeout}")

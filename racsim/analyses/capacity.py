@@ -149,6 +149,9 @@ def _rows(cfg: Any, name: str, n: int, res) -> List[dict]:
             "cost_per_hour": n * price,
             "cost_per_1000_steps": n * price * step_s * 1000.0 / 3600.0,
         })
+        if "availability" in ch:  # a channel with faults: its replicas' uptime, results lost to failures
+            out[-1].update(availability=float(ch["availability"]),
+                           lost_to_failure_frac=float(ch["lost_to_failure"]) / float(ch["emitted"]))
     return out
 
 

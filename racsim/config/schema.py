@@ -216,6 +216,20 @@ class AutoscaleConf:
 
 
 @dataclass
+class FaultsConf:
+    """Server failures of a gpu_rm channel (racsim/pipeline/faults.py): each GPU fails after
+    Exp(``mtbf_s``) seconds up (a replica of tp GPUs when any of them does) and is repaired
+    after Exp(``mttr_s``); a batch cut by a failure restarts on its replica once repaired, at
+    most ``max_retries`` times (``on_failure: retry``), or is lost (``lose``, or past the cap).
+    ``mtbf_s`` null (the default): no failures."""
+
+    mtbf_s: Optional[float] = None
+    mttr_s: Optional[float] = None
+    on_failure: str = "retry"
+    max_retries: int = 3
+
+
+@dataclass
 class ChannelConf:
     """One slow reward channel (code verifier, judge RM, human review...).
 
@@ -252,6 +266,9 @@ class ChannelConf:
     rm: Optional[RMConf] = None
     # null: a fixed pool (``workers`` / ``rm.gpus``); else a pool sized by a rule (AutoscaleConf).
     autoscale: Optional[AutoscaleConf] = None
+
+    # gpu_rm channels: replicas fail and are repaired (faults.mtbf_s null: never); see FaultsConf.
+    faults: FaultsConf = field(default_factory=FaultsConf)
 
 
 @dataclass

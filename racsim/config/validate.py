@@ -199,6 +199,31 @@ def missing_error(key: str) -> ConfigError:
     return ConfigError(key, MISSING, MISSING_ALLOWED)
 
 
+FAILURE_POLICIES = ("retry", "lose")
+
+
+def faults_on(ch: Any) -> bool:
+    """Does the channel's replicas fail (``faults.mtbf_s`` set)?"""
+    return getattr(getattr(ch, "faults", None), "mtbf_s", None) is not None
+
+
+def validate_faults(ch: Any, key: str) -> None:
+    """A channel's ``faults``: a gpu_rm channel, positive finite MTBF and MTTR, a known policy."""
+    f = ch.faults
+    _need(getattr(ch, "kind", "queue") == "gpu_rm", f"{key}.mtbf_s", f.mtbf_s,
+          "null here: failures are modelled for gpu_rm channels (their replicas)")
+    for k in ("mtbf_s", "mttr_s"):
+        _need(_finite(getattr(f, k)) and getattr(f, k) > 0, f"{key}.{k}", getattr(f, k),
+              "a finite number of seconds > 0 (the mean " + ("up time of one GPU" if k == "mtbf_s"
+                                                              else "repair time of a replica") + ")")
+    _need(f.on_failure in FAILURE_POLICIES, f"{key}.on_failure", f.on_failure, "one of " + ", ".join(FAILURE_POLICIES))
+    _int_at_least(f"{key}.max_retries", f.max_retries, 0)
+    _need(getattr(ch, "autoscale", None) is None, f"{key}.mtbf_s", f.mtbf_s,
+          "null on an autoscaled channel (failures are modelled for fixed pools)")
+    _need(not ch.rm.chunked_prefill, f"{key}.mtbf_s", f.mtbf_s,
+          "null with rm.chunked_prefill (a failure cuts whole batches, not chunked iterations)")
+
+
 def validate(cfg: Any) -> None:
     """Check ranges and cross-field rules of a composed config (a DictConfig
     or a :class:`RacsimConf`). Raises :class:`ConfigError` on the first bad value,
@@ -259,6 +284,8 @@ def validate(cfg: Any) -> None:
                   "(not a kernel, not gpu_rm)")
         if getattr(ch, "autoscale", None) is not None:
             validate_autoscale(ch, f"{key}.autoscale")
+        if faults_on(ch):
+            validate_faults(ch, f"{key}.faults")
     _need(sum(ch.share for ch in p.channels.values()) > 0, "pipeline.channels.*.share",
           [ch.share for ch in p.channels.values()], "at least one channel with share > 0")
     if getattr(p, "fast_rm", None) is not None:

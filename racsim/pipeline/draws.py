@@ -10,10 +10,12 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from racsim.config.schema import PHASES, PipelineConf, phase_conf
+from racsim.config.validate import faults_on
 from racsim.pipeline.arrivals import draw_offsets
 from racsim.pipeline.autoscale import scale_rule
 from racsim.pipeline.batcher import GpuSpec, fast_score_seconds
 from racsim.pipeline.cbatch import serving_spec
+from racsim.pipeline.faults import Timeline, fault_spec
 from racsim.pipeline.latency import build_latency
 
 
@@ -48,6 +50,8 @@ class PipelineDraws:
     offset: Optional[np.ndarray] = None
     # channels with an ``autoscale`` rule (racsim/pipeline/autoscale.py): their pool's rule.
     autoscale: Dict[str, Any] = field(default_factory=dict)
+    # gpu_rm channels with ``faults``: each replica's outages per lane (racsim/pipeline/faults.py).
+    faults: Dict[str, Timeline] = field(default_factory=dict)
 
 
 def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
@@ -91,6 +95,10 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         if arrivals.mode != "poisson":  # stream, trace: the generate phase ends with the last rollout
             nominal += float(gen.mean()) - phase_lat[0].mean()
             phase[0] = gen
+    faults = {}  # drawn last, and only with faults on: every other run draws what it drew before
+    for n, ch in pcfg.channels.items():
+        if faults_on(ch):
+            faults[n] = Timeline(int(rng.integers(2**62)), n_trials, gpu[n].replicas, fault_spec(ch.faults, int(ch.rm.tp)))
     return PipelineDraws(
         phase=phase,
         service=service,
@@ -104,6 +112,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         slowdown=slowdown,
         offset=offset,
         autoscale={n: scale_rule(ch) for n, ch in pcfg.channels.items() if getattr(ch, "autoscale", None) is not None},
+        faults=faults,
     )
 
 

@@ -14,10 +14,11 @@ from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED, Arriv
 
 
 def _async_landing(draws: "PipelineDraws", names, step_start: np.ndarray,
-                   end: Dict[str, np.ndarray], cut: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+                   end: Dict[str, np.ndarray], cut: Optional[Dict[str, np.ndarray]] = None,
+                   failed: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
     """Landing steps of a non-blocking run: kernel channels at t + Delta (-1: lost),
     clock channels at the first later step that begins after completion; a result
-    cancelled by ``cancel_on_drop`` (``cut``) never lands (-1)."""
+    cancelled by ``cancel_on_drop`` (``cut``) or lost to a server failure (``failed``) never lands (-1)."""
     steps = step_start.shape[1] - 1
     land = {}
     for nm in names:
@@ -28,6 +29,8 @@ def _async_landing(draws: "PipelineDraws", names, step_start: np.ndarray,
             land[nm] = landing_step(step_start[:, :steps], end[nm])
         if cut is not None and nm in draws.cancel:
             land[nm] = np.where(cut[nm], -1, land[nm])
+        if failed and nm in failed:
+            land[nm] = np.where(failed[nm], -1, land[nm])
     return land
 
 
@@ -80,7 +83,7 @@ def classify(land: np.ndarray, max_delay: Optional[int], n_steps: int):
 
 
 def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log=None, cut=None,
-              pool_log=None) -> ArrivalSchedule:
+              pool_log=None, failed=None) -> ArrivalSchedule:
     steps = step_start.shape[1] - 1
     delays, statuses = [], []
     for name in names:
@@ -108,4 +111,7 @@ def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_
         cancelled=np.stack([cut[nm] for nm in names], axis=-1) if draws.cancel else None,
         phase=draws.phase,
         pools=pool_log or None,
+        failed=np.stack([failed.get(nm, np.zeros(land[nm].shape, dtype=bool)) for nm in names], axis=-1)
+        if failed else None,
+        faults=dict(draws.faults) or None,
     )

@@ -57,11 +57,15 @@ def fifo_assign(arrival: np.ndarray, service: np.ndarray, free: np.ndarray, dead
 
 class _LaneServer:
     """One trial's gpu_rm channel as a plain event loop (the lanes engine's general
-    path): decision instants are arrivals, batch completions and flush deadlines;
+    path): decision instants are arrivals, batch completions, flush deadlines and, with
+    faults, repairs of idle replicas;
     at each, the batcher's rule (:meth:`_Waiting.dispatch`) says what leaves."""
 
-    def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int, slow: Optional[np.ndarray] = None):
+    def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int, slow: Optional[np.ndarray] = None,
+                 faults=None, lane: int = 0):
         self.spec, self.G = spec, group
+        self.faults, self.lane = faults, lane  # a faults.Timeline: replicas go down (None: never)
+        self.lost = np.zeros(tokens.size, dtype=bool)
         self.q = waiting(spec, tokens.tolist(), group, None if slow is None else slow.tolist())
         self.arr: List[float] = []
         self.left: List[int] = []  # requests of each group not dispatched yet (their last chunk, if chunked)
@@ -79,7 +83,9 @@ class _LaneServer:
     def _next(self) -> float:
         c = self.arr[self.admitted] if self.admitted < len(self.arr) else math.inf
         if self.q:
-            for f in self.free:
+            for r, f in enumerate(self.free):
+                if f <= self.now and self.faults is not None:  # idle: back when repaired
+                    f = self.faults.next_up(self.lane, r, self.now)
                 if self.now < f < c:
                     c = f
             d = self.q.deadline(self.arr)
@@ -91,13 +97,18 @@ class _LaneServer:
         while self.admitted < len(self.arr) and self.arr[self.admitted] <= tau:
             self.q.admit(self.admitted)
             self.admitted += 1
-        for b in self.q.dispatch([r for r, f in enumerate(self.free) if f <= tau], tau, self.arr):
-            end = tau + b.seconds
+        idle = [r for r, f in enumerate(self.free) if f <= tau]
+        if self.faults is not None:
+            idle = [r for r in idle if self.faults.next_up(self.lane, r, tau) == tau]
+        for b in self.q.dispatch(idle, tau, self.arr):
+            end, lost = tau + b.seconds, False
+            if self.faults is not None:
+                end, lost = self.faults.serve(self.lane, b.replica, tau, b.seconds)
             self.free[b.replica] = end
             for j in b.starts:
                 self.disp[j] = tau
             for j in b.ends:
-                self.comp[j] = end
+                self.comp[j], self.lost[j] = end, lost
                 self.left[j // self.G] -= 1
             self.batches.append((b.replica, tau, end, len(b.ids), b.billed, b.group))
         self.now = tau
@@ -121,15 +132,16 @@ class _GpuLanes:
         n, steps, batch, seqs = tok4.shape
         self.G = batch * seqs
         self.tok = tok4.reshape(n, steps * self.G)
-        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
+        faults = draws.faults.get(name)
+        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None) and faults is None
         self.slow = draws.slowdown.get(name)  # bursts: (lanes, steps) factor on batch seconds
         if self.vector:
             self.st = lanes_state(spec, n, self.tok.shape[1])
             self.cum, self.cum2 = _prefix(self.tok)
             self.group_time = np.full((n, steps), np.inf)
         else:
-            self.servers = [_LaneServer(spec, self.tok[i], self.G, None if self.slow is None else self.slow[i])
-                            for i in range(n)]
+            self.servers = [_LaneServer(spec, self.tok[i], self.G, None if self.slow is None else self.slow[i],
+                                        faults, i) for i in range(n)]
 
     def run_async(self, submit_time: np.ndarray) -> None:
         """Every group's arrival known: serve them all. ``submit_time``: (lanes, steps)."""
@@ -162,16 +174,19 @@ class _GpuLanes:
 
     def finish(self):
         """Serve what is left; (first dispatch, last completion) per sample and the batch log."""
+        lost = None
         if self.vector:
             disp, comp, rows = self.st.disp, self.st.comp, self.st.log
         else:
             for srv in self.servers:
                 srv.run()
             disp = np.stack([s.disp for s in self.servers])
-            comp = np.stack([s.comp for s in self.servers])
+            lost = np.stack([s.lost for s in self.servers])
+            comp = np.where(lost, np.inf, np.stack([s.comp for s in self.servers]))
             rows = [(np.full(len(s.batches), i), *zip(*s.batches)) for i, s in enumerate(self.servers) if s.batches]
             rows = [tuple(np.asarray(c) for c in r) for r in rows]
         start, end = _per_sample(disp, comp, self.shape)
+        self.failed = None if lost is None else lost.reshape(self.shape).any(axis=-1)  # (lanes, steps, batch)
         return start, end, _batch_log(rows, self.spec.replicas)
 
 
@@ -238,13 +253,14 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             start[nm], end[nm], gpu_log[nm] = g.finish()
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             land[nm] = np.where(end[nm] > resumed[:, :, None], -1, 0)
+    failed = {nm: gpus[nm].failed for nm in draws.faults}  # results lost to a server failure
     if not blocking:
         for nm in draws.cancel:
             for t in range(steps):
                 dl = np.repeat(drop_deadline(step_start, t, draws.max_delay[nm])[:, None], batch, axis=1)
                 start[nm][:, t], end[nm][:, t], _, cut[nm][:, t] = _serve(draws, nm, t, submit[nm][:, t], free[nm], dl)
-        land.update(_async_landing(draws, names, step_start, end, cut))
-    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log)
+        land.update(_async_landing(draws, names, step_start, end, cut, failed))
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log, failed)
 
 
 def _serve(draws, name, t, arrival, free, deadline=None):

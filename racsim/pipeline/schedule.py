@@ -8,7 +8,7 @@ structure they share and nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -62,6 +62,10 @@ class ArrivalSchedule:
     # ever billed, arrays lane, server (its slot, 0 .. max - 1: the replica of the batch log), requested, released (inf: still billed when the
     # simulation ended), price_per_hour (USD per server-hour) and max (the pool's largest size).
     pools: Optional[Dict[str, Dict[str, np.ndarray]]] = None
+    # gpu_rm channels with faults: results lost to a server failure (counted dropped), (trials, steps,
+    # batch, K); and each such channel's outage timeline (racsim.pipeline.faults.Timeline).
+    failed: Optional[np.ndarray] = None
+    faults: Optional[Dict[str, Any]] = None
 
     @property
     def n_trials(self) -> int:

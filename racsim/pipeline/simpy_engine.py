@@ -5,6 +5,7 @@ channels a batcher process with a ``Resource`` per replica.
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Dict, List, Optional
 
@@ -35,16 +36,31 @@ def _late_event_class():
     return _Late
 
 
+def _at(env, when: float):
+    """An event at the absolute instant ``when`` (NORMAL priority, as a timeout): a timeline's
+    outage instant exactly, where a relative timeout's ``now + (when - now)`` can round off it.
+    SimPy schedules only relative delays, so this pushes onto its event queue as
+    :meth:`simpy.Environment.schedule` does."""
+    import simpy
+
+    ev = simpy.events.Event(env)
+    ev._ok, ev._value = True, None
+    heapq.heappush(env._queue, (when, simpy.events.NORMAL, next(env._eid), ev))
+    return ev
+
+
 class _SimpyServer:
     """One trial's gpu_rm channel in SimPy: a batcher process, a ``Resource`` per
     replica, a process per batch, and a flush timer per arriving group; the batcher
     decides by the rule of :meth:`_Waiting.dispatch`."""
 
     def __init__(self, env, spec: GpuSpec, tokens: np.ndarray, group: int, steps: int, late_cls, lane: int,
-                 slow: Optional[np.ndarray] = None):
+                 slow: Optional[np.ndarray] = None, faults=None):
         import simpy
 
         self.env, self.spec, self.G, self.Late, self.lane = env, spec, group, late_cls, lane
+        self.faults = faults  # a faults.Timeline: replicas go down (None: never)
+        self.lost = np.zeros(tokens.size, dtype=bool)
         self.q = waiting(spec, tokens.tolist(), group, None if slow is None else slow.tolist())
         self.gpus = [simpy.Resource(env, capacity=1) for _ in range(spec.replicas)]
         self.arr: List[float] = [math.nan] * steps
@@ -74,17 +90,23 @@ class _SimpyServer:
             self._decide(self.env.now)
 
     def _decide(self, tau: float) -> None:
-        for b in self.q.dispatch([r for r, res in enumerate(self.gpus) if res.count == 0], tau, self.arr):
+        idle = [r for r, res in enumerate(self.gpus) if res.count == 0]
+        down = [r for r in idle if self.faults is not None and self.faults.next_up(self.lane, r, tau) > tau]
+        for b in self.q.dispatch([r for r in idle if r not in down], tau, self.arr):
             req = self.gpus[b.replica].request()  # granted at once: the replica is idle
             self.disp[b.starts] = tau
             self.env.process(self._serve(b, req))
+        if self.q and down:  # wake when the first idle replica that is down is repaired
+            back = min(self.faults.next_up(self.lane, r, tau) for r in down)
+            _at(self.env, back).callbacks.append(self._poke)
 
     def _serve(self, b: _Batch, req):
         yield req
         start = self.env.now
-        yield self.env.timeout(b.seconds)
+        lost = yield from self._attempts(b)
         self.gpus[b.replica].release(req)
         self.comp[b.ends] = self.env.now
+        self.lost[b.ends] = lost
         self.batches.append((self.lane, b.replica, start, self.env.now, len(b.ids), b.billed, b.group))
         for j in b.ends:
             g = j // self.G
@@ -92,6 +114,24 @@ class _SimpyServer:
             if self.left[g] == 0:
                 self.done[g].succeed()
         self._poke()
+
+    def _attempts(self, b: _Batch):
+        """Serve batch ``b`` on its replica through the replica's outages: interrupted at a
+        failure, restarted at the repair while retries are left, else lost. Returns lost."""
+        if self.faults is None:
+            yield self.env.timeout(b.seconds)
+            return False
+        tries = 0
+        while True:
+            down, up = self.faults.outage(self.lane, b.replica, self.env.now)
+            if self.env.now + b.seconds <= down:
+                yield self.env.timeout(b.seconds)
+                return False
+            yield _at(self.env, down)  # the replica fails
+            if tries == self.faults.spec.retries:
+                return True
+            tries += 1
+            yield _at(self.env, up)  # repaired: start again
 
 
 def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float] = None) -> ArrivalSchedule:
@@ -112,6 +152,7 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     late_cls = _late_event_class() if draws.gpu or draws.autoscale else None
     gpu_rows: Dict[str, list] = {nm: [] for nm in draws.gpu if nm not in draws.autoscale}
     auto: Dict[str, list] = {nm: [] for nm in draws.autoscale}  # each trial's AutoPool
+    failed = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in draws.faults}  # lost to a server failure
 
     for i in range(n):
         env = simpy.Environment()
@@ -122,7 +163,8 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 continue  # an autoscaled pool: SimpyAutoPool below
             tok4 = draws.service[nm]
             slow = draws.slowdown[nm][i] if nm in draws.slowdown else None
-            servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i, slow)
+            servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i, slow,
+                                       draws.faults.get(nm))
         servers.update({nm: SimpyAutoPool(env, draws, nm, i, late_cls) for nm in draws.autoscale})
 
         def job(nm, t, b, service, dl):
@@ -223,14 +265,16 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 start[nm][i], end[nm][i] = (x[0] for x in sample_times(draws, nm, [srv.pool], submit[nm][i], i))
                 continue
             shape = draws.service[nm].shape[1:]
-            start[nm][i], end[nm][i] = _per_sample(srv.disp, srv.comp, shape)
+            start[nm][i], end[nm][i] = _per_sample(srv.disp, np.where(srv.lost, np.inf, srv.comp), shape)
+            if nm in draws.faults:
+                failed[nm][i] = srv.lost.reshape(shape).any(axis=-1)
             gpu_rows[nm].append(tuple(np.asarray(c) for c in zip(*srv.batches)) if srv.batches else None)
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             for nm in names:
                 land[nm][i] = np.where((end[nm][i] > resumed[:, None]) | cut[nm][i], -1, land[nm][i])
 
     if not blocking:
-        land.update(_async_landing(draws, names, step_start, end, cut))
+        land.update(_async_landing(draws, names, step_start, end, cut, failed))
     gpu_log = {nm: _batch_log([r for r in rows if r is not None], draws.gpu[nm].replicas)
                for nm, rows in gpu_rows.items()}
     pool_log = {}
@@ -238,4 +282,4 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         blog, pool_log[nm] = logs(draws, nm, pools)
         if blog is not None:
             gpu_log[nm] = blog
-    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log)
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log, failed)

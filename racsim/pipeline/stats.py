@@ -28,6 +28,10 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
                "emitted": int(np.count_nonzero(sent)), "injected": int(np.count_nonzero(st == INJECTED)),
                "dropped": int(np.count_nonzero(st == DROPPED)), "pending": int(np.count_nonzero(st == PENDING)),
                "unrouted": int(st.size - np.count_nonzero(sent))}
+        if sched.failed is not None:  # gpu_rm faults: results lost to a failure (among dropped), capacity up
+            row["lost_to_failure"] = int(np.count_nonzero(sched.failed[:, w:, :, k]))
+            tl = (sched.faults or {}).get(name)
+            row["availability"] = float(np.mean(tl.up_fraction(t0, t1))) if tl is not None else float("nan")
         row["delay_mean_steps"] = float(d.mean()) if d.size else float("nan")
         for q, v in zip((50, 95, 99), _quantiles(d)):
             row[f"delay_p{q}_steps"] = v

@@ -29,6 +29,9 @@ def format_curve(res: CapacityResult) -> str:
         "util": base.utilisation.values,
         "$/h": base.cost_per_hour.values,
     })
+    if "availability" in base:  # faults: fraction of replica-seconds up, share of results lost to failures
+        table.insert(4, "avail", base.availability.values)
+        table.insert(5, "lost to failure", base.lost_to_failure_frac.values)
     for name in c.corrector.unique():
         sub = c[c.corrector == name].set_index("count").reindex(base.index)
         table[f"bias {name}"] = sub.bias_exact.values
@@ -93,7 +96,9 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
               "asynchronous pipeline and sojourn (submit to result) in seconds, both measured from step "
               f"{warmup_steps(cfg.pipeline)} on (`pipeline.warmup_steps`), `eta` the slack of the chosen corrector's "
               "effective kernel, bias the exact bias of each corrector, `util` the pool's busy fraction, "
-              "`$/h` the pool's price per training hour.",
+              "`$/h` the pool's price per training hour"
+              + ("; `avail` the fraction of replica-seconds up and `lost to failure` the share of results lost to "
+                 "failures (faults)." if "availability" in res.curve else "."),
               "", "```", format_curve(res), "```", ""]
     if res.autoscale is not None:
         lines += autoscale_section(cfg, res)

@@ -1,0 +1,241 @@
+"""Server failures of gpu_rm channels (racsim/pipeline/faults.py): the timeline against the
+two-state availability law, a FIFO pool with failures against a per-request loop oracle
+written here (retry and lose), conservation, and the two engines bit for bit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from helpers import assert_same_schedule, det, gpu, rm_model
+
+from racsim.config.defaults import compose_config
+from racsim.config.schema import ChannelConf, FaultsConf, LatencyConf, PipelineConf, RMConf
+from racsim.config.validate import validate
+from racsim.errors import ConfigError
+from racsim.pipeline.batcher import GpuSpec
+from racsim.pipeline.draws import PipelineDraws, draw
+from racsim.pipeline.faults import FaultSpec, Timeline, fault_spec
+from racsim.pipeline.lanes import run_lanes
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING
+from racsim.pipeline.simpy_engine import run_simpy
+from racsim.pipeline.stats import channel_stats
+
+
+def test_long_run_fraction_up_is_mtbf_over_mtbf_plus_mttr():
+    """Fraction of server-time up over a long horizon, from the simulated timeline, against
+    MTBF / (MTBF + MTTR). The process starts stationary, so the expectation is exact at any
+    horizon; the tolerance is 5 standard errors of a two-state Markov chain's time average:
+    Var = 2 a^2 b^2 / ((a + b)^3 H) per server (a = MTBF, b = MTTR), over N independent servers."""
+    a, b, H, lanes, servers = 40.0, 10.0, 4000.0, 100, 3
+    tl = Timeline(7, lanes, servers, FaultSpec(mtbf=a, mttr=b, retries=0))
+    frac = tl.up_fraction(np.zeros(lanes), np.full(lanes, H))
+    se = math.sqrt(2 * a**2 * b**2 / ((a + b) ** 3 * H) / (lanes * servers))
+    assert abs(frac.mean() - a / (a + b)) < 5 * se
+    # the same figure by a plain loop over one lane's outages
+    down = 0.0
+    for r in range(servers):
+        for d, u in zip(tl.down[r][3], tl.up[r][3]):
+            down += max(0.0, min(u, H) - max(d, 0.0))
+    assert frac[3] == pytest.approx(1 - down / (servers * H), rel=1e-12)
+    # up and down times are exponential with the configured means (within 5 standard errors)
+    ups = np.concatenate([(tl.down[r][:, 1:] - tl.up[r][:, :-1]).ravel() for r in range(servers)])
+    downs = np.concatenate([(tl.up[r] - tl.down[r]).ravel() for r in range(servers)])
+    assert abs(ups.mean() - a) < 5 * a / math.sqrt(ups.size)
+    assert abs(downs.mean() - b) < 5 * b / math.sqrt(downs.size)
+    # the stationary start: down at time 0 with probability b / (a + b)
+    at0 = np.array([[tl.down[r][i, 0] == 0 for r in range(servers)] for i in range(lanes)])
+    p = b / (a + b)
+    assert abs(at0.mean() - p) < 5 * math.sqrt(p * (1 - p) / at0.size)
+
+
+def test_a_replica_of_tp_gpus_fails_tp_times_as_often():
+    f = FaultsConf(mtbf_s=1000.0, mttr_s=60.0, on_failure="lose", max_retries=5)
+    assert fault_spec(f, tp=4) == FaultSpec(mtbf=250.0, mttr=60.0, retries=0)
+    f.on_failure = "retry"
+    assert fault_spec(f, tp=2).retries == 5
+
+
+def test_timeline_does_not_depend_on_the_order_it_is_read_in():
+    spec = FaultSpec(mtbf=5.0, mttr=1.0, retries=1)
+    x, y = Timeline(3, 4, 2, spec), Timeline(3, 4, 2, spec)
+    x.outage(2, 1, 900.0)  # grows server 1 far first
+    for t in (0.0, 3.3, 50.0, 700.0):
+        for lane in range(4):
+            for r in range(2):
+                assert y.outage(lane, r, t) == x.outage(lane, r, t)
+
+
+# ----------------------------------------------------------------------------
+# A FIFO pool with failures: batch size 1, no waiting to fill, so each request is served
+# alone on the lowest-indexed replica that is idle and up when it reaches the head.
+
+
+class LinearService:
+    def __init__(self, rate: float):
+        self.rate = rate
+
+    def seconds(self, n, ts, sq, mx):
+        return ts / self.rate
+
+
+def oracle(arrival, service, down, up, retries):
+    """One lane, requests in FIFO order: (start, end, lost) by a plain loop. ``down[r]``/``up[r]``:
+    replica r's outages [down, up) in time order."""
+    c = len(down)
+
+    def first_up(r, t):
+        for d, u in zip(down[r], up[r]):
+            if d <= t < u:
+                return u
+        return t
+
+    free = [0.0] * c
+    out = []
+    for a, s in zip(arrival, service):
+        avail = [first_up(r, max(a, free[r])) for r in range(c)]
+        r = min(range(c), key=lambda k: (avail[k], k))
+        t, tries, start = avail[r], 0, avail[r]
+        while True:
+            nxt = next((d, u) for d, u in zip(down[r], up[r]) if u > t)
+            if t + s <= nxt[0]:
+                end, lost = t + s, False
+                break
+            if tries == retries:
+                end, lost = nxt[0], True
+                break
+            t, tries = nxt[1], tries + 1
+        free[r] = end
+        out.append((start, end, lost))
+    return out
+
+
+@pytest.mark.parametrize("retries", [0, 1, 3])
+def test_fifo_pool_with_failures_matches_a_per_request_oracle(retries):
+    lanes, steps, batch, c = 6, 60, 3, 3
+    rng = np.random.default_rng(40 + retries)
+    tokens = np.maximum(np.rint(rng.exponential(2000.0, (lanes, steps, batch, 1))), 1.0)  # 2 s on average
+    gen = rng.exponential(2.5, (lanes, steps))
+    zero = np.zeros((lanes, steps))
+    tl = Timeline(11 + retries, lanes, c, FaultSpec(mtbf=15.0, mttr=4.0, retries=retries))
+    draws = PipelineDraws(
+        phase=np.stack([gen, zero, zero, zero]), service={"g": tokens}, kernel_channels=frozenset(),
+        nominal_step=2.5, workers={"g": None}, max_delay={"g": None},
+        gpu={"g": GpuSpec(replicas=c, max_batch=1, budget=1e12, max_wait=0.0, order="fifo", padded=False,
+                          model=LinearService(1000.0), seqs=1)},
+        faults={"g": tl},
+    )
+    lanes_s, simpy_s = run_lanes(draws, False), run_simpy(draws, False)
+    assert_same_schedule(lanes_s, simpy_s, "pool with failures")
+    assert np.array_equal(lanes_s.failed, simpy_s.failed)
+    seen_lost = seen_retry = 0
+    for i in range(lanes):
+        arrival = np.repeat(np.cumsum(gen[i]), batch)  # each step's submit time, batch requests at once
+        service = (tokens[i, :, :, 0] / 1000.0).ravel()
+        horizon = float(arrival[-1] + service.sum() + 1000.0)
+        for r in range(c):
+            tl.cover(r, horizon)
+        got = oracle(arrival, service, [tl.down[r][i] for r in range(c)], [tl.up[r][i] for r in range(c)], retries)
+        start, end, lost = (np.array(v).reshape(steps, batch) for v in zip(*got))
+        assert np.array_equal(lanes_s.service_start[i, :, :, 0], start)
+        assert np.array_equal(lanes_s.completion[i, :, :, 0], np.where(lost, np.inf, end))
+        assert np.array_equal(lanes_s.failed[i, :, :, 0], lost)
+        seen_lost += int(lost.sum())
+        seen_retry += int(np.sum(~lost & (end - start > service.reshape(steps, batch) + 1e-9)))
+    assert seen_lost > 0  # the lose branch is reached in every case (MTBF 15 s, 2 s jobs)
+    assert (seen_retry > 0) == (retries > 0)  # a restarted request took longer than its service
+
+
+# ----------------------------------------------------------------------------
+# Random configurations: engines agree, results are conserved.
+
+
+def random_pcfg(seed: int) -> PipelineConf:
+    rng = np.random.default_rng(9000 + seed)
+
+    def rm(order):
+        return RMConf(model=rm_model("8B"), gpu=gpu("H100", name="slow", peak_tflops=float(rng.uniform(40, 150))),
+                      gpus=int(rng.integers(1, 4)) * 2, tp=int(rng.choice([1, 2])), max_batch=int(rng.integers(1, 6)),
+                      token_budget=4000, max_wait_s=float(rng.choice([0.0, 0.3])), order=order,
+                      sequences_per_sample=int(rng.integers(1, 3)),
+                      prompt_tokens=LatencyConf(kind="lognormal", mean=150.0, sigma=0.6, low=1.0),
+                      response_tokens=LatencyConf(kind="exponential", mean=300.0))
+
+    faults = FaultsConf(mtbf_s=float(rng.uniform(3, 30)), mttr_s=float(rng.uniform(0.5, 5)),
+                        on_failure=["retry", "lose"][seed % 2], max_retries=int(rng.integers(0, 3)))
+    chans = {"g": ChannelConf(kind="gpu_rm", rm=rm("fifo" if seed % 3 else "shortest"), faults=faults,
+                              max_delay=[None, 2][seed % 2])}
+    if seed % 2:
+        chans["q"] = ChannelConf(latency=LatencyConf(kind="exponential", mean=1.0), workers=2, max_delay=3)
+    return PipelineConf(steps=int(rng.integers(10, 18)), batch_size=int(rng.integers(1, 4)),
+                        generate=LatencyConf(kind="lognormal", mean=1.0, sigma=0.5),
+                        fast_score=det(0.1), submit=det(0.05), update=det(0.3), channels=chans)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_engines_agree_and_nothing_is_lost_with_failures(seed):
+    pcfg = random_pcfg(seed)
+    draws = draw(pcfg, 3, np.random.default_rng(seed))
+    k = list(pcfg.channels).index("g")
+    for blocking, timeout in [(False, None), (True, None), (True, 0.8)]:
+        a, b = run_lanes(draws, blocking, timeout), run_simpy(draws, blocking, timeout)
+        assert_same_schedule(a, b, f"seed {seed} blocking {blocking} timeout {timeout}")
+        assert np.array_equal(a.failed, b.failed)
+        st = a.status[..., k]
+        assert np.all(np.isin(st, (INJECTED, DROPPED, PENDING)))
+        assert np.all(st[a.failed[..., k]] == DROPPED)  # a result lost to a failure is dropped, never injected
+        assert np.all(np.isinf(a.completion[..., k][a.failed[..., k]]))
+        c = a.counts()["g"]
+        assert c["injected"] + c["dropped"] + c["pending"] == c["emitted"] == st.size
+        row = channel_stats(a, draws.workers, 0).set_index("channel").loc["g"]
+        assert row.lost_to_failure == int(a.failed[..., k].sum()) <= row.dropped
+        assert 0 < row.availability <= 1
+
+
+def test_random_failure_configs_reach_every_branch():
+    """Lose loses results; retry with a generous cap loses none on the same timeline."""
+    for seed in (1, 3):
+        pcfg = random_pcfg(seed)
+        assert pcfg.channels["g"].faults.on_failure == "lose"
+        assert run_lanes(draw(pcfg, 3, np.random.default_rng(seed)), False).failed.sum() > 0
+        pcfg.channels["g"].faults.on_failure, pcfg.channels["g"].faults.max_retries = "retry", 1000
+        assert run_lanes(draw(pcfg, 3, np.random.default_rng(seed)), False).failed.sum() == 0
+
+
+def test_faults_keep_the_draws_of_every_other_random_number():
+    """The fault seed is drawn last: a run with faults draws what it drew before faults existed."""
+    pcfg = random_pcfg(0)
+    on = draw(pcfg, 2, np.random.default_rng(1))
+    pcfg.channels["g"].faults = FaultsConf()
+    off = draw(pcfg, 2, np.random.default_rng(1))
+    assert not off.faults and set(on.faults) == {"g"}
+    assert np.array_equal(on.phase, off.phase) and np.array_equal(on.service["g"], off.service["g"])
+
+
+@pytest.mark.parametrize("override,key", [
+    ("pipeline.channels.judge.faults.mtbf_s=-5", "pipeline.channels.judge.faults.mtbf_s"),
+    ("pipeline.channels.judge.faults.on_failure=sometimes", "pipeline.channels.judge.faults.on_failure"),
+    ("pipeline.channels.judge.faults.max_retries=-1", "pipeline.channels.judge.faults.max_retries"),
+    ("pipeline.channels.judge.faults.mttr_s=null", "pipeline.channels.judge.faults.mttr_s"),
+])
+def test_bad_fault_configs_name_the_key(override, key):
+    cfg = compose_config("scenario=capacity/judge_rm_faults", override)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate(cfg)
+
+
+def test_faults_need_a_gpu_rm_channel():
+    cfg = compose_config("pipeline.channels.judge.faults.mtbf_s=100", "pipeline.channels.judge.faults.mttr_s=10")
+    with pytest.raises(ConfigError, match=r"pipeline\.channels\.judge\.faults\.mtbf_s.*gpu_rm"):
+        validate(cfg)
+
+
+def test_capacity_search_runs_every_count_with_the_faults_on():
+    from racsim.analyses.capacity import count_key, with_count
+
+    cfg = compose_config("scenario=capacity/judge_rm_faults", "pipeline.steps=2", "pipeline.warmup_steps=0")
+    key = count_key(cfg, "judge")
+    for n in (2, 6):
+        d = draw(with_count(cfg, key, n).pipeline, 1, np.random.default_rng(0))
+        assert d.faults["judge"].servers == n and d.faults["judge"].spec == FaultSpec(1800.0, 300.0, 3)
