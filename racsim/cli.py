@@ -19,7 +19,7 @@ from racsim.config.defaults import replace_grid
 from racsim.config.schema import register_configs
 from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
-from racsim.sweep import Job, in_multirun, publish_run, register_resolvers, remove_created
+from racsim.sweep import Job, in_multirun, publish_run, register_resolvers, remove_created, take_prepared
 
 EXIT_USAGE = 2
 
@@ -51,7 +51,9 @@ def _task(cfg) -> None:
         try:
             if cfg.capacity.enabled:  # capacity planning: the scenario once per GPU/worker count
                 return _capacity(cfg, out_dir, job)
-            res = run(cfg, progress=progress.update if progress else None)
+            res = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch
+            if res is None:
+                res = run(cfg, progress=progress.update if progress else None)
         finally:
             if progress:
                 progress.close()

@@ -16,7 +16,7 @@ the other in this process, each config composed from a cached one.
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
@@ -27,6 +27,11 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
+
+# Trajectory slots (trials x steps x batch) the racsim launcher computes ahead at once: a
+# batch of small jobs runs as one grid, a large job alone (its schedules stay in memory
+# until its task has written them).
+PREPARE_SLOTS = 2_000_000
 
 
 @dataclass
@@ -78,22 +83,71 @@ class RacsimLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        from racsim.sweep import PREPARED
+
+        jobs = list(enumerate(job_overrides, start=initial_job_idx))
         runs: List[JobReturn] = []
-        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+        at = 0
+        while at < len(jobs):
+            n = self._prepare(jobs[at:])
             try:
-                sweep_config = self.composer.compose(list(overrides), self.swept)
-            except Exception as ex:  # checked before the sweep by the racsim sweeper; another sweeper may not
-                runs.append(_failed(overrides, ex))
-                continue
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.id = idx
-                sweep_config.hydra.job.num = idx
-            runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
-                                config=sweep_config, job_dir_key="hydra.sweep.dir",
-                                job_subdir_key="hydra.sweep.subdir"))
-            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+                for idx, overrides in jobs[at:at + n]:
+                    runs.append(self._run_one(idx, overrides))
+            finally:
+                PREPARED.clear()
+            at += n
         return runs
+
+    def _prepare(self, jobs: Sequence[Tuple[int, Sequence[str]]]) -> int:
+        """Compute ahead, as one in-process grid (racsim.run.run_many), the results of the
+        first jobs of ``jobs`` (as many as PREPARE_SLOTS trajectory slots allow, at least
+        one), for their task to write (racsim.sweep.PREPARED); returns how many it took.
+        A job that cannot be computed so is run by its task as usual: if the batch fails,
+        every job of it is, and only the failing one fails."""
+        from racsim.config.defaults import GRID_KEY
+        from racsim.markers import override_key
+        from racsim.run import run_many
+        from racsim.sweep import PREPARED
+
+        picked: List[Tuple[int, Any]] = []
+        taken = slots = 0
+        for idx, overrides in jobs:
+            try:
+                obj = self.composer.cell_object(list(overrides), self.swept)
+            except Exception:  # its job says why
+                obj = None
+            if obj is not None and (obj.capacity.enabled or any(override_key(o) == GRID_KEY for o in overrides)):
+                obj = None  # capacity planning, or a grid its task replaces (racsim.config.defaults.replace_grid)
+            size = obj.learner.trials * obj.pipeline.steps * obj.pipeline.batch_size if obj is not None else 0
+            if taken and slots + size > PREPARE_SLOTS:
+                break
+            taken, slots = taken + 1, slots + size
+            if obj is not None:
+                picked.append((idx, obj))
+        if picked:
+            try:
+                for (idx, _), res in zip(picked, run_many([obj for _, obj in picked])):
+                    if res is not None:
+                        PREPARED[idx] = res
+            except Exception as ex:
+                log.warning(f"jobs {picked[0][0]}..{picked[-1][0]} run one by one: computing them together "
+                            f"failed ({type(ex).__name__}: {ex})")
+        return taken
+
+    def _run_one(self, idx: int, overrides: Sequence[str]) -> JobReturn:
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+        try:
+            sweep_config = self.composer.compose(list(overrides), self.swept)
+        except Exception as ex:  # checked before the sweep by the racsim sweeper; another sweeper may not
+            return _failed(overrides, ex)
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = idx
+            sweep_config.hydra.job.num = idx
+        ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return ret
 
 
 def _failed(overrides: Sequence[str], ex: BaseException) -> JobReturn:
