@@ -14,17 +14,30 @@ the other in this process, each config composed from a cached one.
 
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import (
+    JobReturn,
+    JobRuntime,
+    JobStatus,
+    _flush_loggers,
+    _save_config,
+    configure_log,
+    env_override,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
 from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +148,8 @@ class RacsimLauncher(Launcher):
         return taken
 
     def _run_one(self, idx: int, overrides: Sequence[str]) -> JobReturn:
+        from racsim.sweep import PREPARED
+
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
         try:
@@ -144,10 +159,56 @@ class RacsimLauncher(Launcher):
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = idx
             sweep_config.hydra.job.num = idx
-        ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
-                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        if idx in PREPARED and sweep_config.hydra.job.chdir is not True:
+            ret = _run_prepared_job(self.hydra_context, self.task_function, sweep_config)
+        else:
+            ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
+                          job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return ret
+
+
+def _run_prepared_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
+    """Hydra's ``run_job`` (hydra.core.utils) for a sweep job whose results are computed
+    (its task only writes them), without ``chdir``: the same folder, .hydra files, job log,
+    callbacks and JobReturn, with one copy of the job's config where ``run_job`` makes five
+    (this config is the job's own, composed for it: nothing else reads it)."""
+    from racsim.sweeper import task_config
+
+    instance = HydraConfig.instance()
+    before = instance.cfg
+    OmegaConf.set_readonly(config.hydra, True)
+    instance.cfg = config  # HydraConfig.set_config without its masked copy: HydraConfig.get() is config.hydra
+    try:
+        out = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+        with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
+            config.hydra.runtime.output_dir = os.path.abspath(out)
+        ret = JobReturn()
+        ret.cfg = task_config(config)
+        ret.hydra_cfg = OmegaConf.masked_copy(config, "hydra")
+        ret.overrides = OmegaConf.to_container(config.hydra.overrides.task)
+        ret.working_dir = os.getcwd()
+        out.mkdir(parents=True, exist_ok=True)
+        configure_log(config.hydra.job_logging, config.hydra.verbose)
+        if config.hydra.output_subdir is not None:
+            saved = out / str(config.hydra.output_subdir)
+            _save_config(ret.cfg, "config.yaml", saved)
+            _save_config(ret.hydra_cfg, "hydra.yaml", saved)
+            _save_config(config.hydra.overrides.task, "overrides.yaml", saved)
+        with env_override(ret.hydra_cfg.hydra.job.env_set):
+            hydra_context.callbacks.on_job_start(config=config, task_function=task_function)
+            try:
+                ret.return_value = task_function(ret.cfg)
+                ret.status = JobStatus.COMPLETED
+            except Exception as e:
+                ret.return_value = e
+                ret.status = JobStatus.FAILED
+        ret.task_name = JobRuntime.instance().get("name")
+        _flush_loggers()
+        hydra_context.callbacks.on_job_end(config=config, job_return=ret)
+        return ret
+    finally:
+        instance.cfg = before
 
 
 def _failed(overrides: Sequence[str], ex: BaseException) -> JobReturn:
