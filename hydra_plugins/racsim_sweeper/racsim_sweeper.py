@@ -8,8 +8,11 @@ checks every cell before the first job starts (one line naming the bad cells, no
 run), skips with ``resume=true`` the jobs already complete without launching them,
 hands the rest to the launcher in batches, and goes on past a job that fails (the
 sweep gathers what completed, lists the failures and exits non-zero). Any launcher
-works (basic, joblib, submitit, Ray); the racsim launcher runs the jobs one after
-the other in this process, each config composed from a cached one.
+works (basic, joblib, submitit, Ray); the racsim launcher runs the jobs in this
+process, each config composed from a cached one, and computes a batch of one-cell
+bias studies ahead as one in-process grid (racsim.run.run_many), each job's task
+then writing the results computed for it: the same files, byte for byte, as the
+job run alone, at close to the grid's pace.
 """
 
 
@@ -71,7 +74,8 @@ def _parsed(config_loader: Any, arguments: Sequence[str]) -> list:
 
 class RacsimLauncher(Launcher):
     """Hydra's basic launcher (serial, in this process), with each job's config
-    composed by :class:`racsim.sweeper.Composer` (once per base, then copied)."""
+    composed by :class:`racsim.sweeper.Composer` (once per base, then copied) and
+    batches of jobs computed ahead as one grid (:meth:`_prepare`)."""
 
     def __init__(self) -> None:
         super().__init__()
