@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 # batch of small jobs runs as one grid, a large job alone (its schedules stay in memory
 # until its task has written them).
 PREPARE_SLOTS = 2_000_000
+FIRST_BATCH = 4  # jobs in the sweep's first batch
 
 
 @dataclass
@@ -84,6 +85,7 @@ class RacsimLauncher(Launcher):
         self.hydra_context: Optional[HydraContext] = None
         self.composer: Any = None
         self.swept: List[str] = []
+        self.first = True  # the sweep's first batch is small: its first job starts within seconds
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from racsim.sweeper import Composer, swept_keys
@@ -105,7 +107,8 @@ class RacsimLauncher(Launcher):
         runs: List[JobReturn] = []
         at = 0
         while at < len(jobs):
-            n = self._prepare(jobs[at:])
+            n = self._prepare(jobs[at:at + FIRST_BATCH] if self.first else jobs[at:])
+            self.first = False
             try:
                 for idx, overrides in jobs[at:at + n]:
                     runs.append(self._run_one(idx, overrides))
