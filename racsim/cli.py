@@ -19,7 +19,8 @@ from racsim.config.defaults import replace_grid
 from racsim.config.schema import register_configs
 from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
-from racsim.sweep import Job, in_multirun, publish_run, register_resolvers, remove_created
+from racsim.io import config_yaml
+from racsim.sweep import Job, in_multirun, publish_run, register_resolvers, remove_created, take_prepared
 
 EXIT_USAGE = 2
 
@@ -29,7 +30,6 @@ _FRIENDLY = True  # set by main(): False when the user asked for Hydra's full er
 
 def _task(cfg) -> None:
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     # lazy: the simulator and its reports (numpy, pandas, scipy, ~1-2 s) load only when a job runs,
@@ -51,11 +51,13 @@ def _task(cfg) -> None:
         try:
             if cfg.capacity.enabled:  # capacity planning: the scenario once per GPU/worker count
                 return _capacity(cfg, out_dir, job)
-            res = run(cfg, progress=progress.update if progress else None)
+            res = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch
+            if res is None:
+                res = run(cfg, progress=progress.update if progress else None)
         finally:
             if progress:
                 progress.close()
-        written = publish_run(out_dir, cfg, lambda stage: write_outputs(stage, res, OmegaConf.to_yaml(cfg),
+        written = publish_run(out_dir, cfg, lambda stage: write_outputs(stage, res, config_yaml(cfg),
                                                                         plots=cfg.output.plots))
     except (ConfigError, OmegaConfBaseException) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.

@@ -11,11 +11,11 @@ planning (``capacity.enabled``) is chosen by the command line (racsim.cli).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, List, Optional, Sequence
 
 import pandas as pd
 
-from racsim.analyses.bias_study import run_bias_study
+from racsim.analyses.bias_study import run_bias_each, run_bias_study
 from racsim.analyses.grid import expand
 from racsim.analyses.lm_study import run_lm_study
 from racsim.analyses.probe import probe_study
@@ -45,3 +45,19 @@ def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
         res.extra["static_replicates"] = static["replicates"]
     res.timings["static_s"] = static["seconds"]
     return res
+
+
+def run_many(cfgs: Sequence[Any]) -> List[Optional[RunResult]]:
+    """``run(cfg)`` of each config, byte for byte, for those that are one bias-study cell in
+    pipeline mode (computed together: racsim.analyses.bias_study.run_bias_each); None for
+    the others. Raises what ``run`` would raise for any of them."""
+    picked = []
+    for i, cfg in enumerate(cfgs):
+        cells = expand(cfg)
+        c = cells[0][1]
+        if len(cells) == 1 and c.study.kind == "bias" and c.learner.kind != "lm" and c.study.mode == "pipeline":
+            picked.append((i, cells[0]))
+    out: List[Optional[RunResult]] = [None] * len(cfgs)
+    for (i, _), res in zip(picked, run_bias_each([cell for _, cell in picked])):
+        out[i] = res
+    return out

@@ -276,6 +276,14 @@ def count_jobs(config: DictConfig) -> Optional[int]:
         return None
 
 
+PREPARED: Dict[int, Any] = {}  # job number -> its RunResult, computed ahead with others by the racsim launcher
+
+
+def take_prepared(num: Optional[int]) -> Optional[Any]:
+    """The results the racsim launcher computed ahead for sweep job ``num`` (None: run it)."""
+    return None if num is None else PREPARED.pop(num, None)
+
+
 _FAILURES: List[Tuple[int, str, str]] = []  # (job, cell, reason): the failed jobs of the sweep in this process
 
 

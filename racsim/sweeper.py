@@ -93,6 +93,9 @@ class Composer:
         self._blobs: Dict[Tuple[str, ...], bytes] = {}  # pickled bases: unpickling copies faster than deepcopy
         self._fast: Dict[Tuple[str, ...], bool] = {}  # base -> no interpolation in its task config
         self._plain: Dict[Tuple[Tuple[str, ...], str], bool] = {}
+        self._objects: Dict[Tuple[str, ...], Any] = {}  # base -> its plain dataclasses, or the reason it fails
+        self._scratch: Dict[Tuple[str, ...], DictConfig] = {}  # base -> a copy of its task config to type values on
+        self._values: Dict[Tuple[Tuple[str, ...], str], Any] = {}  # (base, override) -> typed value, or a failure
 
     def base(self, key: Tuple[str, ...]) -> DictConfig:
         if key not in self._bases:
@@ -125,6 +128,35 @@ class Composer:
             rest = tuple(o for i, o in enumerate(overrides) if i not in candidates or id(parsed[i]) not in fast_ids)
         return rest, fast
 
+    def base_object(self, rest: Tuple[str, ...]) -> Any:
+        """The task config of a base as plain dataclasses (checked against the schema once)."""
+        if rest not in self._objects:
+            self._objects[rest] = _base_object(self.base(rest))
+        if isinstance(self._objects[rest], Exception):
+            raise self._objects[rest]
+        return self._objects[rest]
+
+    def typed(self, rest: Tuple[str, ...], o: Any) -> Any:
+        """The value a plain-leaf override gives its key on the base ``rest``, typed by the schema."""
+        k = (rest, o.input_line)
+        if k not in self._values:
+            if rest not in self._scratch:
+                self._scratch[rest] = task_config(self.base(rest))
+            self._values[k] = _typed_value(self._scratch[rest], o)
+        if isinstance(self._values[k], Exception):
+            raise self._values[k]
+        return self._values[k]
+
+    def cell_object(self, overrides: Sequence[str], swept: Iterable[str]) -> Any:
+        """The job's task config as plain dataclasses, what ``OmegaConf.to_object`` gives of
+        its composed config less the ``hydra`` node: a copy of its base's, the swept values
+        set (a cell of the in-process grid is built the same way)."""
+        rest, fast = self.split(overrides, swept)
+        obj = copy.deepcopy(self.base_object(rest))
+        for o in fast:
+            _put(obj, o.key_or_group, self.typed(rest, o))
+        return obj
+
     def compose(self, overrides: Sequence[str], swept: Iterable[str]) -> DictConfig:
         """The job config of ``overrides`` (``swept``: the keys that vary across the sweep)."""
         from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
@@ -146,8 +178,9 @@ class Composer:
 
 
 def task_config(cfg: DictConfig) -> DictConfig:
-    """A job's config without its ``hydra`` node: what the task function gets."""
-    task = copy.deepcopy(cfg)
+    """A job's config without its ``hydra`` node: what the task function gets (a copy,
+    by pickle: a third of deepcopy's time)."""
+    task = pickle.loads(pickle.dumps(cfg))
     with read_write(task), open_dict(task):
         del task["hydra"]
     return task
@@ -157,28 +190,11 @@ def check_cells(composer: Composer, cells: Sequence[Sequence[str]], swept: Itera
     """(index, reason) of every cell whose job would stop on its config; empty when all are valid."""
     swept = list(swept)
     bad: List[Tuple[int, str]] = []
-    objects: Dict[Tuple[str, ...], Any] = {}  # base -> its plain dataclasses, or the reason it fails
-    scratch: Dict[Tuple[str, ...], DictConfig] = {}  # base -> a copy of its task config to type values on
-    values: Dict[Tuple[Tuple[str, ...], str], Any] = {}  # (base, override) -> typed value, or a failure
     for i, overrides in enumerate(cells):
         try:
             rest, fast = composer.split(overrides, swept)
-            if rest not in objects:
-                objects[rest] = _base_object(composer.base(rest))
-            base = objects[rest]
-            if isinstance(base, Exception):
-                raise base
-            typed = []
-            for o in fast:
-                k = (rest, o.input_line)
-                if k not in values:
-                    if rest not in scratch:
-                        scratch[rest] = task_config(composer.base(rest))
-                    values[k] = _typed_value(scratch[rest], o)
-                if isinstance(values[k], Exception):
-                    raise values[k]
-                typed.append((o.key_or_group, values[k]))
-            _check_values(base, typed)
+            base = composer.base_object(rest)
+            _check_values(base, [(o.key_or_group, composer.typed(rest, o)) for o in fast])
         except Exception as ex:
             bad.append((i, reason(ex)))
     return bad

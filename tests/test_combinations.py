@@ -66,7 +66,7 @@ def test_arrivals_over_time_refused_on_an_autoscaled_queue_channel():
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])
 def test_failing_bursty_judge_engines_agree(batching):
-    cfg = compose_config("scenario=capacity/judge_rm_faults", *SMALL[:5], *BURSTS, f"{J}.rm.batching={batching}",
+    cfg = compose_config("scenario=capacity/judge_rm_faults", *SMALL[:4], *BURSTS, f"{J}.rm.batching={batching}",
                          f"{J}.rm.gpus=2", f"{J}.faults.mtbf_s=40", f"{J}.faults.mttr_s=5")
     validate(cfg)
     draws = draw(cfg.pipeline, 3, np.random.default_rng(0))

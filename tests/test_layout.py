@@ -26,7 +26,7 @@ ALLOWED = {
     "run": {"analyses", "config"},
     "sweep": {"errors", "io", "markers", "report", "sweep"},
     "sweeper": {"errors", "config", "analyses", "markers"},  # the logic of hydra_plugins/racsim_sweeper
-    "cli": {"errors", "config", "analyses", "report", "run", "sweep"},
+    "cli": {"errors", "io", "config", "analyses", "report", "run", "sweep"},
     "bench": {"config", "pipeline", "learner", "analyses", "run"},
     "profile": {"errors", "io"},
     "__main__": {"cli"},

@@ -279,6 +279,12 @@ if os.environ.get("RACSIM_TEST_FAIL_SEED"):  # a job that fails at run time (tes
             raise RuntimeError("injected failure at run time")
         return _run(cfg, progress)
     R.run = run
+    _run_many = R.run_many
+    def run_many(cfgs):  # the racsim launcher computes a batch of jobs at once: the batch fails too
+        if any(cfg.seed == int(os.environ["RACSIM_TEST_FAIL_SEED"]) for cfg in cfgs):
+            raise RuntimeError("injected failure at run time")
+        return _run_many(cfgs)
+    R.run_many = run_many
 '''
 
 

@@ -1,7 +1,8 @@
 """racsim's sweeper and launcher (racsim/sweeper.py, hydra_plugins/racsim_sweeper), in process:
 a job's config composed from a cached base equals Hydra's own composition of it
 (load_sweep_config), key for key, for plain values, config groups, lists and
-interpolations; check_cells finds exactly the cells whose job would stop on its
+interpolations (and so are the plain dataclasses ``cell_object`` builds of
+it); check_cells finds exactly the cells whose job would stop on its
 config (the oracle: compose each with Hydra, then check it as the job does);
 Hydra discovers the plugins; the batches keep the job numbers."""
 
@@ -62,6 +63,8 @@ def test_composed_from_a_base_equals_hydras_composition(loader, args):
         fast_task, slow_task = S.task_config(fast), S.task_config(slow)
         assert OmegaConf.to_yaml(fast_task, resolve=True) == OmegaConf.to_yaml(slow_task, resolve=True)
         assert OmegaConf.get_type(fast_task.corrector) is OmegaConf.get_type(slow_task.corrector)
+        # the plain dataclasses the racsim launcher computes a batch from (no composition per job)
+        assert composer.cell_object(cell, swept) == OmegaConf.to_object(slow_task), cell
     if args[-1] == "corrector.tau_age=20,inf":  # 4 cells, one Hydra composition
         assert len(composer._bases) == 1
     if args[0].startswith("scenario="):

@@ -8,25 +8,46 @@ checks every cell before the first job starts (one line naming the bad cells, no
 run), skips with ``resume=true`` the jobs already complete without launching them,
 hands the rest to the launcher in batches, and goes on past a job that fails (the
 sweep gathers what completed, lists the failures and exits non-zero). Any launcher
-works (basic, joblib, submitit, Ray); the racsim launcher runs the jobs one after
-the other in this process, each config composed from a cached one.
+works (basic, joblib, submitit, Ray); the racsim launcher runs the jobs in this
+process, each config composed from a cached one, and computes a batch of one-cell
+bias studies ahead as one in-process grid (racsim.run.run_many), each job's task
+then writing the results computed for it: the same files, byte for byte, as the
+job run alone, at close to the grid's pace.
 """
 
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import (
+    JobReturn,
+    JobRuntime,
+    JobStatus,
+    _flush_loggers,
+    configure_log,
+    env_override,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
 from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 log = logging.getLogger(__name__)
+
+# Trajectory slots (trials x steps x batch) the racsim launcher computes ahead at once: a
+# batch of small jobs runs as one grid, a large job alone (its schedules stay in memory
+# until its task has written them).
+PREPARE_SLOTS = 2_000_000
+FIRST_BATCH = 4  # jobs in the sweep's first batch
 
 
 @dataclass
@@ -54,7 +75,8 @@ def _parsed(config_loader: Any, arguments: Sequence[str]) -> list:
 
 class RacsimLauncher(Launcher):
     """Hydra's basic launcher (serial, in this process), with each job's config
-    composed by :class:`racsim.sweeper.Composer` (once per base, then copied)."""
+    composed by :class:`racsim.sweeper.Composer` (once per base, then copied) and
+    batches of jobs computed ahead as one grid (:meth:`_prepare`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -63,6 +85,7 @@ class RacsimLauncher(Launcher):
         self.hydra_context: Optional[HydraContext] = None
         self.composer: Any = None
         self.swept: List[str] = []
+        self.first = True  # the sweep's first batch is small: its first job starts within seconds
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from racsim.sweeper import Composer, swept_keys
@@ -78,22 +101,121 @@ class RacsimLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        from racsim.sweep import PREPARED
+
+        jobs = list(enumerate(job_overrides, start=initial_job_idx))
         runs: List[JobReturn] = []
-        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+        at = 0
+        while at < len(jobs):
+            n = self._prepare(jobs[at:at + FIRST_BATCH] if self.first else jobs[at:])
+            self.first = False
             try:
-                sweep_config = self.composer.compose(list(overrides), self.swept)
-            except Exception as ex:  # checked before the sweep by the racsim sweeper; another sweeper may not
-                runs.append(_failed(overrides, ex))
-                continue
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.id = idx
-                sweep_config.hydra.job.num = idx
-            runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
-                                config=sweep_config, job_dir_key="hydra.sweep.dir",
-                                job_subdir_key="hydra.sweep.subdir"))
-            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+                for idx, overrides in jobs[at:at + n]:
+                    runs.append(self._run_one(idx, overrides))
+            finally:
+                PREPARED.clear()
+            at += n
         return runs
+
+    def _prepare(self, jobs: Sequence[Tuple[int, Sequence[str]]]) -> int:
+        """Compute ahead, as one in-process grid (racsim.run.run_many), the results of the
+        first jobs of ``jobs`` (as many as PREPARE_SLOTS trajectory slots allow, at least
+        one), for their task to write (racsim.sweep.PREPARED); returns how many it took.
+        A job that cannot be computed so is run by its task as usual: if the batch fails,
+        every job of it is, and only the failing one fails."""
+        from racsim.config.defaults import GRID_KEY
+        from racsim.markers import override_key
+        from racsim.run import run_many
+        from racsim.sweep import PREPARED
+
+        picked: List[Tuple[int, Any]] = []
+        taken = slots = 0
+        for idx, overrides in jobs:
+            try:
+                obj = self.composer.cell_object(list(overrides), self.swept)
+            except Exception:  # its job says why
+                obj = None
+            if obj is not None and (obj.capacity.enabled or any(override_key(o) == GRID_KEY for o in overrides)):
+                obj = None  # capacity planning, or a grid its task replaces (racsim.config.defaults.replace_grid)
+            size = obj.learner.trials * obj.pipeline.steps * obj.pipeline.batch_size if obj is not None else 0
+            if taken and slots + size > PREPARE_SLOTS:
+                break
+            taken, slots = taken + 1, slots + size
+            if obj is not None:
+                picked.append((idx, obj))
+        if picked:
+            try:
+                for (idx, _), res in zip(picked, run_many([obj for _, obj in picked])):
+                    if res is not None:
+                        PREPARED[idx] = res
+            except Exception as ex:
+                log.warning(f"jobs {picked[0][0]}..{picked[-1][0]} run one by one: computing them together "
+                            f"failed ({type(ex).__name__}: {ex})")
+        return taken
+
+    def _run_one(self, idx: int, overrides: Sequence[str]) -> JobReturn:
+        from racsim.sweep import PREPARED
+
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+        try:
+            sweep_config = self.composer.compose(list(overrides), self.swept)
+        except Exception as ex:  # checked before the sweep by the racsim sweeper; another sweeper may not
+            return _failed(overrides, ex)
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = idx
+            sweep_config.hydra.job.num = idx
+        if idx in PREPARED and sweep_config.hydra.job.chdir is not True:
+            ret = _run_prepared_job(self.hydra_context, self.task_function, sweep_config)
+        else:
+            ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
+                          job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return ret
+
+
+def _run_prepared_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
+    """Hydra's ``run_job`` (hydra.core.utils) for a sweep job whose results are computed
+    (its task only writes them), without ``chdir``: the same folder, .hydra files, job log,
+    callbacks and JobReturn, with one copy of the job's config where ``run_job`` makes five
+    (this config is the job's own, composed for it: nothing else reads it)."""
+    from racsim.io import config_yaml
+    from racsim.sweeper import task_config
+
+    instance = HydraConfig.instance()
+    before = instance.cfg
+    OmegaConf.set_readonly(config.hydra, True)
+    instance.cfg = config  # HydraConfig.set_config without its masked copy: HydraConfig.get() is config.hydra
+    try:
+        out = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+        with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
+            config.hydra.runtime.output_dir = os.path.abspath(out)
+        ret = JobReturn()
+        ret.cfg = task_config(config)
+        ret.hydra_cfg = OmegaConf.masked_copy(config, "hydra")
+        ret.overrides = OmegaConf.to_container(config.hydra.overrides.task)
+        ret.working_dir = os.getcwd()
+        out.mkdir(parents=True, exist_ok=True)
+        configure_log(config.hydra.job_logging, config.hydra.verbose)
+        if config.hydra.output_subdir is not None:  # Hydra's _save_config, with libyaml's emitter
+            saved = out / str(config.hydra.output_subdir)
+            saved.mkdir(parents=True, exist_ok=True)
+            for name, node in (("config", ret.cfg), ("hydra", ret.hydra_cfg), ("overrides", config.hydra.overrides.task)):
+                (saved / f"{name}.yaml").write_text(config_yaml(node), encoding="utf-8")
+        with env_override(ret.hydra_cfg.hydra.job.env_set):
+            hydra_context.callbacks.on_job_start(config=config, task_function=task_function)
+            try:
+                ret.return_value = task_function(ret.cfg)
+                ret.status = JobStatus.COMPLETED
+            except Exception as e:
+                ret.return_value = e
+                ret.status = JobStatus.FAILED
+        ret.task_name = JobRuntime.instance().get("name")
+        _flush_loggers()
+        hydra_context.callbacks.on_job_end(config=config, job_return=ret)
+        return ret
+    finally:
+        instance.cfg = before
 
 
 def _failed(overrides: Sequence[str], ex: BaseException) -> JobReturn:

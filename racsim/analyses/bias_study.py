@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pandas as pd
@@ -77,10 +77,12 @@ class _GroupOut:
     trajectories: int
     pipeline_s: float
     bias_s: float
+    each: Optional[list] = None  # with keep=True: (BiasRun, schedules) of every member, in order
 
 
-def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _GroupOut:
-    """Simulate every cell's pipeline, then the shared trajectories, then each cell's summary."""
+def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep: bool = False) -> _GroupOut:
+    """Simulate every cell's pipeline, then the shared trajectories, then each cell's summary
+    (``keep``: every member's BiasRun and schedules too, not only the run's first cell's)."""
     first = members[0][2]
     lr = first.learner
     theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
@@ -110,8 +112,9 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None) -> _
         rows.append((i, values, _results_table(ccfg, cell.names, cell.schedules, summary, brun),
                      channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))))
     head = members[0][0] == 0
+    each = [(brun, cell.schedules) for cell, brun in zip(bias_cells, runs)] if keep else None
     return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,
-                     runs[0].trajectories, pipeline_s, time.perf_counter() - t0)
+                     runs[0].trajectories, pipeline_s, time.perf_counter() - t0, each)
 
 
 def _group_worker(args) -> _GroupOut:
@@ -239,6 +242,40 @@ def run_bias_study(cells: list, progress: Optional[Any] = None) -> RunResult:
                     progress(members[0][2].learner.trials)
     else:
         outs = [_run_group(m, len(cells), progress) for m in groups.values()]
+    return _assemble(cells, outs)
+
+
+def same_numbers_key(cfg: Any) -> tuple:
+    """Cells with equal keys share their trajectories and every number computed from them
+    (transitions, policy, horizon, trials, steps, batch, reward tables, fast noise): each
+    one's figures are then those of the cell run alone, to the last bit. A study grid
+    shares more (:func:`racsim.analyses.grid.learner_key`: other rewards too, through
+    reward atoms that may round differently)."""
+    m = build_mdp(cfg)
+    arrays = (m.P, m.r_fast, m.r_slow, m.start)
+    return (learner_key(cfg), m.gamma, cfg.learner.fast_noise_std, *(a.shape for a in arrays),
+            *(a.tobytes() for a in arrays))
+
+
+def run_bias_each(cells: list) -> List[RunResult]:
+    """``run_bias_study([cell])`` of every cell (values, config), byte for byte, with the
+    trajectories sampled once per :func:`same_numbers_key` (what makes a sweep of one-cell
+    jobs run at the in-process grid's pace)."""
+    groups: Dict[tuple, list] = {}
+    for i, (_, ccfg) in enumerate(cells):
+        groups.setdefault(same_numbers_key(ccfg), []).append(i)
+    out: List[Optional[RunResult]] = [None] * len(cells)
+    for idx in groups.values():
+        g = _run_group([(k, cells[i][0], cells[i][1]) for k, i in enumerate(idx)], 1, keep=True)
+        for (_, values, table, chans), (brun, schedules), i in zip(g.rows, g.each, idx):
+            one = _GroupOut([(0, values, table, chans)], brun, schedules, g.trajectories,
+                            g.pipeline_s / len(idx), g.bias_s / len(idx))
+            out[i] = _assemble([cells[i]], [one])
+    return out
+
+
+def _assemble(cells: list, outs: List[_GroupOut]) -> RunResult:
+    """The run's tables from its groups' outputs and, for a single cell, its training."""
     tables: list = [None] * len(cells)
     channel_tables: list = [None] * len(cells)
     for out in outs:

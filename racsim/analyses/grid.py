@@ -33,7 +33,12 @@ def expand(cfg: Any) -> List[Tuple[Values, RacsimConf]]:
     node is open, see racsim.config.schema.register_configs)."""
     if isinstance(cfg, DictConfig):
         check_schema(cfg)
-    base: RacsimConf = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else copy.deepcopy(cfg)
+    return expand_object(OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else copy.deepcopy(cfg))
+
+
+def expand_object(base: RacsimConf) -> List[Tuple[Values, RacsimConf]]:
+    """:func:`expand` of plain dataclasses, which it takes over (a copy per cell
+    when the grid has several)."""
     check_limits(base)  # a run too big for the machine is refused before a cell is built
     grid = dict(base.study.grid)
     base.study.grid = {}

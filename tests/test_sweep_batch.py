@@ -1,0 +1,164 @@
+"""The racsim launcher computes a batch of sweep jobs ahead as one in-process grid
+(racsim.run.run_many, racsim.analyses.bias_study.run_bias_each): each job's results
+must be those of the job run alone, byte for byte. In process: run_many against
+``run`` of each config (the obvious oracle), on random configs whose rewards, noise,
+seeds and correctors differ, with a count of the trajectory groups it shares. Through
+the command: a sweep with several bases and a job failing at run time, the racsim
+launcher against Hydra's basic one (every job alone, as before batching). And the
+YAML a job's configs are written with (libyaml) is OmegaConf's, byte for byte."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+import racsim.analyses.bias_study as B
+import racsim.learner.bias as LB
+from racsim.config.defaults import compose_config
+from racsim.io import config_yaml
+from racsim.run import run, run_many
+from tests.helpers import assert_same_schedule
+
+TINY = ["learner.trials=12", "learner.bootstrap=10", "pipeline.steps=6", "learner.train.enabled=false",
+        "output.plots=false", "output.progress=false"]
+
+
+def table_bytes(res) -> dict:
+    """Every table of a RunResult as the Parquet bytes a job folder gets."""
+    out = {}
+    for name, df in [("results", res.results), ("channels", res.channels), ("timeline", res.timeline),
+                     ("training", res.training), *res.extra.items()]:
+        buf = io.BytesIO()
+        df.to_parquet(buf, index=False)
+        out[name] = buf.getvalue()
+    return out
+
+
+def random_configs(rng, n):
+    """Configs that share the learner in every mixture: the same or other rewards
+    (slow_bump), fast noise, seeds, correctors, ages."""
+    cfgs, combos = [], set()
+    for _ in range(n):
+        seed, bump, noise = int(rng.integers(2)), [0.5, 1.0][rng.integers(2)], [0.0, 0.3][rng.integers(2)]
+        names = ["[naive,rac]", "[naive,retrace_a,wait_for_slow]", "[rac_no_age,sync_oracle]"][rng.integers(3)]
+        tau = ["20", "100", "inf"][rng.integers(3)]
+        cfgs.append(compose_config(*TINY, f"seed={seed}", f"learner.slow_bump={bump}",
+                                   f"learner.fast_noise_std={noise}", f"corrector.names={names}",
+                                   f"corrector.tau_age={tau}"))
+        combos.add((seed, bump, noise))
+    return cfgs, len(combos)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_run_many_gives_each_config_the_bytes_of_run(seed, monkeypatch):
+    # trials in several chunks: a cell sharing with other rewards or noise (the grid's
+    # learner_key) would then draw other trajectories or round otherwise than alone
+    monkeypatch.setattr(LB, "CHUNK_TRAJECTORIES", 200)
+    cfgs, n_groups = random_configs(np.random.default_rng(seed), 7)
+    cfgs.append(compose_config(*TINY, "study.kind=probe"))  # not a bias study: left to run
+    cfgs.append(compose_config(*TINY, "+study.grid={seed: [0, 1]}"))  # a grid of its own: left to run
+    groups = []
+    real = B._run_group
+    monkeypatch.setattr(B, "_run_group", lambda members, *a, **k: groups.append(len(members)) or real(members, *a, **k))
+    many = run_many(cfgs)
+    assert many[-2:] == [None, None]
+    assert len(groups) == n_groups and sum(groups) == 7  # cells share exactly when seed, rewards and noise agree
+    monkeypatch.setattr(B, "_run_group", real)
+    for cfg, got in zip(cfgs[:-2], many):
+        alone = run(cfg)
+        assert table_bytes(got) == table_bytes(alone)
+        assert got.trajectories == alone.trajectories
+        assert got.schedules.keys() == alone.schedules.keys()
+        for k in alone.schedules:
+            assert_same_schedule(got.schedules[k], alone.schedules[k], k)
+        for view, by_name in alone.bias.estimates.items():
+            for name, est in by_name.items():
+                assert np.array_equal(got.bias.estimates[view][name], est), (view, name)
+
+
+FAIL_JOB = '''
+import os
+import racsim.analyses.bias_study as B
+import racsim.learner.bias as LB
+_build = B.build_mdp
+def build_mdp(cfg):  # fails at run time, in the batch and alone (tests/test_sweep_batch.py)
+    if cfg.seed == 1 and len(cfg.corrector.names) == 3:
+        raise RuntimeError("injected failure at run time")
+    return _build(cfg)
+B.build_mdp = build_mdp
+'''
+
+# two bases (a list value is composed by Hydra), cells sharing trajectories across them
+CELLS = ["seed=0,1,2", "corrector.names=[naive,rac],[naive,rac_no_age,retrace_a]"]
+COMPARED = ("results.parquet", "results.csv", "channels.parquet", "channels.csv", "timeline.parquet",
+            "trace.json", "config.yaml", ".hydra/config.yaml", ".hydra/overrides.yaml")
+
+
+def sweep(tmp_path: Path, name: str, launcher: list) -> tuple:
+    cwd = tmp_path / name
+    cwd.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-m", "racsim", "-m", *launcher, *TINY, *CELLS,
+                           "hydra.sweeper.max_batch_size=2", "hydra.sweep.dir=sweep"],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return cwd / "sweep", proc
+
+
+def test_a_batched_sweep_writes_the_bytes_of_jobs_run_alone(tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(FAIL_JOB)
+    batched, proc = sweep(tmp_path, "racsim", [])
+    alone, proc_alone = sweep(tmp_path, "basic", ["hydra/launcher=basic"])
+    for p in (proc, proc_alone):
+        assert p.returncode == 1, p.stderr[-3000:]
+        assert "Traceback" not in p.stderr
+        assert "racsim: sweep: 1 of 6 jobs failed" in p.stderr
+        assert "job 3 (seed=1 corrector.names=[naive,rac_no_age,retrace_a]): injected failure" in p.stderr
+    # the batch holding the failing job ran one by one; the others were computed together
+    assert proc.stdout.count("run one by one") + proc.stderr.count("run one by one") == 1
+    done = sorted(d.name for d in batched.iterdir() if (d / "done.json").is_file())
+    assert done == ["0", "1", "2", "4", "5"]
+    for job in done:
+        for f in COMPARED:
+            assert (batched / job / f).read_bytes() == (alone / job / f).read_bytes(), (job, f)
+    a, b = pd.read_parquet(batched / "results.parquet"), pd.read_parquet(alone / "results.parquet")
+    assert sorted(a["job"].unique()) == [0, 1, 2, 4, 5]
+    pd.testing.assert_frame_equal(a.drop(columns="job_dir"), b.drop(columns="job_dir"), check_exact=True)
+
+
+TRICKY = ["", " ", "yes", "no", "null", "~", "1e3", "0x1F", "inf", ".nan", "-", "a: b", "#x", "x #y", "'q'", '"d"',
+          "line\nbreak", "tab\there", "é ü 日本", "${seed}", "[1, 2]", "{a: 1}", "*alias", "&anchor", "%p", "@at",
+          "  lead", "trail  ", "x" * 120, "word " * 30]
+ASCII = st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=30)  # the emitters' fast path
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
+                    st.sampled_from(TRICKY), ASCII, st.text(max_size=30))
+keys = st.one_of(st.sampled_from(TRICKY), ASCII, st.text(max_size=12))
+trees = st.recursive(scalars, lambda sub: st.one_of(st.lists(sub, max_size=4), st.dictionaries(keys, sub, max_size=4)),
+                     max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.dictionaries(keys, trees, max_size=6))
+def test_config_yaml_is_omegaconfs_yaml_byte_for_byte(tree):
+    try:
+        cfg = OmegaConf.create(tree)
+    except Exception:  # not a config OmegaConf takes (a key it refuses)
+        return
+    assert config_yaml(cfg) == OmegaConf.to_yaml(cfg)
+
+
+def test_config_yaml_of_a_sweep_jobs_configs():
+    cfg = compose_config(*TINY)
+    assert config_yaml(cfg) == OmegaConf.to_yaml(cfg)
+    assert config_yaml(cfg.pipeline) == OmegaConf.to_yaml(cfg.pipeline)
