@@ -10,6 +10,7 @@ import pandas as pd
 from racsim.analyses.capacity import CapacityResult
 from racsim.config.schema import warmup_steps
 from racsim.io import atomic_write, fmt, write_text
+from racsim.report.finite import check_finite
 from racsim.report.plots import capacity_curve
 from racsim.report.trace import write_timeline
 
@@ -96,6 +97,7 @@ def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for stem, df in (("capacity", res.curve), ("results", res.best.results), ("channels", res.best.channels)):
+        check_finite(df, stem, cfg_yaml)
         p = out_dir / f"{stem}.csv"
         atomic_write(p, lambda t, df=df: df.to_csv(t, index=False))
         written.append(p)
