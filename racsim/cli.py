@@ -198,7 +198,8 @@ def _scenario_arg() -> str:
 
 def _null_parent(override, frames) -> "str | None":
     """'KEY=VALUE: PARENT is null ...' when an override sets a key under a block that is null
-    (``pipeline.fast_rm.gpus=4`` while there is no fast RM), with how to set the block first."""
+    (``pipeline.delay_distribution.mean=3`` while there is none), with how to set the block first
+    (an RM block is created instead: racsim.config.schema.null_rm_block)."""
     from omegaconf import OmegaConf
 
     cfg = next((f.f_locals["cfg"] for f in reversed(frames) if OmegaConf.is_config(f.f_locals.get("cfg"))), None)
@@ -206,11 +207,8 @@ def _null_parent(override, frames) -> "str | None":
     for i in range(1, len(parts)):
         parent = ".".join(parts[:i])
         if cfg is not None and OmegaConf.select(cfg, parent, default=0) is None:
-            hint = f"set the block first ({parent}={{...}})"
-            if parts[i - 1] in ("fast_rm", "rm"):
-                hint = (f"pick its model and GPU first, e.g. +rm/model@{parent}.model=8b +rm/gpu@{parent}.gpu=H100 "
-                        f"{override.input_line}")
-            return f"{override.input_line}: {parent} is null (not set), so its keys cannot be set one by one: {hint}"
+            return (f"{override.input_line}: {parent} is null (not set), so its keys cannot be set one by one: "
+                    f"set the block first ({parent}={{...}})")
     return None
 
 

@@ -252,6 +252,17 @@ def _read_lock(lock: Path) -> Optional[dict]:
     return doc if isinstance(doc, dict) else None
 
 
+def _age(path: Path) -> str:
+    """How long ago ``path`` was last written, as '42 s', '3.5 h'..."""
+    import time
+
+    try:
+        s = max(0.0, time.time() - path.stat().st_mtime)
+    except OSError:
+        return "?"
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
 def hold_folder(folder: Path, what: str = "run"):
     """Take ``folder`` for this process (``.racsim.lock``), or raise FileExistsError
     naming the live racsim process that holds it. A lock left by a process that is
@@ -275,8 +286,11 @@ def hold_folder(folder: Path, what: str = "run"):
             if not (mine or gone):
                 raise FileExistsError(
                     f"{folder} belongs to another racsim {other.get('what', 'run')} (pid {other.get('pid')} on "
-                    f"{other.get('host')}: {other.get('argv', '?')}); wait for it, choose another folder, or remove "
-                    f"{lock} if that run is gone") from None
+                    f"{other.get('host')}, lock {_age(lock)} old: {other.get('argv', '?')}); wait for it, choose "
+                    f"another folder, or remove {lock} if that run is gone") from None
+            if gone:  # a run of this host that crashed: say so, on one line
+                print(f"racsim: notice: took over {lock}, left by pid {other.get('pid')} (no longer running) "
+                      f"{_age(lock)} ago", file=sys.stderr)
             lock.unlink(missing_ok=True)  # racsim's own lock, of this process or of one that is gone
             continue
         with os.fdopen(fd, "w") as f:

@@ -1,5 +1,7 @@
 """Small helpers shared by the pipeline test files."""
 
+import math
+
 import numpy as np
 
 from racsim.config.defaults import catalog
@@ -46,3 +48,28 @@ def assert_same_schedule(a, b, label=""):
     for nm in a.gpu_batches or {}:
         for k in GPU_LOG:
             assert np.array_equal(a.gpu_batches[nm][k], b.gpu_batches[nm][k]), (label, nm, k)
+
+
+def unwritable_value(df):
+    """(column, row) of the first value of a results table that must not be written (inf; NaN
+    outside the columns racsim.report.finite declares may be NaN, and outside the other study
+    mode's rows), or None: a slow and obvious loop."""
+    for c in df.columns:
+        for i in range(len(df)):
+            v = df[c].iloc[i]
+            if not isinstance(v, (float, np.floating)) or math.isfinite(v):
+                continue
+            if math.isinf(v):
+                return c, i
+            if c in ("bias_theorem", "utilisation", "workers", "wait_mean_s") or c.startswith(
+                    ("theorem_ratio_", "eta_ch", "ratio_", "sojourn_")) or (c.startswith("delay_") and c.endswith("_steps")) \
+                    or c in ("theorem_gap", "eta_nominal", "bias_vs_sync_theorem"):
+                continue
+            if "mode" in df:  # NaN in every row of its mode, and not NaN in every row of the others
+                mine = [j for j in range(len(df)) if df["mode"].iloc[j] == df["mode"].iloc[i]]
+                others = [j for j in range(len(df)) if j not in mine]
+                if all(math.isnan(df[c].iloc[j]) for j in mine) and not all(
+                        isinstance(df[c].iloc[j], float) and math.isnan(df[c].iloc[j]) for j in others):
+                    continue
+            return c, i
+    return None

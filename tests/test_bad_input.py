@@ -184,3 +184,57 @@ def test_racsim_bench_bad_arguments(capsys):
             bench.main(args)
         assert ex.value.code == 2
         assert "Traceback" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- an RM block set key by key
+
+FAST = "pipeline.fast_rm"
+
+
+def test_an_incomplete_fast_rm_block_names_the_keys_it_lacks(tmp_path, monkeypatch, capsys):
+    line = refused(tmp_path, monkeypatch, capsys, f"{FAST}.gpus=4")
+    assert f"{FAST}.model and {FAST}.gpu" in line and "incomplete" in line
+    assert f"+rm/model@{FAST}.model=8b +rm/gpu@{FAST}.gpu=H100" in line
+    for given, lacking, other in (("model", "gpu", "model"), ("gpu", "model", "gpu")):
+        pick = {"model": "8b", "gpu": "H100"}[given]
+        line = refused(tmp_path, monkeypatch, capsys, f"{FAST}.gpus=4", f"+rm/{given}@{FAST}.{given}={pick}")
+        assert f"{FAST}.{lacking} = " in line and f"{FAST}.{other} " not in line, line
+        assert f"+rm/{lacking}@{FAST}.{lacking}=" in line
+    # a channel's rm block the same way
+    line = refused(tmp_path, monkeypatch, capsys, "pipeline.channels.judge.rm.gpus=2")
+    assert "pipeline.channels.judge.rm.model and pipeline.channels.judge.rm.gpu" in line
+
+
+def test_the_fast_rm_block_is_set_key_by_key():
+    from racsim.config.defaults import catalog
+    from racsim.config.schema import null_rm_block
+    from racsim.config.validate import validate
+
+    picked = compose_config(f"+rm/model@{FAST}.model=8b", f"+rm/gpu@{FAST}.gpu=H100", f"{FAST}.gpus=4",
+                            f"{FAST}.tp=2", f"{FAST}.max_batch=8")
+    rm = picked.pipeline.fast_rm
+    assert (rm.gpus, rm.tp, rm.max_batch, rm.model.name, rm.gpu.name) == (4, 2, 8, "8B", "H100")
+    # every key one by one, the catalog's values typed in: the same block as the groups give
+    keys = [f"{FAST}.{g}.{k}={v}" for g, name in (("model", "8B"), ("gpu", "H100"))
+            for k, v in catalog(g)[name].items()]
+    by_keys = compose_config(f"{FAST}.gpus=4", *keys, f"{FAST}.tp=2", f"{FAST}.max_batch=8")
+    assert by_keys.pipeline.fast_rm == rm
+    validate(by_keys)
+    # the block is created only where it is null, and only for an RM block
+    assert null_rm_block(compose_config(), f"{FAST}.gpus") == FAST
+    assert null_rm_block(picked, f"{FAST}.gpus") is None
+    assert null_rm_block(compose_config(), "pipeline.channels.judge.rm.model.name") == "pipeline.channels.judge.rm"
+    assert null_rm_block(compose_config(), "pipeline.delay_distribution.mean") is None
+    assert null_rm_block(compose_config(), "pipeline.steps") is None
+
+
+def test_a_run_with_the_fast_rm_set_key_by_key(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["racsim", *TINY, f"{FAST}.gpus=2", f"+rm/model@{FAST}.model=1_5b",
+                                      f"+rm/gpu@{FAST}.gpu=H100", "hydra.run.dir=out"])
+    cli.main()
+    import yaml
+
+    rm = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())["pipeline"]["fast_rm"]
+    assert rm["gpus"] == 2 and rm["model"]["name"] == "1.5B" and rm["gpu"]["name"] == "H100"
+    assert (tmp_path / "out" / "done.json").is_file()

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hydra.errors import HydraException
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from helpers import unwritable_value
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
 from racsim.errors import ConfigError
@@ -136,6 +138,10 @@ def the_command(tmp_path, monkeypatch, capsys, args, config_dir=None):
         assert len(lines) == 1 and lines[0].startswith("racsim: error: "), err
         assert sorted(p.name for p in work.iterdir()) == ["keep.txt", "mine"], "a folder was left behind"
         assert sorted(p.name for p in (work / "mine").iterdir()) == ["results.csv"]
+    else:  # accepted: every table it wrote is finite where a number must be
+        for table in (work / "outputs").rglob("*.parquet"):  # the CSVs hold the same tables, typed less
+            df = pd.read_parquet(table)
+            assert unwritable_value(df) is None, (table, unwritable_value(df))
     return code, lines
 
 
@@ -160,6 +166,26 @@ def test_generated_overrides_through_the_command(tmp_path_factory, monkeypatch, 
     OUTCOMES["override: accepted" if code == 0 else "override: refused"] += 1
     if code == 2:
         assert names(lines[0], key) or f"{key}={value}" in lines[0], (key, value, lines)
+
+
+FLOAT_KEYS = sorted(k for k in SCHEMA_KEYS if isinstance(OmegaConf.select(compose_config(), k), float))
+EXTREMES = ["1e300", "-1e300", "1e-300", "5e-324", "0", "-0.0", "1e15", "1e-15", "1e308"]  # finite, but far out
+
+
+@seeded(8)
+@given(st.sampled_from(FLOAT_KEYS), st.sampled_from(EXTREMES))
+def test_generated_extremes_give_an_error_or_finite_tables(tmp_path_factory, monkeypatch, capsys, key, value):
+    """Finite values far out (``corrector.alpha=1e300`` once gave NaN results): refused with
+    one line, or run to tables without NaN/inf where a number must be (checked in the_command)."""
+    code, lines = the_command(tmp_path_factory.mktemp("x"), monkeypatch, capsys, [f"{key}={value}"])
+    OUTCOMES["extreme: accepted, finite tables" if code == 0 else "extreme: refused"] += 1
+    if code == 2:
+        assert names(lines[0], key) or "column" in lines[0], (key, value, lines)
+
+
+def test_the_float_keys_reach_the_correctors_and_latencies():
+    assert "corrector.alpha" in FLOAT_KEYS and "pipeline.channels.judge.latency.mean" in FLOAT_KEYS
+    assert len(FLOAT_KEYS) > 30
 
 
 def yaml_scalar():

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -206,6 +208,27 @@ def test_a_lock_left_by_a_run_that_is_gone_is_taken_over(tmp_path):
     assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
     release()
     assert not (tmp_path / LOCK).exists()
+
+
+def test_a_stale_lock_of_this_host_is_taken_over_with_a_notice(tmp_path, capsys):
+    (tmp_path / LOCK).write_text(json.dumps({"pid": 2**22 + 12346, "host": socket.gethostname()}))
+    os.utime(tmp_path / LOCK, (time.time() - 3 * 3600, time.time() - 3 * 3600))
+    hold_folder(tmp_path)()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "took over" in lines[0] and str(2**22 + 12346) in lines[0] and "3.0 h" in lines[0]
+
+
+def test_a_lock_of_another_host_is_refused_naming_host_pid_and_age(tmp_path, capsys):
+    lock = tmp_path / LOCK
+    lock.write_text(json.dumps({"pid": 2**22 + 12347, "host": "elsewhere-node-7", "argv": "racsim seed=1"}))
+    os.utime(lock, (time.time() - 600, time.time() - 600))
+    with pytest.raises(FileExistsError) as ex:
+        hold_folder(tmp_path)
+    msg = str(ex.value)
+    assert "\n" not in msg and str(lock) in msg and "elsewhere-node-7" in msg and str(2**22 + 12347) in msg
+    assert "10 min old" in msg and f"remove {lock}" in msg
+    assert json.loads(lock.read_text())["host"] == "elsewhere-node-7"  # not taken over: its pid may live there
+    assert capsys.readouterr().err == ""
 
 
 def test_a_lock_that_is_not_racsims_is_left_alone(tmp_path):

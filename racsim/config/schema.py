@@ -536,6 +536,48 @@ def register_configs() -> None:
     node = OmegaConf.structured(RacsimConf)
     OmegaConf.set_struct(node.study, False)
     ConfigStore.instance().store(name="racsim_schema", node=node)
+    _rm_blocks_settable()
+
+
+RM_BLOCKS = ("fast_rm", "rm")  # null RM blocks that a key override creates (pipeline.fast_rm, a channel's rm)
+
+
+def null_rm_block(cfg: Any, key: str) -> Optional[str]:
+    """The RM block above ``key`` (``pipeline.fast_rm`` for ``pipeline.fast_rm.gpus``) when
+    it is null in ``cfg``; None otherwise."""
+    from omegaconf import OmegaConf
+
+    parts = key.split(".")
+    i = next((i for i, part in enumerate(parts[:-1]) if part in RM_BLOCKS), None)
+    if i is None:
+        return None
+    block = ".".join(parts[:i + 1])
+    return block if OmegaConf.select(cfg, block, default=0) is None else None
+
+
+def _rm_blocks_settable() -> None:
+    """Let ``pipeline.fast_rm.gpus=4`` (any key of a null RM block) create the block with
+    the schema's defaults, as ``+rm/model@pipeline.fast_rm.model=8b`` does: OmegaConf
+    cannot set a key under a null typed node, so Hydra's override step first merges an
+    empty block into its parent. Its ``model`` and ``gpu`` stay MISSING until picked, and
+    racsim.config.validate names them (one line) if they never are."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from omegaconf import OmegaConf
+
+    apply = ConfigLoaderImpl._apply_overrides_to_config
+    if getattr(apply, "racsim_rm_blocks", False):
+        return
+
+    def apply_in_order(overrides: List[Any], cfg: Any) -> None:
+        for o in overrides:
+            block = None if o.package is not None or o.is_delete() else null_rm_block(cfg, o.key_or_group)
+            if block is not None:
+                parent, _, name = block.rpartition(".")
+                OmegaConf.update(cfg, parent, {name: {}}, merge=True)
+            apply([o], cfg)
+
+    apply_in_order.racsim_rm_blocks = True  # type: ignore[attr-defined]
+    ConfigLoaderImpl._apply_overrides_to_config = staticmethod(apply_in_order)
 
 
 def phase_conf(pipeline: Any, phase: str) -> LatencyConf:

@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import stat
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
@@ -30,6 +31,7 @@ from racsim.config.schema import (
     LM_POLICIES,
     OPTIMIZERS,
     PHASES,
+    RM_BLOCKS,
     SERVICE_MODELS,
     REWARD_SPLITS,
     STUDIES,
@@ -188,14 +190,22 @@ MISSING_ALLOWED = ("a value: this key has no default in the schema; its default 
                    "(racsim.config.defaults.default_config() composes them), or set it")
 
 
-def missing_error(key: str) -> ConfigError:
-    """The ConfigError for a MISSING value: for a GPU or an RM shape, which catalog option to pick."""
+RM_PICKS = {"model": "8b", "gpu": "H100"}  # an RM block's catalog groups (conf/rm/GROUP/), with an example each
+
+
+def missing_error(key: str, cfg: Any = None) -> ConfigError:
+    """The ConfigError for a MISSING value: for a GPU or an RM shape, which catalog option to
+    pick; given the whole config ``cfg``, every group of that RM block still to pick
+    (``pipeline.fast_rm.model and pipeline.fast_rm.gpu`` after only ``pipeline.fast_rm.gpus=4``)."""
     parent = key.rpartition(".")[0]
     owner, _, group = parent.rpartition(".")
-    if group in ("gpu", "model") and owner.rpartition(".")[2] in ("rm", "fast_rm"):
-        example = "H100" if group == "gpu" else "8b"
-        return ConfigError(key, MISSING, f"a value: pick a {group} of conf/rm/{group}/ (the catalog), "
-                                         f"e.g. +rm/{group}@{parent}={example}")
+    if group in RM_PICKS and owner.rpartition(".")[2] in RM_BLOCKS:
+        block = None if cfg is None else _node(cfg, owner)
+        groups = [g for g in RM_PICKS if block is None or first_missing(getattr(block, g)) is not None] or [group]
+        picks = " ".join(f"+rm/{g}@{owner}.{g}={RM_PICKS[g]}" for g in groups)
+        return ConfigError(" and ".join(f"{owner}.{g}" for g in groups), MISSING,
+                           f"a value: {owner} is incomplete; pick its {' and '.join(groups)} from conf/rm/ "
+                           f"(the catalog), e.g. {picks}")
     return ConfigError(key, MISSING, MISSING_ALLOWED)
 
 
@@ -224,13 +234,20 @@ def validate_faults(ch: Any, key: str) -> None:
           "null with rm.chunked_prefill (a failure cuts whole batches, not chunked iterations)")
 
 
+def _node(cfg: Any, path: str) -> Any:
+    """The node at dotted ``path`` of a DictConfig or of dataclasses (whose channels are a dict)."""
+    for part in path.split("."):
+        cfg = cfg[part] if isinstance(cfg, Mapping) else getattr(cfg, part)
+    return cfg
+
+
 def validate(cfg: Any) -> None:
     """Check ranges and cross-field rules of a composed config (a DictConfig
     or a :class:`RacsimConf`). Raises :class:`ConfigError` on the first bad value,
     or on the first MISSING one (``???``: a config built from the schema alone)."""
     missing = first_missing(cfg)
     if missing is not None:
-        raise missing_error(missing)
+        raise missing_error(missing, cfg)
     for key, v in leaves(cfg):
         _need(not isinstance(v, int) or isinstance(v, bool) or -INT64 <= v < INT64, key, v,
               "an integer within int64 (|value| < 2**63)")
@@ -510,11 +527,13 @@ def validate_capacity(cfg: Any) -> None:
         _nonneg("capacity.price_per_unit_hour", c.price_per_unit_hour)
 
 
-def check_schema(cfg: Any, key: str = "") -> None:
+def check_schema(cfg: Any, key: str = "", root: Any = None) -> None:
     """Two mistakes the schema's types let through on the command line: a key
     the schema does not have (``+foo=1`` adds one even to a typed node) and a
     NaN anywhere (a float field takes ``nan``; no racsim setting means it).
-    The racsim command runs this on the composed config before :func:`validate`."""
+    The racsim command runs this on the composed config before :func:`validate`; a
+    MISSING value (``???``) is refused here too (:func:`missing_error`)."""
+    root = cfg if root is None else root
     if isinstance(cfg, DictConfig):
         t = OmegaConf.get_type(cfg)
         allowed = {f.name for f in dataclasses.fields(t)} if dataclasses.is_dataclass(t) else None
@@ -523,11 +542,12 @@ def check_schema(cfg: Any, key: str = "") -> None:
             if allowed is not None and k not in allowed:
                 raise ConfigError(sub, OmegaConf.select(cfg, str(k), default=None),
                                   f"not a setting of {t.__name__}: the schema (racsim/config/schema.py) has no such key")
-            if not OmegaConf.is_missing(cfg, k):
-                check_schema(cfg[k], sub)
+            if OmegaConf.is_missing(cfg, k):  # before OmegaConf.to_object, which would say it in its words
+                raise missing_error(sub, root)
+            check_schema(cfg[k], sub, root)
     elif isinstance(cfg, ListConfig):
         for i in range(len(cfg)):
-            check_schema(cfg[i], f"{key}[{i}]")
+            check_schema(cfg[i], f"{key}[{i}]", root)
     elif isinstance(cfg, float) and math.isnan(cfg):
         raise ConfigError(key, cfg, "a number, not NaN")
 

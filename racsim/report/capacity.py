@@ -10,6 +10,7 @@ import pandas as pd
 from racsim.analyses.capacity import CapacityResult
 from racsim.config.schema import warmup_steps
 from racsim.io import atomic_write, fmt, write_text
+from racsim.report.finite import check_finite
 from racsim.report.plots import capacity_curve
 from racsim.report.trace import write_timeline
 
@@ -125,6 +126,7 @@ def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, 
     if res.autoscale is not None:
         tables.append(("autoscale", res.autoscale))
     for stem, df in tables:
+        check_finite(df, stem, cfg_yaml)
         p = out_dir / f"{stem}.csv"
         atomic_write(p, lambda t, df=df: df.to_csv(t, index=False))
         written.append(p)

@@ -14,6 +14,7 @@ from racsim.analyses.result import RunResult
 from racsim.io import atomic_write, write_text
 from racsim.report import lm as LM
 from racsim.report import plots as P
+from racsim.report.finite import check_finite
 from racsim.report.tables import format_table, warmup_warning
 from racsim.report.trace import write_timeline
 
@@ -24,6 +25,7 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: str, plots: bool = Tr
     written = []
 
     def table(df: pd.DataFrame, stem: str, csv: bool = True) -> None:
+        check_finite(df, stem, cfg_yaml)
         p = out_dir / f"{stem}.parquet"
         atomic_write(p, lambda t: df.to_parquet(t, index=False))
         written.append(p)
