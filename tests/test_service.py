@@ -195,7 +195,7 @@ def test_an_rm_without_gpu_or_model_says_which_catalog_to_pick(hydra_ctx):
     its model is an error that names the gpu key and a working override."""
     cfg = compose("config", overrides=["+rm/model@pipeline.fast_rm.model=8b"])
     ex = error(cfg)
-    assert ex.key == "pipeline.fast_rm.gpu.name" and "conf/rm/gpu/" in ex.allowed, ex
+    assert ex.key == "pipeline.fast_rm.gpu" and "+rm/gpu@pipeline.fast_rm.gpu=" in ex.allowed, ex
     hint = ex.allowed.split("e.g. ", 1)[1]
     cfg = compose("config", overrides=["+rm/model@pipeline.fast_rm.model=8b", hint])
     validate(cfg)
