@@ -201,7 +201,7 @@ def test_an_rm_without_gpu_or_model_says_which_catalog_to_pick(hydra_ctx):
     validate(cfg)
     assert OmegaConf.to_container(cfg.pipeline.fast_rm.gpu) == GPU_CATALOG["H100"]
     ex = error(compose("config", overrides=["+rm/gpu@pipeline.fast_rm.gpu=A100"]))
-    assert ex.key == "pipeline.fast_rm.model.name" and "+rm/model@pipeline.fast_rm.model=8b" in ex.allowed, ex
+    assert ex.key == "pipeline.fast_rm.model" and "+rm/model@pipeline.fast_rm.model=8b" in ex.allowed, ex
 
 
 @pytest.mark.parametrize("gpu", sorted(GPU_CATALOG))
