@@ -188,6 +188,32 @@ def test_the_float_keys_reach_the_correctors_and_latencies():
     assert len(FLOAT_KEYS) > 30
 
 
+JUDGE = ["scenario=capacity/judge_rm_autoscale", "capacity.counts=[2]", "capacity.benchmark=false"]
+J = "pipeline.channels.judge"
+# issue 11's knobs as a capacity user sets them: the judge's rm (batching, chunked prefill),
+# autoscale, faults and bursts keys, and the arrivals block
+CAPACITY_KEYS = sorted(k for k in leaf_keys(compose_config(*JUDGE))
+                       if k.startswith((f"{J}.rm.batching", f"{J}.rm.chunked", f"{J}.autoscale.", f"{J}.faults.",
+                                        f"{J}.degraded", f"{J}.p_", "pipeline.arrivals.")))
+
+
+def test_the_capacity_keys_reach_every_new_knob():
+    for k in (f"{J}.rm.batching", f"{J}.rm.chunked_prefill", f"{J}.autoscale.startup_s", f"{J}.faults.mtbf_s",
+              f"{J}.degraded_factor", "pipeline.arrivals.mode"):
+        assert k in CAPACITY_KEYS, k
+
+
+@seeded(12)
+@given(st.sampled_from(CAPACITY_KEYS), BAD_VALUES)
+def test_generated_capacity_knobs_through_the_command(tmp_path_factory, monkeypatch, capsys, key, value):
+    """Bad values of the capacity knobs on the autoscaled judge scenario: exit 2 with one line
+    naming the key, no folder left, no file of the user's touched; or a run with finite tables."""
+    code, lines = the_command(tmp_path_factory.mktemp("c"), monkeypatch, capsys, [*JUDGE, f"{key}={value}"])
+    OUTCOMES["capacity knob: accepted" if code == 0 else "capacity knob: refused"] += 1
+    if code == 2:
+        assert names(lines[0], key) or f"{key}={value}" in lines[0], (key, value, lines)
+
+
 def yaml_scalar():
     return st.one_of(BAD_VALUES, st.sampled_from(["~", "'x'", "&a 1", "*a", "!!binary aGk=", "[", "{", "1:2"]))
 

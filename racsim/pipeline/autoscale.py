@@ -200,8 +200,8 @@ def _pool(draws: Any, name: str, lane: int) -> AutoPool:
     if name in draws.gpu:
         spec: GpuSpec = draws.gpu[name]
         G = svc.shape[1] * svc.shape[2]
-        slow = draws.slowdown[name][lane].tolist() if name in draws.slowdown else None
-        return AutoPool(rule, waiting(spec, svc.ravel().tolist(), G, slow), [G] * svc.shape[0], svc.size)
+        return AutoPool(rule, waiting(spec, svc.ravel(), G, draws.slowdown_row(name, lane)), [G] * svc.shape[0],
+                        svc.size)
     sent = draws.routed[name][lane] if name in draws.routed else np.ones(svc.shape, dtype=bool)
     return AutoPool(rule, _FifoJobs(svc.ravel(), sent.ravel(), svc.shape[1]), sent.sum(axis=1).tolist(), svc.size)
 

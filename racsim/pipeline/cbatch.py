@@ -66,10 +66,14 @@ def chunk_squares(length: float, context: float) -> float:
     return length * (length + 2.0 * context)
 
 
-def waiting(spec: GpuSpec, tokens: List[float], group: int, slow: Optional[Sequence[float]] = None) -> _Waiting:
-    """The waiting list and dispatch rule a server of ``spec`` uses (``slow``: bursts'
-    per-group factor on batch seconds; validation refuses bursts with chunked prefill)."""
-    return _Chunked(spec, tokens, group) if spec.chunked else _Waiting(spec, tokens, group, slow)
+def waiting(spec: GpuSpec, tokens: np.ndarray, group: int, slow: Optional[np.ndarray] = None) -> _Waiting:
+    """The waiting list and dispatch rule a server of ``spec`` uses, for one lane's request
+    ``tokens`` (``slow``: bursts' per-group factor on batch seconds, or None; validation
+    refuses bursts with chunked prefill)."""
+    tok = np.asarray(tokens).tolist()
+    if spec.chunked:
+        return _Chunked(spec, tok, group)
+    return _Waiting(spec, tok, group, None if slow is None else np.asarray(slow).tolist())
 
 
 class _Chunked(_Waiting):

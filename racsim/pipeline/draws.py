@@ -53,6 +53,10 @@ class PipelineDraws:
     # gpu_rm channels with ``faults``: each replica's outages per lane (racsim/pipeline/faults.py).
     faults: Dict[str, Timeline] = field(default_factory=dict)
 
+    def slowdown_row(self, name: str, lane: int) -> Optional[np.ndarray]:
+        """Lane ``lane``'s per-step factor on channel ``name``'s batch seconds (bursts), or None."""
+        return self.slowdown[name][lane] if name in self.slowdown else None
+
 
 def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> PipelineDraws:
     """Draw all durations and latencies of ``n_trials`` independent runs."""

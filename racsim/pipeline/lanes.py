@@ -66,7 +66,7 @@ class _LaneServer:
         self.spec, self.G = spec, group
         self.faults, self.lane = faults, lane  # a faults.Timeline: replicas go down (None: never)
         self.lost = np.zeros(tokens.size, dtype=bool)
-        self.q = waiting(spec, tokens.tolist(), group, None if slow is None else slow.tolist())
+        self.q = waiting(spec, tokens, group, slow)
         self.arr: List[float] = []
         self.left: List[int] = []  # requests of each group not dispatched yet (their last chunk, if chunked)
         self.admitted = 0
@@ -140,8 +140,8 @@ class _GpuLanes:
             self.cum, self.cum2 = _prefix(self.tok)
             self.group_time = np.full((n, steps), np.inf)
         else:
-            self.servers = [_LaneServer(spec, self.tok[i], self.G, None if self.slow is None else self.slow[i],
-                                        faults, i) for i in range(n)]
+            self.servers = [_LaneServer(spec, self.tok[i], self.G, draws.slowdown_row(name, i), faults, i)
+                            for i in range(n)]
 
     def run_async(self, submit_time: np.ndarray) -> None:
         """Every group's arrival known: serve them all. ``submit_time``: (lanes, steps)."""

@@ -61,7 +61,7 @@ class _SimpyServer:
         self.env, self.spec, self.G, self.Late, self.lane = env, spec, group, late_cls, lane
         self.faults = faults  # a faults.Timeline: replicas go down (None: never)
         self.lost = np.zeros(tokens.size, dtype=bool)
-        self.q = waiting(spec, tokens.tolist(), group, None if slow is None else slow.tolist())
+        self.q = waiting(spec, tokens, group, slow)
         self.gpus = [simpy.Resource(env, capacity=1) for _ in range(spec.replicas)]
         self.arr: List[float] = [math.nan] * steps
         self.left = [group] * steps
@@ -162,8 +162,8 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             if nm in draws.autoscale:
                 continue  # an autoscaled pool: SimpyAutoPool below
             tok4 = draws.service[nm]
-            slow = draws.slowdown[nm][i] if nm in draws.slowdown else None
-            servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i, slow,
+            servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i,
+                                       draws.slowdown_row(nm, i),
                                        draws.faults.get(nm))
         servers.update({nm: SimpyAutoPool(env, draws, nm, i, late_cls) for nm in draws.autoscale})
 
