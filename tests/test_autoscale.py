@@ -344,12 +344,12 @@ def test_autoscale_needs_a_queue_with_workers_or_gpu_rm(extra):
     validate(compose_cfg(["channel@pipeline.channels.judge=judge_gpu_rm"], channel="judge"))
 
 
-def test_capacity_whatif_compares_with_fixed_pools_of_min_and_max():
+def test_capacity_whatif_compares_with_every_fixed_pool_evaluated():
     from hydra import compose, initialize_config_module
 
-    from racsim.analyses.capacity import run_capacity
+    from racsim.analyses.capacity import feasible, run_capacity
     from racsim.config.schema import register_configs
-    from racsim.report.capacity import capacity_summary_markdown
+    from racsim.report.capacity import autoscale_verdict, capacity_summary_markdown
 
     small = ["learner.trials=2", "learner.bootstrap=0", "pipeline.steps=10", "pipeline.warmup_steps=2",
              "capacity.benchmark=false", "capacity.counts=[3]", "pipeline.channels.judge.autoscale.for_s=3",
@@ -360,14 +360,43 @@ def test_capacity_whatif_compares_with_fixed_pools_of_min_and_max():
     res = run_capacity(cfg)
     assert sorted(res.curve["count"].unique()) == [2, 3, 8]  # the counts, and the rule's min and max
     w = res.autoscale.set_index(["pool", "corrector"])
-    for pool, n in (("fixed 2", 2), ("fixed 8", 8)):
+    assert sorted(res.autoscale.pool.unique()) == ["autoscaled", "fixed 2", "fixed 3", "fixed 8"]
+    for pool, n in (("fixed 2", 2), ("fixed 3", 3), ("fixed 8", 8)):
         curve = res.curve[res.curve["count"] == n].set_index("corrector")
         for c in curve.index:
             for col in ("bias_exact", "step_s", "cost_per_1000_steps"):
                 assert w.loc[(pool, c), col] == curve.loc[c, col], (pool, c, col)
+            assert w.loc[(pool, c), "meets"] == curve.loc[c, "feasible"], (pool, c)
     auto = w.xs("autoscaled")
     assert 2 < auto.servers.iloc[0] <= 8  # it scaled up, within the rule's bounds
     assert np.isnan(auto.loc["wait_for_slow", "cost_per_1000_steps"])
+    for c in auto.index:  # the autoscaled rows are judged against the same targets
+        assert auto.loc[c, "meets"] == feasible(auto.loc[c].to_dict(), res.targets)
     cheap, dear = w.loc[("fixed 2", "naive"), "cost_per_1000_steps"], w.loc[("fixed 8", "naive"), "cost_per_1000_steps"]
     assert cheap < auto.loc["naive", "cost_per_1000_steps"] < dear
-    assert "## Autoscaling what-if" in capacity_summary_markdown(cfg, res, [])
+    md = capacity_summary_markdown(cfg, res, [])
+    assert "## Autoscaling what-if" in md and autoscale_verdict(res.autoscale, res.targets["corrector"]) in md
+
+
+def test_autoscale_verdict_names_the_cheapest_fixed_pool_meeting_the_targets():
+    import pandas as pd
+
+    from racsim.report.capacity import autoscale_verdict
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(1, 6))
+        servers = rng.choice(np.arange(1, 20), n, replace=False)
+        cost = rng.uniform(1, 50, n)
+        meets = rng.random(n) < 0.5
+        t = pd.DataFrame({"pool": [f"fixed {s}" for s in servers] + ["autoscaled"], "corrector": "rac",
+                          "servers": list(servers.astype(float)) + [3.5], "meets": list(meets) + [bool(rng.random() < .5)],
+                          "cost_per_1000_steps": list(cost) + [rng.choice([np.nan, 10.0])]})
+        v = autoscale_verdict(t, "rac")
+        ok = [(c, s) for c, s, m in zip(cost, servers, meets) if m]  # loop oracle: the cheapest meeting pool
+        if ok:
+            c, s = min(ok)
+            assert f"{s} servers, costs ${c:.2f}" in v, v
+        else:
+            assert "no evaluated fixed pool meets them" in v
+        assert ("unmeasured" in v) == bool(np.isnan(t.cost_per_1000_steps.iloc[-1]))

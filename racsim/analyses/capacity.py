@@ -53,7 +53,7 @@ class CapacityResult:
     best: Any = None  # RunResult at the recommended (or largest) count
     timings: Dict[str, float] = field(default_factory=dict)
     speed: Dict[str, float] = field(default_factory=dict)
-    autoscale: Optional[pd.DataFrame] = None  # the channel's autoscaled pool vs fixed pools of min and max
+    autoscale: Optional[pd.DataFrame] = None  # the channel's autoscaled pool vs the evaluated fixed pools
 
 
 def channel_of(cfg: Any) -> str:
@@ -100,26 +100,28 @@ def fixed_pool(cfg: Any, name: str) -> Any:
     return c
 
 
-def autoscale_whatif(cfg: Any, name: str, fixed_rows: Dict[int, List[dict]], auto) -> pd.DataFrame:
-    """Autoscaled pool against fixed pools of its min and max: per pool and corrector, servers
-    (mean billed, autoscaled), bias, wall-clock per step and cost per 1000 steps. ``fixed_rows``:
-    capacity rows by unit count; ``auto``: the autoscaled run. The autoscaled pool's cost is
-    measured on the asynchronous pipeline, so it is not given for blocking correctors."""
-    a, units = cfg.pipeline.channels[name].autoscale, units_per_server(cfg, name)
+def autoscale_whatif(cfg: Any, name: str, fixed_rows: Dict[int, List[dict]], auto, targets: dict) -> pd.DataFrame:
+    """Autoscaled pool against every fixed pool the search evaluated (whole servers; the rule's
+    min and max are always among them): per pool and corrector, servers (mean billed, autoscaled),
+    bias, wall-clock per step, cost per 1000 steps and whether the row meets the capacity targets.
+    ``fixed_rows``: capacity rows by unit count; ``auto``: the autoscaled run. The autoscaled
+    pool's cost is measured on the asynchronous pipeline, so it is not given for blocking correctors."""
+    units = units_per_server(cfg, name)
     out = []
-    for pool, n in ((f"fixed {a.min}", a.min), (f"fixed {a.max}", a.max)):
-        out += [{"pool": pool, "servers": float(n), **_whatif(r)} for r in fixed_rows[n * units]]
+    for n in sorted(c for c in fixed_rows if c % units == 0):
+        out += [{"pool": f"fixed {n // units}", "servers": float(n // units), **_whatif(r, targets)}
+                for r in fixed_rows[n]]
     ch = auto.channels[auto.channels.channel == name].iloc[0]
     for r in _rows(cfg, name, 0, auto):
         r["cost_per_1000_steps"] = np.nan if r["corrector"] in BLOCKING else float(ch["cost_per_1000_steps"])
-        out.append({"pool": "autoscaled", "servers": float(ch["servers_billed_mean"]), **_whatif(r)})
+        out.append({"pool": "autoscaled", "servers": float(ch["servers_billed_mean"]), **_whatif(r, targets)})
     return pd.DataFrame(out)
 
 
-def _whatif(r: dict) -> dict:
+def _whatif(r: dict, targets: dict) -> dict:
     keys = ("corrector", "bias_exact", "bias_vs_naive", "step_s", "delay_p95_steps", "sojourn_p95_s",
             "dropped_frac", "cost_per_1000_steps")
-    return {k: r[k] for k in keys}
+    return {**{k: r[k] for k in keys}, "meets": feasible(r, targets)}
 
 
 def _rows(cfg: Any, name: str, n: int, res) -> List[dict]:
@@ -225,7 +227,7 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
         t0 = time.perf_counter()
         auto = run_bias_study(expand(with_count(scaled, key, a.min * units)))
         timings["runs_s"] += time.perf_counter() - t0
-        result.autoscale = autoscale_whatif(scaled, name, rows, auto)
+        result.autoscale = autoscale_whatif(scaled, name, rows, auto, targets)
     if cap.benchmark and cfg.pipeline.engine == "lanes":  # the figure is the lanes engine's
         result.speed = (benchmark(cfg, key, sorted(rows), timings["pipeline_s"]) if scaled is None else
                         benchmark(scaled, key, [a.min * units], float(auto.timings["pipeline_s"])))

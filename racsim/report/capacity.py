@@ -67,8 +67,25 @@ def recommendation_text(res: CapacityResult) -> str:
             f"(${row.cost_per_1000_steps:.2f} per 1000 steps).")
 
 
+def autoscale_verdict(table: pd.DataFrame, corrector: str) -> str:
+    """One sentence: the autoscaled pool against the cheapest fixed pool meeting the targets, for
+    the capacity search's corrector (rows of the what-if table)."""
+    rows = table[table.corrector == corrector]
+    auto = rows[rows.pool == "autoscaled"].iloc[0]
+    fixed = rows[(rows.pool != "autoscaled") & rows.meets]
+    cost = ("an unmeasured amount (a blocking corrector; its cost is measured on the asynchronous pipeline)"
+            if pd.isna(auto.cost_per_1000_steps) else f"${auto.cost_per_1000_steps:.2f} per 1000 steps")
+    head = (f"For {corrector}, the autoscaled pool costs {cost} ({auto.servers:.2f} servers billed on average) "
+            f"and {'meets' if auto.meets else 'misses'} the targets")
+    if fixed.empty:
+        return head + "; no evaluated fixed pool meets them."
+    best = fixed.sort_values(["cost_per_1000_steps", "servers"]).iloc[0]
+    return (head + f"; the cheapest fixed pool meeting them, {best.pool.split()[1]} servers, costs "
+            f"${best.cost_per_1000_steps:.2f} per 1000 steps.")
+
+
 def autoscale_section(cfg: Any, res: CapacityResult) -> List[str]:
-    """The autoscaled pool against fixed pools of its min and max, per corrector."""
+    """The autoscaled pool against the fixed pools evaluated, per corrector."""
     a = cfg.pipeline.channels[res.channel].autoscale
     table = res.autoscale.rename(columns={
         "servers": "servers (mean billed)", "bias_exact": "bias", "bias_vs_naive": "x naive", "step_s": "s/step",
@@ -77,12 +94,15 @@ def autoscale_section(cfg: Any, res: CapacityResult) -> List[str]:
     return ["## Autoscaling what-if", "",
             f"{res.channel}'s pool sized by its rule (from {a.min} to {a.max} servers; one more after more than "
             f"{a.queue_above} requests waited {a.for_s:g} s, serving {a.startup_s:g} s later; one released after "
-            f"{a.idle_s:g} s idle) against fixed pools of {a.min} and {a.max}, on the same draws. `servers`: "
+            f"{a.idle_s:g} s idle) against every fixed pool the search evaluated (always {a.min} and {a.max}), "
+            "on the same draws. `servers`: "
             "servers billed on average over the measured steps (a server counts from its request to its release); "
             "`bias` the exact bias, `x naive` its ratio to naive's, `s/step` the wall-clock per step, delays "
             "in steps and sojourn in seconds of the asynchronous pipeline, `$/1000 steps` the pool's cost per "
             "1000 optimizer steps (autoscaled: billed server-seconds of the asynchronous pipeline, so - for "
-            "blocking correctors).", "", "```", table.map(fmt).to_string(index=False), "```", ""]
+            "blocking correctors), `meets` whether the row meets the capacity targets.", "",
+            autoscale_verdict(res.autoscale, res.targets["corrector"]), "",
+            "```", table.map(fmt).to_string(index=False), "```", ""]
 
 
 def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -> str:
