@@ -69,6 +69,19 @@ def in_multirun() -> bool:
     return hc.mode == RunMode.MULTIRUN
 
 
+RACSIM_LAUNCHER = "RacsimLauncher"  # hydra_plugins/racsim_sweeper: the launcher whose jobs are lean by default
+
+
+def lean_job(cfg: Any) -> bool:
+    """Whether this run writes the lean folder (``output.job_files``): ``lean``, or ``auto``
+    in a sweep job run by racsim's launcher (other launchers and single runs: full)."""
+    mode = OmegaConf.select(cfg, "output.job_files", default="full")
+    if mode != "auto":
+        return mode == "lean"
+    hc = _hydra_cfg()
+    return in_multirun() and str(OmegaConf.select(hc, "launcher._target_", default="")).endswith(RACSIM_LAUNCHER)
+
+
 class Job:
     """Bookkeeping of one run or sweep job: decides whether ``resume`` skips it,
     and writes its completion marker once everything else is on disk."""
@@ -83,19 +96,21 @@ class Job:
         self.t0 = time.perf_counter()
         self._threads = None
         self.skip = bool(cfg.get(RESUME_KEY, False)) and is_complete(self.out_dir, self.overrides)
-        if self.skip:
+        if self.skip:  # else the old marker goes when the new results land (racsim.markers.publish), not before
             log.info("%s: complete, skipped (resume)", self.label)
-        else:  # the old marker goes when the new results land (racsim.markers.publish), not before
-            self._threads = pin_blas_threads()
+
+    def computing(self) -> None:
+        """The job computes its results here (a sweep job of the racsim launcher's batch does not): pin BLAS."""
+        self._threads = pin_blas_threads()
 
     @property
     def label(self) -> str:
         return "run" if self.num is None else f"job {self.num}"
 
-    def finish(self, written: Iterable[Path]) -> Path:
-        """Write ``done.json``: the job's last act."""
+    def finish(self, written: Iterable[Path], digests: Optional[Dict[str, dict]] = None) -> Path:
+        """Write ``done.json``: the job's last act (``digests``: racsim.markers.write_marker)."""
         path = write_marker(self.out_dir, written, overrides=self.overrides, cell=self.cell, job=self.num,
-                            runtime_s=time.perf_counter() - self.t0)
+                            runtime_s=time.perf_counter() - self.t0, digests=digests)
         self.close()
         return path
 
@@ -326,8 +341,8 @@ class Progress:
                 done += 1
                 fresh_done += m_time >= self.started
                 continue
-            try:
-                running += (d / ".hydra" / "config.yaml").stat().st_mtime >= self.started
+            try:  # Hydra's run_job and racsim's launcher (a lean folder too) write it as a job starts
+                running += (d / ".hydra" / "overrides.yaml").stat().st_mtime >= self.started
             except OSError:
                 pass
         left = None if self.total is None else max(self.total - done - running, 0)
