@@ -82,6 +82,7 @@ class Composer:
         self.loader, self.master = config_loader, master
         self._bases: Dict[Tuple[str, ...], DictConfig] = {}
         self._blobs: Dict[Tuple[str, ...], bytes] = {}  # pickled bases: unpickling copies faster than deepcopy
+        self._task_blobs: Dict[Tuple[str, ...], bytes] = {}  # pickled task configs of the bases (no hydra node)
         self._fast: Dict[Tuple[str, ...], bool] = {}  # base -> no interpolation in its task config
         self._plain: Dict[Tuple[Tuple[str, ...], str], bool] = {}
         self._objects: Dict[Tuple[str, ...], Any] = {}  # base -> its plain dataclasses, or the reason it fails
@@ -161,6 +162,20 @@ class Composer:
         for o in fast:
             _put(obj, o.key_or_group, self.typed(rest, o))
         return obj
+
+    def task(self, overrides: Sequence[str], swept: Iterable[str]) -> DictConfig:
+        """``task_config(self.compose(overrides, swept))``, from a copy of the base's task config
+        (the swept plain values are task keys, never ``hydra``'s: applied alike to either)."""
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+        rest, fast = self.split(overrides, swept)
+        if not fast:
+            return task_config(self.compose(overrides, swept))
+        if rest not in self._task_blobs:
+            self._task_blobs[rest] = pickle.dumps(task_config(self.base(rest)))
+        cfg = pickle.loads(self._task_blobs[rest])
+        ConfigLoaderImpl._apply_overrides_to_config(fast, cfg)
+        return cfg
 
     def compose(self, overrides: Sequence[str], swept: Iterable[str]) -> DictConfig:
         """The job config of ``overrides`` (``swept``: the keys that vary across the sweep)."""

@@ -168,7 +168,8 @@ class RacsimLauncher(Launcher):
             sweep_config.hydra.job.id = idx
             sweep_config.hydra.job.num = idx
         if sweep_config.hydra.job.chdir is not True:
-            ret = _run_job_here(self.hydra_context, self.task_function, sweep_config)
+            task = self.composer.task(list(overrides), self.swept)
+            ret = _run_job_here(self.hydra_context, self.task_function, sweep_config, task)
         else:
             ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
                           job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
@@ -176,16 +177,16 @@ class RacsimLauncher(Launcher):
         return ret
 
 
-def _run_job_here(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
+def _run_job_here(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
+                  task: DictConfig) -> JobReturn:
     """Hydra's ``run_job`` (hydra.core.utils) for a sweep job, without ``chdir``: the same
     folder, .hydra files, job log, callbacks and JobReturn, with one copy of the job's config
     where ``run_job`` makes five (this config is the job's own, composed for it: nothing
-    else reads it). A lean job
+    else reads it; ``task``, its config less the ``hydra`` node, is made by the Composer). A lean job
     (racsim.sweep.lean_job) writes ``.hydra/overrides.yaml`` alone (the sweep's
     ``multirun.yaml`` holds the rest) and its JobReturn's ``hydra_cfg`` is its config itself."""
     from racsim.io import config_yaml
     from racsim.sweep import lean_job
-    from racsim.sweeper import task_config
 
     instance = HydraConfig.instance()
     before = instance.cfg
@@ -196,7 +197,7 @@ def _run_job_here(hydra_context: HydraContext, task_function: TaskFunction, conf
         with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
             config.hydra.runtime.output_dir = os.path.abspath(out)
         ret = JobReturn()
-        ret.cfg = task_config(config)
+        ret.cfg = task
         lean = lean_job(ret.cfg)
         ret.hydra_cfg = config if lean else OmegaConf.masked_copy(config, "hydra")
         ret.overrides = OmegaConf.to_container(config.hydra.overrides.task)

@@ -102,11 +102,11 @@ def check_finite(df: pd.DataFrame, table: str, cfg_yaml: Union[str, Callable[[],
     must be: any inf, a NaN outside :data:`MAY_BE_NAN` and outside :func:`_absent`. The
     line names the run's most extreme setting (``cfg_yaml``, or a function giving it) as
     the likely knob, if any."""
-    for column in df.columns:
-        bad = _non_finite(df[column])
+    for column, series in df.items():
+        bad = _non_finite(series)
         if not bad.any():
             continue
-        values = df[column].to_numpy()
+        values = series.to_numpy()
         isinf = np.array([isinstance(v, (float, np.floating)) and np.isinf(v) for v in values], bool)
         if may_be_nan(str(column), table) is not None:
             bad = isinf
