@@ -21,7 +21,16 @@ from racsim.config.schema import register_configs
 from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
 from racsim.io import config_yaml
-from racsim.sweep import Job, in_multirun, lean_job, publish_run, register_resolvers, remove_created, take_prepared
+from racsim.sweep import (
+    Job,
+    end_detached,
+    in_multirun,
+    lean_job,
+    publish_run,
+    register_resolvers,
+    remove_created,
+    take_prepared,
+)
 
 EXIT_USAGE = 2
 
@@ -288,6 +297,7 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:  # Ctrl-C: every complete job keeps its done.json; the rest rerun on resume
+        end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
         print("racsim: interrupted; rerun the same command with resume=true to finish a sweep", file=sys.stderr)
         sys.exit(130)
     except (HydraException, OmegaConfBaseException, ConfigError) as ex:

@@ -301,7 +301,8 @@ def hold_folder(folder: Path, what: str = "run"):
                 raise FileExistsError(
                     f"{folder} belongs to another racsim {other.get('what', 'run')} (pid {other.get('pid')} on "
                     f"{other.get('host')}, lock {_age(lock)} old: {other.get('argv', '?')}); wait for it, choose "
-                    f"another folder, or remove {lock} if that run is gone") from None
+                    f"another folder, or remove {lock} if that run is gone (output.force does not override a "
+                    f"live run's lock)") from None
             if gone:  # a run of this host that crashed: say so, on one line
                 print(f"racsim: notice: took over {lock}, left by pid {other.get('pid')} (no longer running) "
                       f"{_age(lock)} ago", file=sys.stderr)

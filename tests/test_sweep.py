@@ -100,6 +100,8 @@ def test_joblib_launcher_matches_serial(serial, tmp_path):
     racsim(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *SMALL, *CELLS], tmp_path)
     other = only_sweep(tmp_path)
     assert job_tables(other) == job_tables(sweep)
+    for name in ("results.csv", "config.yaml", "summary.md", ".hydra/config.yaml"):  # output.job_files=auto: full
+        assert (other / "0" / name).is_file(), name
     assert len(job_tables(other)) == N_JOBS
     assert (other / "results.parquet").read_bytes() == (sweep / "results.parquet").read_bytes()
 
@@ -342,3 +344,30 @@ def test_ctrl_c_says_one_line_and_the_sweep_resumes_to_the_same_bytes(serial, tm
     racsim(["-m", *SMALL, *CELLS, "resume=true"], tmp_path)
     assert job_tables(sweep) == job_tables(sweep_ref)
     assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
+
+
+def test_ctrl_c_under_submitit_local_says_one_line_and_ends_its_jobs(tmp_path):
+    """SIGINT to the sweep's process group with hydra/launcher=submitit_local: submitit's job
+    controllers run in process groups of their own (racsim.sweep._OwnGroup), so the Ctrl-C
+    reaches racsim alone: one line, exit 130, none of their tracebacks; racsim then kills
+    their groups (the controllers hold the stderr pipe: communicate returns only once they
+    are gone), and no job completes afterwards."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.Popen([sys.executable, "-m", "racsim", "-m", "hydra/launcher=submitit_local",
+                             "hydra.launcher.timeout_min=5", "hydra.sweep.dir=sweep", *SMALL, *CELLS],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:  # the jobs' processes have started
+        if list((tmp_path / "sweep").glob("*/.hydra/overrides.yaml")):
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert [ln for ln in err.splitlines() if "interrupt" in ln.lower()] == [
+        "racsim: interrupted; rerun the same command with resume=true to finish a sweep"]
+    done = sorted((tmp_path / "sweep").glob("*/done.json"))
+    time.sleep(2)
+    assert sorted((tmp_path / "sweep").glob("*/done.json")) == done  # nothing ran on

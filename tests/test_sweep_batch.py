@@ -193,3 +193,18 @@ def test_config_yaml_of_a_sweep_jobs_configs():
     cfg = compose_config(*TINY)
     assert config_yaml(cfg) == OmegaConf.to_yaml(cfg)
     assert config_yaml(cfg.pipeline) == OmegaConf.to_yaml(cfg.pipeline)
+
+
+def test_a_lean_single_run_keeps_the_parquet_tables_and_its_marker(tmp_path):
+    """output.job_files=lean on a single run: the tables as Parquet, done.json (its SHA-256 from
+    the bytes in memory), no CSV, config.yaml, trace or summary; racsim-report reads it."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    run = subprocess.run([sys.executable, "-m", "racsim", *TINY, "output.job_files=lean", "hydra.run.dir=run"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    names = {p.name for p in (tmp_path / "run").iterdir() if p.is_file() and not p.name.startswith(".")}
+    assert names == {"results.parquet", "channels.parquet", "done.json", "racsim.log"}, names
+    assert is_complete(tmp_path / "run")
+    report = subprocess.run([sys.executable, "-m", "racsim.report.gather", "run"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and (tmp_path / "run" / "report.md").is_file(), report.stderr
