@@ -233,7 +233,10 @@ def bench_sweep_cells(cells: int, trials: int = 20, keep: str = None, budget_s: 
         cmd = [sys.executable, "-m", "racsim", "-m", f"seed=range({n_seeds})", "corrector.tau_age=20,100,1000,inf",
                *tiny, f"hydra.sweep.dir={sweep}"]
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # SIGINT at its default in the sweep (Ctrl-C ends it at the budget), even when this command was
+        # started with it ignored (in the background): a Python started so keeps ignoring it
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         first = None
         while proc.poll() is None:
             if first is None and (sweep / "0" / ".hydra").is_dir():

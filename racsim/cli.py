@@ -11,6 +11,7 @@ left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -20,7 +21,16 @@ from racsim.config.schema import register_configs
 from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
 from racsim.io import config_yaml
-from racsim.sweep import Job, in_multirun, publish_run, register_resolvers, remove_created, take_prepared
+from racsim.sweep import (
+    Job,
+    end_detached,
+    in_multirun,
+    lean_job,
+    publish_run,
+    register_resolvers,
+    remove_created,
+    take_prepared,
+)
 
 EXIT_USAGE = 2
 
@@ -46,19 +56,22 @@ def _task(cfg) -> None:
         if job.skip:
             print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
             return
-        check_schema(cfg)  # keys added with +key=... that the schema lacks, and NaNs
-        progress = _progress_bar(cfg)
-        try:
-            if cfg.capacity.enabled:  # capacity planning: the scenario once per GPU/worker count
-                return _capacity(cfg, out_dir, job)
-            res = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch
-            if res is None:
+        res = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch, its cell checked
+        if res is None:
+            check_schema(cfg)  # keys added with +key=... that the schema lacks, and NaNs
+            job.computing()
+            progress = _progress_bar(cfg)
+            try:
+                if cfg.capacity.enabled:  # capacity planning: the scenario once per GPU/worker count
+                    return _capacity(cfg, out_dir, job)
                 res = run(cfg, progress=progress.update if progress else None)
-        finally:
-            if progress:
-                progress.close()
-        written = publish_run(out_dir, cfg, lambda stage: write_outputs(stage, res, config_yaml(cfg),
-                                                                        plots=cfg.output.plots))
+            finally:
+                if progress:
+                    progress.close()
+        digests: dict = {}
+        written = publish_run(out_dir, cfg, lambda stage: write_outputs(
+            stage, res, functools.cache(lambda: config_yaml(cfg)), plots=cfg.output.plots, lean=lean_job(cfg),
+            digests=digests))
     except (ConfigError, OmegaConfBaseException) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
         if in_multirun():  # a sweep job: the others go on, the sweep lists it when it ends; its folders are the sweep's
@@ -68,7 +81,7 @@ def _task(cfg) -> None:
             raise
         print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    job.finish(written)  # done.json, the completion marker: the last file written
+    job.finish(written, digests)  # done.json, the completion marker: the last file written
     if job.num is not None:  # a sweep job: one line, the table is in its folder and the sweep's
         print(f"racsim: {job.label}: results in {out_dir}")
         return
@@ -284,6 +297,7 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:  # Ctrl-C: every complete job keeps its done.json; the rest rerun on resume
+        end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
         print("racsim: interrupted; rerun the same command with resume=true to finish a sweep", file=sys.stderr)
         sys.exit(130)
     except (HydraException, OmegaConfBaseException, ConfigError) as ex:

@@ -34,17 +34,23 @@ RESUME_KEY = "resume"  # the sweep switch (racsim.sweep); never part of a job's 
 MARKER_VERSION = 1
 
 
-@functools.lru_cache(maxsize=65536)  # a sweep parses the same overrides for every job (about 1 ms each)
-def _parse(override: str):
+@functools.lru_cache(maxsize=None)
+def _parser():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    return OverridesParser.create().parse_override(override)
+    return OverridesParser.create()
+
+
+@functools.lru_cache(maxsize=65536)  # a sweep parses the same overrides for every job (about 1 ms each)
+def parse_override(override: str):
+    """Hydra's parse of one override, by one parser, cached (the parsed object is shared: read it only)."""
+    return _parser().parse_override(override)
 
 
 def override_key(override: str) -> str:
     """``'+a.b=1'`` -> ``'a.b'`` (a group override keeps its ``@package``)."""
     try:
-        o = _parse(override)
+        o = parse_override(override)
         return o.key_or_group if o.package is None else f"{o.key_or_group}@{o.package}"
     except Exception:  # not Hydra syntax: take the text before '='
         return override.split("=", 1)[0].lstrip("~+")
@@ -65,7 +71,7 @@ def cell_values(cfg: Any, overrides: Iterable[str]) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for text in overrides:
         try:
-            o = _parse(text)
+            o = parse_override(text)
         except Exception:
             out[override_key(text)] = text.split("=", 1)[-1]
             continue
@@ -85,6 +91,11 @@ def _digest(path: Path) -> Dict[str, Any]:
     with open(path, "rb") as f:
         sha = hashlib.file_digest(f, "sha256").hexdigest()
     return {"bytes": path.stat().st_size, "sha256": sha}
+
+
+def digest_bytes(data: bytes) -> Dict[str, Any]:
+    """A marker's record of a file, from the bytes written to it (:func:`_digest` without reading it back)."""
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def read_marker(job_dir: Path) -> Optional[dict]:
@@ -115,7 +126,7 @@ def cell_matches(marker: dict) -> bool:
     want: Dict[str, Any] = {}
     for text in overrides:
         try:
-            o = _parse(str(text))
+            o = parse_override(str(text))
         except Exception:
             want[override_key(str(text))] = str(text).split("=", 1)[-1]
             continue
@@ -150,9 +161,12 @@ def is_complete(job_dir: Path, overrides: Optional[Iterable[str]] = None) -> boo
 
 
 def write_marker(job_dir: Path, written: Iterable[Path], *, overrides: List[str], cell: Dict[str, Any],
-                 job: Optional[int], runtime_s: float) -> Path:
+                 job: Optional[int], runtime_s: float, digests: Optional[Dict[str, dict]] = None) -> Path:
+    """Write ``done.json`` listing ``written`` (``digests``: the records of those files known
+    from their bytes, :func:`digest_bytes`; the others are read back)."""
     job_dir = Path(job_dir)
-    files = {Path(p).name: _digest(Path(p)) for p in written}
+    known = digests or {}
+    files = {Path(p).name: known.get(Path(p).name) or _digest(Path(p)) for p in written}
     marker = {
         "racsim_marker": MARKER_VERSION,
         "job": job,
@@ -287,7 +301,8 @@ def hold_folder(folder: Path, what: str = "run"):
                 raise FileExistsError(
                     f"{folder} belongs to another racsim {other.get('what', 'run')} (pid {other.get('pid')} on "
                     f"{other.get('host')}, lock {_age(lock)} old: {other.get('argv', '?')}); wait for it, choose "
-                    f"another folder, or remove {lock} if that run is gone") from None
+                    f"another folder, or remove {lock} if that run is gone (output.force does not override a "
+                    f"live run's lock)") from None
             if gone:  # a run of this host that crashed: say so, on one line
                 print(f"racsim: notice: took over {lock}, left by pid {other.get('pid')} (no longer running) "
                       f"{_age(lock)} ago", file=sys.stderr)

@@ -69,6 +69,19 @@ def in_multirun() -> bool:
     return hc.mode == RunMode.MULTIRUN
 
 
+RACSIM_LAUNCHER = "RacsimLauncher"  # hydra_plugins/racsim_sweeper: the launcher whose jobs are lean by default
+
+
+def lean_job(cfg: Any) -> bool:
+    """Whether this run writes the lean folder (``output.job_files``): ``lean``, or ``auto``
+    in a sweep job run by racsim's launcher (other launchers and single runs: full)."""
+    mode = OmegaConf.select(cfg, "output.job_files", default="full")
+    if mode != "auto":
+        return mode == "lean"
+    hc = _hydra_cfg()
+    return in_multirun() and str(OmegaConf.select(hc, "launcher._target_", default="")).endswith(RACSIM_LAUNCHER)
+
+
 class Job:
     """Bookkeeping of one run or sweep job: decides whether ``resume`` skips it,
     and writes its completion marker once everything else is on disk."""
@@ -83,19 +96,21 @@ class Job:
         self.t0 = time.perf_counter()
         self._threads = None
         self.skip = bool(cfg.get(RESUME_KEY, False)) and is_complete(self.out_dir, self.overrides)
-        if self.skip:
+        if self.skip:  # else the old marker goes when the new results land (racsim.markers.publish), not before
             log.info("%s: complete, skipped (resume)", self.label)
-        else:  # the old marker goes when the new results land (racsim.markers.publish), not before
-            self._threads = pin_blas_threads()
+
+    def computing(self) -> None:
+        """The job computes its results here (a sweep job of the racsim launcher's batch does not): pin BLAS."""
+        self._threads = pin_blas_threads()
 
     @property
     def label(self) -> str:
         return "run" if self.num is None else f"job {self.num}"
 
-    def finish(self, written: Iterable[Path]) -> Path:
-        """Write ``done.json``: the job's last act."""
+    def finish(self, written: Iterable[Path], digests: Optional[Dict[str, dict]] = None) -> Path:
+        """Write ``done.json``: the job's last act (``digests``: racsim.markers.write_marker)."""
         path = write_marker(self.out_dir, written, overrides=self.overrides, cell=self.cell, job=self.num,
-                            runtime_s=time.perf_counter() - self.t0)
+                            runtime_s=time.perf_counter() - self.t0, digests=digests)
         self.close()
         return path
 
@@ -326,8 +341,8 @@ class Progress:
                 done += 1
                 fresh_done += m_time >= self.started
                 continue
-            try:
-                running += (d / ".hydra" / "config.yaml").stat().st_mtime >= self.started
+            try:  # Hydra's run_job and racsim's launcher (a lean folder too) write it as a job starts
+                running += (d / ".hydra" / "overrides.yaml").stat().st_mtime >= self.started
             except OSError:
                 pass
         left = None if self.total is None else max(self.total - done - running, 0)
@@ -377,6 +392,55 @@ class _Monitor(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.wait(max(min(self.every_s, 1.0), 20 * self.cost_s)):
             self.tick()
+
+
+_DETACHED: List[Any] = []  # submitit_local's controller processes this process started, each in its own group
+
+
+class _OwnGroup:
+    """``subprocess`` for submitit's local executor (``submitit.local.local.subprocess``): its job
+    controllers start in a session and process group of their own, so that a terminal's Ctrl-C
+    (SIGINT to the foreground group) reaches racsim alone; racsim then ends them (:func:`end_detached`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import subprocess
+
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 (subprocess's name)
+        import subprocess
+
+        proc = subprocess.Popen(*args, start_new_session=True, **kwargs)
+        _DETACHED.append(proc)
+        return proc
+
+
+def detach_submitit_local(config: DictConfig) -> None:
+    """Under ``hydra/launcher=submitit_local``, start its controllers in groups of their own (:class:`_OwnGroup`)."""
+    if not str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".LocalLauncher"):
+        return
+    try:
+        import submitit.local.local as local
+    except ImportError:  # the launcher says so itself
+        return
+    local.subprocess = _OwnGroup()
+
+
+def end_detached() -> None:
+    """Kill the process group of every controller :class:`_OwnGroup` started that still runs (the
+    controller and its job's processes: nothing else is in it). A job's files are written atomically,
+    done.json last: resume reruns the jobs killed."""
+    import signal
+
+    while _DETACHED:
+        proc = _DETACHED.pop()
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
 
 
 GATHERED = ("results.parquet", "results.csv", "report.md")  # what the end of a sweep writes in its folder
@@ -452,6 +516,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._started = time.time()
         _FAILURES.clear()
+        detach_submitit_local(config)
         sweep = Path(str(config.hydra.sweep.dir))  # resolves (and caches) the folder now
         try:
             check_sweep_folder(sweep, config)

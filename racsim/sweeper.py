@@ -24,7 +24,6 @@ base's plain dataclasses with the values set, then expanded
 from __future__ import annotations
 
 import copy
-import functools
 import pickle
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple
@@ -32,21 +31,13 @@ from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from racsim.analyses.grid import expand
-from racsim.config.validate import check_schema, validate
+from racsim.config.validate import check_data_files, check_leaves, check_schema, validate, validate_changed
 from racsim.errors import ConfigError
-from racsim.markers import RESUME_KEY, is_complete
+from racsim.markers import RESUME_KEY, is_complete, parse_override
 
 
 def _parse(overrides: Iterable[str]) -> list:
-    return [_parse_one(o) for o in overrides]
-
-
-@functools.lru_cache(maxsize=65536)
-def _parse_one(override: str):
-    """Hydra's parse of one override (about 1 ms each: a 10,000-job sweep parses the same few many times)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create().parse_override(override)
+    return [parse_override(o) for o in overrides]
 
 
 def _is_plain_leaf(base: DictConfig, o: Any) -> bool:
@@ -91,11 +82,13 @@ class Composer:
         self.loader, self.master = config_loader, master
         self._bases: Dict[Tuple[str, ...], DictConfig] = {}
         self._blobs: Dict[Tuple[str, ...], bytes] = {}  # pickled bases: unpickling copies faster than deepcopy
+        self._task_blobs: Dict[Tuple[str, ...], bytes] = {}  # pickled task configs of the bases (no hydra node)
         self._fast: Dict[Tuple[str, ...], bool] = {}  # base -> no interpolation in its task config
         self._plain: Dict[Tuple[Tuple[str, ...], str], bool] = {}
         self._objects: Dict[Tuple[str, ...], Any] = {}  # base -> its plain dataclasses, or the reason it fails
         self._scratch: Dict[Tuple[str, ...], DictConfig] = {}  # base -> a copy of its task config to type values on
         self._values: Dict[Tuple[Tuple[str, ...], str], Any] = {}  # (base, override) -> typed value, or a failure
+        self._leaves_ok: Dict[Tuple[str, ...], bool] = {}  # base -> its leaves pass validate's leaf checks
 
     def base(self, key: Tuple[str, ...]) -> DictConfig:
         if key not in self._bases:
@@ -136,6 +129,19 @@ class Composer:
             raise self._objects[rest]
         return self._objects[rest]
 
+    def leaves_ok(self, rest: Tuple[str, ...]) -> bool:
+        """Whether every leaf of the base ``rest`` passes validate's leaf checks and its data
+        files are fine (checked once): a cell on it then needs those checks of its set values only."""
+        if rest not in self._leaves_ok:
+            try:
+                obj = self.base_object(rest)
+                check_leaves(obj)
+                check_data_files(obj)
+                self._leaves_ok[rest] = True
+            except Exception:
+                self._leaves_ok[rest] = False
+        return self._leaves_ok[rest]
+
     def typed(self, rest: Tuple[str, ...], o: Any) -> Any:
         """The value a plain-leaf override gives its key on the base ``rest``, typed by the schema."""
         k = (rest, o.input_line)
@@ -156,6 +162,20 @@ class Composer:
         for o in fast:
             _put(obj, o.key_or_group, self.typed(rest, o))
         return obj
+
+    def task(self, overrides: Sequence[str], swept: Iterable[str]) -> DictConfig:
+        """``task_config(self.compose(overrides, swept))``, from a copy of the base's task config
+        (the swept plain values are task keys, never ``hydra``'s: applied alike to either)."""
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+        rest, fast = self.split(overrides, swept)
+        if not fast:
+            return task_config(self.compose(overrides, swept))
+        if rest not in self._task_blobs:
+            self._task_blobs[rest] = pickle.dumps(task_config(self.base(rest)))
+        cfg = pickle.loads(self._task_blobs[rest])
+        ConfigLoaderImpl._apply_overrides_to_config(fast, cfg)
+        return cfg
 
     def compose(self, overrides: Sequence[str], swept: Iterable[str]) -> DictConfig:
         """The job config of ``overrides`` (``swept``: the keys that vary across the sweep)."""
@@ -194,17 +214,19 @@ def check_cells(composer: Composer, cells: Sequence[Sequence[str]], swept: Itera
         try:
             rest, fast = composer.split(overrides, swept)
             base = composer.base_object(rest)
-            _check_values(base, [(o.key_or_group, composer.typed(rest, o)) for o in fast])
+            _check_values(base, [(o.key_or_group, composer.typed(rest, o)) for o in fast], composer.leaves_ok(rest))
         except Exception as ex:
             bad.append((i, reason(ex)))
     return bad
 
 
-def _check_values(base: Any, typed: List[Tuple[str, Any]]) -> None:
+def _check_values(base: Any, typed: List[Tuple[str, Any]], leaves_ok: bool = False) -> None:
     """Set the values on the base's dataclasses, check the result as its job would,
     and put the base's own values back (no copy of the base per cell). Its job runs
     :func:`racsim.analyses.grid.expand`; without a study grid, the fast trim or a
-    delay shortcut to resolve, that is :func:`racsim.config.validate.validate` alone."""
+    delay shortcut to resolve, that is :func:`racsim.config.validate.validate` alone,
+    whose walks over every leaf only the set values need when the base's other
+    leaves passed them (``leaves_ok``: :meth:`Composer.leaves_ok`)."""
     old = [(path, _get(base, path)) for path, _ in typed]
     try:
         for path, value in typed:
@@ -212,6 +234,8 @@ def _check_values(base: Any, typed: List[Tuple[str, Any]]) -> None:
         p, st = base.pipeline, base.study
         if st.grid or st.fast or p.delay_steps is not None or p.delay_distribution is not None:
             expand(base)
+        elif leaves_ok:
+            validate_changed(base, [path for path, _ in typed])
         else:
             validate(base)
     finally:

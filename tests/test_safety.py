@@ -198,8 +198,22 @@ def test_gathering_into_a_users_folder_refuses_without_force(tmp_path, capsys):
 def test_a_folder_held_by_a_live_run_is_refused_naming_it(tmp_path):
     (tmp_path / LOCK).write_text(json.dumps({"pid": 1, "host": os.uname().nodename, "what": "sweep",
                                              "argv": "racsim -m seed=1,2"}))
-    with pytest.raises(FileExistsError, match=r"pid 1 .*racsim -m seed=1,2"):
+    with pytest.raises(FileExistsError, match=r"pid 1 .*racsim -m seed=1,2.*output.force does not override"):
         hold_folder(tmp_path)
+
+
+def test_force_does_not_override_a_live_runs_lock(tmp_path):
+    """A sweep pinned to a folder a live racsim holds (pid 1, this host), with output.force=true:
+    refused on one line that says force does not override it; the lock and folder untouched."""
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / LOCK).write_text(json.dumps({"pid": 1, "host": socket.gethostname(), "what": "sweep",
+                                         "argv": "racsim -m seed=1,2"}))
+    before = snapshot(held)
+    p = racsim(tmp_path, "-m", f"hydra.sweep.dir={held}", "output.force=true", "seed=1,2", *TINY)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert "output.force does not override a live run's lock" in p.stderr and "pid 1" in p.stderr
+    assert snapshot(held) == before
 
 
 def test_a_lock_left_by_a_run_that_is_gone_is_taken_over(tmp_path):

@@ -66,8 +66,10 @@ def test_serial_sweep_writes_every_job_and_one_aggregate(serial):
     assert [d.name for d in jobs] == [str(i) for i in range(N_JOBS)]
     for d in jobs:
         assert is_complete(d)
-        for name in ("results.parquet", "results.csv", "config.yaml", "summary.md", "done.json"):
+        for name in ("results.parquet", "channels.parquet", "done.json", ".hydra/overrides.yaml"):
             assert (d / name).is_file(), (d, name)
+        for name in ("results.csv", "config.yaml", "summary.md", "trace.json", ".hydra/config.yaml"):
+            assert not (d / name).exists(), (d, name)  # a lean folder: racsim's launcher, output.job_files=auto
         assert not list(d.glob(".*.tmp-*"))
     df = pd.read_parquet(sweep / "results.parquet")
     assert len(df) == N_JOBS * N_CORRECTORS
@@ -98,6 +100,8 @@ def test_joblib_launcher_matches_serial(serial, tmp_path):
     racsim(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *SMALL, *CELLS], tmp_path)
     other = only_sweep(tmp_path)
     assert job_tables(other) == job_tables(sweep)
+    for name in ("results.csv", "config.yaml", "summary.md", ".hydra/config.yaml"):  # output.job_files=auto: full
+        assert (other / "0" / name).is_file(), name
     assert len(job_tables(other)) == N_JOBS
     assert (other / "results.parquet").read_bytes() == (sweep / "results.parquet").read_bytes()
 
@@ -154,7 +158,7 @@ def test_kill_and_resume_gives_the_same_aggregate(serial, tmp_path):
     victim = sweep / sorted(before)[0]
     (victim / "done.json").unlink()
     (victim / "results.parquet").write_bytes(b"PAR1 half a file")
-    (victim / ".results.csv.tmp-12345").write_text("partial")
+    (victim / ".results.parquet.tmp-12345").write_text("partial")
     del before[victim.name]
 
     out = racsim(["-m", *SMALL, *CELLS, "resume=true"], tmp_path)
@@ -195,10 +199,10 @@ def test_progress_counts_and_estimate(tmp_path):
     t0 = time.time() - 10
     for i in range(4):
         (tmp_path / str(i) / ".hydra").mkdir(parents=True)
-        (tmp_path / str(i) / ".hydra" / "config.yaml").write_text("x")
+        (tmp_path / str(i) / ".hydra" / "overrides.yaml").write_text("x")
     for i in range(2):
         (tmp_path / str(i) / DONE).write_text("{}")
-    os.utime(tmp_path / "3" / ".hydra" / "config.yaml", (t0 - 100, t0 - 100))  # left over from an earlier run
+    os.utime(tmp_path / "3" / ".hydra" / "overrides.yaml", (t0 - 100, t0 - 100))  # left over from an earlier run
     p = S.Progress(tmp_path, total=10, started=t0)
     assert p.counts() == {"done": 2, "fresh": 2, "running": 1, "left": 7}
     line = p.line(now=t0 + 10)
@@ -245,14 +249,16 @@ def test_blas_thread_count_does_not_change_results(tmp_path):
 
 def test_racsim_sweeper_matches_hydras_basic_sweeper(serial, tmp_path):
     """The default (racsim's sweeper and launcher) against Hydra's basic ones: the same
-    jobs under the same numbers, the same configs and results, byte for byte."""
+    jobs under the same numbers, the same overrides and results, byte for byte (the default's
+    lean folders hold no config.yaml; with output.job_files=full they are the same bytes too:
+    tests/test_sweep_batch.py)."""
     sweep, _ = serial
     racsim(["-m", "hydra/sweeper=basic", "hydra/launcher=basic", *SMALL, *CELLS], tmp_path)
     other = only_sweep(tmp_path)
     assert job_tables(other) == job_tables(sweep) and len(job_tables(sweep)) == N_JOBS
     assert (other / "results.parquet").read_bytes() == (sweep / "results.parquet").read_bytes()
     for i in range(N_JOBS):
-        for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "config.yaml"):
+        for name in (".hydra/overrides.yaml", "results.parquet", "channels.parquet"):
             assert (other / str(i) / name).read_bytes() == (sweep / str(i) / name).read_bytes(), (i, name)
 
 
@@ -338,3 +344,30 @@ def test_ctrl_c_says_one_line_and_the_sweep_resumes_to_the_same_bytes(serial, tm
     racsim(["-m", *SMALL, *CELLS, "resume=true"], tmp_path)
     assert job_tables(sweep) == job_tables(sweep_ref)
     assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
+
+
+def test_ctrl_c_under_submitit_local_says_one_line_and_ends_its_jobs(tmp_path):
+    """SIGINT to the sweep's process group with hydra/launcher=submitit_local: submitit's job
+    controllers run in process groups of their own (racsim.sweep._OwnGroup), so the Ctrl-C
+    reaches racsim alone: one line, exit 130, none of their tracebacks; racsim then kills
+    their groups (the controllers hold the stderr pipe: communicate returns only once they
+    are gone), and no job completes afterwards."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.Popen([sys.executable, "-m", "racsim", "-m", "hydra/launcher=submitit_local",
+                             "hydra.launcher.timeout_min=5", "hydra.sweep.dir=sweep", *SMALL, *CELLS],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:  # the jobs' processes have started
+        if list((tmp_path / "sweep").glob("*/.hydra/overrides.yaml")):
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert [ln for ln in err.splitlines() if "interrupt" in ln.lower()] == [
+        "racsim: interrupted; rerun the same command with resume=true to finish a sweep"]
+    done = sorted((tmp_path / "sweep").glob("*/done.json"))
+    time.sleep(2)
+    assert sorted((tmp_path / "sweep").glob("*/done.json")) == done  # nothing ran on

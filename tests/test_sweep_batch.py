@@ -10,6 +10,7 @@ YAML a job's configs are written with (libyaml) is OmegaConf's, byte for byte.""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import racsim.analyses.bias_study as B
 import racsim.learner.bias as LB
 from racsim.config.defaults import compose_config
 from racsim.io import config_yaml
+from racsim.markers import is_complete
 from racsim.run import run, run_many
 from tests.helpers import assert_same_schedule
 
@@ -115,26 +117,55 @@ def sweep(tmp_path: Path, name: str, launcher: list) -> tuple:
     return cwd / "sweep", proc
 
 
+LEAN = ("results.parquet", "channels.parquet")  # a lean job folder's tables, beside done.json and .hydra/overrides.yaml
+
+
 def test_a_batched_sweep_writes_the_bytes_of_jobs_run_alone(tmp_path):
+    """racsim's launcher, its lean folders (the default) and full ones, against Hydra's basic
+    launcher (full folders, every job alone): the same bytes in every file both have."""
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(FAIL_JOB)
-    batched, proc = sweep(tmp_path, "racsim", [])
-    alone, proc_alone = sweep(tmp_path, "basic", ["hydra/launcher=basic"])
-    for p in (proc, proc_alone):
+    lean, proc_lean = sweep(tmp_path, "racsim", [])
+    full, proc = sweep(tmp_path, "racsim_full", ["output.job_files=full"])
+    alone, proc_alone = sweep(tmp_path, "basic", ["hydra/launcher=basic", "output.job_files=full"])  # as auto gives it
+    for p in (proc_lean, proc, proc_alone):
         assert p.returncode == 1, p.stderr[-3000:]
         assert "Traceback" not in p.stderr
         assert "racsim: sweep: 1 of 6 jobs failed" in p.stderr
         assert "job 3 (seed=1 corrector.names=[naive,rac_no_age,retrace_a]): injected failure" in p.stderr
     # the batch holding the failing job ran one by one; the others were computed together
-    assert proc.stdout.count("run one by one") + proc.stderr.count("run one by one") == 1
-    done = sorted(d.name for d in batched.iterdir() if (d / "done.json").is_file())
+    for p in (proc_lean, proc):
+        assert p.stdout.count("run one by one") + p.stderr.count("run one by one") == 1
+    done = sorted(d.name for d in full.iterdir() if (d / "done.json").is_file())
     assert done == ["0", "1", "2", "4", "5"]
+    assert sorted(d.name for d in lean.iterdir() if (d / "done.json").is_file()) == done
     for job in done:
         for f in COMPARED:
-            assert (batched / job / f).read_bytes() == (alone / job / f).read_bytes(), (job, f)
-    a, b = pd.read_parquet(batched / "results.parquet"), pd.read_parquet(alone / "results.parquet")
-    assert sorted(a["job"].unique()) == [0, 1, 2, 4, 5]
-    pd.testing.assert_frame_equal(a.drop(columns="job_dir"), b.drop(columns="job_dir"), check_exact=True)
+            assert (full / job / f).read_bytes() == (alone / job / f).read_bytes(), (job, f)
+        for f in LEAN:
+            assert (lean / job / f).read_bytes() == (alone / job / f).read_bytes(), (job, f)
+        kept = {p.relative_to(lean / job).as_posix() for p in (lean / job).rglob("*") if p.is_file()}
+        assert kept == {*LEAN, "done.json", ".hydra/overrides.yaml", "racsim.log", ".racsim-files"}, kept
+        marker = json.loads((lean / job / "done.json").read_text())
+        assert OmegaConf.load(lean / job / ".hydra" / "overrides.yaml") == marker["overrides"]  # re-run it alone
+        assert sorted(json.loads((lean / job / "done.json").read_text())["files"]) == ["channels.parquet",
+                                                                                       "results.parquet"]
+        assert is_complete(lean / job)  # the marker's SHA-256, made from the bytes in memory, is the file's
+    failed = {p.relative_to(lean / "3").as_posix() for p in (lean / "3").rglob("*") if p.is_file()}
+    assert failed == {".hydra/overrides.yaml", "racsim.log"}, failed  # its log holds the traceback
+    assert "injected failure at run time" in (lean / "3" / "racsim.log").read_text()
+    tables = [pd.read_parquet(d / "results.parquet") for d in (lean, full, alone)]
+    assert sorted(tables[0]["job"].unique()) == [0, 1, 2, 4, 5]
+    cells = ["job_dir", "output.job_files"]  # the folders, and the full sweeps' own override
+    for t in tables[:2]:
+        pd.testing.assert_frame_equal(t.drop(columns=cells, errors="ignore"), tables[2].drop(columns=cells),
+                                      check_exact=True)
+    # racsim-report gathers lean folders as it gathers full ones
+    report = [subprocess.run([sys.executable, "-m", "racsim.report.gather", str(d), "--out", str(tmp_path / f"r{i}")],
+                             capture_output=True, text=True, timeout=120) for i, d in enumerate((lean, alone))]
+    assert [r.returncode for r in report] == [0, 0], report[0].stderr
+    r0, r1 = (pd.read_parquet(tmp_path / r / "results.parquet") for r in ("r0", "r1"))
+    pd.testing.assert_frame_equal(r0, r1.drop(columns="output.job_files"), check_exact=True)
 
 
 TRICKY = ["", " ", "yes", "no", "null", "~", "1e3", "0x1F", "inf", ".nan", "-", "a: b", "#x", "x #y", "'q'", '"d"',
@@ -162,3 +193,18 @@ def test_config_yaml_of_a_sweep_jobs_configs():
     cfg = compose_config(*TINY)
     assert config_yaml(cfg) == OmegaConf.to_yaml(cfg)
     assert config_yaml(cfg.pipeline) == OmegaConf.to_yaml(cfg.pipeline)
+
+
+def test_a_lean_single_run_keeps_the_parquet_tables_and_its_marker(tmp_path):
+    """output.job_files=lean on a single run: the tables as Parquet, done.json (its SHA-256 from
+    the bytes in memory), no CSV, config.yaml, trace or summary; racsim-report reads it."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    run = subprocess.run([sys.executable, "-m", "racsim", *TINY, "output.job_files=lean", "hydra.run.dir=run"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    names = {p.name for p in (tmp_path / "run").iterdir() if p.is_file() and not p.name.startswith(".")}
+    assert names == {"results.parquet", "channels.parquet", "done.json", "racsim.log"}, names
+    assert is_complete(tmp_path / "run")
+    report = subprocess.run([sys.executable, "-m", "racsim.report.gather", "run"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and (tmp_path / "run" / "report.md").is_file(), report.stderr

@@ -63,6 +63,10 @@ def test_composed_from_a_base_equals_hydras_composition(loader, args):
         fast_task, slow_task = S.task_config(fast), S.task_config(slow)
         assert OmegaConf.to_yaml(fast_task, resolve=True) == OmegaConf.to_yaml(slow_task, resolve=True)
         assert OmegaConf.get_type(fast_task.corrector) is OmegaConf.get_type(slow_task.corrector)
+        # the task config the racsim launcher hands the job, from the base's own task config
+        task = composer.task(cell, swept)
+        assert OmegaConf.to_yaml(task) == OmegaConf.to_yaml(slow_task), cell
+        assert OmegaConf.is_struct(task) == OmegaConf.is_struct(slow_task)
         # the plain dataclasses the racsim launcher computes a batch from (no composition per job)
         assert composer.cell_object(cell, swept) == OmegaConf.to_object(slow_task), cell
     if args[-1] == "corrector.tau_age=20,inf":  # 4 cells, one Hydra composition
@@ -89,6 +93,10 @@ def oracle(loader, master, cells):
     [*SMALL, "seed=-1,2", "pipeline.warmup_steps=0,8", "corrector.alpha=abc,1"],
     [*SMALL, "scenario=default,nope", "corrector.alpha=nan,1"],  # a config group that does not exist, a NaN
     [*SMALL, "+learner.nope=1,2"],  # a key the schema lacks
+    # a swept integer beyond int64 (a leaf check of the set value), with a rule on another swept key
+    [*SMALL, "seed=2,9223372036854775808", "learner.mdp_seed=-1,3"],
+    # a base whose own leaf fails (checked cell by cell in full), a swept value on it
+    [*SMALL, "learner.theta_seed=9223372036854775808", "corrector.alpha=0.5,1"],
 ])
 def test_check_cells_finds_exactly_the_cells_whose_job_would_stop(loader, args):
     master, cells, swept = sweep(loader, args) if "scenario=default,nope" not in args else (None, None, None)
@@ -105,7 +113,8 @@ def test_check_cells_finds_exactly_the_cells_whose_job_would_stop(loader, args):
     for i, why in found:  # one line naming the key
         assert "\n" not in why
         bad_keys = {"seed": "seed=-1", "pipeline.warmup_steps": "warmup_steps=8", "corrector.alpha": "alpha=",
-                    "scenario": "scenario=nope", "learner.nope": "nope="}
+                    "scenario": "scenario=nope", "learner.nope": "nope=", "seed =": "seed=922337",
+                    "learner.mdp_seed": "mdp_seed=-1", "learner.theta_seed": "theta_seed=922337"}
         assert any(key in why and hint in " ".join(cells[i]) for key, hint in bad_keys.items()), (cells[i], why)
     if "seed=-1,2" in args:
         assert dict(found)[1].startswith("seed = -1: an integer >= 0")

@@ -126,7 +126,7 @@ class RacsimLauncher(Launcher):
         from racsim.config.defaults import GRID_KEY
         from racsim.markers import override_key
         from racsim.run import run_many
-        from racsim.sweep import PREPARED
+        from racsim.sweep import PREPARED, pin_blas_threads
 
         picked: List[Tuple[int, Any]] = []
         taken = slots = 0
@@ -144,6 +144,7 @@ class RacsimLauncher(Launcher):
             if obj is not None:
                 picked.append((idx, obj))
         if picked:
+            threads = pin_blas_threads()  # as each job alone would (racsim.sweep.Job.computing)
             try:
                 for (idx, _), res in zip(picked, run_many([obj for _, obj in picked])):
                     if res is not None:
@@ -151,11 +152,12 @@ class RacsimLauncher(Launcher):
             except Exception as ex:
                 log.warning(f"jobs {picked[0][0]}..{picked[-1][0]} run one by one: computing them together "
                             f"failed ({type(ex).__name__}: {ex})")
+            finally:
+                if threads is not None:
+                    threads.restore_original_limits()
         return taken
 
     def _run_one(self, idx: int, overrides: Sequence[str]) -> JobReturn:
-        from racsim.sweep import PREPARED
-
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
         try:
@@ -165,8 +167,9 @@ class RacsimLauncher(Launcher):
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = idx
             sweep_config.hydra.job.num = idx
-        if idx in PREPARED and sweep_config.hydra.job.chdir is not True:
-            ret = _run_prepared_job(self.hydra_context, self.task_function, sweep_config)
+        if sweep_config.hydra.job.chdir is not True:
+            task = self.composer.task(list(overrides), self.swept)
+            ret = _run_job_here(self.hydra_context, self.task_function, sweep_config, task)
         else:
             ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
                           job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
@@ -174,13 +177,16 @@ class RacsimLauncher(Launcher):
         return ret
 
 
-def _run_prepared_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
-    """Hydra's ``run_job`` (hydra.core.utils) for a sweep job whose results are computed
-    (its task only writes them), without ``chdir``: the same folder, .hydra files, job log,
-    callbacks and JobReturn, with one copy of the job's config where ``run_job`` makes five
-    (this config is the job's own, composed for it: nothing else reads it)."""
+def _run_job_here(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
+                  task: DictConfig) -> JobReturn:
+    """Hydra's ``run_job`` (hydra.core.utils) for a sweep job, without ``chdir``: the same
+    folder, .hydra files, job log, callbacks and JobReturn, with one copy of the job's config
+    where ``run_job`` makes five (this config is the job's own, composed for it: nothing
+    else reads it; ``task``, its config less the ``hydra`` node, is made by the Composer). A lean job
+    (racsim.sweep.lean_job) writes ``.hydra/overrides.yaml`` alone (the sweep's
+    ``multirun.yaml`` holds the rest) and its JobReturn's ``hydra_cfg`` is its config itself."""
     from racsim.io import config_yaml
-    from racsim.sweeper import task_config
+    from racsim.sweep import lean_job
 
     instance = HydraConfig.instance()
     before = instance.cfg
@@ -191,8 +197,9 @@ def _run_prepared_job(hydra_context: HydraContext, task_function: TaskFunction, 
         with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
             config.hydra.runtime.output_dir = os.path.abspath(out)
         ret = JobReturn()
-        ret.cfg = task_config(config)
-        ret.hydra_cfg = OmegaConf.masked_copy(config, "hydra")
+        ret.cfg = task
+        lean = lean_job(ret.cfg)
+        ret.hydra_cfg = config if lean else OmegaConf.masked_copy(config, "hydra")
         ret.overrides = OmegaConf.to_container(config.hydra.overrides.task)
         ret.working_dir = os.getcwd()
         out.mkdir(parents=True, exist_ok=True)
@@ -200,9 +207,10 @@ def _run_prepared_job(hydra_context: HydraContext, task_function: TaskFunction, 
         if config.hydra.output_subdir is not None:  # Hydra's _save_config, with libyaml's emitter
             saved = out / str(config.hydra.output_subdir)
             saved.mkdir(parents=True, exist_ok=True)
-            for name, node in (("config", ret.cfg), ("hydra", ret.hydra_cfg), ("overrides", config.hydra.overrides.task)):
+            files = (("config", ret.cfg), ("hydra", ret.hydra_cfg), ("overrides", config.hydra.overrides.task))
+            for name, node in files[2:] if lean else files:
                 (saved / f"{name}.yaml").write_text(config_yaml(node), encoding="utf-8")
-        with env_override(ret.hydra_cfg.hydra.job.env_set):
+        with env_override(config.hydra.job.env_set):
             hydra_context.callbacks.on_job_start(config=config, task_function=task_function)
             try:
                 ret.return_value = task_function(ret.cfg)

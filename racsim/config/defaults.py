@@ -70,7 +70,8 @@ def replace_grid(cfg: DictConfig, overrides: Iterable[str]) -> DictConfig:
     (Hydra's deletion) removes the grid."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    given = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if o.key_or_group == GRID_KEY]
+    named = [str(o) for o in overrides if GRID_KEY in str(o)]  # parsing is slow (a sweep job has many overrides)
+    given = [o for o in OverridesParser.create().parse_overrides(named) if o.key_or_group == GRID_KEY] if named else []
     if given and not given[-1].is_delete():
         with open_dict(cfg):
             cfg.study.grid = given[-1].value()

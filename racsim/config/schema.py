@@ -89,6 +89,7 @@ REWARD_SPLITS = ("slow", "total")  # how make_mdp splits the reward into channel
 CAUCHY_BOUNDS = ("truncate", "clip")  # a cauchy latency's [low, high]: conditioned on, or clipped to
 
 
+JOB_FILES = ("auto", "full", "lean")  # output.job_files
 STUDY_MODES = ("pipeline", "static", "both")  # the bias study's reading(s): racsim.analyses.static_study
 
 
@@ -491,6 +492,10 @@ class OutputConf:
     # Replace files of the same name that racsim did not write in the output folder
     # (by default a run refuses, and nothing of the user's is touched).
     force: bool = False
+    # What a run writes in its folder: full (every table as Parquet and CSV, config.yaml, trace,
+    # plots, summary.md), lean (the tables as Parquet, done.json), auto (lean for a sweep job
+    # run by racsim's launcher, full otherwise). README "Sweeps".
+    job_files: str = "auto"
 
 
 @dataclass

@@ -12,7 +12,7 @@ import math
 import os
 import stat
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
@@ -25,6 +25,7 @@ from racsim.config.schema import (
     CHANNEL_KINDS,
     CORRECTORS,
     ENGINES,
+    JOB_FILES,
     LATENCY_KINDS,
     LEARNERS,
     LM_BACKBONES,
@@ -245,12 +246,34 @@ def validate(cfg: Any) -> None:
     """Check ranges and cross-field rules of a composed config (a DictConfig
     or a :class:`RacsimConf`). Raises :class:`ConfigError` on the first bad value,
     or on the first MISSING one (``???``: a config built from the schema alone)."""
-    missing = first_missing(cfg)
+    check_leaves(cfg)
+    validate_rules(cfg)
+
+
+def check_leaves(cfg: Any, key: str = "") -> None:
+    """validate's first checks, leaf by leaf: no MISSING value (the first named), no integer beyond int64."""
+    missing = first_missing(cfg, key)
     if missing is not None:
-        raise missing_error(missing, cfg)
-    for key, v in leaves(cfg):
-        _need(not isinstance(v, int) or isinstance(v, bool) or -INT64 <= v < INT64, key, v,
+        raise missing_error(missing, None if key else cfg)
+    for k, v in leaves(cfg, key):
+        _need(not isinstance(v, int) or isinstance(v, bool) or -INT64 <= v < INT64, k, v,
               "an integer within int64 (|value| < 2**63)")
+
+
+def validate_changed(cfg: Any, changed: Sequence[str]) -> None:
+    """``validate(cfg)`` for a config that passed :func:`check_leaves` and
+    :func:`check_data_files` before the leaves at the dotted keys ``changed`` were set
+    (a sweep's cell on its base, racsim.sweeper.check_cells): the leaf checks and
+    data files of those keys only, then every rule (a cross-field rule reads the
+    whole config). A changed ``limits.*`` key rechecks every data file."""
+    for key in changed:
+        check_leaves(_node(cfg, key), key)
+    validate_rules(cfg, None if any(k.startswith("limits.") for k in changed) else changed)
+
+
+def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
+    """validate's ranges and cross-field rules, then the data files (:func:`check_data_files`;
+    only those at the keys ``files`` when given)."""
     p = cfg.pipeline
     _int_at_least("pipeline.steps", p.steps, 1)
     if p.warmup_steps is not None:
@@ -369,10 +392,13 @@ def validate(cfg: Any) -> None:
         _positive(f"study.probe.{key}", getattr(pr, key))
     for key in ("slow_mean", "fast_mean"):
         _need(_finite(getattr(pr, key)), f"study.probe.{key}", getattr(pr, key), "a finite number")
+    if getattr(cfg, "output", None) is not None:
+        _need(cfg.output.job_files in JOB_FILES, "output.job_files", cfg.output.job_files,
+              "one of full, lean (the tables as Parquet only), auto (lean for a sweep job of racsim's launcher)")
     if getattr(cfg, "capacity", None) is not None and cfg.capacity.enabled:
         validate_capacity(cfg)
     if getattr(cfg, "limits", None) is not None:
-        check_data_files(cfg)
+        check_data_files(cfg, files)
 
 
 def validate_autoscale(ch: Any, key: str) -> None:
@@ -630,11 +656,12 @@ def check_limits(cfg: Any) -> None:
                                        f"({product}) and limits.hours is {lim.hours:g} (raise it to run anyway)")
 
 
-def check_data_files(cfg: Any) -> None:
+def check_data_files(cfg: Any, keys: Optional[Sequence[str]] = None) -> None:
     """Every data file the config names (empirical latency CSVs, RM profiles, probe pairs) is a
-    regular file (not a FIFO or a device, which would hang or never end) within limits.file_mb."""
+    regular file (not a FIFO or a device, which would hang or never end) within limits.file_mb;
+    those at the dotted ``keys`` only, when given."""
     cap = cfg.limits.file_mb * 1e6
-    for key, v in leaves(cfg):
+    for key, v in (leaves(cfg) if keys is None else ((k, _node(cfg, k)) for k in keys)):
         if not (key.endswith(".path") or key.endswith(".profile") or key == "study.probe.pairs"):
             continue
         if not isinstance(v, str) or not v:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from typing import Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -97,15 +97,16 @@ def extreme_setting(cfg_yaml: str) -> Optional[str]:
     return found
 
 
-def check_finite(df: pd.DataFrame, table: str, cfg_yaml: str = "") -> None:
+def check_finite(df: pd.DataFrame, table: str, cfg_yaml: Union[str, Callable[[], str]] = "") -> None:
     """Raise a ConfigError (one line) at the first non-finite value of ``df`` where a number
     must be: any inf, a NaN outside :data:`MAY_BE_NAN` and outside :func:`_absent`. The
-    line names the run's most extreme setting (``cfg_yaml``) as the likely knob, if any."""
-    for column in df.columns:
-        bad = _non_finite(df[column])
+    line names the run's most extreme setting (``cfg_yaml``, or a function giving it) as
+    the likely knob, if any."""
+    for column, series in df.items():
+        bad = _non_finite(series)
         if not bad.any():
             continue
-        values = df[column].to_numpy()
+        values = series.to_numpy()
         isinf = np.array([isinstance(v, (float, np.floating)) and np.isinf(v) for v in values], bool)
         if may_be_nan(str(column), table) is not None:
             bad = isinf
@@ -117,5 +118,5 @@ def check_finite(df: pd.DataFrame, table: str, cfg_yaml: str = "") -> None:
         row = ", ".join(f"{k}={df[k].iloc[i]}" for k in ROW_KEYS if k in df) or f"row {i}"
         raise ConfigError(f"{table} column {column}", float(values[i]),
                           f"a finite number: this run produced it at {row} ({int(bad.sum())} of {len(df)} rows); "
-                          f"likely knob: {extreme_setting(cfg_yaml) or KNOBS.get(table, 'an extreme setting')}; "
+                          f"likely knob: {extreme_setting(cfg_yaml() if callable(cfg_yaml) else cfg_yaml) or KNOBS.get(table, 'an extreme setting')}; "
                           f"nothing was written")

@@ -6,12 +6,15 @@ place, so an interrupted run never leaves a half-written result behind.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from typing import Callable, Dict, Optional, Union
 
 import pandas as pd
 
 from racsim.analyses.result import RunResult
 from racsim.io import atomic_write, write_text
+from racsim.markers import digest_bytes
 from racsim.report import lm as LM
 from racsim.report import plots as P
 from racsim.report.finite import check_finite
@@ -19,17 +22,26 @@ from racsim.report.tables import format_table, warmup_warning
 from racsim.report.trace import write_timeline
 
 
-def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: str, plots: bool = True) -> list:
-    """Write every artifact of a run into ``out_dir``; returns the paths written."""
+def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: Union[str, Callable[[], str]], plots: bool = True,
+                  lean: bool = False, digests: Optional[Dict[str, dict]] = None) -> list:
+    """Write every artifact of a run into ``out_dir``; returns the paths written. ``lean``
+    (``output.job_files``): the tables as Parquet only, without their CSV copies, the
+    timeline and trace, config.yaml, plots and summary.md. ``cfg_yaml``: the config's
+    YAML, or a function giving it (read only for config.yaml or an error message).
+    ``digests`` gets the size and SHA-256 of each table, from the bytes written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    yaml_text = cfg_yaml if callable(cfg_yaml) else (lambda: cfg_yaml)
 
     def table(df: pd.DataFrame, stem: str, csv: bool = True) -> None:
-        check_finite(df, stem, cfg_yaml)
+        check_finite(df, stem, yaml_text)
         p = out_dir / f"{stem}.parquet"
-        atomic_write(p, lambda t: df.to_parquet(t, index=False))
+        data = parquet_bytes(df)
+        atomic_write(p, lambda t: Path(t).write_bytes(data))
+        if digests is not None:
+            digests[p.name] = digest_bytes(data)
         written.append(p)
-        if csv:
+        if csv and not lean:
             c = out_dir / f"{stem}.csv"
             atomic_write(c, lambda t: df.to_csv(t, index=False))
             written.append(c)
@@ -39,11 +51,13 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: str, plots: bool = Tr
         table(df, name)
     if len(res.channels):
         table(res.channels, "channels")
-    if len(res.timeline):
+    if len(res.timeline) and not lean:
         table(res.timeline, "timeline", csv=False)
     if len(res.training):
         table(res.training, "training", csv=False)
-    write_text(out_dir / "config.yaml", cfg_yaml)
+    if lean:
+        return written
+    write_text(out_dir / "config.yaml", yaml_text())
     written.append(out_dir / "config.yaml")
     if plots and "corrector" in res.results:
         figures = (("pareto.png", P.pareto), ("training.png", P.training), ("queue.png", P.queue))
@@ -60,6 +74,13 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: str, plots: bool = Tr
     write_text(summary, md(res, [p.name for p in written]))
     written.append(summary)
     return written
+
+
+def parquet_bytes(df: pd.DataFrame) -> bytes:
+    """The bytes ``df.to_parquet(path, index=False)`` writes, made in memory (to hash them there)."""
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return buf.getvalue()
 
 
 def summary_markdown(res: RunResult, files: list) -> str:
