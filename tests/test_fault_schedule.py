@@ -274,3 +274,19 @@ def test_the_shipped_example_fits_every_count_of_its_scenario():
         tl = draw(with_count(cfg, key, n).pipeline, 1, np.random.default_rng(0)).faults["judge"]
         assert tl.servers == n and tl.spec.mtbf == math.inf
         assert sum(u.size - 1 for u in tl.up) > 0  # outages besides the closing one at inf
+
+
+def test_a_channel_without_faults_beside_one_with_them_passes_the_finite_check(tmp_path):
+    """channels.csv's availability is NaN for a channel with no faults block (a queue
+    channel here) beside a faulted one: declared, so the run writes its tables."""
+    from racsim.pipeline.stats import channel_stats
+    from racsim.report.finite import check_finite
+
+    p = write(tmp_path, "server,down_s,up_s\n0,1,3\n")
+    pcfg = random_pcfg(1)
+    pcfg.channels["g"].faults = FaultsConf(schedule=p, on_failure="lose")
+    pcfg.channels["q"] = ChannelConf(latency=LatencyConf(kind="exponential", mean=1.0), workers=2, max_delay=3)
+    draws = draw(pcfg, 2, np.random.default_rng(0))
+    df = channel_stats(run_lanes(draws, False), draws.workers, 0).set_index("channel")
+    assert math.isnan(df.loc["q", "availability"]) and 0 < df.loc["g", "availability"] < 1
+    check_finite(df.reset_index(), "channels")
