@@ -219,7 +219,8 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         if faults is None:
             tau = np.maximum(np.maximum(st.last[act], free.min(axis=1)), np.minimum(t_full, deadline))
         else:
-            avail = faults.next_up_lanes(act, np.maximum(free, np.maximum(st.last[act], np.minimum(t_full, deadline))[:, None]))
+            ready = np.maximum(st.last[act], np.minimum(t_full, deadline))
+            avail = faults.next_up_lanes(act, np.maximum(free, ready[:, None]))  # (lanes, replicas)
             tau = avail.min(axis=1)
         ng = st.groups[act]  # groups arrived by tau: advance the pointer (a group's time is known before tau)
         while True:

@@ -89,7 +89,8 @@ def read_schedule(path: str, key: str, servers: int) -> List[Tuple[np.ndarray, n
         text = _read_capped(path, SCHEDULE_BYTES)
     except (OSError, ValueError) as e:
         raise bad(f"unreadable ({type(e).__name__}: {e})") from e
-    lines = [(i, ln.strip()) for i, ln in enumerate(text.splitlines(), 1) if ln.strip() and not ln.lstrip().startswith("#")]
+    lines = [(i, ln.strip()) for i, ln in enumerate(text.splitlines(), 1)
+             if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise bad("the file is empty")
     head = [c.strip() for c in lines[0][1].split(",")]
