@@ -14,6 +14,7 @@ file touched. Stage 2 runs a sample of generated cases as real subprocesses. Fix
 (derandomized), fixed budgets; the outcomes by class are printed at the end (-s)."""
 
 import collections
+import math
 import os
 import re
 import subprocess
@@ -296,6 +297,40 @@ def test_generated_data_files(tmp_path_factory, monkeypatch, capsys, case):
     if code == 2:
         block = DATA_USES[use][2].rpartition(".")[0]  # the knob, or its block (the column read from the file)
         assert block in lines[0] or str(path) in lines[0], lines
+
+
+SCHEDULE = "pipeline.channels.judge.faults.schedule"
+SCHEDULE_USE = ["channel@pipeline.channels.judge=judge_gpu_rm"]  # 4 replicas: servers 0..3
+
+
+@st.composite
+def schedule_files(draw):
+    """A preemption schedule (columns server, down_s, up_s) that is mostly plausible: servers
+    around the pool's 0..3, outages of any length, some cells generated bad (text, NaN,
+    negative, a server out of range, down_s >= up_s, overlapping outages, a missing column)."""
+    cols = ["server", "down_s", "up_s"]
+    if draw(st.integers(0, 4)) == 0:
+        cols = draw(st.permutations(cols))[: draw(st.integers(0, 3))]
+    rows = []
+    for _ in range(draw(st.integers(0, 5))):
+        server = draw(st.one_of(st.integers(-1, 5).map(str), CSV_CELLS))
+        down = draw(st.floats(0, 100, allow_nan=False))
+        up = draw(st.one_of(st.floats(-10, 100, allow_nan=False).map(lambda x: down + x), st.just(math.nan)))
+        cells = {"server": server, "down_s": repr(down), "up_s": draw(st.one_of(st.just(repr(up)), CSV_CELLS))}
+        rows.append(",".join(cells[c] for c in cols))
+    return (",".join(cols) + "\n" + "\n".join(rows) + "\n").encode()
+
+
+@seeded(8)
+@given(schedule_files())
+def test_generated_schedule_files(tmp_path_factory, monkeypatch, capsys, data):
+    tmp = tmp_path_factory.mktemp("s")
+    path = tmp / "outages.csv"
+    path.write_bytes(data)
+    code, lines = the_command(tmp, monkeypatch, capsys, [*SCHEDULE_USE, f"{SCHEDULE}={path}"])
+    OUTCOMES["schedule file: accepted" if code == 0 else "schedule file: refused"] += 1
+    if code == 2:
+        assert SCHEDULE in lines[0] and str(path) in lines[0], lines
 
 
 # ------------------------------------------------------------------ stage 2: a sample as real subprocesses

@@ -222,12 +222,15 @@ class FaultsConf:
     Exp(``mtbf_s``) seconds up (a replica of tp GPUs when any of them does) and is repaired
     after Exp(``mttr_s``); a batch cut by a failure restarts on its replica once repaired, at
     most ``max_retries`` times (``on_failure: retry``), or is lost (``lose``, or past the cap).
-    ``mtbf_s`` null (the default): no failures."""
+    ``mtbf_s`` null (the default): no failures. ``schedule``: a CSV of known outages
+    (columns server, down_s, up_s; the same in every lane), used instead of random ones
+    (with ``mtbf_s`` and ``mttr_s`` null)."""
 
     mtbf_s: Optional[float] = None
     mttr_s: Optional[float] = None
     on_failure: str = "retry"
     max_retries: int = 3
+    schedule: Optional[str] = None
 
 
 @dataclass

@@ -214,24 +214,32 @@ FAILURE_POLICIES = ("retry", "lose")
 
 
 def faults_on(ch: Any) -> bool:
-    """Does the channel's replicas fail (``faults.mtbf_s`` set)?"""
-    return getattr(getattr(ch, "faults", None), "mtbf_s", None) is not None
+    """Does the channel's replicas fail (``faults.mtbf_s`` or ``faults.schedule`` set)?"""
+    f = getattr(ch, "faults", None)
+    return getattr(f, "mtbf_s", None) is not None or getattr(f, "schedule", None) is not None
 
 
 def validate_faults(ch: Any, key: str) -> None:
     """A channel's ``faults``: a gpu_rm channel, positive finite MTBF and MTTR, a known policy."""
     f = ch.faults
-    _need(getattr(ch, "kind", "queue") == "gpu_rm", f"{key}.mtbf_s", f.mtbf_s,
+    on = "mtbf_s" if f.schedule is None else "schedule"  # the key that turned failures on
+    _need(getattr(ch, "kind", "queue") == "gpu_rm", f"{key}.{on}", getattr(f, on),
           "null here: failures are modelled for gpu_rm channels (their replicas)")
-    for k in ("mtbf_s", "mttr_s"):
+    if f.schedule is not None:
+        _need(isinstance(f.schedule, str) and f.schedule.strip() != "", f"{key}.schedule", f.schedule,
+              "a path to a CSV of outages (columns server, down_s, up_s), or null")
+        for k in ("mtbf_s", "mttr_s"):
+            _need(getattr(f, k) is None, f"{key}.{k}", getattr(f, k),
+                  "null with faults.schedule (the schedule's outages replace the random ones)")
+    for k in ("mtbf_s", "mttr_s") if f.schedule is None else ():
         _need(_finite(getattr(f, k)) and getattr(f, k) > 0, f"{key}.{k}", getattr(f, k),
               "a finite number of seconds > 0 (the mean " + ("up time of one GPU" if k == "mtbf_s"
                                                               else "repair time of a replica") + ")")
     _need(f.on_failure in FAILURE_POLICIES, f"{key}.on_failure", f.on_failure, "one of " + ", ".join(FAILURE_POLICIES))
     _int_at_least(f"{key}.max_retries", f.max_retries, 0)
-    _need(getattr(ch, "autoscale", None) is None, f"{key}.mtbf_s", f.mtbf_s,
+    _need(getattr(ch, "autoscale", None) is None, f"{key}.{on}", getattr(f, on),
           "null on an autoscaled channel (failures are modelled for fixed pools)")
-    _need(not ch.rm.chunked_prefill, f"{key}.mtbf_s", f.mtbf_s,
+    _need(not ch.rm.chunked_prefill, f"{key}.{on}", getattr(f, on),
           "null with rm.chunked_prefill (a failure cuts whole batches, not chunked iterations)")
 
 

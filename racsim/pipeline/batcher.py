@@ -161,6 +161,7 @@ class _FifoLanes:
     comp: np.ndarray
     log: list
     groups: np.ndarray  # (lanes,) groups arrived by ``last`` (times only grow, so a pointer)
+    lost: Optional[np.ndarray] = None  # (lanes, requests) lost to a failure (a pool with faults)
 
     @classmethod
     def new(cls, lanes: int, requests: int, replicas: int) -> "_FifoLanes":
@@ -170,7 +171,7 @@ class _FifoLanes:
 
 
 def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
-                G: int, end: int, st: _FifoLanes, slow: Optional[np.ndarray] = None) -> None:
+                G: int, end: int, st: _FifoLanes, slow: Optional[np.ndarray] = None, faults=None) -> None:
     """The dispatch rule of :meth:`_Waiting.dispatch` for a FIFO batcher in closed
     form, vectorised over lanes: a fast path of the same rule, not a second one.
     Dispatches every request below index ``end``, one batch per lane per iteration.
@@ -185,6 +186,10 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
     (lanes' ``_LaneServer``; tests/test_gpu_rm.py checks it bit for bit).
     ``group_time``: (lanes, groups) arrival of each group of G requests (inf: not yet known);
     ``slow``: (lanes, groups) factor on the seconds of a batch whose first request is of that group.
+    ``faults``: a faults.Timeline (replicas go down): a replica takes a batch at the first
+    instant >= its free time and the batch's ready time min(T_full, a_h + max_wait) at which
+    it is up (tau_k is the earliest over replicas, the lowest-indexed on a tie), and the
+    batch runs through its replica's outages (``Timeline.serve``); ``st.lost`` says what a failure lost.
     """
     N = tok.shape[1]
     M = spec.max_batch
@@ -211,7 +216,12 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         t_full = np.where(n_lim == M, t_max, np.where(limited, t_next, np.inf))
         deadline = gt[rows, h // G] + spec.max_wait
         free = st.free[act]
-        tau = np.maximum(np.maximum(st.last[act], free.min(axis=1)), np.minimum(t_full, deadline))
+        if faults is None:
+            tau = np.maximum(np.maximum(st.last[act], free.min(axis=1)), np.minimum(t_full, deadline))
+        else:
+            ready = np.maximum(st.last[act], np.minimum(t_full, deadline))
+            avail = faults.next_up_lanes(act, np.maximum(free, ready[:, None]))  # (lanes, replicas)
+            tau = avail.min(axis=1)
         ng = st.groups[act]  # groups arrived by tau: advance the pointer (a group's time is known before tau)
         while True:
             more = (ng < gt.shape[1]) & (gt[rows, np.minimum(ng, gt.shape[1] - 1)] <= tau)
@@ -225,13 +235,20 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         sq = cum2[act, h + n] - cum2[act, h]
         m = mx[rows, n - 1]
         seconds = spec.model.seconds(n.astype(np.float64), ts, sq, m)
-        e = tau + (seconds if slow is None else seconds * slow[act, h // G])
-        r = np.argmax(free <= tau[:, None], axis=1)
+        seconds = seconds if slow is None else seconds * slow[act, h // G]
+        if faults is None:
+            e = tau + seconds
+            r = np.argmax(free <= tau[:, None], axis=1)
+        else:
+            r = np.argmax(avail == tau[:, None], axis=1)
+            e, lost = faults.serve_lanes(act, r, tau, seconds)
         free[rows, r] = e
         st.free[act] = free
         rr, cc = np.nonzero(offs[None, :] < n[:, None])
         st.disp[act[rr], win[rr, cc]] = tau[rr]
         st.comp[act[rr], win[rr, cc]] = e[rr]
+        if faults is not None:
+            st.lost[act[rr], win[rr, cc]] = lost[rr]
         st.log.append((act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G))
         st.head[act] = h + n
         st.last[act] = tau

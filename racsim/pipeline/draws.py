@@ -15,7 +15,7 @@ from racsim.pipeline.arrivals import draw_offsets
 from racsim.pipeline.autoscale import scale_rule
 from racsim.pipeline.batcher import GpuSpec, fast_score_seconds
 from racsim.pipeline.cbatch import serving_spec
-from racsim.pipeline.faults import Timeline, fault_spec
+from racsim.pipeline.faults import Timeline, fault_spec, read_schedule
 from racsim.pipeline.latency import build_latency
 
 
@@ -101,7 +101,10 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
             phase[0] = gen
     faults = {}  # drawn last, and only with faults on: every other run draws what it drew before
     for n, ch in pcfg.channels.items():
-        if faults_on(ch):
+        if faults_on(ch) and ch.faults.schedule is not None:  # known outages: nothing drawn
+            faults[n] = Timeline(0, n_trials, gpu[n].replicas, fault_spec(ch.faults, int(ch.rm.tp)), read_schedule(
+                ch.faults.schedule, f"pipeline.channels.{n}.faults.schedule", gpu[n].replicas))
+        elif faults_on(ch):
             faults[n] = Timeline(int(rng.integers(2**62)), n_trials, gpu[n].replicas, fault_spec(ch.faults, int(ch.rm.tp)))
     return PipelineDraws(
         phase=phase,

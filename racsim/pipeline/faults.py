@@ -13,14 +13,21 @@ server fails is interrupted there; with ``on_failure: retry`` it keeps the serve
 restarts from scratch when the server is repaired, at most ``max_retries`` times; past
 the cap, or with ``on_failure: lose``, its results are lost at the failure instant (the
 server is then free, and down until its repair).
+
+With ``faults.schedule`` (a CSV of known outages: columns server, down_s, up_s; see
+:func:`read_schedule`) the outages are the schedule's, the same in every lane, instead of
+random ones (``mtbf_s`` null); the retry/lose rule is the same.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Tuple
+import math
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from racsim.errors import ConfigError
 
 CHUNK = 64  # up/down cycles generated at a time per server (all lanes)
 
@@ -37,6 +44,8 @@ class FaultSpec:
 def fault_spec(faults: Any, tp: int = 1) -> FaultSpec:
     """The spec of a channel's ``faults`` config; ``tp`` GPUs per server."""
     retries = int(faults.max_retries) if faults.on_failure == "retry" else 0
+    if faults.mtbf_s is None:  # a schedule alone (``faults.schedule``): no random outages
+        return FaultSpec(mtbf=math.inf, mttr=0.0, retries=retries)
     return FaultSpec(mtbf=float(faults.mtbf_s) / tp, mttr=float(faults.mttr_s), retries=retries)
 
 
@@ -54,14 +63,85 @@ def cycles(seed: int, server: int, chunk: int, lanes: int, spec: FaultSpec, star
     return t[:, 0::2], t[:, 1::2]
 
 
+SCHEDULE_COLUMNS = ("server", "down_s", "up_s")
+SCHEDULE_BYTES = 16 << 20  # the largest schedule read (about 500,000 outages)
+
+
+def _read_capped(path: str, limit: int) -> str:
+    """A small text file whole; ValueError past ``limit`` bytes or not UTF-8, OSError if unreadable."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    return data.decode("utf-8")
+
+
+def read_schedule(path: str, key: str, servers: int) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """Each server's (down, up) outages from the CSV at ``path`` (columns server, down_s,
+    up_s, any order, lines starting with # skipped), in time order; any fault in the file
+    is one ConfigError naming ``key`` and the file."""
+
+    def bad(what: str) -> ConfigError:
+        return ConfigError(key, path, f"a CSV of outages (columns {', '.join(SCHEDULE_COLUMNS)}: a server index "
+                                      f"< {servers}, seconds down_s < up_s): {what}")
+
+    try:
+        text = _read_capped(path, SCHEDULE_BYTES)
+    except (OSError, ValueError) as e:
+        raise bad(f"unreadable ({type(e).__name__}: {e})") from e
+    lines = [(i, ln.strip()) for i, ln in enumerate(text.splitlines(), 1)
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    if not lines:
+        raise bad("the file is empty")
+    head = [c.strip() for c in lines[0][1].split(",")]
+    missing = [c for c in SCHEDULE_COLUMNS if c not in head]
+    if missing:
+        raise bad(f"no column {', '.join(missing)} (the header has: {', '.join(head)})")
+    cols = [head.index(c) for c in SCHEDULE_COLUMNS]
+    rows = []
+    for i, ln in lines[1:]:
+        cells = ln.split(",")
+        if len(cells) != len(head):
+            raise bad(f"line {i} has {len(cells)} cells, the header {len(head)}")
+        row = []
+        for name, c in zip(SCHEDULE_COLUMNS, cols):
+            try:
+                v = float(cells[c])
+            except ValueError:
+                raise bad(f"line {i}: {name} is {cells[c].strip()!r}, not a number") from None
+            if not math.isfinite(v) or v < 0:
+                raise bad(f"line {i}: {name} is {v!r}; a finite number >= 0")
+            row.append(v)
+        r, d, u = row
+        if r != int(r) or r >= servers:
+            raise bad(f"line {i}: server {r:g} is not a server index 0..{servers - 1} (the pool has {servers})")
+        if d >= u:
+            raise bad(f"line {i}: down_s {d:g} >= up_s {u:g}")
+        rows.append((int(r), d, u))
+    out = []
+    for r in range(servers):
+        mine = sorted((d, u) for s, d, u in rows if s == r)
+        for (d0, u0), (d1, u1) in zip(mine, mine[1:]):
+            if d1 <= u0:
+                raise bad(f"server {r}'s outages [{d0:g}, {u0:g}) and [{d1:g}, {u1:g}) overlap or touch (merge them)")
+        out.append((np.array([d for d, _ in mine]), np.array([u for _, u in mine])))
+    return out
+
+
 class Timeline:
     """Every lane's and server's outages [down, up), grown on demand (see the module docstring)."""
 
-    def __init__(self, seed: int, lanes: int, servers: int, spec: FaultSpec):
+    def __init__(self, seed: int, lanes: int, servers: int, spec: FaultSpec,
+                 schedule: Optional[Sequence[Tuple[np.ndarray, np.ndarray]]] = None):
         self.seed, self.lanes, self.spec = seed, lanes, spec
         self.down = [np.zeros((lanes, 0)) for _ in range(servers)]
         self.up = [np.zeros((lanes, 0)) for _ in range(servers)]
+        if schedule is not None:  # known outages, the same in every lane, then none (an outage at inf)
+            self.down = [np.tile(np.append(d, math.inf), (lanes, 1)) for d, _ in schedule]
+            self.up = [np.tile(np.append(u, math.inf), (lanes, 1)) for _, u in schedule]
         self._last: dict = {}  # (lane, server) -> (t, down, up) of the last lookup
+        self._at = np.zeros((lanes, servers), dtype=np.int64)  # outage_lanes: index of each pair's last lookup
+        self._stack, self._stack_cover = None, -math.inf  # _reach: every server's outages in one array
 
     @property
     def servers(self) -> int:
@@ -116,3 +196,56 @@ class Timeline:
         with np.errstate(invalid="ignore", divide="ignore"):
             return 1.0 - down / (self.servers * span)
 
+
+    def _reach(self, t: float):
+        """(down, up) of every lane and server, (lanes, servers, K), padded with inf past a
+        server's last outage, covering ``t``: every lane's and server's last real repair is after it."""
+        if self._stack is None or self._stack_cover <= t:
+            for r in range(self.servers):
+                self.cover(r, t)
+            K = max(u.shape[1] for u in self.up)
+            pad = [np.full((self.lanes, K - u.shape[1]), np.inf) for u in self.up]
+            self._stack = (np.stack([np.hstack([d, p]) for d, p in zip(self.down, pad)], axis=1),
+                           np.stack([np.hstack([u, p]) for u, p in zip(self.up, pad)], axis=1))
+            self._stack_cover = min(float(u[:, -1].min()) for u in self.up)
+        return self._stack
+
+    def outage_lanes(self, lanes: np.ndarray, server: np.ndarray, t: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """:meth:`outage` vectorised: lane ``lanes[i]``, server ``server[i]`` at ``t[i]`` (any shape,
+        each (lane, server) pair at most once), found by walking from that pair's last lookup
+        (engines ask at times that mostly grow, so a step or two)."""
+        down, up = self._reach(float(t.max()))
+        k = self._at[lanes, server]
+        while True:
+            back = (k > 0) & (up[lanes, server, k - 1] > t)
+            if not back.any():
+                break
+            k = k - back
+        while True:
+            fwd = up[lanes, server, k] <= t
+            if not fwd.any():
+                break
+            k = k + fwd
+        self._at[lanes, server] = k
+        return down[lanes, server, k], up[lanes, server, k]
+
+    def next_up_lanes(self, lanes: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """:meth:`next_up` of every server at once: ``t`` (len(lanes), servers) -> the same shape."""
+        d, u = self.outage_lanes(lanes[:, None], np.arange(self.servers)[None, :], t)
+        return np.where(d <= t, u, t)
+
+    def serve_lanes(self, lanes: np.ndarray, server: np.ndarray, start: np.ndarray, seconds: np.ndarray):
+        """:meth:`serve` on many lanes at once (lane ``lanes[i]``'s batch on its ``server[i]``):
+        (end, lost), the retry loop run with masks until every batch completed or was lost."""
+        end, lost = np.empty_like(start), np.zeros(start.shape, dtype=bool)
+        i, s, tries = np.arange(start.size), start, 0
+        while i.size:
+            d, u = self.outage_lanes(lanes[i], server[i], s)
+            fin = s + seconds[i]
+            ok = fin <= d
+            cap = ~ok & (tries == self.spec.retries)
+            end[i] = np.where(ok, fin, d)
+            lost[i] = cap
+            go = ~ok & ~cap
+            i, s, tries = i[go], u[go], tries + 1
+        return end, lost

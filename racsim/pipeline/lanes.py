@@ -13,6 +13,7 @@ import numpy as np
 from racsim.pipeline.batcher import (
     GpuSpec,
     _batch_log,
+    _fifo_lanes,
     _per_sample,
     _prefix,
 )
@@ -132,23 +133,32 @@ class _GpuLanes:
         n, steps, batch, seqs = tok4.shape
         self.G = batch * seqs
         self.tok = tok4.reshape(n, steps * self.G)
-        faults = draws.faults.get(name)
-        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None) and faults is None
+        self.faults = faults = draws.faults.get(name)
+        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
         self.slow = draws.slowdown.get(name)  # bursts: (lanes, steps) factor on batch seconds
         if self.vector:
             self.st = lanes_state(spec, n, self.tok.shape[1])
             self.cum, self.cum2 = _prefix(self.tok)
             self.group_time = np.full((n, steps), np.inf)
+            if faults is not None:  # static or unchunked continuous batches (no chunked prefill with faults)
+                self.st.lost = np.zeros(self.tok.shape, dtype=bool)
         else:
             self.servers = [_LaneServer(spec, self.tok[i], self.G, draws.slowdown_row(name, i), faults, i)
                             for i in range(n)]
+
+    def _fifo(self, end: int) -> None:
+        """The vectorised FIFO rule up to request ``end`` (with faults, batcher's, which has outages)."""
+        if self.faults is None:
+            fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, end, self.st, self.slow)
+        else:
+            _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, end, self.st, self.slow,
+                        self.faults)
 
     def run_async(self, submit_time: np.ndarray) -> None:
         """Every group's arrival known: serve them all. ``submit_time``: (lanes, steps)."""
         if self.vector:
             self.group_time[:] = submit_time
-            fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, self.tok.shape[1], self.st,
-                       self.slow)
+            self._fifo(self.tok.shape[1])
             return
         for srv, row in zip(self.servers, submit_time):
             for a in row:
@@ -161,7 +171,7 @@ class _GpuLanes:
         G = self.G
         if self.vector:
             self.group_time[:, t] = now
-            fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, G, (t + 1) * G, self.st, self.slow)
+            self._fifo((t + 1) * G)
             return self.st.comp[:, t * G:(t + 1) * G].max(axis=1)
         out = np.empty(len(self.servers))
         lim = np.inf if timeout is None else timeout
@@ -176,7 +186,9 @@ class _GpuLanes:
         """Serve what is left; (first dispatch, last completion) per sample and the batch log."""
         lost = None
         if self.vector:
-            disp, comp, rows = self.st.disp, self.st.comp, self.st.log
+            disp, comp, rows, lost = self.st.disp, self.st.comp, self.st.log, self.st.lost
+            if lost is not None:
+                comp = np.where(lost, np.inf, comp)
         else:
             for srv in self.servers:
                 srv.run()

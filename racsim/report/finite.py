@@ -38,6 +38,7 @@ MAY_BE_NAN = {
     "wait_mean_s": "no sample was sent to that channel in the measured window",
     "workers": "the channel has no worker limit (workers=null: as many servers as needed)",
     "utilisation": "the channel has no worker limit (workers=null), so it has no utilisation",
+    "channels:availability": "no failures are modelled on that channel (no faults block), beside one that has them",
 }
 
 ROW_KEYS = ("cell", "mode", "corrector", "channel", "count", "eta", "K")  # what names a row, when present
