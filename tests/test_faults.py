@@ -225,10 +225,16 @@ def test_bad_fault_configs_name_the_key(override, key):
         validate(cfg)
 
 
-def test_faults_need_a_gpu_rm_channel():
-    cfg = compose_config("pipeline.channels.judge.faults.mtbf_s=100", "pipeline.channels.judge.faults.mttr_s=10")
-    with pytest.raises(ConfigError, match=r"pipeline\.channels\.judge\.faults\.mtbf_s.*gpu_rm"):
-        validate(cfg)
+@pytest.mark.parametrize("override,why", [
+    ("pipeline.channels.judge.workers=null", "workers set"),  # a queue with no limit has no worker to fail
+    ("pipeline.channels.judge.kernel=[0.5,0.5]", "not a kernel"),
+    ("pipeline.channels.judge.cancel_on_drop=true", "cancel_on_drop"),
+])
+def test_faults_need_a_gpu_rm_channel_or_queue_workers(override, why):
+    on = ("pipeline.channels.judge.faults.mtbf_s=100", "pipeline.channels.judge.faults.mttr_s=10")
+    validate(compose_config(*on))  # the default judge: a queue channel of 16 workers
+    with pytest.raises(ConfigError, match=r"pipeline\.channels\.judge\.faults\.mtbf_s.*" + why):
+        validate(compose_config(*on, override))
 
 
 def test_capacity_search_runs_every_count_with_the_faults_on():
