@@ -89,14 +89,23 @@ def fifo_assign_faults(arrival: np.ndarray, service: np.ndarray, free: np.ndarra
     end = np.empty_like(arrival)
     lost = np.zeros(arrival.shape, dtype=bool)
     retries = cur.tl.spec.retries
+    t = np.empty_like(free)
+    key = np.empty_like(free)
     for j in range(arrival.shape[1]):
-        t = np.maximum(arrival[:, j, None], free)  # each worker's first chance at the job
+        np.maximum(arrival[:, j, None], free, out=t)  # each worker's first chance at the job
         cur.advance_all(t)
         cand = np.where(cur.down <= t, cur.up, t)  # up at t, else at the repair
         s = cand.min(axis=1)
-        w = np.argmin(np.where(cand == s[:, None], free, np.inf), axis=1)  # free the longest, then lowest
-        start[:, j] = end[:, j] = s
-        go = lanes if sent is None else lanes[sent[:, j]]  # an unsent job takes no worker
+        np.copyto(key, np.inf)
+        np.copyto(key, free, where=cand == s[:, None])
+        w = np.argmin(key, axis=1)  # among the first up, the one free the longest, then the lowest
+        start[:, j] = s
+        if sent is None:
+            e, lost[:, j] = _serve(cur, lanes, w, s, service[:, j], retries)
+            end[:, j] = free[lanes, w] = e
+            continue
+        end[:, j] = s
+        go = lanes[sent[:, j]]  # an unsent job takes no worker
         end[go, j], lost[go, j] = _serve(cur, go, w[go], s[go], service[go, j], retries)
         free[go, w[go]] = end[go, j]
     return start, end, lost
@@ -105,21 +114,20 @@ def fifo_assign_faults(arrival: np.ndarray, service: np.ndarray, free: np.ndarra
 def _serve(cur: Cursor, lanes: np.ndarray, w: np.ndarray, s: np.ndarray, seconds: np.ndarray, retries: int):
     """Jobs of ``seconds`` started at ``s`` on up workers ``w`` of ``lanes`` (one each):
     (end, lost), the rule of :meth:`Timeline.serve` on every lane at once."""
+    cur.advance(lanes, w, s)
     end = s + seconds
     lost = np.zeros(s.shape, dtype=bool)
-    tries = np.zeros(s.shape, dtype=np.int64)
-    act = np.arange(s.size)
-    t = s
+    act = np.flatnonzero(end > cur.down[lanes, w])  # cut by a failure (few): attempt by attempt
+    t, tries = s[act], 0
     while act.size:
-        cur.advance(lanes[act], w[act], t)
         d, u = cur.down[lanes[act], w[act]], cur.up[lanes[act], w[act]]
         cut = t + seconds[act] > d
         end[act[~cut]] = (t + seconds[act])[~cut]
-        give_up = cut & (tries[act] == retries)
-        end[act[give_up]], lost[act[give_up]] = d[give_up], True
-        again = cut & ~give_up
-        act, t = act[again], u[again]
-        tries[act] += 1
+        if tries == retries:
+            end[act[cut]], lost[act[cut]] = d[cut], True
+            break
+        act, t, tries = act[cut], u[cut], tries + 1
+        cur.advance(lanes[act], w[act], t)
     return end, lost
 
 
