@@ -366,8 +366,8 @@ def test_queue_workers_with_failures_match_an_event_loop_oracle(policy, cap, rou
 
 
 def random_queue_pcfg(seed: int) -> PipelineConf:
-    """A queue channel with workers that fail, with routing, bursts, arrivals over time and a
-    second (plain) queue channel drawn at random, so every combination is reached."""
+    """A queue channel with workers that fail, with routing, bursts, arrivals over time, ties and
+    a second (plain) queue channel drawn at random, so every combination is reached."""
     rng = np.random.default_rng(7000 + seed)
     faults = FaultsConf(mtbf_s=float(rng.uniform(3, 30)), mttr_s=float(rng.uniform(0.5, 5)),
                         on_failure=["retry", "lose"][seed % 2], max_retries=int(rng.integers(0, 3)))
@@ -383,6 +383,8 @@ def random_queue_pcfg(seed: int) -> PipelineConf:
                         generate=LatencyConf(kind="lognormal", mean=1.0, sigma=0.5),
                         fast_score=det(0.1), submit=det(0.05), update=det(0.3), channels=chans)
     pcfg.arrivals.mode = ["batch", "stream", "poisson"][seed % 3]
+    if seed % 4 == 2:  # deterministic times: workers fall free at the same instants (the tie-break)
+        q.latency, pcfg.generate = det(1.0), det(1.0)
     return pcfg
 
 
