@@ -157,8 +157,8 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
 
     for i in range(n):
         env = simpy.Environment()
-        pools = {nm: simpy.Resource(env, capacity=draws.workers[nm]) if nm not in draws.faults  # workers that fail:
-                 else SimpyWorkers(env, draws.workers[nm], draws.faults[nm], i, late_cls, _at)  # racsim/pipeline/workers.py
+        pools = {nm: simpy.Resource(env, capacity=draws.workers[nm]) if nm not in draws.faults
+                 else SimpyWorkers(env, draws.workers[nm], draws.faults[nm], i, late_cls, _at)  # workers that fail
                  for nm in names if _queued(draws, nm)}
         servers = {}
         for nm, spec in draws.gpu.items():
