@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 from helpers import assert_same_schedule, det, gpu, rm_model
-from test_faults import LinearService, oracle
+from test_faults import LinearService, event_loop_oracle, oracle
 
 from racsim.config.defaults import compose_config
 from racsim.config.schema import ChannelConf, FaultsConf, LatencyConf, PipelineConf, RMConf
@@ -258,10 +258,39 @@ def test_a_schedule_with_random_failures_or_no_path_is_refused(overrides, key):
         validate(cfg)
 
 
-def test_a_schedule_needs_a_gpu_rm_channel():
-    cfg = compose_config("pipeline.channels.judge.faults.schedule=x.csv")
+def test_a_schedule_needs_a_gpu_rm_channel_or_queue_workers(tmp_path):
+    p = write(tmp_path, "server,down_s,up_s\n0,10,40\n")
+    validate(compose_config(f"pipeline.channels.judge.faults.schedule={p}"))  # a queue with workers
+    cfg = compose_config(f"pipeline.channels.judge.faults.schedule={p}", "pipeline.channels.judge.workers=null")
     with pytest.raises(ConfigError, match=r"pipeline\.channels\.judge\.faults\.schedule.*gpu_rm"):
         validate(cfg)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_queue_workers_on_a_schedule_match_the_event_loop_oracle(seed):
+    """The schedule's outages on a queue channel's workers (racsim/pipeline/workers.py): both
+    engines against test_faults' per-request event loop, with retry caps 0, 1, 3 and lose."""
+    rng = np.random.default_rng(90 + seed)
+    lanes, steps, batch, c = 3, 40, 3, int(rng.integers(1, 4))
+    f = FaultsConf(on_failure="lose" if seed == 3 else "retry", max_retries=[0, 1, 3, 3][seed])
+    sched = random_schedule(rng, c, 400.0)
+    gen, zero = rng.exponential(2.5, (lanes, steps)), np.zeros((lanes, steps))
+    service = rng.exponential(2.0, (lanes, steps, batch))
+    draws = PipelineDraws(phase=np.stack([gen, zero, zero, zero]), service={"q": service}, kernel_channels=frozenset(),
+                          nominal_step=2.5, workers={"q": c}, max_delay={"q": None},
+                          faults={"q": Timeline(0, lanes, c, F.fault_spec(f, 1), sched)})
+    a = run_lanes(draws, False)
+    assert_same_schedule(a, run_simpy(draws, False), f"seed {seed}")
+    never, cut = [math.inf], 0
+    for i in range(lanes):
+        arrival = np.repeat(np.cumsum(gen[i]), batch)
+        start, end, lost = event_loop_oracle(arrival, service[i].ravel(), [[*d, *never] for d, _ in sched],
+                                             [[*u, *never] for _, u in sched], F.fault_spec(f, 1).retries)
+        assert np.array_equal(a.service_start[i, :, :, 0].ravel(), start)
+        assert np.array_equal(a.completion[i, :, :, 0].ravel(), np.where(lost, np.inf, end))
+        assert np.array_equal(a.failed[i, :, :, 0].ravel(), lost)
+        cut += int(lost.sum()) + int(np.sum(~lost & (end - start > service[i].ravel() + 1e-9)))
+    assert cut > 0  # some job was cut by an outage: lost, or restarted and so longer than its service
 
 
 def test_the_shipped_example_fits_every_count_of_its_scenario():

@@ -18,7 +18,7 @@ from racsim.pipeline.batcher import GpuSpec
 from racsim.pipeline.draws import PipelineDraws, draw
 from racsim.pipeline.faults import FaultSpec, Timeline, fault_spec
 from racsim.pipeline.lanes import run_lanes
-from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING
+from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
 from racsim.pipeline.stats import channel_stats
 
@@ -31,8 +31,7 @@ def test_long_run_fraction_up_is_mtbf_over_mtbf_plus_mttr():
     a, b, H, lanes, servers = 40.0, 10.0, 4000.0, 100, 3
     tl = Timeline(7, lanes, servers, FaultSpec(mtbf=a, mttr=b, retries=0))
     frac = tl.up_fraction(np.zeros(lanes), np.full(lanes, H))
-    se = math.sqrt(2 * a**2 * b**2 / ((a + b) ** 3 * H) / (lanes * servers))
-    assert abs(frac.mean() - a / (a + b)) < 5 * se
+    assert abs(frac.mean() - a / (a + b)) < 5 * availability_se(a, b, H, lanes * servers)
     # the same figure by a plain loop over one lane's outages
     down = 0.0
     for r in range(servers):
@@ -48,6 +47,12 @@ def test_long_run_fraction_up_is_mtbf_over_mtbf_plus_mttr():
     at0 = np.array([[tl.down[r][i, 0] == 0 for r in range(servers)] for i in range(lanes)])
     p = b / (a + b)
     assert abs(at0.mean() - p) < 5 * math.sqrt(p * (1 - p) / at0.size)
+
+
+def availability_se(a: float, b: float, H: float, n: int) -> float:
+    """Standard error of the mean fraction of time up of n independent stationary two-state
+    chains over H seconds (MTBF a, MTTR b): Var = 2 a^2 b^2 / ((a + b)^3 H) per chain."""
+    return math.sqrt(2 * a**2 * b**2 / ((a + b) ** 3 * H) / n)
 
 
 def test_a_replica_of_tp_gpus_fails_tp_times_as_often():
@@ -225,10 +230,16 @@ def test_bad_fault_configs_name_the_key(override, key):
         validate(cfg)
 
 
-def test_faults_need_a_gpu_rm_channel():
-    cfg = compose_config("pipeline.channels.judge.faults.mtbf_s=100", "pipeline.channels.judge.faults.mttr_s=10")
-    with pytest.raises(ConfigError, match=r"pipeline\.channels\.judge\.faults\.mtbf_s.*gpu_rm"):
-        validate(cfg)
+@pytest.mark.parametrize("override,why", [
+    ("pipeline.channels.judge.workers=null", "workers set"),  # a queue with no limit has no worker to fail
+    ("pipeline.channels.judge.kernel=[0.5,0.5]", "not a kernel"),
+    ("pipeline.channels.judge.cancel_on_drop=true", "cancel_on_drop"),
+])
+def test_faults_need_a_gpu_rm_channel_or_queue_workers(override, why):
+    on = ("pipeline.channels.judge.faults.mtbf_s=100", "pipeline.channels.judge.faults.mttr_s=10")
+    validate(compose_config(*on))  # the default judge: a queue channel of 16 workers
+    with pytest.raises(ConfigError, match=r"pipeline\.channels\.judge\.faults\.mtbf_s.*" + why):
+        validate(compose_config(*on, override))
 
 
 def test_capacity_search_runs_every_count_with_the_faults_on():
@@ -239,3 +250,224 @@ def test_capacity_search_runs_every_count_with_the_faults_on():
     for n in (2, 6):
         d = draw(with_count(cfg, key, n).pipeline, 1, np.random.default_rng(0))
         assert d.faults["judge"].servers == n and d.faults["judge"].spec == FaultSpec(1800.0, 300.0, 3)
+
+
+
+# ----------------------------------------------------------------------------
+# Queue channels whose workers fail (racsim/pipeline/workers.py).
+
+
+def event_loop_oracle(arrival, service, down, up, retries, sent=None):
+    """One lane's FIFO queue on workers that fail, as a plain event loop: (start, end, lost) per
+    job. Events at one instant apply first (completions, then failures and repairs, then
+    arrivals); then, while jobs wait and a worker is up and idle, the head takes the worker
+    idle the longest (lowest index on ties). A failure interrupts the job in service: it
+    restarts at the repair (at most ``retries`` times) or is lost then, its worker idle."""
+    import heapq
+
+    c, n = len(down), len(arrival)
+    sent = [True] * n if sent is None else sent
+    ev = []  # (time, order, kind, payload): order 0 completion, 1 failure, 1 repair, 2 arrival
+    for w in range(c):
+        for d, u in zip(down[w], up[w]):
+            heapq.heappush(ev, (d, 1, "fail", w))
+            heapq.heappush(ev, (u, 1, "repair", w))
+    for j in range(n):
+        heapq.heappush(ev, (arrival[j], 2, "arrive", j))
+    is_up, job_on, idle_since, tries = [True] * c, [None] * c, [0.0] * c, [0] * n
+    version = [0] * c  # invalidates a completion cut by a failure
+    start, end, lost = [np.nan] * n, [np.nan] * n, [False] * n
+    queue, left = [], n
+    while ev and left:
+        tau = ev[0][0]
+        while ev and ev[0][0] == tau:
+            _, _, kind, x = heapq.heappop(ev)
+            if kind == "arrive":
+                if sent[x]:
+                    queue.append(x)
+                else:
+                    start[x] = end[x] = arrival[x]
+                    left -= 1
+            elif kind == "done":
+                w, v = x
+                if v == version[w]:
+                    j = job_on[w]
+                    end[j], job_on[w], idle_since[w] = tau, None, tau
+                    left -= 1
+            elif kind == "fail":
+                is_up[x] = False
+                j = job_on[x]
+                if j is not None:
+                    version[x] += 1
+                    if tries[j] == retries:
+                        end[j], lost[j], job_on[x], idle_since[x] = tau, True, None, tau
+                        left -= 1
+                    else:
+                        tries[j] += 1
+            else:  # repair: an interrupted job starts again from scratch
+                is_up[x] = True
+                j = job_on[x]
+                if j is not None:
+                    heapq.heappush(ev, (tau + service[j], 0, "done", (x, version[x])))
+        while queue:
+            free = [w for w in range(c) if is_up[w] and job_on[w] is None]
+            if not free:
+                break
+            w = min(free, key=lambda k: (idle_since[k], k))
+            j = queue.pop(0)
+            start[j], job_on[w] = tau, j
+            heapq.heappush(ev, (tau + service[j], 0, "done", (w, version[w])))
+    return np.array(start), np.array(end), np.array(lost)
+
+
+def queue_draws(rng, lanes, steps, batch, c, faults: FaultsConf, route=None, offset=None):
+    """Draws of one queue channel "q" of c workers that fail: exponential service (mean 2 s),
+    steps every Exp(2.5) s (generate only), a fault timeline seeded from ``rng``."""
+    gen = rng.exponential(2.5, (lanes, steps))
+    zero = np.zeros((lanes, steps))
+    service = rng.exponential(2.0, (lanes, steps, batch))
+    routed = {} if route is None else {"q": rng.random((lanes, steps, batch)) < route}
+    if route is not None:
+        service = np.where(routed["q"], service, 0.0)
+    tl = Timeline(int(rng.integers(2**62)), lanes, c, fault_spec(faults, 1))
+    return PipelineDraws(phase=np.stack([gen, zero, zero, zero]), service={"q": service}, kernel_channels=frozenset(),
+                         nominal_step=2.5, workers={"q": c}, max_delay={"q": None}, routed=routed, offset=offset,
+                         faults={"q": tl})
+
+
+@pytest.mark.parametrize("policy,cap", [("retry", 0), ("retry", 1), ("retry", 3), ("lose", 3)])
+@pytest.mark.parametrize("route", [None, 0.6])
+def test_queue_workers_with_failures_match_an_event_loop_oracle(policy, cap, route):
+    lanes, steps, batch, c = 5, 50, 3, 3
+    f = FaultsConf(mtbf_s=12.0, mttr_s=3.0, on_failure=policy, max_retries=cap)
+    draws = queue_draws(np.random.default_rng([cap, route is None]), lanes, steps, batch, c, f, route)
+    a, b = run_lanes(draws, False), run_simpy(draws, False)
+    assert_same_schedule(a, b, f"{policy} {cap}")
+    assert np.array_equal(a.failed, b.failed)
+    tl, retries = draws.faults["q"], fault_spec(f).retries
+    seen_lost = seen_retry = 0
+    for i in range(lanes):
+        arrival = np.repeat(np.cumsum(draws.phase[0][i]), batch)
+        service = draws.service["q"][i].ravel()
+        for w in range(c):
+            tl.cover(w, float(arrival[-1] + service.sum() + 500.0))
+        sent = draws.routed["q"][i].ravel() if route else None
+        start, end, lost = event_loop_oracle(arrival, service, [tl.down[w][i] for w in range(c)],
+                                             [tl.up[w][i] for w in range(c)], retries, sent)
+        assert np.array_equal(a.service_start[i, :, :, 0].ravel(), start)
+        assert np.array_equal(a.completion[i, :, :, 0].ravel(), np.where(lost, np.inf, end))
+        assert np.array_equal(a.failed[i, :, :, 0].ravel(), lost)
+        seen_lost += int(lost.sum())
+        seen_retry += int(np.sum(~lost & (end - start > service + 1e-9)))
+    assert seen_lost > 0  # MTBF 12 s against 2 s jobs: the cap is reached in every case
+    assert (seen_retry > 0) == (retries > 0)  # a restarted job took longer than its service
+    if route:
+        assert np.all(~a.failed[..., 0][~draws.routed["q"]])  # an unsent job is never lost
+
+
+def random_queue_pcfg(seed: int) -> PipelineConf:
+    """A queue channel with workers that fail, with routing, bursts, arrivals over time, ties and
+    a second (plain) queue channel drawn at random, so every combination is reached."""
+    rng = np.random.default_rng(7000 + seed)
+    faults = FaultsConf(mtbf_s=float(rng.uniform(3, 30)), mttr_s=float(rng.uniform(0.5, 5)),
+                        on_failure=["retry", "lose"][seed % 2], max_retries=int(rng.integers(0, 3)))
+    q = ChannelConf(latency=LatencyConf(kind="lognormal", mean=float(rng.uniform(0.5, 3)), sigma=0.8),
+                    workers=int(rng.integers(1, 5)), max_delay=[None, 2][seed % 2], faults=faults,
+                    route_prob=[1.0, 0.7][(seed // 2) % 2])
+    if seed % 3 == 0:
+        q.degraded_factor, q.p_degrade, q.p_recover = 3.0, 0.3, 0.5
+    chans = {"q": q}
+    if seed % 4 == 1:
+        chans["p"] = ChannelConf(latency=LatencyConf(kind="exponential", mean=1.0), workers=2, max_delay=3)
+    pcfg = PipelineConf(steps=int(rng.integers(10, 18)), batch_size=int(rng.integers(1, 5)),
+                        generate=LatencyConf(kind="lognormal", mean=1.0, sigma=0.5),
+                        fast_score=det(0.1), submit=det(0.05), update=det(0.3), channels=chans)
+    pcfg.arrivals.mode = ["batch", "stream", "poisson"][seed % 3]
+    if seed % 4 == 2:  # deterministic times: workers fall free at the same instants (the tie-break)
+        q.latency, pcfg.generate = det(1.0), det(1.0)
+    return pcfg
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_queue_faults_engines_agree_and_results_are_conserved(seed):
+    pcfg = random_queue_pcfg(seed)
+    draws = draw(pcfg, 3, np.random.default_rng(seed))
+    k = list(pcfg.channels).index("q")
+    for blocking, timeout in [(False, None), (True, None), (True, 0.8)]:
+        a, b = run_lanes(draws, blocking, timeout), run_simpy(draws, blocking, timeout)
+        assert_same_schedule(a, b, f"seed {seed} blocking {blocking} timeout {timeout}")
+        assert np.array_equal(a.failed, b.failed)
+        st = a.status[..., k]
+        assert np.all(st[a.failed[..., k]] == DROPPED) and np.all(np.isinf(a.completion[..., k][a.failed[..., k]]))
+        c = a.counts()["q"]
+        assert c["injected"] + c["dropped"] + c["pending"] == c["emitted"] == np.count_nonzero(st != UNROUTED)
+        row = channel_stats(a, draws.workers, 0).set_index("channel").loc["q"]
+        assert row.lost_to_failure == int(a.failed[..., k].sum()) <= row.dropped
+        assert 0 < row.availability <= 1 and 0 <= row.utilisation <= 1
+
+
+def test_random_queue_fault_configs_reach_every_branch():
+    """Across the random configs: results lost, retries that save them, each arrival mode,
+    routing and bursts; a generous retry cap loses nothing on the same timeline."""
+    lost = {}
+    for seed in range(8):
+        pcfg = random_queue_pcfg(seed)
+        lost[seed] = int(run_lanes(draw(pcfg, 3, np.random.default_rng(seed)), False).failed.sum())
+    assert all(lost[s] > 0 for s in (1, 3, 5, 7))  # lose
+    pcfg = random_queue_pcfg(1)
+    pcfg.channels["q"].faults.on_failure, pcfg.channels["q"].faults.max_retries = "retry", 1000
+    assert run_lanes(draw(pcfg, 3, np.random.default_rng(1)), False).failed.sum() == 0
+
+
+def test_queue_workers_long_run_capacity_up_is_mtbf_over_mtbf_plus_mttr():
+    """channels.csv's availability of a queue channel: each worker is a 1-GPU server (MTBF not
+    divided), so the long-run fraction of worker-seconds up is MTBF / (MTBF + MTTR)."""
+    a, b, lanes, c = 30.0, 10.0, 40, 4
+    pcfg = PipelineConf(steps=400, batch_size=2, generate=det(10.0), fast_score=det(0.0), submit=det(0.0),
+                        update=det(0.0), channels={"q": ChannelConf(
+                            latency=det(1.0), workers=c, faults=FaultsConf(mtbf_s=a, mttr_s=b))})
+    draws = draw(pcfg, lanes, np.random.default_rng(0))
+    assert draws.faults["q"].servers == c and draws.faults["q"].spec == FaultSpec(a, b, 3)
+    sched = run_lanes(draws, False)
+    row = channel_stats(sched, draws.workers, 0).set_index("channel").loc["q"]
+    H = float(np.mean(sched.step_start[:, -1]))
+    assert abs(row.availability - a / (a + b)) < 5 * availability_se(a, b, H, lanes * c)
+
+
+def test_queue_faults_keep_every_other_draw():
+    pcfg = random_queue_pcfg(2)
+    on = draw(pcfg, 2, np.random.default_rng(1))
+    pcfg.channels["q"].faults = FaultsConf()
+    off = draw(pcfg, 2, np.random.default_rng(1))
+    assert not off.faults and set(on.faults) == {"q"}
+    assert np.array_equal(on.phase, off.phase) and np.array_equal(on.service["q"], off.service["q"])
+    assert np.array_equal(on.offset, off.offset) and np.array_equal(on.routed["q"], off.routed["q"])
+
+
+V = "pipeline.channels.verifier"
+
+
+@pytest.mark.parametrize("override,key", [
+    (f"{V}.faults.mtbf_s=0", f"{V}.faults.mtbf_s"),
+    (f"{V}.faults.mttr_s=-1", f"{V}.faults.mttr_s"),
+    (f"{V}.faults.on_failure=never", f"{V}.faults.on_failure"),
+    (f"{V}.faults.max_retries=-2", f"{V}.faults.max_retries"),
+    (f"{V}.cancel_on_drop=true", f"{V}.faults.mtbf_s"),
+])
+def test_bad_queue_fault_configs_give_one_line_naming_the_key(override, key):
+    cfg = compose_config("scenario=capacity/code_verifier", f"{V}.workers=32", f"{V}.faults.mtbf_s=600",
+                         f"{V}.faults.mttr_s=60", override)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as e:
+        validate(cfg)
+    assert "\n" not in str(e.value)
+
+
+def test_capacity_search_sizes_the_failing_workers():
+    from racsim.analyses.capacity import count_key, with_count
+
+    cfg = compose_config("scenario=capacity/code_verifier", f"{V}.faults.mtbf_s=600", f"{V}.faults.mttr_s=60",
+                         "pipeline.steps=2", "pipeline.warmup_steps=0")
+    key = count_key(cfg, "verifier")
+    for n in (8, 48):
+        d = draw(with_count(cfg, key, n).pipeline, 1, np.random.default_rng(0))
+        assert d.faults["verifier"].servers == n and d.faults["verifier"].spec == FaultSpec(600.0, 60.0, 3)

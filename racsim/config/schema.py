@@ -222,9 +222,10 @@ class FaultsConf:
     Exp(``mtbf_s``) seconds up (a replica of tp GPUs when any of them does) and is repaired
     after Exp(``mttr_s``); a batch cut by a failure restarts on its replica once repaired, at
     most ``max_retries`` times (``on_failure: retry``), or is lost (``lose``, or past the cap).
-    ``mtbf_s`` null (the default): no failures. ``schedule``: a CSV of known outages
-    (columns server, down_s, up_s; the same in every lane), used instead of random ones
-    (with ``mtbf_s`` and ``mttr_s`` null)."""
+    On a queue channel with ``workers``, each worker fails so, and so do its requests
+    (racsim/pipeline/workers.py). ``mtbf_s`` null (the default): no failures. ``schedule``: a
+    CSV of known outages (columns server, down_s, up_s; the same in every lane), used instead
+    of random ones (with ``mtbf_s`` and ``mttr_s`` null)."""
 
     mtbf_s: Optional[float] = None
     mttr_s: Optional[float] = None
@@ -271,7 +272,7 @@ class ChannelConf:
     # null: a fixed pool (``workers`` / ``rm.gpus``); else a pool sized by a rule (AutoscaleConf).
     autoscale: Optional[AutoscaleConf] = None
 
-    # gpu_rm channels: replicas fail and are repaired (faults.mtbf_s null: never); see FaultsConf.
+    # gpu_rm replicas or queue workers fail and are repaired (faults.mtbf_s null: never); see FaultsConf.
     faults: FaultsConf = field(default_factory=FaultsConf)
 
 

@@ -220,11 +220,17 @@ def faults_on(ch: Any) -> bool:
 
 
 def validate_faults(ch: Any, key: str) -> None:
-    """A channel's ``faults``: a gpu_rm channel, positive finite MTBF and MTTR, a known policy."""
+    """A channel's ``faults``: a gpu_rm channel or a queue channel with workers, positive finite
+    MTBF and MTTR, a known policy."""
     f = ch.faults
     on = "mtbf_s" if f.schedule is None else "schedule"  # the key that turned failures on
-    _need(getattr(ch, "kind", "queue") == "gpu_rm", f"{key}.{on}", getattr(f, on),
-          "null here: failures are modelled for gpu_rm channels (their replicas)")
+    gpu_rm = getattr(ch, "kind", "queue") == "gpu_rm"
+    _need(gpu_rm or (ch.kernel is None and ch.workers is not None), f"{key}.{on}", getattr(f, on),
+          "null here: failures are modelled for gpu_rm channels (their replicas) and queue channels with "
+          "workers set (not a kernel)")
+    _need(not getattr(ch, "cancel_on_drop", False), f"{key}.{on}", getattr(f, on),
+          "null with cancel_on_drop=true (cancelling requests on workers that fail is not modelled): "
+          f"unset one of faults.{on}, cancel_on_drop")
     if f.schedule is not None:
         _need(isinstance(f.schedule, str) and f.schedule.strip() != "", f"{key}.schedule", f.schedule,
               "a path to a CSV of outages (columns server, down_s, up_s), or null")
@@ -233,13 +239,13 @@ def validate_faults(ch: Any, key: str) -> None:
                   "null with faults.schedule (the schedule's outages replace the random ones)")
     for k in ("mtbf_s", "mttr_s") if f.schedule is None else ():
         _need(_finite(getattr(f, k)) and getattr(f, k) > 0, f"{key}.{k}", getattr(f, k),
-              "a finite number of seconds > 0 (the mean " + ("up time of one GPU" if k == "mtbf_s"
-                                                              else "repair time of a replica") + ")")
+              "a finite number of seconds > 0 (the mean " + ("up time of one GPU or worker" if k == "mtbf_s"
+                                                              else "repair time of a replica or worker") + ")")
     _need(f.on_failure in FAILURE_POLICIES, f"{key}.on_failure", f.on_failure, "one of " + ", ".join(FAILURE_POLICIES))
     _int_at_least(f"{key}.max_retries", f.max_retries, 0)
     _need(getattr(ch, "autoscale", None) is None, f"{key}.{on}", getattr(f, on),
           "null on an autoscaled channel (failures are modelled for fixed pools)")
-    _need(not ch.rm.chunked_prefill, f"{key}.{on}", getattr(f, on),
+    _need(not gpu_rm or not ch.rm.chunked_prefill, f"{key}.{on}", getattr(f, on),
           "null with rm.chunked_prefill (a failure cuts whole batches, not chunked iterations)")
 
 

@@ -50,7 +50,7 @@ class PipelineDraws:
     offset: Optional[np.ndarray] = None
     # channels with an ``autoscale`` rule (racsim/pipeline/autoscale.py): their pool's rule.
     autoscale: Dict[str, Any] = field(default_factory=dict)
-    # gpu_rm channels with ``faults``: each replica's outages per lane (racsim/pipeline/faults.py).
+    # channels with ``faults``: each gpu_rm replica's or queue worker's outages per lane (racsim/pipeline/faults.py).
     faults: Dict[str, Timeline] = field(default_factory=dict)
 
     def slowdown_row(self, name: str, lane: int) -> Optional[np.ndarray]:
@@ -101,11 +101,13 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
             phase[0] = gen
     faults = {}  # drawn last, and only with faults on: every other run draws what it drew before
     for n, ch in pcfg.channels.items():
-        if faults_on(ch) and ch.faults.schedule is not None:  # known outages: nothing drawn
-            faults[n] = Timeline(0, n_trials, gpu[n].replicas, fault_spec(ch.faults, int(ch.rm.tp)), read_schedule(
-                ch.faults.schedule, f"pipeline.channels.{n}.faults.schedule", gpu[n].replicas))
-        elif faults_on(ch):
-            faults[n] = Timeline(int(rng.integers(2**62)), n_trials, gpu[n].replicas, fault_spec(ch.faults, int(ch.rm.tp)))
+        if faults_on(ch):
+            servers, tp = (gpu[n].replicas, int(ch.rm.tp)) if n in gpu else (ch.workers, 1)  # a queue's workers
+            if ch.faults.schedule is not None:  # known outages: nothing drawn
+                faults[n] = Timeline(0, n_trials, servers, fault_spec(ch.faults, tp), read_schedule(
+                    ch.faults.schedule, f"pipeline.channels.{n}.faults.schedule", servers))
+            else:
+                faults[n] = Timeline(int(rng.integers(2**62)), n_trials, servers, fault_spec(ch.faults, tp))
     return PipelineDraws(
         phase=phase,
         service=service,

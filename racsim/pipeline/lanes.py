@@ -23,6 +23,7 @@ from racsim.pipeline.cbatch import fifo_lanes, lanes_state, waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.landing import _assemble, _async_landing, drop_deadline
 from racsim.pipeline.schedule import ArrivalSchedule
+from racsim.pipeline.workers import Cursor, fifo_assign_faults
 
 
 def fifo_assign(arrival: np.ndarray, service: np.ndarray, free: np.ndarray, deadline: Optional[np.ndarray] = None):
@@ -220,6 +221,8 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     land = {nm: np.empty((n, steps, batch), dtype=np.int64) for nm in names}
     free = {nm: np.zeros((n, draws.workers[nm])) for nm in names if _queued(draws, nm)}
     cut = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in names}  # cancelled (cancel_on_drop)
+    cursors = {nm: Cursor(draws.faults[nm]) for nm in free if nm in draws.faults}  # workers that fail
+    lost_q = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in cursors}  # lost to a worker's failure
     timeout = np.inf if wait_timeout is None else wait_timeout
     for t in range(steps):
         now = step_start[:, t] + gen[:, t]
@@ -239,6 +242,13 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             submit[nm][:, t] = arr
             if nm in draws.cancel and not blocking:
                 continue  # served once the clock is known: its deadlines are step starts
+            if nm in cursors:  # ends at the failure instant if lost: a blocking optimizer waits until then
+                start[nm][:, t], end[nm][:, t], lost_q[nm][:, t] = _serve_failing(draws, nm, t, arr, free[nm],
+                                                                                  cursors[nm])
+                if blocking:
+                    done = np.maximum(done, end[nm][:, t].max(axis=1))
+                land[nm][:, t] = np.where(lost_q[nm][:, t], -1, 0)
+                continue
             dl = arr + timeout if nm in draws.cancel else None  # a timed-out result frees its worker
             s, e, lost, cut[nm][:, t] = _serve(draws, nm, t, arr, free.get(nm), dl)
             start[nm][:, t], end[nm][:, t] = s, e
@@ -265,7 +275,9 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             start[nm], end[nm], gpu_log[nm] = g.finish()
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             land[nm] = np.where(end[nm] > resumed[:, :, None], -1, 0)
-    failed = {nm: gpus[nm].failed for nm in draws.faults}  # results lost to a server failure
+    failed = {nm: gpus[nm].failed for nm in draws.faults if nm in gpus}  # results lost to a server failure
+    for nm, f in lost_q.items():
+        failed[nm], end[nm] = f, np.where(f, np.inf, end[nm])
     if not blocking:
         for nm in draws.cancel:
             for t in range(steps):
@@ -291,3 +303,18 @@ def _serve(draws, name, t, arrival, free, deadline=None):
         start, end, cut = np.where(sent, start, arrival), np.where(sent, end, arrival), cut & sent
     end = np.where(lost, np.inf, end)
     return start, end, lost, cut
+
+
+def _serve_failing(draws, name, t, arrival, free, cur):
+    """Step t's jobs of a queue channel whose workers fail: (start, end, lost), a lost job's
+    end its failure instant; an unrouted job keeps its submission time, as in :func:`_serve`."""
+    service, _ = _service_seconds(draws, name, t)
+    sent = draws.routed[name][:, t] if name in draws.routed else None
+    assign = lambda a, s, k: fifo_assign_faults(a, s, free, cur, k)  # noqa: E731
+    if draws.offset is not None:  # samples ready at different seconds: served in the order they arrive
+        start, end, lost = in_ready_order(assign, arrival, service, sent)
+    else:
+        start, end, lost = assign(arrival, service, sent)
+    if sent is not None:
+        start, end, lost = np.where(sent, start, arrival), np.where(sent, end, arrival), lost & sent
+    return start, end, lost

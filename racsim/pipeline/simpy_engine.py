@@ -17,6 +17,7 @@ from racsim.pipeline.cbatch import waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.landing import _assemble, _async_landing
 from racsim.pipeline.schedule import ArrivalSchedule
+from racsim.pipeline.workers import SimpyWorkers
 
 
 def _late_event_class():
@@ -149,14 +150,16 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     end = {nm: np.full((n, steps, batch), np.inf) for nm in names}
     land = {nm: np.zeros((n, steps, batch), dtype=np.int64) for nm in names}
     cut = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in names}  # cancelled (cancel_on_drop)
-    late_cls = _late_event_class() if draws.gpu or draws.autoscale else None
+    late_cls = _late_event_class() if draws.gpu or draws.autoscale or draws.faults else None
     gpu_rows: Dict[str, list] = {nm: [] for nm in draws.gpu if nm not in draws.autoscale}
     auto: Dict[str, list] = {nm: [] for nm in draws.autoscale}  # each trial's AutoPool
     failed = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in draws.faults}  # lost to a server failure
 
     for i in range(n):
         env = simpy.Environment()
-        pools = {nm: simpy.Resource(env, capacity=draws.workers[nm]) for nm in names if _queued(draws, nm)}
+        pools = {nm: simpy.Resource(env, capacity=draws.workers[nm]) if nm not in draws.faults
+                 else SimpyWorkers(env, draws.workers[nm], draws.faults[nm], i, late_cls, _at)  # workers that fail
+                 for nm in names if _queued(draws, nm)}
         servers = {}
         for nm, spec in draws.gpu.items():
             if nm in draws.autoscale:
@@ -168,6 +171,9 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         servers.update({nm: SimpyAutoPool(env, draws, nm, i, late_cls) for nm in draws.autoscale})
 
         def job(nm, t, b, service, dl):
+            if nm in draws.faults:  # a lost job ends at its failure instant (a blocking optimizer waits until then)
+                start[nm][i, t, b], end[nm][i, t, b], failed[nm][i, t, b] = yield from pools[nm].job(service)
+                return
             with pools[nm].request() as req:
                 if dl is None:
                     yield req
@@ -259,6 +265,9 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         begin = [env.event() for _ in range(steps)] if draws.cancel else None  # step t begins
         env.process(optimizer())
         env.run()  # runs on until every job is served, after the last step too
+        for nm in pools:
+            if nm in draws.faults:
+                end[nm][i] = np.where(failed[nm][i], np.inf, end[nm][i])
         for nm, srv in servers.items():
             if nm in auto:
                 auto[nm].append(srv.pool)

@@ -59,8 +59,10 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
             row["utilisation"] = float(np.mean(busy / (row["workers"] * span)))
         elif workers.get(name):
             # Busy seconds inside the measured window over worker-seconds available.
-            busy = _inside(sched.service_start[..., k], sched.completion[..., k],
-                           t0[:, None, None], t1[:, None, None]).sum(axis=(1, 2))
+            done = sched.completion[..., k]
+            if sched.failed is not None:  # a job lost to a worker's failure keeps no end: no busy seconds counted
+                done = np.where(sched.failed[..., k], sched.service_start[..., k], done)
+            busy = _inside(sched.service_start[..., k], done, t0[:, None, None], t1[:, None, None]).sum(axis=(1, 2))
             row["utilisation"] = float(np.mean(busy / (workers[name] * span)))
         else:
             row["utilisation"] = float("nan")
