@@ -13,7 +13,9 @@ optimizer's clock is a step of generate + fast_score + submit (+ wait) + update 
 * ``trace``: the CSV column's offsets in order over (step, sample), cycled, the same in
   every trial; the generate phase is the step's largest offset.
 
-The queue then sees the samples in the order they are ready (ties in sample order).
+The queue then sees the samples in the order they are ready (ties in sample order). A
+gpu_rm pool's batcher takes each sample's requests as one group the second it is ready
+(:class:`ReadyPool`); an autoscaled pool is refused (validate_arrivals).
 """
 
 from __future__ import annotations
