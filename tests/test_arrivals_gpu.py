@@ -37,6 +37,7 @@ from test_gpu_rm import MODES, random_pcfg
 from racsim.config.schema import ArrivalsConf, ChannelConf, FaultsConf, LatencyConf
 from racsim.pipeline.draws import draw
 from racsim.pipeline.lanes import run_lanes
+from racsim.pipeline.schedule import DROPPED
 from racsim.pipeline.simpy_engine import run_simpy
 
 
@@ -74,7 +75,8 @@ class ReadyOracle(Oracle):
             instants = [x for x in (arrive, wait_ends) if x is not None]
             instants += [self.ready[j] for j in self.pending]
             instants += [b for b in self.busy_until if b > self.now]
-            instants += [self.ready[j] + self.max_wait for j in self.waiting if self.ready[j] + self.max_wait > self.now]
+            instants += [self.ready[j] + self.max_wait for j in self.waiting
+                         if self.ready[j] + self.max_wait > self.now]
             if not instants:
                 break
             tau = min(instants)
@@ -206,7 +208,8 @@ class WholeStepAtSubmit(ReadyOracle):
 def test_a_wrong_rule_is_caught(compared, mutant):
     """Each mutant's requests are dispatched or completed elsewhere than the engines' (not only its arrivals)."""
     def wrong(case, runs):
-        return any(" dispatch " in m or " completion " in m for m in mismatches(case, ready_oracles(case, mutant), runs))
+        bad = mismatches(case, ready_oracles(case, mutant), runs)
+        return any(" dispatch " in m or " completion " in m for m in bad)
 
     assert sum(wrong(case, runs) for case, _, runs in compared) > 0, f"{mutant.__name__} agrees with every engine run"
 
@@ -268,13 +271,22 @@ def arrivals_gpu_pcfg(seed: int, trace_csv: str):
 N_RANDOM = 12
 
 
+@pytest.fixture(scope="module")
+def simpy_runs(trace_csv):
+    out = {}
+    for seed in range(N_RANDOM):
+        pcfg = arrivals_gpu_pcfg(seed, trace_csv)
+        draws = draw(pcfg, 3, np.random.default_rng(seed))
+        out[seed] = (pcfg, draws, {m: run_simpy(draws, *m) for m in MODES})
+    return out
+
+
 @pytest.mark.parametrize("seed", range(N_RANDOM))
-def test_engines_agree_with_arrivals_over_time(seed, trace_csv):
-    pcfg = arrivals_gpu_pcfg(seed, trace_csv)
-    draws = draw(pcfg, 3, np.random.default_rng(seed))
+def test_engines_agree_with_arrivals_over_time(seed, simpy_runs):
+    pcfg, draws, sims = simpy_runs[seed]
     assert draws.offset is not None and ("g" in draws.faults) == (seed % 4 == 1)
     for blocking, timeout in MODES:
-        sim = run_simpy(draws, blocking, timeout)
+        sim = sims[(blocking, timeout)]
         label = f"seed {seed} {pcfg.arrivals.mode} blocking {blocking} timeout {timeout}"
         assert_same_schedule(run_lanes(draws, blocking, timeout), sim, "lanes vs simpy, " + label)
         assert_same_schedule(run_lanes(draws, blocking, timeout, gpu_loop=True), sim, "lane loop vs simpy, " + label)
@@ -283,6 +295,33 @@ def test_engines_agree_with_arrivals_over_time(seed, trace_csv):
         assert (sim.service_start[..., k] >= sim.submit_time[..., k]).all()
         for c in sim.counts().values():
             assert c["injected"] + c["dropped"] + c["pending"] == c["emitted"]
+
+
+def test_random_configs_reach_every_branch(simpy_runs):
+    seen = Counter()
+    for seed, (pcfg, draws, sims) in simpy_runs.items():
+        rm = pcfg.channels["g"].rm
+        kind = "chunked" if rm.chunked_prefill else "continuous" if rm.batching == "continuous" else \
+            "static padded" if rm.padded else "static packed"
+        seen[kind] += 1
+        seen[pcfg.arrivals.mode] += 1
+        seen["bursts"] += "g" in draws.slowdown
+        for (blocking, timeout), s in sims.items():
+            k = s.channel_names.index("g")
+            log = s.gpu_batches["g"]
+            if rm.batching == "static":
+                flush = np.isin(log["start"], s.submit_time[..., k] + rm.max_wait_s) & (log["size"] < rm.max_batch)
+                seen["flush fired" if rm.max_wait_s > 0 and flush.any() else "no flush"] += 1
+            submit = s.step_start[:, :-1] + s.phase[0] + s.phase[1] + s.phase[2]
+            seen["batch before its step's submit instant"] += bool((log["start"] < submit[log["lane"], log["step"]]).any())
+            seen["async" if not blocking else "blocking" if timeout is None else "timeout"] += 1
+            seen["timeout drops"] += timeout is not None and bool((s.status[..., k] == DROPPED).any())
+            seen["cancelled on drop"] += s.cancelled is not None and bool(s.cancelled.any())
+            seen["lost to a failure"] += s.failed is not None and bool(s.failed.any())
+    need = ["static padded", "static packed", "continuous", "chunked", "stream", "poisson", "trace", "bursts",
+            "flush fired", "no flush", "batch before its step's submit instant", "async", "blocking", "timeout",
+            "timeout drops", "cancelled on drop", "lost to a failure"]
+    assert all(seen[k] > 0 for k in need), str({k: seen[k] for k in need})
 
 
 def test_a_stream_of_equal_lengths_is_batch_mode():

@@ -173,7 +173,10 @@ class _GpuLanes:
         batch)); serve until they are all dispatched (or the wait, from ``now``, times out).
         Returns when the step's last result is back (inf: not known by the timeout)."""
         G, lo, hi = self.G, t * self.per, (t + 1) * self.per  # the step's groups
-        times = now[:, None] if self.ready is None else np.take_along_axis(ready, self.ready.order[:, lo:hi] - lo, axis=1)
+        if self.ready is None:
+            times = now[:, None]
+        else:  # the step's samples in ready order
+            times = np.take_along_axis(ready, self.ready.order[:, lo:hi] - lo, axis=1)
         if self.vector:
             self.group_time[:, lo:hi] = times
             fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, G, hi * G, self.st, self.slow)
