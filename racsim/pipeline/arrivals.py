@@ -74,10 +74,9 @@ class ReadyPool:
     over the whole run and group g belongs to step g // ``per``. The batcher's rule is
     unchanged: FIFO serves the groups in this order, shortest-first breaks ties of length
     by it, a flush counts from each request's own arrival, a burst's factor is that of the
-    step of a batch's first request (``slow``, repeated over the step's groups)."""
+    earliest step among a batch's requests (``slow``, repeated over the step's groups)."""
 
     order: np.ndarray  # (lanes, steps * batch): ready position -> sample index t * batch + b
-    rank: np.ndarray  # (lanes, steps * batch): sample index -> ready position
     per: int  # groups per step (the batch size)
 
     def to_ready(self, x: np.ndarray, lanes=slice(None)) -> np.ndarray:
@@ -103,6 +102,4 @@ def ready_pool(offset: np.ndarray) -> ReadyPool:
     """The :class:`ReadyPool` of the drawn offsets (trials, steps, batch)."""
     n, steps, batch = offset.shape
     order = (np.argsort(offset, axis=2, kind="stable") + (np.arange(steps) * batch)[None, :, None]).reshape(n, -1)
-    rank = np.empty_like(order)
-    rank[np.arange(n)[:, None], order] = np.arange(order.shape[1])
-    return ReadyPool(order, rank, batch)
+    return ReadyPool(order, batch)
