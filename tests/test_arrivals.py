@@ -216,11 +216,11 @@ def test_arrivals_are_validated(tmp_path):
 
     for mode in ("batch", "stream", "poisson"):
         validate(_compose(f"pipeline.arrivals.mode={mode}"))
+    validate(_compose("pipeline.arrivals.mode=stream", "channel@pipeline.channels.judge=judge_gpu_rm"))  # gpu_rm fed too
     bad = [
         (("pipeline.arrivals.mode=burst",), "pipeline.arrivals.mode"),
         (("pipeline.arrivals.mode=stream", "pipeline.arrivals.length.mean=-1"), "pipeline.arrivals.length.mean"),
         (("pipeline.arrivals.mode=trace",), "pipeline.arrivals.path"),
-        (("pipeline.arrivals.mode=stream", "channel@pipeline.channels.judge=judge_gpu_rm"), "gpu_rm"),
     ]
     for overrides, match in bad:
         with pytest.raises(ConfigError, match=match):

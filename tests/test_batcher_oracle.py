@@ -245,7 +245,8 @@ def draws_of(case: dict) -> PipelineDraws:
                    max_wait=c["max_wait"], order=c["order"], padded=c["padded"], model=c["service"],
                    seqs=tokens.shape[3])
     return PipelineDraws(phase=case["phases"], service={"g": tokens}, kernel_channels=frozenset(),
-                         nominal_step=1.0, workers={"g": None}, max_delay={"g": None}, gpu={"g": spec})
+                         nominal_step=1.0, workers={"g": None}, max_delay={"g": None}, gpu={"g": spec},
+                         offset=case.get("offset"))  # arrivals over time: tests/test_arrivals_gpu.py
 
 
 def oracles_of(case: dict, cls=None) -> list:
@@ -290,7 +291,8 @@ def mismatches(case: dict, oracles: list, runs: dict) -> list:
             checks = {
                 "dispatch": (disp[i], np.array(o.disp)),
                 "completion": (comp[i], np.array(o.comp)),
-                "arrival": (s.submit_time[i, :, 0, 0], np.array(o.arrival)),
+                "arrival": (s.submit_time[i, :, 0, 0], np.array(o.arrival)) if "offset" not in case else
+                           (s.submit_time[i, ..., 0], np.array(o.ready).reshape(steps, batch, seqs)[..., 0]),
                 "step start": (s.step_start[i], np.array(o.step_start_all, dtype=np.float64)),
                 "sample start": (s.service_start[i, ..., 0], np.array(o.disp).reshape(steps, batch, seqs).min(-1)),
                 "sample end": (s.completion[i, ..., 0], np.array(o.comp).reshape(steps, batch, seqs).max(-1)),

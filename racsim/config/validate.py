@@ -491,12 +491,10 @@ def validate_arrivals(p: Any) -> None:
         _need(isinstance(a.column, str) and bool(a.column), f"{key}.column", a.column, "the name of a CSV column")
     if a.mode == "batch":
         return
-    for name, ch in p.channels.items():  # gpu_rm: its batcher groups a step's requests (left out)
-        _need(getattr(ch, "kind", "queue") == "queue", f"{key}.mode", a.mode,
-              f"batch while pipeline.channels.{name} is a gpu_rm channel (its batcher groups requests per "
-              "step; arrivals over time feed queue and kernel channels)")
+    for name, ch in p.channels.items():
         _need(getattr(ch, "autoscale", None) is None, f"{key}.mode", a.mode,
-              f"batch while pipeline.channels.{name} is autoscaled (its pool takes a step's jobs at one instant)")
+              f"batch while pipeline.channels.{name}.autoscale is set (an autoscaled pool takes a step's jobs "
+              "at one instant)")
 
 
 def validate_rm(rm: Any, key: str) -> None:

@@ -13,11 +13,14 @@ optimizer's clock is a step of generate + fast_score + submit (+ wait) + update 
 * ``trace``: the CSV column's offsets in order over (step, sample), cycled, the same in
   every trial; the generate phase is the step's largest offset.
 
-The queue then sees the samples in the order they are ready (ties in sample order).
+The queue then sees the samples in the order they are ready (ties in sample order). A
+gpu_rm pool's batcher takes each sample's requests as one group the second it is ready
+(:class:`ReadyPool`); an autoscaled pool is refused (validate_arrivals).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
@@ -60,3 +63,43 @@ def in_ready_order(serve: Callable[..., tuple], arrival: np.ndarray, *per_job: O
     for b, o in zip(back, outs):
         b[rows, order] = o
     return back
+
+
+@dataclass(frozen=True)
+class ReadyPool:
+    """How a gpu_rm pool is fed by arrivals over time: one group per sample (its
+    ``sequences_per_sample`` requests), the groups numbered in the order the samples are
+    ready. Within a step by offset, ties in sample order (a stable sort); every sample of
+    step t is ready by step t + 1's start (offset <= generate phase), so this is the order
+    over the whole run and group g belongs to step g // ``per``. The batcher's rule is
+    unchanged: FIFO serves the groups in this order, shortest-first breaks ties of length
+    by it, a flush counts from each request's own arrival, a burst's factor is that of the
+    earliest step among a batch's requests (``slow``, repeated over the step's groups)."""
+
+    order: np.ndarray  # (lanes, steps * batch): ready position -> sample index t * batch + b
+    per: int  # groups per step (the batch size)
+
+    def to_ready(self, x: np.ndarray, lanes=slice(None)) -> np.ndarray:
+        """Per-request (or per-sample) values (lanes, samples * k), sample-major, in ready order."""
+        order = self.order[lanes]
+        n = x.shape[0]
+        return x.reshape(n, order.shape[1], -1)[np.arange(n)[:, None], order].reshape(x.shape)
+
+    def from_ready(self, x: np.ndarray, lanes=slice(None)) -> np.ndarray:
+        """The inverse of :meth:`to_ready`: values in ready order back in sample order."""
+        order = self.order[lanes]
+        n = x.shape[0]
+        out = np.empty((n, order.shape[1], x.size // (n * order.shape[1])), dtype=x.dtype)
+        out[np.arange(n)[:, None], order] = x.reshape(out.shape)
+        return out.reshape(x.shape)
+
+    def slow(self, factor: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """Bursts' per-step factor (lanes, steps) as a factor per group (lanes, steps * per), or None."""
+        return None if factor is None else np.repeat(factor, self.per, axis=1)
+
+
+def ready_pool(offset: np.ndarray) -> ReadyPool:
+    """The :class:`ReadyPool` of the drawn offsets (trials, steps, batch)."""
+    n, steps, batch = offset.shape
+    order = (np.argsort(offset, axis=2, kind="stable") + (np.arange(steps) * batch)[None, :, None]).reshape(n, -1)
+    return ReadyPool(order, batch)

@@ -160,14 +160,12 @@ class _FifoLanes:
     disp: np.ndarray  # (lanes, requests)
     comp: np.ndarray
     log: list
-    groups: np.ndarray  # (lanes,) groups arrived by ``last`` (times only grow, so a pointer)
     lost: Optional[np.ndarray] = None  # (lanes, requests) lost to a failure (a pool with faults)
 
     @classmethod
     def new(cls, lanes: int, requests: int, replicas: int) -> "_FifoLanes":
         return cls(np.zeros(lanes, dtype=np.int64), np.zeros((lanes, replicas)), np.zeros(lanes),
-                   np.full((lanes, requests), np.nan), np.full((lanes, requests), np.inf), [],
-                   np.zeros(lanes, dtype=np.int64))
+                   np.full((lanes, requests), np.nan), np.full((lanes, requests), np.inf), [])
 
 
 def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
@@ -184,7 +182,9 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
     takes every request from h that has arrived by tau_k, up to the limits, on the
     lowest-indexed free replica. It equals the event loop that calls the rule
     (lanes' ``_LaneServer``; tests/test_gpu_rm.py checks it bit for bit).
-    ``group_time``: (lanes, groups) arrival of each group of G requests (inf: not yet known);
+    ``group_time``: (lanes, groups) arrival of each group of G requests (inf: not yet known), not
+    decreasing along the groups (batch mode: one group per step; arrivals over time: one per
+    sample, in ready order);
     ``slow``: (lanes, groups) factor on the seconds of a batch whose first request is of that group.
     ``faults``: a faults.Timeline (replicas go down): a replica takes a batch at the first
     instant >= its free time and the batch's ready time min(T_full, a_h + max_wait) at which
@@ -210,11 +210,11 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         n_lim = fits.sum(axis=1)
         nxt = np.minimum(n_lim, M - 1)
         limited = (n_lim == M) | ((n_lim < M) & valid[rows, nxt])
-        gt = group_time[act]
-        t_max = gt[rows, np.minimum(h + M - 1, N - 1) // G]
-        t_next = gt[rows, np.minimum(h + n_lim, N - 1) // G]
+        t_win = group_time[act[:, None], np.minimum(win, N - 1) // G]  # arrival of each request of the window
+        t_max = t_win[:, M - 1]
+        t_next = t_win[rows, nxt]
         t_full = np.where(n_lim == M, t_max, np.where(limited, t_next, np.inf))
-        deadline = gt[rows, h // G] + spec.max_wait
+        deadline = t_win[:, 0] + spec.max_wait
         free = st.free[act]
         if faults is None:
             tau = np.maximum(np.maximum(st.last[act], free.min(axis=1)), np.minimum(t_full, deadline))
@@ -222,15 +222,8 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
             ready = np.maximum(st.last[act], np.minimum(t_full, deadline))
             avail = faults.next_up_lanes(act, np.maximum(free, ready[:, None]))  # (lanes, replicas)
             tau = avail.min(axis=1)
-        ng = st.groups[act]  # groups arrived by tau: advance the pointer (a group's time is known before tau)
-        while True:
-            more = (ng < gt.shape[1]) & (gt[rows, np.minimum(ng, gt.shape[1] - 1)] <= tau)
-            if not more.any():
-                break
-            ng = ng + more
-        st.groups[act] = ng
-        arrived = np.minimum(ng * G, end)
-        n = np.minimum(n_lim, arrived - h)
+        # arrived by tau: a prefix of the window (arrival times do not decrease along the requests)
+        n = np.minimum(n_lim, (valid & (t_win <= tau[:, None])).sum(axis=1))
         ts = cum[act, h + n] - cum[act, h]
         sq = cum2[act, h + n] - cum2[act, h]
         m = mx[rows, n - 1]

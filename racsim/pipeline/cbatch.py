@@ -175,8 +175,7 @@ def _chunked_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.nda
             return
         rows = np.arange(act.size)
         h, carry, done, free = st.head[act], st.carry[act], st.done[act], st.free[act]
-        gt = group_time[act]
-        a_head = np.where(h < end, gt[rows, np.minimum(h, N - 1) // G], np.inf)
+        a_head = np.where(h < end, group_time[act, np.minimum(h, N - 1) // G], np.inf)
         ready = np.where(carry >= 0, free, np.where(np.isfinite(a_head)[:, None], np.maximum(free, a_head[:, None]),
                                                       np.inf))
         r = np.argmin(ready, axis=1)
@@ -187,7 +186,7 @@ def _chunked_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.nda
         room = B - c_len
         win = h[:, None] + offs
         inside = win < end
-        arrived = inside & (gt[rows[:, None], np.minimum(win, N - 1) // G] <= tau[:, None])
+        arrived = inside & (group_time[act[:, None], np.minimum(win, N - 1) // G] <= tau[:, None])
         L = tok[act[:, None], np.minimum(win, N - 1)]
         cs = np.cumsum(np.where(arrived, L, 0.0), axis=1)
         whole = arrived & (cs <= room[:, None]) & (offs[None, :] < (M - has_c)[:, None])

@@ -31,7 +31,8 @@ all its sequences are scored. Everything that happens at one instant
 decides. In SimPy: a batcher process, one ``Resource`` per replica, one
 process per batch. In lanes: a vectorised batch-by-batch recursion for FIFO
 batchers (asynchronous, or blocking without a timeout), and a per-lane event
-loop otherwise.
+loop otherwise. With arrivals over time the batcher takes one group per sample, at
+the second it is ready, numbered in ready order (racsim/pipeline/arrivals.py's ReadyPool).
 """
 
 from __future__ import annotations

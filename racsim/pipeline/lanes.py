@@ -17,7 +17,7 @@ from racsim.pipeline.batcher import (
     _per_sample,
     _prefix,
 )
-from racsim.pipeline.arrivals import in_ready_order
+from racsim.pipeline.arrivals import in_ready_order, ready_pool
 from racsim.pipeline.autoscale import AutoLanes
 from racsim.pipeline.cbatch import fifo_lanes, lanes_state, waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
@@ -132,20 +132,27 @@ class _GpuLanes:
         tok4 = draws.service[name]
         self.shape = tok4.shape
         n, steps, batch, seqs = tok4.shape
-        self.G = batch * seqs
-        self.tok = tok4.reshape(n, steps * self.G)
+        # pipeline.arrivals other than batch: one group per sample, in ready order (arrivals.ReadyPool)
+        self.ready = None if draws.offset is None else ready_pool(draws.offset)
+        self.per = 1 if self.ready is None else batch  # groups per step
+        self.G = batch * seqs // self.per
+        self.tok = tok4.reshape(n, steps * batch * seqs)
+        if self.ready is not None:
+            self.tok = self.ready.to_ready(self.tok)
         self.faults = faults = draws.faults.get(name)
         self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
         self.slow = draws.slowdown.get(name)  # bursts: (lanes, steps) factor on batch seconds
+        if self.ready is not None:
+            self.slow = self.ready.slow(self.slow)  # per group
         if self.vector:
             self.st = lanes_state(spec, n, self.tok.shape[1])
             self.cum, self.cum2 = _prefix(self.tok)
-            self.group_time = np.full((n, steps), np.inf)
+            self.group_time = np.full((n, steps * self.per), np.inf)
             if faults is not None:  # static or unchunked continuous batches (no chunked prefill with faults)
                 self.st.lost = np.zeros(self.tok.shape, dtype=bool)
         else:
-            self.servers = [_LaneServer(spec, self.tok[i], self.G, draws.slowdown_row(name, i), faults, i)
-                            for i in range(n)]
+            self.servers = [_LaneServer(spec, self.tok[i], self.G, None if self.slow is None else self.slow[i],
+                                        faults, i) for i in range(n)]
 
     def _fifo(self, end: int) -> None:
         """The vectorised FIFO rule up to request ``end`` (with faults, batcher's, which has outages)."""
@@ -155,8 +162,13 @@ class _GpuLanes:
             _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, end, self.st, self.slow,
                         self.faults)
 
-    def run_async(self, submit_time: np.ndarray) -> None:
-        """Every group's arrival known: serve them all. ``submit_time``: (lanes, steps)."""
+    def _times(self, submit: np.ndarray) -> np.ndarray:
+        """(lanes, groups) arrival of each group from the samples' submission times (lanes, steps, batch)."""
+        return submit[:, :, 0] if self.ready is None else self.ready.to_ready(submit.reshape(submit.shape[0], -1))
+
+    def run_async(self, submit: np.ndarray) -> None:
+        """Every sample's submission known: serve them all. ``submit``: (lanes, steps, batch)."""
+        submit_time = self._times(submit)
         if self.vector:
             self.group_time[:] = submit_time
             self._fifo(self.tok.shape[1])
@@ -166,21 +178,28 @@ class _GpuLanes:
                 srv.add_group(a)
             srv.run()
 
-    def step_blocking(self, t: int, now: np.ndarray, timeout: Optional[float]) -> np.ndarray:
-        """Group t arrives at ``now``; serve until it is all dispatched (or the wait
-        times out). Returns when the group's last result is back (inf: not known by the timeout)."""
-        G = self.G
+    def step_blocking(self, t: int, now: np.ndarray, timeout: Optional[float],
+                      ready: Optional[np.ndarray] = None) -> np.ndarray:
+        """Step t's groups arrive (at ``now``, or with arrivals over time at ``ready``, (lanes,
+        batch)); serve until they are all dispatched (or the wait, from ``now``, times out).
+        Returns when the step's last result is back (inf: not known by the timeout)."""
+        G, lo, hi = self.G, t * self.per, (t + 1) * self.per  # the step's groups
+        if self.ready is None:
+            times = now[:, None]
+        else:  # the step's samples in ready order
+            times = np.take_along_axis(ready, self.ready.order[:, lo:hi] - lo, axis=1)
         if self.vector:
-            self.group_time[:, t] = now
-            self._fifo((t + 1) * G)
-            return self.st.comp[:, t * G:(t + 1) * G].max(axis=1)
+            self.group_time[:, lo:hi] = times
+            self._fifo(hi * G)
+            return self.st.comp[:, lo * G:hi * G].max(axis=1)
         out = np.empty(len(self.servers))
         lim = np.inf if timeout is None else timeout
         for i, srv in enumerate(self.servers):
-            srv.add_group(now[i])
+            for a in times[i]:
+                srv.add_group(a)
             until = now[i] + lim
-            srv.run(lambda tau: srv.left[t] == 0 or tau >= until)
-            out[i] = srv.comp[t * G:(t + 1) * G].max() if srv.left[t] == 0 else np.inf
+            srv.run(lambda tau: not any(srv.left[lo:hi]) or tau >= until)
+            out[i] = srv.comp[lo * G:hi * G].max() if not any(srv.left[lo:hi]) else np.inf
         return out
 
     def finish(self):
@@ -198,6 +217,10 @@ class _GpuLanes:
             comp = np.where(lost, np.inf, np.stack([s.comp for s in self.servers]))
             rows = [(np.full(len(s.batches), i), *zip(*s.batches)) for i, s in enumerate(self.servers) if s.batches]
             rows = [tuple(np.asarray(c) for c in r) for r in rows]
+        if self.ready is not None:  # back to sample order; a batch's group to its step
+            disp, comp = self.ready.from_ready(disp), self.ready.from_ready(comp)
+            lost = None if lost is None else self.ready.from_ready(lost)
+            rows = [(*r[:6], np.asarray(r[6]) // self.per) for r in rows]
         start, end = _per_sample(disp, comp, self.shape)
         self.failed = None if lost is None else lost.reshape(self.shape).any(axis=-1)  # (lanes, steps, batch)
         return start, end, _batch_log(rows, self.spec.replicas)
@@ -237,7 +260,9 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 submit[nm][:, t] = arr
                 land[nm][:, t] = 0
                 if blocking:
-                    done = np.maximum(done, gpus[nm].step_blocking(t, now, wait_timeout))
+                    back = gpus[nm].step_blocking(t, now, wait_timeout) if draws.offset is None else \
+                        gpus[nm].step_blocking(t, now, wait_timeout, arr)  # samples sent as they are ready
+                    done = np.maximum(done, back)
                 continue
             submit[nm][:, t] = arr
             if nm in draws.cancel and not blocking:
@@ -266,7 +291,7 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     gpu_log, pool_log = {}, {}
     for nm, g in gpus.items():
         if not blocking:
-            g.run_async(submit[nm][:, :, 0])
+            g.run_async(submit[nm] if nm in draws.gpu and nm not in draws.autoscale else submit[nm][:, :, 0])
         if nm in draws.autoscale:
             start[nm], end[nm], blog, pool_log[nm] = g.finish(submit[nm])
             if blog is not None:

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from racsim.pipeline.arrivals import ready_pool
 from racsim.pipeline.autoscale import SimpyAutoPool, logs, sample_times
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
@@ -154,6 +155,8 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     gpu_rows: Dict[str, list] = {nm: [] for nm in draws.gpu if nm not in draws.autoscale}
     auto: Dict[str, list] = {nm: [] for nm in draws.autoscale}  # each trial's AutoPool
     failed = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in draws.faults}  # lost to a server failure
+    # pipeline.arrivals other than batch: a gpu_rm pool takes one group per sample, in ready order
+    feed = None if draws.offset is None else ready_pool(draws.offset)
 
     for i in range(n):
         env = simpy.Environment()
@@ -165,6 +168,13 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             if nm in draws.autoscale:
                 continue  # an autoscaled pool: SimpyAutoPool below
             tok4 = draws.service[nm]
+            if feed is not None:  # one group per sample, numbered in ready order
+                lane = slice(i, i + 1)
+                slow = feed.slow(draws.slowdown[nm][lane]) if nm in draws.slowdown else None
+                servers[nm] = _SimpyServer(env, spec, feed.to_ready(tok4[lane].reshape(1, -1), lane)[0], spec.seqs,
+                                           steps * batch, late_cls, i, None if slow is None else slow[0],
+                                           draws.faults.get(nm))
+                continue
             servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i,
                                        draws.slowdown_row(nm, i),
                                        draws.faults.get(nm))
@@ -192,9 +202,13 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 cut[nm][i, t, b] = True
 
         def streamed(t):
-            """pipeline.arrivals: one process per sample and channel, sent the second it is ready."""
+            """pipeline.arrivals: one process per sample and channel, sent the second it is ready
+            (a gpu_rm pool: one process per step that hands its samples over in ready order)."""
             procs = []
             for nm in names:
+                if nm in servers:
+                    procs.append(env.process(to_pool(nm, t)))
+                    continue
                 service, lost = _service_seconds(draws, nm, t)
                 land[nm][i, t] = np.where(lost[i], -1, 0)
                 sent = draws.routed[nm][i, t] if nm in draws.routed else np.ones(batch, dtype=bool)
@@ -212,6 +226,19 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             else:
                 end[nm][i, t, b] = env.now + service
                 yield env.timeout(service)
+
+        def to_pool(nm, t):
+            """Step t's samples join pool ``nm``'s batcher, each at its step's start + its offset, in
+            ready order (groups t * batch ... of :class:`ReadyPool`); done when all are scored."""
+            srv, s0 = servers[nm], env.now
+            for g in range(t * batch, (t + 1) * batch):
+                b = feed.order[i, g] - t * batch
+                when = s0 + draws.offset[i, t, b]
+                if when > env.now:
+                    yield _at(env, when)
+                submit[nm][i, t, b] = env.now
+                srv.arrive(g)
+            yield env.all_of([srv.done[g] for g in range(t * batch, (t + 1) * batch)])
 
         def deadline(nm, t):
             """The event after which step t's results of a cancel_on_drop channel are of no use."""
@@ -274,10 +301,15 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 start[nm][i], end[nm][i] = (x[0] for x in sample_times(draws, nm, [srv.pool], submit[nm][i], i))
                 continue
             shape = draws.service[nm].shape[1:]
-            start[nm][i], end[nm][i] = _per_sample(srv.disp, np.where(srv.lost, np.inf, srv.comp), shape)
+            disp, comp, lost, rows = srv.disp, srv.comp, srv.lost, [np.asarray(c) for c in zip(*srv.batches)]
+            if feed is not None:  # back to sample order; a batch's group to its step
+                lane = slice(i, i + 1)
+                disp, comp, lost = (feed.from_ready(x[None], lane)[0] for x in (disp, comp, lost))
+                rows[6:] = [r // batch for r in rows[6:]]
+            start[nm][i], end[nm][i] = _per_sample(disp, np.where(lost, np.inf, comp), shape)
             if nm in draws.faults:
-                failed[nm][i] = srv.lost.reshape(shape).any(axis=-1)
-            gpu_rows[nm].append(tuple(np.asarray(c) for c in zip(*srv.batches)) if srv.batches else None)
+                failed[nm][i] = lost.reshape(shape).any(axis=-1)
+            gpu_rows[nm].append(tuple(rows) if srv.batches else None)
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             for nm in names:
                 land[nm][i] = np.where((end[nm][i] > resumed[:, None]) | cut[nm][i], -1, land[nm][i])
