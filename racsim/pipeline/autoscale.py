@@ -37,6 +37,7 @@ import numpy as np
 
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
+from racsim.pipeline.fifoq import FifoWaiting, fifo_batches
 
 
 @dataclass(frozen=True)
@@ -124,13 +125,10 @@ class AutoPool:
         Returns (batches started, servers requested, whether the for_s clock (re)started)."""
         r = self.rule
         started = self.q.dispatch(self.idle(tau), tau, self.arr)
-        disp, comp, left, G = self.disp, self.comp, self.left, self.q.G
         for b in started:
             end = tau + b.seconds
             self.free[b.replica] = end
-            for j in b.ids:
-                disp[j], comp[j] = tau, end
-                left[j // G] -= 1
+            self._served(b.ids, tau, end)
             self.batches.append((self.slot[b.replica], tau, end, len(b.ids), b.billed, b.group))
         for s in list(self.alive):
             if len(self.alive) > r.min and self.free[s] + r.idle_s <= tau:
@@ -151,6 +149,19 @@ class AutoPool:
         else:
             self.above_since = None
         return started, new, clock
+
+    def _served(self, ids, tau: float, end: float) -> None:
+        """Requests ``ids`` dispatched at ``tau``, complete at ``end`` (a ``range``: by slices)."""
+        disp, comp, left, G = self.disp, self.comp, self.left, self.q.G
+        if type(ids) is range:
+            n = len(ids)
+            disp[ids.start:ids.stop], comp[ids.start:ids.stop] = [tau] * n, [end] * n
+            for g in range(ids.start // G, (ids.stop - 1) // G + 1):
+                left[g] -= min(ids.stop, (g + 1) * G) - max(ids.start, g * G)
+            return
+        for j in ids:
+            disp[j], comp[j] = tau, end
+            left[j // G] -= 1
 
     def next_timer(self, now: float) -> float:
         """The earliest instant after ``now`` at which the pool alone may change: a
@@ -193,17 +204,30 @@ def billed_seconds(log: Dict[str, np.ndarray], lo: np.ndarray, hi: np.ndarray) -
     return np.bincount(lane, weights=inside, minlength=lo.shape[0])
 
 
-def _pool(draws: Any, name: str, lane: int) -> AutoPool:
-    """Lane ``lane``'s pool of channel ``name``, its requests numbered step by step."""
+def _pool(draws: Any, name: str, lane: int, table=None) -> AutoPool:
+    """Lane ``lane``'s pool of channel ``name``, its requests numbered step by step; ``table``:
+    the lane's rows of :func:`_tables`, or None (the batcher's loop)."""
     rule = draws.autoscale[name]
     svc = draws.service[name][lane]
     if name in draws.gpu:
         spec: GpuSpec = draws.gpu[name]
         G = svc.shape[1] * svc.shape[2]
-        return AutoPool(rule, waiting(spec, svc.ravel(), G, draws.slowdown_row(name, lane)), [G] * svc.shape[0],
-                        svc.size)
+        slow = draws.slowdown_row(name, lane)
+        q = waiting(spec, svc.ravel(), G, slow) if table is None else FifoWaiting(spec, svc.ravel(), G, table, slow)
+        return AutoPool(rule, q, [G] * svc.shape[0], svc.size)
     sent = draws.routed[name][lane] if name in draws.routed else np.ones(svc.shape, dtype=bool)
     return AutoPool(rule, _FifoJobs(svc.ravel(), sent.ravel(), svc.shape[1]), sent.sum(axis=1).tolist(), svc.size)
+
+
+def _tables(draws: Any, name: str):
+    """The batches a FIFO gpu_rm pool's limits cut, every lane (:func:`fifo_batches`; None for
+    a queue channel or another order)."""
+    spec = draws.gpu.get(name)
+    if spec is None or spec.order != "fifo" or spec.chunked:
+        return None
+    svc = draws.service[name]
+    G = svc.shape[2] * svc.shape[3]
+    return fifo_batches(spec, svc.reshape(svc.shape[0], -1), draws.slowdown.get(name), G)
 
 
 def sample_times(draws: Any, name: str, pools: List[AutoPool], submit: np.ndarray, lanes=slice(None)):
@@ -239,7 +263,8 @@ class AutoLanes:
     def __init__(self, draws: Any, name: str):
         self.draws, self.name = draws, name
         n = draws.service[name].shape[0]
-        self.pools = [_pool(draws, name, i) for i in range(n)]
+        t = _tables(draws, name)
+        self.pools = [_pool(draws, name, i, None if t is None else [x[i] for x in t]) for i in range(n)]
         self.known = [[] for _ in range(n)]  # arrival times handed over, per lane
         self.admitted = [0] * n
         self.now = [-math.inf] * n
