@@ -37,7 +37,7 @@ import numpy as np
 
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
-from racsim.pipeline.fifoq import FifoWaiting, fifo_batches
+from racsim.pipeline.fifoq import FifoWaiting
 
 
 @dataclass(frozen=True)
@@ -204,30 +204,20 @@ def billed_seconds(log: Dict[str, np.ndarray], lo: np.ndarray, hi: np.ndarray) -
     return np.bincount(lane, weights=inside, minlength=lo.shape[0])
 
 
-def _pool(draws: Any, name: str, lane: int, table=None) -> AutoPool:
-    """Lane ``lane``'s pool of channel ``name``, its requests numbered step by step; ``table``:
-    the lane's rows of :func:`_tables`, or None (the batcher's loop)."""
+def _pool(draws: Any, name: str, lane: int, fifo: bool = False) -> AutoPool:
+    """Lane ``lane``'s pool of channel ``name``, its requests numbered step by step; ``fifo``: a
+    FIFO batcher's waiting list is a :class:`FifoWaiting` (seconds computed many at a time)."""
     rule = draws.autoscale[name]
     svc = draws.service[name][lane]
     if name in draws.gpu:
         spec: GpuSpec = draws.gpu[name]
         G = svc.shape[1] * svc.shape[2]
         slow = draws.slowdown_row(name, lane)
-        q = waiting(spec, svc.ravel(), G, slow) if table is None else FifoWaiting(spec, svc.ravel(), G, table, slow)
+        fast = fifo and spec.order == "fifo" and not spec.chunked
+        q = (FifoWaiting if fast else waiting)(spec, svc.ravel(), G, slow)
         return AutoPool(rule, q, [G] * svc.shape[0], svc.size)
     sent = draws.routed[name][lane] if name in draws.routed else np.ones(svc.shape, dtype=bool)
     return AutoPool(rule, _FifoJobs(svc.ravel(), sent.ravel(), svc.shape[1]), sent.sum(axis=1).tolist(), svc.size)
-
-
-def _tables(draws: Any, name: str):
-    """The batches a FIFO gpu_rm pool's limits cut, every lane (:func:`fifo_batches`; None for
-    a queue channel or another order)."""
-    spec = draws.gpu.get(name)
-    if spec is None or spec.order != "fifo" or spec.chunked:
-        return None
-    svc = draws.service[name]
-    G = svc.shape[2] * svc.shape[3]
-    return fifo_batches(spec, svc.reshape(svc.shape[0], -1), draws.slowdown.get(name), G)
 
 
 def sample_times(draws: Any, name: str, pools: List[AutoPool], submit: np.ndarray, lanes=slice(None)):
@@ -263,8 +253,7 @@ class AutoLanes:
     def __init__(self, draws: Any, name: str):
         self.draws, self.name = draws, name
         n = draws.service[name].shape[0]
-        t = _tables(draws, name)
-        self.pools = [_pool(draws, name, i, None if t is None else [x[i] for x in t]) for i in range(n)]
+        self.pools = [_pool(draws, name, i, fifo=True) for i in range(n)]
         self.known = [[] for _ in range(n)]  # arrival times handed over, per lane
         self.admitted = [0] * n
         self.now = [-math.inf] * n

@@ -1,68 +1,41 @@
-"""A FIFO batcher's waiting list for the lanes engine's per-lane event loops, with every
-batch the limits can cut precomputed.
+"""A FIFO batcher's waiting list for the lanes engine's per-lane event loops, its batches'
+seconds computed many at a time.
 
 In FIFO order the waiting requests of a lane are always one run of indices [head, tail):
-groups arrive whole and in order, and batches leave from the head. So the batch the
-rule of :meth:`_Waiting.candidate` takes from head h, when at least as many requests wait
-as the limits let in (``max_batch`` sequences, ``token_budget`` tokens padded or packed),
-depends on h alone: :func:`fifo_batches` computes it for every h at once, with NumPy, and
-:class:`FifoWaiting` reads it instead of looping over the requests and calling the service
-model once per batch. A batch cut short by the requests waiting (a flush) takes the loop.
-Token lengths are integers, so the token sums are exact in any order, and the service
-model is elementwise, so each batch gets the same seconds, bit for bit, as the loop gives.
+groups arrive whole and in order, and batches leave from the head. A batch that the
+limits cut (``max_batch`` sequences, or ``token_budget`` tokens, reached by a request
+waiting: :meth:`_Waiting.candidate`'s ``full``) depends on its head alone, whatever
+arrives later; so does the batch that follows it. :class:`FifoWaiting` therefore
+forms, from the head, every batch the limits cut among the requests waiting (the same
+loop, :meth:`_Waiting.candidate`) and computes their seconds in one call of the service
+model, where the loop called it once per batch; it reads them as the head reaches them.
+A batch cut short by the requests waiting (a flush) takes the plain path. The service
+model is elementwise, so each batch gets the same seconds, bit for bit.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+import bisect
+from itertools import accumulate
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from racsim.pipeline.batcher import GpuSpec, _Batch, _billed, _Waiting
 
 
-def fifo_batches(spec: GpuSpec, tok: np.ndarray, slow: Optional[np.ndarray], group: int):
-    """For every lane and head h of the lanes' requests ``tok`` (lanes, N): the size n of
-    the batch the limits cut from h (the requests from h that fit ``max_batch`` and the
-    budget; at least one), its seconds (times the bursts factor ``slow`` (lanes, groups) of
-    h's group, if any) and its billed tokens, each (lanes, N). The batch grows one request
-    at a time over every head at once, as the loop of :meth:`_Waiting.candidate` grows one."""
-    N, M = tok.shape[1], spec.max_batch
-    n = np.ones(tok.shape, dtype=np.int64)
-    run = tok.copy()  # over [h, h + k]: the longest (padded) or the token sum (packed)
-    mx = tok.copy()  # the longest of the batch
-    alive = np.ones(tok.shape, dtype=bool)  # no limit met yet
-    for k in range(1, min(M, N)):
-        L, r = tok[:, k:], run[:, :-k]
-        np.maximum(r, L, out=r) if spec.padded else np.add(r, L, out=r)
-        ok = alive[:, :-k] & ((k + 1.0) * r <= spec.budget if spec.padded else r <= spec.budget)
-        alive[:, :-k] = ok
-        alive[:, N - k:] = False  # no request k places on
-        if not ok.any():
-            break
-        n[:, :-k] += ok
-        np.maximum(mx[:, :-k], np.where(ok, L, 0.0), out=mx[:, :-k])
-    z = np.zeros((tok.shape[0], 1))
-    cum, cum2 = np.hstack([z, np.cumsum(tok, axis=1)]), np.hstack([z, np.cumsum(tok * tok, axis=1)])
-    h = np.arange(N)
-    ts = np.take_along_axis(cum, h + n, axis=1) - cum[:, :N]
-    sq = np.take_along_axis(cum2, h + n, axis=1) - cum2[:, :N]
-    count = n.astype(np.float64)
-    seconds = np.asarray(spec.model.seconds(count, ts, sq, mx), dtype=np.float64)
-    if slow is not None:
-        seconds = seconds * np.repeat(slow, group, axis=1)
-    return n, seconds, _billed(spec, count, ts, mx)
-
-
 class FifoWaiting(_Waiting):
-    """:class:`_Waiting` for FIFO order (not chunked) as the run [head, tail) of indices,
-    the batches the limits cut read from :func:`fifo_batches`. A table batch's ``ids`` is a
-    ``range``."""
+    """:class:`_Waiting` for FIFO order (static or unchunked continuous batching) as the run
+    [head, tail) of request indices; ``cut[h]``: (size, seconds, billed tokens) of the batch
+    the limits cut from head h, once formed. Such a batch's ``ids`` is a ``range``."""
 
-    def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int, table, slow: Optional[Sequence[float]] = None):
-        super().__init__(spec, np.asarray(tokens).tolist(), group, slow)
+    def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int, slow: Optional[Sequence[float]] = None):
+        super().__init__(spec, np.asarray(tokens).tolist(), group, None if slow is None else np.asarray(slow).tolist())
         self.head = self.tail = 0
-        self.n, self.seconds, self.billed = (np.asarray(x).tolist() for x in table)  # a lane's fifo_batches
+        tok = np.asarray(tokens, dtype=np.float64)
+        self.cum = np.concatenate([[0.0], np.cumsum(tok)]).tolist()  # exact: token lengths are integers
+        self.cum2 = np.concatenate([[0.0], np.cumsum(tok * tok)]).tolist()
+        self.cut: Dict[int, Tuple[int, float, float]] = {}
 
     @property
     def keys(self) -> range:
@@ -84,17 +57,62 @@ class FifoWaiting(_Waiting):
     def remove(self, ids: Sequence[int]) -> None:
         self.head += len(ids)
 
-    def candidate(self):
-        """As :meth:`_Waiting.candidate`; from the table when the limits, not the requests
-        waiting, cut the batch (the statistics are then not needed: :meth:`_batch` reads them)."""
+    def _limit(self, h: int) -> Optional[Tuple[int, float, float, float]]:
+        """(size, token sum, sum of squares, longest) of the batch the limits cut from head ``h``
+        among the requests waiting, or None if they reach no limit: the rule of
+        :meth:`_Waiting.candidate` (a request joins while the batch has fewer than ``max_batch``
+        and its cost, count x longest padded or the token sum packed, stays within the budget;
+        the first always joins) by prefix maxima or sums, whose costs never decrease."""
+        s, tok = self.spec, self.tok
+        L = tok[h:min(h + s.max_batch + 1, self.tail)]
+        if not L:
+            return None
+        if s.padded:
+            run = list(accumulate(L, max))
+            n = bisect.bisect_right([(k + 1.0) * m for k, m in enumerate(run)], s.budget)
+        else:
+            run = list(accumulate(L))
+            n = bisect.bisect_right(run, s.budget)
+        n = max(1, min(n, s.max_batch))
+        if n == len(run) and n < s.max_batch:
+            return None
+        cum, cum2 = self.cum, self.cum2
+        return n, cum[h + n] - cum[h], cum2[h + n] - cum2[h], run[n - 1] if s.padded else max(L[:n])
+
+    def _chain(self, h: int) -> bool:
+        """Form the batches the limits cut from head ``h`` on, one after the next, among the
+        requests waiting, their seconds and billed tokens in one call of the service model.
+        False if the limits do not cut the first."""
+        rows: List[tuple] = []
+        while True:
+            got = self._limit(h)
+            if got is None:
+                break
+            rows.append((h,) + got)
+            h += got[0]
+        if not rows:
+            return False
+        heads, n, ts, sq, mx = (np.array(c) for c in zip(*rows))
+        count = n.astype(np.float64)
+        seconds = np.asarray(self.spec.model.seconds(count, ts, sq, mx), dtype=np.float64)
+        if self.slow is not None:
+            seconds = seconds * np.asarray(self.slow)[heads // self.G]
+        billed = _billed(self.spec, count, ts, mx)
+        self.cut.update(zip(heads.tolist(), zip(n.tolist(), seconds.tolist(), billed.tolist())))
+        return True
+
+    def candidate(self, keys=None):
+        """As :meth:`_Waiting.candidate`; a batch the limits cut comes formed (its statistics are
+        then not needed: :meth:`_batch` reads its seconds)."""
         h = self.head
-        n = self.n[h]
-        if self.tail - h < n:
+        if h not in self.cut and not self._chain(h):
             return super().candidate()
-        return range(h, h + n), n, None, None, None, self.tail - h > n or n == self.spec.max_batch
+        n = self.cut[h][0]
+        return range(h, h + n), n, None, None, None, True
 
     def _batch(self, r: int, ids: List[int], n: int, ts, sq, mx) -> _Batch:
         if type(ids) is not range:
             return super()._batch(r, ids, n, ts, sq, mx)
         h = ids.start
-        return _Batch(r, ids, self.seconds[h], self.billed[h], h // self.G)
+        _, seconds, billed = self.cut.pop(h)
+        return _Batch(r, ids, seconds, billed, h // self.G)
