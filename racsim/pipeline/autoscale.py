@@ -130,7 +130,7 @@ class AutoPool:
             self.free[b.replica] = end
             self._served(b.ids, tau, end)
             self.batches.append((self.slot[b.replica], tau, end, len(b.ids), b.billed, b.group))
-        for s in list(self.alive):
+        for s in list(self.alive) if len(self.alive) > r.min else ():
             if len(self.alive) > r.min and self.free[s] + r.idle_s <= tau:
                 self.alive.remove(s)
                 self.released[s] = tau
@@ -259,17 +259,18 @@ class AutoLanes:
         self.now = [-math.inf] * n
 
     def _run(self, i: int, stop=None) -> None:
-        p, arr = self.pools[i], self.known[i]
+        p, arr, k, now = self.pools[i], self.known[i], self.admitted[i], self.now[i]
         while True:
-            a = arr[self.admitted[i]] if self.admitted[i] < len(arr) else math.inf
-            tau = min(a, p.next_timer(self.now[i]))
+            a = arr[k] if k < len(arr) else math.inf
+            tau = min(a, p.next_timer(now))
             if tau == math.inf or (stop is not None and stop(tau)):
-                return
-            while self.admitted[i] < len(arr) and arr[self.admitted[i]] <= tau:
-                p.admit(self.admitted[i], arr[self.admitted[i]])
-                self.admitted[i] += 1
+                break
+            while k < len(arr) and arr[k] <= tau:
+                p.admit(k, arr[k])
+                k += 1
             p.decide(tau)
-            self.now[i] = tau
+            now = tau
+        self.admitted[i], self.now[i] = k, now
 
     def run_async(self, submit_time: np.ndarray) -> None:
         """Every group's arrival known (lanes, steps): serve them all."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 from itertools import accumulate
+from operator import mul
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -35,6 +36,7 @@ class FifoWaiting(_Waiting):
         tok = np.asarray(tokens, dtype=np.float64)
         self.cum = np.concatenate([[0.0], np.cumsum(tok)]).tolist()  # exact: token lengths are integers
         self.cum2 = np.concatenate([[0.0], np.cumsum(tok * tok)]).tolist()
+        self.counts = [k + 1.0 for k in range(spec.max_batch + 1)]  # a padded batch's sizes, as floats
         self.cut: Dict[int, Tuple[int, float, float]] = {}
 
     @property
@@ -69,7 +71,7 @@ class FifoWaiting(_Waiting):
             return None
         if s.padded:
             run = list(accumulate(L, max))
-            n = bisect.bisect_right([(k + 1.0) * m for k, m in enumerate(run)], s.budget)
+            n = bisect.bisect_right(list(map(mul, self.counts, run)), s.budget)
         else:
             run = list(accumulate(L))
             n = bisect.bisect_right(run, s.budget)
