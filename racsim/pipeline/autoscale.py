@@ -131,7 +131,7 @@ class AutoPool:
             self._served(b.ids, tau, end)
             self.batches.append((self.slot[b.replica], tau, end, len(b.ids), b.billed, b.group))
         for s in list(self.alive) if len(self.alive) > r.min else ():
-            if len(self.alive) > r.min and self.free[s] + r.idle_s <= tau:
+            if self.free[s] + r.idle_s <= tau and len(self.alive) > r.min:
                 self.alive.remove(s)
                 self.released[s] = tau
         new, clock = 0, False
