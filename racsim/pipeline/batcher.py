@@ -98,14 +98,14 @@ class _Waiting:
             self.groups.pop(0)
         return self.groups[0]
 
-    def candidate(self, keys: Optional[Sequence] = None):
+    def candidate(self):
         """(ids, count, token sum, sum of squares, longest, full): the batch the
-        batcher would dispatch now (if ``keys`` waited: the head of them); full when a limit stopped it."""
+        batcher would dispatch now; full when a limit stopped it."""
         s = self.spec
         ids: List[int] = []
         ts = sq = mx = 0.0
         full = False
-        for key in (self.keys if keys is None else keys)[: s.max_batch + 1]:
+        for key in self.keys[: s.max_batch + 1]:
             j = key if self.fifo else key[1]
             L = self.tok[j]
             n, m = len(ids) + 1, max(mx, L)

@@ -6,11 +6,13 @@ groups arrive whole and in order, and batches leave from the head. A batch that 
 limits cut (``max_batch`` sequences, or ``token_budget`` tokens, reached by a request
 waiting: :meth:`_Waiting.candidate`'s ``full``) depends on its head alone, whatever
 arrives later; so does the batch that follows it. :class:`FifoWaiting` therefore
-forms, from the head, every batch the limits cut among the requests waiting (the same
-loop, :meth:`_Waiting.candidate`) and computes their seconds in one call of the service
-model, where the loop called it once per batch; it reads them as the head reaches them.
-A batch cut short by the requests waiting (a flush) takes the plain path. The service
-model is elementwise, so each batch gets the same seconds, bit for bit.
+forms, from the head, every batch the limits cut among the requests waiting (the rule of
+:meth:`_Waiting.candidate` by prefix maxima or sums, :meth:`FifoWaiting._limit`) and
+computes their seconds in one call of the service model, where the loop called it once
+per batch; it reads them as the head reaches them. A batch cut short by the requests
+waiting (a flush) takes the plain path. Token lengths are integers, so every token sum
+is exact in any order, and the service model is elementwise: each batch gets the same
+seconds, bit for bit (tests/test_fifoq.py drives both side by side).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class FifoWaiting(_Waiting):
         return self.tail - self.head
 
     def admit(self, g: int) -> None:
+        """Group ``g`` arrives (groups arrive in order: its requests extend the run)."""
+        assert self.tail == g * self.G, (self.tail, g)
         self.tail += self.G
 
     def oldest(self) -> int:
@@ -103,7 +107,7 @@ class FifoWaiting(_Waiting):
         self.cut.update(zip(heads.tolist(), zip(n.tolist(), seconds.tolist(), billed.tolist())))
         return True
 
-    def candidate(self, keys=None):
+    def candidate(self):
         """As :meth:`_Waiting.candidate`; a batch the limits cut comes formed (its statistics are
         then not needed: :meth:`_batch` reads its seconds)."""
         h = self.head
