@@ -10,9 +10,9 @@
    serially vs Hydra's joblib launcher on 2 processes: the speed-up, and the
    launcher overhead per job. ``--sweep --cells N``: N tiny cells as a sweep
    (racsim's sweeper) vs as one in-process grid: time to first job, cells/s.
-5. ``--gpu-rm static|continuous|chunked`` (alone): the judge capacity scenario's
-   gpu_rm pipeline with that batching, simulated requests (sequences) per second,
-   lanes vs SimPy on the same draws.
+5. ``--gpu-rm static|continuous|chunked`` (alone; ``--token-budget N``: the judge's budget):
+   the judge capacity scenario's gpu_rm pipeline with that batching, simulated requests
+   (sequences) per second, lanes vs SimPy on the same draws.
 
 Machines are noisy: compare the ratios, not the absolute numbers.
 """
