@@ -10,9 +10,9 @@
    serially vs Hydra's joblib launcher on 2 processes: the speed-up, and the
    launcher overhead per job. ``--sweep --cells N``: N tiny cells as a sweep
    (racsim's sweeper) vs as one in-process grid: time to first job, cells/s.
-5. ``--gpu-rm static|continuous|chunked`` (alone): the judge capacity scenario's
-   gpu_rm pipeline with that batching, simulated requests (sequences) per second,
-   lanes vs SimPy on the same draws.
+5. ``--gpu-rm static|continuous|chunked`` (alone; ``--token-budget N``: the judge's budget):
+   the judge capacity scenario's gpu_rm pipeline with that batching, simulated requests
+   (sequences) per second, lanes vs SimPy on the same draws.
 
 Machines are noisy: compare the ratios, not the absolute numbers.
 """
@@ -118,18 +118,21 @@ def bench_pipeline(trials: int, overrides=()) -> Dict[str, float]:
     return out
 
 
-def bench_gpu_rm(trials: int, batching: str = "static", chunked: bool = False) -> Dict[str, float]:
+def bench_gpu_rm(trials: int, batching: str = "static", chunked: bool = False, budget: int = None) -> Dict[str, float]:
     """The judge scenario's pipeline (8B RM on 4 H100s, 1024 sequences a step) with
-    ``rm.batching`` and ``rm.chunked_prefill`` as given: simulated requests (sequences
-    scored) per second, lanes engine vs the SimPy engine, on the same draws."""
+    ``rm.batching``, ``rm.chunked_prefill`` and ``rm.token_budget`` (None: the scenario's) as
+    given: simulated requests (sequences scored) per second, lanes engine vs the SimPy engine,
+    on the same draws."""
     rm = "pipeline.channels.judge.rm"
     cfg = compose_config("scenario=capacity/judge_rm_h100", f"{rm}.batching={batching}",
-                         f"{rm}.chunked_prefill={str(chunked).lower()}")
+                         f"{rm}.chunked_prefill={str(chunked).lower()}",
+                         *([f"{rm}.token_budget={budget}"] if budget is not None else []))
+    validate(cfg)
     draws = draw(cfg.pipeline, trials, np.random.default_rng(0))
     requests = draws.service["judge"].size
     t_simpy = _best_of(lambda: run_simpy(draws, False), 1)
     t_lanes = _best_of(lambda: run_lanes(draws, False), 3)
-    tag = f"gpu_rm_{batching}{'_chunked' if chunked else ''}"
+    tag = f"gpu_rm_{batching}{'_chunked' if chunked else ''}{'' if budget is None else f'_budget{budget}'}"
     return {
         f"{tag}_simpy_req_per_s": requests / t_simpy,
         f"{tag}_lanes_req_per_s": requests / t_lanes,
@@ -317,6 +320,8 @@ def main(argv=None) -> None:
     ap.add_argument("--gpu-rm", choices=("static", "continuous", "chunked"), default=None,
                     help="only the judge scenario's gpu_rm pipeline with this batching (chunked: continuous with "
                          "chunked prefill): requests/s, lanes vs SimPy")
+    ap.add_argument("--token-budget", type=int, default=None,
+                    help="--gpu-rm: the judge's rm.token_budget (default: the scenario's 32768)")
     ap.add_argument("--autoscale", action="store_true",
                     help="only the capacity speed figures with an autoscaled judge pool (lanes vs raw SimPy)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
@@ -337,7 +342,11 @@ def main(argv=None) -> None:
         figures.update(bench_heavy_tail())
     elif args.gpu_rm:
         chunked = args.gpu_rm == "chunked"
-        figures.update(bench_gpu_rm(10 if args.quick else 50, "continuous" if chunked else args.gpu_rm, chunked))
+        try:
+            figures.update(bench_gpu_rm(10 if args.quick else 50, "continuous" if chunked else args.gpu_rm, chunked,
+                                        args.token_budget))
+        except ValueError as e:  # racsim's ConfigError: a token budget the judge cannot take
+            ap.error(f"--token-budget {args.token_budget}: {e}")
     elif args.autoscale:
         figures.update(bench_autoscale(args.trials or (5 if args.quick else 20)))
     elif args.sweep and args.cells is not None:

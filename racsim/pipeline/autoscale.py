@@ -37,6 +37,7 @@ import numpy as np
 
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
+from racsim.pipeline.fifoq import FifoWaiting
 
 
 @dataclass(frozen=True)
@@ -124,16 +125,13 @@ class AutoPool:
         Returns (batches started, servers requested, whether the for_s clock (re)started)."""
         r = self.rule
         started = self.q.dispatch(self.idle(tau), tau, self.arr)
-        disp, comp, left, G = self.disp, self.comp, self.left, self.q.G
         for b in started:
             end = tau + b.seconds
             self.free[b.replica] = end
-            for j in b.ids:
-                disp[j], comp[j] = tau, end
-                left[j // G] -= 1
+            self._served(b.ids, tau, end)
             self.batches.append((self.slot[b.replica], tau, end, len(b.ids), b.billed, b.group))
-        for s in list(self.alive):
-            if len(self.alive) > r.min and self.free[s] + r.idle_s <= tau:
+        for s in list(self.alive) if len(self.alive) > r.min else ():
+            if self.free[s] + r.idle_s <= tau and len(self.alive) > r.min:
                 self.alive.remove(s)
                 self.released[s] = tau
         new, clock = 0, False
@@ -151,6 +149,19 @@ class AutoPool:
         else:
             self.above_since = None
         return started, new, clock
+
+    def _served(self, ids, tau: float, end: float) -> None:
+        """Requests ``ids`` dispatched at ``tau``, complete at ``end`` (a ``range``: by slices)."""
+        disp, comp, left, G = self.disp, self.comp, self.left, self.q.G
+        if type(ids) is range:
+            n = len(ids)
+            disp[ids.start:ids.stop], comp[ids.start:ids.stop] = [tau] * n, [end] * n
+            for g in range(ids.start // G, (ids.stop - 1) // G + 1):
+                left[g] -= min(ids.stop, (g + 1) * G) - max(ids.start, g * G)
+            return
+        for j in ids:
+            disp[j], comp[j] = tau, end
+            left[j // G] -= 1
 
     def next_timer(self, now: float) -> float:
         """The earliest instant after ``now`` at which the pool alone may change: a
@@ -193,15 +204,18 @@ def billed_seconds(log: Dict[str, np.ndarray], lo: np.ndarray, hi: np.ndarray) -
     return np.bincount(lane, weights=inside, minlength=lo.shape[0])
 
 
-def _pool(draws: Any, name: str, lane: int) -> AutoPool:
-    """Lane ``lane``'s pool of channel ``name``, its requests numbered step by step."""
+def _pool(draws: Any, name: str, lane: int, fifo: bool = False) -> AutoPool:
+    """Lane ``lane``'s pool of channel ``name``, its requests numbered step by step; ``fifo``: a
+    FIFO batcher's waiting list is a :class:`FifoWaiting` (seconds computed many at a time)."""
     rule = draws.autoscale[name]
     svc = draws.service[name][lane]
     if name in draws.gpu:
         spec: GpuSpec = draws.gpu[name]
         G = svc.shape[1] * svc.shape[2]
-        return AutoPool(rule, waiting(spec, svc.ravel(), G, draws.slowdown_row(name, lane)), [G] * svc.shape[0],
-                        svc.size)
+        slow = draws.slowdown_row(name, lane)
+        fast = fifo and spec.order == "fifo" and not spec.chunked
+        q = (FifoWaiting if fast else waiting)(spec, svc.ravel(), G, slow)
+        return AutoPool(rule, q, [G] * svc.shape[0], svc.size)
     sent = draws.routed[name][lane] if name in draws.routed else np.ones(svc.shape, dtype=bool)
     return AutoPool(rule, _FifoJobs(svc.ravel(), sent.ravel(), svc.shape[1]), sent.sum(axis=1).tolist(), svc.size)
 
@@ -239,23 +253,24 @@ class AutoLanes:
     def __init__(self, draws: Any, name: str):
         self.draws, self.name = draws, name
         n = draws.service[name].shape[0]
-        self.pools = [_pool(draws, name, i) for i in range(n)]
+        self.pools = [_pool(draws, name, i, fifo=True) for i in range(n)]
         self.known = [[] for _ in range(n)]  # arrival times handed over, per lane
         self.admitted = [0] * n
         self.now = [-math.inf] * n
 
     def _run(self, i: int, stop=None) -> None:
-        p, arr = self.pools[i], self.known[i]
+        p, arr, k, now = self.pools[i], self.known[i], self.admitted[i], self.now[i]
         while True:
-            a = arr[self.admitted[i]] if self.admitted[i] < len(arr) else math.inf
-            tau = min(a, p.next_timer(self.now[i]))
+            a = arr[k] if k < len(arr) else math.inf
+            tau = min(a, p.next_timer(now))
             if tau == math.inf or (stop is not None and stop(tau)):
-                return
-            while self.admitted[i] < len(arr) and arr[self.admitted[i]] <= tau:
-                p.admit(self.admitted[i], arr[self.admitted[i]])
-                self.admitted[i] += 1
+                break
+            while k < len(arr) and arr[k] <= tau:
+                p.admit(k, arr[k])
+                k += 1
             p.decide(tau)
-            self.now[i] = tau
+            now = tau
+        self.admitted[i], self.now[i] = k, now
 
     def run_async(self, submit_time: np.ndarray) -> None:
         """Every group's arrival known (lanes, steps): serve them all."""

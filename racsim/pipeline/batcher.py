@@ -142,12 +142,17 @@ class _Waiting:
             if not (full or self.deadline(arrival) <= tau):
                 break
             self.remove(ids)
-            seconds = float(self.spec.model.seconds(np.float64(n), ts, sq, mx))
-            g = min(ids) // self.G
-            if self.slow is not None:
-                seconds = seconds * self.slow[g]
-            out.append(_Batch(r, ids, seconds, _billed(self.spec, float(n), ts, mx), g))
+            out.append(self._batch(r, ids, n, ts, sq, mx))
         return out
+
+    def _batch(self, r: int, ids: List[int], n: int, ts: float, sq: float, mx: float) -> _Batch:
+        """The batch of ``ids`` (a :meth:`candidate`'s statistics) on replica ``r``: its seconds
+        by the service model (times its oldest group's bursts factor), its billed tokens."""
+        seconds = float(self.spec.model.seconds(np.float64(n), ts, sq, mx))
+        g = min(ids) // self.G
+        if self.slow is not None:
+            seconds = seconds * self.slow[g]
+        return _Batch(r, ids, seconds, _billed(self.spec, float(n), ts, mx), g)
 
 
 @dataclass

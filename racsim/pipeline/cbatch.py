@@ -132,6 +132,8 @@ class _ChunkedLanes(_FifoLanes):
 
     carry: np.ndarray = None  # (lanes, replicas) request index or -1
     done: np.ndarray = None  # (lanes, replicas) its tokens scored so far
+    flat: np.ndarray = None  # the lanes' prefix sums, shifted by ``off`` (lanes,) to ascend across lanes
+    off: np.ndarray = None
 
     @classmethod
     def new(cls, lanes: int, requests: int, replicas: int) -> "_ChunkedLanes":
@@ -166,52 +168,64 @@ def _chunked_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.nda
     iteration, which would otherwise have been r's); it scores the carried rest (up to the
     budget), then whole requests from the head that have arrived by tau_r while
     sequences and budget last, then, if budget is left, a chunk of the next arrived
-    request, carried on r. Arguments as :func:`_fifo_lanes`."""
+    request, carried on r. The whole requests that fit come from one search of the
+    prefix sums ``cum`` (their tokens are integers, so every sum is exact); first
+    dispatches and completions are written once per call. Arguments as :func:`_fifo_lanes`."""
     N, M, B = tok.shape[1], spec.max_batch, spec.budget
     offs = np.arange(M)
+    if st.flat is None:  # every lane's prefix sums in one ascending array: lane i's shifted past lane i - 1's + B
+        st.off = np.arange(tok.shape[0]) * (float(cum[:, -1].max()) + B + 1.0)
+        st.flat = (cum + st.off[:, None]).ravel()
+    done_by: list = []  # per iteration: lanes, head, whole requests, split one, start, end, carried request, its rest done
     while True:
         act = np.flatnonzero((st.head < end) | (st.carry >= 0).any(axis=1))
         if act.size == 0:
-            return
+            break
         rows = np.arange(act.size)
         h, carry, done, free = st.head[act], st.carry[act], st.done[act], st.free[act]
         a_head = np.where(h < end, group_time[act, np.minimum(h, N - 1) // G], np.inf)
-        ready = np.where(carry >= 0, free, np.where(np.isfinite(a_head)[:, None], np.maximum(free, a_head[:, None]),
-                                                      np.inf))
+        ready = np.where(carry >= 0, free, np.maximum(free, a_head[:, None]))  # inf: nothing to do on r
         r = np.argmin(ready, axis=1)
         tau = ready[rows, r]
         cj, cd = carry[rows, r], done[rows, r]
         has_c = cj >= 0
-        c_len = np.where(has_c, np.minimum(tok[act, np.maximum(cj, 0)] - cd, B), 0.0)
+        c_tok = tok[act, np.maximum(cj, 0)]
+        c_len = np.where(has_c, np.minimum(c_tok - cd, B), 0.0)
         room = B - c_len
-        win = h[:, None] + offs
-        inside = win < end
-        arrived = inside & (group_time[act[:, None], np.minimum(win, N - 1) // G] <= tau[:, None])
-        L = tok[act[:, None], np.minimum(win, N - 1)]
-        cs = np.cumsum(np.where(arrived, L, 0.0), axis=1)
-        whole = arrived & (cs <= room[:, None]) & (offs[None, :] < (M - has_c)[:, None])
-        n_w = whole.sum(axis=1)
-        nxt = np.minimum(n_w, M - 1)
-        left = room - np.where(n_w > 0, cs[rows, np.maximum(n_w - 1, 0)], 0.0)
-        split = (n_w < M - has_c) & (left > 0) & arrived[rows, nxt]
+        win = h[:, None] + offs  # arrived from the head on, counted over the M the iteration can take
+        avail = ((win < end) & (group_time[act[:, None], np.minimum(win, N - 1) // G] <= tau[:, None])).sum(axis=1)
+        base = cum[act, h]
+        fit = np.searchsorted(st.flat, base + room + st.off[act], side="right") - 1 - act * (N + 1) - h
+        n_w = np.minimum(np.minimum(fit, avail), M - has_c)  # whole requests
+        hn = h + n_w
+        whole = cum[act, hn] - base
+        left = room - whole
+        split = (n_w < M - has_c) & (n_w < avail) & (left > 0)
         s_len = np.where(split, left, 0.0)
-        ts = c_len + (cum[act, h + n_w] - cum[act, h]) + s_len
-        sq = chunk_squares(c_len, cd) + (cum2[act, h + n_w] - cum2[act, h]) + s_len * s_len
-        mx = np.maximum(np.maximum(c_len, s_len), np.where(whole, L, 0.0).max(axis=1))
+        ts = c_len + whole + s_len
+        sq = chunk_squares(c_len, cd) + (cum2[act, hn] - cum2[act, h]) + s_len * s_len
+        L = np.where(offs < n_w[:, None], tok[act[:, None], np.minimum(h[:, None] + offs, N - 1)], 0.0)
+        mx = np.maximum(np.maximum(c_len, s_len), L.max(axis=1))
         n = has_c + n_w + split
         e = tau + spec.model.seconds(n.astype(np.float64), ts, sq, mx)
-        # requests first dispatched here: the whole ones and the split one; finished: the carry if its rest fitted
-        take = offs[None, :] < (n_w + split)[:, None]
-        rr, cc = np.nonzero(take)
-        st.disp[act[rr], win[rr, cc]] = tau[rr]
-        fin = offs[None, :] < n_w[:, None]
-        rr, cc = np.nonzero(fin)
-        st.comp[act[rr], win[rr, cc]] = e[rr]
-        c_fin = has_c & (cd + c_len == tok[act, np.maximum(cj, 0)])
-        st.comp[act[c_fin], cj[c_fin]] = e[c_fin]
-        carry[rows, r] = np.where(split, h + n_w, np.where(has_c & ~c_fin, cj, -1))
-        done[rows, r] = np.where(split, s_len, np.where(has_c & ~c_fin, cd + c_len, 0.0))
+        c_fin = has_c & (cd + c_len == c_tok)
+        keep = has_c & ~c_fin
+        carry[rows, r] = np.where(split, hn, np.where(keep, cj, -1))
+        done[rows, r] = np.where(split, s_len, np.where(keep, cd + c_len, 0.0))
         free[rows, r] = e
         st.carry[act], st.done[act], st.free[act] = carry, done, free
         st.log.append((act, r, tau, e, n, ts, np.where(has_c, cj, h) // G))
-        st.head[act] = h + n_w + split
+        done_by.append((act, h, n_w, split, tau, e, cj, c_fin))
+        st.head[act] = hn + split
+    if done_by:
+        _mark(st, *(np.concatenate(c) for c in zip(*done_by)))
+
+
+def _mark(st: _ChunkedLanes, lane, head, n_w, split, tau, e, cj, c_fin) -> None:
+    """Write the iterations' first dispatches (the whole requests from ``head`` and the split one,
+    at ``tau``) and completions (the whole ones, and a carried request whose rest ended, at ``e``)."""
+    for k, when, at in ((n_w + split, st.disp, tau), (n_w, st.comp, e)):
+        first = np.cumsum(k) - k
+        idx = np.repeat(head - first, k) + np.arange(int(k.sum()))
+        when[np.repeat(lane, k), idx] = np.repeat(at, k)
+    st.comp[lane[c_fin], cj[c_fin]] = e[c_fin]
