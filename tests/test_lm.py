@@ -302,9 +302,11 @@ def test_checkpoints_and_clock_helpers():
     ("learner.lm.device=tpu", "learner.lm.device"),
     ("learner.lm.optimizer=lbfgs", "learner.lm.optimizer"),
 ])
-def test_bad_lm_values_name_the_key(override, key):
+@pytest.mark.parametrize("learner", ["lm", "tabular"])
+def test_bad_lm_values_name_the_key(override, key, learner):
+    """Refused whatever learner.kind is: a tabular run never carries a bad lm value unused."""
     with pytest.raises(ConfigError) as ex:
-        validate(default_config("learner=lm", override))
+        validate(default_config(f"learner={learner}", override))
     assert ex.value.key == key
 
 

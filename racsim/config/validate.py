@@ -392,8 +392,7 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     _need(lr.reward_split in REWARD_SPLITS, "learner.reward_split", lr.reward_split, "one of " + ", ".join(REWARD_SPLITS))
     _need(st.mode in STUDY_MODES, "study.mode", st.mode, "one of " + ", ".join(STUDY_MODES))
     _int_at_least("study.replications", st.replications, 0)
-    if lr.kind == "lm":
-        validate_lm(lr.lm)
+    validate_lm(lr.lm)  # also when learner.kind is tabular: a bad value is never silently carried
     _need(len(st.kl_targets) >= 1 and all(_finite(k) and k > 0 for k in st.kl_targets), "study.kl_targets",
           list(st.kl_targets), "a non-empty list of KL levels > 0")
     _need(all(_finite(e) and 0 <= e <= 1 for e in st.etas), "study.etas", list(st.etas), "slacks in [0, 1]")
@@ -435,7 +434,8 @@ def validate_autoscale(ch: Any, key: str) -> None:
 
 
 def validate_lm(lm: Any) -> None:
-    """``learner.lm`` (learner.kind=lm): GRPO's sizes, the task, the model and the optimizer."""
+    """``learner.lm``: GRPO's sizes, the task, the model and the optimizer (checked whatever
+    ``learner.kind`` is, so that a bad value is refused, not carried unused)."""
     key = "learner.lm"
     _need(lm.policy in LM_POLICIES, f"{key}.policy", lm.policy, "one of " + ", ".join(LM_POLICIES))
     _int_at_least(f"{key}.seeds", lm.seeds, 2)
