@@ -38,6 +38,7 @@ import numpy as np
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
 from racsim.pipeline.fifoq import FifoWaiting
+from racsim.pipeline.instant import EndOfInstant
 
 
 @dataclass(frozen=True)
@@ -303,20 +304,18 @@ class AutoLanes:
         return (*sample_times(self.draws, self.name, self.pools, submit), *logs(self.draws, self.name, self.pools))
 
 
-class SimpyAutoPool:
+class SimpyAutoPool(EndOfInstant):
     """One trial's autoscaled channel in SimPy: a decider process that runs
     :meth:`AutoPool.decide` once everything of an instant is in (a late event, as the
     batcher's), a process per batch or job, and timeouts for the rule's clocks."""
 
     def __init__(self, env, draws: Any, name: str, lane: int, late_cls):
-        self.env, self.Late = env, late_cls
         self.pool = _pool(draws, name, lane)
         self.rule = self.pool.rule
         self.max_wait = draws.gpu[name].max_wait if name in draws.gpu else None
         self.todo = list(self.pool.left)  # results of each group not back yet
         self.done = [env.event() for _ in self.todo]
-        self.wake = env.event()
-        env.process(self._decider())
+        self._start_decider(env, late_cls)
 
     def arrive(self, g: int) -> None:
         self.pool.admit(g, self.env.now)
@@ -326,10 +325,6 @@ class SimpyAutoPool:
             self._later(self.max_wait)
         self._poke()
 
-    def _poke(self, _=None) -> None:
-        if not self.wake.triggered:
-            self.wake.succeed()
-
     def _later(self, delay: float, then=None) -> None:
         ev = self.env.timeout(delay)
         ev.callbacks.append(then or self._poke)
@@ -338,18 +333,14 @@ class SimpyAutoPool:
         self._later(self.rule.idle_s)
         self._poke()
 
-    def _decider(self):
-        while True:
-            yield self.wake
-            self.wake = self.env.event()
-            yield self.Late(self.env)
-            started, new, clock = self.pool.decide(self.env.now)
-            for b in started:
-                self.env.process(self._serve(b))
-            if new:
-                self._later(self.rule.startup_s, self._ready)
-            if clock:
-                self._later(self.rule.for_s)
+    def _decide(self, tau: float) -> None:
+        started, new, clock = self.pool.decide(tau)
+        for b in started:
+            self.env.process(self._serve(b))
+        if new:
+            self._later(self.rule.startup_s, self._ready)
+        if clock:
+            self._later(self.rule.for_s)
 
     def _serve(self, b: _Batch):
         yield self.env.timeout(b.seconds)

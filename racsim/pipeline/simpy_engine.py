@@ -16,6 +16,7 @@ from racsim.pipeline.autoscale import SimpyAutoPool, logs, sample_times
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
+from racsim.pipeline.instant import EndOfInstant
 from racsim.pipeline.landing import _assemble, _async_landing
 from racsim.pipeline.schedule import ArrivalSchedule
 from racsim.pipeline.workers import SimpyWorkers
@@ -51,7 +52,7 @@ def _at(env, when: float):
     return ev
 
 
-class _SimpyServer:
+class _SimpyServer(EndOfInstant):
     """One trial's gpu_rm channel in SimPy: a batcher process, a ``Resource`` per
     replica, a process per batch, and a flush timer per arriving group; the batcher
     decides by the rule of :meth:`_Waiting.dispatch`."""
@@ -60,7 +61,7 @@ class _SimpyServer:
                  slow: Optional[np.ndarray] = None, faults=None):
         import simpy
 
-        self.env, self.spec, self.G, self.Late, self.lane = env, spec, group, late_cls, lane
+        self.spec, self.G, self.lane = spec, group, lane
         self.faults = faults  # a faults.Timeline: replicas go down (None: never)
         self.lost = np.zeros(tokens.size, dtype=bool)
         self.q = waiting(spec, tokens, group, slow)
@@ -71,25 +72,13 @@ class _SimpyServer:
         self.disp = np.full(tokens.size, np.nan)
         self.comp = np.full(tokens.size, np.inf)
         self.batches: list = []
-        self.wake = env.event()
-        env.process(self._batcher())
+        self._start_decider(env, late_cls)  # decide once the instant's arrivals and completions are in
 
     def arrive(self, g: int) -> None:
         self.arr[g] = self.env.now
         self.q.admit(g)
         self.env.timeout(self.spec.max_wait).callbacks.append(self._poke)
         self._poke()
-
-    def _poke(self, _=None) -> None:
-        if not self.wake.triggered:
-            self.wake.succeed()
-
-    def _batcher(self):
-        while True:
-            yield self.wake
-            self.wake = self.env.event()
-            yield self.Late(self.env)  # decide once the instant's arrivals and completions are in
-            self._decide(self.env.now)
 
     def _decide(self, tau: float) -> None:
         idle = [r for r, res in enumerate(self.gpus) if res.count == 0]

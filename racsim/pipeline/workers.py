@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 
 from racsim.pipeline.faults import Timeline
+from racsim.pipeline.instant import EndOfInstant
 
 
 class Cursor:
@@ -131,30 +132,18 @@ def _serve(cur: Cursor, lanes: np.ndarray, w: np.ndarray, s: np.ndarray, seconds
     return end, lost
 
 
-class SimpyWorkers:
+class SimpyWorkers(EndOfInstant):
     """A queue channel's workers in one trial's SimPy environment, with failures: requests wait
     in FIFO order; at the end of each instant (after its arrivals and releases) the head takes
     a worker that is free and up, the one free the longest; with none, a repair wakes it."""
 
     def __init__(self, env, workers: int, faults: Timeline, lane: int, late_cls, at):
-        self.env, self.tl, self.lane, self.Late = env, faults, lane, late_cls
+        self.tl, self.lane = faults, lane
         self.at = at  # at(env, when): an event at that absolute instant (simpy_engine._at)
         self.free = [0.0] * workers  # when each worker fell free
         self.busy = [False] * workers
         self.queue: deque = deque()
-        self.wake = env.event()
-        env.process(self._loop())
-
-    def _poke(self, _=None) -> None:
-        if not self.wake.triggered:
-            self.wake.succeed()
-
-    def _loop(self):
-        while True:
-            yield self.wake
-            self.wake = self.env.event()
-            yield self.Late(self.env)  # decide once the instant's arrivals and releases are in
-            self._decide(self.env.now)
+        self._start_decider(env, late_cls)  # decide once the instant's arrivals and releases are in
 
     def _decide(self, tau: float) -> None:
         idle = [w for w, b in enumerate(self.busy) if not b]
