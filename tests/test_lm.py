@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -348,3 +350,35 @@ def test_local_checkpoint_loads_the_same_model(tmp_path, backbone):
     with pytest.raises(ConfigError) as ex:
         policy(task, checkpoint=str(tmp_path / "absent"))
     assert ex.value.key == "learner.lm.checkpoint"
+
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@example(value="lean")  # allowed for output.job_files (refused as learner.lm.lr's type)
+@example(value=0.5)  # allowed for learner.lm.lr ("0.5" for output.job_files: refused)
+@given(value=st.one_of(st.text(min_size=1, max_size=12), st.integers(-10**20, 10**20), st.floats(allow_nan=True)))
+def test_generated_values_for_job_files_and_lm_lr_on_a_tabular_run(value):
+    """Generated values for output.job_files and learner.lm.lr (a tabular run): validated when
+    allowed, else a ConfigError naming the key, never another exception."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ValidationError
+
+    from racsim.config.defaults import compose_config
+    from racsim.config.schema import JOB_FILES
+
+    def positive(v) -> bool:
+        return isinstance(v, float) and np.isfinite(v) and v > 0
+
+    for key, allowed in (("output.job_files", lambda v: v in JOB_FILES), ("learner.lm.lr", positive)):
+        cfg = compose_config()
+        try:
+            OmegaConf.update(cfg, key, value)
+        except ValidationError:  # a type the typed schema refuses before racsim's validation
+            continue
+        v = OmegaConf.select(cfg, key)  # as the schema converted it
+        if allowed(v):
+            validate(cfg)
+        else:
+            with pytest.raises(ConfigError) as ex:
+                validate(cfg)
+            assert ex.value.key == key
