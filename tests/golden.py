@@ -12,6 +12,13 @@ and ``content``, the SHA-256 of a canonical text form of the data frame (column
 names, dtypes, every float by its repr, which round-trips exactly). The test
 (tests/test_golden.py) compares the content digests. A change that alters
 results on purpose records new digests with ``write`` and says so in its commit.
+
+The last bits of some values depend on the CPU: NumPy picks AVX-512 loops and OpenBLAS
+its SkylakeX kernels where the CPU has them, which round some sums, exponentials and
+products differently from their AVX2 forms. So the golden runs pin one CPU profile
+(:data:`PINNED`: NumPy's AVX2 loops, OpenBLAS's Haswell kernels), which any x86-64 CPU
+with AVX2 can run, and golden.json records it; on a machine that cannot run it (no AVX2,
+another architecture) the digests cannot be compared, and the check says so.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +39,10 @@ import pyarrow
 HERE = Path(__file__).resolve().parent
 DIGESTS = HERE / "golden.json"
 QUIET = ["output.plots=false", "output.progress=false"]
+# The CPU profile the digests hold for (module docstring): set in every golden run's environment.
+PINNED = {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR", "OPENBLAS_CORETYPE": "Haswell"}
+PROFILE_PROBE = ("import json, platform; from numpy._core._multiarray_umath import __cpu_features__ as f, "
+                 "__cpu_dispatch__ as d; print(json.dumps([platform.machine()] + [x for x in d if f[x]]))")
 GPU = "channel@pipeline.channels.judge=judge_gpu_rm"
 
 # name -> overrides. Together they reach every engine, channel kind, batcher
@@ -78,11 +90,20 @@ def _read(path: Path) -> pd.DataFrame:
     return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
 
 
+def profile() -> list:
+    """The machine and NumPy's SIMD loops a golden run gets here: ``["x86_64", "X86_V3"]`` where
+    :data:`PINNED` holds (probed without OpenBLAS's kernel pin, which needs AVX2 to load)."""
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": PINNED["NPY_DISABLE_CPU_FEATURES"]}
+    env.pop("OPENBLAS_CORETYPE", None)
+    out = subprocess.run([sys.executable, "-c", PROFILE_PROBE], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout)
+
+
 def digest_run(name: str, overrides: list, root: Path) -> dict:
-    """Run one golden scenario in its own folder; digests of every table it wrote."""
+    """Run one golden scenario in its own folder, on the :data:`PINNED` profile; digests of every table it wrote."""
     out = root / name.replace("/", "_")
     cmd = [sys.executable, "-m", "racsim", *overrides, *QUIET, f"hydra.run.dir={out}"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, timeout=900)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, timeout=900, env={**os.environ, **PINNED})
     if done.returncode != 0:
         raise RuntimeError(f"golden run {name} failed:\n{done.stderr[-3000:]}")
     tables = {}
@@ -118,15 +139,31 @@ def compare(recorded: dict, now: dict, *, raw: bool) -> list:
     return bad
 
 
+def unreachable(recorded: dict) -> str:
+    """Why this machine cannot reproduce the recorded profile ("" if it can)."""
+    here = profile()
+    if here != recorded["profile"]:
+        return (f"golden: this machine runs the golden runs as {here}, the digests were recorded as "
+                f"{recorded['profile']} (tests/golden.py PINNED): not compared")
+    return ""
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     mode = argv[0] if argv else "check"
-    now = digest_all()
     if mode == "write":
-        DIGESTS.write_text(json.dumps({"pyarrow": pyarrow.__version__, "runs": now}, indent=1, sort_keys=True) + "\n")
-        print(f"golden: {len(now)} runs recorded in {DIGESTS}")
+        here = profile()
+        now = digest_all()
+        DIGESTS.write_text(json.dumps({"pyarrow": pyarrow.__version__, "profile": here, "runs": now}, indent=1,
+                                      sort_keys=True) + "\n")
+        print(f"golden: {len(now)} runs recorded in {DIGESTS} on {here}")
         return 0
     recorded = json.loads(DIGESTS.read_text())
+    why = unreachable(recorded)
+    if why:
+        print(why)
+        return 2
+    now = digest_all()
     bad = compare(recorded["runs"], now, raw=recorded["pyarrow"] == pyarrow.__version__)
     for line in bad:
         print("golden:", line)

@@ -1,5 +1,5 @@
 """The fixed set of golden runs (tests/golden.py) gives the result tables recorded
-in tests/golden.json, to the last bit of every value."""
+in tests/golden.json, to the last bit of every value, on the CPU profile they pin."""
 
 import json
 
@@ -9,6 +9,9 @@ import pytest
 
 @pytest.fixture(scope="module")
 def now():
+    why = golden.unreachable(json.loads(golden.DIGESTS.read_text()))
+    if why:
+        pytest.skip(why)
     return golden.digest_all(workers=1)
 
 
