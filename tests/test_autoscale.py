@@ -11,7 +11,11 @@ Oracles written from the rule as the README states it, not from racsim/pipeline/
   pool's size over time, a pool always within [min, max];
 * a rule that can never fire gives exactly the fixed pool of ``min`` (the whole schedule);
 * both engines agree to the last bit on random configs (queue and gpu_rm channels,
-  asynchronous and blocking with and without a timeout) reaching every branch.
+  asynchronous and blocking with and without a timeout) reaching every branch;
+* with arrivals over time (``pipeline.arrivals``): the same event loop fed each sample's
+  ready instant (its step's start + offset, by a running sum), and for a gpu_rm pool a rule
+  that never fires gives the fixed pool of ``min`` fed the same way (which
+  tests/test_arrivals_gpu.py holds to the batcher oracle).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 import pytest
 from helpers import assert_same_schedule, det, gpu, rm_model
 
-from racsim.config.schema import AutoscaleConf, ChannelConf, LatencyConf, PipelineConf, RMConf
+from racsim.config.schema import ArrivalsConf, AutoscaleConf, ChannelConf, LatencyConf, PipelineConf, RMConf
 from racsim.config.validate import validate
 from racsim.errors import ConfigError
 from racsim.pipeline.draws import draw
@@ -69,6 +73,15 @@ def clock(phase: np.ndarray) -> np.ndarray:
         submit[:, t] = start + gen[:, t] + fast[:, t] + sub[:, t]
         start = submit[:, t] + upd[:, t]
     return submit
+
+
+def step_starts(phase: np.ndarray) -> np.ndarray:
+    """(trials, steps) start of each step of the asynchronous optimizer, by a running sum of the phases."""
+    gen, fast, sub, upd = phase
+    start = np.zeros(gen.shape)
+    for t in range(1, gen.shape[1]):
+        start[:, t] = start[:, t - 1] + gen[:, t - 1] + fast[:, t - 1] + sub[:, t - 1] + upd[:, t - 1]
+    return start
 
 
 def oracle(arrival, service, rule):
@@ -151,6 +164,32 @@ def test_queue_pool_matches_event_loop_oracle(queue_cases, seed):
             np.testing.assert_array_equal(lanes.completion[i, ..., k][sent], e)
             mine = log["lane"] == i
             np.testing.assert_array_equal(log["server"][mine], [k for k, _, _ in srv])
+            np.testing.assert_array_equal(log["requested"][mine], [r for _, r, _ in srv])
+            np.testing.assert_array_equal(log["released"][mine], [r for _, _, r in srv])
+
+
+@pytest.mark.parametrize("mode", ["poisson", "stream"])
+@pytest.mark.parametrize("seed", range(4))
+def test_queue_pool_with_arrivals_over_time_matches_event_loop_oracle(seed, mode):
+    """Each sample joins the autoscaled queue the second it is ready, as its own job."""
+    pcfg = replace(queue_pcfg(seed), arrivals=ArrivalsConf(mode=mode))
+    draws = draw(pcfg, 3, np.random.default_rng(seed))
+    lanes = run_lanes(draws, False)
+    assert_same_schedule(lanes, run_simpy(draws, False), f"seed {seed} {mode}")
+    start = step_starts(draws.phase)
+    for k, nm in enumerate(lanes.channel_names):
+        if nm not in draws.autoscale:
+            continue
+        log = lanes.pools[nm]
+        for i in range(draws.phase.shape[1]):
+            sent = draws.routed[nm][i] if nm in draws.routed else np.ones(draws.service[nm][i].shape, bool)
+            ready = start[i][:, None] + draws.offset[i]
+            order = np.argsort(ready[sent], kind="stable")  # steps never overlap: one sort over the run
+            s, e, srv = oracle(ready[sent][order].tolist(), draws.service[nm][i][sent][order].tolist(),
+                               pcfg.channels[nm].autoscale)
+            np.testing.assert_array_equal(lanes.service_start[i, ..., k][sent][order], s)
+            np.testing.assert_array_equal(lanes.completion[i, ..., k][sent][order], e)
+            mine = log["lane"] == i
             np.testing.assert_array_equal(log["requested"][mine], [r for _, r, _ in srv])
             np.testing.assert_array_equal(log["released"][mine], [r for _, _, r in srv])
 
@@ -240,6 +279,7 @@ def judge_pcfg(seed: int, rule) -> PipelineConf:
 
 
 MODES = [(False, None), (True, None), (True, 0.6)]
+ARRIVALS = ["batch", "poisson"]
 
 
 N_GPU = 5
@@ -252,18 +292,21 @@ def gpu_cases():
         rng = np.random.default_rng(seed)
         rule = random_rule(rng)
         rule = replace(rule, max=rule.min + 2, queue_above=int(rng.integers(0, 3)))  # room to scale up
-        draws = draw(judge_pcfg(seed, rule), 3, np.random.default_rng(seed))
-        for blocking, timeout in MODES:
-            out[(seed, blocking, timeout)] = (draws, run_lanes(draws, blocking, timeout),
-                                              run_simpy(draws, blocking, timeout))
+        for mode in ARRIVALS:
+            pcfg = replace(judge_pcfg(seed, rule), arrivals=ArrivalsConf(mode=mode))
+            draws = draw(pcfg, 3, np.random.default_rng(seed))
+            for blocking, timeout in MODES:
+                out[(seed, mode, blocking, timeout)] = (draws, run_lanes(draws, blocking, timeout),
+                                                        run_simpy(draws, blocking, timeout))
     return out
 
 
 @pytest.mark.parametrize("blocking,timeout", MODES)
+@pytest.mark.parametrize("mode", ARRIVALS)
 @pytest.mark.parametrize("seed", range(N_GPU))
-def test_engines_agree_with_gpu_rm_and_blocking(gpu_cases, seed, blocking, timeout):
-    draws, a, b = gpu_cases[(seed, blocking, timeout)]
-    assert_same_schedule(a, b, f"seed {seed} blocking {blocking} timeout {timeout}")
+def test_engines_agree_with_gpu_rm_and_blocking(gpu_cases, seed, mode, blocking, timeout):
+    draws, a, b = gpu_cases[(seed, mode, blocking, timeout)]
+    assert_same_schedule(a, b, f"seed {seed} {mode} blocking {blocking} timeout {timeout}")
     for nm in draws.autoscale:
         assert all(np.array_equal(a.pools[nm][c], b.pools[nm][c]) for c in a.pools[nm]), nm
         assert a.pools[nm]["server"].max() < draws.autoscale[nm].max  # slots: one track per replica
@@ -273,27 +316,29 @@ def test_engines_agree_with_gpu_rm_and_blocking(gpu_cases, seed, blocking, timeo
 
 def test_gpu_cases_scale_in_every_mode(gpu_cases):
     seen = set()
-    for (seed, blocking, timeout), (draws, a, _) in gpu_cases.items():
+    for (seed, mode, blocking, timeout), (draws, a, _) in gpu_cases.items():
         for nm, log in a.pools.items():
             if np.bincount(log["lane"]).max() > draws.autoscale[nm].min:
-                seen.add((nm, blocking, timeout))
+                seen.add((nm, mode, blocking, timeout))
             if np.isfinite(log["released"]).any():
-                seen.add((nm, "down", blocking))
+                seen.add((nm, "down", mode, blocking))
         if blocking and timeout is not None and (a.status == 1).any():
-            seen.add("timeout_drop")
-    want = {("g", b, t) for b, t in MODES} | {("g", "down", False), ("g", "down", True), "timeout_drop"}
+            seen.add(("timeout_drop", mode))
+    want = {("g", m, b, t) for b, t in MODES for m in ARRIVALS} | \
+        {x for m in ARRIVALS for x in [("g", "down", m, False), ("g", "down", m, True), ("timeout_drop", m)]}
     assert want <= seen, want - seen
 
 
 @pytest.mark.parametrize("blocking,timeout", MODES)
-@pytest.mark.parametrize("seed", range(3))
-def test_a_rule_that_never_fires_is_the_fixed_pool_of_min(seed, blocking, timeout):
+@pytest.mark.parametrize("seed,mode", [(0, "batch"), (1, "batch"), (2, "batch"), (0, "stream"), (1, "poisson")])
+def test_a_rule_that_never_fires_is_the_fixed_pool_of_min(seed, mode, blocking, timeout):
     rng = np.random.default_rng(seed)
     never = replace(random_rule(rng), queue_above=10**9)
-    auto = judge_pcfg(seed, never)
+    auto = replace(judge_pcfg(seed, never), arrivals=ArrivalsConf(mode=mode))
     fixed = {}
+    bursts = {} if mode == "batch" else dict(degraded_factor=3.0, p_degrade=0.3, p_recover=0.4)  # per step, by group
     for nm, ch in auto.channels.items():
-        ch = replace(ch, autoscale=replace(ch.autoscale, queue_above=10**9))
+        ch = replace(ch, autoscale=replace(ch.autoscale, queue_above=10**9), **bursts)
         auto.channels[nm] = ch
         n = ch.autoscale.min
         fixed[nm] = replace(ch, autoscale=None, rm=replace(ch.rm, gpus=n * ch.rm.tp)) if ch.kind == "gpu_rm" \

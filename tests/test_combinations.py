@@ -41,7 +41,6 @@ def test_autoscaled_bursty_judge_engines_agree_and_bursts_slow_it(batching):
      f"{J}.autoscale"),
     (["scenario=capacity/judge_rm_h100", f"{J}.rm.batching=continuous", f"{J}.rm.chunked_prefill=true", *BURSTS],
      f"{J}.degraded_factor"),
-    (["scenario=capacity/judge_rm_autoscale", "pipeline.arrivals.mode=poisson"], "pipeline.arrivals.mode"),
     (["scenario=capacity/judge_rm_faults", f"{J}.rm.batching=continuous", f"{J}.rm.chunked_prefill=true"],
      f"{J}.faults.mtbf_s"),
     (["scenario=capacity/judge_rm_autoscale", f"{J}.faults.mtbf_s=3600", f"{J}.faults.mttr_s=60"], f"{J}.faults.mtbf_s"),
@@ -50,18 +49,6 @@ def test_combinations_not_modelled_are_refused(overrides, key):
     with pytest.raises(ConfigError) as info:
         validate(compose_config(*overrides))
     assert info.value.key == key and "\n" not in str(info.value)
-
-
-def test_arrivals_over_time_refused_on_an_autoscaled_queue_channel():
-    from racsim.config.schema import ArrivalsConf, AutoscaleConf, ChannelConf, LatencyConf, PipelineConf
-    from racsim.config.validate import validate_arrivals
-
-    ch = ChannelConf(latency=LatencyConf(kind="exponential", mean=2.0), workers=2,
-                     autoscale=AutoscaleConf(min=1, max=3))
-    validate_arrivals(PipelineConf(channels={"v": ch}, arrivals=ArrivalsConf(mode="batch")))
-    with pytest.raises(ConfigError, match="pipeline.channels.v.autoscale is set") as info:
-        validate_arrivals(PipelineConf(channels={"v": ch}, arrivals=ArrivalsConf(mode="poisson")))
-    assert info.value.key == "pipeline.arrivals.mode"
 
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])

@@ -479,7 +479,7 @@ def validate_channel_kind(ch: Any, key: str) -> None:
 
 
 def validate_arrivals(p: Any) -> None:
-    """pipeline.arrivals: its mode, the mode's own keys, and the channels it can feed."""
+    """pipeline.arrivals: its mode and the mode's own keys."""
     a, key = p.arrivals, "pipeline.arrivals"
     _need(a.mode in ARRIVAL_MODES, f"{key}.mode", a.mode, "one of " + ", ".join(ARRIVAL_MODES))
     if a.mode == "stream":
@@ -489,12 +489,6 @@ def validate_arrivals(p: Any) -> None:
               "the path of a CSV file whose column (pipeline.arrivals.column) holds each sample's offset "
               "in seconds from its step's start")
         _need(isinstance(a.column, str) and bool(a.column), f"{key}.column", a.column, "the name of a CSV column")
-    if a.mode == "batch":
-        return
-    for name, ch in p.channels.items():
-        _need(getattr(ch, "autoscale", None) is None, f"{key}.mode", a.mode,
-              f"batch while pipeline.channels.{name}.autoscale is set (an autoscaled pool takes a step's jobs "
-              "at one instant)")
 
 
 def validate_rm(rm: Any, key: str) -> None:

@@ -15,7 +15,8 @@ optimizer's clock is a step of generate + fast_score + submit (+ wait) + update 
 
 The queue then sees the samples in the order they are ready (ties in sample order). A
 gpu_rm pool's batcher takes each sample's requests as one group the second it is ready
-(:class:`ReadyPool`); an autoscaled pool is refused (validate_arrivals).
+(:class:`ReadyPool`), a fixed pool's or an autoscaled one's; an autoscaled queue channel
+takes each sample as a group of one job.
 """
 
 from __future__ import annotations
@@ -96,6 +97,21 @@ class ReadyPool:
     def slow(self, factor: Optional[np.ndarray]) -> Optional[np.ndarray]:
         """Bursts' per-step factor (lanes, steps) as a factor per group (lanes, steps * per), or None."""
         return None if factor is None else np.repeat(factor, self.per, axis=1)
+
+
+def group_arrivals(feed: Optional[ReadyPool], submit: np.ndarray) -> np.ndarray:
+    """(lanes, groups) arrival of each group of a pool fed by ``feed`` (None: one group per step)
+    from the samples' submission times (lanes, steps, batch)."""
+    return submit[:, :, 0] if feed is None else feed.to_ready(submit.reshape(submit.shape[0], -1))
+
+
+def step_arrivals(feed: Optional[ReadyPool], t: int, now: np.ndarray, ready: Optional[np.ndarray]) -> np.ndarray:
+    """(lanes, the step's groups) arrival of step t's groups: ``now`` (lanes,), the step's one
+    group, or with ``feed`` its samples' ready times ``ready`` (lanes, batch) in ready order."""
+    if feed is None:
+        return now[:, None]
+    lo = t * feed.per
+    return np.take_along_axis(ready, feed.order[:, lo:lo + feed.per] - lo, axis=1)
 
 
 def ready_pool(offset: np.ndarray) -> ReadyPool:

@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from racsim.pipeline.arrivals import ReadyPool, group_arrivals, ready_pool, step_arrivals
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
 from racsim.pipeline.fifoq import FifoWaiting
@@ -205,28 +206,40 @@ def billed_seconds(log: Dict[str, np.ndarray], lo: np.ndarray, hi: np.ndarray) -
     return np.bincount(lane, weights=inside, minlength=lo.shape[0])
 
 
-def _pool(draws: Any, name: str, lane: int, fifo: bool = False) -> AutoPool:
-    """Lane ``lane``'s pool of channel ``name``, its requests numbered step by step; ``fifo``: a
-    FIFO batcher's waiting list is a :class:`FifoWaiting` (seconds computed many at a time)."""
+def _pool(draws: Any, name: str, lane: int, fifo: bool = False, feed: Optional[ReadyPool] = None) -> AutoPool:
+    """Lane ``lane``'s pool of channel ``name``, its requests numbered step by step, or with arrivals
+    over time (``feed``) sample by sample in ready order, a group per sample (as a fixed gpu_rm
+    pool's; a queue channel's group is then the sample's one job); ``fifo``: a FIFO batcher's
+    waiting list is a :class:`FifoWaiting` (seconds computed many at a time)."""
     rule = draws.autoscale[name]
     svc = draws.service[name][lane]
+    steps, batch = svc.shape[:2]
+    per = 1 if feed is None else batch  # groups per step
+    order = (lambda x: x) if feed is None else (lambda x: feed.to_ready(x[None], slice(lane, lane + 1))[0])
     if name in draws.gpu:
         spec: GpuSpec = draws.gpu[name]
-        G = svc.shape[1] * svc.shape[2]
+        G = svc[0].size // per
         slow = draws.slowdown_row(name, lane)
+        slow = None if slow is None else np.repeat(slow, per)  # per group
         fast = fifo and spec.order == "fifo" and not spec.chunked
-        q = (FifoWaiting if fast else waiting)(spec, svc.ravel(), G, slow)
-        return AutoPool(rule, q, [G] * svc.shape[0], svc.size)
+        q = (FifoWaiting if fast else waiting)(spec, order(svc.ravel()), G, slow)
+        return AutoPool(rule, q, [G] * (steps * per), svc.size)
     sent = draws.routed[name][lane] if name in draws.routed else np.ones(svc.shape, dtype=bool)
-    return AutoPool(rule, _FifoJobs(svc.ravel(), sent.ravel(), svc.shape[1]), sent.sum(axis=1).tolist(), svc.size)
+    sent = order(sent.ravel())
+    return AutoPool(rule, _FifoJobs(order(svc.ravel()), sent, batch // per),
+                    sent.reshape(steps * per, -1).sum(axis=1).tolist(), svc.size)
 
 
-def sample_times(draws: Any, name: str, pools: List[AutoPool], submit: np.ndarray, lanes=slice(None)):
-    """(start, end) per sample of the trials ``lanes`` (their pools; ``submit`` their submission
-    times): first dispatch and last completion; an unrouted sample keeps its submission time."""
+def sample_times(draws: Any, name: str, pools: List[AutoPool], submit: np.ndarray, lanes=slice(None),
+                 feed: Optional[ReadyPool] = None):
+    """(start, end) per sample of the trials ``lanes`` (a slice; their pools, fed by ``feed``;
+    ``submit`` their submission times): first dispatch and last completion; an unrouted sample
+    keeps its submission time."""
     shape = (len(pools),) + draws.service[name].shape[1:]
     disp = np.stack([p.disp for p in pools])
     comp = np.stack([p.comp for p in pools])
+    if feed is not None:  # back to sample order
+        disp, comp = feed.from_ready(disp, lanes), feed.from_ready(comp, lanes)
     if name in draws.gpu:
         return _per_sample(disp, comp, shape)
     start, end = disp.reshape(shape), comp.reshape(shape)
@@ -236,15 +249,17 @@ def sample_times(draws: Any, name: str, pools: List[AutoPool], submit: np.ndarra
     return start, end
 
 
-def logs(draws: Any, name: str, pools: List[AutoPool]):
-    """The batch log (gpu_rm; None for a queue channel, replicas = ``max``) and the pool log;
-    pool i is trial i's."""
+def logs(draws: Any, name: str, pools: List[AutoPool], feed: Optional[ReadyPool] = None):
+    """The batch log (gpu_rm; None for a queue channel, replicas = ``max``; a batch's group: its
+    step) and the pool log; pool i is trial i's, fed by ``feed``."""
     rule = draws.autoscale[name]
     plog = pool_log([p.log_rows(i) for i, p in enumerate(pools)], rule)
     if name not in draws.gpu:
         return None, plog
+    per = 1 if feed is None else feed.per
     rows = [(np.full(len(p.batches), i), *zip(*p.batches)) for i, p in enumerate(pools) if p.batches]
-    return _batch_log([tuple(np.asarray(c) for c in r) for r in rows], rule.max), plog
+    rows = [tuple(np.asarray(c) for c in r) for r in rows]
+    return _batch_log([(*r[:6], r[6] // per) for r in rows], rule.max), plog
 
 
 class AutoLanes:
@@ -254,7 +269,8 @@ class AutoLanes:
     def __init__(self, draws: Any, name: str):
         self.draws, self.name = draws, name
         n = draws.service[name].shape[0]
-        self.pools = [_pool(draws, name, i, fifo=True) for i in range(n)]
+        self.feed = None if draws.offset is None else ready_pool(draws.offset)  # arrivals over time
+        self.pools = [_pool(draws, name, i, fifo=True, feed=self.feed) for i in range(n)]
         self.known = [[] for _ in range(n)]  # arrival times handed over, per lane
         self.admitted = [0] * n
         self.now = [-math.inf] * n
@@ -273,26 +289,29 @@ class AutoLanes:
             now = tau
         self.admitted[i], self.now[i] = k, now
 
-    def run_async(self, submit_time: np.ndarray) -> None:
-        """Every group's arrival known (lanes, steps): serve them all."""
-        for i, row in enumerate(submit_time):
+    def run_async(self, submit: np.ndarray) -> None:
+        """Every sample's submission known (lanes, steps, batch): serve them all."""
+        for i, row in enumerate(group_arrivals(self.feed, submit)):
             self.known[i].extend(row.tolist())
             self._run(i)
 
-    def step_blocking(self, t: int, now: np.ndarray, timeout: Optional[float]) -> np.ndarray:
-        """Group t arrives at ``now``; run until it is all dispatched or the wait times out.
-        Returns when its last result is back (inf: not known by the timeout; ``now`` if none was sent)."""
+    def step_blocking(self, t: int, now: np.ndarray, timeout: Optional[float], ready: np.ndarray) -> np.ndarray:
+        """Step t's groups arrive (at ``now``, or with arrivals over time at ``ready``: :func:`step_arrivals`);
+        run until they are all dispatched or the wait, from ``now``, times out. Returns when their
+        last result is back (inf: not known by the timeout; ``now`` if none was sent)."""
         out = np.empty(len(self.pools))
         lim = math.inf if timeout is None else timeout
-        for i, p in enumerate(self.pools):
-            self.known[i].append(float(now[i]))
+        per = 1 if self.feed is None else self.feed.per
+        lo, hi = t * per, (t + 1) * per  # the step's groups
+        for i, (p, times) in enumerate(zip(self.pools, step_arrivals(self.feed, t, now, ready).tolist())):
+            self.known[i].extend(times)
             until = now[i] + lim
-            self._run(i, lambda tau: p.left[t] == 0 or tau >= until)
-            if p.left[t]:
+            self._run(i, lambda tau: not any(p.left[lo:hi]) or tau >= until)
+            if any(p.left[lo:hi]):
                 out[i] = np.inf
             else:
                 G = len(p.disp) // len(p.left)
-                c = np.asarray(p.comp[t * G:(t + 1) * G])
+                c = np.asarray(p.comp[lo * G:hi * G])
                 c = c[np.isfinite(c)] if self.name not in self.draws.gpu else c
                 out[i] = c.max() if c.size else now[i]
         return out
@@ -301,7 +320,8 @@ class AutoLanes:
         """Serve what is left: (start, end) per sample, batch log (or None) and pool log."""
         for i in range(len(self.pools)):
             self._run(i)
-        return (*sample_times(self.draws, self.name, self.pools, submit), *logs(self.draws, self.name, self.pools))
+        return (*sample_times(self.draws, self.name, self.pools, submit, feed=self.feed),
+                *logs(self.draws, self.name, self.pools, self.feed))
 
 
 class SimpyAutoPool(EndOfInstant):
@@ -309,8 +329,8 @@ class SimpyAutoPool(EndOfInstant):
     :meth:`AutoPool.decide` once everything of an instant is in (a late event, as the
     batcher's), a process per batch or job, and timeouts for the rule's clocks."""
 
-    def __init__(self, env, draws: Any, name: str, lane: int, late_cls):
-        self.pool = _pool(draws, name, lane)
+    def __init__(self, env, draws: Any, name: str, lane: int, late_cls, feed: Optional[ReadyPool] = None):
+        self.pool = _pool(draws, name, lane, feed=feed)
         self.rule = self.pool.rule
         self.max_wait = draws.gpu[name].max_wait if name in draws.gpu else None
         self.todo = list(self.pool.left)  # results of each group not back yet

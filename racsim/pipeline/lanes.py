@@ -17,7 +17,7 @@ from racsim.pipeline.batcher import (
     _per_sample,
     _prefix,
 )
-from racsim.pipeline.arrivals import in_ready_order, ready_pool
+from racsim.pipeline.arrivals import group_arrivals, in_ready_order, ready_pool, step_arrivals
 from racsim.pipeline.autoscale import AutoLanes
 from racsim.pipeline.cbatch import fifo_lanes, lanes_state, waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
@@ -162,13 +162,9 @@ class _GpuLanes:
             _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, end, self.st, self.slow,
                         self.faults)
 
-    def _times(self, submit: np.ndarray) -> np.ndarray:
-        """(lanes, groups) arrival of each group from the samples' submission times (lanes, steps, batch)."""
-        return submit[:, :, 0] if self.ready is None else self.ready.to_ready(submit.reshape(submit.shape[0], -1))
-
     def run_async(self, submit: np.ndarray) -> None:
         """Every sample's submission known: serve them all. ``submit``: (lanes, steps, batch)."""
-        submit_time = self._times(submit)
+        submit_time = group_arrivals(self.ready, submit)
         if self.vector:
             self.group_time[:] = submit_time
             self._fifo(self.tok.shape[1])
@@ -178,16 +174,12 @@ class _GpuLanes:
                 srv.add_group(a)
             srv.run()
 
-    def step_blocking(self, t: int, now: np.ndarray, timeout: Optional[float],
-                      ready: Optional[np.ndarray] = None) -> np.ndarray:
+    def step_blocking(self, t: int, now: np.ndarray, timeout: Optional[float], ready: np.ndarray) -> np.ndarray:
         """Step t's groups arrive (at ``now``, or with arrivals over time at ``ready``, (lanes,
-        batch)); serve until they are all dispatched (or the wait, from ``now``, times out).
+        batch): :func:`step_arrivals`); serve until they are all dispatched (or the wait, from ``now``, times out).
         Returns when the step's last result is back (inf: not known by the timeout)."""
         G, lo, hi = self.G, t * self.per, (t + 1) * self.per  # the step's groups
-        if self.ready is None:
-            times = now[:, None]
-        else:  # the step's samples in ready order
-            times = np.take_along_axis(ready, self.ready.order[:, lo:hi] - lo, axis=1)
+        times = step_arrivals(self.ready, t, now, ready)
         if self.vector:
             self.group_time[:, lo:hi] = times
             self._fifo(hi * G)
@@ -260,8 +252,7 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 submit[nm][:, t] = arr
                 land[nm][:, t] = 0
                 if blocking:
-                    back = gpus[nm].step_blocking(t, now, wait_timeout) if draws.offset is None else \
-                        gpus[nm].step_blocking(t, now, wait_timeout, arr)  # samples sent as they are ready
+                    back = gpus[nm].step_blocking(t, now, wait_timeout, arr)  # arr: when each sample is ready
                     done = np.maximum(done, back)
                 continue
             submit[nm][:, t] = arr
@@ -291,7 +282,7 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     gpu_log, pool_log = {}, {}
     for nm, g in gpus.items():
         if not blocking:
-            g.run_async(submit[nm] if nm in draws.gpu and nm not in draws.autoscale else submit[nm][:, :, 0])
+            g.run_async(submit[nm])
         if nm in draws.autoscale:
             start[nm], end[nm], blog, pool_log[nm] = g.finish(submit[nm])
             if blog is not None:

@@ -167,7 +167,7 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             servers[nm] = _SimpyServer(env, spec, tok4[i].ravel(), batch * spec.seqs, steps, late_cls, i,
                                        draws.slowdown_row(nm, i),
                                        draws.faults.get(nm))
-        servers.update({nm: SimpyAutoPool(env, draws, nm, i, late_cls) for nm in draws.autoscale})
+        servers.update({nm: SimpyAutoPool(env, draws, nm, i, late_cls, feed) for nm in draws.autoscale})
 
         def job(nm, t, b, service, dl):
             if nm in draws.faults:  # a lost job ends at its failure instant (a blocking optimizer waits until then)
@@ -287,7 +287,8 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         for nm, srv in servers.items():
             if nm in auto:
                 auto[nm].append(srv.pool)
-                start[nm][i], end[nm][i] = (x[0] for x in sample_times(draws, nm, [srv.pool], submit[nm][i], i))
+                start[nm][i], end[nm][i] = (x[0] for x in sample_times(draws, nm, [srv.pool], submit[nm][i],
+                                                                                slice(i, i + 1), feed))
                 continue
             shape = draws.service[nm].shape[1:]
             disp, comp, lost, rows = srv.disp, srv.comp, srv.lost, [np.asarray(c) for c in zip(*srv.batches)]
@@ -309,7 +310,7 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                for nm, rows in gpu_rows.items()}
     pool_log = {}
     for nm, pools in auto.items():
-        blog, pool_log[nm] = logs(draws, nm, pools)
+        blog, pool_log[nm] = logs(draws, nm, pools, feed)
         if blog is not None:
             gpu_log[nm] = blog
     return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log, failed)
