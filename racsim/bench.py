@@ -13,6 +13,8 @@
 5. ``--gpu-rm static|continuous|chunked`` (alone; ``--token-budget N``: the judge's budget):
    the judge capacity scenario's gpu_rm pipeline with that batching, simulated requests
    (sequences) per second, lanes vs SimPy on the same draws.
+6. ``--capacity`` (alone): the capacity search's speed with each capacity knob on (the
+   README's capacity commands), lanes requests/s against raw SimPy timed in the same run.
 
 Machines are noisy: compare the ratios, not the absolute numbers.
 """
@@ -30,7 +32,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from racsim.analyses.capacity import benchmark, channel_of, count_key
+from racsim.analyses.capacity import benchmark, channel_of, count_key, with_count
 from racsim.config.defaults import compose_config
 from racsim.config.validate import validate
 from racsim.learner import mdp as M
@@ -140,20 +142,62 @@ def bench_gpu_rm(trials: int, batching: str = "static", chunked: bool = False, b
     }
 
 
-def bench_autoscale(trials: int) -> Dict[str, float]:
-    """The capacity search's speed figures (lanes engine, asynchronous and blocking schedules,
-    vs raw SimPy timed in the same run) on scenarios/capacity/judge_rm_autoscale, the judge's
-    pool autoscaled (racsim/pipeline/autoscale.py)."""
-    cfg = compose_config("scenario=capacity/judge_rm_autoscale", f"learner.trials={trials}")
+J = "pipeline.channels.judge"
+V = "pipeline.channels.verifier"
+JUDGE, VERIFIER = "scenario=capacity/judge_rm_h100", "scenario=capacity/code_verifier"
+CHUNKED = [f"{J}.rm.batching=continuous", f"{J}.rm.chunked_prefill=true"]
+# Every capacity knob of the README's capacity section, as its command composes it (run from the
+# repository's root: the preemption scenario reads scenarios/capacity/preemptions.csv).
+CAPACITY_KNOBS = {
+    "judge, static batches": [JUDGE],
+    "judge, continuous batching": [JUDGE, f"{J}.rm.batching=continuous"],
+    "judge, chunked prefill, budget 4096": [JUDGE, *CHUNKED, f"{J}.rm.token_budget=4096"],
+    "judge, chunked prefill, budget 1024": [JUDGE, *CHUNKED, f"{J}.rm.token_budget=1024"],
+    "judge, bursts": [JUDGE, f"{J}.degraded_factor=2", f"{J}.p_degrade=0.05", f"{J}.p_recover=0.2"],
+    "judge, poisson arrivals": [JUDGE, "pipeline.arrivals.mode=poisson"],
+    "judge, failures": ["scenario=capacity/judge_rm_faults"],
+    "judge, preemption schedule": ["scenario=capacity/judge_rm_preempt"],
+    "judge, autoscaled": ["scenario=capacity/judge_rm_autoscale"],
+    "judge, autoscaled, poisson arrivals": ["scenario=capacity/judge_rm_autoscale", "pipeline.arrivals.mode=poisson"],
+    "verifier": [VERIFIER],
+    "verifier, routing 0.5": [VERIFIER, f"{V}.route_prob=0.5"],
+    "verifier, cancel_on_drop": [VERIFIER, f"{V}.cancel_on_drop=true"],
+    "verifier, poisson arrivals": [VERIFIER, "pipeline.arrivals.mode=poisson"],
+    "verifier, worker failures": [VERIFIER, f"{V}.faults.mtbf_s=600", f"{V}.faults.mttr_s=60"],
+}
+
+
+def bench_capacity(overrides, trials: int = None) -> Dict[str, float]:
+    """The capacity search's speed figures on the config ``overrides`` compose, at the middle of its
+    ``capacity.counts`` (an autoscaled pool: its rule): the lanes engine's draws and asynchronous
+    (and, with a blocking corrector, blocking) schedules, as the capacity run simulates each count,
+    against racsim's SimPy engine and raw SimPy timed in the same call (:func:`benchmark`)."""
+    cfg = compose_config(*overrides, *([f"learner.trials={trials}"] if trials else []))
+    validate(cfg)
     key = count_key(cfg, channel_of(cfg))
+    counts = sorted(set(int(n) for n in cfg.capacity.counts))
+    count = counts[len(counts) // 2]
+    c = with_count(cfg, key, count)
     t0 = time.perf_counter()
-    draws = draw(cfg.pipeline, trials, np.random.default_rng(0))
+    draws = draw(c.pipeline, int(c.learner.trials), np.random.default_rng(0))
     run_lanes(draws, False)
-    if any(n in BLOCKING for n in cfg.corrector.names):  # as the capacity run simulates it
-        run_lanes(draws, True, cfg.corrector.wait_timeout_s)
-    lanes_s = time.perf_counter() - t0
-    count = int(OmegaConf.select(cfg, key))
-    return {f"autoscale_{k}": v for k, v in benchmark(cfg, key, [count], lanes_s).items()}
+    if any(n in BLOCKING for n in c.corrector.names):
+        run_lanes(draws, True, c.corrector.wait_timeout_s)
+    return {"count": float(count), **benchmark(c, key, [count], time.perf_counter() - t0)}
+
+
+def bench_capacity_knobs(trials: int = None) -> Dict[str, float]:
+    """:func:`bench_capacity` on every knob of :data:`CAPACITY_KNOBS`; prints a table as it goes."""
+    out: Dict[str, float] = {}
+    print(f"{'capacity knob':<38} {'count':>5} {'lanes req/s':>12} {'raw SimPy':>10} {'x raw':>6}  >= 1e6")
+    for label, overrides in CAPACITY_KNOBS.items():
+        f = bench_capacity(overrides, trials)
+        rate, raw = f["lanes_requests_per_s"], f["raw_simpy_requests_per_s"]
+        print(f"{label:<38} {f['count']:>5.0f} {rate:>12.3g} {raw:>10.3g} {rate / raw:>6.1f}  "
+              f"{'yes' if rate >= 1e6 else 'no'}", flush=True)
+        tag = label.replace(", ", "_").replace(" ", "_")
+        out.update({f"capacity_{tag}_lanes_req_per_s": rate, f"capacity_{tag}_raw_simpy_req_per_s": raw})
+    return out
 
 
 def bench_default() -> Dict[str, float]:
@@ -322,8 +366,10 @@ def main(argv=None) -> None:
                          "chunked prefill): requests/s, lanes vs SimPy")
     ap.add_argument("--token-budget", type=int, default=None,
                     help="--gpu-rm: the judge's rm.token_budget (default: the scenario's 32768)")
-    ap.add_argument("--autoscale", action="store_true",
-                    help="only the capacity speed figures with an autoscaled judge pool (lanes vs raw SimPy)")
+    ap.add_argument("--capacity", action="store_true",
+                    help="only the capacity search's speed on every capacity knob of the README (each at the "
+                         "middle of its scenario's counts): lanes requests/s vs raw SimPy timed in the same run; "
+                         "run from the repository's root; --trials N: trials per knob (default: the scenario's)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.trials is not None and args.trials < 2:
@@ -347,8 +393,8 @@ def main(argv=None) -> None:
                                         args.token_budget))
         except ValueError as e:  # racsim's ConfigError: a token budget the judge cannot take
             ap.error(f"--token-budget {args.token_budget}: {e}")
-    elif args.autoscale:
-        figures.update(bench_autoscale(args.trials or (5 if args.quick else 20)))
+    elif args.capacity:
+        figures.update(bench_capacity_knobs(args.trials or (5 if args.quick else None)))
     elif args.sweep and args.cells is not None:
         if args.budget is not None and not args.budget > 0:
             ap.error(f"--budget {args.budget}: a positive number of seconds")
@@ -362,7 +408,7 @@ def main(argv=None) -> None:
         figures.update(bench_bias(n_vec, n_loop))
         figures.update(bench_pipeline(trials))
     if not args.quick and not args.sweep and not args.paper and not args.set and not args.gpu_rm \
-            and not args.autoscale:
+            and not args.capacity:
         figures.update(bench_default())
     width = max(map(len, figures))
     for k, v in figures.items():

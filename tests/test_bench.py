@@ -1,0 +1,39 @@
+"""racsim-bench: a --token-budget the judge cannot take stops the command with one line naming
+the key; --capacity's knobs compose and count the capacity run's requests (the benchmarks
+themselves are timed by hand, not in CI)."""
+
+import pytest
+
+from racsim.bench import main
+
+
+@pytest.mark.parametrize("budget", ["0", "-5"])
+def test_bad_token_budget_names_the_key(budget, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--gpu-rm", "chunked", "--token-budget", budget, "--quick"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--token-budget {budget}" in err and "pipeline.channels.judge.rm.token_budget" in err
+
+
+def test_capacity_knobs_compose_and_count_what_the_capacity_run_simulates():
+    """racsim-bench --capacity: every knob's overrides compose a valid config (a README command
+    renamed or refused would fail here), and its request count is the capacity run's for one
+    count: trials x steps x batch x sequences, twice with a blocking corrector."""
+    from racsim.analyses.capacity import requests_per_schedule
+    from racsim.bench import CAPACITY_KNOBS, bench_capacity
+    from racsim.config.defaults import compose_config
+    from racsim.config.validate import validate
+    from racsim.learner.correctors import BLOCKING
+
+    for label, overrides in CAPACITY_KNOBS.items():
+        validate(compose_config(*overrides))
+    overrides = CAPACITY_KNOBS["verifier, worker failures"]
+    f = bench_capacity([*overrides, "pipeline.steps=6"], trials=2)
+    cfg = compose_config(*overrides, "pipeline.steps=6", "learner.trials=2")
+    blocking = any(n in BLOCKING for n in cfg.corrector.names)
+    assert f["requests"] == requests_per_schedule(cfg) * (2 if blocking else 1) == 2 * 6 * cfg.pipeline.batch_size * (
+        1 + blocking)
+    assert f["lanes_requests_per_s"] == pytest.approx(f["requests"] / f["lanes_s"])
+    counts = sorted(set(cfg.capacity.counts))
+    assert f["count"] == counts[len(counts) // 2]
