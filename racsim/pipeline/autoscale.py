@@ -28,6 +28,7 @@ schedule as ``workers: min`` (or ``rm.gpus: min * tp``).
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -110,8 +111,8 @@ class AutoPool:
         self.above_since: Optional[float] = None
         self.arr: List[float] = [math.nan] * len(group_sizes)
         self.left = list(group_sizes)  # requests of each group not dispatched yet
-        self.disp = [math.nan] * n_requests  # first dispatch and completion of each request
-        self.comp = [math.inf] * n_requests
+        self.disp = np.full(n_requests, math.nan)  # first dispatch and completion of each request
+        self.comp = np.full(n_requests, math.inf)
         self.batches: list = []
 
     def admit(self, g: int, time: float) -> None:
@@ -127,10 +128,7 @@ class AutoPool:
         r = self.rule
         started = self.q.dispatch(self.idle(tau), tau, self.arr)
         for b in started:
-            end = tau + b.seconds
-            self.free[b.replica] = end
-            self._served(b.ids, tau, end)
-            self.batches.append((self.slot[b.replica], tau, end, len(b.ids), b.billed, b.group))
+            self._start(b.replica, tau, b.ids, b.seconds, b.billed, b.group)
         for s in list(self.alive) if len(self.alive) > r.min else ():
             if self.free[s] + r.idle_s <= tau and len(self.alive) > r.min:
                 self.alive.remove(s)
@@ -151,12 +149,50 @@ class AutoPool:
             self.above_since = None
         return started, new, clock
 
+    def _start(self, s: int, tau: float, ids, seconds: float, billed: float, group: int) -> float:
+        """Server ``s`` starts a batch of requests ``ids`` at ``tau``; returns when it ends."""
+        end = tau + seconds
+        self.free[s] = end
+        self._served(ids, tau, end)
+        self.batches.append((self.slot[s], tau, end, len(ids), billed, group))
+        return end
+
+    def serve_cut(self, now: float, until: float, stop=None) -> float:
+        """Go on from ``now`` (decided) while the pool is a fixed pool whose servers take the
+        batches the limits cut (:meth:`FifoWaiting.take`), up to ``until`` (the next arrival)
+        or ``stop(tau)``; returns the last instant served. Exact: with every server busy at
+        ``now``, each next instant is a completion (or a start-up's end) whose servers, lowest
+        slot first, each take a cut batch, as :meth:`decide` does; then none is idle, so none is
+        released and none requested (before ``above_since + for_s``, or with ``max`` billed), and
+        the for_s clock stops once the queue is at ``queue_above``. Instants between (flush
+        deadlines) change nothing, and ``stop`` holds on from any of them to the next. Where no
+        cut batch is left for a server, :meth:`decide` does the rest of that instant."""
+        r, free, q = self.rule, self.free, self.q
+        if any(free[s] <= now for s in self.alive):
+            return now
+        if self.above_since is not None and len(self.alive) < r.max:
+            until = min(until, self.above_since + r.for_s)
+        heap = [(free[s], self.slot[s], s) for s in self.alive]
+        heapq.heapify(heap)
+        while True:
+            tau, k, s = heap[0]
+            if tau > now and (tau >= until or (stop is not None and stop(tau))):
+                return now
+            now = tau
+            got = q.take()
+            if got is None:
+                self.decide(tau)
+                return tau
+            h, n, seconds, billed = got
+            heapq.heapreplace(heap, (self._start(s, tau, range(h, h + n), seconds, billed, h // q.G), k, s))
+            if len(q) <= r.queue_above:
+                self.above_since = None
+
     def _served(self, ids, tau: float, end: float) -> None:
         """Requests ``ids`` dispatched at ``tau``, complete at ``end`` (a ``range``: by slices)."""
         disp, comp, left, G = self.disp, self.comp, self.left, self.q.G
         if type(ids) is range:
-            n = len(ids)
-            disp[ids.start:ids.stop], comp[ids.start:ids.stop] = [tau] * n, [end] * n
+            disp[ids.start:ids.stop], comp[ids.start:ids.stop] = tau, end
             for g in range(ids.start // G, (ids.stop - 1) // G + 1):
                 left[g] -= min(ids.stop, (g + 1) * G) - max(ids.start, g * G)
             return
@@ -255,6 +291,7 @@ class AutoLanes:
         self.draws, self.name = draws, name
         n = draws.service[name].shape[0]
         self.pools = [_pool(draws, name, i, fifo=True) for i in range(n)]
+        self.cut = all(isinstance(p.q, FifoWaiting) for p in self.pools)  # :meth:`AutoPool.serve_cut`
         self.known = [[] for _ in range(n)]  # arrival times handed over, per lane
         self.admitted = [0] * n
         self.now = [-math.inf] * n
@@ -271,6 +308,8 @@ class AutoLanes:
                 k += 1
             p.decide(tau)
             now = tau
+            if self.cut:
+                now = p.serve_cut(now, arr[k] if k < len(arr) else math.inf, stop)
         self.admitted[i], self.now[i] = k, now
 
     def run_async(self, submit_time: np.ndarray) -> None:
