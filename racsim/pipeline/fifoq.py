@@ -29,21 +29,27 @@ from racsim.pipeline.batcher import GpuSpec, _Batch, _billed, _Waiting
 
 def limit_sizes(spec: GpuSpec, tok: np.ndarray):
     """(size, longest) of the batch the limits cut from each request index h, the requests after
-    the last one counting as never fitting: a request joins while the batch has fewer than
-    ``max_batch`` and its cost (count x longest padded, the token sum packed) stays within the
-    budget, the first always. Costs never decrease along a batch, so the size is 1 plus the
-    number of k in 2 .. max_batch whose k first requests fit; one pass per k over every h."""
+    the last one counting as never fitting (``budget + 1`` tokens): a request joins while the
+    batch has fewer than ``max_batch`` and its cost (count x longest padded, the token sum
+    packed) stays within the budget, the first always. Costs never decrease along a batch, so
+    the size is 1 plus the number of k in 2 .. max_batch whose k first requests fit, and the
+    longest is the largest of the requests that fit (token lengths are not negative); one pass
+    per k over every h, in place."""
     N = tok.size
-    pad = np.concatenate([tok, np.full(spec.max_batch, np.inf)])
-    longest, total, size = tok.copy(), tok.copy(), np.ones(N, dtype=np.int64)
-    out = longest.copy()
+    pad = np.concatenate([tok, np.full(spec.max_batch, spec.budget + 1.0)])
+    longest, total, size, out = tok.copy(), tok.copy(), np.ones(N, dtype=np.int64), tok.copy()
+    cost, fits, joined = np.empty(N), np.empty(N, dtype=bool), np.empty(N)
     for k in range(2, spec.max_batch + 1):
         nxt = pad[k - 1:k - 1 + N]
         np.maximum(longest, nxt, out=longest)
-        total += nxt
-        fits = (k * longest if spec.padded else total) <= spec.budget
+        if spec.padded:
+            np.multiply(longest, k, out=cost)
+        else:
+            np.add(total, nxt, out=total)
+            cost = total
+        np.less_equal(cost, spec.budget, out=fits)
         size += fits
-        np.copyto(out, longest, where=fits)
+        np.maximum(out, np.multiply(nxt, fits, out=joined), out=out)
     return size, out
 
 
