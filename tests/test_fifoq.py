@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from racsim.pipeline.batcher import GpuSpec, _Waiting
-from racsim.pipeline.fifoq import FifoWaiting
+from racsim.pipeline.fifoq import FifoWaiting, limit_sizes
 
 
 class Affine:
@@ -93,3 +93,16 @@ def test_cases_reach_every_branch():
         seen["over_budget"] |= any(b[3] > spec.budget for b in out["fast"])
         seen["slow"] |= seed % 3 == 0
     assert all(seen.values()), seen
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_limit_sizes_is_the_rule_at_every_head(seed):
+    """limit_sizes against :meth:`_Waiting.candidate` from each head, every request waiting
+    (the batch then stops at a limit or at the last request)."""
+    _, spec, G, groups, tok, _ = case(seed)
+    size, longest = limit_sizes(spec, tok)
+    rule = _Waiting(spec, tok.tolist(), G)
+    for h in range(tok.size):
+        rule.keys = list(range(h, tok.size))
+        _, n, _, _, mx, _ = rule.candidate()
+        assert (size[h], longest[h]) == (n, mx), h

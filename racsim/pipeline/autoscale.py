@@ -99,9 +99,10 @@ class AutoPool:
     slot (0 .. max - 1) free when it was requested: the replica the batch log names, and
     the order of "lowest index first". ``free[s]``: when it is next free (its start-up's
     end, then its last completion), which is also when it became idle; ``released[s]``:
-    inf while billed. ``alive``: the servers billed, by slot."""
+    inf while billed. ``alive``: the servers billed, by slot. ``disp``, ``comp``: the first dispatch
+    (nan before) and completion (inf before) of each request, filled in place."""
 
-    def __init__(self, rule: ScaleRule, q, group_sizes: List[int], n_requests: int):
+    def __init__(self, rule: ScaleRule, q, group_sizes: List[int], disp: np.ndarray, comp: np.ndarray):
         self.rule, self.q = rule, q
         self.requested = [0.0] * rule.min
         self.free = [0.0] * rule.min
@@ -111,8 +112,7 @@ class AutoPool:
         self.above_since: Optional[float] = None
         self.arr: List[float] = [math.nan] * len(group_sizes)
         self.left = list(group_sizes)  # requests of each group not dispatched yet
-        self.disp = np.full(n_requests, math.nan)  # first dispatch and completion of each request
-        self.comp = np.full(n_requests, math.inf)
+        self.disp, self.comp = disp, comp
         self.batches: list = []
 
     def admit(self, g: int, time: float) -> None:
@@ -185,16 +185,21 @@ class AutoPool:
                 return tau
             h, n, seconds, billed = got
             heapq.heapreplace(heap, (self._start(s, tau, range(h, h + n), seconds, billed, h // q.G), k, s))
-            if len(q) <= r.queue_above:
+            if self.above_since is not None and len(q) <= r.queue_above:
                 self.above_since = None
 
     def _served(self, ids, tau: float, end: float) -> None:
         """Requests ``ids`` dispatched at ``tau``, complete at ``end`` (a ``range``: by slices)."""
         disp, comp, left, G = self.disp, self.comp, self.left, self.q.G
         if type(ids) is range:
-            disp[ids.start:ids.stop], comp[ids.start:ids.stop] = tau, end
-            for g in range(ids.start // G, (ids.stop - 1) // G + 1):
-                left[g] -= min(ids.stop, (g + 1) * G) - max(ids.start, g * G)
+            a, b = ids.start, ids.stop
+            disp[a:b], comp[a:b] = tau, end
+            g, last = a // G, (b - 1) // G
+            while g < last:  # the groups it spans, all but its last
+                g += 1
+                left[g - 1] -= g * G - a
+                a = g * G
+            left[last] -= b - a
             return
         for j in ids:
             disp[j], comp[j] = tau, end
@@ -241,28 +246,29 @@ def billed_seconds(log: Dict[str, np.ndarray], lo: np.ndarray, hi: np.ndarray) -
     return np.bincount(lane, weights=inside, minlength=lo.shape[0])
 
 
-def _pool(draws: Any, name: str, lane: int, fifo: bool = False) -> AutoPool:
+def _pool(draws: Any, name: str, lane: int, fifo: bool = False, times=None) -> AutoPool:
     """Lane ``lane``'s pool of channel ``name``, its requests numbered step by step; ``fifo``: a
-    FIFO batcher's waiting list is a :class:`FifoWaiting` (seconds computed many at a time)."""
+    FIFO batcher's waiting list is a :class:`FifoWaiting` (every cut batch formed at once);
+    ``times``: the (disp, comp) rows it fills (default: new ones)."""
     rule = draws.autoscale[name]
     svc = draws.service[name][lane]
+    times = times or (np.full(svc.size, math.nan), np.full(svc.size, math.inf))
     if name in draws.gpu:
         spec: GpuSpec = draws.gpu[name]
         G = svc.shape[1] * svc.shape[2]
         slow = draws.slowdown_row(name, lane)
         fast = fifo and spec.order == "fifo" and not spec.chunked
         q = (FifoWaiting if fast else waiting)(spec, svc.ravel(), G, slow)
-        return AutoPool(rule, q, [G] * svc.shape[0], svc.size)
+        return AutoPool(rule, q, [G] * svc.shape[0], *times)
     sent = draws.routed[name][lane] if name in draws.routed else np.ones(svc.shape, dtype=bool)
-    return AutoPool(rule, _FifoJobs(svc.ravel(), sent.ravel(), svc.shape[1]), sent.sum(axis=1).tolist(), svc.size)
+    return AutoPool(rule, _FifoJobs(svc.ravel(), sent.ravel(), svc.shape[1]), sent.sum(axis=1).tolist(), *times)
 
 
-def sample_times(draws: Any, name: str, pools: List[AutoPool], submit: np.ndarray, lanes=slice(None)):
-    """(start, end) per sample of the trials ``lanes`` (their pools; ``submit`` their submission
-    times): first dispatch and last completion; an unrouted sample keeps its submission time."""
-    shape = (len(pools),) + draws.service[name].shape[1:]
-    disp = np.stack([p.disp for p in pools])
-    comp = np.stack([p.comp for p in pools])
+def sample_times(draws: Any, name: str, disp: np.ndarray, comp: np.ndarray, submit: np.ndarray, lanes=slice(None)):
+    """(start, end) per sample of the trials ``lanes`` (their pools' ``disp`` and ``comp``, a row
+    per trial; ``submit`` their submission times): first dispatch and last completion; an
+    unrouted sample keeps its submission time."""
+    shape = disp.shape[:1] + draws.service[name].shape[1:]
     if name in draws.gpu:
         return _per_sample(disp, comp, shape)
     start, end = disp.reshape(shape), comp.reshape(shape)
@@ -289,8 +295,9 @@ class AutoLanes:
 
     def __init__(self, draws: Any, name: str):
         self.draws, self.name = draws, name
-        n = draws.service[name].shape[0]
-        self.pools = [_pool(draws, name, i, fifo=True) for i in range(n)]
+        n, N = draws.service[name].shape[0], draws.service[name][0].size
+        self.disp, self.comp = np.full((n, N), math.nan), np.full((n, N), math.inf)  # every pool's, a row each
+        self.pools = [_pool(draws, name, i, True, (self.disp[i], self.comp[i])) for i in range(n)]
         self.cut = all(isinstance(p.q, FifoWaiting) for p in self.pools)  # :meth:`AutoPool.serve_cut`
         self.known = [[] for _ in range(n)]  # arrival times handed over, per lane
         self.admitted = [0] * n
@@ -340,7 +347,8 @@ class AutoLanes:
         """Serve what is left: (start, end) per sample, batch log (or None) and pool log."""
         for i in range(len(self.pools)):
             self._run(i)
-        return (*sample_times(self.draws, self.name, self.pools, submit), *logs(self.draws, self.name, self.pools))
+        return (*sample_times(self.draws, self.name, self.disp, self.comp, submit),
+                *logs(self.draws, self.name, self.pools))
 
 
 class SimpyAutoPool(EndOfInstant):

@@ -29,28 +29,32 @@ from racsim.pipeline.batcher import GpuSpec, _Batch, _billed, _Waiting
 
 def limit_sizes(spec: GpuSpec, tok: np.ndarray):
     """(size, longest) of the batch the limits cut from each request index h, the requests after
-    the last one counting as never fitting (``budget + 1`` tokens): a request joins while the
-    batch has fewer than ``max_batch`` and its cost (count x longest padded, the token sum
-    packed) stays within the budget, the first always. Costs never decrease along a batch, so
-    the size is 1 plus the number of k in 2 .. max_batch whose k first requests fit, and the
-    longest is the largest of the requests that fit (token lengths are not negative); one pass
-    per k over every h, in place."""
-    N = tok.size
-    pad = np.concatenate([tok, np.full(spec.max_batch, spec.budget + 1.0)])
-    longest, total, size, out = tok.copy(), tok.copy(), np.ones(N, dtype=np.int64), tok.copy()
-    cost, fits, joined = np.empty(N), np.empty(N, dtype=bool), np.empty(N)
-    for k in range(2, spec.max_batch + 1):
-        nxt = pad[k - 1:k - 1 + N]
-        np.maximum(longest, nxt, out=longest)
-        if spec.padded:
-            np.multiply(longest, k, out=cost)
-        else:
-            np.add(total, nxt, out=total)
-            cost = total
-        np.less_equal(cost, spec.budget, out=fits)
-        size += fits
-        np.maximum(out, np.multiply(nxt, fits, out=joined), out=out)
-    return size, out
+    the last one never fitting: a request joins while the batch has fewer than ``max_batch`` and
+    its cost (count x longest padded, the token sum packed) stays within the budget, the first
+    always. Token lengths (at least 1) and the budget are integers, so every cost is exact and:
+    packed, the size is the most k whose prefix sum stays within the budget (a search in the
+    prefix sums); padded, k requests fit when k <= c_j = floor(budget / tok_j) for each of them,
+    so the size is min over d of max(d, c_{h+d}) (d from 0 to max_batch - 1; c is 0 past the
+    last request), floor(budget / tok_j) being exact in floating point. Then clipped to
+    [1, max_batch]; the longest from a table of maxima over spans of a power of two."""
+    M, N, B = spec.max_batch, tok.size, spec.budget
+    h = np.arange(N)
+    if spec.padded:
+        c = np.concatenate([np.floor(B / tok), np.zeros(M)])
+        fit, spread = c[:N].copy(), np.empty(N)
+        for d in range(1, M):
+            np.minimum(fit, np.maximum(c[d:d + N], d, out=spread), out=fit)
+        size = np.clip(fit, 1, M).astype(np.int64)
+    else:
+        cum = np.concatenate([[0.0], np.cumsum(tok)])
+        size = np.clip(np.searchsorted(cum, cum[:-1] + B, side="right") - 1 - h, 1, M)
+    levels = [np.concatenate([tok, np.zeros(M)])]  # levels[p][i]: the longest of tok[i : i + 2**p]
+    while 2 ** len(levels) <= M:
+        w, prev = 2 ** (len(levels) - 1), levels[-1]
+        levels.append(np.concatenate([np.maximum(prev[:-w], prev[w:]), prev[-w:]]))
+    table, L = np.concatenate(levels), levels[0].size
+    p = np.array([k.bit_length() - 1 for k in range(M + 1)])[size]  # 2**p <= size < 2**(p + 1)
+    return size, np.maximum(table[p * L + h], table[p * L + h + size - (1 << p)])
 
 
 class FifoWaiting(_Waiting):
