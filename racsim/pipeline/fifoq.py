@@ -34,10 +34,14 @@ def limit_sizes(spec: GpuSpec, tok: np.ndarray):
     always. Token lengths (at least 1) and the budget are integers, so every cost is exact and:
     packed, the size is the most k whose prefix sum stays within the budget (a search in the
     prefix sums); padded, k requests fit when k <= c_j = floor(budget / tok_j) for each of them,
-    so the size is min over d of max(d, c_{h+d}) (d from 0 to max_batch - 1; c is 0 past the
-    last request), floor(budget / tok_j) being exact in floating point. Then clipped to
-    [1, max_batch]; the longest from a table of maxima over spans of a power of two."""
-    M, N, B = spec.max_batch, tok.size, spec.budget
+    so the size is min over d of max(d, c_{h+d}) (d from 0 to M - 1; c is 0 past the last
+    request), floor(budget / tok_j) being exact in floating point. Then clipped to [1, M]; the
+    longest from a table of maxima over spans of a power of two. No batch passes the last
+    request, and any batch of at most M requests fits M x the longest: so M is max_batch at
+    most N + 1, and the budget at most M x the longest (which keeps every cost exact)."""
+    N = tok.size
+    M = min(spec.max_batch, N + 1)
+    B = min(spec.budget, M * float(tok.max(initial=0.0)))
     h = np.arange(N)
     if spec.padded:
         c = np.concatenate([np.floor(B / tok), np.zeros(M)])
