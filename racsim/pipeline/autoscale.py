@@ -164,7 +164,7 @@ class AutoPool:
         ``now``, each next instant is a completion (or a start-up's end) whose servers, lowest
         slot first, each take a cut batch, as :meth:`decide` does; then none is idle, so none is
         released and none requested (before ``above_since + for_s``, or with ``max`` billed), and
-        the for_s clock stops once the queue is at ``queue_above``. Instants between (flush
+        the for_s clock stops once the queue is down to ``queue_above``. Instants between (flush
         deadlines) change nothing, and ``stop`` holds on from any of them to the next. Where no
         cut batch is left for a server, :meth:`decide` does the rest of that instant."""
         r, free, q = self.rule, self.free, self.q
@@ -291,14 +291,16 @@ def logs(draws: Any, name: str, pools: List[AutoPool]):
 
 class AutoLanes:
     """An autoscaled channel in the lanes engine: a per-lane event loop over
-    :class:`AutoPool` (decision instants: arrivals and the pool's timers)."""
+    :class:`AutoPool` (decision instants: arrivals and the pool's timers); with a FIFO batcher,
+    after each decision, the stretch that follows while the pool is a fixed pool of busy
+    servers (:meth:`AutoPool.serve_cut`)."""
 
     def __init__(self, draws: Any, name: str):
         self.draws, self.name = draws, name
         n, N = draws.service[name].shape[0], draws.service[name][0].size
         self.disp, self.comp = np.full((n, N), math.nan), np.full((n, N), math.inf)  # every pool's, a row each
         self.pools = [_pool(draws, name, i, True, (self.disp[i], self.comp[i])) for i in range(n)]
-        self.cut = all(isinstance(p.q, FifoWaiting) for p in self.pools)  # :meth:`AutoPool.serve_cut`
+        self.stretches = all(isinstance(p.q, FifoWaiting) for p in self.pools)
         self.known = [[] for _ in range(n)]  # arrival times handed over, per lane
         self.admitted = [0] * n
         self.now = [-math.inf] * n
@@ -315,7 +317,7 @@ class AutoLanes:
                 k += 1
             p.decide(tau)
             now = tau
-            if self.cut:
+            if self.stretches:
                 now = p.serve_cut(now, arr[k] if k < len(arr) else math.inf, stop)
         self.admitted[i], self.now[i] = k, now
 
