@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from racsim.pipeline.batcher import GpuSpec, _Waiting
-from racsim.pipeline.fifoq import FifoWaiting
+from racsim.pipeline.fifoq import FifoWaiting, limit_sizes
 
 
 class Affine:
@@ -47,7 +47,7 @@ def drive(seed):
     plain, fast = _Waiting(spec, tok.tolist(), G, None if slow is None else slow.tolist()), FifoWaiting(spec, tok, G, slow)
     arrival, tau, g = [], 0.0, 0
     out = {"plain": [], "fast": []}
-    seen = {"formed": 0, "flushed": 0, "several": 0}
+    seen = {"formed": 0, "flushed": 0, "budget": 0}
     while g < groups or len(plain):
         tau += float(rng.exponential(0.2))
         if g < groups and rng.random() < 0.4:
@@ -61,14 +61,13 @@ def drive(seed):
         assert len(plain) == len(fast)
         if len(plain):
             assert plain.deadline(arrival) == fast.deadline(arrival)
-        formed = len(fast.cut)
         for name, q in (("plain", plain), ("fast", fast)):
             got = q.dispatch(idle, tau, arrival)
             out[name] += [(b.replica, list(b.ids), b.seconds, b.billed, b.group) for b in got]
             if name == "fast":
                 seen["formed"] += sum(type(b.ids) is range for b in got)
                 seen["flushed"] += sum(type(b.ids) is not range for b in got)
-                seen["several"] += len(fast.cut) - formed > 1
+                seen["budget"] += sum(type(b.ids) is range and len(b.ids) < spec.max_batch for b in got)
         assert len(plain) == len(fast)
     return out, seen, spec
 
@@ -81,15 +80,29 @@ def test_fifo_waiting_dispatches_what_the_rule_does(seed):
 
 
 def test_cases_reach_every_branch():
-    seen = dict(formed=False, flushed=False, several=False, padded=False, packed=False, single=False,
+    seen = dict(formed=False, full=False, flushed=False, budget=False, padded=False, packed=False, single=False,
                 over_budget=False, slow=False)
     for seed in range(24):
         out, s, spec = drive(seed)
         seen["formed"] |= s["formed"] > 0
         seen["flushed"] |= s["flushed"] > 0
-        seen["several"] |= s["several"] > 0
+        seen["budget"] |= s["budget"] > 0
+        seen["full"] |= s["formed"] > s["budget"]
         seen["padded" if spec.padded else "packed"] = True
         seen["single"] |= spec.max_batch == 1
         seen["over_budget"] |= any(b[3] > spec.budget for b in out["fast"])
         seen["slow"] |= seed % 3 == 0
     assert all(seen.values()), seen
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_limit_sizes_is_the_rule_at_every_head(seed):
+    """limit_sizes against :meth:`_Waiting.candidate` from each head, every request waiting
+    (the batch then stops at a limit or at the last request)."""
+    _, spec, G, groups, tok, _ = case(seed)
+    size, longest = limit_sizes(spec, tok)
+    rule = _Waiting(spec, tok.tolist(), G)
+    for h in range(tok.size):
+        rule.keys = list(range(h, tok.size))
+        _, n, _, _, mx, _ = rule.candidate()
+        assert (size[h], longest[h]) == (n, mx), h

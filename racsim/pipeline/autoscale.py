@@ -28,6 +28,7 @@ schedule as ``workers: min`` (or ``rm.gpus: min * tp``).
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -99,9 +100,10 @@ class AutoPool:
     slot (0 .. max - 1) free when it was requested: the replica the batch log names, and
     the order of "lowest index first". ``free[s]``: when it is next free (its start-up's
     end, then its last completion), which is also when it became idle; ``released[s]``:
-    inf while billed. ``alive``: the servers billed, by slot."""
+    inf while billed. ``alive``: the servers billed, by slot. ``disp``, ``comp``: the first dispatch
+    (nan before) and completion (inf before) of each request, filled in place."""
 
-    def __init__(self, rule: ScaleRule, q, group_sizes: List[int], n_requests: int):
+    def __init__(self, rule: ScaleRule, q, group_sizes: List[int], disp: np.ndarray, comp: np.ndarray):
         self.rule, self.q = rule, q
         self.requested = [0.0] * rule.min
         self.free = [0.0] * rule.min
@@ -111,8 +113,7 @@ class AutoPool:
         self.above_since: Optional[float] = None
         self.arr: List[float] = [math.nan] * len(group_sizes)
         self.left = list(group_sizes)  # requests of each group not dispatched yet
-        self.disp = [math.nan] * n_requests  # first dispatch and completion of each request
-        self.comp = [math.inf] * n_requests
+        self.disp, self.comp = disp, comp
         self.batches: list = []
 
     def admit(self, g: int, time: float) -> None:
@@ -128,10 +129,7 @@ class AutoPool:
         r = self.rule
         started = self.q.dispatch(self.idle(tau), tau, self.arr)
         for b in started:
-            end = tau + b.seconds
-            self.free[b.replica] = end
-            self._served(b.ids, tau, end)
-            self.batches.append((self.slot[b.replica], tau, end, len(b.ids), b.billed, b.group))
+            self._start(b.replica, tau, b.ids, b.seconds, b.billed, b.group)
         for s in list(self.alive) if len(self.alive) > r.min else ():
             if self.free[s] + r.idle_s <= tau and len(self.alive) > r.min:
                 self.alive.remove(s)
@@ -152,14 +150,57 @@ class AutoPool:
             self.above_since = None
         return started, new, clock
 
+    def _start(self, s: int, tau: float, ids, seconds: float, billed: float, group: int) -> float:
+        """Server ``s`` starts a batch of requests ``ids`` at ``tau``; returns when it ends."""
+        end = tau + seconds
+        self.free[s] = end
+        self._served(ids, tau, end)
+        self.batches.append((self.slot[s], tau, end, len(ids), billed, group))
+        return end
+
+    def serve_cut(self, now: float, until: float, stop=None) -> float:
+        """Go on from ``now`` (decided) while the pool is a fixed pool whose servers take the
+        batches the limits cut (:meth:`FifoWaiting.take`), up to ``until`` (the next arrival)
+        or ``stop(tau)``; returns the last instant served. Exact: with every server busy at
+        ``now``, each next instant is a completion (or a start-up's end) whose servers, lowest
+        slot first, each take a cut batch, as :meth:`decide` does; then none is idle, so none is
+        released and none requested (before ``above_since + for_s``, or with ``max`` billed), and
+        the for_s clock stops once the queue is down to ``queue_above``. Instants between (flush
+        deadlines) change nothing, and ``stop`` holds on from any of them to the next. Where no
+        cut batch is left for a server, :meth:`decide` does the rest of that instant."""
+        r, free, q = self.rule, self.free, self.q
+        if any(free[s] <= now for s in self.alive):
+            return now
+        if self.above_since is not None and len(self.alive) < r.max:
+            until = min(until, self.above_since + r.for_s)
+        heap = [(free[s], self.slot[s], s) for s in self.alive]
+        heapq.heapify(heap)
+        while True:
+            tau, k, s = heap[0]
+            if tau > now and (tau >= until or (stop is not None and stop(tau))):
+                return now
+            now = tau
+            got = q.take()
+            if got is None:
+                self.decide(tau)
+                return tau
+            h, n, seconds, billed = got
+            heapq.heapreplace(heap, (self._start(s, tau, range(h, h + n), seconds, billed, h // q.G), k, s))
+            if self.above_since is not None and len(q) <= r.queue_above:
+                self.above_since = None
+
     def _served(self, ids, tau: float, end: float) -> None:
         """Requests ``ids`` dispatched at ``tau``, complete at ``end`` (a ``range``: by slices)."""
         disp, comp, left, G = self.disp, self.comp, self.left, self.q.G
         if type(ids) is range:
-            n = len(ids)
-            disp[ids.start:ids.stop], comp[ids.start:ids.stop] = [tau] * n, [end] * n
-            for g in range(ids.start // G, (ids.stop - 1) // G + 1):
-                left[g] -= min(ids.stop, (g + 1) * G) - max(ids.start, g * G)
+            a, b = ids.start, ids.stop
+            disp[a:b], comp[a:b] = tau, end
+            g, last = a // G, (b - 1) // G
+            while g < last:  # the groups it spans, all but its last
+                g += 1
+                left[g - 1] -= g * G - a
+                a = g * G
+            left[last] -= b - a
             return
         for j in ids:
             disp[j], comp[j] = tau, end
@@ -206,16 +247,19 @@ def billed_seconds(log: Dict[str, np.ndarray], lo: np.ndarray, hi: np.ndarray) -
     return np.bincount(lane, weights=inside, minlength=lo.shape[0])
 
 
-def _pool(draws: Any, name: str, lane: int, fifo: bool = False, feed: Optional[ReadyPool] = None) -> AutoPool:
+def _pool(draws: Any, name: str, lane: int, fifo: bool = False, feed: Optional[ReadyPool] = None,
+          times=None) -> AutoPool:
     """Lane ``lane``'s pool of channel ``name``, its requests numbered step by step, or with arrivals
     over time (``feed``) sample by sample in ready order, a group per sample (as a fixed gpu_rm
     pool's; a queue channel's group is then the sample's one job); ``fifo``: a FIFO batcher's
-    waiting list is a :class:`FifoWaiting` (seconds computed many at a time)."""
+    waiting list is a :class:`FifoWaiting` (every cut batch formed at once); ``times``: the
+    (disp, comp) rows it fills (default: new ones)."""
     rule = draws.autoscale[name]
     svc = draws.service[name][lane]
     steps, batch = svc.shape[:2]
     per = 1 if feed is None else batch  # groups per step
     order = (lambda x: x) if feed is None else (lambda x: feed.to_ready(x[None], slice(lane, lane + 1))[0])
+    times = times or (np.full(svc.size, math.nan), np.full(svc.size, math.inf))
     if name in draws.gpu:
         spec: GpuSpec = draws.gpu[name]
         G = svc[0].size // per
@@ -223,21 +267,19 @@ def _pool(draws: Any, name: str, lane: int, fifo: bool = False, feed: Optional[R
         slow = None if slow is None else np.repeat(slow, per)  # per group
         fast = fifo and spec.order == "fifo" and not spec.chunked
         q = (FifoWaiting if fast else waiting)(spec, order(svc.ravel()), G, slow)
-        return AutoPool(rule, q, [G] * (steps * per), svc.size)
+        return AutoPool(rule, q, [G] * (steps * per), *times)
     sent = draws.routed[name][lane] if name in draws.routed else np.ones(svc.shape, dtype=bool)
     sent = order(sent.ravel())
     return AutoPool(rule, _FifoJobs(order(svc.ravel()), sent, batch // per),
-                    sent.reshape(steps * per, -1).sum(axis=1).tolist(), svc.size)
+                    sent.reshape(steps * per, -1).sum(axis=1).tolist(), *times)
 
 
-def sample_times(draws: Any, name: str, pools: List[AutoPool], submit: np.ndarray, lanes=slice(None),
-                 feed: Optional[ReadyPool] = None):
-    """(start, end) per sample of the trials ``lanes`` (a slice; their pools, fed by ``feed``;
-    ``submit`` their submission times): first dispatch and last completion; an unrouted sample
-    keeps its submission time."""
-    shape = (len(pools),) + draws.service[name].shape[1:]
-    disp = np.stack([p.disp for p in pools])
-    comp = np.stack([p.comp for p in pools])
+def sample_times(draws: Any, name: str, disp: np.ndarray, comp: np.ndarray, submit: np.ndarray,
+                 lanes=slice(None), feed: Optional[ReadyPool] = None):
+    """(start, end) per sample of the trials ``lanes`` (a slice; their pools' ``disp`` and ``comp``,
+    a row per trial, fed by ``feed``; ``submit`` their submission times): first dispatch and last
+    completion; an unrouted sample keeps its submission time."""
+    shape = disp.shape[:1] + draws.service[name].shape[1:]
     if feed is not None:  # back to sample order
         disp, comp = feed.from_ready(disp, lanes), feed.from_ready(comp, lanes)
     if name in draws.gpu:
@@ -264,13 +306,17 @@ def logs(draws: Any, name: str, pools: List[AutoPool], feed: Optional[ReadyPool]
 
 class AutoLanes:
     """An autoscaled channel in the lanes engine: a per-lane event loop over
-    :class:`AutoPool` (decision instants: arrivals and the pool's timers)."""
+    :class:`AutoPool` (decision instants: arrivals and the pool's timers); with a FIFO batcher,
+    after each decision, the stretch that follows while the pool is a fixed pool of busy
+    servers (:meth:`AutoPool.serve_cut`)."""
 
     def __init__(self, draws: Any, name: str):
         self.draws, self.name = draws, name
-        n = draws.service[name].shape[0]
+        n, N = draws.service[name].shape[0], draws.service[name][0].size
         self.feed = None if draws.offset is None else ready_pool(draws.offset)  # arrivals over time
-        self.pools = [_pool(draws, name, i, fifo=True, feed=self.feed) for i in range(n)]
+        self.disp, self.comp = np.full((n, N), math.nan), np.full((n, N), math.inf)  # every pool's, a row each
+        self.pools = [_pool(draws, name, i, True, self.feed, (self.disp[i], self.comp[i])) for i in range(n)]
+        self.stretches = all(isinstance(p.q, FifoWaiting) for p in self.pools)
         self.known = [[] for _ in range(n)]  # arrival times handed over, per lane
         self.admitted = [0] * n
         self.now = [-math.inf] * n
@@ -287,6 +333,8 @@ class AutoLanes:
                 k += 1
             p.decide(tau)
             now = tau
+            if self.stretches:
+                now = p.serve_cut(now, arr[k] if k < len(arr) else math.inf, stop)
         self.admitted[i], self.now[i] = k, now
 
     def run_async(self, submit: np.ndarray) -> None:
@@ -320,7 +368,7 @@ class AutoLanes:
         """Serve what is left: (start, end) per sample, batch log (or None) and pool log."""
         for i in range(len(self.pools)):
             self._run(i)
-        return (*sample_times(self.draws, self.name, self.pools, submit, feed=self.feed),
+        return (*sample_times(self.draws, self.name, self.disp, self.comp, submit, feed=self.feed),
                 *logs(self.draws, self.name, self.pools, self.feed))
 
 

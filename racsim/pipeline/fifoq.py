@@ -1,45 +1,87 @@
-"""A FIFO batcher's waiting list for the lanes engine's per-lane event loops, its batches'
-seconds computed many at a time.
+"""A FIFO batcher's waiting list for the lanes engine's per-lane event loops, every batch
+the limits can cut formed at once.
 
 In FIFO order the waiting requests of a lane are always one run of indices [head, tail):
 groups arrive whole and in order, and batches leave from the head. A batch that the
 limits cut (``max_batch`` sequences, or ``token_budget`` tokens, reached by a request
 waiting: :meth:`_Waiting.candidate`'s ``full``) depends on its head alone, whatever
-arrives later; so does the batch that follows it. :class:`FifoWaiting` therefore
-forms, from the head, every batch the limits cut among the requests waiting (the rule of
-:meth:`_Waiting.candidate` by prefix maxima or sums, :meth:`FifoWaiting._limit`) and
-computes their seconds in one call of the service model, where the loop called it once
-per batch; it reads them as the head reaches them. A batch cut short by the requests
-waiting (a flush) takes the plain path. Token lengths are integers, so every token sum
-is exact in any order, and the service model is elementwise: each batch gets the same
-seconds, bit for bit (tests/test_fifoq.py drives both side by side).
+arrives later. :class:`FifoWaiting` therefore forms, for every request index h, the
+batch the limits would cut from head h were every request waiting (:func:`limit_sizes`:
+the rule of :meth:`_Waiting.candidate` by running maxima or sums, whose costs never
+decrease) and computes all their seconds in one call of the service model, where the
+loop called it once per batch. With the requests [head, tail) waiting, the batch from
+head h is cut exactly when the request that cuts it (the first that does not fit, or
+the ``max_batch``-th) is waiting: ``reach[h] < tail``; it is then that batch, since its
+requests and the one that stops it are all waiting. Any other batch (a flush) takes the
+plain path. Token lengths are integers, so every token sum is exact in any order, and
+the service model is elementwise: each batch gets the same seconds, bit for bit
+(tests/test_fifoq.py drives both side by side).
 """
 
 from __future__ import annotations
 
-import bisect
-from itertools import accumulate
-from operator import mul
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from racsim.pipeline.batcher import GpuSpec, _Batch, _billed, _Waiting
 
 
+def limit_sizes(spec: GpuSpec, tok: np.ndarray):
+    """(size, longest) of the batch the limits cut from each request index h, the requests after
+    the last one never fitting: a request joins while the batch has fewer than ``max_batch`` and
+    its cost (count x longest padded, the token sum packed) stays within the budget, the first
+    always. Token lengths (at least 1) and the budget are integers, so every cost is exact and:
+    packed, the size is the most k whose prefix sum stays within the budget (a search in the
+    prefix sums); padded, k requests fit when k <= c_j = floor(budget / tok_j) for each of them,
+    so the size is min over d of max(d, c_{h+d}) (d from 0 to M - 1; c is 0 past the last
+    request), floor(budget / tok_j) being exact in floating point. Then clipped to [1, M]; the
+    longest from a table of maxima over spans of a power of two. No batch passes the last
+    request, and any batch of at most M requests fits M x the longest: so M is max_batch at
+    most N + 1, and the budget at most M x the longest (which keeps every cost exact)."""
+    N = tok.size
+    M = min(spec.max_batch, N + 1)
+    B = min(spec.budget, M * float(tok.max(initial=0.0)))
+    h = np.arange(N)
+    if spec.padded:
+        c = np.concatenate([np.floor(B / tok), np.zeros(M)])
+        fit, spread = c[:N].copy(), np.empty(N)
+        for d in range(1, M):
+            np.minimum(fit, np.maximum(c[d:d + N], d, out=spread), out=fit)
+        size = np.clip(fit, 1, M).astype(np.int64)
+    else:
+        cum = np.concatenate([[0.0], np.cumsum(tok)])
+        size = np.clip(np.searchsorted(cum, cum[:-1] + B, side="right") - 1 - h, 1, M)
+    levels = [np.concatenate([tok, np.zeros(M)])]  # levels[p][i]: the longest of tok[i : i + 2**p]
+    while 2 ** len(levels) <= M:
+        w, prev = 2 ** (len(levels) - 1), levels[-1]
+        levels.append(np.concatenate([np.maximum(prev[:-w], prev[w:]), prev[-w:]]))
+    table, L = np.concatenate(levels), levels[0].size
+    p = np.array([k.bit_length() - 1 for k in range(M + 1)])[size]  # 2**p <= size < 2**(p + 1)
+    return size, np.maximum(table[p * L + h], table[p * L + h + size - (1 << p)])
+
+
 class FifoWaiting(_Waiting):
     """:class:`_Waiting` for FIFO order (static or unchunked continuous batching) as the run
-    [head, tail) of request indices; ``cut[h]``: (size, seconds, billed tokens) of the batch
-    the limits cut from head h, once formed. Such a batch's ``ids`` is a ``range``."""
+    [head, tail) of request indices; per head h: ``reach[h]``, the request whose arrival cuts
+    the batch from h, and that batch's (size, seconds, billed tokens). Such a batch's ``ids``
+    is a ``range``."""
 
     def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int, slow: Optional[Sequence[float]] = None):
-        super().__init__(spec, np.asarray(tokens).tolist(), group, None if slow is None else np.asarray(slow).tolist())
-        self.head = self.tail = 0
         tok = np.asarray(tokens, dtype=np.float64)
-        self.cum = np.concatenate([[0.0], np.cumsum(tok)]).tolist()  # exact: token lengths are integers
-        self.cum2 = np.concatenate([[0.0], np.cumsum(tok * tok)]).tolist()
-        self.counts = [k + 1.0 for k in range(spec.max_batch + 1)]  # a padded batch's sizes, as floats
-        self.cut: Dict[int, Tuple[int, float, float]] = {}
+        super().__init__(spec, tok, group, None if slow is None else np.asarray(slow).tolist())
+        self.head = self.tail = 0
+        n, mx = limit_sizes(spec, tok)
+        h = np.arange(tok.size)
+        cum = np.concatenate([[0.0], np.cumsum(tok)])  # exact: token lengths are integers
+        cum2 = np.concatenate([[0.0], np.cumsum(tok * tok)])
+        count, ts, sq = n.astype(np.float64), cum[h + n] - cum[h], cum2[h + n] - cum2[h]
+        seconds = np.asarray(spec.model.seconds(count, ts, sq, mx), dtype=np.float64)
+        if slow is not None:
+            seconds = seconds * np.asarray(slow)[h // group]
+        self.size, self.seconds = n, seconds
+        self.billed = np.asarray(_billed(spec, count, ts, mx), dtype=np.float64)
+        self.reach = np.append(h + n - (n == spec.max_batch), tok.size)  # [N]: none left
 
     @property
     def keys(self) -> range:
@@ -63,62 +105,24 @@ class FifoWaiting(_Waiting):
     def remove(self, ids: Sequence[int]) -> None:
         self.head += len(ids)
 
-    def _limit(self, h: int) -> Optional[Tuple[int, float, float, float]]:
-        """(size, token sum, sum of squares, longest) of the batch the limits cut from head ``h``
-        among the requests waiting, or None if they reach no limit: the rule of
-        :meth:`_Waiting.candidate` (a request joins while the batch has fewer than ``max_batch``
-        and its cost, count x longest padded or the token sum packed, stays within the budget;
-        the first always joins) by prefix maxima or sums, whose costs never decrease."""
-        s, tok = self.spec, self.tok
-        L = tok[h:min(h + s.max_batch + 1, self.tail)]
-        if not L:
-            return None
-        if s.padded:
-            run = list(accumulate(L, max))
-            n = bisect.bisect_right(list(map(mul, self.counts, run)), s.budget)
-        else:
-            run = list(accumulate(L))
-            n = bisect.bisect_right(run, s.budget)
-        n = max(1, min(n, s.max_batch))
-        if n == len(run) and n < s.max_batch:
-            return None
-        cum, cum2 = self.cum, self.cum2
-        return n, cum[h + n] - cum[h], cum2[h + n] - cum2[h], run[n - 1] if s.padded else max(L[:n])
-
-    def _chain(self, h: int) -> bool:
-        """Form the batches the limits cut from head ``h`` on, one after the next, among the
-        requests waiting, their seconds and billed tokens in one call of the service model.
-        False if the limits do not cut the first."""
-        rows: List[tuple] = []
-        while True:
-            got = self._limit(h)
-            if got is None:
-                break
-            rows.append((h,) + got)
-            h += got[0]
-        if not rows:
-            return False
-        heads, n, ts, sq, mx = (np.array(c) for c in zip(*rows))
-        count = n.astype(np.float64)
-        seconds = np.asarray(self.spec.model.seconds(count, ts, sq, mx), dtype=np.float64)
-        if self.slow is not None:
-            seconds = seconds * np.asarray(self.slow)[heads // self.G]
-        billed = _billed(self.spec, count, ts, mx)
-        self.cut.update(zip(heads.tolist(), zip(n.tolist(), seconds.tolist(), billed.tolist())))
-        return True
-
-    def candidate(self):
-        """As :meth:`_Waiting.candidate`; a batch the limits cut comes formed (its statistics are
-        then not needed: :meth:`_batch` reads its seconds)."""
+    def take(self) -> Optional[Tuple[int, int, float, float]]:
+        """The batch the limits cut from the head, removed: (head, size, seconds, billed tokens);
+        None if they cut none among the requests waiting."""
         h = self.head
-        if h not in self.cut and not self._chain(h):
-            return super().candidate()
-        n = self.cut[h][0]
-        return range(h, h + n), n, None, None, None, True
+        if self.reach.item(h) >= self.tail:
+            return None
+        n = self.size.item(h)
+        self.head = h + n
+        return h, n, self.seconds.item(h), self.billed.item(h)
 
-    def _batch(self, r: int, ids: List[int], n: int, ts, sq, mx) -> _Batch:
-        if type(ids) is not range:
-            return super()._batch(r, ids, n, ts, sq, mx)
-        h = ids.start
-        _, seconds, billed = self.cut.pop(h)
-        return _Batch(r, ids, seconds, billed, h // self.G)
+    def dispatch(self, idle: Sequence[int], tau: float, arrival: Sequence[float]) -> List[_Batch]:
+        """:meth:`_Waiting.dispatch`: a batch the limits cut leaves at once (it is full), formed;
+        from the first that is not, the rule's own loop (a flush)."""
+        out: List[_Batch] = []
+        for i, r in enumerate(idle):
+            got = self.take()
+            if got is None:
+                return out + super().dispatch(idle[i:], tau, arrival)
+            h, n, seconds, billed = got
+            out.append(_Batch(r, range(h, h + n), seconds, billed, h // self.G))
+        return out

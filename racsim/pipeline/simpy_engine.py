@@ -287,8 +287,9 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         for nm, srv in servers.items():
             if nm in auto:
                 auto[nm].append(srv.pool)
-                start[nm][i], end[nm][i] = (x[0] for x in sample_times(draws, nm, [srv.pool], submit[nm][i],
-                                                                                slice(i, i + 1), feed))
+                times = sample_times(draws, nm, srv.pool.disp[None], srv.pool.comp[None], submit[nm][i],
+                                     slice(i, i + 1), feed)
+                start[nm][i], end[nm][i] = (x[0] for x in times)
                 continue
             shape = draws.service[nm].shape[1:]
             disp, comp, lost, rows = srv.disp, srv.comp, srv.lost, [np.asarray(c) for c in zip(*srv.batches)]
