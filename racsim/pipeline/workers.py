@@ -61,20 +61,25 @@ class Cursor:
                 return
             self._step(lane[m], w[m], float(np.max(t[m])))
 
-    def advance_rows(self, rows: np.ndarray, t: np.ndarray) -> None:
-        """:meth:`advance` for every worker of lanes ``rows``, ``t`` (len(rows), workers)."""
+    def advance_rows(self, rows, t: np.ndarray) -> None:
+        """:meth:`advance` for every worker of lanes ``rows`` (indices, or a slice), ``t`` (those lanes, workers)."""
+        lanes = np.arange(self.L)[rows]
         while True:
             m = self.up[rows] <= t
             if not m.any():
                 return
             li, wi = np.nonzero(m)
-            self._step(rows[li], wi, float(np.max(t[m])))
+            self._step(lanes[li], wi, float(np.max(t[m])))
 
     def sync(self, rows: np.ndarray) -> None:
         """``down``/``up`` of lanes ``rows`` read again at their index ``k`` (moved by a caller)."""
-        k = self.k[rows][..., None]
-        self.down[rows] = np.take_along_axis(self.D[rows], k, 2)[..., 0]
-        self.up[rows] = np.take_along_axis(self.U[rows], k, 2)[..., 0]
+        at = (self.at(rows[:, None] * self.W + np.arange(self.W)) + self.k[rows]).ravel()
+        self.down[rows] = self.D.reshape(-1)[at].reshape(rows.size, self.W)
+        self.up[rows] = self.U.reshape(-1)[at].reshape(rows.size, self.W)
+
+    def at(self, p: np.ndarray) -> np.ndarray:
+        """Where flat (lane, worker) ``p`` (lane * workers + worker) starts in the flat stacks."""
+        return p * self.D.shape[2]
 
     def _step(self, li: np.ndarray, wi: np.ndarray, t: float) -> None:
         """The cursors (li, wi) one outage on; ``t`` the latest instant asked."""
@@ -163,7 +168,7 @@ class _Fast:
         self.cur, self.lanes = cur, np.arange(free.shape[0])
         self.offs, self.retries = self.lanes * free.shape[1], cur.tl.spec.retries
         np.maximum(cur.now, a, out=cur.now)
-        cur.advance_rows(self.lanes, np.maximum(a[:, None], free))  # the first job's query of every worker
+        cur.advance_rows(slice(None), np.maximum(a[:, None], free))  # the first job's query of every worker
         self.key, self.nb, self.dfree = np.empty_like(free), np.empty_like(free), free.copy()
         self.nxt, self.rep = np.empty(free.shape[0]), np.empty(free.shape[0])
         self.clean = True  # False once a zero-length outage puts the cursor out of step
@@ -176,7 +181,7 @@ class _Fast:
         d, u = cur.down[rows], cur.up[rows]
         up = d > np.maximum(cur.now[rows, None], f)
         self.key[rows], self.nb[rows] = np.where(up, f, u), np.where(up, d, u)
-        self.nxt[rows], self.rep[rows] = self.nb[rows].min(axis=1), np.where(up, np.inf, u).min(axis=1)
+        self.nxt[rows], self.rep[rows] = _row_min(self.nb[rows]), _row_min(np.where(up, np.inf, u))
 
     def free(self, rows: np.ndarray) -> np.ndarray:
         """When rows' workers fell free."""
@@ -199,7 +204,7 @@ class _Fast:
         start, end = np.empty_like(arr), np.empty_like(arr)
         lost = np.zeros(arr.shape, dtype=bool)
         steady = bool(np.all(arr == arr[0]))  # one arrival per lane: no status changes after the first job
-        a = arr[0]
+        a, offs, retries, dfreef = arr[0], self.offs, self.retries, self.dfreef
         for j in range(arr.shape[0]):
             if j and not steady:
                 a = arr[j]
@@ -211,10 +216,11 @@ class _Fast:
                     self.dfree[g] = self.free(g)
                     self._status(g)
             w = key.argmin(axis=1)
-            p = w + self.offs
+            p = w + offs
             c = keyf[p]
             s = np.maximum(a, c)
-            e = s + sec[j]
+            sj = sec[j]
+            e = s + sj
             d = nbf[p]
             cut, odd = e >= d, c >= rep  # meets its worker's failure; a repair (down worker) at c
             start[j] = s
@@ -237,65 +243,68 @@ class _Fast:
             u = Uf[q]  # the repair of the outage at d
             if no and (r.size < no or np.count_nonzero(key[r] == c[r, None]) > no):
                 pass  # a tie at a repair: the rule's tie-break
-            elif self.retries:
-                e2, d2 = u + sec[j][i], Df[q + 1]
+            elif retries:
+                e2, d2 = u + sj[i], Df[q + 1]
                 if not np.count_nonzero((e2 >= d2) | (e[i] == di)):
-                    kf[pi], keyf[pi], nbf[pi], end[j, i] = k + 1, e2, d2, e2
+                    kf[pi], keyf[pi], nbf[pi], end[j][i] = k + 1, e2, d2, e2
                     if no:  # a repaired worker taken: the lane's first repair again
-                        self.rep[r] = np.where(self.nb[r] == key[r], key[r], np.inf).min(axis=1)
+                        self.rep[r] = _row_min(np.where(self.nb[r] == key[r], key[r], np.inf))
                     continue
             elif not no and not np.count_nonzero((u <= di) | (e[i] == di)):
-                keyf[pi], nbf[pi], self.dfreef[pi], end[j, i], lost[j, i] = u, u, di, di, True
+                keyf[pi], nbf[pi], dfreef[pi], end[j][i], lost[j][i] = u, u, di, di, True
                 rep[i] = np.minimum(rep[i], u)
                 continue
             i = (cut | odd).nonzero()[0]
             keyf[p[i]] = c[i]
-            end[j, i], lost[j, i] = self._serve(i, w[i], c[i], s[i], sec[j][i])
-        cur.sync(self.lanes)
+            end[j][i], lost[j][i] = self._serve(i, w[i], c[i], s[i], sj[i])
         return start.T.copy(), end.T.copy(), lost.T.copy()
 
     def _serve(self, i: np.ndarray, w: np.ndarray, c: np.ndarray, s: np.ndarray, seconds: np.ndarray):
         """Lanes i's jobs (started at s) on the rule's worker, through its outages: (end, lost)."""
-        key, nb, cur = self.key, self.nb, self.cur
+        key, cur = self.key, self.cur
         odd = (c >= self.rep[i]).nonzero()[0]
         if odd.size:  # a repair at c: the candidates at c, free the longest, then the lowest index
             r = i[odd]
-            f = self.free(r)
-            w[odd] = np.where(key[r] == c[odd, None], f, np.inf).argmin(axis=1)
-        e, lost = _serve_by_index(cur, i, w, s, seconds, self.retries)
-        k = cur.k[i, w]
-        d, u = cur.D[i, w, k], cur.U[i, w, k]
-        cur.down[i, w], cur.up[i, w] = d, u
-        self.clean &= not np.any(u <= e)  # a zero-length outage at e: the rule's next query steps it
+            w[odd] = np.where(key[r] == c[odd, None], self.free(r), np.inf).argmin(axis=1)
+        p = i * cur.W + w
+        e, lost = _serve_by_index(cur, p, s, seconds, self.retries)
+        q = cur.at(p) + cur.k.reshape(-1)[p]
+        d, u = cur.D.reshape(-1)[q], cur.U.reshape(-1)[q]
+        self.clean &= not np.count_nonzero(u <= e)  # a zero-length outage at e: the rule's next query steps it
         up = d > e
-        key[i, w], nb[i, w], self.dfree[i, w] = np.where(up, e, u), np.where(up, d, u), e
+        self.keyf[p], self.nbf[p], self.dfreef[p] = np.where(up, e, u), np.where(up, d, u), e
         if odd.size or not up.all():  # a worker repaired or down: the first repair again
-            r = i
-            self.rep[r] = np.where(nb[r] == key[r], key[r], np.inf).min(axis=1)
+            self.rep[i] = _row_min(np.where(self.nb[i] == key[i], key[i], np.inf))
         return e, lost
 
     def store(self, free: np.ndarray) -> None:
-        """Write every worker's free back."""
+        """Write every worker's free back, and the cursor's down/up at its index."""
         free[...] = self.free(self.lanes)
+        self.cur.sync(self.lanes)
 
 
-def _serve_by_index(cur: Cursor, lanes: np.ndarray, w: np.ndarray, s: np.ndarray, seconds: np.ndarray,
-                    retries: int):
-    """:func:`_serve` read off the cursor's stacked outages by index (``cur.k`` stepped, nothing
-    grown: the caller checks the horizon)."""
-    D, U = cur.D, cur.U
-    k = cur.k[lanes, w]
+def _row_min(x: np.ndarray) -> np.ndarray:
+    """x.min(axis=1) (by argmin: faster on short rows)."""
+    return x[np.arange(x.shape[0]), x.argmin(axis=1)]
+
+
+def _serve_by_index(cur: Cursor, p: np.ndarray, s: np.ndarray, seconds: np.ndarray, retries: int):
+    """:func:`_serve` for flat (lane, worker) ``p``, read off the cursor's stacked outages by index
+    (``cur.k`` stepped, nothing grown: the caller checks the horizon)."""
+    D, U, base, kf = cur.D.reshape(-1), cur.U.reshape(-1), cur.at(p), cur.k.reshape(-1)
+    k = kf[p]
     while True:  # to the first outage ending after s (a repair at s: the next)
-        m = U[lanes, w, k] <= s
-        if not m.any():
+        m = U[base + k] <= s
+        if not np.count_nonzero(m):
             break
         k = k + m
     end = s + seconds
     lost = np.zeros(s.shape, dtype=bool)
-    act = np.flatnonzero(end > D[lanes, w, k])  # cut by a failure (few): attempt by attempt
+    act = (end > D[base + k]).nonzero()[0]  # cut by a failure (few): attempt by attempt
     t, tries = s[act], 0
     while act.size:
-        d, u = D[lanes[act], w[act], k[act]], U[lanes[act], w[act], k[act]]
+        q = base[act] + k[act]
+        d, u = D[q], U[q]
         cut = t + seconds[act] > d
         end[act[~cut]] = (t + seconds[act])[~cut]
         if tries == retries:
@@ -303,11 +312,11 @@ def _serve_by_index(cur: Cursor, lanes: np.ndarray, w: np.ndarray, s: np.ndarray
             break
         act, t, tries = act[cut], u[cut], tries + 1
         while True:
-            m = U[lanes[act], w[act], k[act]] <= t
-            if not m.any():
+            m = U[base[act] + k[act]] <= t
+            if not np.count_nonzero(m):
                 break
             k[act] += m
-    cur.k[lanes, w] = k
+    kf[p] = k
     return end, lost
 
 
