@@ -189,22 +189,15 @@ class _Fast:
         return np.where(nb == key, self.dfree[rows], key)  # down iff nb == key (an up one's nb > free)
 
     def run(self, arrival: np.ndarray, service: np.ndarray, sent: Optional[np.ndarray]):
-        """(start, end, lost) of the jobs, as :func:`fifo_assign_faults`; rows are jobs below.
-
-        A job cut once by its up worker's failure d, or started at a down worker's repair, is
-        read off the stacked outages at once (the cursor's index k at the outage [d, u)):
-        ``lose``: lost at d, the worker down until u; with retries: (re)started at u, done at
-        u + seconds if that is before the next failure D[k + 1], the index one outage on.
-        Anything else (a second cut, a job ending as its worker fails, a tie at a repair, a
-        repair taken with ``lose``): :meth:`_serve`."""
+        """(start, end, lost) of the jobs, as :func:`fifo_assign_faults` (rows are jobs below):
+        the lanes whose job meets an outage by :meth:`_at_once`, else :meth:`_serve`."""
         cur, key, rep, keyf, nbf = self.cur, self.key, self.rep, self.keyf, self.nbf  # flat: (lane, worker) -> one index
-        kf, Df, Uf, K1 = cur.k.reshape(-1), cur.D.reshape(-1), cur.U.reshape(-1), cur.D.shape[2]
         arr, sec = np.ascontiguousarray(arrival.T), np.ascontiguousarray(service.T)
         go_all = None if sent is None else np.ascontiguousarray(sent.T)
         start, end = np.empty_like(arr), np.empty_like(arr)
         lost = np.zeros(arr.shape, dtype=bool)
         steady = bool(np.all(arr == arr[0]))  # one arrival per lane: no status changes after the first job
-        a, offs, retries, dfreef = arr[0], self.offs, self.retries, self.dfreef
+        a, offs = arr[0], self.offs
         for j in range(arr.shape[0]):
             if j and not steady:
                 a = arr[j]
@@ -234,30 +227,45 @@ class _Fast:
                 keyf[p] = np.where(go, e, c)
             if not np.count_nonzero(cut | odd):
                 continue
-            i = cut.nonzero()[0]  # a down worker's job starts at its repair c = d: odd lanes are cut lanes
-            no = np.count_nonzero(odd)
-            r = i[odd[i]] if no else None
-            pi, di = p[i], d[i]
-            k = kf[pi]
-            q = pi * K1 + k
-            u = Uf[q]  # the repair of the outage at d
-            if no and (r.size < no or np.count_nonzero(key[r] == c[r, None]) > no):
-                pass  # a tie at a repair: the rule's tie-break
-            elif retries:
-                e2, d2 = u + sj[i], Df[q + 1]
-                if not np.count_nonzero((e2 >= d2) | (e[i] == di)):
-                    kf[pi], keyf[pi], nbf[pi], end[j][i] = k + 1, e2, d2, e2
-                    if no:  # a repaired worker taken: the lane's first repair again
-                        self.rep[r] = _row_min(np.where(self.nb[r] == key[r], key[r], np.inf))
-                    continue
-            elif not no and not np.count_nonzero((u <= di) | (e[i] == di)):
-                keyf[pi], nbf[pi], dfreef[pi], end[j][i], lost[j][i] = u, u, di, di, True
-                rep[i] = np.minimum(rep[i], u)
+            if self._at_once(cut, odd, p, c, e, d, sj, end[j], lost[j]):
                 continue
             i = (cut | odd).nonzero()[0]
             keyf[p[i]] = c[i]
             end[j][i], lost[j][i] = self._serve(i, w[i], c[i], s[i], sj[i])
         return start.T.copy(), end.T.copy(), lost.T.copy()
+
+    def _at_once(self, cut, odd, p, c, e, d, seconds, end, lost) -> bool:
+        """A job cut once by its up worker's failure d, or started at a down worker's repair
+        c = d, read off the stacked outages at once (the cursor's index k at the outage [d, u)):
+        ``lose``: lost at d, the worker down until u; with retries: (re)started at u, done at
+        u + seconds if that is before the next failure D[k + 1], the index one outage on.
+        True once every such lane's ``end``/``lost`` (this job's rows) and worker are set;
+        False, nothing changed, on a second cut, a job ending as its worker fails, a tie at a
+        repair or a repair taken with ``lose`` (:meth:`_serve`)."""
+        cur, key, rep, keyf, nbf = self.cur, self.key, self.rep, self.keyf, self.nbf
+        i = cut.nonzero()[0]  # a down worker's job starts at its repair c = d: odd lanes are cut lanes
+        no = np.count_nonzero(odd)
+        r = i[odd[i]] if no else None
+        if no and (r.size < no or np.count_nonzero(key[r] == c[r, None]) > no):
+            return False  # a tie at a repair: the rule's tie-break
+        pi, di = p[i], d[i]
+        kf = cur.k.reshape(-1)
+        k = kf[pi]
+        q = cur.at(pi) + k
+        u = cur.U.reshape(-1)[q]  # the repair of the outage at d
+        if self.retries:
+            e2, d2 = u + seconds[i], cur.D.reshape(-1)[q + 1]
+            if np.count_nonzero((e2 >= d2) | (e[i] == di)):
+                return False
+            kf[pi], keyf[pi], nbf[pi], end[i] = k + 1, e2, d2, e2
+            if no:  # a repaired worker taken: the lane's first repair again
+                rep[r] = _row_min(np.where(self.nb[r] == key[r], key[r], np.inf))
+            return True
+        if no or np.count_nonzero((u <= di) | (e[i] == di)):
+            return False
+        keyf[pi], nbf[pi], self.dfreef[pi], end[i], lost[i] = u, u, di, di, True
+        rep[i] = np.minimum(rep[i], u)
+        return True
 
     def _serve(self, i: np.ndarray, w: np.ndarray, c: np.ndarray, s: np.ndarray, seconds: np.ndarray):
         """Lanes i's jobs (started at s) on the rule's worker, through its outages: (end, lost)."""
