@@ -440,6 +440,105 @@ def test_queue_faults_keep_every_other_draw():
     assert np.array_equal(on.offset, off.offset) and np.array_equal(on.routed["q"], off.routed["q"])
 
 
+
+def fast_path_inputs(seed: int):
+    """A pool's timeline and calls of jobs for :func:`workers.fifo_assign_faults`, drawn at random:
+    random or scheduled (integer, tying) outages, retry caps 0/1/3 or lose, steady or spread
+    arrivals, routing, zero-second jobs (with a call that arrives before the last one), times
+    past the cursor's horizon."""
+    rng = np.random.default_rng(900 + seed)
+    lanes, c = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+    retries = [0, 1, 3][seed % 3]
+    if seed % 4 == 3:  # known outages at whole seconds: ties between repairs, frees and arrivals
+        sched = []
+        for _ in range(c):  # gaps and repairs of 1..5 s, never touching (as read_schedule wants)
+            gap, rep = rng.integers(1, 6, 30).astype(float), rng.integers(1, 4, 30).astype(float)
+            up = np.cumsum(gap + rep)
+            sched.append((up - rep, up))
+        spec = FaultSpec(math.inf, 0.0, retries)
+        make = lambda: Timeline(0, lanes, c, spec, sched)  # noqa: E731
+    else:
+        spec = FaultSpec(float(rng.uniform(0.3, 20)), float(rng.uniform(0.05, 5)), retries)
+        make = lambda: Timeline(seed, lanes, c, spec)  # noqa: E731
+    calls, t = [], np.zeros(lanes)
+    for n in range(int(rng.integers(3, 12))):
+        jobs = int(rng.integers(1, 3 * c + 3))
+        if rng.random() < 0.5:  # one arrival per lane (a step's batch)
+            arrival = np.repeat((t + rng.exponential(2.0, lanes))[:, None], jobs, axis=1)
+        else:
+            arrival = np.sort(t[:, None] + rng.exponential(2.0, (lanes, jobs)).cumsum(axis=1) / 2, axis=1)
+        if seed % 4 == 3:
+            arrival = np.floor(arrival)
+        if n == 2 and seed % 5 == 0:
+            arrival = arrival - 3.0  # before the last call's arrivals
+        t = arrival[:, -1] + (40.0 if rng.random() < 0.1 else 0.0)
+        service = rng.exponential(float(rng.uniform(0.3, 3)), (lanes, jobs))
+        if seed % 4 == 3:
+            service = np.ceil(service)
+        if seed % 5 == 0:
+            service[rng.random((lanes, jobs)) < 0.1] = 0.0
+        sent = rng.random((lanes, jobs)) < 0.7 if seed % 2 else None
+        calls.append((arrival, service, sent))
+    return make, c, lanes, calls
+
+
+def test_fast_path_and_its_fallbacks_match_the_rule(monkeypatch):
+    """workers.fifo_assign_faults (one argmin per job; a cut or a repair taken read off the
+    stacked outages; the rule's serve on a tie or a second cut; undone for by_rule past the
+    cursor's horizon or for arrivals out of order) against by_rule, the rule job by job, on
+    the same calls: start, end, lost, free, cursor and timeline bit for bit; and against the
+    event-loop oracle. Random inputs reach every branch."""
+    from racsim.pipeline import workers
+
+    seen = {"run": 0, "kept": 0, "serve": 0, "at once": 0, "lost at once": 0, "by_rule": 0}
+    rule = workers.by_rule
+
+    def count(name, f, tally=lambda out, *a: 1):
+        def counted(*a):
+            out = f(*a)
+            seen[name] += tally(out, *a)
+            return out
+        return counted
+
+    monkeypatch.setattr(workers._Fast, "run", count("run", workers._Fast.run))
+    monkeypatch.setattr(workers._Fast, "store", count("kept", workers._Fast.store))
+    monkeypatch.setattr(workers._Fast, "_serve", count("serve", workers._Fast._serve))
+    monkeypatch.setattr(workers._Fast, "_at_once", count("at once", workers._Fast._at_once, lambda out, *a: out))
+    monkeypatch.setattr(workers._Fast, "_at_once", count("lost at once", workers._Fast._at_once,
+                                                         lambda out, self, *a: out and not self.retries))
+    monkeypatch.setattr(workers, "by_rule", count("by_rule", rule))
+    for seed in range(40):
+        make, c, lanes, calls = fast_path_inputs(seed)
+        tl_a, tl_b = make(), make()
+        cur_a, cur_b = workers.Cursor(tl_a), workers.Cursor(tl_b)
+        free_a, free_b = np.zeros((lanes, c)), np.zeros((lanes, c))
+        got = []
+        for n, (arrival, service, sent) in enumerate(calls):
+            if seed % 3 == 1 and n == len(calls) - 1 and math.isfinite(cur_a.horizon):  # ends past the horizon
+                arrival[...] = arrival - arrival.min() + cur_a.horizon - 0.5
+            a = workers.fifo_assign_faults(arrival, service, free_a, cur_a, sent)
+            b = rule(arrival, service, free_b, cur_b, sent)
+            for x, y in zip(a, b):
+                assert np.array_equal(x, y), f"seed {seed}"
+            got.append(a)
+            assert np.array_equal(free_a, free_b) and np.array_equal(cur_a.now, cur_b.now)
+            for x, y in ((cur_a.k, cur_b.k), (cur_a.down, cur_b.down), (cur_a.up, cur_b.up)):
+                assert np.array_equal(x, y), f"seed {seed}: cursor"
+        assert [u.shape for u in tl_a.up] == [u.shape for u in tl_b.up], f"seed {seed}: timeline grown alike"
+        if seed % 5 and seed % 2 == 0 and seed % 3 != 1:  # arrivals in order, every job sent: one queue a lane
+            for i in range(lanes):
+                arrival = np.concatenate([x[0][i] for x in calls])
+                service = np.concatenate([x[1][i] for x in calls])
+                for w in range(c):
+                    tl_a.cover(w, float(arrival[-1] + service.sum() + 100.0))
+                want = event_loop_oracle(arrival, service, [tl_a.down[w][i] for w in range(c)],
+                                         [tl_a.up[w][i] for w in range(c)], tl_a.spec.retries)
+                for x, y in zip((np.concatenate([g[k][i] for g in got]) for k in range(3)), want):
+                    assert np.array_equal(x, y), f"seed {seed} lane {i}: oracle"
+    assert seen["by_rule"] > seen["run"] - seen["kept"] > 0  # by_rule past the horizon (undone), or out of order
+    assert seen["serve"] and seen["at once"] and seen["lost at once"]  # the rule's serve; cuts and repairs read at once
+
+
 V = "pipeline.channels.verifier"
 
 
