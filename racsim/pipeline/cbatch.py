@@ -128,12 +128,11 @@ class _Chunked(_Waiting):
 class _ChunkedLanes(_FifoLanes):
     """State of a FIFO chunked-prefill pool on every lane for :func:`_chunked_lanes`:
     :class:`_FifoLanes` and, per replica, the request whose rest it scores next (-1:
-    none) and how many of its tokens are scored."""
+    none) and how many of its tokens are scored; ``tab``: the lanes' :class:`_Tables`."""
 
     carry: np.ndarray = None  # (lanes, replicas) request index or -1
     done: np.ndarray = None  # (lanes, replicas) its tokens scored so far
-    flat: np.ndarray = None  # the lanes' prefix sums, shifted by ``off`` (lanes,) to ascend across lanes
-    off: np.ndarray = None
+    tab: "_Tables" = None
 
     @classmethod
     def new(cls, lanes: int, requests: int, replicas: int) -> "_ChunkedLanes":
@@ -141,6 +140,34 @@ class _ChunkedLanes(_FifoLanes):
         st.carry = np.full((lanes, replicas), -1, dtype=np.int64)
         st.done = np.zeros((lanes, replicas))
         return st
+
+
+class _Tables:
+    """Every lane's requests flattened, lane i's N + 1 entries from i (N + 1) on (a request's
+    flat index): ``flat`` the prefix sums of tokens shifted to ascend across lanes (then inf),
+    ``cum2`` those of squares, ``tok`` the tokens (0 at each lane's end), and a sparse table of
+    range maxima of ``tok`` (``sparse``: a row of zeros, then maxima over 1, 2, 4... requests;
+    ``row`` and ``span`` (n,): the row and its width for a range of n requests)."""
+
+    def __init__(self, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, budget: float, max_batch: int):
+        lanes, N = tok.shape
+        off = np.arange(lanes)[:, None] * (float(cum[:, -1].max()) + budget + 1.0)
+        self.flat = np.append((cum + off).ravel(), np.inf)  # integers: every sum and difference exact
+        self.cum2 = cum2.ravel()
+        self.tok = np.hstack([tok, np.zeros((lanes, 1))]).ravel()
+        rows, w = [np.zeros(self.tok.size, np.float32), self.tok.astype(np.float32)], 1  # integers < 2^24: exact
+        while 2 * w <= max_batch:
+            rows.append(np.maximum(rows[-1], np.append(rows[-1][w:], np.zeros(w, np.float32))))
+            w *= 2
+        self.sparse = np.concatenate(rows)
+        level = np.array([n.bit_length() for n in range(max_batch + 1)])  # 1 + floor(log2 n), 0 for n = 0
+        self.row = level * self.tok.size
+        self.span = np.where(level > 0, 1 << np.maximum(level - 1, 0), 0)
+
+    def range_max(self, lo: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """max(tok[lo:lo + n]) (0 if n <= 0), elementwise over flat indices ``lo``."""
+        r, w = self.row.take(n, mode="clip"), self.span.take(n, mode="clip")
+        return np.maximum(self.sparse.take(r + lo, mode="clip"), self.sparse.take(r + lo + n - w, mode="clip"))
 
 
 def lanes_state(spec: GpuSpec, lanes: int, requests: int):
@@ -160,65 +187,128 @@ def fifo_lanes(spec: GpuSpec, tok, cum, cum2, group_time, G: int, end: int, st, 
 def _chunked_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
                    G: int, end: int, st: _ChunkedLanes) -> None:
     """The rule of :meth:`_Chunked.dispatch` for a FIFO pool in closed form, vectorised
-    over lanes, one iteration per lane per pass, until every request below ``end`` is
-    scored. The next iteration of a lane runs on the replica r that minimises
-    (tau_r, r), tau_r = free_r if r carries a request, max(free_r, a_head) if a
-    request waits, inf otherwise (the event loop's order: instants in time,
-    replicas ascending within one; tau_r never precedes the lane's previous
-    iteration, which would otherwise have been r's); it scores the carried rest (up to the
-    budget), then whole requests from the head that have arrived by tau_r while
-    sequences and budget last, then, if budget is left, a chunk of the next arrived
-    request, carried on r. The whole requests that fit come from one search of the
-    prefix sums ``cum`` (their tokens are integers, so every sum is exact); first
-    dispatches and completions are written once per call. Arguments as :func:`_fifo_lanes`."""
-    N, M, B = tok.shape[1], spec.max_batch, spec.budget
-    offs = np.arange(M)
-    if st.flat is None:  # every lane's prefix sums in one ascending array: lane i's shifted past lane i - 1's + B
-        st.off = np.arange(tok.shape[0]) * (float(cum[:, -1].max()) + B + 1.0)
-        st.flat = (cum + st.off[:, None]).ravel()
-    done_by: list = []  # per iteration: lanes, head, whole requests, split one, start, end, carried request, its rest done
-    while True:
-        act = np.flatnonzero((st.head < end) | (st.carry >= 0).any(axis=1))
-        if act.size == 0:
-            break
-        rows = np.arange(act.size)
-        h, carry, done, free = st.head[act], st.carry[act], st.done[act], st.free[act]
-        a_head = np.where(h < end, group_time[act, np.minimum(h, N - 1) // G], np.inf)
-        ready = np.where(carry >= 0, free, np.maximum(free, a_head[:, None]))  # inf: nothing to do on r
-        r = np.argmin(ready, axis=1)
-        tau = ready[rows, r]
-        cj, cd = carry[rows, r], done[rows, r]
-        has_c = cj >= 0
-        c_tok = tok[act, np.maximum(cj, 0)]
-        c_len = np.where(has_c, np.minimum(c_tok - cd, B), 0.0)
+    over lanes, until every request below ``end`` (a multiple of G) is scored. The next
+    iteration of a lane runs on the replica r that minimises (tau_r, r), tau_r = free_r if
+    r carries a request, max(free_r, a_head) if a request waits, inf otherwise (the event
+    loop's order: instants in time, replicas ascending within one); it scores the carried
+    rest (up to the budget), then whole requests from the head that have arrived by tau_r
+    while sequences and budget last, then, if budget is left, a chunk of the next arrived
+    request, carried on r. Each pass runs a round of iterations per lane (:meth:`_Work.round`).
+    First dispatches and completions are written once per call. Arguments as :func:`_fifo_lanes`."""
+    if st.tab is None:
+        st.tab = _Tables(tok, cum, cum2, spec.budget, spec.max_batch)
+    gt = np.full((tok.shape[0], group_time.shape[1] + 1), np.inf)  # groups from end // G on: not arrived yet
+    gt[:, :end // G] = group_time[:, :end // G]
+    w = _Work(st, np.arange(tok.shape[0]), gt, G)
+    fl: list = []  # per pass: (3, iterations) tau, end, tokens
+    it: list = []  # per pass: (9, iterations) lane, replica, head, head after whole requests, split, carried, ...
+    while w.act.size:
+        done = w.round(spec, st.tab, fl, it)
+        if done is not None:
+            w = w.keep(st, ~done)
+    if fl:
+        tau, e, ts = np.concatenate(fl, axis=1)
+        lane, r, h, hn, split, cj, c_fin, n, has_c = np.concatenate(it, axis=1)
+        base = lane * (tok.shape[1] + 1)
+        h, hn, cj = h - base, hn - base, cj - base
+        st.log.append((lane, r, tau, e, n, ts, np.where(has_c > 0, cj, h) // G))
+        _mark(st, lane, h, hn - h, split, tau, e, cj, c_fin > 0)
+
+
+class _Work:
+    """The active lanes ``act`` of :func:`_chunked_lanes`, requests as flat indices
+    (:class:`_Tables`): head ``h``, per replica its free instant, carried request ``cj``,
+    its tokens left ``rest`` (0: none) and scored ``cd``; ``AE`` the end of the requests
+    known to have arrived (``ge`` groups, ``gt``: the groups' arrivals, flat)."""
+
+    def __init__(self, st: _ChunkedLanes, act: np.ndarray, gt: np.ndarray, G: int):
+        self.act, self.groups, self.G = act, gt, G
+        self.gt = gt.ravel()
+        self.base = act * (st.disp.shape[1] + 1)
+        self.gbase = act * gt.shape[1]
+        self.h = st.head[act] + self.base
+        self.free = st.free[act]
+        c = st.carry[act]
+        self.cj = c + self.base[:, None]
+        self.cd = st.done[act]
+        self.rest = np.where(c >= 0, st.tab.tok.take(self.cj, mode="clip") - self.cd, 0.0)
+        self.ge = st.head[act] // G
+
+    def keep(self, st: _ChunkedLanes, on: np.ndarray) -> "_Work":
+        """Write the state back to ``st``; a _Work of the lanes ``on`` (bool)."""
+        act, live = self.act, self.rest > 0
+        st.head[act] = self.h - self.base
+        st.free[act] = self.free
+        st.carry[act] = np.where(live, self.cj - self.base[:, None], -1)
+        st.done[act] = np.where(live, self.cd, 0.0)
+        return _Work(st, act[on], self.groups, self.G)
+
+    def round(self, spec: GpuSpec, tab: _Tables, fl: list, it: list) -> Optional[np.ndarray]:
+        """One pass: per lane, the replicas sorted by (tau_r, r) run one iteration each, in
+        that order, computed as if each iteration k took every token of its room from the head
+        (the head H_k it starts from: one search per k), with the arrivals known by tau_1 and
+        max_batch as limits. Iteration k > 1 is the rule's next iteration, and exact, when
+        iteration k - 1 is and (a) ended where iteration k was assumed to start (H_k), (b) its
+        whole requests end before AE (so arrivals after tau_1 change nothing: with
+        a_head <= tau_1 <= tau_k no replica's tau_r moved), and (c) every earlier iteration
+        of the round ends after tau_k (its replica comes free later). Iteration 1 is the
+        rule's; the longest such prefix is kept. Returns the lanes with nothing left (bool),
+        or None after a round."""
+        B, R, a = spec.budget, self.free.shape[1], self.act.size
+        a_head = self.gt.take(self.gbase + (self.h - self.base) // self.G)
+        ready = np.where(self.rest > 0, self.free, np.maximum(self.free, a_head[:, None]))
+        order = ready.argsort(axis=1, kind="stable").T  # (R, lanes): slot k's replica
+        idx = order + np.arange(0, a * R, R)
+        tau = ready.take(idx)
+        t1 = tau[0]
+        if t1.max() == np.inf:
+            return t1 == np.inf
+        while True:  # groups arrived by tau_1
+            now = self.gt.take(self.gbase + self.ge) <= t1
+            if not now.any():
+                break
+            self.ge += now
+        AE = self.base + self.ge * self.G
+        rest, cd, cj, free = self.rest.take(idx), self.cd.take(idx), self.cj.take(idx), self.free.take(idx)
+        has_c = rest > 0
+        c_len = np.minimum(rest, B)
         room = B - c_len
-        win = h[:, None] + offs  # arrived from the head on, counted over the M the iteration can take
-        avail = ((win < end) & (group_time[act[:, None], np.minimum(win, N - 1) // G] <= tau[:, None])).sum(axis=1)
-        base = cum[act, h]
-        fit = np.searchsorted(st.flat, base + room + st.off[act], side="right") - 1 - act * (N + 1) - h
-        n_w = np.minimum(np.minimum(fit, avail), M - has_c)  # whole requests
-        hn = h + n_w
-        whole = cum[act, hn] - base
+        H = np.empty((R, a), dtype=np.int64)  # the head each slot starts from, if the earlier ones took their room
+        TS = np.empty((R, a))
+        H[0] = self.h
+        tab.flat.take(self.h, out=TS[0])
+        for k in range(R - 1):
+            H[k + 1] = tab.flat.searchsorted(TS[k] + room[k])
+            tab.flat.take(H[k + 1], out=TS[k + 1])
+        TG = TS + room
+        HM = H + (spec.max_batch - has_c)
+        hn = np.minimum(np.minimum(tab.flat.searchsorted(TG, side="right") - 1, AE), HM)  # after the whole requests
+        whole = tab.flat.take(hn) - TS
         left = room - whole
-        split = (n_w < M - has_c) & (n_w < avail) & (left > 0)
+        split = (hn < HM) & (hn < AE) & (left > 0)
         s_len = np.where(split, left, 0.0)
+        ha = hn + split
+        n_w = hn - H
         ts = c_len + whole + s_len
-        sq = chunk_squares(c_len, cd) + (cum2[act, hn] - cum2[act, h]) + s_len * s_len
-        L = np.where(offs < n_w[:, None], tok[act[:, None], np.minimum(h[:, None] + offs, N - 1)], 0.0)
-        mx = np.maximum(np.maximum(c_len, s_len), L.max(axis=1))
+        sq = chunk_squares(c_len, cd) + (tab.cum2.take(hn) - tab.cum2.take(H, mode="clip")) + s_len * s_len
+        mx = np.maximum(np.maximum(c_len, s_len), tab.range_max(H, n_w))
         n = has_c + n_w + split
         e = tau + spec.model.seconds(n.astype(np.float64), ts, sq, mx)
-        c_fin = has_c & (cd + c_len == c_tok)
-        keep = has_c & ~c_fin
-        carry[rows, r] = np.where(split, hn, np.where(keep, cj, -1))
-        done[rows, r] = np.where(split, s_len, np.where(keep, cd + c_len, 0.0))
-        free[rows, r] = e
-        st.carry[act], st.done[act], st.free[act] = carry, done, free
-        st.log.append((act, r, tau, e, n, ts, np.where(has_c, cj, h) // G))
-        done_by.append((act, h, n_w, split, tau, e, cj, c_fin))
-        st.head[act] = hn + split
-    if done_by:
-        _mark(st, *(np.concatenate(c) for c in zip(*done_by)))
+        ok = np.empty((R, a), dtype=bool)
+        ok[0] = True
+        ok[1:] = (np.minimum.accumulate(e[:-1], axis=0) > tau[1:]) & (ha[:-1] == H[1:]) & (hn[1:] < AE)
+        ok = np.logical_and.accumulate(ok, axis=0)
+        c_fin = has_c & (c_len == rest)
+        self.free.put(idx, np.where(ok, e, free))
+        self.rest.put(idx, np.where(ok, np.where(split, tab.tok.take(hn) - s_len, rest - c_len), rest))
+        self.cd.put(idx, np.where(ok, np.where(split, s_len, cd + c_len), cd))
+        self.cj.put(idx, np.where(ok & split, hn, cj))
+        self.h = ha.take((ok.sum(axis=0) - 1) * a + np.arange(a))
+        sel = np.flatnonzero(ok)
+        fl.append(np.stack((tau, e, ts)).reshape(3, -1).take(sel, axis=1))
+        lane = np.broadcast_to(self.act, (R, a))
+        it.append(np.stack((lane, order, H, hn, split, cj, c_fin, n, has_c)).reshape(9, -1).take(sel, axis=1))
+        return None
 
 
 def _mark(st: _ChunkedLanes, lane, head, n_w, split, tau, e, cj, c_fin) -> None:
