@@ -144,20 +144,22 @@ class _ChunkedLanes(_FifoLanes):
 
 class _Tables:
     """Every lane's requests flattened, lane i's N + 1 entries from i (N + 1) on (a request's
-    flat index): ``flat`` the prefix sums of tokens shifted to ascend across lanes (then inf),
-    ``cum2`` those of squares, ``tok`` the tokens (0 at each lane's end), and a sparse table of
-    range maxima of ``tok`` (``sparse``: a row of zeros, then maxima over 1, 2, 4... requests;
-    ``row`` and ``span`` (n,): the row and its width for a range of n requests)."""
+    flat index): ``flat`` the prefix sums of tokens shifted to ascend across lanes (then a
+    sentinel past them all), ``cum2`` those of squares, ``tok`` the tokens (0 at each lane's
+    end), and a sparse table of range maxima of ``tok`` (``sparse``: a row of zeros, then
+    maxima over 1, 2, 4... requests; ``row`` and ``span`` (n,): the row and its width for a
+    range of n requests). Tokens are integers: every sum and difference here is exact."""
 
     def __init__(self, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, budget: float, max_batch: int):
         lanes, N = tok.shape
-        off = np.arange(lanes)[:, None] * (float(cum[:, -1].max()) + budget + 1.0)
-        self.flat = np.append((cum + off).ravel(), np.inf)  # integers: every sum and difference exact
+        step = float(cum[:, -1].max()) + budget + 1.0
+        self.flat = np.append((cum + np.arange(lanes)[:, None] * step).ravel(), lanes * step + budget)
         self.cum2 = cum2.ravel()
         self.tok = np.hstack([tok, np.zeros((lanes, 1))]).ravel()
-        rows, w = [np.zeros(self.tok.size, np.float32), self.tok.astype(np.float32)], 1  # integers < 2^24: exact
-        while 2 * w <= max_batch:
-            rows.append(np.maximum(rows[-1], np.append(rows[-1][w:], np.zeros(w, np.float32))))
+        kind = np.float32 if self.tok.max() < 2 ** 24 else np.float64  # float32: exact below 2^24
+        rows, w = [np.zeros(self.tok.size, kind), self.tok.astype(kind)], 1
+        while 2 * w <= min(max_batch, N):  # a range holds at most N requests
+            rows.append(np.maximum(rows[-1], np.append(rows[-1][w:], np.zeros(w, kind))))
             w *= 2
         self.sparse = np.concatenate(rows)
         level = np.array([n.bit_length() for n in range(max_batch + 1)])  # 1 + floor(log2 n), 0 for n = 0
@@ -199,30 +201,59 @@ def _chunked_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.nda
         st.tab = _Tables(tok, cum, cum2, spec.budget, spec.max_batch)
     gt = np.full((tok.shape[0], group_time.shape[1] + 1), np.inf)  # groups from end // G on: not arrived yet
     gt[:, :end // G] = group_time[:, :end // G]
-    w = _Work(st, np.arange(tok.shape[0]), gt, G)
-    fl: list = []  # per pass: (3, iterations) tau, end, tokens
-    it: list = []  # per pass: (9, iterations) lane, replica, head, head after whole requests, split, carried, ...
+    R = spec.replicas
+    w = _Work(st, np.arange(tok.shape[0]), gt, G, R * max(1, ROUND // R))
+    log = _Log()
     while w.act.size:
-        done = w.round(spec, st.tab, fl, it)
+        done = w.round(spec, st.tab, log)
         if done is not None:
             w = w.keep(st, ~done)
-    if fl:
-        tau, e, ts = np.concatenate(fl, axis=1)
-        lane, r, h, hn, split, cj, c_fin, n, has_c = np.concatenate(it, axis=1)
+    if log.raw or log.kept:
+        tau, e, ts, lane, r, h, hn, split, cj, c_fin, has_c = log.rows()
         base = lane * (tok.shape[1] + 1)
         h, hn, cj = h - base, hn - base, cj - base
-        st.log.append((lane, r, tau, e, n, ts, np.where(has_c > 0, cj, h) // G))
-        _mark(st, lane, h, hn - h, split, tau, e, cj, c_fin > 0)
+        st.log.append((lane, r, tau, e, has_c + (hn - h) + split, ts, np.where(has_c, cj, h) // G))
+        _mark(st, lane, h, hn - h, split, tau, e, cj, c_fin)
+
+
+ROUND = 8  # iterations a round aims at: whole cycles of the replicas, one at least
+
+
+class _Log:
+    """The rounds' iterations: per round, columns (slots, lanes) and the mask of those kept
+    (masked in bulk, every ``1 << 18`` slots or so)."""
+
+    def __init__(self):
+        self.raw: list = []
+        self.kept: list = []
+        self.pending = 0
+
+    def add(self, ok: np.ndarray, *cols: np.ndarray) -> None:
+        self.raw.append((ok, cols))
+        self.pending += ok.size
+        if self.pending > 1 << 18:
+            self._compact()
+
+    def _compact(self) -> None:
+        if self.raw:
+            ok = np.concatenate([r[0] for r in self.raw], axis=1)
+            self.kept.append([np.concatenate(c, axis=1)[ok] for c in zip(*(r[1] for r in self.raw))])
+            self.raw, self.pending = [], 0
+
+    def rows(self) -> list:
+        """Every kept column, concatenated (empty: nothing kept)."""
+        self._compact()
+        return [np.concatenate(c) for c in zip(*self.kept)]
 
 
 class _Work:
     """The active lanes ``act`` of :func:`_chunked_lanes`, requests as flat indices
     (:class:`_Tables`): head ``h``, per replica its free instant, carried request ``cj``,
     its tokens left ``rest`` (0: none) and scored ``cd``; ``AE`` the end of the requests
-    known to have arrived (``ge`` groups, ``gt``: the groups' arrivals, flat)."""
+    known to have arrived (``ge``: groups; ``gt``: the groups' arrivals); rounds of ``K`` slots."""
 
-    def __init__(self, st: _ChunkedLanes, act: np.ndarray, gt: np.ndarray, G: int):
-        self.act, self.groups, self.G = act, gt, G
+    def __init__(self, st: _ChunkedLanes, act: np.ndarray, gt: np.ndarray, G: int, K: int):
+        self.act, self.groups, self.G, self.K = act, gt, G, K
         self.gt = gt.ravel()
         self.base = act * (st.disp.shape[1] + 1)
         self.gbase = act * gt.shape[1]
@@ -233,6 +264,9 @@ class _Work:
         self.cd = st.done[act]
         self.rest = np.where(c >= 0, st.tab.tok.take(self.cj, mode="clip") - self.cd, 0.0)
         self.ge = st.head[act] // G
+        self.AE = self.base + self.ge * G
+        R, a = self.free.shape[1], act.size
+        self.cols, self.rows, self.lane = np.arange(a), np.arange(a) * R, np.tile(act, (K, 1))
 
     def keep(self, st: _ChunkedLanes, on: np.ndarray) -> "_Work":
         """Write the state back to ``st``; a _Work of the lanes ``on`` (bool)."""
@@ -241,74 +275,129 @@ class _Work:
         st.free[act] = self.free
         st.carry[act] = np.where(live, self.cj - self.base[:, None], -1)
         st.done[act] = np.where(live, self.cd, 0.0)
-        return _Work(st, act[on], self.groups, self.G)
+        return _Work(st, act[on], self.groups, self.G, self.K)
 
-    def round(self, spec: GpuSpec, tab: _Tables, fl: list, it: list) -> Optional[np.ndarray]:
-        """One pass: per lane, the replicas sorted by (tau_r, r) run one iteration each, in
-        that order, computed as if each iteration k took every token of its room from the head
-        (the head H_k it starts from: one search per k), with the arrivals known by tau_1 and
-        max_batch as limits. Iteration k > 1 is the rule's next iteration, and exact, when
-        iteration k - 1 is and (a) ended where iteration k was assumed to start (H_k), (b) its
-        whole requests end before AE (so arrivals after tau_1 change nothing: with
-        a_head <= tau_1 <= tau_k no replica's tau_r moved), and (c) every earlier iteration
-        of the round ends after tau_k (its replica comes free later). Iteration 1 is the
-        rule's; the longest such prefix is kept. Returns the lanes with nothing left (bool),
-        or None after a round."""
-        B, R, a = spec.budget, self.free.shape[1], self.act.size
-        a_head = self.gt.take(self.gbase + (self.h - self.base) // self.G)
-        ready = np.where(self.rest > 0, self.free, np.maximum(self.free, a_head[:, None]))
-        order = ready.argsort(axis=1, kind="stable").T  # (R, lanes): slot k's replica
-        idx = order + np.arange(0, a * R, R)
-        tau = ready.take(idx)
-        t1 = tau[0]
-        if t1.max() == np.inf:
-            return t1 == np.inf
-        while True:  # groups arrived by tau_1
+    def _arrived(self, t1: np.ndarray) -> None:
+        """Advance ``AE`` over the groups arrived by ``t1``."""
+        while True:
             now = self.gt.take(self.gbase + self.ge) <= t1
             if not now.any():
-                break
+                return
             self.ge += now
-        AE = self.base + self.ge * self.G
-        rest, cd, cj, free = self.rest.take(idx), self.cd.take(idx), self.cj.take(idx), self.free.take(idx)
-        has_c = rest > 0
-        c_len = np.minimum(rest, B)
-        room = B - c_len
-        H = np.empty((R, a), dtype=np.int64)  # the head each slot starts from, if the earlier ones took their room
-        TS = np.empty((R, a))
-        H[0] = self.h
-        tab.flat.take(self.h, out=TS[0])
-        for k in range(R - 1):
-            H[k + 1] = tab.flat.searchsorted(TS[k] + room[k])
-            tab.flat.take(H[k + 1], out=TS[k + 1])
-        TG = TS + room
-        HM = H + (spec.max_batch - has_c)
-        hn = np.minimum(np.minimum(tab.flat.searchsorted(TG, side="right") - 1, AE), HM)  # after the whole requests
-        whole = tab.flat.take(hn) - TS
-        left = room - whole
-        split = (hn < HM) & (hn < AE) & (left > 0)
-        s_len = np.where(split, left, 0.0)
-        ha = hn + split
-        n_w = hn - H
-        ts = c_len + whole + s_len
-        sq = chunk_squares(c_len, cd) + (tab.cum2.take(hn) - tab.cum2.take(H, mode="clip")) + s_len * s_len
-        mx = np.maximum(np.maximum(c_len, s_len), tab.range_max(H, n_w))
-        n = has_c + n_w + split
-        e = tau + spec.model.seconds(n.astype(np.float64), ts, sq, mx)
-        ok = np.empty((R, a), dtype=bool)
-        ok[0] = True
-        ok[1:] = (np.minimum.accumulate(e[:-1], axis=0) > tau[1:]) & (ha[:-1] == H[1:]) & (hn[1:] < AE)
-        ok = np.logical_and.accumulate(ok, axis=0)
-        c_fin = has_c & (c_len == rest)
-        self.free.put(idx, np.where(ok, e, free))
-        self.rest.put(idx, np.where(ok, np.where(split, tab.tok.take(hn) - s_len, rest - c_len), rest))
-        self.cd.put(idx, np.where(ok, np.where(split, s_len, cd + c_len), cd))
-        self.cj.put(idx, np.where(ok & split, hn, cj))
-        self.h = ha.take((ok.sum(axis=0) - 1) * a + np.arange(a))
-        sel = np.flatnonzero(ok)
-        fl.append(np.stack((tau, e, ts)).reshape(3, -1).take(sel, axis=1))
-        lane = np.broadcast_to(self.act, (R, a))
-        it.append(np.stack((lane, order, H, hn, split, cj, c_fin, n, has_c)).reshape(9, -1).take(sel, axis=1))
+            self.AE = self.base + self.ge * self.G
+
+    def round(self, spec: GpuSpec, tab: _Tables, log: _Log) -> Optional[np.ndarray]:
+        """One pass: slot j = c R + p of the round runs replica order[p], the replicas sorted by
+        (tau_r, r), cycle after cycle, as if every earlier slot took its whole room from the
+        head (:func:`_heads`), with the arrivals known by tau_1 and max_batch as limits
+        (:func:`_content`); slot j > 0 starts at the end of slot j - R on its replica. The
+        longest prefix of slots that are exactly the rule's next iterations is kept
+        (:func:`_exact`). Returns the lanes with nothing left (bool), or None after a round."""
+        R, a = self.free.shape[1], self.act.size
+        a_head = self.gt.take(self.gbase + (self.h - self.base) // self.G)
+        ready = np.where(self.rest > 0, self.free, np.maximum(self.free, a_head[:, None]))
+        order = ready.argsort(axis=1, kind="stable").T  # (R, lanes): position p's replica
+        idx = order + self.rows
+        tau0 = ready.take(idx)
+        if tau0[0].max() == np.inf:
+            return tau0[0] == np.inf
+        self._arrived(tau0[0])
+        rest = self.rest.take(idx)
+        H, TS, TG, rest, c_len = _heads(tab, spec.budget, self.h, rest, self.K)
+        x = _content(spec, tab, self.AE, H, TS, TG, rest, c_len, self.cd.take(idx), self.cj.take(idx))
+        e = np.cumsum(np.concatenate([tau0, x.sec]).reshape(-1, R, a), axis=0)[1:].reshape(self.K, a)
+        tau = np.concatenate([tau0, e[:-R]])
+        ok = _exact(H, x.hn, x.ha, self.AE, tau, e, R)
+        nacc = ok.sum(axis=0)
+        p = np.arange(R)[:, None]
+        last = (p + R * ((nacc - 1 - p) // R)) * a + self.cols  # flat slot of position p's last iteration
+        touched = nacc > p
+        new = (e, np.where(x.split, tab.tok.take(x.hn) - x.s_len, rest - c_len), x.cd[R:], x.cj[R:])
+        for arr, val in zip((self.free, self.rest, self.cd, self.cj), new):
+            arr.put(idx, np.where(touched, val.take(last, mode="clip"), arr.take(idx)))
+        self.h = x.ha.take((nacc - 1) * a + self.cols)
+        log.add(ok, tau, e, x.ts, self.lane, np.tile(order, (self.K // R, 1)), H, x.hn, x.split, x.cj[:-R],
+                x.has_c & (c_len == rest), x.has_c)
         return None
+
+
+def _heads(tab: _Tables, B: float, h: np.ndarray, rest0: np.ndarray, K: int):
+    """Slot by slot, the head H_j each of ``K`` slots starts from (flat), its prefix sum TS_j, its
+    target TG_j = TS_j + room_j, its carried tokens left ``rest`` and scored now ``c_len``,
+    if every earlier slot took its whole room: the next head is the first boundary at or after
+    TG_j, and a slot's carry is what its replica's previous slot left (``rest0``: position p's
+    before the round) of a carried request longer than B plus the split request's rest."""
+    R, a = rest0.shape
+    H = np.empty((K, a), dtype=np.int64)
+    TS, TG, rest, c_len = np.empty((K, a)), np.empty((K, a)), np.empty((K, a)), np.empty((K, a))
+    rest[:R] = rest0
+    np.minimum(rest0, B, out=c_len[:R])
+    H[0] = h
+    tab.flat.take(h, out=TS[0])
+    for j in range(K):
+        if j >= R:
+            np.add(rest[j - R] - c_len[j - R], TS[j - R + 1] - TG[j - R], out=rest[j])
+            np.minimum(rest[j], B, out=c_len[j])
+        np.add(TS[j], B - c_len[j], out=TG[j])
+        if j + 1 < K:
+            H[j + 1] = tab.flat.searchsorted(TG[j])
+            tab.flat.take(H[j + 1], out=TS[j + 1], mode="clip")
+    return H, TS, TG, rest, c_len
+
+
+class _Slots:
+    """What :func:`_content` computes for each slot."""
+
+
+def _content(spec: GpuSpec, tab: _Tables, AE, H, TS, TG, rest, c_len, cd0, cj0) -> _Slots:
+    """Each slot's iteration from its start (H, TS, TG, rest, c_len: :func:`_heads`) as the
+    rule scores it with the requests below ``AE`` arrived: whole requests while sequences
+    and budget last, up to ``hn``, then the ``split`` one's first ``s_len`` tokens (``ha``:
+    the head after); the carried request ``cj`` and its scored tokens ``cd`` cycle by cycle
+    (position p's before the round: ``cd0``, ``cj0``; after slot j: row j + R); its seconds."""
+    R, K = cd0.shape[0], H.shape[0]
+    x = _Slots()
+    x.has_c = rest > 0
+    room = spec.budget - c_len
+    HM = H + (spec.max_batch - x.has_c)
+    kr = tab.flat.searchsorted(TG.T, side="right").T - 1  # the targets ascend lane by lane: a fast search
+    x.hn = hn = np.minimum(np.minimum(kr, AE), HM)
+    whole = tab.flat.take(hn) - TS
+    left = room - whole
+    x.split = split = (hn < HM) & (hn < AE) & (left > 0)
+    x.s_len = s_len = np.where(split, left, 0.0)
+    x.ha = hn + split
+    x.ts = c_len + whole + s_len
+    x.cd, x.cj = np.empty((K + R,) + H.shape[1:]), np.empty((K + R,) + H.shape[1:], dtype=np.int64)
+    x.cd[:R], x.cj[:R] = cd0, cj0
+    for c in range(0, K, R):
+        now, nxt = slice(c, c + R), slice(c + R, c + 2 * R)
+        x.cd[nxt] = np.where(split[now], s_len[now], x.cd[now] + c_len[now])
+        x.cj[nxt] = np.where(split[now], hn[now], x.cj[now])
+    n_w = hn - H
+    sq = chunk_squares(c_len, x.cd[:K]) + (tab.cum2.take(hn) - tab.cum2.take(H, mode="clip")) + s_len * s_len
+    mx = np.maximum(np.maximum(c_len, s_len), tab.range_max(H, n_w))
+    x.sec = spec.model.seconds((x.has_c + n_w + split).astype(np.float64), x.ts, sq, mx)
+    return x
+
+
+def _exact(H, hn, ha, AE, tau, e, R: int) -> np.ndarray:
+    """(slots, lanes) True on the longest prefix of slots that are the rule's next iterations.
+    Slot 0 is. Slot j > 0 is when slot j - 1 is and (a) slot j - 1 ended at H_j, so slot j
+    starts where assumed, its carry as assumed (:func:`_heads`); (b) its whole requests end
+    before AE: arrivals after tau_1 would change nothing, and with a_head <= tau_1 no
+    replica's tau_r moved, tau_j is its replica's previous end (or its tau before the
+    round); (c) every other replica comes free after tau_j: the slots of the last R - 1
+    (those of the round before, for the replicas not run yet) end after it."""
+    K, a = H.shape
+    E = e.reshape(K // R, R, a)
+    win = np.full(E.shape, np.inf)  # min end over slots j - R + 1 .. j - 1
+    win[:, 1:] = np.minimum.accumulate(E, axis=1)[:, :-1]
+    win[1:, :-1] = np.minimum(win[1:, :-1], np.minimum.accumulate(E[:, ::-1], axis=1)[:-1, -2::-1])
+    ok = np.empty((K, a), dtype=bool)
+    ok[0] = True
+    ok[1:] = (ha[:-1] == H[1:]) & (hn[1:] < AE) & (win.reshape(K, a)[1:] > tau[1:])
+    return np.logical_and.accumulate(ok, axis=0)
 
 
 def _mark(st: _ChunkedLanes, lane, head, n_w, split, tau, e, cj, c_fin) -> None:
