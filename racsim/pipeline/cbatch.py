@@ -210,10 +210,10 @@ def _chunked_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.nda
             w = w.keep(st, ~done)
     if log.raw or log.kept:
         tau, e, ts, lane, r, h, hn, split, cj, c_fin, has_c = log.rows()
+        n_w = hn - h
+        _mark(st, h - lane, n_w, split, tau, e, cj - lane, c_fin)  # flat (N + 1 a lane) to (lanes, N)
         base = lane * (tok.shape[1] + 1)
-        h, hn, cj = h - base, hn - base, cj - base
-        st.log.append((lane, r, tau, e, has_c + (hn - h) + split, ts, np.where(has_c, cj, h) // G))
-        _mark(st, lane, h, hn - h, split, tau, e, cj, c_fin)
+        st.log.append((lane, r, tau, e, has_c + n_w + split, ts, np.where(has_c, cj - base, h - base) // G))
 
 
 ROUND = 8  # iterations a round aims at: whole cycles of the replicas, one at least
@@ -334,14 +334,17 @@ def _heads(tab: _Tables, B: float, h: np.ndarray, rest0: np.ndarray, K: int):
     np.minimum(rest0, B, out=c_len[:R])
     H[0] = h
     tab.flat.take(h, out=TS[0])
-    for j in range(K):
-        if j >= R:
-            np.add(rest[j - R] - c_len[j - R], TS[j - R + 1] - TG[j - R], out=rest[j])
-            np.minimum(rest[j], B, out=c_len[j])
-        np.add(TS[j], B - c_len[j], out=TG[j])
-        if j + 1 < K:
-            H[j + 1] = tab.flat.searchsorted(TG[j])
-            tab.flat.take(H[j + 1], out=TS[j + 1], mode="clip")
+    for c in range(0, K, R):  # a cycle's carries come from the cycle before, all known
+        if c:
+            now, before = slice(c, c + R), slice(c - R, c)
+            np.add(rest[before] - c_len[before], TS[c - R + 1:c + 1] - TG[before], out=rest[now])
+            np.minimum(rest[now], B, out=c_len[now])
+        room = B - c_len[c:c + R]
+        for j in range(c, c + R):
+            np.add(TS[j], room[j - c], out=TG[j])
+            if j + 1 < K:
+                H[j + 1] = tab.flat.searchsorted(TG[j])
+                tab.flat.take(H[j + 1], out=TS[j + 1], mode="clip")
     return H, TS, TG, rest, c_len
 
 
@@ -400,11 +403,11 @@ def _exact(H, hn, ha, AE, tau, e, R: int) -> np.ndarray:
     return np.logical_and.accumulate(ok, axis=0)
 
 
-def _mark(st: _ChunkedLanes, lane, head, n_w, split, tau, e, cj, c_fin) -> None:
+def _mark(st: _ChunkedLanes, head, n_w, split, tau, e, cj, c_fin) -> None:
     """Write the iterations' first dispatches (the whole requests from ``head`` and the split one,
-    at ``tau``) and completions (the whole ones, and a carried request whose rest ended, at ``e``)."""
+    at ``tau``) and completions (the whole ones, and a carried request ``cj`` whose rest ended,
+    at ``e``); requests as indices into the flattened (lanes, requests) arrays."""
     for k, when, at in ((n_w + split, st.disp, tau), (n_w, st.comp, e)):
         first = np.cumsum(k) - k
-        idx = np.repeat(head - first, k) + np.arange(int(k.sum()))
-        when[np.repeat(lane, k), idx] = np.repeat(at, k)
-    st.comp[lane[c_fin], cj[c_fin]] = e[c_fin]
+        when.reshape(-1)[np.repeat(head - first, k) + np.arange(int(k.sum()))] = np.repeat(at, k)
+    st.comp.reshape(-1)[cj[c_fin]] = e[c_fin]
