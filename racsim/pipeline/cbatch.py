@@ -303,7 +303,7 @@ class _Work:
             return tau0[0] == np.inf
         self._arrived(tau0[0])
         rest = self.rest.take(idx)
-        H, TS, TG, rest, c_len = _heads(tab, spec.budget, self.h, rest, self.K)
+        H, TS, TG, rest, c_len = _heads(tab, spec.budget, spec.max_batch, self.h, rest, self.K)
         x = _content(spec, tab, self.AE, H, TS, TG, rest, c_len, self.cd.take(idx), self.cj.take(idx))
         e = np.cumsum(np.concatenate([tau0, x.sec]).reshape(-1, R, a), axis=0)[1:].reshape(self.K, a)
         tau = np.concatenate([tau0, e[:-R]])
@@ -321,12 +321,13 @@ class _Work:
         return None
 
 
-def _heads(tab: _Tables, B: float, h: np.ndarray, rest0: np.ndarray, K: int):
+def _heads(tab: _Tables, B: float, M: int, h: np.ndarray, rest0: np.ndarray, K: int):
     """Slot by slot, the head H_j each of ``K`` slots starts from (flat), its prefix sum TS_j, its
     target TG_j = TS_j + room_j, its carried tokens left ``rest`` and scored now ``c_len``,
-    if every earlier slot took its whole room: the next head is the first boundary at or after
-    TG_j, and a slot's carry is what its replica's previous slot left (``rest0``: position p's
-    before the round) of a carried request longer than B plus the split request's rest."""
+    if every earlier slot took its whole room or its ``M`` sequences: the next head is the first
+    boundary at or after TG_j, or M sequences on, and a slot's carry is what its replica's
+    previous slot left (``rest0``: position p's before the round) of a carried request longer
+    than B plus the split request's rest (the boundary past TG_j, if any, less TG_j)."""
     R, a = rest0.shape
     H = np.empty((K, a), dtype=np.int64)
     TS, TG, rest, c_len = np.empty((K, a)), np.empty((K, a)), np.empty((K, a)), np.empty((K, a))
@@ -337,13 +338,13 @@ def _heads(tab: _Tables, B: float, h: np.ndarray, rest0: np.ndarray, K: int):
     for c in range(0, K, R):  # a cycle's carries come from the cycle before, all known
         if c:
             now, before = slice(c, c + R), slice(c - R, c)
-            np.add(rest[before] - c_len[before], TS[c - R + 1:c + 1] - TG[before], out=rest[now])
+            np.add(rest[before] - c_len[before], np.maximum(TS[c - R + 1:c + 1] - TG[before], 0.0), out=rest[now])
             np.minimum(rest[now], B, out=c_len[now])
-        room = B - c_len[c:c + R]
+        room, seqs = B - c_len[c:c + R], M - (rest[c:c + R] > 0)
         for j in range(c, c + R):
             np.add(TS[j], room[j - c], out=TG[j])
             if j + 1 < K:
-                H[j + 1] = tab.flat.searchsorted(TG[j])
+                H[j + 1] = np.minimum(tab.flat.searchsorted(TG[j]), H[j] + seqs[j - c])
                 tab.flat.take(H[j + 1], out=TS[j + 1], mode="clip")
     return H, TS, TG, rest, c_len
 
