@@ -186,17 +186,22 @@ def fifo_lanes(spec: GpuSpec, tok, cum, cum2, group_time, G: int, end: int, st, 
         _fifo_lanes(spec, tok, cum, cum2, group_time, G, end, st, slow)
 
 
+ROUND = 8  # iterations a round of _chunked_lanes aims at: whole cycles of the replicas, one at least
+
+
 def _chunked_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
                    G: int, end: int, st: _ChunkedLanes) -> None:
     """The rule of :meth:`_Chunked.dispatch` for a FIFO pool in closed form, vectorised
     over lanes, until every request below ``end`` (a multiple of G) is scored. The next
     iteration of a lane runs on the replica r that minimises (tau_r, r), tau_r = free_r if
     r carries a request, max(free_r, a_head) if a request waits, inf otherwise (the event
-    loop's order: instants in time, replicas ascending within one); it scores the carried
+    loop's order: instants in time, replicas ascending within one; tau_r never precedes the
+    lane's previous iteration, which would otherwise have been r's); it scores the carried
     rest (up to the budget), then whole requests from the head that have arrived by tau_r
     while sequences and budget last, then, if budget is left, a chunk of the next arrived
-    request, carried on r. Each pass runs a round of iterations per lane (:meth:`_Work.round`).
-    First dispatches and completions are written once per call. Arguments as :func:`_fifo_lanes`."""
+    request, carried on r. Each pass runs a round of up to ``ROUND`` iterations per lane
+    (:meth:`_Work.round`). First dispatches and completions are written once per call.
+    Arguments as :func:`_fifo_lanes`."""
     if st.tab is None:
         st.tab = _Tables(tok, cum, cum2, spec.budget, spec.max_batch)
     gt = np.full((tok.shape[0], group_time.shape[1] + 1), np.inf)  # groups from end // G on: not arrived yet
@@ -214,9 +219,6 @@ def _chunked_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.nda
         _mark(st, h - lane, n_w, split, tau, e, cj - lane, c_fin)  # flat (N + 1 a lane) to (lanes, N)
         base = lane * (tok.shape[1] + 1)
         st.log.append((lane, r, tau, e, has_c + n_w + split, ts, np.where(has_c, cj - base, h - base) // G))
-
-
-ROUND = 8  # iterations a round aims at: whole cycles of the replicas, one at least
 
 
 class _Log:
@@ -278,7 +280,7 @@ class _Work:
         return _Work(st, act[on], self.groups, self.G, self.K)
 
     def _arrived(self, t1: np.ndarray) -> None:
-        """Advance ``AE`` over the groups arrived by ``t1``."""
+        """Advance ``AE`` over the groups arrived by ``t1`` (a lane's tau_1 never decreases)."""
         while True:
             now = self.gt.take(self.gbase + self.ge) <= t1
             if not now.any():
@@ -350,7 +352,7 @@ def _heads(tab: _Tables, B: float, M: int, h: np.ndarray, rest0: np.ndarray, K: 
 
 
 class _Slots:
-    """What :func:`_content` computes for each slot."""
+    """What :func:`_content` computes for each slot: arrays (slots, lanes)."""
 
 
 def _content(spec: GpuSpec, tab: _Tables, AE, H, TS, TG, rest, c_len, cd0, cj0) -> _Slots:
@@ -388,7 +390,8 @@ def _content(spec: GpuSpec, tab: _Tables, AE, H, TS, TG, rest, c_len, cd0, cj0) 
 def _exact(H, hn, ha, AE, tau, e, R: int) -> np.ndarray:
     """(slots, lanes) True on the longest prefix of slots that are the rule's next iterations.
     Slot 0 is. Slot j > 0 is when slot j - 1 is and (a) slot j - 1 ended at H_j, so slot j
-    starts where assumed, its carry as assumed (:func:`_heads`); (b) its whole requests end
+    starts where assumed, and so does every carry (:func:`_heads`: a split leaves the boundary
+    past TG less TG, no split whole <= room, so 0 past TG); (b) its whole requests end
     before AE: arrivals after tau_1 would change nothing, and with a_head <= tau_1 no
     replica's tau_r moved, tau_j is its replica's previous end (or its tau before the
     round); (c) every other replica comes free after tau_j: the slots of the last R - 1
