@@ -211,9 +211,9 @@ def round_cuts(seen):
     return spy
 
 
-@pytest.mark.parametrize("rounds", [1, 8, 40])
+@pytest.mark.parametrize("rounds", [1, 8, 16, 40])
 def test_chunked_rounds_follow_the_oracle(monkeypatch, rounds):
-    """The lanes engine's chunked rounds (ROUND slots aimed at: one cycle, ~8, ~40) against the
+    """The lanes engine's chunked rounds (ROUND slots aimed at: one cycle, ~8, ~16 (the default), ~40) against the
     oracle, request by request and iteration by iteration, asynchronous and blocking, and the
     SimPy engine on the same schedule; every branch of the rounds reached."""
     seen = Counter()

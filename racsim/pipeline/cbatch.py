@@ -186,7 +186,7 @@ def fifo_lanes(spec: GpuSpec, tok, cum, cum2, group_time, G: int, end: int, st, 
         _fifo_lanes(spec, tok, cum, cum2, group_time, G, end, st, slow)
 
 
-ROUND = 8  # iterations a round of _chunked_lanes aims at: whole cycles of the replicas, one at least
+ROUND = 16  # iterations a round of _chunked_lanes aims at: whole cycles of the replicas, one at least
 
 
 def _chunked_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
