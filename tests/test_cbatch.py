@@ -9,6 +9,10 @@
    token lengths, arrivals, pools, orders, with and without chunking; the lanes engine
    on its vectorised FIFO paths (racsim/pipeline/cbatch.py's _chunked_lanes when chunked)
    and on its per-lane event loop.
+   The rounds of _chunked_lanes (several iterations of a lane per pass, the exact prefix
+   kept) on random FIFO chunked pools built to reach each of their branches: budgets below,
+   at and above request lengths, max_batch binding, 1-6 replicas, one or several cycles of
+   them a round, arrivals per step or over time, blocking waits; every way a round is cut.
 2. A chunk's attention term counts its context: a request's chunks add up to L^2.
 3. Engine agreement (lanes vectorised, lanes event loop, SimPy) on the random configs of
    tests/test_gpu_rm.py turned continuous, blocking or not, with timeouts.
@@ -18,6 +22,8 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -27,6 +33,7 @@ from test_gpu_rm import MODES, random_pcfg
 from racsim.config.defaults import compose_config
 from racsim.config.validate import validate
 from racsim.errors import ConfigError
+from racsim.pipeline import cbatch
 from racsim.pipeline.batcher import GpuSpec, gpu_spec
 from racsim.pipeline.cbatch import chunk_squares, serving_spec
 from racsim.pipeline.draws import PipelineDraws, draw
@@ -163,6 +170,74 @@ def test_oracle_cases_reach_every_branch():
         seen["queued"] |= bool((s.service_start > s.submit_time).any())
         seen["full"] |= bool((log["size"] == spec.max_batch).any() and spec.max_batch > 1)
     assert all(seen.values()), {k: v for k, v in seen.items() if not v}
+
+
+def chunked_case(seed):
+    """A FIFO chunked pool for the rounds of cbatch._chunked_lanes: the budget below (seeds 0
+    mod 3), equal to one of (1 mod 3) or above (2 mod 3) the request lengths, max_batch 1..9
+    (binding under the larger budgets), 1..6 replicas, each sample ready at a uniform second
+    of its generate phase on odd seeds."""
+    rng = np.random.default_rng(900 + seed)
+    lanes, steps, B = 4, int(rng.integers(4, 12)), int(rng.integers(1, 7))
+    tokens = np.maximum(np.rint(rng.lognormal(5.0, 0.8, (lanes, steps, B, 1))), 1.0)
+    budget = [float(rng.integers(20, 120)), float(rng.choice(tokens.ravel())), float(rng.integers(300, 3000))][seed % 3]
+    gen = rng.exponential(float(rng.uniform(0.05, 1.0)), (lanes, steps))
+    zero = np.zeros((lanes, steps))
+    spec = GpuSpec(replicas=int(rng.integers(1, 7)), max_batch=int(rng.integers(1, 10)), budget=budget, max_wait=0.0,
+                   order="fifo", padded=False, model=AffineService(rng), seqs=1, chunked=True)
+    draws = PipelineDraws(phase=np.stack([gen, zero, zero, zero]), service={"g": tokens}, kernel_channels=frozenset(),
+                          nominal_step=1.0, workers={"g": None}, max_delay={"g": None}, gpu={"g": spec})
+    if seed % 2:
+        draws = replace(draws, offset=gen[..., None] * rng.random((lanes, steps, B)))
+    return draws, spec, tokens
+
+
+def round_cuts(seen):
+    """A spy on cbatch._exact: counts rounds kept whole, slots kept past the first cycle, and
+    for each cut round the condition that cut it: (a) the start moved, (b) arrivals, (c) order."""
+    exact = cbatch._exact
+
+    def spy(H, hn, ha, AE, tau, e, R):
+        ok = exact(H, hn, ha, AE, tau, e, R)
+        kept = ok.sum(axis=0)
+        seen["whole"] += int((kept == ok.shape[0]).sum())
+        seen["later cycle"] += int((kept > R).sum())
+        for i in np.flatnonzero(kept < ok.shape[0]):
+            j = kept[i]
+            seen["a start"] += bool(ha[j - 1, i] != H[j, i])
+            seen["b arrivals"] += bool(hn[j, i] >= AE[i])
+            seen["c order"] += bool(e[max(0, j - R + 1):j, i].min(initial=np.inf) <= tau[j, i])
+        return ok
+    return spy
+
+
+@pytest.mark.parametrize("rounds", [1, 8, 16, 40])
+def test_chunked_rounds_follow_the_oracle(monkeypatch, rounds):
+    """The lanes engine's chunked rounds (ROUND slots aimed at: one cycle, ~8, ~16 (the default), ~40) against the
+    oracle, request by request and iteration by iteration, asynchronous and blocking, and the
+    SimPy engine on the same schedule; every branch of the rounds reached."""
+    seen = Counter()
+    monkeypatch.setattr(cbatch, "ROUND", rounds)
+    monkeypatch.setattr(cbatch, "_exact", round_cuts(seen))
+    for seed in range(18):
+        draws, spec, tokens = chunked_case(seed)
+        for blocking in (False, True):
+            s = run_lanes(draws, blocking)
+            assert_same_schedule(s, run_simpy(draws, blocking), f"seed {seed} blocking {blocking}")
+            log = s.gpu_batches["g"]
+            for i in range(tokens.shape[0]):
+                ready = s.submit_time[i, ..., 0].ravel()
+                order = np.argsort(ready, kind="stable")
+                first, done, its, _ = oracle(ready[order], tokens[i].reshape(-1, 1)[order], spec.replicas,
+                                             spec.max_batch, spec.budget, True, "fifo", spec.model)
+                np.testing.assert_array_equal(s.service_start[i, ..., 0].ravel()[order], first, err_msg=f"{seed} {i}")
+                np.testing.assert_array_equal(s.completion[i, ..., 0].ravel()[order], done, err_msg=f"{seed} {i}")
+                mine = log["lane"] == i
+                got = zip(log["replica"][mine], log["start"][mine], log["end"][mine], log["size"][mine],
+                          log["tokens"][mine])
+                assert [tuple(map(float, g)) for g in got] == [tuple(map(float, o)) for o in its], f"{seed} {i}"
+    need = ["whole", "a start", "b arrivals", "c order"] + (["later cycle"] if rounds > 1 else [])
+    assert all(seen[k] > 0 for k in need), seen
 
 
 def test_chunks_add_up_to_the_unchunked_attention_term():

@@ -128,12 +128,11 @@ class _Chunked(_Waiting):
 class _ChunkedLanes(_FifoLanes):
     """State of a FIFO chunked-prefill pool on every lane for :func:`_chunked_lanes`:
     :class:`_FifoLanes` and, per replica, the request whose rest it scores next (-1:
-    none) and how many of its tokens are scored."""
+    none) and how many of its tokens are scored; ``tab``: the lanes' :class:`_Tables`."""
 
     carry: np.ndarray = None  # (lanes, replicas) request index or -1
     done: np.ndarray = None  # (lanes, replicas) its tokens scored so far
-    flat: np.ndarray = None  # the lanes' prefix sums, shifted by ``off`` (lanes,) to ascend across lanes
-    off: np.ndarray = None
+    tab: "_Tables" = None
 
     @classmethod
     def new(cls, lanes: int, requests: int, replicas: int) -> "_ChunkedLanes":
@@ -141,6 +140,36 @@ class _ChunkedLanes(_FifoLanes):
         st.carry = np.full((lanes, replicas), -1, dtype=np.int64)
         st.done = np.zeros((lanes, replicas))
         return st
+
+
+class _Tables:
+    """Every lane's requests flattened, lane i's N + 1 entries from i (N + 1) on (a request's
+    flat index): ``flat`` the prefix sums of tokens shifted to ascend across lanes (then a
+    sentinel past them all), ``cum2`` those of squares, ``tok`` the tokens (0 at each lane's
+    end), and a sparse table of range maxima of ``tok`` (``sparse``: a row of zeros, then
+    maxima over 1, 2, 4... requests; ``row`` and ``span`` (n,): the row and its width for a
+    range of n requests). Tokens are integers: every sum and difference here is exact."""
+
+    def __init__(self, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, budget: float, max_batch: int):
+        lanes, N = tok.shape
+        step = float(cum[:, -1].max()) + budget + 1.0
+        self.flat = np.append((cum + np.arange(lanes)[:, None] * step).ravel(), lanes * step + budget)
+        self.cum2 = cum2.ravel()
+        self.tok = np.hstack([tok, np.zeros((lanes, 1))]).ravel()
+        kind = np.float32 if self.tok.max() < 2 ** 24 else np.float64  # float32: exact below 2^24
+        rows, w = [np.zeros(self.tok.size, kind), self.tok.astype(kind)], 1
+        while 2 * w <= min(max_batch, N):  # a range holds at most N requests
+            rows.append(np.maximum(rows[-1], np.append(rows[-1][w:], np.zeros(w, kind))))
+            w *= 2
+        self.sparse = np.concatenate(rows)
+        level = np.array([n.bit_length() for n in range(max_batch + 1)])  # 1 + floor(log2 n), 0 for n = 0
+        self.row = level * self.tok.size
+        self.span = np.where(level > 0, 1 << np.maximum(level - 1, 0), 0)
+
+    def range_max(self, lo: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """max(tok[lo:lo + n]) (0 if n <= 0), elementwise over flat indices ``lo``."""
+        r, w = self.row.take(n, mode="clip"), self.span.take(n, mode="clip")
+        return np.maximum(self.sparse.take(r + lo, mode="clip"), self.sparse.take(r + lo + n - w, mode="clip"))
 
 
 def lanes_state(spec: GpuSpec, lanes: int, requests: int):
@@ -157,75 +186,232 @@ def fifo_lanes(spec: GpuSpec, tok, cum, cum2, group_time, G: int, end: int, st, 
         _fifo_lanes(spec, tok, cum, cum2, group_time, G, end, st, slow)
 
 
+ROUND = 16  # iterations a round of _chunked_lanes aims at: whole cycles of the replicas, one at least
+
+
 def _chunked_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
                    G: int, end: int, st: _ChunkedLanes) -> None:
     """The rule of :meth:`_Chunked.dispatch` for a FIFO pool in closed form, vectorised
-    over lanes, one iteration per lane per pass, until every request below ``end`` is
-    scored. The next iteration of a lane runs on the replica r that minimises
-    (tau_r, r), tau_r = free_r if r carries a request, max(free_r, a_head) if a
-    request waits, inf otherwise (the event loop's order: instants in time,
-    replicas ascending within one; tau_r never precedes the lane's previous
-    iteration, which would otherwise have been r's); it scores the carried rest (up to the
-    budget), then whole requests from the head that have arrived by tau_r while
-    sequences and budget last, then, if budget is left, a chunk of the next arrived
-    request, carried on r. The whole requests that fit come from one search of the
-    prefix sums ``cum`` (their tokens are integers, so every sum is exact); first
-    dispatches and completions are written once per call. Arguments as :func:`_fifo_lanes`."""
-    N, M, B = tok.shape[1], spec.max_batch, spec.budget
-    offs = np.arange(M)
-    if st.flat is None:  # every lane's prefix sums in one ascending array: lane i's shifted past lane i - 1's + B
-        st.off = np.arange(tok.shape[0]) * (float(cum[:, -1].max()) + B + 1.0)
-        st.flat = (cum + st.off[:, None]).ravel()
-    done_by: list = []  # per iteration: lanes, head, whole requests, split one, start, end, carried request, its rest done
-    while True:
-        act = np.flatnonzero((st.head < end) | (st.carry >= 0).any(axis=1))
-        if act.size == 0:
-            break
-        rows = np.arange(act.size)
-        h, carry, done, free = st.head[act], st.carry[act], st.done[act], st.free[act]
-        a_head = np.where(h < end, group_time[act, np.minimum(h, N - 1) // G], np.inf)
-        ready = np.where(carry >= 0, free, np.maximum(free, a_head[:, None]))  # inf: nothing to do on r
-        r = np.argmin(ready, axis=1)
-        tau = ready[rows, r]
-        cj, cd = carry[rows, r], done[rows, r]
-        has_c = cj >= 0
-        c_tok = tok[act, np.maximum(cj, 0)]
-        c_len = np.where(has_c, np.minimum(c_tok - cd, B), 0.0)
-        room = B - c_len
-        win = h[:, None] + offs  # arrived from the head on, counted over the M the iteration can take
-        avail = ((win < end) & (group_time[act[:, None], np.minimum(win, N - 1) // G] <= tau[:, None])).sum(axis=1)
-        base = cum[act, h]
-        fit = np.searchsorted(st.flat, base + room + st.off[act], side="right") - 1 - act * (N + 1) - h
-        n_w = np.minimum(np.minimum(fit, avail), M - has_c)  # whole requests
-        hn = h + n_w
-        whole = cum[act, hn] - base
-        left = room - whole
-        split = (n_w < M - has_c) & (n_w < avail) & (left > 0)
-        s_len = np.where(split, left, 0.0)
-        ts = c_len + whole + s_len
-        sq = chunk_squares(c_len, cd) + (cum2[act, hn] - cum2[act, h]) + s_len * s_len
-        L = np.where(offs < n_w[:, None], tok[act[:, None], np.minimum(h[:, None] + offs, N - 1)], 0.0)
-        mx = np.maximum(np.maximum(c_len, s_len), L.max(axis=1))
-        n = has_c + n_w + split
-        e = tau + spec.model.seconds(n.astype(np.float64), ts, sq, mx)
-        c_fin = has_c & (cd + c_len == c_tok)
-        keep = has_c & ~c_fin
-        carry[rows, r] = np.where(split, hn, np.where(keep, cj, -1))
-        done[rows, r] = np.where(split, s_len, np.where(keep, cd + c_len, 0.0))
-        free[rows, r] = e
-        st.carry[act], st.done[act], st.free[act] = carry, done, free
-        st.log.append((act, r, tau, e, n, ts, np.where(has_c, cj, h) // G))
-        done_by.append((act, h, n_w, split, tau, e, cj, c_fin))
-        st.head[act] = hn + split
-    if done_by:
-        _mark(st, *(np.concatenate(c) for c in zip(*done_by)))
+    over lanes, until every request below ``end`` (a multiple of G) is scored. The next
+    iteration of a lane runs on the replica r that minimises (tau_r, r), tau_r = free_r if
+    r carries a request, max(free_r, a_head) if a request waits, inf otherwise (the event
+    loop's order: instants in time, replicas ascending within one; tau_r never precedes the
+    lane's previous iteration, which would otherwise have been r's); it scores the carried
+    rest (up to the budget), then whole requests from the head that have arrived by tau_r
+    while sequences and budget last, then, if budget is left, a chunk of the next arrived
+    request, carried on r. Each pass runs a round of up to ``ROUND`` iterations per lane
+    (:meth:`_Work.round`). First dispatches and completions are written once per call.
+    Arguments as :func:`_fifo_lanes`."""
+    if st.tab is None:
+        st.tab = _Tables(tok, cum, cum2, spec.budget, spec.max_batch)
+    gt = np.full((tok.shape[0], group_time.shape[1] + 1), np.inf)  # groups from end // G on: not arrived yet
+    gt[:, :end // G] = group_time[:, :end // G]
+    R = spec.replicas
+    w = _Work(st, np.arange(tok.shape[0]), gt, G, R * max(1, ROUND // R))
+    log = _Log()
+    while w.act.size:
+        done = w.round(spec, st.tab, log)
+        if done is not None:
+            w = w.keep(st, ~done)
+    if log.raw or log.kept:
+        tau, e, ts, lane, r, h, hn, split, cj, c_fin, has_c = log.rows()
+        n_w = hn - h
+        _mark(st, h - lane, n_w, split, tau, e, cj - lane, c_fin)  # flat (N + 1 a lane) to (lanes, N)
+        base = lane * (tok.shape[1] + 1)
+        st.log.append((lane, r, tau, e, has_c + n_w + split, ts, np.where(has_c, cj - base, h - base) // G))
 
 
-def _mark(st: _ChunkedLanes, lane, head, n_w, split, tau, e, cj, c_fin) -> None:
+class _Log:
+    """The rounds' iterations: per round, columns (slots, lanes) and the mask of those kept
+    (masked in bulk, every ``1 << 18`` slots or so)."""
+
+    def __init__(self):
+        self.raw: list = []
+        self.kept: list = []
+        self.pending = 0
+
+    def add(self, ok: np.ndarray, *cols: np.ndarray) -> None:
+        self.raw.append((ok, cols))
+        self.pending += ok.size
+        if self.pending > 1 << 18:
+            self._compact()
+
+    def _compact(self) -> None:
+        if self.raw:
+            ok = np.concatenate([r[0] for r in self.raw], axis=1)
+            self.kept.append([np.concatenate(c, axis=1)[ok] for c in zip(*(r[1] for r in self.raw))])
+            self.raw, self.pending = [], 0
+
+    def rows(self) -> list:
+        """Every kept column, concatenated (empty: nothing kept)."""
+        self._compact()
+        return [np.concatenate(c) for c in zip(*self.kept)]
+
+
+class _Work:
+    """The active lanes ``act`` of :func:`_chunked_lanes`, requests as flat indices
+    (:class:`_Tables`): head ``h``, per replica its free instant, carried request ``cj``,
+    its tokens left ``rest`` (0: none) and scored ``cd``; ``AE`` the end of the requests
+    known to have arrived (``ge``: groups; ``gt``: the groups' arrivals); rounds of ``K`` slots."""
+
+    def __init__(self, st: _ChunkedLanes, act: np.ndarray, gt: np.ndarray, G: int, K: int):
+        self.act, self.groups, self.G, self.K = act, gt, G, K
+        self.gt = gt.ravel()
+        self.base = act * (st.disp.shape[1] + 1)
+        self.gbase = act * gt.shape[1]
+        self.h = st.head[act] + self.base
+        self.free = st.free[act]
+        c = st.carry[act]
+        self.cj = c + self.base[:, None]
+        self.cd = st.done[act]
+        self.rest = np.where(c >= 0, st.tab.tok.take(self.cj, mode="clip") - self.cd, 0.0)
+        self.ge = st.head[act] // G
+        self.AE = self.base + self.ge * G
+        R, a = self.free.shape[1], act.size
+        self.cols, self.rows, self.lane = np.arange(a), np.arange(a) * R, np.tile(act, (K, 1))
+
+    def keep(self, st: _ChunkedLanes, on: np.ndarray) -> "_Work":
+        """Write the state back to ``st``; a _Work of the lanes ``on`` (bool)."""
+        act, live = self.act, self.rest > 0
+        st.head[act] = self.h - self.base
+        st.free[act] = self.free
+        st.carry[act] = np.where(live, self.cj - self.base[:, None], -1)
+        st.done[act] = np.where(live, self.cd, 0.0)
+        return _Work(st, act[on], self.groups, self.G, self.K)
+
+    def _arrived(self, t1: np.ndarray) -> None:
+        """Advance ``AE`` over the groups arrived by ``t1`` (a lane's tau_1 never decreases)."""
+        while True:
+            now = self.gt.take(self.gbase + self.ge) <= t1
+            if not now.any():
+                return
+            self.ge += now
+            self.AE = self.base + self.ge * self.G
+
+    def round(self, spec: GpuSpec, tab: _Tables, log: _Log) -> Optional[np.ndarray]:
+        """One pass: slot j = c R + p of the round runs replica order[p], the replicas sorted by
+        (tau_r, r), cycle after cycle, as if every earlier slot took its whole room from the
+        head (:func:`_heads`), with the arrivals known by tau_1 and max_batch as limits
+        (:func:`_content`); slot j > 0 starts at the end of slot j - R on its replica. The
+        longest prefix of slots that are exactly the rule's next iterations is kept
+        (:func:`_exact`). Returns the lanes with nothing left (bool), or None after a round."""
+        R, a = self.free.shape[1], self.act.size
+        a_head = self.gt.take(self.gbase + (self.h - self.base) // self.G)
+        ready = np.where(self.rest > 0, self.free, np.maximum(self.free, a_head[:, None]))
+        order = ready.argsort(axis=1, kind="stable").T  # (R, lanes): position p's replica
+        idx = order + self.rows
+        tau0 = ready.take(idx)
+        if tau0[0].max() == np.inf:
+            return tau0[0] == np.inf
+        self._arrived(tau0[0])
+        rest = self.rest.take(idx)
+        H, TS, TG, rest, c_len = _heads(tab, spec.budget, spec.max_batch, self.h, rest, self.K)
+        x = _content(spec, tab, self.AE, H, TS, TG, rest, c_len, self.cd.take(idx), self.cj.take(idx))
+        e = np.cumsum(np.concatenate([tau0, x.sec]).reshape(-1, R, a), axis=0)[1:].reshape(self.K, a)
+        tau = np.concatenate([tau0, e[:-R]])
+        ok = _exact(H, x.hn, x.ha, self.AE, tau, e, R)
+        nacc = ok.sum(axis=0)
+        p = np.arange(R)[:, None]
+        last = (p + R * ((nacc - 1 - p) // R)) * a + self.cols  # flat slot of position p's last iteration
+        touched = nacc > p
+        new = (e, np.where(x.split, tab.tok.take(x.hn) - x.s_len, rest - c_len), x.cd[R:], x.cj[R:])
+        for arr, val in zip((self.free, self.rest, self.cd, self.cj), new):
+            arr.put(idx, np.where(touched, val.take(last, mode="clip"), arr.take(idx)))
+        self.h = x.ha.take((nacc - 1) * a + self.cols)
+        log.add(ok, tau, e, x.ts, self.lane, np.tile(order, (self.K // R, 1)), H, x.hn, x.split, x.cj[:-R],
+                x.has_c & (c_len == rest), x.has_c)
+        return None
+
+
+def _heads(tab: _Tables, B: float, M: int, h: np.ndarray, rest0: np.ndarray, K: int):
+    """Slot by slot, the head H_j each of ``K`` slots starts from (flat), its prefix sum TS_j, its
+    target TG_j = TS_j + room_j, its carried tokens left ``rest`` and scored now ``c_len``,
+    if every earlier slot took its whole room or its ``M`` sequences: the next head is the first
+    boundary at or after TG_j, or M sequences on, and a slot's carry is what its replica's
+    previous slot left (``rest0``: position p's before the round) of a carried request longer
+    than B plus the split request's rest (the boundary past TG_j, if any, less TG_j)."""
+    R, a = rest0.shape
+    H = np.empty((K, a), dtype=np.int64)
+    TS, TG, rest, c_len = np.empty((K, a)), np.empty((K, a)), np.empty((K, a)), np.empty((K, a))
+    rest[:R] = rest0
+    np.minimum(rest0, B, out=c_len[:R])
+    H[0] = h
+    tab.flat.take(h, out=TS[0])
+    for c in range(0, K, R):  # a cycle's carries come from the cycle before, all known
+        if c:
+            now, before = slice(c, c + R), slice(c - R, c)
+            np.add(rest[before] - c_len[before], np.maximum(TS[c - R + 1:c + 1] - TG[before], 0.0), out=rest[now])
+            np.minimum(rest[now], B, out=c_len[now])
+        room, seqs = B - c_len[c:c + R], M - (rest[c:c + R] > 0)
+        for j in range(c, c + R):
+            np.add(TS[j], room[j - c], out=TG[j])
+            if j + 1 < K:
+                H[j + 1] = np.minimum(tab.flat.searchsorted(TG[j]), H[j] + seqs[j - c])
+                tab.flat.take(H[j + 1], out=TS[j + 1], mode="clip")
+    return H, TS, TG, rest, c_len
+
+
+class _Slots:
+    """What :func:`_content` computes for each slot: arrays (slots, lanes)."""
+
+
+def _content(spec: GpuSpec, tab: _Tables, AE, H, TS, TG, rest, c_len, cd0, cj0) -> _Slots:
+    """Each slot's iteration from its start (H, TS, TG, rest, c_len: :func:`_heads`) as the
+    rule scores it with the requests below ``AE`` arrived: whole requests while sequences
+    and budget last, up to ``hn``, then the ``split`` one's first ``s_len`` tokens (``ha``:
+    the head after); the carried request ``cj`` and its scored tokens ``cd`` cycle by cycle
+    (position p's before the round: ``cd0``, ``cj0``; after slot j: row j + R); its seconds."""
+    R, K = cd0.shape[0], H.shape[0]
+    x = _Slots()
+    x.has_c = rest > 0
+    room = spec.budget - c_len
+    HM = H + (spec.max_batch - x.has_c)
+    kr = tab.flat.searchsorted(TG.T, side="right").T - 1  # the targets ascend lane by lane: a fast search
+    x.hn = hn = np.minimum(np.minimum(kr, AE), HM)
+    whole = tab.flat.take(hn) - TS
+    left = room - whole
+    x.split = split = (hn < HM) & (hn < AE) & (left > 0)
+    x.s_len = s_len = np.where(split, left, 0.0)
+    x.ha = hn + split
+    x.ts = c_len + whole + s_len
+    x.cd, x.cj = np.empty((K + R,) + H.shape[1:]), np.empty((K + R,) + H.shape[1:], dtype=np.int64)
+    x.cd[:R], x.cj[:R] = cd0, cj0
+    for c in range(0, K, R):
+        now, nxt = slice(c, c + R), slice(c + R, c + 2 * R)
+        x.cd[nxt] = np.where(split[now], s_len[now], x.cd[now] + c_len[now])
+        x.cj[nxt] = np.where(split[now], hn[now], x.cj[now])
+    n_w = hn - H
+    sq = chunk_squares(c_len, x.cd[:K]) + (tab.cum2.take(hn) - tab.cum2.take(H, mode="clip")) + s_len * s_len
+    mx = np.maximum(np.maximum(c_len, s_len), tab.range_max(H, n_w))
+    x.sec = spec.model.seconds((x.has_c + n_w + split).astype(np.float64), x.ts, sq, mx)
+    return x
+
+
+def _exact(H, hn, ha, AE, tau, e, R: int) -> np.ndarray:
+    """(slots, lanes) True on the longest prefix of slots that are the rule's next iterations.
+    Slot 0 is. Slot j > 0 is when slot j - 1 is and (a) slot j - 1 ended at H_j, so slot j
+    starts where assumed, and so does every carry (:func:`_heads`: a split leaves the boundary
+    past TG less TG, no split whole <= room, so 0 past TG); (b) its whole requests end
+    before AE: arrivals after tau_1 would change nothing, and with a_head <= tau_1 no
+    replica's tau_r moved, tau_j is its replica's previous end (or its tau before the
+    round); (c) every other replica comes free after tau_j: the slots of the last R - 1
+    (those of the round before, for the replicas not run yet) end after it."""
+    K, a = H.shape
+    E = e.reshape(K // R, R, a)
+    win = np.full(E.shape, np.inf)  # min end over slots j - R + 1 .. j - 1
+    win[:, 1:] = np.minimum.accumulate(E, axis=1)[:, :-1]
+    win[1:, :-1] = np.minimum(win[1:, :-1], np.minimum.accumulate(E[:, ::-1], axis=1)[:-1, -2::-1])
+    ok = np.empty((K, a), dtype=bool)
+    ok[0] = True
+    ok[1:] = (ha[:-1] == H[1:]) & (hn[1:] < AE) & (win.reshape(K, a)[1:] > tau[1:])
+    return np.logical_and.accumulate(ok, axis=0)
+
+
+def _mark(st: _ChunkedLanes, head, n_w, split, tau, e, cj, c_fin) -> None:
     """Write the iterations' first dispatches (the whole requests from ``head`` and the split one,
-    at ``tau``) and completions (the whole ones, and a carried request whose rest ended, at ``e``)."""
+    at ``tau``) and completions (the whole ones, and a carried request ``cj`` whose rest ended,
+    at ``e``); requests as indices into the flattened (lanes, requests) arrays."""
     for k, when, at in ((n_w + split, st.disp, tau), (n_w, st.comp, e)):
         first = np.cumsum(k) - k
-        idx = np.repeat(head - first, k) + np.arange(int(k.sum()))
-        when[np.repeat(lane, k), idx] = np.repeat(at, k)
-    st.comp[lane[c_fin], cj[c_fin]] = e[c_fin]
+        when.reshape(-1)[np.repeat(head - first, k) + np.arange(int(k.sum()))] = np.repeat(at, k)
+    st.comp.reshape(-1)[cj[c_fin]] = e[c_fin]
