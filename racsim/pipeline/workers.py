@@ -297,25 +297,28 @@ def _serve(cur: Cursor, p: np.ndarray, s: np.ndarray, seconds: np.ndarray, retri
     ``grow`` (the rule's path), else never (the fast path: the caller checks the horizon)."""
     kf = cur.k.reshape(-1)
     k = kf[p]
+    at, D, U = cur.at(p), cur.D.reshape(-1), cur.U.reshape(-1)  # where p starts in the flat stacks (read again once grown)
 
-    def advance(act: np.ndarray, t: np.ndarray) -> None:
+    def advance(act, t: np.ndarray) -> None:
         """The pairs ``p[act]`` to the first outage ending after ``t`` (a repair at ``t``: the next)."""
+        nonlocal at, D, U
         while True:
-            m = cur.U.reshape(-1)[cur.at(p[act]) + k[act]] <= t
+            m = U[at[act] + k[act]] <= t
             if not np.count_nonzero(m):
                 return
             if grow and t[m].max() >= cur.horizon:
                 cur._grow(float(t[m].max()))
+                at, D, U = cur.at(p), cur.D.reshape(-1), cur.U.reshape(-1)
             k[act] += m
 
-    advance(np.arange(p.size), s)
+    advance(slice(None), s)
     end = s + seconds
     lost = np.zeros(s.shape, dtype=bool)
-    act = (end > cur.D.reshape(-1)[cur.at(p) + k]).nonzero()[0]  # cut by a failure (few): attempt by attempt
+    act = (end > D[at + k]).nonzero()[0]  # cut by a failure (few): attempt by attempt
     t, tries = s[act], 0
     while act.size:
-        q = cur.at(p[act]) + k[act]
-        d, u = cur.D.reshape(-1)[q], cur.U.reshape(-1)[q]
+        q = at[act] + k[act]
+        d, u = D[q], U[q]
         cut = t + seconds[act] > d
         end[act[~cut]] = (t + seconds[act])[~cut]
         if tries == retries:
@@ -324,8 +327,8 @@ def _serve(cur: Cursor, p: np.ndarray, s: np.ndarray, seconds: np.ndarray, retri
         act, t, tries = act[cut], u[cut], tries + 1
         advance(act, t)
     kf[p] = k
-    q = cur.at(p) + k
-    cur.down.reshape(-1)[p], cur.up.reshape(-1)[p] = cur.D.reshape(-1)[q], cur.U.reshape(-1)[q]
+    q = at + k
+    cur.down.reshape(-1)[p], cur.up.reshape(-1)[p] = D[q], U[q]
     return end, lost
 
 
