@@ -53,16 +53,9 @@ class Cursor:
             self.D[:, w, :n], self.U[:, w, :n] = self.tl.down[w], self.tl.up[w]
         self.horizon = min(float(self.tl.up[w][:, -1].min()) for w in range(self.W))
 
-    def advance(self, lane: np.ndarray, w: np.ndarray, t: np.ndarray) -> None:
-        """Move the cursors (lane[i], w[i]) to the first outage ending after t[i]."""
-        while True:
-            m = self.up[lane, w] <= t
-            if not m.any():
-                return
-            self._step(lane[m], w[m], float(np.max(t[m])))
-
     def advance_rows(self, rows, t: np.ndarray) -> None:
-        """:meth:`advance` for every worker of lanes ``rows`` (indices, or a slice), ``t`` (those lanes, workers)."""
+        """Move the cursors of every worker of lanes ``rows`` (indices, or a slice) to the first
+        outage ending after ``t`` (those lanes, workers)."""
         lanes = np.arange(self.L)[rows]
         while True:
             m = self.up[rows] <= t
@@ -146,7 +139,7 @@ def _reference(cur: Cursor, free: np.ndarray, rows: np.ndarray, a: np.ndarray, s
     w = np.argmin(np.where(cand == s[:, None], f, np.inf), axis=1)  # then the lowest index
     e, lost = s.copy(), np.zeros(s.shape, dtype=bool)
     go = np.arange(rows.size) if sent is None else np.flatnonzero(sent)  # an unsent job takes no worker
-    e[go], lost[go] = _serve(cur, rows[go], w[go], s[go], seconds[go], retries)
+    e[go], lost[go] = _serve(cur, rows[go] * cur.W + w[go], s[go], seconds[go], retries, grow=True)
     free[rows[go], w[go]] = e[go]
     return s, e, lost
 
@@ -161,7 +154,7 @@ class _Fast:
     unless key_w reaches ``rep``, the lane's first repair, where a down worker (free before
     its repair) may tie: those lanes take the rule's tie-break. A job that ends before its
     worker's next failure leaves it up with the same nb (only key changes); others are
-    served outage by outage (:func:`_serve_by_index`). The cursor's index ``k`` steps as the
+    served outage by outage (:func:`_serve`). The cursor's index ``k`` steps as the
     rule's queries would make it step (never past the horizon: nothing is grown)."""
 
     def __init__(self, a: np.ndarray, free: np.ndarray, cur: Cursor):
@@ -275,9 +268,8 @@ class _Fast:
             r = i[odd]
             w[odd] = np.where(key[r] == c[odd, None], self.free(r), np.inf).argmin(axis=1)
         p = i * cur.W + w
-        e, lost = _serve_by_index(cur, p, s, seconds, self.retries)
-        q = cur.at(p) + cur.k.reshape(-1)[p]
-        d, u = cur.D.reshape(-1)[q], cur.U.reshape(-1)[q]
+        e, lost = _serve(cur, p, s, seconds, self.retries, grow=False)
+        d, u = cur.down.reshape(-1)[p], cur.up.reshape(-1)[p]
         self.clean &= not np.count_nonzero(u <= e)  # a zero-length outage at e: the rule's next query steps it
         up = d > e
         self.keyf[p], self.nbf[p], self.dfreef[p] = np.where(up, e, u), np.where(up, d, u), e
@@ -296,22 +288,36 @@ def _row_min(x: np.ndarray) -> np.ndarray:
     return x[np.arange(x.shape[0]), x.argmin(axis=1)]
 
 
-def _serve_by_index(cur: Cursor, p: np.ndarray, s: np.ndarray, seconds: np.ndarray, retries: int):
-    """:func:`_serve` for flat (lane, worker) ``p``, read off the cursor's stacked outages by index
-    (``cur.k`` stepped, nothing grown: the caller checks the horizon)."""
-    D, U, base, kf = cur.D.reshape(-1), cur.U.reshape(-1), cur.at(p), cur.k.reshape(-1)
+def _serve(cur: Cursor, p: np.ndarray, s: np.ndarray, seconds: np.ndarray, retries: int, grow: bool):
+    """Jobs of ``seconds`` started at ``s`` on up flat (lane, worker) ``p`` (distinct): (end, lost),
+    the rule of :meth:`Timeline.serve` on every pair at once, read off the cursor's stacked
+    outages by index. Its index ``k`` (and ``down``/``up`` at it) steps as :meth:`Cursor._step`
+    steps it: the pairs asked an instant at or past their outage's repair one outage on together,
+    the timeline grown first, to the latest of those instants, when it reaches the horizon if
+    ``grow`` (the rule's path), else never (the fast path: the caller checks the horizon)."""
+    kf = cur.k.reshape(-1)
     k = kf[p]
-    while True:  # to the first outage ending after s (a repair at s: the next)
-        m = U[base + k] <= s
-        if not np.count_nonzero(m):
-            break
-        k = k + m
+    at, D, U = cur.at(p), cur.D.reshape(-1), cur.U.reshape(-1)  # where p starts in the flat stacks (read again once grown)
+
+    def advance(act, t: np.ndarray) -> None:
+        """The pairs ``p[act]`` to the first outage ending after ``t`` (a repair at ``t``: the next)."""
+        nonlocal at, D, U
+        while True:
+            m = U[at[act] + k[act]] <= t
+            if not np.count_nonzero(m):
+                return
+            if grow and t[m].max() >= cur.horizon:
+                cur._grow(float(t[m].max()))
+                at, D, U = cur.at(p), cur.D.reshape(-1), cur.U.reshape(-1)
+            k[act] += m
+
+    advance(slice(None), s)
     end = s + seconds
     lost = np.zeros(s.shape, dtype=bool)
-    act = (end > D[base + k]).nonzero()[0]  # cut by a failure (few): attempt by attempt
+    act = (end > D[at + k]).nonzero()[0]  # cut by a failure (few): attempt by attempt
     t, tries = s[act], 0
     while act.size:
-        q = base[act] + k[act]
+        q = at[act] + k[act]
         d, u = D[q], U[q]
         cut = t + seconds[act] > d
         end[act[~cut]] = (t + seconds[act])[~cut]
@@ -319,32 +325,10 @@ def _serve_by_index(cur: Cursor, p: np.ndarray, s: np.ndarray, seconds: np.ndarr
             end[act[cut]], lost[act[cut]] = d[cut], True
             break
         act, t, tries = act[cut], u[cut], tries + 1
-        while True:
-            m = U[base[act] + k[act]] <= t
-            if not np.count_nonzero(m):
-                break
-            k[act] += m
+        advance(act, t)
     kf[p] = k
-    return end, lost
-
-
-def _serve(cur: Cursor, lanes: np.ndarray, w: np.ndarray, s: np.ndarray, seconds: np.ndarray, retries: int):
-    """Jobs of ``seconds`` started at ``s`` on up workers ``w`` of ``lanes`` (one each):
-    (end, lost), the rule of :meth:`Timeline.serve` on every lane at once."""
-    cur.advance(lanes, w, s)
-    end = s + seconds
-    lost = np.zeros(s.shape, dtype=bool)
-    act = np.flatnonzero(end > cur.down[lanes, w])  # cut by a failure (few): attempt by attempt
-    t, tries = s[act], 0
-    while act.size:
-        d, u = cur.down[lanes[act], w[act]], cur.up[lanes[act], w[act]]
-        cut = t + seconds[act] > d
-        end[act[~cut]] = (t + seconds[act])[~cut]
-        if tries == retries:
-            end[act[cut]], lost[act[cut]] = d[cut], True
-            break
-        act, t, tries = act[cut], u[cut], tries + 1
-        cur.advance(lanes[act], w[act], t)
+    q = at + k
+    cur.down.reshape(-1)[p], cur.up.reshape(-1)[p] = D[q], U[q]
     return end, lost
 
 
