@@ -238,8 +238,8 @@ class _Log:
 
     def _compact(self) -> None:
         if self.raw:
-            ok = np.concatenate([r[0] for r in self.raw], axis=1)
-            self.kept.append([np.concatenate(c, axis=1)[ok] for c in zip(*(r[1] for r in self.raw))])
+            ok = np.concatenate([r[0].T for r in self.raw])  # (lanes of each round, slots): a lane's in order
+            self.kept.append([np.concatenate([a.T for a in c])[ok] for c in zip(*(r[1] for r in self.raw))])
             self.raw, self.pending = [], 0
 
     def rows(self) -> list:
