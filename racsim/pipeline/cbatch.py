@@ -423,6 +423,7 @@ def _mark(st: _ChunkedLanes, head, n_w, split, tau, e, cj, c_fin) -> None:
     at ``tau``) and completions (the whole ones, and a carried request ``cj`` whose rest ended,
     at ``e``); requests as indices into the flattened (lanes, requests) arrays."""
     for k, when, at in ((n_w + split, st.disp, tau), (n_w, st.comp, e)):
-        first = np.cumsum(k) - k
-        when.reshape(-1)[np.repeat(head - first, k) + np.arange(int(k.sum()))] = np.repeat(at, k)
+        idx = np.repeat(head - (np.cumsum(k) - k), k)
+        idx += np.arange(idx.size)
+        when.reshape(-1)[idx] = np.repeat(at, k)
     st.comp.reshape(-1)[cj[c_fin]] = e[c_fin]
