@@ -158,7 +158,8 @@ class _Tables:
         self.cum2 = cum2.ravel()
         self.tok = np.hstack([tok, np.zeros((lanes, 1))]).ravel()
         self.tmin = float(tok.min())
-        kind = np.float32 if self.tok.max() < 2 ** 24 else np.float64  # float32: exact below 2^24
+        top = self.tok.max()  # integers: exact in uint16 below 2^16, in float32 below 2^24
+        kind = np.uint16 if top < 2 ** 16 else np.float32 if top < 2 ** 24 else np.float64
         rows, w = [np.zeros(self.tok.size, kind), self.tok.astype(kind)], 1
         while 2 * w <= min(max_batch, N):  # a range holds at most N requests
             rows.append(np.maximum(rows[-1], np.append(rows[-1][w:], np.zeros(w, kind))))
