@@ -34,7 +34,7 @@ from racsim.config.defaults import compose_config
 from racsim.config.validate import validate
 from racsim.errors import ConfigError
 from racsim.pipeline import cbatch
-from racsim.pipeline.batcher import GpuSpec, gpu_spec
+from racsim.pipeline.batcher import GpuSpec, _prefix, gpu_spec
 from racsim.pipeline.cbatch import chunk_squares, serving_spec
 from racsim.pipeline.draws import PipelineDraws, draw
 from racsim.pipeline.lanes import run_lanes
@@ -326,3 +326,27 @@ def test_fast_scorer_refuses_chunked_prefill():
     with pytest.raises(ConfigError) as e:
         validate(cfg)
     assert e.value.key == "pipeline.fast_rm.chunked_prefill"
+
+
+def test_heads_without_the_cap_are_the_capped_ones():
+    """With B <= (M - 1) tmin, _heads neither caps the heads at M sequences nor searches for kr: the
+    same heads, targets, carries and kr, slot by slot, as the capped searches (tmin forced to 0) on
+    random rounds (B on both sides of (M - 1) tmin, lanes that run out of requests within the round,
+    carries over the budget)."""
+    seen = Counter()
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        lanes, N, M, R = 5, int(rng.integers(1, 40)), int(rng.integers(1, 12)), int(rng.integers(1, 5))
+        t0 = int(rng.integers(1, 50))
+        tok = rng.integers(t0, t0 + [2, 200][seed % 2], (lanes, N)).astype(float)
+        B = float(rng.integers(1, (M + 1) * tok.min() + 1))
+        tab = cbatch._Tables(tok, *_prefix(tok), B, M)
+        h = np.arange(lanes) * (N + 1) + rng.integers(0, N + 1, lanes)
+        rest0 = np.where(rng.random((R, lanes)) < 0.5, rng.integers(1, 3 * B + 2, (R, lanes)), 0).astype(float)
+        K = R * int(rng.integers(1, 6))
+        got = cbatch._heads(tab, B, M, h, rest0, K)
+        seen[B <= (M - 1) * tab.tmin] += 1
+        tab.tmin = 0.0
+        for g, w in zip(got, cbatch._heads(tab, B, M, h, rest0, K)):
+            np.testing.assert_array_equal(g, w, err_msg=f"seed {seed}")
+    assert seen[True] > 50 and seen[False] > 50, seen

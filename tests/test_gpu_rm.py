@@ -32,7 +32,7 @@ from racsim.config.schema import (
     RMConf,
     RMModelConf,
 )
-from racsim.pipeline.batcher import GpuSpec, fast_score_seconds, gpu_spec
+from racsim.pipeline.batcher import GpuSpec, _log_order, fast_score_seconds, gpu_spec
 from racsim.pipeline.draws import PipelineDraws, draw, draw_tokens
 from racsim.pipeline.engines import ENGINES
 from racsim.pipeline.lanes import run_lanes
@@ -330,3 +330,25 @@ def test_fast_scorer_on_gpus_sets_the_fast_score_phase():
             r = int(np.argmin(free))
             free[r] += float(spec.model.seconds(1.0, L, L * L, L))
         assert got[i, t] == pytest.approx(max(free), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_log_order_is_the_lexsort(seed):
+    """_log_order, a stable sort by lane when each lane's rows come in (start, replica) order (as
+    logged: ties in start included), a lexsort otherwise (rows shuffled, or one pair swapped), is
+    np.lexsort((replica, start, lane)) on random logs, more than 2^16 lanes included."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    lane = rng.integers(0, [3, 40, 1 << 17][seed % 3], n)
+    start = np.sort(rng.integers(0, 30, n).astype(float))  # ties in start
+    rep = rng.integers(0, 4, n)
+    rep = rep[np.lexsort((rep, start))]  # replicas ascending within a start: every lane in order
+    orders = [np.arange(n), rng.permutation(n)]
+    if n > 1:
+        swap = np.arange(n)
+        i = int(rng.integers(0, n - 1))
+        swap[[i, i + 1]] = swap[[i + 1, i]]
+        orders.append(swap)
+    for o in orders:
+        np.testing.assert_array_equal(_log_order(lane[o], start[o], rep[o]), np.lexsort((rep[o], start[o], lane[o])))
+

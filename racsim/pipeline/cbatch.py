@@ -148,7 +148,8 @@ class _Tables:
     sentinel past them all), ``cum2`` those of squares, ``tok`` the tokens (0 at each lane's
     end), and a sparse table of range maxima of ``tok`` (``sparse``: a row of zeros, then
     maxima over 1, 2, 4... requests; ``row`` and ``span`` (n,): the row and its width for a
-    range of n requests). Tokens are integers: every sum and difference here is exact."""
+    range of n requests); ``tmin`` the fewest tokens of a request. Tokens are integers: every
+    sum and difference here is exact."""
 
     def __init__(self, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, budget: float, max_batch: int):
         lanes, N = tok.shape
@@ -156,7 +157,9 @@ class _Tables:
         self.flat = np.append((cum + np.arange(lanes)[:, None] * step).ravel(), lanes * step + budget)
         self.cum2 = cum2.ravel()
         self.tok = np.hstack([tok, np.zeros((lanes, 1))]).ravel()
-        kind = np.float32 if self.tok.max() < 2 ** 24 else np.float64  # float32: exact below 2^24
+        self.tmin = float(tok.min())
+        top = self.tok.max()  # integers: exact in uint16 below 2^16, in float32 below 2^24
+        kind = np.uint16 if top < 2 ** 16 else np.float32 if top < 2 ** 24 else np.float64
         rows, w = [np.zeros(self.tok.size, kind), self.tok.astype(kind)], 1
         while 2 * w <= min(max_batch, N):  # a range holds at most N requests
             rows.append(np.maximum(rows[-1], np.append(rows[-1][w:], np.zeros(w, kind))))
@@ -238,8 +241,8 @@ class _Log:
 
     def _compact(self) -> None:
         if self.raw:
-            ok = np.concatenate([r[0] for r in self.raw], axis=1)
-            self.kept.append([np.concatenate(c, axis=1)[ok] for c in zip(*(r[1] for r in self.raw))])
+            ok = np.concatenate([r[0].T for r in self.raw])  # (lanes of each round, slots): a lane's in order
+            self.kept.append([np.concatenate([a.T for a in c])[ok] for c in zip(*(r[1] for r in self.raw))])
             self.raw, self.pending = [], 0
 
     def rows(self) -> list:
@@ -305,8 +308,8 @@ class _Work:
             return tau0[0] == np.inf
         self._arrived(tau0[0])
         rest = self.rest.take(idx)
-        H, TS, TG, rest, c_len = _heads(tab, spec.budget, spec.max_batch, self.h, rest, self.K)
-        x = _content(spec, tab, self.AE, H, TS, TG, rest, c_len, self.cd.take(idx), self.cj.take(idx))
+        H, TS, TG, rest, c_len, kr = _heads(tab, spec.budget, spec.max_batch, self.h, rest, self.K)
+        x = _content(spec, tab, self.AE, H, TS, TG, rest, c_len, kr, self.cd.take(idx), self.cj.take(idx))
         e = np.cumsum(np.concatenate([tau0, x.sec]).reshape(-1, R, a), axis=0)[1:].reshape(self.K, a)
         tau = np.concatenate([tau0, e[:-R]])
         ok = _exact(H, x.hn, x.ha, self.AE, tau, e, R)
@@ -329,10 +332,15 @@ def _heads(tab: _Tables, B: float, M: int, h: np.ndarray, rest0: np.ndarray, K: 
     if every earlier slot took its whole room or its ``M`` sequences: the next head is the first
     boundary at or after TG_j, or M sequences on, and a slot's carry is what its replica's
     previous slot left (``rest0``: position p's before the round) of a carried request longer
-    than B plus the split request's rest (the boundary past TG_j, if any, less TG_j)."""
+    than B plus the split request's rest (the boundary past TG_j, if any, less TG_j); ``kr`` the
+    last boundary at or before TG_j. If B <= (M - 1) tmin, the M sequences never bind: the
+    boundaries from H_j on below TG_j <= TS_j + B, tmin apart at least, number ceil(B / tmin)
+    <= M - 1 <= seqs at most, so the next head is the search's; and ``flat`` ascending strictly
+    (tmin > 0), kr is that head, if TG_j is a boundary, or the one before."""
     R, a = rest0.shape
-    H = np.empty((K, a), dtype=np.int64)
-    TS, TG, rest, c_len = np.empty((K, a)), np.empty((K, a)), np.empty((K, a)), np.empty((K, a))
+    capped = B > (M - 1) * tab.tmin
+    H = np.empty((K + 1, a), dtype=np.int64)
+    TS, TG, rest, c_len = np.empty((K + 1, a)), np.empty((K, a)), np.empty((K, a)), np.empty((K, a))
     rest[:R] = rest0
     np.minimum(rest0, B, out=c_len[:R])
     H[0] = h
@@ -345,18 +353,23 @@ def _heads(tab: _Tables, B: float, M: int, h: np.ndarray, rest0: np.ndarray, K: 
         room, seqs = B - c_len[c:c + R], M - (rest[c:c + R] > 0)
         for j in range(c, c + R):
             np.add(TS[j], room[j - c], out=TG[j])
-            if j + 1 < K:
-                H[j + 1] = np.minimum(tab.flat.searchsorted(TG[j]), H[j] + seqs[j - c])
-                tab.flat.take(H[j + 1], out=TS[j + 1], mode="clip")
-    return H, TS, TG, rest, c_len
+            H[j + 1] = tab.flat.searchsorted(TG[j])
+            if capped:
+                np.minimum(H[j + 1], H[j] + seqs[j - c], out=H[j + 1])
+            tab.flat.take(H[j + 1], out=TS[j + 1], mode="clip")
+    if capped:
+        kr = tab.flat.searchsorted(TG.T, side="right").T - 1  # the targets ascend lane by lane: a fast search
+    else:
+        kr = H[1:] - (TS[1:] != TG)
+    return H[:K], TS[:K], TG, rest, c_len, kr
 
 
 class _Slots:
     """What :func:`_content` computes for each slot: arrays (slots, lanes)."""
 
 
-def _content(spec: GpuSpec, tab: _Tables, AE, H, TS, TG, rest, c_len, cd0, cj0) -> _Slots:
-    """Each slot's iteration from its start (H, TS, TG, rest, c_len: :func:`_heads`) as the
+def _content(spec: GpuSpec, tab: _Tables, AE, H, TS, TG, rest, c_len, kr, cd0, cj0) -> _Slots:
+    """Each slot's iteration from its start (H, TS, TG, rest, c_len, kr: :func:`_heads`) as the
     rule scores it with the requests below ``AE`` arrived: whole requests while sequences
     and budget last, up to ``hn``, then the ``split`` one's first ``s_len`` tokens (``ha``:
     the head after); the carried request ``cj`` and its scored tokens ``cd`` cycle by cycle
@@ -366,7 +379,6 @@ def _content(spec: GpuSpec, tab: _Tables, AE, H, TS, TG, rest, c_len, cd0, cj0) 
     x.has_c = rest > 0
     room = spec.budget - c_len
     HM = H + (spec.max_batch - x.has_c)
-    kr = tab.flat.searchsorted(TG.T, side="right").T - 1  # the targets ascend lane by lane: a fast search
     x.hn = hn = np.minimum(np.minimum(kr, AE), HM)
     whole = tab.flat.take(hn) - TS
     left = room - whole
@@ -412,6 +424,7 @@ def _mark(st: _ChunkedLanes, head, n_w, split, tau, e, cj, c_fin) -> None:
     at ``tau``) and completions (the whole ones, and a carried request ``cj`` whose rest ended,
     at ``e``); requests as indices into the flattened (lanes, requests) arrays."""
     for k, when, at in ((n_w + split, st.disp, tau), (n_w, st.comp, e)):
-        first = np.cumsum(k) - k
-        when.reshape(-1)[np.repeat(head - first, k) + np.arange(int(k.sum()))] = np.repeat(at, k)
+        idx = np.repeat(head - (np.cumsum(k) - k), k)
+        idx += np.arange(idx.size)
+        when.reshape(-1)[idx] = np.repeat(at, k)
     st.comp.reshape(-1)[cj[c_fin]] = e[c_fin]
