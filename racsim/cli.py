@@ -109,6 +109,7 @@ def _capacity(cfg, out_dir: Path, job) -> None:
     from racsim.report.capacity import (  # lazy: see _task
         format_curve,
         recommendation_text,
+        speed_line,
         write_capacity,
     )
 
@@ -121,9 +122,7 @@ def _capacity(cfg, out_dir: Path, job) -> None:
     print(format_curve(res))
     print(recommendation_text(res))
     if res.speed:
-        s = res.speed
-        print(f"racsim: speed: {s['lanes_requests_per_s']:.3g} simulated requests/s (lanes engine) vs "
-              f"{s['raw_simpy_requests_per_s']:.3g} raw SimPy ({s['speedup_vs_raw_simpy']:.1f}x)")
+        print(f"racsim: {speed_line(res)}")
     print(f"racsim: results in {out_dir}")
 
 

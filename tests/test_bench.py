@@ -2,7 +2,11 @@
 the key; --capacity's knobs compose and count the capacity run's requests (the benchmarks
 themselves are timed by hand, not in CI)."""
 
+import time
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from racsim.bench import main
 
@@ -29,11 +33,33 @@ def test_capacity_knobs_compose_and_count_what_the_capacity_run_simulates():
     for label, overrides in CAPACITY_KNOBS.items():
         validate(compose_config(*overrides))
     overrides = CAPACITY_KNOBS["verifier, worker failures"]
+    t0 = time.perf_counter()
     f = bench_capacity([*overrides, "pipeline.steps=6"], trials=2)
+    took = time.perf_counter() - t0
     cfg = compose_config(*overrides, "pipeline.steps=6", "learner.trials=2")
     blocking = any(n in BLOCKING for n in cfg.corrector.names)
     assert f["requests"] == requests_per_schedule(cfg) * (2 if blocking else 1) == 2 * 6 * cfg.pipeline.batch_size * (
         1 + blocking)
     assert f["lanes_requests_per_s"] == pytest.approx(f["requests"] / f["lanes_s"])
+    # the lanes time is the schedules' alone: inside the call, apart from the SimPy baselines it also times
+    assert 0 < f["lanes_s"] < took - f["raw_simpy_sample"] / f["raw_simpy_requests_per_s"]
     counts = sorted(set(cfg.capacity.counts))
     assert f["count"] == counts[len(counts) // 2]
+
+
+def _int_at_least_2(text: str) -> bool:
+    try:
+        return int(text) >= 2
+    except ValueError:
+        return False
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bad=st.one_of(st.integers(max_value=1), st.text(max_size=6).filter(lambda t: not _int_at_least_2(t))))
+def test_capacity_trials_refused_unless_an_integer_of_two_or_more(bad, capsys):
+    """racsim-bench --capacity --trials: generated bad values stop it with one line, before any run."""
+    with pytest.raises(SystemExit) as e:
+        main(["--capacity", "--trials", str(bad)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--trials" in err[-1]

@@ -106,3 +106,17 @@ def test_limit_sizes_is_the_rule_at_every_head(seed):
         rule.keys = list(range(h, tok.size))
         _, n, _, _, mx, _ = rule.candidate()
         assert (size[h], longest[h]) == (n, mx), h
+
+
+@pytest.mark.parametrize("top", [9, 2 ** 16 + 5, 2 ** 24 + 7, 2 ** 30])
+def test_range_max_is_the_slice_maximum(top):
+    """RangeMax against max(x[lo:lo + n]) on random integers either side of each storage width."""
+    from racsim.pipeline.rangemax import RangeMax
+
+    rng = np.random.default_rng(top)
+    x = rng.integers(0, top, 300).astype(np.float64)
+    longest = int(rng.integers(1, 70))
+    lo = rng.integers(0, x.size, 2000)
+    n = np.minimum(rng.integers(0, longest + 1, lo.size), x.size - lo)
+    want = [x[a:a + k].max() if k else 0.0 for a, k in zip(lo, n)]
+    np.testing.assert_array_equal(RangeMax(x, longest)(lo, n).astype(np.float64), want)

@@ -27,3 +27,11 @@ def test_canonical_form_tells_apart_the_last_bit():
     b = pd.DataFrame({"x": [0.3]})
     assert golden.canonical(a) != golden.canonical(b)
     assert golden.canonical(a) == golden.canonical(a.copy())
+
+
+def test_a_machine_off_the_recorded_profile_is_told_so(monkeypatch):
+    recorded = json.loads(golden.DIGESTS.read_text())
+    monkeypatch.setattr(golden, "profile", lambda: ["aarch64"])
+    assert "not compared" in golden.unreachable(recorded)
+    monkeypatch.setattr(golden, "profile", lambda: list(recorded["profile"]))
+    assert golden.unreachable(recorded) == ""

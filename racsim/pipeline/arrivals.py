@@ -99,6 +99,11 @@ class ReadyPool:
         return None if factor is None else np.repeat(factor, self.per, axis=1)
 
 
+def groups_per_step(feed: Optional[ReadyPool]) -> int:
+    """A pool's groups per step: one (the step's samples at once), or with ``feed`` one per sample."""
+    return 1 if feed is None else feed.per
+
+
 def group_arrivals(feed: Optional[ReadyPool], submit: np.ndarray) -> np.ndarray:
     """(lanes, groups) arrival of each group of a pool fed by ``feed`` (None: one group per step)
     from the samples' submission times (lanes, steps, batch)."""

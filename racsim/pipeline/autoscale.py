@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from racsim.pipeline.arrivals import ReadyPool, group_arrivals, ready_pool, step_arrivals
+from racsim.pipeline.arrivals import ReadyPool, group_arrivals, groups_per_step, ready_pool, step_arrivals
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
 from racsim.pipeline.fifoq import FifoWaiting
@@ -257,7 +257,7 @@ def _pool(draws: Any, name: str, lane: int, fifo: bool = False, feed: Optional[R
     rule = draws.autoscale[name]
     svc = draws.service[name][lane]
     steps, batch = svc.shape[:2]
-    per = 1 if feed is None else batch  # groups per step
+    per = groups_per_step(feed)
     order = (lambda x: x) if feed is None else (lambda x: feed.to_ready(x[None], slice(lane, lane + 1))[0])
     times = times or (np.full(svc.size, math.nan), np.full(svc.size, math.inf))
     if name in draws.gpu:
@@ -298,7 +298,7 @@ def logs(draws: Any, name: str, pools: List[AutoPool], feed: Optional[ReadyPool]
     plog = pool_log([p.log_rows(i) for i, p in enumerate(pools)], rule)
     if name not in draws.gpu:
         return None, plog
-    per = 1 if feed is None else feed.per
+    per = groups_per_step(feed)
     rows = [(np.full(len(p.batches), i), *zip(*p.batches)) for i, p in enumerate(pools) if p.batches]
     rows = [tuple(np.asarray(c) for c in r) for r in rows]
     return _batch_log([(*r[:6], r[6] // per) for r in rows], rule.max), plog
@@ -349,7 +349,7 @@ class AutoLanes:
         last result is back (inf: not known by the timeout; ``now`` if none was sent)."""
         out = np.empty(len(self.pools))
         lim = math.inf if timeout is None else timeout
-        per = 1 if self.feed is None else self.feed.per
+        per = groups_per_step(self.feed)
         lo, hi = t * per, (t + 1) * per  # the step's groups
         for i, (p, times) in enumerate(zip(self.pools, step_arrivals(self.feed, t, now, ready).tolist())):
             self.known[i].extend(times)

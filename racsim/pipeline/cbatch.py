@@ -45,6 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from racsim.pipeline.batcher import GpuSpec, _Batch, _fifo_lanes, _FifoLanes, _Waiting, gpu_spec
+from racsim.pipeline.rangemax import RangeMax
 
 
 def serving_spec(rm: Any, key: str) -> GpuSpec:
@@ -146,9 +147,8 @@ class _Tables:
     """Every lane's requests flattened, lane i's N + 1 entries from i (N + 1) on (a request's
     flat index): ``flat`` the prefix sums of tokens shifted to ascend across lanes (then a
     sentinel past them all), ``cum2`` those of squares, ``tok`` the tokens (0 at each lane's
-    end), and a sparse table of range maxima of ``tok`` (``sparse``: a row of zeros, then
-    maxima over 1, 2, 4... requests; ``row`` and ``span`` (n,): the row and its width for a
-    range of n requests); ``tmin`` the fewest tokens of a request. Tokens are integers: every
+    end), ``range_max(lo, n)`` the longest of n requests from flat index lo
+    (:class:`RangeMax`), ``tmin`` the fewest tokens of a request. Tokens are integers: every
     sum and difference here is exact."""
 
     def __init__(self, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, budget: float, max_batch: int):
@@ -158,21 +158,7 @@ class _Tables:
         self.cum2 = cum2.ravel()
         self.tok = np.hstack([tok, np.zeros((lanes, 1))]).ravel()
         self.tmin = float(tok.min())
-        top = self.tok.max()  # integers: exact in uint16 below 2^16, in float32 below 2^24
-        kind = np.uint16 if top < 2 ** 16 else np.float32 if top < 2 ** 24 else np.float64
-        rows, w = [np.zeros(self.tok.size, kind), self.tok.astype(kind)], 1
-        while 2 * w <= min(max_batch, N):  # a range holds at most N requests
-            rows.append(np.maximum(rows[-1], np.append(rows[-1][w:], np.zeros(w, kind))))
-            w *= 2
-        self.sparse = np.concatenate(rows)
-        level = np.array([n.bit_length() for n in range(max_batch + 1)])  # 1 + floor(log2 n), 0 for n = 0
-        self.row = level * self.tok.size
-        self.span = np.where(level > 0, 1 << np.maximum(level - 1, 0), 0)
-
-    def range_max(self, lo: np.ndarray, n: np.ndarray) -> np.ndarray:
-        """max(tok[lo:lo + n]) (0 if n <= 0), elementwise over flat indices ``lo``."""
-        r, w = self.row.take(n, mode="clip"), self.span.take(n, mode="clip")
-        return np.maximum(self.sparse.take(r + lo, mode="clip"), self.sparse.take(r + lo + n - w, mode="clip"))
+        self.range_max = RangeMax(self.tok, min(max_batch, N))  # a range holds at most N requests
 
 
 def lanes_state(spec: GpuSpec, lanes: int, requests: int):

@@ -25,6 +25,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from racsim.pipeline.batcher import GpuSpec, _Batch, _billed, _Waiting
+from racsim.pipeline.rangemax import RangeMax
 
 
 def limit_sizes(spec: GpuSpec, tok: np.ndarray):
@@ -36,7 +37,7 @@ def limit_sizes(spec: GpuSpec, tok: np.ndarray):
     prefix sums); padded, k requests fit when k <= c_j = floor(budget / tok_j) for each of them,
     so the size is min over d of max(d, c_{h+d}) (d from 0 to M - 1; c is 0 past the last
     request), floor(budget / tok_j) being exact in floating point. Then clipped to [1, M]; the
-    longest from a table of maxima over spans of a power of two. No batch passes the last
+    longest by :class:`RangeMax`. No batch passes the last
     request, and any batch of at most M requests fits M x the longest: so M is max_batch at
     most N + 1, and the budget at most M x the longest (which keeps every cost exact)."""
     N = tok.size
@@ -52,13 +53,7 @@ def limit_sizes(spec: GpuSpec, tok: np.ndarray):
     else:
         cum = np.concatenate([[0.0], np.cumsum(tok)])
         size = np.clip(np.searchsorted(cum, cum[:-1] + B, side="right") - 1 - h, 1, M)
-    levels = [np.concatenate([tok, np.zeros(M)])]  # levels[p][i]: the longest of tok[i : i + 2**p]
-    while 2 ** len(levels) <= M:
-        w, prev = 2 ** (len(levels) - 1), levels[-1]
-        levels.append(np.concatenate([np.maximum(prev[:-w], prev[w:]), prev[-w:]]))
-    table, L = np.concatenate(levels), levels[0].size
-    p = np.array([k.bit_length() - 1 for k in range(M + 1)])[size]  # 2**p <= size < 2**(p + 1)
-    return size, np.maximum(table[p * L + h], table[p * L + h + size - (1 << p)])
+    return size, RangeMax(tok, M)(h, size).astype(np.float64)
 
 
 class FifoWaiting(_Waiting):

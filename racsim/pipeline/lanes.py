@@ -17,7 +17,7 @@ from racsim.pipeline.batcher import (
     _per_sample,
     _prefix,
 )
-from racsim.pipeline.arrivals import group_arrivals, in_ready_order, ready_pool, step_arrivals
+from racsim.pipeline.arrivals import group_arrivals, groups_per_step, in_ready_order, ready_pool, step_arrivals
 from racsim.pipeline.autoscale import AutoLanes
 from racsim.pipeline.cbatch import fifo_lanes, lanes_state, waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
@@ -134,7 +134,7 @@ class _GpuLanes:
         n, steps, batch, seqs = tok4.shape
         # pipeline.arrivals other than batch: one group per sample, in ready order (arrivals.ReadyPool)
         self.ready = None if draws.offset is None else ready_pool(draws.offset)
-        self.per = 1 if self.ready is None else batch  # groups per step
+        self.per = groups_per_step(self.ready)
         self.G = batch * seqs // self.per
         self.tok = tok4.reshape(n, steps * batch * seqs)
         if self.ready is not None:

@@ -15,6 +15,21 @@ from racsim.report.plots import capacity_curve
 from racsim.report.trace import write_timeline
 
 
+def speed_scope(res: CapacityResult) -> str:
+    """What the speed figure times: the pipeline's draws and schedules of every count evaluated, or,
+    for an autoscaled channel, of the autoscaled pool's run alone."""
+    return ("the draws and schedules of the autoscaled pool's run" if res.autoscale is not None
+            else "the draws and schedules of every count evaluated")
+
+
+def speed_line(res: CapacityResult) -> str:
+    """The one-line speed figure a capacity run prints (:func:`speed_scope` says what it times)."""
+    s = res.speed
+    return (f"speed: {s['lanes_requests_per_s']:.3g} simulated requests/s in the lanes engine ({speed_scope(res)}, "
+            f"{s['lanes_s']:.2f} s) vs {s['raw_simpy_requests_per_s']:.3g} raw SimPy timed here "
+            f"({s['speedup_vs_raw_simpy']:.1f}x)")
+
+
 def format_curve(res: CapacityResult) -> str:
     """One line per count: the chosen corrector's figures and every corrector's bias."""
     c = res.curve
@@ -126,8 +141,8 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
     if res.speed:
         s = res.speed
         lines += ["## Simulator speed", "",
-                  f"{s['requests']:.3g} requests simulated over the sweep by the lanes engine in {s['lanes_s']:.2f} s "
-                  "(the run's own draws and schedules, timed as it ran them): "
+                  f"{s['requests']:.3g} requests simulated by the lanes engine in {s['lanes_s']:.2f} s "
+                  f"({speed_scope(res)}, timed as it ran them; not the bias, tables and plots): "
                   f"{s['lanes_requests_per_s']:.3g} requests/s. Raw SimPy (a process per request on a Resource, "
                   f"{s['raw_simpy_sample']:.0f} requests, same run): {s['raw_simpy_requests_per_s']:.3g} requests/s, "
                   f"so {s['raw_simpy_s_for_all']:.1f} s for the same requests ({s['speedup_vs_raw_simpy']:.1f}x). "
