@@ -25,6 +25,7 @@ from racsim.sweep import (
     Job,
     end_detached,
     in_multirun,
+    keep_created,
     lean_job,
     publish_run,
     register_resolvers,
@@ -50,6 +51,7 @@ def _task(cfg) -> None:
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
+    found: list = []  # non-finite values where a number must be: the run fails once its files are written
     try:
         replace_grid(cfg, hc.overrides.task)  # Hydra merged the grid given; it replaces the scenario's
         job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
@@ -71,7 +73,7 @@ def _task(cfg) -> None:
         digests: dict = {}
         written = publish_run(out_dir, cfg, lambda stage: write_outputs(
             stage, res, functools.cache(lambda: config_yaml(cfg)), plots=cfg.output.plots, lean=lean_job(cfg),
-            digests=digests))
+            digests=digests, found=found))
     except (ConfigError, OmegaConfBaseException) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
         if in_multirun():  # a sweep job: the others go on, the sweep lists it when it ends; its folders are the sweep's
@@ -81,6 +83,8 @@ def _task(cfg) -> None:
             raise
         print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+    if found:
+        _fail_after_writing(found, cfg, out_dir, job)
     job.finish(written, digests)  # done.json, the completion marker: the last file written
     if job.num is not None:  # a sweep job: one line, the table is in its folder and the sweep's
         print(f"racsim: {job.label}: results in {out_dir}")
@@ -114,8 +118,11 @@ def _capacity(cfg, out_dir: Path, job) -> None:
     )
 
     res = run_capacity(cfg)
+    found: list = []
     written = publish_run(out_dir, cfg, lambda stage: write_capacity(stage, cfg, res, OmegaConf.to_yaml(cfg),
-                                                                     plots=cfg.output.plots))
+                                                                     plots=cfg.output.plots, found=found))
+    if found:
+        _fail_after_writing(found, cfg, out_dir, job)
     job.finish(written)
     print(f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
           f"in {res.timings.get('runs_s', 0.0):.1f} s")
@@ -124,6 +131,23 @@ def _capacity(cfg, out_dir: Path, job) -> None:
     if res.speed:
         print(f"racsim: {speed_line(res)}")
     print(f"racsim: results in {out_dir}")
+
+
+def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
+    """End a run whose tables hold a non-finite value where a number must be (``found``,
+    racsim.report.finite), once its files are published: one line naming the rows, exit 2,
+    the files kept, no done.json (``resume=true`` reruns it). A sweep job raises it: the
+    sweep lists it among the failed jobs."""
+    from racsim.report.finite import failure  # lazy: see _task
+
+    ex = failure(found, lambda: config_yaml(cfg), f"everything computed is written to {out_dir} "
+                                                  f"(summary.md names the rows; no done.json)")
+    job.close()
+    if in_multirun():
+        raise ex
+    keep_created()
+    print(f"racsim: error: {ex}", file=sys.stderr)
+    sys.exit(EXIT_USAGE)
 
 
 def _progress_bar(cfg):

@@ -196,6 +196,13 @@ def remove_created() -> None:
     CREATED.clear()
 
 
+def keep_created() -> None:
+    """Keep what this process made for a run that wrote its files (its folder is the user's
+    now) and give the folder back."""
+    release()
+    CREATED.clear()
+
+
 def publish_run(out_dir: Path, cfg: Any, write) -> List[Path]:
     """Write a run's files into ``out_dir`` through a staging folder (racsim.markers.publish):
     a ConfigError, and nothing touched, when one would replace a file racsim did not write."""

@@ -309,7 +309,7 @@ def test_a_channel_without_faults_beside_one_with_them_passes_the_finite_check(t
     """channels.csv's availability is NaN for a channel with no faults block (a queue
     channel here) beside a faulted one: declared, so the run writes its tables."""
     from racsim.pipeline.stats import channel_stats
-    from racsim.report.finite import check_finite
+    from racsim.report.finite import non_finite
 
     p = write(tmp_path, "server,down_s,up_s\n0,1,3\n")
     pcfg = random_pcfg(1)
@@ -318,4 +318,4 @@ def test_a_channel_without_faults_beside_one_with_them_passes_the_finite_check(t
     draws = draw(pcfg, 2, np.random.default_rng(0))
     df = channel_stats(run_lanes(draws, False), draws.workers, 0).set_index("channel")
     assert math.isnan(df.loc["q", "availability"]) and 0 < df.loc["g", "availability"] < 1
-    check_finite(df.reset_index(), "channels")
+    assert non_finite(df.reset_index(), "channels") == []

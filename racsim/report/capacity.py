@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Optional
 
 import pandas as pd
 
 from racsim.analyses.capacity import CapacityResult
 from racsim.config.schema import warmup_steps
 from racsim.io import atomic_write, fmt, write_text
-from racsim.report.finite import check_finite
+from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
 from racsim.report.plots import capacity_curve
 from racsim.report.trace import write_timeline
 
@@ -154,14 +154,20 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
     return "\n".join(lines)
 
 
-def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, plots: bool = True) -> list:
+def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, plots: bool = True,
+                   found: Optional[List[Unwritable]] = None) -> list:
+    """Write a capacity run's files into ``out_dir``; returns the paths written. ``found``:
+    as racsim.report.writers.write_outputs's."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     tables = [("capacity", res.curve), ("results", res.best.results), ("channels", res.best.channels)]
     if res.autoscale is not None:
         tables.append(("autoscale", res.autoscale))
+    bad: List[Unwritable] = [] if found is None else found
+    notes: List[str] = []
     for stem, df in tables:
-        check_finite(df, stem, cfg_yaml)
+        bad.extend(non_finite(df, stem))
+        notes.extend(undefined_notes(df, stem))
         p = out_dir / f"{stem}.csv"
         atomic_write(p, lambda t, df=df: df.to_csv(t, index=False))
         written.append(p)
@@ -177,6 +183,7 @@ def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, 
     if sched is not None:
         written += write_timeline(out_dir, sched, png=plots)
     summary = out_dir / "summary.md"
-    write_text(summary, capacity_summary_markdown(cfg, res, [p.name for p in written]))
+    write_text(summary, capacity_summary_markdown(cfg, res, [p.name for p in written])
+               + "\n".join(summary_lines(notes, bad)))
     written.append(summary)
-    return written
+    return checked(written, bad, found, cfg_yaml, out_dir)

@@ -1,17 +1,22 @@
 """The last check before a results table is written: no NaN or inf where a number must be.
 
 Every table a run writes (results, channels, capacity, the studies' own tables) goes
-through :func:`check_finite` inside the staging folder (racsim.markers.publish): a
-non-finite value stops the run with one line naming the table, the column, the row and
-the knob most likely behind it, and nothing is published. The columns that are NaN by
-design are declared in :data:`MAY_BE_NAN`, each with its reason (never inf).
+through :func:`non_finite` in the staging folder (racsim.markers.publish). A value that
+is undefined by construction (a ratio of nothing, a cosine against a zero gradient) is
+NaN in a column declared in :data:`MAY_BE_NAN`, each with its reason, and summary.md
+says which columns hold such NaNs and why (:func:`undefined_notes`); never inf. Any
+other non-finite value signals a bug or an extreme setting: the run still writes
+everything it computed, then fails with one line naming the table, the column, the
+rows and the knob most likely behind it (:func:`failure`). A finished run is never
+thrown away by this check.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
-from typing import Callable, Optional, Union
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -19,6 +24,9 @@ import pandas as pd
 from racsim.errors import ConfigError
 
 _NO_LAW = "no delay law predicts the kernel (a gpu_rm channel, a GPU fast scorer), so Theorem 2.1 has no prediction"
+_NO_ANGLE = ("the cosine of the update's gradient and synchronous GRPO's is undefined where either gradient is "
+             "zero (no angle to a zero vector): with every group's rewards tied, every group-relative "
+             "advantage is 0")
 _NONE_LANDED = "no result of that channel landed in the measured window (all dropped, pending or unrouted)"
 
 # column (fnmatch pattern; "TABLE:column" for one table's column) -> why NaN is a legitimate value there
@@ -39,6 +47,8 @@ MAY_BE_NAN = {
     "workers": "the channel has no worker limit (workers=null: as many servers as needed)",
     "utilisation": "the channel has no worker limit (workers=null), so it has no utilisation",
     "channels:availability": "no failures are modelled on that channel (no faults block), beside one that has them",
+    "lm_gradients:cosine": _NO_ANGLE,
+    "grad_cosine": _NO_ANGLE + " (at every checkpoint of every seed)",
 }
 
 ROW_KEYS = ("cell", "mode", "corrector", "channel", "count", "eta", "K")  # what names a row, when present
@@ -98,11 +108,30 @@ def extreme_setting(cfg_yaml: str) -> Optional[str]:
     return found
 
 
-def check_finite(df: pd.DataFrame, table: str, cfg_yaml: Union[str, Callable[[], str]] = "") -> None:
-    """Raise a ConfigError (one line) at the first non-finite value of ``df`` where a number
-    must be: any inf, a NaN outside :data:`MAY_BE_NAN` and outside :func:`_absent`. The
-    line names the run's most extreme setting (``cfg_yaml``, or a function giving it) as
-    the likely knob, if any."""
+def _row_label(df: pd.DataFrame, i: int) -> str:
+    return ", ".join(f"{k}={df[k].iloc[i]}" for k in ROW_KEYS if k in df) or f"row {i}"
+
+
+@dataclass(frozen=True)
+class Unwritable:
+    """A column of a table whose values must be finite and are not: the first such value and
+    every such row's label."""
+
+    table: str
+    column: str
+    value: float
+    rows: Tuple[str, ...]
+    total: int  # rows of the table
+
+    def where(self, shown: int = 3) -> str:
+        more = f" and {len(self.rows) - shown} more" if len(self.rows) > shown else ""
+        return f"{'; '.join(self.rows[:shown])}{more} ({len(self.rows)} of {self.total} rows)"
+
+
+def non_finite(df: pd.DataFrame, table: str) -> List[Unwritable]:
+    """Every column of ``df`` with a value that must be finite and is not: any inf, a NaN
+    outside :data:`MAY_BE_NAN` and outside :func:`_absent`."""
+    found = []
     for column, series in df.items():
         bad = _non_finite(series)
         if not bad.any():
@@ -113,11 +142,57 @@ def check_finite(df: pd.DataFrame, table: str, cfg_yaml: Union[str, Callable[[],
             bad = isinf
         else:
             bad &= ~_absent(df, str(column), bad & ~isinf) | isinf
-        if not bad.any():
-            continue
-        i = int(np.flatnonzero(bad)[0])
-        row = ", ".join(f"{k}={df[k].iloc[i]}" for k in ROW_KEYS if k in df) or f"row {i}"
-        raise ConfigError(f"{table} column {column}", float(values[i]),
-                          f"a finite number: this run produced it at {row} ({int(bad.sum())} of {len(df)} rows); "
-                          f"likely knob: {extreme_setting(cfg_yaml() if callable(cfg_yaml) else cfg_yaml) or KNOBS.get(table, 'an extreme setting')}; "
-                          f"nothing was written")
+        rows = np.flatnonzero(bad)
+        if len(rows):
+            found.append(Unwritable(table, str(column), float(values[rows[0]]),
+                                    tuple(_row_label(df, int(i)) for i in rows), len(df)))
+    return found
+
+
+def undefined_notes(df: pd.DataFrame, table: str) -> List[str]:
+    """One line per declared column of ``df`` that holds NaN: how many rows, and why the
+    value is undefined there (:data:`MAY_BE_NAN`)."""
+    notes = []
+    for column, series in df.items():
+        why = may_be_nan(str(column), table)
+        nan = series.isna().to_numpy() if why is not None and series.dtype.kind in "fcO" else None
+        if nan is not None and nan.any():
+            notes.append(f"`{table}.{column}`: NaN in {int(nan.sum())} of {len(df)} rows: {why}")
+    return notes
+
+
+def failure(found: Sequence[Unwritable], cfg_yaml: Union[str, Callable[[], str]], outcome: str) -> ConfigError:
+    """The one line a run fails with when ``found`` is not empty: the first column's first
+    value and rows, the other columns, the likely knob (the run's most extreme setting in
+    ``cfg_yaml``, or the table's usual suspects) and ``outcome`` (what was written)."""
+    first = found[0]
+    others = "".join(f"; also {u.table} column {u.column} at {u.where(1)}" for u in found[1:])
+    knob = extreme_setting(cfg_yaml() if callable(cfg_yaml) else cfg_yaml) or KNOBS.get(first.table,
+                                                                                     "an extreme setting")
+    return ConfigError(f"{first.table} column {first.column}", first.value,
+                       f"a finite number: this run produced it at {first.where()}{others}; likely knob: {knob}; "
+                       f"{outcome}")
+
+
+def summary_lines(notes: Sequence[str], found: Sequence[Unwritable]) -> List[str]:
+    """summary.md's account of the non-finite values written: the undefined ones (``notes``)
+    and those that failed the run (``found``)."""
+    lines: List[str] = []
+    if notes:
+        lines += ["## Undefined values (NaN by construction)", ""] + [f"- {n}" for n in notes] + [""]
+    if found:
+        lines += ["## Non-finite values where a number must be (the run failed)", "",
+                  "A bug or an extreme setting; the rows, as written in the tables:", ""]
+        lines += [f"- `{u.table}.{u.column}` = {u.value}: {'; '.join(u.rows)}" for u in found] + [""]
+    return lines
+
+
+
+def checked(written: list, bad: Sequence[Unwritable], found: Optional[list], cfg_yaml: Union[str, Callable[[], str]],
+            out_dir) -> list:
+    """``written`` (a writer's files), or, when its caller does not collect the non-finite
+    values (``found`` None) and there are some (``bad``), their ConfigError: everything is
+    written by then."""
+    if bad and found is None:
+        raise failure(bad, cfg_yaml, f"everything computed is written to {out_dir} (summary.md names the rows)")
+    return written

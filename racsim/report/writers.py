@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Callable, Dict, Optional, Union
+from typing import Callable, Dict, List, Optional, Union
 
 import pandas as pd
 
@@ -17,24 +17,31 @@ from racsim.io import atomic_write, write_text
 from racsim.markers import digest_bytes
 from racsim.report import lm as LM
 from racsim.report import plots as P
-from racsim.report.finite import check_finite
+from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
 from racsim.report.tables import format_table, warmup_warning
 from racsim.report.trace import write_timeline
 
 
 def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: Union[str, Callable[[], str]], plots: bool = True,
-                  lean: bool = False, digests: Optional[Dict[str, dict]] = None) -> list:
+                  lean: bool = False, digests: Optional[Dict[str, dict]] = None,
+                  found: Optional[List[Unwritable]] = None) -> list:
     """Write every artifact of a run into ``out_dir``; returns the paths written. ``lean``
     (``output.job_files``): the tables as Parquet only, without their CSV copies, the
     timeline and trace, config.yaml, plots and summary.md. ``cfg_yaml``: the config's
     YAML, or a function giving it (read only for config.yaml or an error message).
-    ``digests`` gets the size and SHA-256 of each table, from the bytes written."""
+    ``digests`` gets the size and SHA-256 of each table, from the bytes written.
+    A non-finite value where a number must be (racsim.report.finite) is written as it is
+    and named in summary.md; ``found`` gets them, for the caller to fail the run once the
+    files are published; without ``found``, a ConfigError once everything is written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     yaml_text = cfg_yaml if callable(cfg_yaml) else (lambda: cfg_yaml)
+    bad: List[Unwritable] = [] if found is None else found
+    notes: List[str] = []
 
     def table(df: pd.DataFrame, stem: str, csv: bool = True) -> None:
-        check_finite(df, stem, yaml_text)
+        bad.extend(non_finite(df, stem))
+        notes.extend(undefined_notes(df, stem))
         p = out_dir / f"{stem}.parquet"
         data = parquet_bytes(df)
         atomic_write(p, lambda t: Path(t).write_bytes(data))
@@ -56,7 +63,7 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: Union[str, Callable[[
     if len(res.training):
         table(res.training, "training", csv=False)
     if lean:
-        return written
+        return checked(written, bad, found, yaml_text, out_dir)
     write_text(out_dir / "config.yaml", yaml_text())
     written.append(out_dir / "config.yaml")
     if plots and "corrector" in res.results:
@@ -71,9 +78,9 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: Union[str, Callable[[
         written += write_timeline(out_dir, res.schedules["async"], png=plots)
     summary = out_dir / "summary.md"
     md = LM.summary_markdown if LM.is_lm(res) else summary_markdown
-    write_text(summary, md(res, [p.name for p in written]))
+    write_text(summary, md(res, [p.name for p in written]) + "\n".join(summary_lines(notes, bad)))
     written.append(summary)
-    return written
+    return checked(written, bad, found, yaml_text, out_dir)
 
 
 def parquet_bytes(df: pd.DataFrame) -> bytes:
