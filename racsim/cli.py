@@ -168,6 +168,9 @@ def _one_line(ex: BaseException) -> str:
     while e is not None and e not in chain:
         chain.append(e)
         e = e.__cause__ or e.__context__
+    friendly = _mistyped(chain)
+    if friendly:
+        return friendly
     for e in chain:
         if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None):
             msg = str(e).splitlines()[0].strip()
@@ -190,6 +193,30 @@ def _one_line(ex: BaseException) -> str:
             options.append(ln)
         return f"{lines[0]} ({lines[i].rstrip(':').lower()}: {', '.join(options)})"
     return " ".join(lines[:2])
+
+
+def _mistyped(chain: list) -> "str | None":
+    """A mistyped key (``pipline.steps=3``) or config group option (``scenario=capacity/judge_h100``,
+    ``hydra/launcher=ray`` without its plugin) in an exception chain, in racsim.guide's words."""
+    import re
+
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    from racsim import guide
+
+    for e in chain:
+        m = re.match(r"Could not (?:override|append to config)\W+'?([^'\s]+)'", str(e))
+        if m and any(isinstance(c, (ConfigKeyError, ConfigAttributeError)) and " not in " in str(c) for c in chain):
+            return guide.unknown_key(m.group(1).lstrip("+~"))
+        if isinstance(e, MissingConfigException) and e.missing_cfg_file and "/" in e.missing_cfg_file:
+            group, option = e.missing_cfg_file.rsplit("/", 1)
+            if group.startswith("scenario/"):  # a scenario in a folder: capacity/judge_rm_h100
+                group, option = "scenario", e.missing_cfg_file.split("/", 1)[1]
+            given = next((a.split("=", 1)[0] for a in sys.argv[1:]
+                          if re.match(rf"[+~]*{re.escape(group)}(@[^=]*)?={re.escape(option)}$", a)), group)
+            return guide.unknown_option(group, option, e.options, given.lstrip("+~"))
+    return None
 
 
 def _usage_error(ex: BaseException) -> "str | None":

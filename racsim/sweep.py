@@ -33,6 +33,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from racsim.errors import ConfigError
+from racsim.guide import help_text
 from racsim.markers import (
     DONE,
     RESUME_KEY,
@@ -275,6 +276,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("racsim.sweep_dir", sweep_dir, use_cache=True)
     if not OmegaConf.has_resolver("racsim.unique_dir"):
         OmegaConf.register_new_resolver("racsim.unique_dir", unique_dir, use_cache=True)
+    if not OmegaConf.has_resolver("racsim.help"):  # racsim --help (hydra.help.template)
+        OmegaConf.register_new_resolver("racsim.help", help_text)
 
 
 register_resolvers()  # at import: workers unpickle the callback (this module) before composing

@@ -42,6 +42,7 @@ from racsim.config.schema import (
     phase_conf,
 )
 from racsim.errors import ConfigError
+from racsim.guide import key_hint, missing_extra
 
 
 def _finite(x: Any) -> bool:
@@ -393,6 +394,9 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     _need(st.mode in STUDY_MODES, "study.mode", st.mode, "one of " + ", ".join(STUDY_MODES))
     _int_at_least("study.replications", st.replications, 0)
     validate_lm(lr.lm)  # also when learner.kind is tabular: a bad value is never silently carried
+    if lr.kind == "lm" and lr.lm.policy == "transformer":
+        _need_packages("learner.lm.policy", lr.lm.policy, ("torch", "transformers"),
+                       "learner.lm.policy=bandit for the NumPy stand-in")
     _need(len(st.kl_targets) >= 1 and all(_finite(k) and k > 0 for k in st.kl_targets), "study.kl_targets",
           list(st.kl_targets), "a non-empty list of KL levels > 0")
     _need(all(_finite(e) and 0 <= e <= 1 for e in st.etas), "study.etas", list(st.etas), "slacks in [0, 1]")
@@ -431,6 +435,16 @@ def validate_autoscale(ch: Any, key: str) -> None:
         _positive(f"{key}.{k}", getattr(a, k))
     if a.cost_per_hour is not None:
         _nonneg(f"{key}.cost_per_hour", a.cost_per_hour)
+
+
+def _need_packages(key: str, value: Any, modules: Sequence[str], instead: str) -> None:
+    """A ConfigError naming the extra to install when a module of ``modules`` is not installed."""
+    import importlib.util
+
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    if absent:
+        raise ConfigError(key, value, f"needs {' and '.join(absent)}, not installed: {missing_extra(absent[0])} "
+                                      f"(or {instead})")
 
 
 def validate_lm(lm: Any) -> None:
@@ -573,7 +587,7 @@ def check_schema(cfg: Any, key: str = "", root: Any = None) -> None:
             sub = f"{key}.{k}" if key else str(k)
             if allowed is not None and k not in allowed:
                 raise ConfigError(sub, OmegaConf.select(cfg, str(k), default=None),
-                                  f"not a setting of {t.__name__}: the schema (racsim/config/schema.py) has no such key")
+                                  f"not a racsim setting; {key_hint(sub)}")
             if OmegaConf.is_missing(cfg, k):  # before OmegaConf.to_object, which would say it in its words
                 raise missing_error(sub, root)
             check_schema(cfg[k], sub, root)
