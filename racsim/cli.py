@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from racsim.config.defaults import replace_grid
+from racsim.config.defaults import measured_as_given, replace_grid
 from racsim.config.schema import register_configs
 from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
@@ -45,6 +45,7 @@ def _task(cfg) -> None:
 
     # lazy: the simulator and its reports (numpy, pandas, scipy, ~1-2 s) load only when a job runs,
     # so that `racsim --help` and usage errors answer at once
+    from racsim.report.lm import share_note  # lazy
     from racsim.report.tables import format_table, warmup_warning  # lazy
     from racsim.report.writers import write_outputs  # lazy
     from racsim.run import run  # lazy
@@ -54,6 +55,7 @@ def _task(cfg) -> None:
     found: list = []  # non-finite values where a number must be: the run fails once its files are written
     try:
         replace_grid(cfg, hc.overrides.task)  # Hydra merged the grid given; it replaces the scenario's
+        measured_as_given(cfg, hc.overrides.task)  # an empirical law chosen here: its data as measured
         job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
         if job.skip:
             print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
@@ -99,7 +101,7 @@ def _task(cfg) -> None:
     else:
         print(f"racsim: {cfg.name}: {cfg.study.kind} in {took}")
     print(format_table(res.results))
-    warning = warmup_warning(res.results) if res.bias is not None else ""
+    warning = warmup_warning(res.results) if res.bias is not None else share_note(res.results)
     if warning:
         print(f"racsim: {warning}")
     print(f"racsim: results in {out_dir}")

@@ -123,7 +123,7 @@ class RacsimLauncher(Launcher):
         one), for their task to write (racsim.sweep.PREPARED); returns how many it took.
         A job that cannot be computed so is run by its task as usual: if the batch fails,
         every job of it is, and only the failing one fails."""
-        from racsim.config.defaults import GRID_KEY
+        from racsim.config.defaults import GRID_KEY, empirical_blocks
         from racsim.markers import override_key
         from racsim.run import run_many
         from racsim.sweep import PREPARED, pin_blas_threads
@@ -135,8 +135,9 @@ class RacsimLauncher(Launcher):
                 obj = self.composer.cell_object(list(overrides), self.swept)
             except Exception:  # its job says why
                 obj = None
-            if obj is not None and (obj.capacity.enabled or any(override_key(o) == GRID_KEY for o in overrides)):
-                obj = None  # capacity planning, or a grid its task replaces (racsim.config.defaults.replace_grid)
+            if obj is not None and (obj.capacity.enabled or any(override_key(o) == GRID_KEY for o in overrides)
+                                    or empirical_blocks(overrides)):
+                obj = None  # capacity planning, or a grid or a mean its task replaces (racsim.config.defaults)
             size = obj.learner.trials * obj.pipeline.steps * obj.pipeline.batch_size if obj is not None else 0
             if taken and slots + size > PREPARE_SLOTS:
                 break

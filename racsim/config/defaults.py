@@ -10,7 +10,8 @@ not a different model from the one the ``racsim`` command runs.
   Hydra's compose API with the command's primary config, schema and search path;
 * :func:`default_config`: the same as plain dataclasses (a :class:`RacsimConf`);
 * :func:`catalog`: one of conf/rm/'s groups (``gpu``, ``model``) as name -> fields;
-* :func:`replace_grid`: a study grid given on the command line replaces the scenario's.
+* :func:`replace_grid`: a study grid given on the command line replaces the scenario's;
+* :func:`measured_as_given`: an empirical law chosen on the command line uses its data as measured.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import copy
 import functools
 from importlib.resources import files
-from typing import Any, Dict, Iterable, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -52,7 +53,8 @@ def _composed(overrides: Tuple[str, ...]) -> DictConfig:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(version_base="1.3", config_module=CONFIG_MODULE):
-            cfg = replace_grid(compose(config_name="config", overrides=list(overrides)), overrides)
+            cfg = compose(config_name="config", overrides=list(overrides))
+            measured_as_given(replace_grid(cfg, overrides), overrides)
     finally:
         restore_gh_from_backup(backup)
     return cfg  # callers get copies: compose_config deep-copies it, default_config builds new objects
@@ -75,6 +77,39 @@ def replace_grid(cfg: DictConfig, overrides: Iterable[str]) -> DictConfig:
     if given and not given[-1].is_delete():
         with open_dict(cfg):
             cfg.study.grid = given[-1].value()
+    return cfg
+
+
+def empirical_blocks(overrides: Iterable[str]) -> List[str]:
+    """The latency blocks (``pipeline.channels.judge.latency``) that the command line's
+    ``overrides`` switch to an empirical law (``BLOCK.kind=empirical`` or
+    ``latency@BLOCK=empirical``) without setting their ``mean`` (``BLOCK.mean=...``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    texts = [str(o) for o in overrides]
+    if not any("empirical" in t for t in texts):  # parsing is slow (a sweep job has many overrides)
+        return []
+    parsed = OverridesParser.create().parse_overrides(texts)
+    keys = {o.key_or_group for o in parsed}
+    blocks = []
+    for o in parsed:
+        if o.is_sweep_override() or o.is_delete() or o.value() != "empirical":
+            continue
+        if o.key_or_group.endswith(".kind"):
+            blocks.append(o.key_or_group[: -len(".kind")])
+        elif o.key_or_group == "latency" and o.package:
+            blocks.append(o.package)
+    return [b for b in blocks if f"{b}.mean" not in keys]
+
+
+def measured_as_given(cfg: DictConfig, overrides: Iterable[str]) -> DictConfig:
+    """Drop the mean of each latency block the command line switches to an empirical law
+    without a mean of its own (:func:`empirical_blocks`), in place; returns ``cfg``. That
+    mean was set for another law (a channel preset's ``mean: 20``): kept, it would rescale
+    the user's data. ``BLOCK.mean=S`` on the command line rescales them to S seconds."""
+    for block in empirical_blocks(overrides):
+        if OmegaConf.select(cfg, f"{block}.mean", default=None) is not None:
+            OmegaConf.update(cfg, f"{block}.mean", None, merge=False)
     return cfg
 
 

@@ -54,6 +54,8 @@ def _fmt(x: float) -> str:
 class Latency(abc.ABC):
     """A non-negative duration distribution (seconds)."""
 
+    changes: Tuple[str, ...] = ()  # what racsim did to a user's data (an empirical law: rescaled, clipped)
+
     @abc.abstractmethod
     def sample(self, rng: np.random.Generator, size: Any = None) -> np.ndarray:
         """``size`` float64 draws (>= 0), deterministic given ``rng``'s state."""
@@ -108,9 +110,10 @@ class _Deterministic(Latency):
 class _Empirical(Latency):
     """Uniform resampling (with replacement) of a finite set of values."""
 
-    def __init__(self, values: np.ndarray, label: str):
+    def __init__(self, values: np.ndarray, label: str, changes: Tuple[str, ...] = ()):
         self.values = np.sort(np.asarray(values, dtype=np.float64))
         self.label = label
+        self.changes = changes
 
     def sample(self, rng: np.random.Generator, size: Any = None) -> np.ndarray:
         return self.values[rng.integers(0, self.values.size, size=size)]
@@ -681,8 +684,11 @@ def _read_column(conf: LatencyConf, key: str) -> np.ndarray:
 
 
 def _build_empirical(conf: LatencyConf, key: str) -> Latency:
+    """The column as measured; rescaled to ``mean`` when it is set, rounded (``discrete``) and
+    clipped to [low, high]: each change a user's data undergoes is named in ``changes``."""
     v = _read_column(conf, key)
     label = f"empirical({conf.path}:{conf.column}, n={v.size}"
+    changes = []
     if conf.mean is not None:
         col_mean = math.fsum(v) / v.size
         if col_mean == 0 and conf.mean != 0:
@@ -690,11 +696,16 @@ def _build_empirical(conf: LatencyConf, key: str) -> Latency:
         factor = 0.0 if conf.mean == 0 else float(conf.mean) / col_mean
         v = v * factor
         label += f", rescaled x{factor:.4g} to mean {_fmt(conf.mean)}"
+        changes.append(f"rescaled x{factor:.4g}, from its mean {_fmt(col_mean)} s to {key}.mean = {_fmt(conf.mean)} s "
+                       f"({key}.mean=null uses the data as measured)")
     if conf.discrete:
         v = np.rint(v)
     low, high = _bounds(conf)
+    clipped = int(np.count_nonzero((v < low) | (v > high)))
+    if clipped:
+        changes.append(f"{clipped} of {v.size} values clipped to [{_fmt(low)}, {_fmt(high)}] s ({key}.low, .high)")
     v = np.clip(v, low, high)
-    return _Empirical(v, label + ")" + _suffix(conf, False))
+    return _Empirical(v, label + ")" + _suffix(conf, False), tuple(changes))
 
 
 _BUILDERS = {

@@ -126,6 +126,21 @@ def sweep(res, path: Path) -> bool:
 PLOTS = (("lm_training.png", training), ("lm_gradients.png", gradients), ("lm_sweep.png", sweep))
 
 
+def share_note(r: pd.DataFrame) -> str:
+    """One line on what a `slow grad missing` share outside [0, 1] means, naming the correctors
+    that have one; empty when none has."""
+    if "grad_missing" not in r:
+        return ""
+    out = r[(r.grad_missing < 0) | (r.grad_missing > 1)]
+    if not len(out):
+        return ""
+    named = ", ".join(f"{c} {m:.2f} +- {h:.2f}" for c, m, h in zip(out.corrector, out.grad_missing, out.grad_missing_ci))
+    return (f"`slow grad missing` outside [0, 1] ({named}): 0 is synchronous GRPO, 1 an update without the slow "
+            "signal (naive); below 0 the update carries more of the slow signal's gradient than synchronous GRPO "
+            "(its late results over-weighted), above 1 it points against it; where the +- interval reaches into "
+            "[0, 1] the difference is within the estimate's noise")
+
+
 def summary_markdown(res, files: list) -> str:
     r = res.results
     first = r.iloc[0]
@@ -152,6 +167,9 @@ def summary_markdown(res, files: list) -> str:
         "```",
         "",
     ]
+    note = share_note(r)
+    if note:
+        lines += [note[0].upper() + note[1:] + ".", ""]
     if "cell" in r:
         for col, what in (("true_final", "Final true reward (mean of the last 10% of steps)"),
                           ("true_at_naive_clock", "True reward at naive's wall-clock")):
