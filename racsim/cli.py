@@ -29,6 +29,7 @@ from racsim.sweep import (
     lean_job,
     publish_run,
     register_resolvers,
+    release,
     remove_created,
     take_prepared,
 )
@@ -67,15 +68,17 @@ def _task(cfg) -> None:
             progress = _progress_bar(cfg)
             try:
                 if cfg.capacity.enabled:  # capacity planning: the scenario once per GPU/worker count
-                    return _capacity(cfg, out_dir, job)
+                    return _capacity(cfg, out_dir, job, hc)
                 res = run(cfg, progress=progress.update if progress else None)
             finally:
                 if progress:
                     progress.close()
         digests: dict = {}
+        about, changes = _inputs(cfg, hc)
         written = publish_run(out_dir, cfg, lambda stage: write_outputs(
             stage, res, functools.cache(lambda: config_yaml(cfg)), plots=cfg.output.plots, lean=lean_job(cfg),
-            digests=digests, found=found))
+            digests=digests, found=found, about=about))
+        keep_created()
     except (ConfigError, OmegaConfBaseException) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
         if in_multirun():  # a sweep job: the others go on, the sweep lists it when it ends; its folders are the sweep's
@@ -100,6 +103,8 @@ def _task(cfg) -> None:
               f"{res.trajectories} trajectories in {took}")
     else:
         print(f"racsim: {cfg.name}: {cfg.study.kind} in {took}")
+    for change in changes:
+        print(f"racsim: note: {change}")
     print(format_table(res.results))
     warning = warmup_warning(res.results) if res.bias is not None else share_note(res.results)
     if warning:
@@ -107,7 +112,7 @@ def _task(cfg) -> None:
     print(f"racsim: results in {out_dir}")
 
 
-def _capacity(cfg, out_dir: Path, job) -> None:
+def _capacity(cfg, out_dir: Path, job, hc) -> None:
     """``capacity.enabled``: run racsim.analyses.capacity, write its folder, print the curve and the recommendation."""
     from omegaconf import OmegaConf
 
@@ -121,18 +126,33 @@ def _capacity(cfg, out_dir: Path, job) -> None:
 
     res = run_capacity(cfg)
     found: list = []
+    about, changes = _inputs(cfg, hc)
     written = publish_run(out_dir, cfg, lambda stage: write_capacity(stage, cfg, res, OmegaConf.to_yaml(cfg),
-                                                                     plots=cfg.output.plots, found=found))
+                                                                     plots=cfg.output.plots, found=found,
+                                                                     about=about))
+    keep_created()
     if found:
         _fail_after_writing(found, cfg, out_dir, job)
     job.finish(written)
     print(f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
           f"in {res.timings.get('runs_s', 0.0):.1f} s")
+    for change in changes:
+        print(f"racsim: note: {change}")
     print(format_curve(res))
     print(recommendation_text(res))
     if res.speed:
         print(f"racsim: {speed_line(res)}")
     print(f"racsim: results in {out_dir}")
+
+
+def _inputs(cfg, hc) -> tuple:
+    """(summary.md's lines on what the run was given, the changes racsim made to a user's data):
+    racsim.report.inputs, from the config and Hydra's choices and overrides."""
+    from racsim.report import inputs  # lazy: see _task
+
+    overrides = list(hc.overrides.task)
+    changes = inputs.data_changes(cfg)
+    return inputs.summary_lines(inputs.channel_laws(cfg, hc.runtime.choices, overrides), changes, overrides), changes
 
 
 def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
@@ -147,7 +167,7 @@ def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
     job.close()
     if in_multirun():
         raise ex
-    keep_created()
+    release()
     print(f"racsim: error: {ex}", file=sys.stderr)
     sys.exit(EXIT_USAGE)
 
@@ -348,6 +368,9 @@ def main() -> None:
     app = hydra.main(version_base="1.3", config_path="pkg://racsim.conf", config_name="config")(_task)
     try:
         app()
+    except BrokenPipeError:  # stdout closed by its reader (racsim ... | head): what was written stays
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes it
+        sys.exit(141)  # 128 + SIGPIPE, as a shell reports a command its pipe stopped
     except KeyboardInterrupt:  # Ctrl-C: every complete job keeps its done.json; the rest rerun on resume
         end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
         print("racsim: interrupted; rerun the same command with resume=true to finish a sweep", file=sys.stderr)

@@ -198,9 +198,8 @@ def remove_created() -> None:
 
 
 def keep_created() -> None:
-    """Keep what this process made for a run that wrote its files (its folder is the user's
-    now) and give the folder back."""
-    release()
+    """Keep what this process made for a run once its files are published: nothing that
+    happens after (a failure, a closed pipe, Ctrl-C) takes away finished work."""
     CREATED.clear()
 
 

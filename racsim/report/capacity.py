@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import pandas as pd
 
@@ -155,9 +155,9 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
 
 
 def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, plots: bool = True,
-                   found: Optional[List[Unwritable]] = None) -> list:
-    """Write a capacity run's files into ``out_dir``; returns the paths written. ``found``:
-    as racsim.report.writers.write_outputs's."""
+                   found: Optional[List[Unwritable]] = None, about: Sequence[str] = ()) -> list:
+    """Write a capacity run's files into ``out_dir``; returns the paths written. ``found``,
+    ``about``: as racsim.report.writers.write_outputs's."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     tables = [("capacity", res.curve), ("results", res.best.results), ("channels", res.best.channels)]
@@ -184,6 +184,6 @@ def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, 
         written += write_timeline(out_dir, sched, png=plots)
     summary = out_dir / "summary.md"
     write_text(summary, capacity_summary_markdown(cfg, res, [p.name for p in written])
-               + "\n".join(summary_lines(notes, bad)))
+               + "\n".join([*about, *summary_lines(notes, bad)]))
     written.append(summary)
     return checked(written, bad, found, cfg_yaml, out_dir)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import pandas as pd
 
@@ -24,7 +24,7 @@ from racsim.report.trace import write_timeline
 
 def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: Union[str, Callable[[], str]], plots: bool = True,
                   lean: bool = False, digests: Optional[Dict[str, dict]] = None,
-                  found: Optional[List[Unwritable]] = None) -> list:
+                  found: Optional[List[Unwritable]] = None, about: Sequence[str] = ()) -> list:
     """Write every artifact of a run into ``out_dir``; returns the paths written. ``lean``
     (``output.job_files``): the tables as Parquet only, without their CSV copies, the
     timeline and trace, config.yaml, plots and summary.md. ``cfg_yaml``: the config's
@@ -32,7 +32,8 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: Union[str, Callable[[
     ``digests`` gets the size and SHA-256 of each table, from the bytes written.
     A non-finite value where a number must be (racsim.report.finite) is written as it is
     and named in summary.md; ``found`` gets them, for the caller to fail the run once the
-    files are published; without ``found``, a ConfigError once everything is written."""
+    files are published; without ``found``, a ConfigError once everything is written.
+    ``about``: summary.md's lines on the run's inputs (racsim.report.inputs)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     yaml_text = cfg_yaml if callable(cfg_yaml) else (lambda: cfg_yaml)
@@ -78,7 +79,7 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: Union[str, Callable[[
         written += write_timeline(out_dir, res.schedules["async"], png=plots)
     summary = out_dir / "summary.md"
     md = LM.summary_markdown if LM.is_lm(res) else summary_markdown
-    write_text(summary, md(res, [p.name for p in written]) + "\n".join(summary_lines(notes, bad)))
+    write_text(summary, md(res, [p.name for p in written]) + "\n".join([*about, *summary_lines(notes, bad)]))
     written.append(summary)
     return checked(written, bad, found, yaml_text, out_dir)
 
