@@ -248,6 +248,10 @@ def _usage_error(ex: BaseException) -> "str | None":
     None for anything else, which is a bug to show in full."""
     import yaml
 
+    from racsim.guide import missing_extra
+
+    if isinstance(ex, ImportError) and missing_extra(ex.name):  # an optional package this run needs
+        return f"{ex.name} is not installed: {missing_extra(ex.name)}"
     frames, tb = [], ex.__traceback__
     while tb is not None:
         frames.append(tb.tb_frame)

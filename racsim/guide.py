@@ -159,7 +159,7 @@ def schema_keys(cls: Any = None, prefix: str = "") -> List[str]:
         sub = _node(tp)
         out.append(key)
         if isinstance(sub, dict):
-            out += schema_keys(sub[""], f"{key}.NAME.")
+            out += [f"{key}.NAME", *schema_keys(sub[""], f"{key}.NAME.")]
         elif sub is not None:
             out += schema_keys(sub, f"{key}.")
     return out
@@ -198,8 +198,7 @@ def unknown_option(group: str, option: str, options: Optional[List[str]] = None,
 
 
 def missing_extra(module: Optional[str]) -> Optional[str]:
-    """``pip install -e ".[EXTRA]"`` for a missing optional module (or a module of it), or None."""
-    for name in (module or "", (module or "").split(".")[0]):
-        if name in EXTRAS:
-            return f'pip install -e ".[{EXTRAS[name]}]"'
-    return None
+    """``pip install -e ".[EXTRA]"`` for a missing optional module (or a module inside one), or None."""
+    parts = (module or "").split(".")
+    extra = next((EXTRAS[n] for n in (".".join(parts[:i]) for i in range(len(parts), 0, -1)) if n in EXTRAS), None)
+    return f'pip install -e ".[{extra}]"' if extra else None
