@@ -74,7 +74,7 @@ def _task(cfg) -> None:
                 if progress:
                     progress.close()
         digests: dict = {}
-        about, changes = _inputs(cfg, hc)
+        about, changes = ([], []) if lean_job(cfg) else _inputs(cfg, hc)  # a lean job writes no summary.md
         written = publish_run(out_dir, cfg, lambda stage: write_outputs(
             stage, res, functools.cache(lambda: config_yaml(cfg)), plots=cfg.output.plots, lean=lean_job(cfg),
             digests=digests, found=found, about=about))

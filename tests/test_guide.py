@@ -97,7 +97,8 @@ def test_a_key_one_typo_away_is_suggested():
     misses = []
     for key in rng.sample(keys, 120):
         i = rng.randrange(key.rfind(".") + 1, len(key) - 1)
-        typo = rng.choice([key[:i] + key[i + 1:], key[:i] + key[i] + key[i:], key[:i] + key[i + 1] + key[i] + key[i + 2:]])
+        typo = rng.choice([key[:i] + key[i + 1:], key[:i] + key[i] + key[i:],
+                           key[:i] + key[i + 1] + key[i] + key[i + 2:]])
         if typo in keys:
             continue
         hint = guide.key_hint(typo.replace("NAME", "judge"))

@@ -31,7 +31,7 @@ def test_the_note_names_exactly_the_shares_outside_0_1():
             continue
         seen["note"] += 1
         named = note.split("(", 1)[1].split("):", 1)[0].split(", ")
-        assert named == [f"{c} {m:.2f} +- {h:.2f}" for c, m, h in zip(out.corrector, out.grad_missing,
+        assert named == [f"{c} {m:.3f} +- {h:.3f}" for c, m, h in zip(out.corrector, out.grad_missing,
                                                                      out.grad_missing_ci)]
         assert "below 0 the update carries more of the slow signal's gradient" in note
         text = LM.summary_markdown(RunResult(results=r, timings={"training_s": 1.0}), ["results.csv"])

@@ -134,7 +134,8 @@ def share_note(r: pd.DataFrame) -> str:
     out = r[(r.grad_missing < 0) | (r.grad_missing > 1)]
     if not len(out):
         return ""
-    named = ", ".join(f"{c} {m:.2f} +- {h:.2f}" for c, m, h in zip(out.corrector, out.grad_missing, out.grad_missing_ci))
+    named = ", ".join(f"{c} {m:.3f} +- {h:.3f}"
+                      for c, m, h in zip(out.corrector, out.grad_missing, out.grad_missing_ci))
     return (f"`slow grad missing` outside [0, 1] ({named}): 0 is synchronous GRPO, 1 an update without the slow "
             "signal (naive); below 0 the update carries more of the slow signal's gradient than synchronous GRPO "
             "(its late results over-weighted), above 1 it points against it; where the +- interval reaches into "
