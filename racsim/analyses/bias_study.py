@@ -38,12 +38,15 @@ def corrector_names(cfg: Any) -> list:
     return names if names and names[0] == "naive" else ["naive"] + [n for n in names if n != "naive"]
 
 
-def simulate_schedules(cfg: Any, n_trials: int, stream: str, names) -> Dict[str, ArrivalSchedule]:
+def simulate_schedules(cfg: Any, n_trials: int, stream: str, names,
+                       known: Optional[ArrivalSchedule] = None) -> Dict[str, ArrivalSchedule]:
     """The async schedule every non-blocking corrector shares, and the blocking one
-    wait-for-slow runs on, from the same draws (common random numbers)."""
+    wait-for-slow runs on, from the same draws (common random numbers). ``known``: the
+    async schedule of these very draws, already simulated (the capacity search's
+    steady-state check), used as it is."""
     p = cfg.pipeline
     draws = draw(p, n_trials, rng_for(cfg.seed, stream))
-    out = {"async": simulate(p, n_trials, None, draws=draws)}
+    out = {"async": known if known is not None else simulate(p, n_trials, None, draws=draws)}
     if any(n in BLOCKING for n in names):
         out["blocking"] = simulate(p, n_trials, None, draws=draws, blocking=True,
                                             wait_timeout=cfg.corrector.wait_timeout_s)
@@ -80,9 +83,11 @@ class _GroupOut:
     each: Optional[list] = None  # with keep=True: (BiasRun, schedules) of every member, in order
 
 
-def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep: bool = False) -> _GroupOut:
+def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep: bool = False,
+               known: Optional[ArrivalSchedule] = None) -> _GroupOut:
     """Simulate every cell's pipeline, then the shared trajectories, then each cell's summary
-    (``keep``: every member's BiasRun and schedules too, not only the run's first cell's)."""
+    (``keep``: every member's BiasRun and schedules too, not only the run's first cell's;
+    ``known``: a one-cell group's async schedule, already simulated)."""
     first = members[0][2]
     lr = first.learner
     theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
@@ -90,7 +95,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep
     bias_cells = []
     for _, _, ccfg in members:
         names = corrector_names(ccfg)
-        bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names), names,
+        bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names, known), names,
                                corrector_params(ccfg), nominal_kernel(ccfg), ccfg.corrector.row_normalize,
                                mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std,
                                predicted={v: predicted_kernel(ccfg, v == "blocking") for v in ("async", "blocking")},
@@ -220,11 +225,14 @@ def _training_table(curves: Dict[str, TrainCurve]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def run_bias_study(cells: list, progress: Optional[Any] = None) -> RunResult:
+def run_bias_study(cells: list, progress: Optional[Any] = None, known: Optional[ArrivalSchedule] = None) -> RunResult:
     """The bias benchmark on every cell (values, config) of a study grid and, for a
     single cell, the training loop. Cells sharing a learner form a group; with
     ``study.workers`` != 1 the groups run in that many processes (0: every core),
-    with the same results as serially (each group seeds itself)."""
+    with the same results as serially (each group seeds itself). ``known``: a single
+    cell's async schedule, already simulated from its draws."""
+    if known is not None and len(cells) != 1:
+        raise ValueError("a known schedule belongs to a single cell")
     groups: Dict[tuple, list] = {}
     for i, (values, ccfg) in enumerate(cells):
         groups.setdefault(learner_key(ccfg), []).append((i, values, ccfg))
@@ -241,7 +249,7 @@ def run_bias_study(cells: list, progress: Optional[Any] = None) -> RunResult:
                 if progress is not None:
                     progress(members[0][2].learner.trials)
     else:
-        outs = [_run_group(m, len(cells), progress) for m in groups.values()]
+        outs = [_run_group(m, len(cells), progress, known=known) for m in groups.values()]
     return _assemble(cells, outs)
 
 

@@ -486,6 +486,18 @@ class CapacityConf:
     max_bias_vs_naive: Optional[float] = None
     max_step_s: Optional[float] = None
     price_per_unit_hour: Optional[float] = None
+    # Offered load (work arriving per second over the capacity up) from which a count is
+    # overloaded: its queue has no steady state, so it is not simulated and never recommended.
+    max_load: float = 0.95
+    # Level of each capacity figure's interval (trials resampled); a count meets a target when
+    # the interval's upper end does.
+    confidence: float = 0.95
+    resamples: int = 200
+    # auto: the warm-up found by MSER-5 (unless pipeline.warmup_steps is set) and the run
+    # doubled from pipeline.steps until the window after it is stationary, up to max_steps;
+    # fixed: pipeline.steps and pipeline.warmup_steps as given (racsim/analyses/steady.py).
+    run_length: str = "auto"
+    max_steps: int = 640
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
 
 

@@ -1,0 +1,185 @@
+"""Steady-state output analysis: is there a steady state, where does it start, how sure are we?
+
+A figure racsim calls steady-state must come from a steady state that exists and was found
+(DESIGN.md, "Answers that hold for a whole run"). The methods are the textbook ones of
+discrete-event output analysis:
+
+* **Offered load first** (:func:`offered_load`): work arriving per second of the optimizer's
+  clock over the capacity that is up. A queue at load >= 1 has no steady state; its backlog
+  grows for as long as the run lasts.
+* **Warm-up by MSER-5** (:func:`mser`; White, 1997; Franklin and White, 2008): the truncation
+  point that minimises the marginal standard error of the mean of the remaining batches of 5.
+  A minimum in the second half of the series means the run is too short to show the warm-up.
+* **Stationarity by batch means** (:func:`verdict`): the window after the warm-up is cut into
+  batches; their means must show no trend (an ordinary least-squares slope test) and be close
+  to uncorrelated (lag-1 autocorrelation), else the run is too short for them or still drifts.
+* **Intervals** by batch means (:func:`batch_means_ci`) on one series, and by resampling the
+  independent trials (:func:`boot_weighted_quantile`, :func:`boot_mean`, :func:`boot_ratio`),
+  which are independent replications of the whole pipeline from empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+from scipy import stats
+
+MSER_BATCH = 5  # MSER-5: the series is batched in fives before the truncation rule
+N_BATCHES = 10  # batch means of the measured window for the stationarity verdict
+TREND_P = 0.01  # a slope of the batch means significant at this level is a trend
+MAX_LAG1 = 0.5  # batch means correlated beyond this: the batches are too short
+
+
+def mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
+    """MSER-m truncation point of the series ``x`` (in its own index units, a multiple of ``m``):
+    the d minimising sum_{j > d} (Z_j - mean(Z_{>d}))^2 / (b - d)^2 over the b batch means Z of
+    ``m`` consecutive values (a trailing partial batch dropped). None when the minimum falls in
+    the second half of the batches (the run is too short to show where its warm-up ends) or
+    there are fewer than 4 batches."""
+    x = np.asarray(x, dtype=np.float64)
+    b = x.size // m
+    if b < 4:
+        return None
+    z = x[: b * m].reshape(b, m).mean(axis=1)
+    # tail sums from each d: n_d = b - d values, their sum and sum of squares
+    n = np.arange(b, 0, -1, dtype=np.float64)
+    s1 = np.cumsum(z[::-1])[::-1]
+    s2 = np.cumsum((z * z)[::-1])[::-1]
+    sse = np.maximum(s2 - s1 * s1 / n, 0.0)
+    crit = sse[: b - 1] / n[: b - 1] ** 2  # at least two batches left
+    d = int(np.argmin(crit))
+    return None if d > b // 2 else d * m
+
+
+def batch_means(x: np.ndarray, k: int) -> np.ndarray:
+    """Means of ``k`` equal consecutive batches of ``x`` (the first len(x) mod k values dropped:
+    they are the oldest, the nearest the warm-up)."""
+    x = np.asarray(x, dtype=np.float64)
+    size = x.size // k
+    if size < 1:
+        raise ValueError(f"{x.size} values cannot make {k} batches")
+    return x[x.size - k * size:].reshape(k, size).mean(axis=1)
+
+
+def batch_means_ci(x: np.ndarray, k: int = N_BATCHES, level: float = 0.95) -> Tuple[float, float]:
+    """(mean, half-width) of the ``level`` interval for the mean of a stationary series by
+    non-overlapping batch means: mean of the k batch means +- t_{k-1} s / sqrt(k)."""
+    z = batch_means(x, k)
+    half = stats.t.ppf(0.5 + level / 2, k - 1) * z.std(ddof=1) / np.sqrt(k)
+    return float(z.mean()), float(half)
+
+
+def slope_p(z: np.ndarray) -> float:
+    """Two-sided p-value of the least-squares slope of ``z`` against its index (1.0 for a
+    constant series: nothing trends)."""
+    z = np.asarray(z, dtype=np.float64)
+    if np.ptp(z) <= 1e-12 * max(1.0, float(np.abs(z).max())):
+        return 1.0
+    return float(stats.linregress(np.arange(z.size), z).pvalue)
+
+
+def lag1(z: np.ndarray) -> float:
+    """Lag-1 autocorrelation of ``z`` (0 for a constant series)."""
+    d = np.asarray(z, dtype=np.float64) - np.mean(z)
+    den = float(d @ d)
+    return 0.0 if den <= 1e-300 else float(d[1:] @ d[:-1] / den)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Where the steady state starts (``warmup``, steps) and whether the window after it is
+    stationary; ``reason`` says why not ('' when it is)."""
+
+    warmup: int
+    stationary: bool
+    reason: str = ""
+
+
+def verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCHES) -> Verdict:
+    """The steady-state verdict on one per-step series ``x``: the warm-up by MSER-5 unless
+    ``warmup`` is given, then the window's ``k`` batch means tested for a trend (slope p <
+    :data:`TREND_P`) and for correlation (lag-1 > :data:`MAX_LAG1`)."""
+    x = np.asarray(x, dtype=np.float64)
+    if warmup is None:
+        d = mser(x)
+        if d is None:
+            return Verdict(x.size // 2, False, "warm-up not over in the first half of the run (MSER-5)")
+    else:
+        d = int(warmup)
+    window = x[d:]
+    if window.size < 2 * k:
+        return Verdict(d, False, f"{window.size} steps after the warm-up: fewer than {2 * k}")
+    z = batch_means(window, k)
+    p = slope_p(z)
+    if p < TREND_P:
+        return Verdict(d, False, f"trend in the batch means (slope p = {p:.2g})")
+    r = lag1(z)
+    if r > MAX_LAG1:
+        return Verdict(d, False, f"batch means correlated (lag-1 {r:.2f})")
+    return Verdict(d, True)
+
+
+def in_system(sched, k: int) -> np.ndarray:
+    """(trials, steps) requests of channel ``k`` in the system (waiting or in service) at each
+    step's start: submitted by then and not yet gone. A job leaves at its completion; one lost
+    to a failure at its service start; one never served stays."""
+    sub = sched.submit_time[..., k].reshape(sched.n_trials, -1)
+    gone = sched.completion[..., k]
+    if sched.failed is not None:
+        gone = np.where(sched.failed[..., k] & np.isfinite(sched.service_start[..., k]),
+                        sched.service_start[..., k], gone)
+    gone = gone.reshape(sched.n_trials, -1)
+    at = sched.step_start[:, : sched.n_steps]
+    out = np.empty(at.shape)
+    for i in range(sched.n_trials):
+        s, g = np.sort(sub[i][np.isfinite(sub[i])]), np.sort(gone[i])
+        out[i] = np.searchsorted(s, at[i], side="right") - np.searchsorted(g, at[i], side="right")
+    return out
+
+
+def offered_load(work: np.ndarray, clock: np.ndarray, servers: float) -> float:
+    """Offered load: work arriving per second of the clock over the servers that are up,
+    sum(work) / (sum(clock) x servers). ``work`` and ``clock``: seconds per (trial, step)."""
+    return float(np.sum(work) / (np.sum(clock) * servers))
+
+
+def percentile_interval(boot: np.ndarray, level: float) -> Tuple[float, float]:
+    """The central ``level`` percentile interval of bootstrap replicates (NaN ones ignored)."""
+    a = 50.0 * (1.0 - level)
+    b = np.asarray(boot, dtype=np.float64)
+    b = b[np.isfinite(b)]
+    if not b.size:
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(b, [a, 100.0 - a])
+    return float(lo), float(hi)
+
+
+def boot_mean(per_trial: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Bootstrap replicates of the mean over trials: ``counts`` (R, trials) resample counts."""
+    return counts @ np.asarray(per_trial, dtype=np.float64) / counts.shape[1]
+
+
+def boot_ratio(num: np.ndarray, den: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Bootstrap replicates of sum(num) / sum(den) over resampled trials (NaN where 0 / 0)."""
+    n, d = counts @ np.asarray(num, dtype=np.float64), counts @ np.asarray(den, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(d > 0, n / np.where(d > 0, d, 1.0), np.nan)
+
+
+def boot_weighted_quantile(values: np.ndarray, trial: np.ndarray, q: float, counts: np.ndarray) -> np.ndarray:
+    """Bootstrap replicates of the ``q`` quantile (0..1, lower: the first value whose cumulative
+    weight reaches q of the total) of ``values`` pooled over resampled trials: each value weighs
+    its trial's resample count. ``trial``: each value's trial index."""
+    values = np.asarray(values, dtype=np.float64)
+    if not values.size:
+        return np.full(counts.shape[0], np.nan)
+    order = np.argsort(values, kind="stable")
+    v, t = values[order], np.asarray(trial)[order]
+    out = np.empty(counts.shape[0])
+    for r, c in enumerate(counts):
+        cum = np.cumsum(c[t])
+        total = cum[-1]
+        out[r] = v[np.searchsorted(cum, q * total, side="left")] if total > 0 else np.nan
+    return out
