@@ -133,13 +133,16 @@ def _whatif(r: dict, targets: dict) -> dict:
     return {**{k: r.get(k, np.nan) for k in keys}, "meets": feasible(r, targets)}
 
 
+LOAD_TRIALS = 10  # trials of the scenario's draws the offered load is measured on
+
+
 def channel_loads(cfg: Any, name: str, key: str, counts: List[int]) -> Dict[int, Dict[str, float]]:
     """Per count: the channel's offered load, the work it is offered (server-seconds per second of
     the asynchronous optimizer's clock) and the fraction of its servers' time up. The work comes
-    from the scenario's own draws (:func:`~racsim.pipeline.draws.work_seconds`, the same for every
+    from the scenario's draws (:data:`LOAD_TRIALS` trials of them; :func:`~racsim.pipeline.draws.work_seconds`, the same for every
     count: common random numbers); the load is that work over the servers up (gpus / tp replicas,
     or workers, times the availability of the count's outage timeline when the channel fails)."""
-    trials = int(cfg.learner.trials)
+    trials = min(int(cfg.learner.trials), LOAD_TRIALS)
     d = draw(cfg.pipeline, trials, rng_for(cfg.seed, "pipeline"))
     work, clock = work_seconds(d, name), d.phase.sum(axis=0)
     ch = cfg.pipeline.channels[name]
