@@ -254,7 +254,7 @@ def test_continuous_batching_matches_the_iteration_oracle(seed):
 # ----------------------------------------------------------------------------
 # Engine agreement on random configurations.
 
-ARRIVAL_MODES = ("stream", "poisson", "trace")
+ARRIVAL_MODES = ("stream", "poisson", "uniform", "trace")
 
 
 @pytest.fixture(scope="module")
@@ -361,11 +361,11 @@ def test_a_stream_of_equal_lengths_is_batch_mode():
 
 
 def test_spread_arrivals_are_back_sooner_after_the_submit_instant():
-    """Samples spread over the generate phase (poisson: the same clock, the same tokens) are scored
+    """Samples spread over the generate phase (uniform: the same clock, the same tokens) are scored
     while the step is still generating: on average their results are back sooner after the step's
     submit instant than when the whole step arrives there."""
     pcfg = random_pcfg(0)
-    a = draw(replace(pcfg, arrivals=ArrivalsConf(mode="poisson")), 20, np.random.default_rng(2))
+    a = draw(replace(pcfg, arrivals=ArrivalsConf(mode="uniform")), 20, np.random.default_rng(2))
     b = draw(pcfg, 20, np.random.default_rng(2))
     back = []
     for d in (a, b):
