@@ -56,11 +56,14 @@ class CapacityResult:
     recommended: Optional[int]
     per_corrector: pd.DataFrame  # fewest units meeting the targets, for every corrector
     targets: Dict[str, Any]
-    best: Any = None  # RunResult at the recommended (or largest) count
+    best: Any = None  # RunResult at the recommended (or largest simulated) count; None if none was simulated
+    best_count: Optional[int] = None
     timings: Dict[str, float] = field(default_factory=dict)
     speed: Dict[str, float] = field(default_factory=dict)
     autoscale: Optional[pd.DataFrame] = None  # the channel's autoscaled pool vs the evaluated fixed pools
     loads: Dict[int, Dict[str, float]] = field(default_factory=dict)  # per count: load, work_per_s, availability
+    level: float = 0.95  # capacity.confidence: the level of every interval
+    max_load: float = 0.95  # capacity.max_load: overloaded from this offered load on
 
 
 def channel_of(cfg: Any) -> str:
@@ -404,7 +407,8 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
     best_n = recommended if recommended is not None else (max(simulated) if simulated else None)
     result = CapacityResult(curve=curve, channel=name, unit="GPUs" if _is_gpu(cfg, name) else "workers", key=key,
                             recommended=recommended, per_corrector=per, targets={**targets, "corrector": chosen},
-                            best=runs.get(best_n), timings=timings, loads=loads)
+                            best=runs.get(best_n), best_count=best_n, timings=timings, loads=loads, level=float(cap.confidence),
+                            max_load=float(cap.max_load))
     if scaled is not None:
         t0 = time.perf_counter()
         auto = settle(with_count(scaled, key, a.min * units), name)

@@ -35,9 +35,10 @@ MAX_LAG1 = 0.5  # batch means correlated beyond this: the batches are too short
 def mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
     """MSER-m truncation point of the series ``x`` (in its own index units, a multiple of ``m``):
     the d minimising sum_{j > d} (Z_j - mean(Z_{>d}))^2 / (b - d)^2 over the b batch means Z of
-    ``m`` consecutive values (a trailing partial batch dropped). None when the minimum falls in
-    the second half of the batches (the run is too short to show where its warm-up ends) or
-    there are fewer than 4 batches."""
+    ``m`` consecutive values (a trailing partial batch dropped), d searched in the first half of
+    the batches, as the method prescribes (past it the criterion is too noisy to read). None when
+    the minimum sits on the half's edge (the warm-up may go on past it: the run is too short to
+    show where it ends) or there are fewer than 4 batches."""
     x = np.asarray(x, dtype=np.float64)
     b = x.size // m
     if b < 4:
@@ -47,10 +48,10 @@ def mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
     n = np.arange(b, 0, -1, dtype=np.float64)
     s1 = np.cumsum(z[::-1])[::-1]
     s2 = np.cumsum((z * z)[::-1])[::-1]
-    sse = np.maximum(s2 - s1 * s1 / n, 0.0)
-    crit = sse[: b - 1] / n[: b - 1] ** 2  # at least two batches left
-    d = int(np.argmin(crit))
-    return None if d > b // 2 else d * m
+    half = b // 2
+    sse = np.maximum(s2[: half + 1] - s1[: half + 1] ** 2 / n[: half + 1], 0.0)
+    d = int(np.argmin(sse / n[: half + 1] ** 2))
+    return None if d == half else d * m
 
 
 def batch_means(x: np.ndarray, k: int) -> np.ndarray:
@@ -105,7 +106,7 @@ def verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCHES) -> 
     if warmup is None:
         d = mser(x)
         if d is None:
-            return Verdict(x.size // 2, False, "warm-up not over in the first half of the run (MSER-5)")
+            return Verdict(x.size // 2, False, "warm-up not over by the middle of the run (MSER-5)")
     else:
         d = int(warmup)
     window = x[d:]
@@ -168,18 +169,27 @@ def boot_ratio(num: np.ndarray, den: np.ndarray, counts: np.ndarray) -> np.ndarr
         return np.where(d > 0, n / np.where(d > 0, d, 1.0), np.nan)
 
 
+QUANTILE_GRID = 4000  # candidate values a resampled quantile is read from (all of them when fewer are distinct)
+
+
 def boot_weighted_quantile(values: np.ndarray, trial: np.ndarray, q: float, counts: np.ndarray) -> np.ndarray:
     """Bootstrap replicates of the ``q`` quantile (0..1, lower: the first value whose cumulative
     weight reaches q of the total) of ``values`` pooled over resampled trials: each value weighs
-    its trial's resample count. ``trial``: each value's trial index."""
+    its trial's resample count (``counts`` (R, trials); ``trial``: each value's trial index).
+    Read off the distinct values when there are at most :data:`QUANTILE_GRID` of them (exact),
+    else off that many of the pooled sample's order statistics between its q - 0.2 and q + 0.2
+    quantiles, and its extremes."""
     values = np.asarray(values, dtype=np.float64)
     if not values.size:
         return np.full(counts.shape[0], np.nan)
-    order = np.argsort(values, kind="stable")
-    v, t = values[order], np.asarray(trial)[order]
-    out = np.empty(counts.shape[0])
-    for r, c in enumerate(counts):
-        cum = np.cumsum(c[t])
-        total = cum[-1]
-        out[r] = v[np.searchsorted(cum, q * total, side="left")] if total > 0 else np.nan
-    return out
+    cand = np.unique(values)
+    if cand.size > QUANTILE_GRID:
+        ranks = np.linspace(max(0.0, q - 0.2), min(1.0, q + 0.2), QUANTILE_GRID - 2)
+        cand = np.unique(np.concatenate([[cand[0], cand[-1]], np.quantile(values, ranks, method="inverted_cdf")]))
+    trial = np.asarray(trial)
+    below = np.stack([np.searchsorted(np.sort(values[trial == t]), cand, side="right")
+                      for t in range(counts.shape[1])]).astype(np.float64)  # (trials, candidates)
+    cdf = counts @ below  # (R, candidates) resampled counts at or below each candidate
+    total = cdf[:, -1:]
+    first = np.argmax(cdf >= q * total, axis=1)
+    return np.where(total[:, 0] > 0, cand[first], np.nan)

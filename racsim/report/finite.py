@@ -40,6 +40,7 @@ MAY_BE_NAN = {
     "utilisation": "the channel has no worker limit (workers=null), so it has no utilisation",
     "capacity:*": "a count whose offered load reaches capacity.max_load is not simulated: its queue has no "
                   "steady state, so it has no steady-state figure (racsim/analyses/capacity.py)",
+    "channels:offered_load": "the channel the capacity search does not size (only the sized one's load is computed)",
     "channels:availability": "no failures are modelled on that channel (no faults block), beside one that has them",
 }
 
