@@ -44,7 +44,7 @@ def _task(cfg) -> None:
 
     # lazy: the simulator and its reports (numpy, pandas, scipy, ~1-2 s) load only when a job runs,
     # so that `racsim --help` and usage errors answer at once
-    from racsim.report.tables import format_table, warmup_warning  # lazy
+    from racsim.report.tables import format_table, stationarity_warning, warmup_warning  # lazy
     from racsim.report.writers import write_outputs  # lazy
     from racsim.run import run  # lazy
 
@@ -95,9 +95,9 @@ def _task(cfg) -> None:
     else:
         print(f"racsim: {cfg.name}: {cfg.study.kind} in {took}")
     print(format_table(res.results))
-    warning = warmup_warning(res.results) if res.bias is not None else ""
-    if warning:
-        print(f"racsim: {warning}")
+    for warning in (warmup_warning(res.results), stationarity_warning(res.channels)) if res.bias is not None else ():
+        if warning:
+            print(f"racsim: {warning}")
     print(f"racsim: results in {out_dir}")
 
 

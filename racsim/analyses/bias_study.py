@@ -114,8 +114,10 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep
             values = {"cell": i, **values}
         summary = summarize(brun, lr.bootstrap, None, counts=counts)
         workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
-        rows.append((i, values, _results_table(ccfg, cell.names, cell.schedules, summary, brun),
-                     channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))))
+        chans = channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))
+        table = _results_table(ccfg, cell.names, cell.schedules, summary, brun)
+        table["stationary"] = bool(chans.stationary.all())  # every channel in a steady state over the window
+        rows.append((i, values, table, chans))
     head = members[0][0] == 0
     each = [(brun, cell.schedules) for cell, brun in zip(bias_cells, runs)] if keep else None
     return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf, open_dict
 
-from racsim.analyses import steady
+from racsim.pipeline import steady
 from racsim.analyses.bias_study import corrector_names, run_bias_study, simulate_schedules
 from racsim.analyses.grid import expand
 from racsim.config.schema import warmup_steps
@@ -178,7 +178,7 @@ def settle(cfg: Any, name: str) -> Settled:
     ``capacity.run_length=auto``: from ``pipeline.steps``, doubled up to ``capacity.max_steps``
     until the series of requests in the channel at each step's start (mean over trials) is
     stationary after its warm-up (MSER-5 unless ``pipeline.warmup_steps`` is set;
-    :func:`racsim.analyses.steady.verdict`); ``fixed``: the length and warm-up as given. The
+    :func:`racsim.pipeline.steady.verdict`); ``fixed``: the length and warm-up as given. The
     bias study then reuses the simulated asynchronous schedule."""
     cap, p = cfg.capacity, cfg.pipeline
     auto = cap.run_length == "auto"

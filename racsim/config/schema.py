@@ -498,7 +498,7 @@ class CapacityConf:
     resamples: int = 200
     # auto: the warm-up found by MSER-5 (unless pipeline.warmup_steps is set) and the run
     # doubled from pipeline.steps until the window after it is stationary, up to max_steps;
-    # fixed: pipeline.steps and pipeline.warmup_steps as given (racsim/analyses/steady.py).
+    # fixed: pipeline.steps and pipeline.warmup_steps as given (racsim/pipeline/steady.py).
     run_length: str = "auto"
     max_steps: int = 640
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run

@@ -185,7 +185,7 @@ def work_seconds(draws: PipelineDraws, name: str) -> np.ndarray:
     to serve the step's requests in full batches (:func:`~racsim.pipeline.cbatch.drain_seconds`:
     the least work the batcher can make of them, what it does under a backlog), times the step's
     burst factor and the share of the step's samples routed to the channel. Divided by the clock
-    and the servers up, the offered load (:func:`racsim.analyses.steady.offered_load`)."""
+    and the servers up, the offered load (:func:`racsim.pipeline.steady.offered_load`)."""
     if name in draws.gpu:
         spec = draws.gpu[name]
         one = GpuSpec(**{**spec.__dict__, "replicas": 1})

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from racsim.pipeline.autoscale import billed_seconds
+from racsim.pipeline.steady import in_system, verdict
 from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED, ArrivalSchedule
 
 
@@ -56,8 +57,22 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
         pool = (sched.pools or {}).get(name)
         if pool is not None:
             row.update(pool_row(sched, k, pool, t0, t1, w))
+        row.update(stationarity(sched, k, w))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def stationarity(sched: ArrivalSchedule, k: int, warmup: int) -> dict:
+    """Is channel ``k`` in a steady state over the measured window? The verdict of
+    :func:`racsim.pipeline.steady.verdict` on its requests in the system at each step's start
+    (mean over trials) from step ``warmup`` on: ``stationary`` and, when not, ``steady_note``
+    saying why. A delay-kernel channel has no queue: stationary by construction."""
+    from racsim.pipeline.steady import in_system, verdict  # analyses builds on pipeline: imported late
+
+    if sched.submit_time is None:
+        return {"stationary": True, "steady_note": ""}
+    v = verdict(in_system(sched, k).mean(axis=0), warmup)
+    return {"stationary": v.stationary, "steady_note": v.reason}
 
 
 def busy_seconds(sched: ArrivalSchedule, k: int, workers: Optional[int], t0: np.ndarray,

@@ -18,7 +18,7 @@ from racsim.markers import digest_bytes
 from racsim.report import lm as LM
 from racsim.report import plots as P
 from racsim.report.finite import check_finite
-from racsim.report.tables import format_table, warmup_warning
+from racsim.report.tables import format_table, stationarity_warning, warmup_warning
 from racsim.report.trace import write_timeline
 
 
@@ -121,9 +121,9 @@ def summary_markdown(res: RunResult, files: list) -> str:
         "```",
         "",
     ]
-    warning = warmup_warning(r)
-    if warning:
-        lines += [warning[0].upper() + warning[1:] + ".", ""]
+    for warning in (warmup_warning(r), stationarity_warning(res.channels)):
+        if warning:
+            lines += [warning[0].upper() + warning[1:] + ".", ""]
     if len(static):
         lines += STATIC_NOTE + ["", "```", format_table(static), "```", ""]
     floor = r[r.get("at_noise_floor", False) == True]  # noqa: E712
