@@ -268,11 +268,11 @@ def trace_csv(tmp_path_factory):
 
 def arrivals_gpu_pcfg(seed: int, trace_csv: str):
     """tests/test_gpu_rm.py's random gpu_rm config (FIFO / shortest, padded or packed, flush or
-    none, bursts on seeds 2 mod 3, a second pool, a fast scorer on GPUs), fed by stream, poisson
-    or trace arrivals; continuous batching on seeds 3, 4 mod 6 (chunked on 4, without bursts),
+    none, bursts on seeds 2 mod 3, a second pool, a fast scorer on GPUs), fed by stream, poisson,
+    uniform or trace arrivals (seed mod 4); continuous batching on seeds 3, 4 mod 6 (chunked on 4, without bursts),
     failures on seeds 1 mod 4 and a cancel_on_drop queue beside on seeds 2 mod 4."""
     pcfg = random_pcfg(seed)
-    mode = ARRIVAL_MODES[seed % 3]
+    mode = ARRIVAL_MODES[seed % 4]
     pcfg.arrivals = ArrivalsConf(mode=mode, length=LatencyConf(kind="lognormal", mean=1.0, sigma=0.6),
                                  path=trace_csv if mode == "trace" else None)
     g = pcfg.channels["g"]
@@ -338,7 +338,7 @@ def test_random_configs_reach_every_branch(simpy_runs):
             seen["timeout drops"] += timeout is not None and bool((s.status[..., k] == DROPPED).any())
             seen["cancelled on drop"] += s.cancelled is not None and bool(s.cancelled.any())
             seen["lost to a failure"] += s.failed is not None and bool(s.failed.any())
-    need = ["static padded", "static packed", "continuous", "chunked", "stream", "poisson", "trace", "bursts",
+    need = ["static padded", "static packed", "continuous", "chunked", "stream", "poisson", "uniform", "trace", "bursts",
             "flush fired", "no flush", "batch before its step's submit instant", "async", "blocking", "timeout",
             "timeout drops", "cancelled on drop", "lost to a failure"]
     assert all(seen[k] > 0 for k in need), str({k: seen[k] for k in need})
