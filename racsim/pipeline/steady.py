@@ -11,8 +11,8 @@ discrete-event output analysis:
   point that minimises the marginal standard error of the mean of the remaining batches of 5.
   A minimum in the second half of the series means the run is too short to show the warm-up.
 * **Stationarity by batch means** (:func:`verdict`): the window after the warm-up is cut into
-  batches; their means must show no trend (an ordinary least-squares slope test) and be close
-  to uncorrelated (lag-1 autocorrelation), else the run is too short for them or still drifts.
+  batches; their means must show no trend (an ordinary least-squares slope test), else the run
+  is too short or the queue still drifts.
 * **Intervals** by batch means (:func:`batch_means_ci`) on one series, and by resampling the
   independent trials (:func:`boot_weighted_quantile`, :func:`boot_mean`, :func:`boot_ratio`),
   which are independent replications of the whole pipeline from empty.
@@ -29,7 +29,6 @@ from scipy import stats
 MSER_BATCH = 5  # MSER-5: the series is batched in fives before the truncation rule
 N_BATCHES = 10  # batch means of the measured window for the stationarity verdict
 TREND_P = 0.01  # a slope of the batch means significant at this level is a trend
-MAX_LAG1 = 0.5  # batch means correlated beyond this: the batches are too short
 
 
 def mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
@@ -81,13 +80,6 @@ def slope_p(z: np.ndarray) -> float:
     return float(stats.linregress(np.arange(z.size), z).pvalue)
 
 
-def lag1(z: np.ndarray) -> float:
-    """Lag-1 autocorrelation of ``z`` (0 for a constant series)."""
-    d = np.asarray(z, dtype=np.float64) - np.mean(z)
-    den = float(d @ d)
-    return 0.0 if den <= 1e-300 else float(d[1:] @ d[:-1] / den)
-
-
 @dataclass(frozen=True)
 class Verdict:
     """Where the steady state starts (``warmup``, steps) and whether the window after it is
@@ -100,8 +92,12 @@ class Verdict:
 
 def verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCHES) -> Verdict:
     """The steady-state verdict on one per-step series ``x``: the warm-up by MSER-5 unless
-    ``warmup`` is given, then the window's ``k`` batch means tested for a trend (slope p <
-    :data:`TREND_P`) and for correlation (lag-1 > :data:`MAX_LAG1`)."""
+    ``warmup`` is given, at least 2k steps after it, and the window's ``k`` batch means with no
+    trend (least-squares slope p >= :data:`TREND_P`). The intervals themselves come from the
+    independent trials, so batch means only need to show the drift of a queue without a steady
+    state. Measured on AR(1) noise: a stationary series is flagged 1 time in 6 at 40 steps (mostly
+    MSER-5's edge: it then runs longer), 1 in 80 at 200 steps; a drift of 10 noise standard
+    deviations over the run is always seen (tests/test_capacity_steady.py)."""
     x = np.asarray(x, dtype=np.float64)
     if warmup is None:
         d = mser(x)
@@ -116,9 +112,6 @@ def verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCHES) -> 
     p = slope_p(z)
     if p < TREND_P:
         return Verdict(d, False, f"trend in the batch means (slope p = {p:.2g})")
-    r = lag1(z)
-    if r > MAX_LAG1:
-        return Verdict(d, False, f"batch means correlated (lag-1 {r:.2f})")
     return Verdict(d, True)
 
 
