@@ -24,7 +24,7 @@ from racsim.learner.bias import (
 )
 from racsim.learner.correctors import BLOCKING, CorrectorParams
 from racsim.learner.training import TrainCurve, train_all
-from racsim.pipeline.draws import draw
+from racsim.pipeline.draws import PipelineDraws, draw
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
 from racsim.pipeline.schedule import INJECTED, PENDING, ArrivalSchedule
@@ -38,15 +38,23 @@ def corrector_names(cfg: Any) -> list:
     return names if names and names[0] == "naive" else ["naive"] + [n for n in names if n != "naive"]
 
 
+@dataclass(frozen=True)
+class Known:
+    """A one-cell run's draws and its async schedule, already simulated from them (the capacity
+    search's steady-state check): the bias study uses them as they are."""
+
+    draws: PipelineDraws
+    schedule: ArrivalSchedule
+
+
 def simulate_schedules(cfg: Any, n_trials: int, stream: str, names,
-                       known: Optional[ArrivalSchedule] = None) -> Dict[str, ArrivalSchedule]:
+                       known: Optional[Known] = None) -> Dict[str, ArrivalSchedule]:
     """The async schedule every non-blocking corrector shares, and the blocking one
-    wait-for-slow runs on, from the same draws (common random numbers). ``known``: the
-    async schedule of these very draws, already simulated (the capacity search's
-    steady-state check), used as it is."""
+    wait-for-slow runs on, from the same draws (common random numbers); ``known``: the
+    draws and async schedule, already made."""
     p = cfg.pipeline
-    draws = draw(p, n_trials, rng_for(cfg.seed, stream))
-    out = {"async": known if known is not None else simulate(p, n_trials, None, draws=draws)}
+    draws = known.draws if known is not None else draw(p, n_trials, rng_for(cfg.seed, stream))
+    out = {"async": known.schedule if known is not None else simulate(p, n_trials, None, draws=draws)}
     if any(n in BLOCKING for n in names):
         out["blocking"] = simulate(p, n_trials, None, draws=draws, blocking=True,
                                             wait_timeout=cfg.corrector.wait_timeout_s)
@@ -84,10 +92,10 @@ class _GroupOut:
 
 
 def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep: bool = False,
-               known: Optional[ArrivalSchedule] = None) -> _GroupOut:
+               known: Optional[Known] = None) -> _GroupOut:
     """Simulate every cell's pipeline, then the shared trajectories, then each cell's summary
     (``keep``: every member's BiasRun and schedules too, not only the run's first cell's;
-    ``known``: a one-cell group's async schedule, already simulated)."""
+    ``known``: a one-cell group's draws and async schedule, already simulated)."""
     first = members[0][2]
     lr = first.learner
     theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
@@ -227,12 +235,12 @@ def _training_table(curves: Dict[str, TrainCurve]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def run_bias_study(cells: list, progress: Optional[Any] = None, known: Optional[ArrivalSchedule] = None) -> RunResult:
+def run_bias_study(cells: list, progress: Optional[Any] = None, known: Optional[Known] = None) -> RunResult:
     """The bias benchmark on every cell (values, config) of a study grid and, for a
     single cell, the training loop. Cells sharing a learner form a group; with
     ``study.workers`` != 1 the groups run in that many processes (0: every core),
     with the same results as serially (each group seeds itself). ``known``: a single
-    cell's async schedule, already simulated from its draws."""
+    cell's draws and async schedule, already simulated."""
     if known is not None and len(cells) != 1:
         raise ValueError("a known schedule belongs to a single cell")
     groups: Dict[tuple, list] = {}

@@ -31,13 +31,14 @@ import pandas as pd
 from omegaconf import OmegaConf, open_dict
 
 from racsim.pipeline import steady
-from racsim.analyses.bias_study import corrector_names, run_bias_study, simulate_schedules
+from racsim.analyses.bias_study import Known, corrector_names, run_bias_study
 from racsim.analyses.grid import expand
 from racsim.config.schema import warmup_steps
 from racsim.config.validate import faults_on, validate
 from racsim.learner.bias import bootstrap_counts
 from racsim.learner.correctors import BLOCKING
 from racsim.pipeline.draws import draw, fault_timeline, work_seconds
+from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, INJECTED, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
 from racsim.pipeline.stats import busy_seconds
@@ -189,7 +190,8 @@ def settle(cfg: Any, name: str) -> Settled:
             c.pipeline.steps = steps
         given = None if auto and p.warmup_steps is None else warmup_steps(c.pipeline)
         t0 = time.perf_counter()
-        sched = simulate_schedules(c, int(c.learner.trials), "pipeline", ["naive"])["async"]
+        draws = draw(c.pipeline, int(c.learner.trials), rng_for(c.seed, "pipeline"))  # as the bias study draws
+        sched = simulate(c.pipeline, int(c.learner.trials), None, draws=draws)
         spent += time.perf_counter() - t0
         requests += requests_per_schedule(c)
         v = steady.verdict(steady.in_system(sched, sched.channel_names.index(name)).mean(axis=0), given)
@@ -198,7 +200,7 @@ def settle(cfg: Any, name: str) -> Settled:
         steps *= 2
     with open_dict(c):
         c.pipeline.warmup_steps = v.warmup
-    res = run_bias_study(expand(c), known=sched)
+    res = run_bias_study(expand(c), known=Known(draws, sched))
     if any(n in BLOCKING for n in corrector_names(c)):  # the study simulated the blocking pipeline
         requests += requests_per_schedule(c)
     return Settled(res, v, steps, spent + float(res.timings.get("pipeline_s", 0.0)), requests)
@@ -244,8 +246,11 @@ def _rows(cfg: Any, name: str, n: int, run: Settled, load: dict) -> List[dict]:
             "pending_frac": float(ch["pending"]) / float(ch["emitted"]),
             "wait_p95_s": float(ch["wait_p95_s"]),
             "sojourn_p95_s": float(ch["sojourn_p95_s"]),
-            "utilisation": float(ch["utilisation"]),
+            "utilisation": float(ch["utilisation"]),  # busy: server-seconds holding work
             **chan,
+            # useful: the work the requests need (full batches), per server-second; available: up
+            "useful": load["work_per_s"] / (n // units_per_server(cfg, name)) if n else np.nan,
+            "available": load["availability"],
             "cost_per_hour": n * price,
             "cost_per_1000_steps": n * price * step_s * 1000.0 / 3600.0,
         }

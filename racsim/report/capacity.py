@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List
 
+import numpy as np
 import pandas as pd
 
 from racsim.analyses.capacity import CapacityResult
@@ -58,9 +59,10 @@ def format_curve(res: CapacityResult) -> str:
         "sojourn p95 (s)": base.sojourn_p95_s.values,
         "dropped (%)": pct(base.dropped_frac.values),
         "busy (%)": pct(base.utilisation.values),
+        "useful (%)": pct(base.useful.values) if "useful" in base else np.nan,
     })
     if "availability" in base:  # faults: fraction of replica-seconds up, share of results lost to failures
-        table["up (%)"] = pct(base.availability.values)
+        table["up (%)"] = pct(base.available.values)
         table["lost to failure (%)"] = pct(base.lost_to_failure_frac.values)
     table["$/h"] = base.cost_per_hour.values
     for name in c.corrector.unique():
@@ -190,10 +192,11 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
               f"the bias of {res.targets['corrector']} with its interval, its ratio to naive's and its seconds per "
               "step at the interval's upper end, delays in optimizer steps of the asynchronous pipeline, sojourn "
               "(submit to result) in seconds, `dropped` the share of results dropped, `busy` the share of server-"
-              "seconds busy, `$/h` the pool's price per training hour, then each other corrector's exact bias "
+              "seconds holding work (waiting out a failure or a partly filled batch included), `useful` the share "
+              "the requests' own work needs (full batches; = load x the share up), `$/h` the pool's price per training hour, then each other corrector's exact bias "
               "(sync_oracle: the synchronous reference, not a pipeline)"
-              + ("; `up` the share of server-seconds up and `lost to failure` the share of results lost to "
-                 "failures." if "availability" in res.curve else "."),
+              + ("; `up` the share of server-seconds up (the outage timeline over the whole run) and `lost to "
+                 "failure` the share of results lost to failures." if "availability" in res.curve else "."),
               "", "```", format_curve(res), "```", ""]
     if res.autoscale is not None:
         lines += autoscale_section(cfg, res)
