@@ -278,7 +278,7 @@ def test_an_invalid_cell_stops_the_sweep_before_any_job(tmp_path):
 FAIL_AT_RUN_TIME = '''
 import os
 if os.environ.get("RACSIM_TEST_FAIL_SEED"):  # a job that fails at run time (tests/test_sweep.py)
-    import racsim.run as R
+    import racsim.analyses.dispatch as R
     _run = R.run
     def run(cfg, progress=None):
         if cfg.seed == int(os.environ["RACSIM_TEST_FAIL_SEED"]):

@@ -1,5 +1,5 @@
 """The racsim launcher computes a batch of sweep jobs ahead as one in-process grid
-(racsim.run.run_many, racsim.analyses.bias_study.run_bias_each): each job's results
+(racsim.analyses.dispatch.run_many, racsim.analyses.bias_study.run_bias_each): each job's results
 must be those of the job run alone, byte for byte. In process: run_many against
 ``run`` of each config (the obvious oracle), on random configs whose rewards, noise,
 seeds and correctors differ, with a count of the trajectory groups it shares. Through
@@ -28,7 +28,7 @@ import racsim.learner.bias as LB
 from racsim.config.defaults import compose_config
 from racsim.io import config_yaml
 from racsim.markers import is_complete
-from racsim.run import run, run_many
+from racsim.analyses.dispatch import run, run_many
 from tests.helpers import assert_same_schedule
 
 TINY = ["learner.trials=12", "learner.bootstrap=10", "pipeline.steps=6", "learner.train.enabled=false",
