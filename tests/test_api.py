@@ -42,7 +42,7 @@ def empty_cwd(tmp_path, monkeypatch):
 HEAVY = "{'numpy', 'pandas', 'scipy', 'hydra', 'omegaconf', 'torch', 'transformers'}"
 
 
-@pytest.mark.parametrize("touch, api_loaded", [("", False), ("from racsim import run; assert run.__module__ == "
+@pytest.mark.parametrize("touch, api_loaded", [("pass", False), ("from racsim import run; assert run.__module__ == "
                                                              "'racsim.api'", True)])
 def test_import_racsim_loads_no_simulator(touch, api_loaded):
     code = (f"import sys, racsim; {touch}; print('racsim.api' in sys.modules, "
