@@ -155,7 +155,7 @@ def test_a_batched_sweep_writes_the_bytes_of_jobs_run_alone(tmp_path):
     assert failed == {".hydra/overrides.yaml", "racsim.log"}, failed  # its log holds the traceback
     assert "injected failure at run time" in (lean / "3" / "racsim.log").read_text()
     tables = [pd.read_parquet(d / "results.parquet") for d in (lean, full, alone)]
-    assert sorted(tables[0]["job"].unique()) == [0, 1, 2, 4, 5]
+    assert sorted(tables[0]["job_dir"].unique()) == ["0", "1", "2", "4", "5"]
     cells = ["job_dir", "output.job_files"]  # the folders, and the full sweeps' own override
     for t in tables[:2]:
         pd.testing.assert_frame_equal(t.drop(columns=cells, errors="ignore"), tables[2].drop(columns=cells),
