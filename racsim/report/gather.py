@@ -135,7 +135,7 @@ def report_markdown(df: pd.DataFrame, agg: pd.DataFrame, axes: List[str], title:
     seeds = seed_axes(axes)
     names = ", ".join(f"`{a.split(':', 1)[-1]}`" for a in seeds)
     over = (f"averaged over {names}: each figure the {INTERVAL_NOTE}" if seeds
-            else "one job per cell (no seed axis: nothing to average)")
+            else "each figure one run's (no seed axis: nothing to average)")
     table = format_aggregate(agg.head(REPORT_ROWS))
     lines = [f"# racsim report: {title}", "",
              f"{df['job_dir'].nunique()} complete job(s), {len(df)} rows (one per job and corrector), in "
