@@ -4,23 +4,22 @@
     racsim scenario=NAME key=value ...      # a named scenario, with overrides
     racsim -m corrector.tau_age=50,1000     # a sweep, one output folder per job
 
-A user mistake (bad value, unknown key or scenario) ends with one line on
+A run is computed by racsim.analyses.dispatch.compute, the function ``racsim.run``
+(racsim/api.py) calls from Python too; a sweep ends with its table averaged over
+seeds (racsim.report.gather). A user mistake (bad value, unknown key or scenario) ends with one line on
 stderr naming the key and what is allowed, exit status 2, and no output folder
 left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from pathlib import Path
 
 from racsim.config.defaults import replace_grid
 from racsim.config.schema import register_configs
-from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
-from racsim.io import config_yaml
 from racsim.sweep import (
     Job,
     end_detached,
