@@ -47,20 +47,21 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
     and return its tables. ``out``: a folder to write the run's files into (nothing is written without
     it; ``output.force=true`` to replace files racsim did not write there). Raises ConfigError (the
     key and what is allowed, the command line's wording) on a bad scenario, key or value."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from racsim.analyses.capacity import CapacityResult  # lazy
     from racsim.analyses.dispatch import compute  # lazy
     from racsim.config.defaults import compose_config  # lazy
-    from racsim.markers import cell_overrides  # lazy
 
-    given = cell_overrides(([f"scenario={scenario}"] if scenario is not None else []) + [str(o) for o in overrides])
+    given = ([f"scenario={scenario}"] if scenario is not None else []) + [str(o) for o in overrides]
     t0 = time.perf_counter()
     cfg = _friendly(given, lambda: compose_config(*given), Exception)
-    from omegaconf.errors import OmegaConfBaseException  # lazy
-
     res = _friendly(given, lambda: compute(cfg), (ConfigError, OmegaConfBaseException))
     files = _write(Path(out), cfg, res, given, time.perf_counter() - t0) if out is not None else []
-    best = getattr(res, "best", None)  # a capacity plan: the run at the recommended (or largest) count
-    return Tables(results=(best or res).results, channels=(best or res).channels, curve=getattr(res, "curve", None),
-                  recommended=getattr(res, "recommended", None), config=cfg, raw=res, files=files)
+    if isinstance(res, CapacityResult):  # its results and channels: the run at the recommended (or largest) count
+        return Tables(results=res.best.results, channels=res.best.channels, curve=res.curve,
+                      recommended=res.recommended, config=cfg, raw=res, files=files)
+    return Tables(results=res.results, channels=res.channels, config=cfg, raw=res, files=files)
 
 
 def _friendly(given: List[str], step, caught) -> Any:
@@ -90,12 +91,13 @@ def _prefixes(key: str) -> List[str]:
 
 def _write(folder: Path, cfg: Any, res: Any, given: List[str], runtime_s: float) -> List[Path]:
     """The run's files into ``folder`` as ``racsim`` writes them (racsim.report.writers.write_run), then done.json."""
-    from racsim.markers import DONE, cell_values, write_marker  # lazy
+    from racsim.markers import DONE, cell_overrides, cell_values, write_marker  # lazy
     from racsim.report.writers import write_run  # lazy
     from racsim.sweep import publish_run  # lazy
 
     digests: dict = {}
     written = publish_run(folder, cfg, lambda stage: write_run(stage, cfg, res, digests=digests))
-    write_marker(folder, written, overrides=given, cell=cell_values(cfg, given), job=None, runtime_s=runtime_s,
+    cell = cell_overrides(given)  # less the resume switch, as a run's marker has it
+    write_marker(folder, written, overrides=cell, cell=cell_values(cfg, cell), job=None, runtime_s=runtime_s,
                  digests=digests)
     return written + [folder / DONE]
