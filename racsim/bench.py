@@ -45,7 +45,7 @@ from racsim.learner.rollouts import (
 from racsim.pipeline.draws import draw
 from racsim.pipeline.lanes import run_lanes
 from racsim.pipeline.simpy_engine import run_simpy
-from racsim.run import run
+from racsim.analyses.dispatch import run
 
 
 def _best_of(fn: Callable[[], object], repeat: int) -> float:

@@ -72,16 +72,16 @@ def test_every_declared_column_has_a_reason_and_matches_its_family():
 
 
 def test_a_nan_in_a_run_stops_it_naming_column_and_row(tmp_path, monkeypatch, capsys):
-    import racsim.run
+    import racsim.analyses.dispatch as dispatch
 
-    real = racsim.run.run
+    real = dispatch.run
 
     def broken(cfg, progress=None):
         res = real(cfg, progress)
         res.results.loc[res.results["corrector"] == "rac", "bias_exact"] = np.inf
         return res
 
-    monkeypatch.setattr(racsim.run, "run", broken)
+    monkeypatch.setattr(dispatch, "run", broken)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "keep.txt").write_text("mine")
     monkeypatch.setattr(sys, "argv", ["racsim", *TINY])

@@ -82,5 +82,10 @@ def grid_columns(results: pd.DataFrame) -> list:
     if "cell" not in results or "scenario" not in results:
         return []
     keys = [c for c in results.columns[: list(results.columns).index("scenario")] if c != "cell"]
-    short = [k.rsplit(".", 1)[-1] for k in keys]
-    return [(k, s if short.count(s) == 1 else k) for k, s in zip(keys, short)]
+    return list(zip(keys, short_names(keys)))
+
+
+def short_names(keys: list) -> list:
+    """Each dotted key by its last part (less gather's ``override:`` prefix) where that is unique, else in full."""
+    short = [k.rsplit(".", 1)[-1].split(":", 1)[-1] for k in keys]
+    return [s if short.count(s) == 1 else k for k, s in zip(keys, short)]
