@@ -1,5 +1,8 @@
 """racsim: a discrete-event simulator of asynchronous reward pipelines for RLHF.
 
+``racsim.run(scenario, overrides=[...])`` runs one scenario from Python and returns
+its tables (racsim.api); the ``racsim`` command does the same from a shell.
+
 Folders, each answering one question of the model (README, "Layout"):
 ``config`` (what is asked), ``pipeline`` (when is each slow result usable?),
 ``learner`` (what is the update, and how biased is it?), ``analyses`` (the
@@ -9,4 +12,18 @@ no racsim imports: ``errors``, ``io``, ``markers``, ``seeds``.
 
 from __future__ import annotations
 
+__all__ = ["Tables", "run", "__version__"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """``racsim.run`` and ``racsim.Tables``, loaded at first use: ``import racsim`` stays instant."""
+    if name in ("run", "Tables"):
+        from racsim import api  # lazy
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'racsim' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

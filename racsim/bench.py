@@ -32,7 +32,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from racsim.analyses.capacity import benchmark, channel_of, count_key, with_count
+from racsim.analyses.capacity import benchmark, channel_of, count_key, requests_per_schedule, with_count
 from racsim.config.defaults import compose_config
 from racsim.config.validate import validate
 from racsim.learner import mdp as M
@@ -45,7 +45,7 @@ from racsim.learner.rollouts import (
 from racsim.pipeline.draws import draw
 from racsim.pipeline.lanes import run_lanes
 from racsim.pipeline.simpy_engine import run_simpy
-from racsim.run import run
+from racsim.analyses.dispatch import run
 
 
 def _best_of(fn: Callable[[], object], repeat: int) -> float:
@@ -181,9 +181,12 @@ def bench_capacity(overrides, trials: int = None) -> Dict[str, float]:
     t0 = time.perf_counter()
     draws = draw(c.pipeline, int(c.learner.trials), np.random.default_rng(0))
     run_lanes(draws, False)
-    if any(n in BLOCKING for n in c.corrector.names):
+    blocking = any(n in BLOCKING for n in c.corrector.names)
+    if blocking:
         run_lanes(draws, True, c.corrector.wait_timeout_s)
-    return {"count": float(count), **benchmark(c, key, [count], time.perf_counter() - t0)}
+    seconds = time.perf_counter() - t0
+    return {"count": float(count), **benchmark(c, key, count, requests_per_schedule(c) * (2 if blocking else 1),
+                                               seconds)}
 
 
 def bench_capacity_knobs(trials: int = None) -> Dict[str, float]:

@@ -4,23 +4,22 @@
     racsim scenario=NAME key=value ...      # a named scenario, with overrides
     racsim -m corrector.tau_age=50,1000     # a sweep, one output folder per job
 
-A user mistake (bad value, unknown key or scenario) ends with one line on
+A run is computed by racsim.analyses.dispatch.compute, the function ``racsim.run``
+(racsim/api.py) calls from Python too; a sweep ends with its table averaged over
+seeds (racsim.report.gather). A user mistake (bad value, unknown key or scenario) ends with one line on
 stderr naming the key and what is allowed, exit status 2, and no output folder
 left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from pathlib import Path
 
 from racsim.config.defaults import measured_as_given, replace_grid
 from racsim.config.schema import register_configs
-from racsim.config.validate import check_schema
 from racsim.errors import ConfigError
-from racsim.io import config_yaml
 from racsim.sweep import (
     Job,
     end_detached,
@@ -46,10 +45,8 @@ def _task(cfg) -> None:
 
     # lazy: the simulator and its reports (numpy, pandas, scipy, ~1-2 s) load only when a job runs,
     # so that `racsim --help` and usage errors answer at once
-    from racsim.report.lm import share_note  # lazy
-    from racsim.report.tables import format_table, warmup_warning  # lazy
-    from racsim.report.writers import write_outputs  # lazy
-    from racsim.run import run  # lazy
+    from racsim.analyses.dispatch import compute  # lazy
+    from racsim.report.writers import write_run  # lazy
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
@@ -63,21 +60,17 @@ def _task(cfg) -> None:
             return
         res = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch, its cell checked
         if res is None:
-            check_schema(cfg)  # keys added with +key=... that the schema lacks, and NaNs
             job.computing()
             progress = _progress_bar(cfg)
             try:
-                if cfg.capacity.enabled:  # capacity planning: the scenario once per GPU/worker count
-                    return _capacity(cfg, out_dir, job, hc)
-                res = run(cfg, progress=progress.update if progress else None)
+                res = compute(cfg, progress=progress.update if progress else None)  # the same as racsim.run's
             finally:
                 if progress:
                     progress.close()
         digests: dict = {}
         about, changes = ([], []) if lean_job(cfg) else _inputs(cfg, hc)  # a lean job writes no summary.md
-        written = publish_run(out_dir, cfg, lambda stage: write_outputs(
-            stage, res, functools.cache(lambda: config_yaml(cfg)), plots=cfg.output.plots, lean=lean_job(cfg),
-            digests=digests, found=found, about=about))
+        written = publish_run(out_dir, cfg, lambda stage: write_run(stage, cfg, res, lean=lean_job(cfg),
+                                                                    digests=digests, found=found, about=about))
         keep_created()
     except (ConfigError, OmegaConfBaseException) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
@@ -86,7 +79,7 @@ def _task(cfg) -> None:
         remove_created()
         if "HYDRA_FULL_ERROR" in os.environ and not _FRIENDLY:
             raise
-        print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
+        print(f"racsim: error: {error_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     if found:
         _fail_after_writing(found, cfg, out_dir, job)
@@ -94,55 +87,41 @@ def _task(cfg) -> None:
     if job.num is not None:  # a sweep job: one line, the table is in its folder and the sweep's
         print(f"racsim: {job.label}: results in {out_dir}")
         return
+    for change in changes:
+        print(f"racsim: note: {change}")
+    print(_capacity_text(cfg, res) if cfg.capacity.enabled else _run_text(cfg, res))
+    print(f"racsim: results in {out_dir}")
+
+
+def _run_text(cfg, res) -> str:
+    """What a single run prints: one line on what ran, the table, the warm-up and stationarity warnings if any
+    (learner=lm: what a share outside [0, 1] means)."""
+    from racsim.report.lm import share_note  # lazy: see _task
+    from racsim.report.tables import format_table, stationarity_warning, warmup_warning  # lazy: see _task
+
     took = f"{sum(res.timings.values()):.1f} s"
     if res.bias is not None:
         r = res.results
         cells = f", {r['cell'].nunique()} cells" if "cell" in r else ""
         ks = f"{r['K'].min()}..{r['K'].max()}" if r["K"].nunique() > 1 else f"{r['K'].iloc[0]}"
-        print(f"racsim: {cfg.name}: K={ks}, {r['trials'].iloc[0]} trials{cells}, "
-              f"{res.trajectories} trajectories in {took}")
+        head = (f"racsim: {cfg.name}: K={ks}, {r['trials'].iloc[0]} trials{cells}, "
+                f"{res.trajectories} trajectories in {took}")
     else:
-        print(f"racsim: {cfg.name}: {cfg.study.kind} in {took}")
-    for change in changes:
-        print(f"racsim: note: {change}")
-    print(format_table(res.results))
-    warning = warmup_warning(res.results) if res.bias is not None else share_note(res.results)
-    if warning:
-        print(f"racsim: {warning}")
-    print(f"racsim: results in {out_dir}")
+        head = f"racsim: {cfg.name}: {cfg.study.kind} in {took}"
+    warnings = ([warmup_warning(res.results), stationarity_warning(res.channels)] if res.bias is not None
+                else [share_note(res.results)])
+    return "\n".join([head, format_table(res.results)] + [f"racsim: {w}" for w in warnings if w])
 
 
-def _capacity(cfg, out_dir: Path, job, hc) -> None:
-    """``capacity.enabled``: run racsim.analyses.capacity, write its folder, print the curve and the recommendation."""
-    from omegaconf import OmegaConf
+def _capacity_text(cfg, res) -> str:
+    """What a capacity plan prints: the curve, the recommendation and the simulator's speed."""
+    from racsim.report.capacity import format_curve, recommendation_text, speed_line  # lazy: see _task
 
-    from racsim.analyses.capacity import run_capacity  # lazy: see _task
-    from racsim.report.capacity import (  # lazy: see _task
-        format_curve,
-        recommendation_text,
-        speed_line,
-        write_capacity,
-    )
-
-    res = run_capacity(cfg)
-    found: list = []
-    about, changes = _inputs(cfg, hc)
-    written = publish_run(out_dir, cfg, lambda stage: write_capacity(stage, cfg, res, OmegaConf.to_yaml(cfg),
-                                                                     plots=cfg.output.plots, found=found,
-                                                                     about=about))
-    keep_created()
-    if found:
-        _fail_after_writing(found, cfg, out_dir, job)
-    job.finish(written)
-    print(f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
-          f"in {res.timings.get('runs_s', 0.0):.1f} s")
-    for change in changes:
-        print(f"racsim: note: {change}")
-    print(format_curve(res))
-    print(recommendation_text(res))
+    lines = [f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
+             f"in {res.timings.get('runs_s', 0.0):.1f} s", format_curve(res), recommendation_text(res)]
     if res.speed:
-        print(f"racsim: {speed_line(res)}")
-    print(f"racsim: results in {out_dir}")
+        lines.append(f"racsim: {speed_line(res)}")
+    return "\n".join(lines)
 
 
 def _inputs(cfg, hc) -> tuple:
@@ -179,6 +158,20 @@ def _progress_bar(cfg):
 
     return tqdm(total=cfg.learner.trials, desc="bias benchmark (trials)", unit="trial", leave=False,
                 disable=None)  # None: off when stderr is not a terminal
+
+
+def error_line(ex: BaseException) -> "str | None":
+    """The one line racsim prints for a user's mistake ``ex`` (a bad value, key, scenario or
+    config file); None for anything else, which is a bug to show in full. The command line
+    and ``racsim.run`` (racsim.api) word their errors alike through it."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(ex, ConfigError):
+        return str(ex)
+    if isinstance(ex, (HydraException, OmegaConfBaseException)):
+        return _one_line(ex)
+    return _usage_error(ex)
 
 
 def _one_line(ex: BaseException) -> str:
@@ -331,7 +324,7 @@ def _expanded_nodes(node, memo: dict) -> int:
     return n
 
 
-def _guard_yaml() -> None:
+def guard_yaml() -> None:
     """Refuse a YAML alias bomb (a few lines of ``&a``/``*a`` that expand to billions of
     values) before OmegaConf copies it out: the loader Hydra reads config files with
     counts the expanded nodes of each file first (a YAMLError naming the file)."""
@@ -363,7 +356,7 @@ def main() -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     global _FRIENDLY
-    _guard_yaml()
+    guard_yaml()
     register_configs()
     register_resolvers()
     friendly = _FRIENDLY = "HYDRA_FULL_ERROR" not in os.environ
@@ -383,11 +376,11 @@ def main() -> None:
         remove_created()  # what this process made before the run could start
         if not friendly:
             raise
-        print(f"racsim: error: {ex if isinstance(ex, ConfigError) else _one_line(ex)}", file=sys.stderr)
+        print(f"racsim: error: {error_line(ex)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except Exception as ex:  # a YAML or encoding error in a config file, a bad group choice
         remove_created()
-        msg = _usage_error(ex) if friendly else None
+        msg = error_line(ex) if friendly else None
         if msg is None:
             raise
         print(f"racsim: error: {msg}", file=sys.stderr)

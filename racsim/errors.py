@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 class ConfigError(ValueError):
     """A user-facing configuration mistake: names the key and what is allowed."""
 
-    def __init__(self, key: str, value: Any, allowed: str):
+    def __init__(self, key: str, value: Any, allowed: str, line: Optional[str] = None):
+        """``line``: the whole message as worded elsewhere (Hydra's report of a bad override, shortened)."""
         self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(" ".join(f"{key} = {value!r}: {allowed}".split()))  # one line, whatever a reader said
+        super().__init__(" ".join((line or f"{key} = {value!r}: {allowed}").split()))  # one line, whatever a reader said

@@ -14,7 +14,8 @@
   cell and its runtime; the sweep prints jobs done/running/left with a time
   estimate (it watches the folder, so it works with any launcher that shares a
   file system); at the end it gathers every job into the sweep's
-  ``results.parquet`` / ``results.csv`` / ``report.md`` (see ``racsim.report.gather``).
+  ``results.parquet`` / ``results.csv`` / ``report.md`` and prints the table averaged over
+  seeds (see ``racsim.report.gather``).
 """
 
 from __future__ import annotations
@@ -452,7 +453,8 @@ def end_detached() -> None:
             proc.wait()
 
 
-GATHERED = ("results.parquet", "results.csv", "report.md")  # what the end of a sweep writes in its folder
+# what the end of a sweep writes in its folder (and a sweep_<knob>.png per swept numeric knob)
+GATHERED = ("results.parquet", "results.csv", "aggregate.parquet", "aggregate.csv", "report.md")
 
 
 def check_sweep_folder(sweep: Path, config: DictConfig) -> None:
@@ -553,11 +555,12 @@ class SweepCallback(Callback):
     def _gather(self, config: DictConfig) -> None:
         # lazy: the report stack (pandas, scipy, the paper report) loads in the launching
         # process only when the sweep ends, not with Hydra's callback at start-up
-        from racsim.report.gather import gather_and_write  # lazy
+        from racsim.report.gather import answer_text, gather_and_write  # lazy
 
         sweep = Path(str(config.hydra.sweep.dir))
         try:
-            df, written = gather_and_write(sweep, force=bool(OmegaConf.select(config, "output.force", default=False)))
+            g = gather_and_write(sweep, force=bool(OmegaConf.select(config, "output.force", default=False)),
+                                 plots=bool(OmegaConf.select(config, "output.plots", default=True)))
         except FileExistsError as ex:
             print(f"racsim: sweep: the jobs are complete but not gathered: {ex} (output.force=true, or "
                   f"racsim-report {sweep} --out DIR)", file=sys.stderr)
@@ -569,8 +572,8 @@ class SweepCallback(Callback):
             print(f"racsim: sweep: the jobs are complete but gathering them failed ({type(ex).__name__}: {ex}); "
                   f"run racsim-report {sweep} to try again", file=sys.stderr)
             sys.exit(1)
-        n_jobs = df["job_dir"].nunique() if "job_dir" in df else 0
-        print(f"racsim: sweep: {n_jobs} jobs gathered in {written[0]} ({_fmt_s(time.time() - self._started)})")
+        print(f"racsim: sweep: {g.table['job_dir'].nunique()} jobs gathered in {sweep} "
+              f"({_fmt_s(time.time() - self._started)}), {answer_text(g)}")
 
     # -- each job, in the process that runs it
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -30,7 +30,7 @@ from racsim.pipeline.lanes import run_lanes
 from racsim.pipeline.schedule import DROPPED, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
 
-MODES = ("stream", "poisson", "trace")
+MODES = ("stream", "poisson", "uniform", "trace")
 
 
 def arrivals_pcfg(seed: int, mode: str, trace_csv=None, cancel: bool = False) -> PipelineConf:
@@ -89,8 +89,9 @@ def test_clock_and_queue_against_kiefer_wolfowitz_on_ready_times(seed, mode, tra
     draws = draw(pcfg, 3, np.random.default_rng(seed))
     sched = run_lanes(draws, False)
     off, gen = draws.offset, draws.phase[0]
-    assert (off >= 0).all() and (off <= gen[..., None]).all()
-    if mode != "poisson":  # the generate phase ends with the step's last rollout
+    span = draws.phase.sum(axis=0) if mode == "poisson" else gen  # poisson: over the step's whole length
+    assert (off >= 0).all() and (off <= span[..., None]).all()
+    if mode not in ("poisson", "uniform"):  # the generate phase ends with the step's last rollout
         assert np.array_equal(gen, off.max(axis=2))
     step = gen + 0.3 + 0.05 + draws.phase[3]
     np.testing.assert_allclose(np.diff(sched.step_start, axis=1), step, rtol=1e-12, atol=1e-9)
@@ -143,11 +144,13 @@ def test_cancel_on_drop_against_an_event_loop_on_ready_times(seed, mode, trace_c
 
 def test_offset_laws(trace_csv):
     n = 400
-    pois = draw(replace(arrivals_pcfg(1, "poisson"), steps=10), n, np.random.default_rng(3))
-    u = (pois.offset / pois.phase[0][..., None]).ravel()
     grid = np.linspace(0.05, 0.95, 19)
-    ecdf = (u[:, None] <= grid).mean(axis=0)
-    assert np.abs(ecdf - grid).max() < 4 * np.sqrt(0.25 / u.size)  # uniform on the generate phase
+    for mode in ("uniform", "poisson"):  # uniform on the generate phase / on the step's whole length
+        d = draw(replace(arrivals_pcfg(1, mode), steps=10), n, np.random.default_rng(3))
+        span = d.phase[0] if mode == "uniform" else d.phase.sum(axis=0)
+        u = (d.offset / span[..., None]).ravel()
+        ecdf = (u[:, None] <= grid).mean(axis=0)
+        assert np.abs(ecdf - grid).max() < 4 * np.sqrt(0.25 / u.size)
     law = arrivals_pcfg(1, "stream").arrivals.length
     st = draw(replace(arrivals_pcfg(1, "stream"), steps=10), n, np.random.default_rng(4))
     x = st.offset.ravel()
@@ -169,11 +172,34 @@ def test_arrivals_draw_nothing_else_anew(mode, trace_csv):
     b = draw(replace(pcfg, arrivals=ArrivalsConf()), 5, np.random.default_rng(9))
     assert b.offset is None and a.offset.shape == b.phase[0].shape + (pcfg.batch_size,)
     assert np.array_equal(a.phase[1:], b.phase[1:])
-    if mode == "poisson":
+    if mode in ("poisson", "uniform"):
         assert np.array_equal(a.phase[0], b.phase[0]) and a.nominal_step == b.nominal_step
     for name in pcfg.channels:
         assert np.array_equal(a.service[name], b.service[name])
     assert set(a.routed) == set(b.routed) and all(np.array_equal(a.routed[n], b.routed[n]) for n in a.routed)
+
+
+@pytest.mark.parametrize("batch", [32, 400])
+def test_poisson_gaps_follow_the_exponential_law(batch):
+    """pipeline.arrivals.mode=poisson: the gaps between consecutive arrivals over the whole clock
+    (steps joined) have the exponential law's mean E[L] / B and variance ratio var / mean^2 = 1
+    (B / (B + 2) given B per step of a fixed length); uniform, arriving only while generating,
+    is burstier (the gaps across the scoring and update phases)."""
+    base = replace(arrivals_pcfg(6, "poisson"), steps=60, batch_size=batch, generate=det(6.0),
+                   fast_score=det(1.0), submit=det(0.0), update=det(1.5))
+    ratio = {}
+    for mode in ("poisson", "uniform"):
+        d = draw(replace(base, arrivals=ArrivalsConf(mode=mode)), 20, np.random.default_rng(11))
+        L = d.phase.sum(axis=0)  # (trials, steps) the asynchronous clock's steps
+        start = np.concatenate([np.zeros((20, 1)), np.cumsum(L, axis=1)[:, :-1]], axis=1)
+        t = np.sort((start[..., None] + d.offset).reshape(20, -1), axis=1)
+        gaps = np.diff(t, axis=1).ravel()
+        ratio[mode] = gaps.var() / gaps.mean() ** 2
+        if mode == "poisson":
+            mean = L.mean() / batch
+            assert abs(gaps.mean() - mean) < 0.01 * mean
+            assert abs(ratio[mode] - batch / (batch + 2)) < 0.05
+    assert ratio["uniform"] > 1.2 * ratio["poisson"]
 
 
 def test_a_stream_of_equal_lengths_is_the_batch_clock():
@@ -192,8 +218,8 @@ def test_a_stream_of_equal_lengths_is_the_batch_clock():
 
 def test_streaming_spreads_the_queue_load():
     """Samples spread over the generate phase wait less than a whole step's batch arriving at once
-    (same service draws; the stream's clock is the same: poisson keeps the drawn generate phase)."""
-    pcfg = arrivals_pcfg(5, "poisson")
+    (same service draws; the stream's clock is the same: uniform keeps the drawn generate phase)."""
+    pcfg = arrivals_pcfg(5, "uniform")
     a = draw(pcfg, 20, np.random.default_rng(2))
     b = draw(replace(pcfg, arrivals=ArrivalsConf()), 20, np.random.default_rng(2))
     k = list(pcfg.channels).index("q")

@@ -254,7 +254,7 @@ def test_continuous_batching_matches_the_iteration_oracle(seed):
 # ----------------------------------------------------------------------------
 # Engine agreement on random configurations.
 
-ARRIVAL_MODES = ("stream", "poisson", "trace")
+ARRIVAL_MODES = ("stream", "poisson", "uniform", "trace")
 
 
 @pytest.fixture(scope="module")
@@ -268,11 +268,11 @@ def trace_csv(tmp_path_factory):
 
 def arrivals_gpu_pcfg(seed: int, trace_csv: str):
     """tests/test_gpu_rm.py's random gpu_rm config (FIFO / shortest, padded or packed, flush or
-    none, bursts on seeds 2 mod 3, a second pool, a fast scorer on GPUs), fed by stream, poisson
-    or trace arrivals; continuous batching on seeds 3, 4 mod 6 (chunked on 4, without bursts),
+    none, bursts on seeds 2 mod 3, a second pool, a fast scorer on GPUs), fed by stream, poisson,
+    uniform or trace arrivals (seed mod 4); continuous batching on seeds 3, 4 mod 6 (chunked on 4, without bursts),
     failures on seeds 1 mod 4 and a cancel_on_drop queue beside on seeds 2 mod 4."""
     pcfg = random_pcfg(seed)
-    mode = ARRIVAL_MODES[seed % 3]
+    mode = ARRIVAL_MODES[seed % 4]
     pcfg.arrivals = ArrivalsConf(mode=mode, length=LatencyConf(kind="lognormal", mean=1.0, sigma=0.6),
                                  path=trace_csv if mode == "trace" else None)
     g = pcfg.channels["g"]
@@ -338,7 +338,7 @@ def test_random_configs_reach_every_branch(simpy_runs):
             seen["timeout drops"] += timeout is not None and bool((s.status[..., k] == DROPPED).any())
             seen["cancelled on drop"] += s.cancelled is not None and bool(s.cancelled.any())
             seen["lost to a failure"] += s.failed is not None and bool(s.failed.any())
-    need = ["static padded", "static packed", "continuous", "chunked", "stream", "poisson", "trace", "bursts",
+    need = ["static padded", "static packed", "continuous", "chunked", "stream", "poisson", "uniform", "trace", "bursts",
             "flush fired", "no flush", "batch before its step's submit instant", "async", "blocking", "timeout",
             "timeout drops", "cancelled on drop", "lost to a failure"]
     assert all(seen[k] > 0 for k in need), str({k: seen[k] for k in need})
@@ -361,11 +361,11 @@ def test_a_stream_of_equal_lengths_is_batch_mode():
 
 
 def test_spread_arrivals_are_back_sooner_after_the_submit_instant():
-    """Samples spread over the generate phase (poisson: the same clock, the same tokens) are scored
+    """Samples spread over the generate phase (uniform: the same clock, the same tokens) are scored
     while the step is still generating: on average their results are back sooner after the step's
     submit instant than when the whole step arrives there."""
     pcfg = random_pcfg(0)
-    a = draw(replace(pcfg, arrivals=ArrivalsConf(mode="poisson")), 20, np.random.default_rng(2))
+    a = draw(replace(pcfg, arrivals=ArrivalsConf(mode="uniform")), 20, np.random.default_rng(2))
     b = draw(pcfg, 20, np.random.default_rng(2))
     back = []
     for d in (a, b):

@@ -9,7 +9,7 @@
 * the identity kernel, where the unbiased correctors collapse bit for bit
   onto the synchronous oracle;
 * ``summarize`` and ``bootstrap_counts`` against their formulas;
-* conservation of results and reproducibility through ``racsim.run.run``.
+* conservation of results and reproducibility through ``racsim.analyses.dispatch.run``.
 
 All randomness uses fixed seeds; sizes are small.
 """
@@ -25,7 +25,7 @@ from helpers import det_phases
 from omegaconf import OmegaConf
 from oracles import oracle_returns, oracle_score, oracle_weight
 
-import racsim.run as R
+import racsim.analyses.dispatch as R
 from racsim.config.defaults import default_config
 from racsim.config.schema import (
     ChannelConf,

@@ -86,16 +86,16 @@ def test_every_declared_column_has_a_reason_and_matches_its_family():
 def test_a_non_finite_value_fails_the_run_after_its_files_are_written(tmp_path, monkeypatch, capsys):
     import json
 
-    import racsim.run
+    import racsim.analyses.dispatch as dispatch
 
-    real = racsim.run.run
+    real = dispatch.run
 
     def broken(cfg, progress=None):
         res = real(cfg, progress)
         res.results.loc[res.results["corrector"].isin(["rac", "naive"]), "bias_exact"] = np.inf
         return res
 
-    monkeypatch.setattr(racsim.run, "run", broken)
+    monkeypatch.setattr(dispatch, "run", broken)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "keep.txt").write_text("mine")
     monkeypatch.setattr(sys, "argv", ["racsim", *TINY, "hydra.run.dir=out"])
@@ -120,16 +120,16 @@ def test_a_non_finite_value_fails_the_run_after_its_files_are_written(tmp_path, 
 
 
 def test_a_value_undefined_by_construction_is_written_and_explained(tmp_path, monkeypatch, capsys):
-    import racsim.run
+    import racsim.analyses.dispatch as dispatch
 
-    real = racsim.run.run
+    real = dispatch.run
 
     def undefined(cfg, progress=None):
         res = real(cfg, progress)
         res.extra["lm_gradients"] = pd.DataFrame({"corrector": ["naive", "rac"], "cosine": [np.nan, 0.5]})
         return res
 
-    monkeypatch.setattr(racsim.run, "run", undefined)
+    monkeypatch.setattr(dispatch, "run", undefined)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["racsim", *TINY, "hydra.run.dir=out"])
     cli.main()

@@ -32,7 +32,8 @@ from racsim.config.schema import (
     RMConf,
     RMModelConf,
 )
-from racsim.pipeline.batcher import GpuSpec, _log_order, fast_score_seconds, gpu_spec
+from racsim.pipeline.batcher import GpuSpec, _log_order, gpu_spec
+from racsim.pipeline.cbatch import drain_seconds
 from racsim.pipeline.draws import PipelineDraws, draw, draw_tokens
 from racsim.pipeline.engines import ENGINES
 from racsim.pipeline.lanes import run_lanes
@@ -323,7 +324,7 @@ def test_fast_scorer_on_gpus_sets_the_fast_score_phase():
     np.testing.assert_allclose(draws.phase[1], expect, rtol=1e-12)
     rm2 = RMConf(**{**rm.__dict__, "gpus": 2, "max_batch": 1})
     spec = gpu_spec(rm2, "fast")
-    got = fast_score_seconds(spec, tok)
+    got = drain_seconds(spec, tok)
     for i, t in np.ndindex(2, 5):
         free = [0.0, 0.0]
         for L in tok[i, t]:

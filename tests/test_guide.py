@@ -174,12 +174,12 @@ def test_the_other_commands_help_stays_sane(tmp_path):
 
 
 def test_an_optional_package_missing_at_run_time_names_the_extra(tmp_path, monkeypatch, capsys):
-    import racsim.run
+    import racsim.analyses.dispatch as dispatch
 
     def needs_transformers(cfg, progress=None):
         raise ModuleNotFoundError("No module named 'transformers'", name="transformers")
 
-    monkeypatch.setattr(racsim.run, "run", needs_transformers)
+    monkeypatch.setattr(dispatch, "run", needs_transformers)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["racsim", "pipeline.steps=3", "hydra.run.dir=out"])
     with pytest.raises(SystemExit) as ex:

@@ -314,7 +314,7 @@ def test_bad_lm_values_name_the_key(override, key, learner):
 
 def test_learner_lm_runs_end_to_end(tmp_path):
     from racsim.report.writers import write_outputs
-    from racsim.run import run
+    from racsim.analyses.dispatch import run
 
     cfg = default_config("learner=lm", "pipeline.steps=4", "learner.lm.seeds=2", "learner.lm.checkpoints=1",
                          "learner.lm.d_model=16", "learner.lm.layers=1", "learner.lm.vocab=6",
@@ -331,7 +331,7 @@ def test_learner_lm_runs_end_to_end(tmp_path):
 
 
 def test_cli_and_run_do_not_import_torch():
-    code = "import sys, racsim, racsim.cli, racsim.run; print('torch' in sys.modules or 'transformers' in sys.modules)"
+    code = "import sys, racsim, racsim.cli, racsim.analyses.dispatch; print('torch' in sys.modules or 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -131,7 +131,7 @@ def test_own_delays_run_as_measured_and_summary_says_so(tmp_path):
 
 
 def test_a_sweep_over_own_delays_uses_them_as_measured_in_every_job(tmp_path):
-    """The sweeper computes a batch of jobs ahead (racsim.run.run_many): a job whose command
+    """The sweeper computes a batch of jobs ahead (racsim.analyses.dispatch.run_many): a job whose command
     line drops a mean is left to its task, so the sweep gives what single runs give."""
     path = _csv(tmp_path, np.random.default_rng(2).lognormal(2.5, 0.6, 200))
     args = [*SMALL, "learner.train.enabled=false", "output.plots=false", "output.progress=false", *empirical(path)]

@@ -148,7 +148,7 @@ def test_ci_turns_a_missing_torch_into_a_failure(monkeypatch, value, expected):
 
 
 def test_core_modules_do_not_import_torch():
-    code = ("import sys, racsim.pipeline.engines, racsim.run, racsim.analyses.capacity, racsim.pipeline.service, racsim.cli, "
+    code = ("import sys, racsim.pipeline.engines, racsim.analyses.dispatch, racsim.analyses.capacity, racsim.pipeline.service, racsim.cli, "
             "racsim.profile; "
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

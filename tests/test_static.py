@@ -243,7 +243,7 @@ def test_clipped_cauchy_is_the_papers_draw():
 
 def _run(*overrides):
     from racsim.config.defaults import compose_config
-    from racsim.run import run
+    from racsim.analyses.dispatch import run
 
     return run(compose_config(*overrides))
 

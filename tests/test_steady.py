@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from test_bias import make_cfg
 
-import racsim.run as R
+import racsim.analyses.dispatch as R
 from racsim.config.schema import ChannelConf, LatencyConf
 from racsim.pipeline.kernels import predicted_kernel
 from racsim.pipeline.latency import build_latency

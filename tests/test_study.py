@@ -7,7 +7,7 @@ from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
 from racsim.errors import ConfigError
 from racsim.pipeline.kernels import distribution_kernel
-from racsim.run import run
+from racsim.analyses.dispatch import run
 
 
 def cfg(*overrides, grid=None):

@@ -78,7 +78,7 @@ def test_serial_sweep_writes_every_job_and_one_aggregate(serial):
     assert sorted(df["corrector.tau_age"].unique()) == [20.0, 1000.0]
     assert df["corrector.tau_age"].dtype == "float64"
     assert (df["override:seed"] == df["seed"]).all()
-    assert list(df["job"].unique()) == list(range(N_JOBS))
+    assert list(df["job_dir"].unique()) == [str(i) for i in range(N_JOBS)] and "job" not in df
     pivot = df.pivot_table(index="corrector.tau_age", columns="corrector", values="bias_exact", aggfunc="mean")
     assert pivot.shape == (2, N_CORRECTORS)
     assert "resume" not in df.columns
@@ -186,7 +186,7 @@ def test_report_command_gathers_any_folder(serial, tmp_path, capsys):
     # a single job folder: its own results are left alone, report.md only
     single = sweep / "3"
     own = (single / "results.parquet").read_bytes()
-    df, written = gather_and_write(single)
+    df, _, written = gather_and_write(single)
     assert [p.name for p in written] == ["report.md"] and (single / "results.parquet").read_bytes() == own
     assert len(df) == N_CORRECTORS and df["corrector.tau_age"].iloc[0] == 1000.0
     with pytest.raises(SystemExit) as ex:
@@ -278,7 +278,7 @@ def test_an_invalid_cell_stops_the_sweep_before_any_job(tmp_path):
 FAIL_AT_RUN_TIME = '''
 import os
 if os.environ.get("RACSIM_TEST_FAIL_SEED"):  # a job that fails at run time (tests/test_sweep.py)
-    import racsim.run as R
+    import racsim.analyses.dispatch as R
     _run = R.run
     def run(cfg, progress=None):
         if cfg.seed == int(os.environ["RACSIM_TEST_FAIL_SEED"]):
@@ -312,7 +312,7 @@ def test_a_job_failing_at_run_time_does_not_take_the_others_down(serial, tmp_pat
     sweep = only_sweep(tmp_path)
     assert sorted(job_tables(sweep)) == ["0", "2"]  # the others ran ...
     df = pd.read_parquet(sweep / "results.parquet")  # ... and were gathered
-    assert sorted(df["job"].unique()) == [0, 2]
+    assert sorted(df["job_dir"].unique()) == ["0", "2"]
     assert job_tables(sweep)["0"] == job_tables(sweep_ref)["0"]  # seed=0 tau_age=20 is job 0 of the reference too
     assert "injected failure at run time" in (sweep / "1" / "racsim.log").read_text()  # with its traceback
 

@@ -1,5 +1,5 @@
 """The racsim launcher computes a batch of sweep jobs ahead as one in-process grid
-(racsim.run.run_many, racsim.analyses.bias_study.run_bias_each): each job's results
+(racsim.analyses.dispatch.run_many, racsim.analyses.bias_study.run_bias_each): each job's results
 must be those of the job run alone, byte for byte. In process: run_many against
 ``run`` of each config (the obvious oracle), on random configs whose rewards, noise,
 seeds and correctors differ, with a count of the trajectory groups it shares. Through
@@ -28,7 +28,7 @@ import racsim.learner.bias as LB
 from racsim.config.defaults import compose_config
 from racsim.io import config_yaml
 from racsim.markers import is_complete
-from racsim.run import run, run_many
+from racsim.analyses.dispatch import run, run_many
 from tests.helpers import assert_same_schedule
 
 TINY = ["learner.trials=12", "learner.bootstrap=10", "pipeline.steps=6", "learner.train.enabled=false",
@@ -155,7 +155,7 @@ def test_a_batched_sweep_writes_the_bytes_of_jobs_run_alone(tmp_path):
     assert failed == {".hydra/overrides.yaml", "racsim.log"}, failed  # its log holds the traceback
     assert "injected failure at run time" in (lean / "3" / "racsim.log").read_text()
     tables = [pd.read_parquet(d / "results.parquet") for d in (lean, full, alone)]
-    assert sorted(tables[0]["job"].unique()) == [0, 1, 2, 4, 5]
+    assert sorted(tables[0]["job_dir"].unique()) == ["0", "1", "2", "4", "5"]
     cells = ["job_dir", "output.job_files"]  # the folders, and the full sweeps' own override
     for t in tables[:2]:
         pd.testing.assert_frame_equal(t.drop(columns=cells, errors="ignore"), tables[2].drop(columns=cells),

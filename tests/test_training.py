@@ -18,7 +18,7 @@ from helpers import det_phases
 from omegaconf import OmegaConf
 from oracles import oracle_adaptive_tau, oracle_returns, oracle_score, oracle_weight
 
-import racsim.run as R
+import racsim.analyses.dispatch as R
 from racsim.analyses import bias_study as BS
 from racsim.config.defaults import default_config
 from racsim.config.schema import (

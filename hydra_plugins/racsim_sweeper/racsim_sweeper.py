@@ -10,7 +10,7 @@ hands the rest to the launcher in batches, and goes on past a job that fails (th
 sweep gathers what completed, lists the failures and exits non-zero). Any launcher
 works (basic, joblib, submitit, Ray); the racsim launcher runs the jobs in this
 process, each config composed from a cached one, and computes a batch of one-cell
-bias studies ahead as one in-process grid (racsim.run.run_many), each job's task
+bias studies ahead as one in-process grid (racsim.analyses.dispatch.run_many), each job's task
 then writing the results computed for it: the same files, byte for byte, as the
 job run alone, at close to the grid's pace.
 """
@@ -118,14 +118,14 @@ class RacsimLauncher(Launcher):
         return runs
 
     def _prepare(self, jobs: Sequence[Tuple[int, Sequence[str]]]) -> int:
-        """Compute ahead, as one in-process grid (racsim.run.run_many), the results of the
+        """Compute ahead, as one in-process grid (racsim.analyses.dispatch.run_many), the results of the
         first jobs of ``jobs`` (as many as PREPARE_SLOTS trajectory slots allow, at least
         one), for their task to write (racsim.sweep.PREPARED); returns how many it took.
         A job that cannot be computed so is run by its task as usual: if the batch fails,
         every job of it is, and only the failing one fails."""
         from racsim.config.defaults import GRID_KEY, empirical_blocks
         from racsim.markers import override_key
-        from racsim.run import run_many
+        from racsim.analyses.dispatch import run_many
         from racsim.sweep import PREPARED, pin_blas_threads
 
         picked: List[Tuple[int, Any]] = []

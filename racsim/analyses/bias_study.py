@@ -24,7 +24,7 @@ from racsim.learner.bias import (
 )
 from racsim.learner.correctors import BLOCKING, CorrectorParams
 from racsim.learner.training import TrainCurve, train_all
-from racsim.pipeline.draws import draw
+from racsim.pipeline.draws import PipelineDraws, draw
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
 from racsim.pipeline.schedule import INJECTED, PENDING, ArrivalSchedule
@@ -38,12 +38,23 @@ def corrector_names(cfg: Any) -> list:
     return names if names and names[0] == "naive" else ["naive"] + [n for n in names if n != "naive"]
 
 
-def simulate_schedules(cfg: Any, n_trials: int, stream: str, names) -> Dict[str, ArrivalSchedule]:
+@dataclass(frozen=True)
+class Known:
+    """A one-cell run's draws and its async schedule, already simulated from them (the capacity
+    search's steady-state check): the bias study uses them as they are."""
+
+    draws: PipelineDraws
+    schedule: ArrivalSchedule
+
+
+def simulate_schedules(cfg: Any, n_trials: int, stream: str, names,
+                       known: Optional[Known] = None) -> Dict[str, ArrivalSchedule]:
     """The async schedule every non-blocking corrector shares, and the blocking one
-    wait-for-slow runs on, from the same draws (common random numbers)."""
+    wait-for-slow runs on, from the same draws (common random numbers); ``known``: the
+    draws and async schedule, already made."""
     p = cfg.pipeline
-    draws = draw(p, n_trials, rng_for(cfg.seed, stream))
-    out = {"async": simulate(p, n_trials, None, draws=draws)}
+    draws = known.draws if known is not None else draw(p, n_trials, rng_for(cfg.seed, stream))
+    out = {"async": known.schedule if known is not None else simulate(p, n_trials, None, draws=draws)}
     if any(n in BLOCKING for n in names):
         out["blocking"] = simulate(p, n_trials, None, draws=draws, blocking=True,
                                             wait_timeout=cfg.corrector.wait_timeout_s)
@@ -80,9 +91,11 @@ class _GroupOut:
     each: Optional[list] = None  # with keep=True: (BiasRun, schedules) of every member, in order
 
 
-def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep: bool = False) -> _GroupOut:
+def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep: bool = False,
+               known: Optional[Known] = None) -> _GroupOut:
     """Simulate every cell's pipeline, then the shared trajectories, then each cell's summary
-    (``keep``: every member's BiasRun and schedules too, not only the run's first cell's)."""
+    (``keep``: every member's BiasRun and schedules too, not only the run's first cell's;
+    ``known``: a one-cell group's draws and async schedule, already simulated)."""
     first = members[0][2]
     lr = first.learner
     theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
@@ -90,7 +103,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep
     bias_cells = []
     for _, _, ccfg in members:
         names = corrector_names(ccfg)
-        bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names), names,
+        bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names, known), names,
                                corrector_params(ccfg), nominal_kernel(ccfg), ccfg.corrector.row_normalize,
                                mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std,
                                predicted={v: predicted_kernel(ccfg, v == "blocking") for v in ("async", "blocking")},
@@ -109,8 +122,10 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep
             values = {"cell": i, **values}
         summary = summarize(brun, lr.bootstrap, None, counts=counts)
         workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
-        rows.append((i, values, _results_table(ccfg, cell.names, cell.schedules, summary, brun),
-                     channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))))
+        chans = channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))
+        table = _results_table(ccfg, cell.names, cell.schedules, summary, brun)
+        table["stationary"] = bool(chans.stationary.all())  # every channel in a steady state over the window
+        rows.append((i, values, table, chans))
     head = members[0][0] == 0
     each = [(brun, cell.schedules) for cell, brun in zip(bias_cells, runs)] if keep else None
     return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,
@@ -220,11 +235,14 @@ def _training_table(curves: Dict[str, TrainCurve]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def run_bias_study(cells: list, progress: Optional[Any] = None) -> RunResult:
+def run_bias_study(cells: list, progress: Optional[Any] = None, known: Optional[Known] = None) -> RunResult:
     """The bias benchmark on every cell (values, config) of a study grid and, for a
     single cell, the training loop. Cells sharing a learner form a group; with
     ``study.workers`` != 1 the groups run in that many processes (0: every core),
-    with the same results as serially (each group seeds itself)."""
+    with the same results as serially (each group seeds itself). ``known``: a single
+    cell's draws and async schedule, already simulated."""
+    if known is not None and len(cells) != 1:
+        raise ValueError("a known schedule belongs to a single cell")
     groups: Dict[tuple, list] = {}
     for i, (values, ccfg) in enumerate(cells):
         groups.setdefault(learner_key(ccfg), []).append((i, values, ccfg))
@@ -241,7 +259,7 @@ def run_bias_study(cells: list, progress: Optional[Any] = None) -> RunResult:
                 if progress is not None:
                     progress(members[0][2].learner.trials)
     else:
-        outs = [_run_group(m, len(cells), progress) for m in groups.values()]
+        outs = [_run_group(m, len(cells), progress, known=known) for m in groups.values()]
     return _assemble(cells, outs)
 
 

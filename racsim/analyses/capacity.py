@@ -30,12 +30,19 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf, open_dict
 
-from racsim.analyses.bias_study import corrector_names, run_bias_study
+from racsim.pipeline import steady
+from racsim.analyses.bias_study import Known, corrector_names, run_bias_study
 from racsim.analyses.grid import expand
-from racsim.config.validate import validate
+from racsim.config.schema import warmup_steps
+from racsim.config.validate import faults_on, validate
+from racsim.learner.bias import bootstrap_counts
 from racsim.learner.correctors import BLOCKING
-from racsim.pipeline.draws import draw
+from racsim.pipeline.draws import draw, fault_timeline, work_seconds
+from racsim.pipeline.engines import simulate
+from racsim.pipeline.schedule import DROPPED, INJECTED, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
+from racsim.pipeline.stats import busy_seconds
+from racsim.seeds import rng_for
 
 
 @dataclass
@@ -50,10 +57,14 @@ class CapacityResult:
     recommended: Optional[int]
     per_corrector: pd.DataFrame  # fewest units meeting the targets, for every corrector
     targets: Dict[str, Any]
-    best: Any = None  # RunResult at the recommended (or largest) count
+    best: Any = None  # RunResult at the recommended (or largest simulated) count; None if none was simulated
+    best_count: Optional[int] = None
     timings: Dict[str, float] = field(default_factory=dict)
     speed: Dict[str, float] = field(default_factory=dict)
     autoscale: Optional[pd.DataFrame] = None  # the channel's autoscaled pool vs the evaluated fixed pools
+    loads: Dict[int, Dict[str, float]] = field(default_factory=dict)  # per count: load, work_per_s, availability
+    level: float = 0.95  # capacity.confidence: the level of every interval
+    max_load: float = 0.95  # capacity.max_load: overloaded from this offered load on
 
 
 def channel_of(cfg: Any) -> str:
@@ -100,19 +111,21 @@ def fixed_pool(cfg: Any, name: str) -> Any:
     return c
 
 
-def autoscale_whatif(cfg: Any, name: str, fixed_rows: Dict[int, List[dict]], auto, targets: dict) -> pd.DataFrame:
+def autoscale_whatif(cfg: Any, name: str, fixed_rows: Dict[int, List[dict]], auto_rows: List[dict], auto,
+                     targets: dict) -> pd.DataFrame:
     """Autoscaled pool against every fixed pool the search evaluated (whole servers; the rule's
     min and max are always among them): per pool and corrector, servers (mean billed, autoscaled),
     bias, wall-clock per step, cost per 1000 steps and whether the row meets the capacity targets.
-    ``fixed_rows``: capacity rows by unit count; ``auto``: the autoscaled run. The autoscaled
-    pool's cost is measured on the asynchronous pipeline, so it is not given for blocking correctors."""
+    ``fixed_rows``: capacity rows by unit count; ``auto_rows``, ``auto``: the autoscaled run's rows
+    and result. The autoscaled pool's cost is measured on the asynchronous pipeline, so it is not
+    given for blocking correctors."""
     units = units_per_server(cfg, name)
     out = []
     for n in sorted(c for c in fixed_rows if c % units == 0):
         out += [{"pool": f"fixed {n // units}", "servers": float(n // units), **_whatif(r, targets)}
                 for r in fixed_rows[n]]
     ch = auto.channels[auto.channels.channel == name].iloc[0]
-    for r in _rows(cfg, name, 0, auto):
+    for r in auto_rows:
         r["cost_per_1000_steps"] = np.nan if r["corrector"] in BLOCKING else float(ch["cost_per_1000_steps"])
         out.append({"pool": "autoscaled", "servers": float(ch["servers_billed_mean"]), **_whatif(r, targets)})
     return pd.DataFrame(out)
@@ -121,25 +134,111 @@ def autoscale_whatif(cfg: Any, name: str, fixed_rows: Dict[int, List[dict]], aut
 def _whatif(r: dict, targets: dict) -> dict:
     keys = ("corrector", "bias_exact", "bias_vs_naive", "step_s", "delay_p95_steps", "sojourn_p95_s",
             "dropped_frac", "cost_per_1000_steps")
-    return {**{k: r[k] for k in keys}, "meets": feasible(r, targets)}
+    return {**{k: r.get(k, np.nan) for k in keys}, "meets": feasible(r, targets)}
 
 
-def _rows(cfg: Any, name: str, n: int, res) -> List[dict]:
-    """The capacity curve's rows for one count, from a run's tables."""
+LOAD_TRIALS = 10  # trials of the scenario's draws the offered load is measured on
+
+
+def channel_loads(cfg: Any, name: str, key: str, counts: List[int]) -> Dict[int, Dict[str, float]]:
+    """Per count: the channel's offered load, the work it is offered (server-seconds per second of
+    the asynchronous optimizer's clock) and the fraction of its servers' time up. The work comes
+    from the scenario's draws (:data:`LOAD_TRIALS` trials of them; :func:`~racsim.pipeline.draws.work_seconds`, the same for every
+    count: common random numbers); the load is that work over the servers up (gpus / tp replicas,
+    or workers, times the availability of the count's outage timeline when the channel fails)."""
+    trials = min(int(cfg.learner.trials), LOAD_TRIALS)
+    d = draw(cfg.pipeline, trials, rng_for(cfg.seed, "pipeline"))
+    work, clock = work_seconds(d, name), d.phase.sum(axis=0)
+    ch = cfg.pipeline.channels[name]
+    out = {}
+    for n in counts:
+        servers = n // units_per_server(cfg, name)
+        up = 1.0
+        if faults_on(ch):
+            tl = fault_timeline(ch, name, trials, servers, int(rng_for(cfg.seed, "capacity_load").integers(2**62)))
+            up = float(np.mean(tl.up_fraction(np.zeros(trials), clock.sum(axis=1))))
+        out[n] = {"load": steady.offered_load(work, clock, servers * up),
+                  "work_per_s": float(work.sum() / clock.sum()), "availability": up}
+    return out
+
+
+@dataclass
+class Settled:
+    """One count's run at the length that shows its steady state: the run, the verdict on its
+    window, its length, and the seconds and requests of every pipeline simulated on the way."""
+
+    res: Any
+    verdict: steady.Verdict
+    steps: int
+    pipeline_s: float
+    requests: int
+
+
+def settle(cfg: Any, name: str) -> Settled:
+    """Run one count at a length that shows its steady state.
+    ``capacity.run_length=auto``: from ``pipeline.steps``, doubled up to ``capacity.max_steps``
+    until the series of requests in the channel at each step's start (mean over trials) is
+    stationary after its warm-up (MSER-5 unless ``pipeline.warmup_steps`` is set;
+    :func:`racsim.pipeline.steady.verdict`); ``fixed``: the length and warm-up as given. The
+    bias study then reuses the simulated asynchronous schedule."""
+    cap, p = cfg.capacity, cfg.pipeline
+    auto = cap.run_length == "auto"
+    steps, spent, requests = int(p.steps), 0.0, 0
+    while True:
+        c = cfg.copy()
+        with open_dict(c):
+            c.pipeline.steps = steps
+        given = None if auto and p.warmup_steps is None else warmup_steps(c.pipeline)
+        t0 = time.perf_counter()
+        draws = draw(c.pipeline, int(c.learner.trials), rng_for(c.seed, "pipeline"))  # as the bias study draws
+        sched = simulate(c.pipeline, int(c.learner.trials), None, draws=draws)
+        spent += time.perf_counter() - t0
+        requests += requests_per_schedule(c)
+        v = steady.verdict(steady.in_system(sched, sched.channel_names.index(name)).mean(axis=0), given)
+        if v.stationary or not auto or steps * 2 > cap.max_steps:
+            break
+        steps *= 2
+    with open_dict(c):
+        c.pipeline.warmup_steps = v.warmup
+    res = run_bias_study(expand(c), known=Known(draws, sched))
+    if any(n in BLOCKING for n in corrector_names(c)):  # the study simulated the blocking pipeline
+        requests += requests_per_schedule(c)
+    return Settled(res, v, steps, spent + float(res.timings.get("pipeline_s", 0.0)), requests)
+
+
+def _rows(cfg: Any, name: str, n: int, run: Settled, load: dict) -> List[dict]:
+    """The capacity curve's rows for one count, from its settled run's tables, each figure with
+    its interval (``capacity.confidence``; the trials resampled ``capacity.resamples`` times)."""
+    cap, res, v, steps = cfg.capacity, run.res, run.verdict, run.steps
     ch = res.channels[res.channels.channel == name].iloc[0]
     price = unit_price(cfg, name)
     naive = res.results[res.results.corrector == "naive"].iloc[0]
+    sched = res.schedules["async"]
+    counts = bootstrap_counts(sched.n_trials, int(cap.resamples), rng_for(cfg.seed, "capacity_intervals"))
+    lvl = float(cap.confidence)
+    chan = channel_intervals(sched, sched.channel_names.index(name), ch["workers"], v.warmup, counts, lvl)
+    bias = bias_intervals(res.bias, counts, lvl)
     out = []
     for _, r in res.results.iterrows():
         step_s = float(r["step_s"])
-        out.append({
+        timed = res.schedules.get("blocking") if r["corrector"] in BLOCKING else sched
+        step_lo, step_hi = steady.percentile_interval(
+            steady.boot_mean(step_seconds(timed, v.warmup), counts), lvl) if timed is not None else (step_s, step_s)
+        row = {
             "count": int(n),
             "corrector": r["corrector"],
+            "load": load["load"],
+            "headroom": 1.0 - load["load"],
+            "steps": int(steps),
+            "warmup_steps": int(v.warmup),
+            "stationary": bool(v.stationary),
             "bias_exact": float(r["bias_exact"]),
+            "bias_exact_lo": bias[r["corrector"]][0], "bias_exact_hi": bias[r["corrector"]][1],
             "bias_mc": float(r["bias_mc"]),
             "mc_se": float(r["mc_se"]),
             "bias_vs_naive": float(r["bias_exact"]) / float(naive["bias_exact"]) if naive["bias_exact"] > 0 else np.nan,
-            "step_s": step_s,
+            "bias_vs_naive_lo": bias[r["corrector"]][2], "bias_vs_naive_hi": bias[r["corrector"]][3],
+            "step_s": step_s, "step_s_lo": step_lo, "step_s_hi": step_hi,
             "eta": float(r.get(f"eta_{name}", np.nan)),
             "delay_p50_steps": float(ch["delay_p50_steps"]),
             "delay_p95_steps": float(ch["delay_p95_steps"]),
@@ -147,30 +246,110 @@ def _rows(cfg: Any, name: str, n: int, res) -> List[dict]:
             "pending_frac": float(ch["pending"]) / float(ch["emitted"]),
             "wait_p95_s": float(ch["wait_p95_s"]),
             "sojourn_p95_s": float(ch["sojourn_p95_s"]),
-            "utilisation": float(ch["utilisation"]),
+            "utilisation": float(ch["utilisation"]),  # busy: server-seconds holding work
+            **chan,
+            # useful: the work the requests need (full batches), per server-second; available: up
+            "useful": load["work_per_s"] / (n // units_per_server(cfg, name)) if n else np.nan,
+            "available": load["availability"],
             "cost_per_hour": n * price,
             "cost_per_1000_steps": n * price * step_s * 1000.0 / 3600.0,
-        })
+        }
         if "availability" in ch:  # a channel with faults: its replicas' uptime, results lost to failures
-            out[-1].update(availability=float(ch["availability"]),
-                           lost_to_failure_frac=float(ch["lost_to_failure"]) / float(ch["emitted"]))
+            row.update(availability=float(ch["availability"]),
+                       lost_to_failure_frac=float(ch["lost_to_failure"]) / float(ch["emitted"]))
+        row["status"] = status(row, cfg)
+        out.append(row)
+    return out
+
+
+def overloaded_rows(cfg: Any, name: str, n: int, load: dict) -> List[dict]:
+    """The rows of a count whose offered load reaches ``capacity.max_load``: not simulated
+    (its queue has no steady state), so every figure but the load and the price is NaN."""
+    price = unit_price(cfg, name)
+    return [{"count": int(n), "corrector": c, "load": load["load"], "headroom": 1.0 - load["load"],
+             "stationary": False, "cost_per_hour": n * price,
+             "status": f"overloaded: load {load['load']:.3g} >= capacity.max_load {cfg.capacity.max_load:g}"}
+            for c in corrector_names(cfg)]
+
+
+def status(row: dict, cfg: Any) -> str:
+    """'ok', or why the count's figures are not steady-state ones."""
+    if row["load"] >= cfg.capacity.max_load:
+        return f"overloaded: load {row['load']:.3g} >= capacity.max_load {cfg.capacity.max_load:g}"
+    if not row["stationary"]:
+        return f"not stationary at {row['steps']} steps (capacity.max_steps {cfg.capacity.max_steps})"
+    return "ok"
+
+
+def step_seconds(sched, warmup: int) -> np.ndarray:
+    """(trials,) wall-clock seconds per step after the warm-up."""
+    return (sched.step_start[:, -1] - sched.step_start[:, warmup]) / (sched.n_steps - warmup)
+
+
+def channel_intervals(sched, k: int, workers, w: int, counts: np.ndarray, level: float) -> Dict[str, float]:
+    """Intervals of channel ``k``'s figures measured from step ``w`` on, the trials resampled by
+    ``counts``: delay p50/p95 (steps), sojourn p95 (s), dropped share and utilisation."""
+    T = sched.n_trials
+    trial = np.broadcast_to(np.arange(T)[:, None, None], sched.status[:, w:, :, k].shape)
+    st = sched.status[:, w:, :, k]
+    ok = st == INJECTED
+    delay, d_trial = sched.delay[:, w:, :, k][ok], trial[ok]
+    sent = st != UNROUTED
+    soj = sched.completion[:, w:, :, k] - sched.submit_time[:, w:, :, k]
+    back = np.isfinite(soj) & sent
+    if sched.cancelled is not None:
+        back &= ~sched.cancelled[:, w:, :, k]
+    out = {}
+    for q in (50, 95):
+        out[f"delay_p{q}_steps_lo"], out[f"delay_p{q}_steps_hi"] = steady.percentile_interval(
+            steady.boot_weighted_quantile(delay, d_trial, q / 100, counts), level)
+    out["sojourn_p95_s_lo"], out["sojourn_p95_s_hi"] = steady.percentile_interval(
+        steady.boot_weighted_quantile(soj[back], trial[back], 0.95, counts), level)
+    out["dropped_frac_lo"], out["dropped_frac_hi"] = steady.percentile_interval(
+        steady.boot_ratio((st == DROPPED).sum(axis=(1, 2)), sent.sum(axis=(1, 2)), counts), level)
+    t0, t1 = sched.step_start[:, w], sched.step_start[:, -1]
+    busy = busy_seconds(sched, k, None if workers is None or pd.isna(workers) else int(workers), t0, t1)
+    out["utilisation_lo"], out["utilisation_hi"] = (steady.percentile_interval(
+        steady.boot_mean(busy[0] / (busy[1] * (t1 - t0)), counts), level) if busy is not None else (np.nan, np.nan))
+    return out
+
+
+def bias_intervals(run, counts: np.ndarray, level: float) -> Dict[str, tuple]:
+    """Per corrector: the interval of its exact steady-state bias and of its ratio to naive's
+    (paired: one resample of the trials for both), from each trial's mean correction weights."""
+    T = counts.shape[1]
+    boot = {}
+    for name, tw in run.trial_weight.items():
+        exact = run.channel_exact[0] + (counts @ tw / T) @ run.channel_exact[1:]
+        boot[name] = np.linalg.norm(exact - run.target, axis=1)
+    base = boot.get("naive")
+    out = {}
+    for name, b in boot.items():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = b / base if base is not None else np.full_like(b, np.nan)
+        out[name] = (*steady.percentile_interval(b, level), *steady.percentile_interval(ratio, level))
     return out
 
 
 def feasible(row: Any, targets: Dict[str, Any]) -> bool:
-    """Does one (count, corrector) row meet every target that is set?"""
+    """Does one (count, corrector) row meet every target that is set? Its figures must be
+    steady-state ones (status ok), and each target is met by the upper end of the figure's
+    interval, not by the point estimate."""
+    if row.get("status", "ok") != "ok":
+        return False
     ok = True
     if targets.get("max_bias") is not None:
-        ok &= row["bias_exact"] <= targets["max_bias"]
+        ok &= row["bias_exact_hi"] <= targets["max_bias"]
     if targets.get("max_bias_vs_naive") is not None:
-        ok &= row["bias_vs_naive"] <= targets["max_bias_vs_naive"]
+        ok &= row["bias_vs_naive_hi"] <= targets["max_bias_vs_naive"]
     if targets.get("max_step_s") is not None:
-        ok &= row["step_s"] <= targets["max_step_s"]
+        ok &= row["step_s_hi"] <= targets["max_step_s"]
     return bool(ok)
 
 
 def run_capacity(cfg: Any, progress=None) -> CapacityResult:
-    """Evaluate the counts (all of them, or a bisection) and recommend one."""
+    """Evaluate the counts (all of them, or a bisection) and recommend one. The offered load
+    of every count comes first; an overloaded count is never simulated nor recommended."""
     validate(cfg)
     cap = cfg.capacity
     name = channel_of(cfg)
@@ -179,19 +358,30 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
         cfg = fixed_pool(cfg, name)
     key = count_key(cfg, name)
     counts = sorted(set(int(n) for n in cap.counts))
+    if scaled is not None:  # the fixed pools of the rule's min and max are on the curve
+        a, units = scaled.pipeline.channels[name].autoscale, units_per_server(scaled, name)
+        counts = sorted(set(counts) | {a.min * units, a.max * units})
     targets = {k: getattr(cap, k) for k in ("max_bias", "max_bias_vs_naive", "max_step_s")}
     chosen = str(cap.corrector)
     runs: Dict[int, Any] = {}
     rows: Dict[int, List[dict]] = {}
     timings = {"runs_s": 0.0, "pipeline_s": 0.0}
+    requests = [0]  # simulated by the lanes engine, every pipeline of every count
+    t0 = time.perf_counter()
+    loads = channel_loads(cfg, name, key, counts)
+    timings["load_s"] = time.perf_counter() - t0
 
     def evaluate(n: int) -> bool:
         if n not in rows:
-            t0 = time.perf_counter()
-            res = run_bias_study(expand(with_count(cfg, key, n)))
-            timings["runs_s"] += time.perf_counter() - t0
-            timings["pipeline_s"] += float(res.timings.get("pipeline_s", 0.0))
-            runs[n], rows[n] = res, _rows(cfg, name, n, res)
+            if loads[n]["load"] >= cap.max_load:
+                rows[n] = overloaded_rows(cfg, name, n, loads[n])
+            else:
+                t0 = time.perf_counter()
+                run = settle(with_count(cfg, key, n), name)
+                timings["runs_s"] += time.perf_counter() - t0
+                timings["pipeline_s"] += run.pipeline_s
+                requests[0] += run.requests
+                runs[n], rows[n] = run.res, _rows(cfg, name, n, run, loads[n])
             if progress is not None:
                 progress(n)
         return feasible(next(r for r in rows[n] if r["corrector"] == chosen), targets)
@@ -208,29 +398,33 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
     else:
         for n in counts:
             evaluate(n)
-
-    if scaled is not None:  # the fixed pools of the rule's min and max are on the curve
-        a, units = scaled.pipeline.channels[name].autoscale, units_per_server(scaled, name)
+    if scaled is not None:
         for n in (a.min * units, a.max * units):
             evaluate(n)
+
     curve = pd.DataFrame([r for n in sorted(rows) for r in rows[n]])
     curve.insert(0, "channel", name)
     curve["feasible"] = [feasible(r, targets) for _, r in curve.iterrows()]
     recommended = _fewest(curve, chosen)
-    names = list(curve.corrector.unique())
+    names = [c for c in curve.corrector.unique() if c != "sync_oracle"]  # a reference, not a pipeline
     per = pd.DataFrame({"corrector": names, "fewest": pd.Series([_fewest(curve, c) for c in names], dtype=object)})
-    best_n = recommended if recommended is not None else max(rows)
+    simulated = sorted(runs)
+    best_n = recommended if recommended is not None else (max(simulated) if simulated else None)
     result = CapacityResult(curve=curve, channel=name, unit="GPUs" if _is_gpu(cfg, name) else "workers", key=key,
                             recommended=recommended, per_corrector=per, targets={**targets, "corrector": chosen},
-                            best=runs[best_n], timings=timings)
+                            best=runs.get(best_n), best_count=best_n, timings=timings, loads=loads, level=float(cap.confidence),
+                            max_load=float(cap.max_load))
     if scaled is not None:
         t0 = time.perf_counter()
-        auto = run_bias_study(expand(with_count(scaled, key, a.min * units)))
+        auto = settle(with_count(scaled, key, a.min * units), name)
         timings["runs_s"] += time.perf_counter() - t0
-        result.autoscale = autoscale_whatif(scaled, name, rows, auto, targets)
-    if cap.benchmark and cfg.pipeline.engine == "lanes":  # the figure is the lanes engine's
-        result.speed = (benchmark(cfg, key, sorted(rows), timings["pipeline_s"]) if scaled is None else
-                        benchmark(scaled, key, [a.min * units], float(auto.timings["pipeline_s"])))
+        whole = loads[a.min * units]
+        pool = {**whole, "load": whole["work_per_s"] / (a.max * whole["availability"])}  # at most a.max servers
+        result.autoscale = autoscale_whatif(scaled, name, rows, _rows(scaled, name, 0, auto, pool), auto.res, targets)
+    if cap.benchmark and cfg.pipeline.engine == "lanes" and simulated:  # the figure is the lanes engine's
+        result.speed = (benchmark(cfg, key, simulated[len(simulated) // 2], requests[0], timings["pipeline_s"])
+                        if scaled is None else
+                        benchmark(scaled, key, a.min * units, auto.requests, auto.pipeline_s))
     return result
 
 
@@ -280,29 +474,25 @@ def raw_simpy_rate(n_requests: int, servers: int, seed: int = 0) -> float:
     return n_requests / (time.perf_counter() - t0)
 
 
-def benchmark(cfg: Any, key: str, counts: List[int], pipeline_s: float) -> Dict[str, float]:
+def benchmark(cfg: Any, key: str, middle: int, requests: int, pipeline_s: float) -> Dict[str, float]:
     """Simulated requests per second of wall time: the lanes engine as the capacity run
-    itself used it (``pipeline_s``: its draws and async and blocking schedules over the
-    evaluated ``counts``, nothing re-run), racsim's SimPy engine of record on 2 trials of
-    the middle count, and raw SimPy on a bare per-request model, all timed in this run."""
-    blocking = any(n in BLOCKING for n in corrector_names(cfg))
-    per = requests_per_schedule(cfg) * (2 if blocking else 1)
-    total = per * len(counts)
-    # racsim's SimPy engine on 2 trials of the middle count, scaled per request
-    c = with_count(cfg, key, counts[len(counts) // 2])
+    itself used it (``requests`` in ``pipeline_s``: its draws and every schedule it simulated,
+    nothing re-run), racsim's SimPy engine of record on 2 trials of the ``middle`` count, and raw
+    SimPy on a bare per-request model, all timed in this run."""
+    c = with_count(cfg, key, middle)
     draws = draw(c.pipeline, 2, np.random.default_rng(0))
     t0 = time.perf_counter()
     run_simpy(draws, False)
     simpy_engine_rate = requests_per_schedule(c) / c.learner.trials * 2 / (time.perf_counter() - t0)
-    sample = int(min(total, 50_000))
-    raw = raw_simpy_rate(sample, servers=max(1, counts[len(counts) // 2]))
+    sample = int(min(requests, 50_000))
+    raw = raw_simpy_rate(sample, servers=max(1, middle))
     return {
-        "requests": float(total),
+        "requests": float(requests),
         "lanes_s": pipeline_s,
-        "lanes_requests_per_s": total / pipeline_s,
+        "lanes_requests_per_s": requests / pipeline_s,
         "simpy_engine_requests_per_s": simpy_engine_rate,
         "raw_simpy_requests_per_s": raw,
         "raw_simpy_sample": float(sample),
-        "raw_simpy_s_for_all": total / raw,
-        "speedup_vs_raw_simpy": (total / pipeline_s) / raw,
+        "raw_simpy_s_for_all": requests / raw,
+        "speedup_vs_raw_simpy": (requests / pipeline_s) / raw,
     }

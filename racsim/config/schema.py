@@ -67,7 +67,7 @@ LEARNERS = ("tabular", "lm")
 
 
 # pipeline.arrivals.mode (racsim/pipeline/arrivals.py): when a step's samples reach the slow channels.
-ARRIVAL_MODES = ("batch", "stream", "poisson", "trace")
+ARRIVAL_MODES = ("batch", "stream", "poisson", "uniform", "trace")
 
 
 # learner.kind=lm (racsim/learner/grpo.py): the policy, its model and its optimizer.
@@ -284,8 +284,11 @@ class ArrivalsConf:
     start, and the fast score, submit and update stay per step, after the generate phase:
     ``stream``: each rollout takes a time drawn from ``length`` (response tokens / decode
     rate) and the generate phase lasts until the step's last one is done (it replaces
-    ``pipeline.generate``); ``poisson``: the samples arrive as a Poisson process over the
-    drawn generate phase (given B arrivals in it, each uniform on it); ``trace``: the
+    ``pipeline.generate``); ``poisson``: the samples arrive as a Poisson process of the step's
+    mean rate over the whole clock (given the step's B arrivals, each uniform on the step's
+    length: generate + fast_score + submit + update, as from generation that never pauses);
+    ``uniform``: each uniform on the drawn generate phase alone (no arrivals while the
+    optimizer scores and updates: burstier than Poisson); ``trace``: the
     offsets (seconds from the step's start) of the CSV ``path``'s ``column``, read in order
     over steps x samples and cycled, the generate phase ending at the step's last one."""
 
@@ -486,6 +489,18 @@ class CapacityConf:
     max_bias_vs_naive: Optional[float] = None
     max_step_s: Optional[float] = None
     price_per_unit_hour: Optional[float] = None
+    # Offered load (work arriving per second over the capacity up) from which a count is
+    # overloaded: its queue has no steady state, so it is not simulated and never recommended.
+    max_load: float = 0.95
+    # Level of each capacity figure's interval (trials resampled); a count meets a target when
+    # the interval's upper end does.
+    confidence: float = 0.95
+    resamples: int = 200
+    # auto: the warm-up found by MSER-5 (unless pipeline.warmup_steps is set) and the run
+    # doubled from pipeline.steps until the window after it is stationary, up to max_steps;
+    # fixed: pipeline.steps and pipeline.warmup_steps as given (racsim/pipeline/steady.py).
+    run_length: str = "auto"
+    max_steps: int = 640
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
 
 

@@ -541,6 +541,9 @@ def validate_rm(rm: Any, key: str) -> None:
     validate_latency(rm.response_tokens, f"{key}.response_tokens")
 
 
+RUN_LENGTHS = ("auto", "fixed")
+
+
 def validate_capacity(cfg: Any) -> None:
     """The capacity search's channel, counts and targets."""
     c, chans = cfg.capacity, cfg.pipeline.channels
@@ -571,6 +574,19 @@ def validate_capacity(cfg: Any) -> None:
             _positive(f"capacity.{f}", getattr(c, f))
     if c.price_per_unit_hour is not None:
         _nonneg("capacity.price_per_unit_hour", c.price_per_unit_hour)
+    _need(_number(c.max_load) and 0 < c.max_load <= 1, "capacity.max_load", c.max_load,
+          "a number in (0, 1]: the offered load from which a count is overloaded (default 0.95)")
+    _need(_number(c.confidence) and 0 < c.confidence < 1, "capacity.confidence", c.confidence,
+          "a number in (0, 1): the level of each figure's interval (default 0.95)")
+    _int_at_least("capacity.resamples", c.resamples, 20)
+    _need(c.run_length in RUN_LENGTHS, "capacity.run_length", c.run_length, "one of " + ", ".join(RUN_LENGTHS))
+    _int_at_least("capacity.max_steps", c.max_steps, 1)
+    _need(c.run_length == "fixed" or c.max_steps >= cfg.pipeline.steps, "capacity.max_steps", c.max_steps,
+          f"at least pipeline.steps ({cfg.pipeline.steps}): the auto run length starts there and doubles up to it")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def check_schema(cfg: Any, key: str = "", root: Any = None) -> None:

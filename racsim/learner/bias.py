@@ -64,6 +64,8 @@ class BiasRun:
     channel_exact: np.ndarray  # (C, S*A) exact finite-T expectation per reward channel (0 = fast)
     estimates: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)  # view -> name -> (trials, S*A)
     mean_weight: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)  # view -> name -> (K,)
+    # steady view: name -> (trials, K) each trial's mean weight (for intervals over trials)
+    trial_weight: Dict[str, np.ndarray] = field(default_factory=dict)
     nominal_slack: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,) eta_k predicted, NaN: no law
     trajectories: int = 0
 
@@ -266,6 +268,7 @@ def run_bias_cells(
             w_cell["steady", name] = ss.reshape(trials, steps * batch, K)
             run.mean_weight.setdefault("run", {})[name] = w_cell["run", name].mean(axis=(0, 1))
             run.mean_weight.setdefault("steady", {})[name] = ss.sum(axis=(0, 1, 2)) / (trials * n_win)
+            run.trial_weight[name] = ss.sum(axis=(1, 2)) / n_win
             for view in VIEWS:
                 run.estimates.setdefault(view, {})[name] = np.empty((trials, SA))
             if cell.predicted is not None:

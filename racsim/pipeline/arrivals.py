@@ -8,8 +8,13 @@ optimizer's clock is a step of generate + fast_score + submit (+ wait) + update 
 
 * ``stream``: offset ~ ``arrivals.length`` (iid per sample), the generate phase is the
   step's largest offset (all rollouts start with the step, it ends with the last);
-* ``poisson``: offset = G_t x U, U ~ U(0, 1) iid, G_t the drawn generate phase: given its B
-  arrivals in [0, G_t], a Poisson process's arrival times are B iid uniforms on it;
+* ``poisson``: offset = L_t x U, U ~ U(0, 1) iid, L_t the step's length on the asynchronous
+  clock (the sum of its drawn phases): given its B arrivals in [0, L_t], a Poisson process's
+  arrival times are B iid uniforms on it, and the steps' intervals tile the clock, so the
+  samples arrive as a Poisson process of rate B / E[L] conditioned on B per step (gaps of mean
+  E[L] / B and variance ratio B / (B + 2) for a fixed length, -> 1, the exponential law's);
+* ``uniform``: offset = G_t x U, each uniform on the drawn generate phase G_t alone (no arrival
+  while the optimizer scores and updates: gaps' variance ratio well above 1);
 * ``trace``: the CSV column's offsets in order over (step, sample), cycled, the same in
   every trial; the generate phase is the step's largest offset.
 
@@ -29,16 +34,18 @@ import numpy as np
 from racsim.pipeline.latency import _read_column, build_latency
 
 
-def draw_offsets(arrivals: Any, gen: np.ndarray, batch: int,
+def draw_offsets(arrivals: Any, phase: np.ndarray, batch: int,
                  rng: np.random.Generator) -> Tuple[Optional[np.ndarray], np.ndarray]:
     """(offset, generate phase): offset (trials, steps, batch) seconds from the step's start at
     which each sample is ready (None in batch mode), and the generate phase (trials, steps)
-    that goes with it. ``gen``: the drawn generate phase. Draws only in stream and poisson mode."""
-    mode = arrivals.mode
+    that goes with it. ``phase``: the drawn phases (4, trials, steps), generate first. Draws
+    only in stream, poisson and uniform mode."""
+    mode, gen = arrivals.mode, phase[0]
     if mode == "batch":
         return None, gen
-    if mode == "poisson":
-        return gen[..., None] * rng.random(gen.shape + (batch,)), gen
+    if mode in ("poisson", "uniform"):
+        span = phase.sum(axis=0) if mode == "poisson" else gen
+        return span[..., None] * rng.random(gen.shape + (batch,)), gen
     if mode == "stream":
         offset = build_latency(arrivals.length, "pipeline.arrivals.length").sample(rng, gen.shape + (batch,))
     else:

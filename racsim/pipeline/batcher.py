@@ -257,21 +257,6 @@ def _prefix(tok: np.ndarray):
     return np.hstack([z, np.cumsum(tok, axis=1)]), np.hstack([z, np.cumsum(tok * tok, axis=1)])
 
 
-def fast_score_seconds(spec: GpuSpec, tokens: np.ndarray) -> np.ndarray:
-    """Seconds a pool takes to score each step's sequences, all handed over at
-    once and dispatched at once (no waiting to fill): ``tokens`` (trials, steps,
-    sequences) -> (trials, steps)."""
-    T, S, G = tokens.shape
-    tok = tokens.reshape(T * S, G)
-    if spec.order == "shortest":
-        tok = np.sort(tok, axis=1, kind="stable")
-    now = GpuSpec(**{**spec.__dict__, "max_wait": 0.0})
-    st = _FifoLanes.new(T * S, G, spec.replicas)
-    cum, cum2 = _prefix(tok)
-    _fifo_lanes(now, tok, cum, cum2, np.zeros((T * S, 1)), G, G, st)
-    return st.comp.max(axis=1).reshape(T, S)
-
-
 def _batch_log(rows: list, replicas: int) -> Dict[str, np.ndarray]:
     """Columns of a batch log, sorted by (lane, start, replica); ``replicas`` the pool's size."""
     if rows:

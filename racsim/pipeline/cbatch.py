@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from racsim.pipeline.batcher import GpuSpec, _Batch, _fifo_lanes, _FifoLanes, _Waiting, gpu_spec
+from racsim.pipeline.batcher import GpuSpec, _Batch, _fifo_lanes, _FifoLanes, _prefix, _Waiting, gpu_spec
 from racsim.pipeline.rangemax import RangeMax
 
 
@@ -173,6 +173,22 @@ def fifo_lanes(spec: GpuSpec, tok, cum, cum2, group_time, G: int, end: int, st, 
         _chunked_lanes(spec, tok, cum, cum2, group_time, G, end, st)
     else:
         _fifo_lanes(spec, tok, cum, cum2, group_time, G, end, st, slow)
+
+
+def drain_seconds(spec: GpuSpec, tokens: np.ndarray) -> np.ndarray:
+    """Seconds a pool of ``spec`` takes to serve each row's requests, all handed over at once and
+    dispatched at once (no waiting to fill): ``tokens`` (..., sequences) -> (...). The fast
+    scorer's phase (``pipeline.fast_rm``) and, on one replica, the work a step brings a channel
+    in full batches (the offered load, :func:`racsim.pipeline.draws.work_seconds`)."""
+    shape, G = tokens.shape[:-1], tokens.shape[-1]
+    tok = tokens.reshape(-1, G)
+    if spec.order == "shortest":
+        tok = np.sort(tok, axis=1, kind="stable")
+    now = GpuSpec(**{**spec.__dict__, "max_wait": 0.0})
+    st = lanes_state(now, tok.shape[0], G)
+    cum, cum2 = _prefix(tok)
+    fifo_lanes(now, tok, cum, cum2, np.zeros((tok.shape[0], 1)), G, G, st)
+    return st.comp.max(axis=1).reshape(shape)
 
 
 ROUND = 16  # iterations a round of _chunked_lanes aims at: whole cycles of the replicas, one at least

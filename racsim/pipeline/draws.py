@@ -13,8 +13,8 @@ from racsim.config.schema import PHASES, PipelineConf, phase_conf
 from racsim.config.validate import faults_on
 from racsim.pipeline.arrivals import draw_offsets
 from racsim.pipeline.autoscale import scale_rule
-from racsim.pipeline.batcher import GpuSpec, fast_score_seconds
-from racsim.pipeline.cbatch import serving_spec
+from racsim.pipeline.batcher import GpuSpec
+from racsim.pipeline.cbatch import drain_seconds, serving_spec
 from racsim.pipeline.faults import Timeline, fault_spec, read_schedule
 from racsim.pipeline.latency import build_latency
 
@@ -80,7 +80,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
     if fast_rm is not None:  # the fast scorer's GPUs score the step's sequences: that is the phase
         spec = serving_spec(fast_rm, "pipeline.fast_rm")
         tokens = draw_tokens(fast_rm, rng, shape + (pcfg.batch_size * spec.seqs,), "pipeline.fast_rm")
-        phase[1] = fast_score_seconds(spec, tokens)
+        phase[1] = drain_seconds(spec, tokens)
         nominal = float(sum(lat.mean() for i, lat in enumerate(phase_lat) if i != 1) + phase[1].mean())
     # drawn last, so that a run without routing draws what it drew before routing existed
     routed = {n: rng.random(shape + (pcfg.batch_size,)) < ch.route_prob
@@ -95,19 +95,16 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
                 service[n] = service[n] * factor[..., None]
     arrivals, offset = getattr(pcfg, "arrivals", None), None
     if arrivals is not None and arrivals.mode != "batch":  # drawn last too, and only when on
-        offset, gen = draw_offsets(arrivals, phase[0], pcfg.batch_size, rng)
-        if arrivals.mode != "poisson":  # stream, trace: the generate phase ends with the last rollout
+        offset, gen = draw_offsets(arrivals, phase, pcfg.batch_size, rng)
+        if arrivals.mode not in ("poisson", "uniform"):  # stream, trace: the generate phase ends with the last rollout
             nominal += float(gen.mean()) - phase_lat[0].mean()
             phase[0] = gen
     faults = {}  # drawn last, and only with faults on: every other run draws what it drew before
     for n, ch in pcfg.channels.items():
         if faults_on(ch):
-            servers, tp = (gpu[n].replicas, int(ch.rm.tp)) if n in gpu else (ch.workers, 1)  # a queue's workers
-            if ch.faults.schedule is not None:  # known outages: nothing drawn
-                faults[n] = Timeline(0, n_trials, servers, fault_spec(ch.faults, tp), read_schedule(
-                    ch.faults.schedule, f"pipeline.channels.{n}.faults.schedule", servers))
-            else:
-                faults[n] = Timeline(int(rng.integers(2**62)), n_trials, servers, fault_spec(ch.faults, tp))
+            servers = gpu[n].replicas if n in gpu else ch.workers  # a queue's workers
+            seed = 0 if ch.faults.schedule is not None else int(rng.integers(2**62))  # known outages: nothing drawn
+            faults[n] = fault_timeline(ch, n, n_trials, servers, seed)
     return PipelineDraws(
         phase=phase,
         service=service,
@@ -123,6 +120,17 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         autoscale={n: scale_rule(ch) for n, ch in pcfg.channels.items() if getattr(ch, "autoscale", None) is not None},
         faults=faults,
     )
+
+
+def fault_timeline(ch: Any, name: str, n_trials: int, servers: int, seed: int) -> Timeline:
+    """The outages of channel ``name``'s ``servers`` (gpu_rm replicas of ``rm.tp`` GPUs, or queue
+    workers) in every lane: its ``faults.schedule``'s known ones, or drawn from ``seed``."""
+    tp = int(ch.rm.tp) if getattr(ch, "kind", "queue") == "gpu_rm" else 1
+    spec = fault_spec(ch.faults, tp)
+    if ch.faults.schedule is not None:
+        return Timeline(0, n_trials, servers, spec,
+                        read_schedule(ch.faults.schedule, f"pipeline.channels.{name}.faults.schedule", servers))
+    return Timeline(seed, n_trials, servers, spec)
 
 
 def regime_path(p_degrade: float, p_recover: float, rng: np.random.Generator, shape) -> np.ndarray:
@@ -169,3 +177,26 @@ def _service_seconds(draws: PipelineDraws, name: str, t: int):
     if name in draws.routed:
         s = np.where(draws.routed[name][:, t], s, 0.0)
     return s, lost
+
+
+def work_seconds(draws: PipelineDraws, name: str) -> np.ndarray:
+    """(trials, steps) server-seconds of work that each step's samples bring channel ``name``:
+    a queue's service times of the samples sent to it; a gpu_rm pool's seconds for one replica
+    to serve the step's requests in full batches (:func:`~racsim.pipeline.cbatch.drain_seconds`:
+    the least work the batcher can make of them, what it does under a backlog), times the step's
+    burst factor and the share of the step's samples routed to the channel. Divided by the clock
+    and the servers up, the offered load (:func:`racsim.pipeline.steady.offered_load`)."""
+    if name in draws.gpu:
+        spec = draws.gpu[name]
+        one = GpuSpec(**{**spec.__dict__, "replicas": 1})
+        tok = draws.service[name]
+        work = drain_seconds(one, tok.reshape(tok.shape[:2] + (-1,)))
+        if name in draws.slowdown:
+            work = work * draws.slowdown[name]
+        if name in draws.routed:
+            work = work * draws.routed[name].mean(axis=2)
+        return work
+    s = draws.service[name]
+    if name in draws.routed:
+        s = np.where(draws.routed[name], s, 0.0)
+    return s.sum(axis=2)

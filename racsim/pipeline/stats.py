@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import pandas as pd
 
 from racsim.pipeline.autoscale import billed_seconds
+from racsim.pipeline.steady import in_system, verdict
 from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED, ArrivalSchedule
 
 
@@ -49,28 +50,48 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
         row["sojourn_mean_s"] = float(soj.mean()) if soj.size else float("nan")
         for q, v in zip((50, 95, 99), _quantiles(soj)):
             row[f"sojourn_p{q}_s"] = v
-        row["workers"] = workers.get(name)
-        gpu = (sched.gpu_batches or {}).get(name)
-        if gpu is not None:  # a gpu_rm channel: replica-seconds busy with batches
-            row["workers"] = int(gpu["replicas"])
-            lane = gpu["lane"]
-            busy = np.bincount(lane, weights=_inside(gpu["start"], gpu["end"], t0[lane], t1[lane]),
-                               minlength=sched.n_trials)
-            row["utilisation"] = float(np.mean(busy / (row["workers"] * span)))
-        elif workers.get(name):
-            # Busy seconds inside the measured window over worker-seconds available.
-            done = sched.completion[..., k]
-            if sched.failed is not None:  # a job lost to a worker's failure keeps no end: no busy seconds counted
-                done = np.where(sched.failed[..., k], sched.service_start[..., k], done)
-            busy = _inside(sched.service_start[..., k], done, t0[:, None, None], t1[:, None, None]).sum(axis=(1, 2))
-            row["utilisation"] = float(np.mean(busy / (workers[name] * span)))
-        else:
-            row["utilisation"] = float("nan")
+        busy = busy_seconds(sched, k, workers.get(name), t0, t1)
+        row["workers"] = workers.get(name) if busy is None else busy[1]
+        # Busy seconds inside the measured window over server-seconds (NaN: no worker limit)
+        row["utilisation"] = float("nan") if busy is None else float(np.mean(busy[0] / (busy[1] * span)))
         pool = (sched.pools or {}).get(name)
         if pool is not None:
             row.update(pool_row(sched, k, pool, t0, t1, w))
+        row.update(stationarity(sched, k, w))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def stationarity(sched: ArrivalSchedule, k: int, warmup: int) -> dict:
+    """Is channel ``k`` in a steady state over the measured window? The verdict of
+    :func:`racsim.pipeline.steady.verdict` on its requests in the system at each step's start
+    (mean over trials) from step ``warmup`` on: ``stationary`` and, when not, ``steady_note``
+    saying why. A delay-kernel channel has no queue: stationary by construction."""
+    from racsim.pipeline.steady import in_system, verdict  # analyses builds on pipeline: imported late
+
+    if sched.submit_time is None:
+        return {"stationary": True, "steady_note": ""}
+    v = verdict(in_system(sched, k).mean(axis=0), warmup)
+    return {"stationary": v.stationary, "steady_note": v.reason}
+
+
+def busy_seconds(sched: ArrivalSchedule, k: int, workers: Optional[int], t0: np.ndarray,
+                 t1: np.ndarray) -> Optional[Tuple[np.ndarray, int]]:
+    """(busy seconds per trial inside the window [t0, t1], servers) of channel ``k``: a gpu_rm
+    pool's replica-seconds busy with batches, a queue's worker-seconds busy with jobs (a job
+    lost to a worker's failure keeps no end: no busy seconds counted); None without a worker limit."""
+    gpu = (sched.gpu_batches or {}).get(sched.channel_names[k])
+    if gpu is not None:
+        lane = gpu["lane"]
+        busy = np.bincount(lane, weights=_inside(gpu["start"], gpu["end"], t0[lane], t1[lane]),
+                           minlength=sched.n_trials)
+        return busy, int(gpu["replicas"])
+    if not workers:
+        return None
+    done = sched.completion[..., k]
+    if sched.failed is not None:
+        done = np.where(sched.failed[..., k], sched.service_start[..., k], done)
+    return _inside(sched.service_start[..., k], done, t0[:, None, None], t1[:, None, None]).sum(axis=(1, 2)), workers
 
 
 def pool_row(sched: ArrivalSchedule, k: int, pool: Dict[str, np.ndarray], t0: np.ndarray, t1: np.ndarray,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 
 from racsim.analyses.capacity import CapacityResult
-from racsim.config.schema import warmup_steps
 from racsim.io import atomic_write, fmt, write_text
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
 from racsim.report.plots import capacity_curve
@@ -30,36 +30,54 @@ def speed_line(res: CapacityResult) -> str:
             f"({s['speedup_vs_raw_simpy']:.1f}x)")
 
 
+def _steady(row) -> str:
+    """The status column: ok with the run's length and warm-up, or why there is no steady state."""
+    if row.status == "ok":
+        return f"ok {int(row.steps)} (w {int(row.warmup_steps)})"
+    return row.status.split(":")[0]
+
+
 def format_curve(res: CapacityResult) -> str:
-    """One line per count: the chosen corrector's figures and every corrector's bias."""
+    """One line per count: the offered load and steady-state status first, the chosen corrector's
+    figures (bias with its interval, step seconds), the channel's, then every other corrector's
+    bias; units in the headers."""
     c = res.curve
     chosen = res.targets["corrector"]
     base = c[c.corrector == chosen].set_index("count")
+    pct = lambda v: v * 100.0  # noqa: E731
     table = pd.DataFrame({
         res.unit: base.index,
-        "delay p50": base.delay_p50_steps.values,
-        "delay p95": base.delay_p95_steps.values,
-        "dropped": base.dropped_frac.values,
-        "sojourn p95 s": base.sojourn_p95_s.values,
-        f"eta ({chosen})": base.eta.values,
-        "util": base.utilisation.values,
-        "$/h": base.cost_per_hour.values,
+        "load": base.load.values,
+        "steady: steps (warm-up)": [_steady(r) for r in base.itertuples()],
+        f"bias {chosen}": base.bias_exact.values,
+        f"{res.level:.0%} interval": [f"[{fmt(lo)}, {fmt(hi)}]" if pd.notna(lo) else "-"
+                                     for lo, hi in zip(base.get("bias_exact_lo", base.bias_exact),
+                                                       base.get("bias_exact_hi", base.bias_exact))],
+        "x naive (upper)": base.get("bias_vs_naive_hi", base.bias_vs_naive).values,
+        "s/step (upper)": base.get("step_s_hi", base.step_s).values,
+        "delay p95 (steps)": base.delay_p95_steps.values,
+        "sojourn p95 (s)": base.sojourn_p95_s.values,
+        "dropped (%)": pct(base.dropped_frac.values),
+        "busy (%)": pct(base.utilisation.values),
+        "useful (%)": pct(base.useful.values) if "useful" in base else np.nan,
     })
     if "availability" in base:  # faults: fraction of replica-seconds up, share of results lost to failures
-        table.insert(4, "avail", base.availability.values)
-        table.insert(5, "lost to failure", base.lost_to_failure_frac.values)
+        table["up (%)"] = pct(base.available.values)
+        table["lost to failure (%)"] = pct(base.lost_to_failure_frac.values)
+    table["$/h"] = base.cost_per_hour.values
     for name in c.corrector.unique():
-        sub = c[c.corrector == name].set_index("count").reindex(base.index)
-        table[f"bias {name}"] = sub.bias_exact.values
-    for name in c.corrector.unique():
-        if name in ("naive", chosen) or name == "wait_for_slow":
+        if name != chosen:
             sub = c[c.corrector == name].set_index("count").reindex(base.index)
-            table[f"s/step {name}"] = sub.step_s.values
+            table[f"bias {name}" + (" (ref.)" if name == "sync_oracle" else "")] = sub.bias_exact.values
+    if "wait_for_slow" in set(c.corrector) and chosen != "wait_for_slow":
+        sub = c[c.corrector == "wait_for_slow"].set_index("count").reindex(base.index)
+        table["s/step wait_for_slow"] = sub.step_s.values
     table["meets"] = ["yes" if v else "no" for v in base.feasible.values]
     return table.map(fmt).to_string(index=False)
 
 
-def recommendation_text(res: CapacityResult) -> str:
+def goals_text(res: CapacityResult) -> str:
+    """The targets in words, each met by its figure's interval's upper end."""
     t = res.targets
     goals = []
     if t.get("max_bias") is not None:
@@ -68,18 +86,58 @@ def recommendation_text(res: CapacityResult) -> str:
         goals.append(f"bias <= {t['max_bias_vs_naive']:g} x naive's")
     if t.get("max_step_s") is not None:
         goals.append(f"<= {t['max_step_s']:g} s per step")
-    goal = " and ".join(goals) or "no target set (every count qualifies)"
-    chosen = t["corrector"]
+    return " and ".join(goals) or "no target set (every steady count qualifies)"
+
+
+def _ci(row, col: str, f=lambda v: f"{v:.3g}") -> str:
+    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    return f"{f(row[col])} [{f(lo)}, {f(hi)}]" if lo is not None and pd.notna(lo) else f(row[col])
+
+
+def recommendation_text(res: CapacityResult) -> str:
+    """The answer in one paragraph: the count, its offered load and headroom, each figure with
+    its interval; or why no count qualifies."""
+    chosen = res.targets["corrector"]
+    goal = goals_text(res)
+    over = res.curve[(res.curve.corrector == chosen) & (res.curve.status != "ok")]
+    why = "; ".join(f"{int(r['count'])}: {r['status']}" for _, r in over.iterrows())
     if res.recommended is None:
-        return (f"No evaluated count of {res.channel}'s {res.unit} meets the targets for {chosen} ({goal}); "
-                f"evaluate larger counts or relax the targets.")
+        return (f"No evaluated count of {res.channel}'s {res.unit} meets the targets for {chosen} ({goal}, each by "
+                f"the upper end of its {res.level:.0%} interval); evaluate larger counts or relax the targets."
+                + (f" Without a steady state: {why}." if why else ""))
     row = res.curve[(res.curve.corrector == chosen) & (res.curve["count"] == res.recommended)].iloc[0]
-    return (f"Recommended: {res.recommended} {res.unit} for {res.channel} with {chosen} ({goal}): "
-            f"bias {row.bias_exact:.4g} ({row.bias_vs_naive:.3g} x naive's), {row.step_s:.3g} s per step, "
-            f"delay p50/p95 {row.delay_p50_steps:g}/{row.delay_p95_steps:g} steps, "
-            f"sojourn p95 {row.sojourn_p95_s:.3g} s, eta {row.eta:.3g}, "
-            f"utilisation {row.utilisation:.0%}, ${row.cost_per_hour:.2f} per training hour "
-            f"(${row.cost_per_1000_steps:.2f} per 1000 steps).")
+    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+    return (f"Recommended: {res.recommended} {res.unit} for {res.channel} with {chosen} ({goal}, each met by the "
+            f"upper end of its {res.level:.0%} interval): offered load {row.load:.3g} (headroom {pct(row.headroom)}), "
+            f"bias {_ci(row, 'bias_exact', lambda v: f'{v:.4g}')} ({_ci(row, 'bias_vs_naive')} x naive's), "
+            f"{_ci(row, 'step_s')} s per step, delay p95 {_ci(row, 'delay_p95_steps', lambda v: f'{v:g}')} steps, "
+            f"sojourn p95 {_ci(row, 'sojourn_p95_s')} s, dropped {_ci(row, 'dropped_frac', pct)}, "
+            f"busy {_ci(row, 'utilisation', pct)}, ${row.cost_per_hour:.2f} per training hour "
+            f"(${row.cost_per_1000_steps:.2f} per 1000 steps). Steady state: warm-up {int(row.warmup_steps)} of "
+            f"{int(row.steps)} steps, stationary."
+            + (f" Fewer {res.unit} have no steady state: {why}." if why else ""))
+
+
+def method_text(res: CapacityResult, cfg: Any) -> str:
+    """How the figures were found, for summary.md."""
+    cap = cfg.capacity
+    length = ("found by the simulator (`capacity.run_length=auto`): the run starts at `pipeline.steps` and doubles, "
+              f"up to `capacity.max_steps` = {cap.max_steps}, until the window after the warm-up is stationary"
+              if cap.run_length == "auto" else "fixed (`capacity.run_length=fixed`): `pipeline.steps` as given")
+    warm = ("MSER-5 on that series (the truncation minimising the marginal standard error of the remaining batches "
+            "of 5)" if cfg.pipeline.warmup_steps is None else f"`pipeline.warmup_steps` = {cfg.pipeline.warmup_steps}")
+    return (f"Offered load first: the work each step brings {res.channel} (server-seconds: the service model's "
+            "seconds for full batches, or the workers' service times) per second of the asynchronous optimizer's "
+            "clock, over the servers up (times their availability under failures). A count whose load reaches "
+            f"`capacity.max_load` = {res.max_load:g} is overloaded: its queue has no steady state, so it is not "
+            "simulated and never recommended. Each other count is simulated; its steady state is read off the "
+            f"requests in {res.channel} at each step's start (mean over the trials). Warm-up: {warm}. Run length: "
+            f"{length}: at least 20 steps after the warm-up, and its 10 batch means show no trend (least-squares "
+            "slope p >= 0.01). Intervals: every figure's "
+            f"{res.level:.0%} percentile interval over {cap.resamples} resamples of the {cfg.learner.trials} trials "
+            "(independent replications of the pipeline from empty; the bias from each trial's mean correction "
+            "weights, paired with naive's for the ratio). A count meets a target when the upper end of the "
+            "figure's interval does, and its status is ok (load below max_load, stationary).")
 
 
 def autoscale_verdict(table: pd.DataFrame, corrector: str) -> str:
@@ -122,19 +180,23 @@ def autoscale_section(cfg: Any, res: CapacityResult) -> List[str]:
 
 def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -> str:
     lines = [f"# racsim capacity plan: {cfg.name}", "", str(cfg.description or ""), "",
-             "## Recommendation", "", recommendation_text(res), ""]
+             "## Recommendation", "", recommendation_text(res), "",
+             "## How the steady state was found, and how sure the answer is", "", method_text(res, cfg), ""]
     per = res.per_corrector
     lines += ["Fewest units meeting the same targets, per corrector (- : none of the evaluated counts):", "", "```",
               per.assign(fewest=per.fewest.map(lambda v: "-" if v is None or pd.isna(v) else str(int(v))))
               .to_string(index=False), "```", ""]
     lines += ["## Capacity curve", "",
-              f"Per count of {res.channel}'s {res.unit} ({res.key}); delays in optimizer steps of the "
-              "asynchronous pipeline and sojourn (submit to result) in seconds, both measured from step "
-              f"{warmup_steps(cfg.pipeline)} on (`pipeline.warmup_steps`), `eta` the slack of the chosen corrector's "
-              "effective kernel, bias the exact bias of each corrector, `util` the pool's busy fraction, "
-              "`$/h` the pool's price per training hour"
-              + ("; `avail` the fraction of replica-seconds up and `lost to failure` the share of results lost to "
-                 "failures (faults)." if "availability" in res.curve else "."),
+              f"Per count of {res.channel}'s {res.unit} ({res.key}): `load` the offered load, `steady` ok with the "
+              "run's length and warm-up in steps (or overloaded / not stationary: no steady-state figure), "
+              f"the bias of {res.targets['corrector']} with its interval, its ratio to naive's and its seconds per "
+              "step at the interval's upper end, delays in optimizer steps of the asynchronous pipeline, sojourn "
+              "(submit to result) in seconds, `dropped` the share of results dropped, `busy` the share of server-"
+              "seconds holding work (waiting out a failure or a partly filled batch included), `useful` the share "
+              "the requests' own work needs (full batches; = load x the share up), `$/h` the pool's price per training hour, then each other corrector's exact bias "
+              "(sync_oracle: the synchronous reference, not a pipeline)"
+              + ("; `up` the share of server-seconds up (the outage timeline over the whole run) and `lost to "
+                 "failure` the share of results lost to failures." if "availability" in res.curve else "."),
               "", "```", format_curve(res), "```", ""]
     if res.autoscale is not None:
         lines += autoscale_section(cfg, res)
@@ -160,7 +222,11 @@ def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, 
     ``about``: as racsim.report.writers.write_outputs's."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    tables = [("capacity", res.curve), ("results", res.best.results), ("channels", res.best.channels)]
+    tables = [("capacity", res.curve)]
+    if res.best is not None:  # the run at the recommended (or largest simulated) count
+        chans = res.best.channels.copy()
+        chans.loc[chans.channel == res.channel, "offered_load"] = res.loads[res.best_count]["load"]
+        tables += [("results", res.best.results), ("channels", chans)]
     if res.autoscale is not None:
         tables.append(("autoscale", res.autoscale))
     bad: List[Unwritable] = [] if found is None else found
@@ -179,7 +245,7 @@ def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, 
     if plots:
         if capacity_curve(res, out_dir / "capacity.png"):
             written.append(out_dir / "capacity.png")
-    sched = (res.best.schedules or {}).get("async")
+    sched = (res.best.schedules or {}).get("async") if res.best is not None else None
     if sched is not None:
         written += write_timeline(out_dir, sched, png=plots)
     summary = out_dir / "summary.md"

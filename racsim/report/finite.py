@@ -46,6 +46,10 @@ MAY_BE_NAN = {
     "wait_mean_s": "no sample was sent to that channel in the measured window",
     "workers": "the channel has no worker limit (workers=null: as many servers as needed)",
     "utilisation": "the channel has no worker limit (workers=null), so it has no utilisation",
+    "autoscale:*": "a fixed pool whose offered load reaches capacity.max_load is not simulated (no steady state)",
+    "capacity:*": "a count whose offered load reaches capacity.max_load is not simulated: its queue has no "
+                  "steady state, so it has no steady-state figure (racsim/analyses/capacity.py)",
+    "channels:offered_load": "the channel the capacity search does not size (only the sized one's load is computed)",
     "channels:availability": "no failures are modelled on that channel (no faults block), beside one that has them",
     "lm_gradients:cosine": _NO_ANGLE,
     "grad_cosine": _NO_ANGLE + " (at every checkpoint of every seed)",

@@ -6,12 +6,17 @@
 :func:`gather` finds every *complete* job under a folder (one holding a
 ``done.json`` marker whose files are all there, see ``racsim.sweep``) and
 stacks their ``results.parquet`` tables, one row per job and corrector, with
-the job's cell in front: ``job`` (Hydra's job number; empty for a single run),
-``job_dir`` (relative to the folder gathered), then one column per override
-of the job (``corrector.tau_age``, ``seed``...) holding its typed value, so
-that ``pandas.read_parquet(...).pivot_table(...)`` works at once. An override
+the job's cell in front: ``job_dir`` (relative to the folder gathered: a sweep
+job's number), then one column per override of the job (``corrector.tau_age``,
+``seed``...) holding its typed value, so that
+``pandas.read_parquet(...).pivot_table(...)`` works at once; a multi-cell job's
+rows carry their study-grid cell's columns as its results do. An override
 whose name is already a results column (``seed``, ``corrector=baselines``) is
 named ``override:<key>``. The ``resume`` switch is never a column.
+
+The answer (report.md, ``aggregate.parquet``/``.csv``, and what a sweep prints at its end)
+is that table averaged over seeds, one row per cell and corrector, with a plot per swept
+numeric knob (racsim.report.aggregate).
 
 Jobs are ordered by folder, numbers compared as numbers (2 before 10), so the
 same folder always gives the same bytes.
@@ -23,23 +28,21 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import pandas as pd
 
 from racsim.io import atomic_write, fmt, write_text
 from racsim.markers import is_complete, job_dirs, publish, read_marker
+from racsim.report.aggregate import INTERVAL_NOTE, aggregate, fixed, format_aggregate, seed_axes, write_knob_plots
 from racsim.report.paper import paper_report
+from racsim.report.tables import grid_columns
 
 RESULTS = "results.parquet"
 REPLICATES = "static_replicates.parquet"  # the replications of a static study's Monte Carlo
 
 
-REPORT_ROWS = 200  # rows of the table in report.md; the full table is in results.csv
-
-
-REPORT_METRICS = ["corrector", "wallclock_ratio", "bias_exact", "reduction_exact", "run_bias_exact", "vif", "slack_eta",
-                  "J_at_naive_clock"]
+REPORT_ROWS = 200  # rows of the table in report.md; the full table is in aggregate.csv
 
 
 def _natural(rel: Path) -> tuple:
@@ -102,59 +105,75 @@ def gather_replicates(root: Path, complete) -> pd.DataFrame:
 
 
 def _gather(root: Path, complete) -> Tuple[pd.DataFrame, List[str]]:
-    """The table, and the names of its cell columns (job, job_dir, overrides)."""
-    tables, cells, jobs, rels = [], [], [], []
+    """The table, and its axes: the columns of the jobs' overrides, then of their study-grid cells."""
+    tables, cells, rels, grid = [], [], [], []
     for d, m in complete:
         t = pd.read_parquet(d / RESULTS)
         tables.append(t)
-        n = len(t)
+        grid += [k for k, _ in grid_columns(t) if k not in grid]
         cell = m.get("cell") or {}
-        cells.append((n, cell))
-        job = m.get("job")
-        jobs += [job if isinstance(job, int) else None] * n
-        rels += [d.relative_to(root).as_posix() or "."] * n
+        cells.append((len(t), cell))
+        rels += [d.relative_to(root).as_posix() or "."] * len(t)
     results = pd.concat(tables, ignore_index=True)
 
     keys: List[str] = []
     for _, cell in cells:
         keys += [k for k in cell if k not in keys]
-    front: Dict[str, pd.Series] = {"job": _column(jobs), "job_dir": pd.Series(rels, dtype="object")}
+    front: Dict[str, pd.Series] = {"job_dir": pd.Series(rels, dtype="object")}
     for k in keys:
         values = []
         for n, cell in cells:
             values += [cell.get(k)] * n
         name = k if k not in results.columns and k not in front else f"override:{k}"
         front[name] = _column(values)
-    return pd.concat([pd.DataFrame(front), results], axis=1), list(front)
+    return pd.concat([pd.DataFrame(front), results], axis=1), list(front)[1:] + grid
 
 
-def report_markdown(df: pd.DataFrame, cell_cols: List[str], title: str, incomplete: List[str]) -> str:
-    cols = cell_cols + [c for c in REPORT_METRICS if c in df.columns and c not in cell_cols]
-    shown = df[cols].head(REPORT_ROWS)
-    table = pd.DataFrame({c: shown[c].map(fmt) for c in cols}).to_string(index=False)
-    n_jobs = df["job_dir"].nunique()
+def report_markdown(df: pd.DataFrame, agg: pd.DataFrame, axes: List[str], title: str, incomplete: List[str],
+                    plots: List[str]) -> str:
+    """report.md's head: what was gathered, the aggregated table, the knob plots (none: no section)."""
+    seeds = seed_axes(axes)
+    names = ", ".join(f"`{a.split(':', 1)[-1]}`" for a in seeds)
+    over = (f"averaged over {names}: each figure the {INTERVAL_NOTE}" if seeds
+            else "each figure one run's (no seed axis: nothing to average)")
+    table = format_aggregate(agg.head(REPORT_ROWS))
     lines = [f"# racsim report: {title}", "",
-             f"{n_jobs} complete job(s), {len(df)} rows (one per job and corrector). "
-             f"The full table is `results.parquet` / `results.csv`: the job's cell first (one column per "
-             f"override), then the run's results.", ""]
+             f"{df['job_dir'].nunique()} complete job(s), {len(df)} rows (one per job and corrector), in "
+             f"`results.parquet` / `results.csv`: the job's cell first (one column per override), then the run's "
+             f"results.", ""]
     if incomplete:
         lines += [f"{len(incomplete)} incomplete job folder(s) left out (no `done.json`; "
                   f"rerun the sweep with `resume=true`): " + ", ".join(f"`{p}`" for p in incomplete[:20])
                   + (" ..." if len(incomplete) > 20 else ""), ""]
-    lines += ["## Results" + (f" (first {REPORT_ROWS} rows)" if len(df) > REPORT_ROWS else ""), "",
+    shared = fixed(df, axes)
+    lines += ["## Results per cell" + (f" (first {REPORT_ROWS} rows)" if len(agg) > REPORT_ROWS else ""), "",
+              f"One row per cell and corrector (`aggregate.parquet` / `aggregate.csv`), {over}."
+              + (" Every job had " + ", ".join(f"`{k}={fmt(v)}`" for k, v in shared.items()) + "." if shared else ""),
+              "",
               "```", table, "```", ""]
+    if plots:
+        lines += ["## Swept knobs", "", "Bias and simulated wall-clock against each swept numeric knob, "
+                  "one series per corrector, bars the 95% t interval over seeds.", ""]
+        lines += [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(lines)
 
 
-def gather_and_write(path, out: Optional[Path] = None, force: bool = False) -> Tuple[pd.DataFrame, List[Path]]:
-    """Gather ``path`` and write ``results.parquet``, ``results.csv`` and
-    ``report.md`` into ``out`` (default: ``path``; for a single job folder,
-    whose own results are not overwritten, ``report.md`` only). A file of the
-    same name there that racsim did not write is never replaced unless ``force``
+class Gathered(NamedTuple):
+    table: pd.DataFrame  # one row per job and corrector (results.parquet)
+    aggregate: pd.DataFrame  # one row per cell and corrector, over seeds (aggregate.parquet)
+    written: List[Path]
+
+
+def gather_and_write(path, out: Optional[Path] = None, force: bool = False, plots: bool = True) -> Gathered:
+    """Gather ``path`` and write ``results.parquet``, ``results.csv``, ``aggregate.parquet``,
+    ``aggregate.csv``, the knob plots (``plots``) and ``report.md`` into ``out`` (default: ``path``;
+    for a single job folder, whose own results are not overwritten, ``report.md`` and plots only).
+    A file of the same name there that racsim did not write is never replaced unless ``force``
     (FileExistsError; nothing is written)."""
     root = Path(path)
     complete, incomplete = _jobs(root)
-    df, cell_cols = _gather(root, complete)
+    df, axes = _gather(root, complete)
+    agg = aggregate(df, axes)
     is_job = out is None and any(d == root for d, _ in complete)
     out_dir = Path(out) if out is not None else root
     title = root.resolve().name
@@ -163,17 +182,25 @@ def gather_and_write(path, out: Optional[Path] = None, force: bool = False) -> T
     def write(stage: Path) -> List[Path]:
         written: List[Path] = []
         if not is_job:
-            p = stage / "results.parquet"
-            atomic_write(p, lambda t: df.to_parquet(t, index=False))
-            c = stage / "results.csv"
-            atomic_write(c, lambda t: df.to_csv(t, index=False))
-            written += [p, c]
+            for stem, table in (("results", df), ("aggregate", agg)):
+                p, c = stage / f"{stem}.parquet", stage / f"{stem}.csv"
+                atomic_write(p, lambda t, table=table: table.to_parquet(t, index=False))
+                atomic_write(c, lambda t, table=table: table.to_csv(t, index=False))
+                written += [p, c]
+        figures = write_knob_plots(agg, stage) if plots else []
         md = stage / "report.md"
         paper = paper_report(df, stage, reps=gather_replicates(root, complete))
-        write_text(md, report_markdown(df, cell_cols, title, skipped) + "\n" + paper)
-        return written + [md]
+        head = report_markdown(df, agg, axes, title, skipped, [p.name for p in figures])
+        write_text(md, head + ("\n" + paper if paper else ""))
+        return written + figures + [md]
 
-    return df, publish(out_dir, write, force=force)
+    return Gathered(df, agg, publish(out_dir, write, force=force))
+
+
+def answer_text(g: Gathered) -> str:
+    """What a sweep prints at its end: the aggregated table (the first REPORT_ROWS rows)."""
+    more = f" (first {REPORT_ROWS} of {len(g.aggregate)} rows: aggregate.csv)" if len(g.aggregate) > REPORT_ROWS else ""
+    return f"one row per cell and corrector{more}:\n{format_aggregate(g.aggregate.head(REPORT_ROWS))}"
 
 
 def main(argv=None) -> None:
@@ -184,17 +211,19 @@ def main(argv=None) -> None:
     ap.add_argument("--out", help="where to write results.parquet, results.csv and report.md (default: PATH)")
     ap.add_argument("--force", action="store_true",
                     help="replace files of the same names in the output folder that racsim did not write")
+    ap.add_argument("--no-plots", action="store_true", help="no plot per swept knob")
     args = ap.parse_args(argv)
     try:
-        df, written = gather_and_write(Path(args.path), Path(args.out) if args.out else None, force=args.force)
+        g = gather_and_write(Path(args.path), Path(args.out) if args.out else None, force=args.force,
+                             plots=not args.no_plots)
     except FileExistsError as ex:
         print(f"racsim-report: error: {ex}; pass --force to replace them", file=sys.stderr)
         sys.exit(2)
     except FileNotFoundError as ex:
         print(f"racsim-report: error: {ex}", file=sys.stderr)
         sys.exit(2)
-    print(f"racsim-report: {df['job_dir'].nunique()} job(s), {len(df)} rows -> "
-          + ", ".join(str(p) for p in written))
+    print(f"racsim-report: {g.table['job_dir'].nunique()} job(s), {len(g.table)} rows, {answer_text(g)}")
+    print("racsim-report: wrote " + ", ".join(str(p) for p in g.written))
 
 
 if __name__ == "__main__":

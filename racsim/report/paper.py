@@ -410,12 +410,15 @@ def comparison_tables(df: pd.DataFrame, seed: int = 0) -> Dict[str, pd.DataFrame
 def paper_report(df: pd.DataFrame, out: Path, seed: int = 0, reps: Optional[pd.DataFrame] = None) -> str:
     """Markdown: the static comparison (:func:`static_report`, from the static rows and their
     replications ``reps``), then sections (and PNG figures in ``out``) for every paper study
-    in ``df``'s pipeline rows."""
+    in ``df``'s pipeline rows; empty when there is neither."""
     built = _sections(df, seed)
     if "study" not in df:
         return ""
+    static = static_report(df, reps)
+    if not built:  # no paper study among the pipeline's rows: no section of its own
+        return static
     prose = _paper_sections()
-    parts = [static_report(df, reps), f"## {prose['heading']}", "", prose["intro"], ""]
+    parts = [static, f"## {prose['heading']}", "", prose["intro"], ""]
     for study, s in built.items():
         text = prose["sections"][study]
         if isinstance(s, Section):

@@ -105,9 +105,18 @@ def queue(res, path: Path) -> bool:
     return True
 
 
+def _legend(a, b, **kw) -> None:
+    """One legend for an axis and its twin (both series named)."""
+    h1, l1 = a.get_legend_handles_labels()
+    h2, l2 = b.get_legend_handles_labels()
+    a.legend(h1 + h2, l1 + l2, **kw)
+
+
 def capacity_curve(res, path: Path) -> bool:
-    """Capacity curve: units vs delay (p50/p95, steps), slack eta, bias per corrector,
-    wall-clock per step, utilisation and cost (racsim/analyses/capacity.py)."""
+    """Capacity curve: units vs delay (p50/p95, steps), bias per corrector (the chosen one with its
+    interval), wall-clock per step with the slack eta, the offered load with utilisation and cost
+    (racsim/analyses/capacity.py). Counts that are overloaded or not stationary are shaded red:
+    they have no steady-state figure."""
     c = res.curve
     chosen = res.targets["corrector"]
     base = c[c.corrector == chosen].sort_values("count")
@@ -115,23 +124,29 @@ def capacity_curve(res, path: Path) -> bool:
     plt = _plt()
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.2))
     a = axes[0, 0]
-    a.plot(x, base.delay_p50_steps, "o-", label="p50")
-    a.plot(x, base.delay_p95_steps, "s--", label="p95")
+    a.plot(x, base.delay_p50_steps, "o-", label="delay p50 (steps)")
+    a.plot(x, base.delay_p95_steps, "s--", label="delay p95 (steps)")
     a.set_ylabel("delay of injected results (optimizer steps)")
     a2 = a.twinx()
-    a2.plot(x, base.dropped_frac + base.pending_frac, "x:", color="grey", label="dropped + pending")
-    a2.set_ylabel("fraction dropped or pending", color="grey")
-    a.legend(loc="upper right", fontsize=8)
+    a2.plot(x, 100 * (base.dropped_frac + base.pending_frac), "x:", color="grey", label="dropped + pending (%)")
+    a2.set_ylabel("results dropped or pending (%)", color="grey")
+    _legend(a, a2, loc="upper right", fontsize=8)
     a.set_title(f"Delay of {res.channel}'s results")
     a = axes[0, 1]
     for name in c.corrector.unique():
         sub = c[c.corrector == name].sort_values("count")
-        a.plot(sub["count"], sub.bias_exact, MARKERS.get(name, "o") + "-", ms=9 if name == chosen else 6,
-               label=name, lw=2.2 if name == chosen else 1.2)
+        if name == chosen and "bias_exact_lo" in sub:
+            a.errorbar(sub["count"], sub.bias_exact, yerr=[sub.bias_exact - sub.bias_exact_lo,
+                                                           sub.bias_exact_hi - sub.bias_exact],
+                       fmt=MARKERS.get(name, "o") + "-", ms=9, lw=2.2, capsize=3,
+                       label=f"{name} ({res.level:.0%} interval)")
+        else:
+            a.plot(sub["count"], sub.bias_exact, MARKERS.get(name, "o") + ("--" if name == "sync_oracle" else "-"),
+                   ms=6, label=name + (" (reference)" if name == "sync_oracle" else ""), lw=1.2)
     t = res.targets
     naive = c[c.corrector == "naive"].sort_values("count").bias_exact.to_numpy()
-    if t.get("max_bias_vs_naive") is not None and len(naive):
-        a.axhline(t["max_bias_vs_naive"] * naive.mean(), color="red", ls="--", lw=1,
+    if t.get("max_bias_vs_naive") is not None and np.isfinite(naive).any():
+        a.axhline(t["max_bias_vs_naive"] * np.nanmean(naive), color="red", ls="--", lw=1,
                   label=f"target: {t['max_bias_vs_naive']:g} x naive")
     if t.get("max_bias") is not None:
         a.axhline(t["max_bias"], color="red", ls=":", lw=1, label=f"target: {t['max_bias']:g}")
@@ -142,30 +157,40 @@ def capacity_curve(res, path: Path) -> bool:
     a = axes[1, 0]
     for name in c.corrector.unique():
         sub = c[c.corrector == name].sort_values("count")
-        a.plot(sub["count"], sub.step_s, MARKERS.get(name, "o") + "-", ms=6, label=name)
+        a.plot(sub["count"], sub.step_s, MARKERS.get(name, "o") + "-", ms=6, label=f"s/step {name}")
     if t.get("max_step_s") is not None:
         a.axhline(t["max_step_s"], color="red", ls="--", lw=1, label=f"target: {t['max_step_s']:g} s")
     a.set_ylabel("wall-clock per optimizer step (s)")
     a3 = a.twinx()
-    a3.plot(x, base.eta, "k^:", label=f"eta ({chosen})")
+    a3.plot(x, base.eta, "k^:", label=f"slack eta ({chosen}, right)")
     a3.set_ylabel(f"slack eta ({chosen})")
     a.set_title("Wall-clock per step; slack")
-    a.legend(fontsize=8, loc="upper right")
+    _legend(a, a3, fontsize=8, loc="upper right")
     a = axes[1, 1]
-    a.plot(x, 100 * base.utilisation, "o-", label="utilisation (%)")
-    a.set_ylabel("utilisation of the pool (%)")
+    a.plot(x, 100 * base.load, "D-", color="C3", label="offered load (%)")
+    a.plot(x, 100 * base.utilisation, "o-", label="utilisation: busy (%)")
+    a.axhline(100 * res.max_load, color="C3", ls=":", lw=1, label=f"capacity.max_load ({res.max_load:g})")
+    a.set_ylabel("load and utilisation of the pool (%)")
+    a.set_yscale("log")
     a4 = a.twinx()
-    a4.plot(x, base.cost_per_hour, "s--", color="C1", label="$ per training hour")
+    a4.plot(x, base.cost_per_hour, "s--", color="C1", label="$ per training hour (right)")
     a4.set_ylabel("pool cost ($ per training hour)", color="C1")
-    a.set_title("Utilisation and cost")
+    _legend(a, a4, fontsize=8, loc="upper right")
+    a.set_title("Offered load, utilisation and cost")
+    bad = x[(base.status != "ok").to_numpy()]
+    for ax in axes.ravel():
+        for n in bad:
+            ax.axvspan(n - 0.4, n + 0.4, color="red", alpha=0.08, lw=0)
     if res.recommended is not None:
         for ax in axes.ravel():
             ax.axvline(res.recommended, color="green", lw=1.2, alpha=0.6)
-        axes[1, 1].text(res.recommended, 5, f" recommended: {res.recommended}", color="green", fontsize=9)
+        axes[1, 1].text(res.recommended, 100 * res.max_load, f" recommended: {res.recommended}", color="green",
+                        fontsize=9)
     for ax in axes.ravel():
         ax.set_xlabel(f"{res.channel}: {res.unit}")
         ax.grid(True, alpha=0.3)
-    fig.suptitle(f"Capacity curve: {res.channel} ({res.unit}); recommendation for {chosen} in green")
+    fig.suptitle(f"Capacity curve: {res.channel} ({res.unit}); recommendation for {chosen} in green; "
+                 "shaded red: overloaded or not stationary (no steady-state figure)")
     fig.tight_layout()
     _save(fig, path)
     plt.close(fig)

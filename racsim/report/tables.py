@@ -45,6 +45,18 @@ def warmup_warning(results: pd.DataFrame, threshold: float = 0.05) -> str:
             "them; raise pipeline.warmup_steps (and pipeline.steps)")
 
 
+def stationarity_warning(channels: pd.DataFrame) -> str:
+    """One line naming the channels that are not in a steady state over the measured window
+    (``stationary`` False in channels.csv): their steady-state figures are not ones."""
+    if "stationary" not in channels or channels.stationary.all():
+        return ""
+    bad = channels[~channels.stationary.astype(bool)]
+    names = "; ".join(f"{r.channel} ({r.steady_note})" for r in bad.drop_duplicates("channel").itertuples())
+    return (f"warning: not stationary over the measured window: {names}; its queue still drifts, so the "
+            "steady-state figures are not steady-state ones: raise pipeline.steps, or the channel's capacity "
+            "if its offered load is near or above 1 (racsim scenario=capacity/... finds it)")
+
+
 def format_table(results: pd.DataFrame) -> str:
     """The results as a fixed-width text table (also used in summary.md)."""
     df = results.copy()
@@ -70,5 +82,10 @@ def grid_columns(results: pd.DataFrame) -> list:
     if "cell" not in results or "scenario" not in results:
         return []
     keys = [c for c in results.columns[: list(results.columns).index("scenario")] if c != "cell"]
-    short = [k.rsplit(".", 1)[-1] for k in keys]
-    return [(k, s if short.count(s) == 1 else k) for k, s in zip(keys, short)]
+    return list(zip(keys, short_names(keys)))
+
+
+def short_names(keys: list) -> list:
+    """Each dotted key by its last part (less gather's ``override:`` prefix) where that is unique, else in full."""
+    short = [k.rsplit(".", 1)[-1].split(":", 1)[-1] for k in keys]
+    return [s if short.count(s) == 1 else k for k, s in zip(keys, short)]

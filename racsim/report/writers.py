@@ -6,20 +6,36 @@ place, so an interrupted run never leaves a half-written result behind.
 
 from __future__ import annotations
 
+import functools
 import io
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import pandas as pd
 
+from racsim.analyses.capacity import CapacityResult
 from racsim.analyses.result import RunResult
-from racsim.io import atomic_write, write_text
+from racsim.io import atomic_write, config_yaml, write_text
 from racsim.markers import digest_bytes
 from racsim.report import lm as LM
 from racsim.report import plots as P
+from racsim.report.capacity import write_capacity
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
-from racsim.report.tables import format_table, warmup_warning
+from racsim.report.tables import format_table, stationarity_warning, warmup_warning
 from racsim.report.trace import write_timeline
+
+
+def write_run(out_dir: Path, cfg: Any, res: Union[RunResult, CapacityResult], lean: bool = False,
+              digests: Optional[Dict[str, dict]] = None, found: Optional[List[Unwritable]] = None,
+              about: Sequence[str] = ()) -> list:
+    """Every file of what racsim.analyses.dispatch.compute returned for ``cfg`` (a run, or a
+    capacity plan) into ``out_dir``; returns the paths written (see :func:`write_outputs`,
+    also for ``found`` and ``about``)."""
+    yaml_text = functools.cache(lambda: config_yaml(cfg))
+    if isinstance(res, CapacityResult):
+        return write_capacity(out_dir, cfg, res, yaml_text(), plots=cfg.output.plots, found=found, about=about)
+    return write_outputs(out_dir, res, yaml_text, plots=cfg.output.plots, lean=lean, digests=digests, found=found,
+                         about=about)
 
 
 def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: Union[str, Callable[[], str]], plots: bool = True,
@@ -129,9 +145,9 @@ def summary_markdown(res: RunResult, files: list) -> str:
         "```",
         "",
     ]
-    warning = warmup_warning(r)
-    if warning:
-        lines += [warning[0].upper() + warning[1:] + ".", ""]
+    for warning in (warmup_warning(r), stationarity_warning(res.channels)):
+        if warning:
+            lines += [warning[0].upper() + warning[1:] + ".", ""]
     if len(static):
         lines += STATIC_NOTE + ["", "```", format_table(static), "```", ""]
     floor = r[r.get("at_noise_floor", False) == True]  # noqa: E712

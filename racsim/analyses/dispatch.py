@@ -5,25 +5,39 @@ pipeline -> arrival schedules -> bias benchmark and training; with
 ``study.mode`` static or both, racsim.analyses.static_study: the paper's own
 one-rollout experiment, its rows marked ``mode``), ``probe``
 (racsim.analyses.probe) or ``tv_bound`` (racsim.analyses.tvbound); ``learner.kind=lm``
-runs the GRPO study instead of the bias one (racsim.analyses.lm_study). Capacity
-planning (``capacity.enabled``) is chosen by the command line (racsim.cli).
+runs the GRPO study instead of the bias one (racsim.analyses.lm_study).
+:func:`compute` is the one entry of both the command line (racsim.cli) and
+``racsim.run`` (racsim.api): the schema check, then capacity planning
+(``capacity.enabled``, racsim.analyses.capacity) or :func:`run`.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Union
 
 import pandas as pd
 
 from racsim.analyses.bias_study import run_bias_each, run_bias_study
+from racsim.analyses.capacity import CapacityResult, run_capacity
 from racsim.analyses.grid import expand
 from racsim.analyses.lm_study import run_lm_study
 from racsim.analyses.probe import probe_study
 from racsim.analyses.result import RunResult
 from racsim.analyses.static_study import run_static_study
 from racsim.analyses.tvbound import tv_bound_study
+from racsim.config.validate import check_schema
 
 ANALYSES = {"probe": probe_study, "tv_bound": tv_bound_study}  # study.kind -> analysis; "bias" is the default
+
+
+def compute(cfg: Any, progress: Optional[Any] = None) -> Union[RunResult, CapacityResult]:
+    """The results of a composed config: its keys checked against the schema (those added
+    with ``+key=...``, NaNs), then the capacity search when ``capacity.enabled``, else
+    :func:`run`. Raises ConfigError on a user's mistake."""
+    check_schema(cfg)
+    if cfg.capacity.enabled:
+        return run_capacity(cfg)
+    return run(cfg, progress)
 
 
 def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:

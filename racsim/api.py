@@ -1,0 +1,110 @@
+"""``racsim.run``: one run from Python (a notebook, a script), its tables as DataFrames.
+
+    import racsim
+    t = racsim.run("capacity/judge_rm_h100", overrides=["learner.trials=50"])
+    t.curve, t.recommended, t.results, t.channels
+
+The config is composed as the command line composes it (Hydra's compose API over the
+package's conf/ and scenarios/: from any working directory, which it leaves as it is)
+and computed by the command line's own function (racsim.analyses.dispatch.compute). A
+mistake raises :class:`~racsim.errors.ConfigError` with the command line's one-line
+message. Nothing is written unless ``out`` names a folder: it then gets what ``racsim``
+writes into a run folder, ``done.json`` last (so ``racsim-report`` gathers it).
+
+Only this module's names load with ``import racsim``: the simulator (numpy, pandas,
+scipy, Hydra) loads when ``run`` is called, and torch only for ``learner=lm``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
+
+from racsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class Tables:
+    """What :func:`run` returns: the run's tables, as the files of the same names in a run folder."""
+
+    results: "pd.DataFrame"  # one row per corrector (and cell of a study grid); capacity: at the recommended count
+    channels: "pd.DataFrame"  # one row per slow channel (capacity: at the recommended count)
+    curve: "Optional[pd.DataFrame]" = None  # capacity planning: one row per count and corrector (capacity.csv)
+    recommended: Optional[int] = None  # capacity planning: the fewest units meeting the targets (None: no count)
+    config: Any = None  # the composed config (an OmegaConf DictConfig)
+    raw: Any = None  # everything computed: a RunResult (schedules, training curves...) or a CapacityResult
+    files: List[Path] = field(default_factory=list)  # what ``out`` received
+
+
+def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Union[str, Path, None] = None) -> Tables:
+    """Run ``scenario`` (a name as in ``racsim scenario=NAME``: ``capacity/judge_rm_h100``; None: the
+    default scenario) with ``overrides`` (as on the command line: ``"seed=3"``, ``"corrector.tau_age=50"``)
+    and return its tables. ``out``: a folder to write the run's files into (nothing is written without
+    it; ``output.force=true`` to replace files racsim did not write there). Raises ConfigError (the
+    key and what is allowed, the command line's wording) on a bad scenario, key or value."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from racsim.analyses.capacity import CapacityResult  # lazy
+    from racsim.analyses.dispatch import compute  # lazy
+    from racsim.config.defaults import compose_config  # lazy
+
+    given = ([f"scenario={scenario}"] if scenario is not None else []) + [str(o) for o in overrides]
+    t0 = time.perf_counter()
+    cfg = _friendly(given, lambda: compose_config(*given), Exception)
+    res = _friendly(given, lambda: compute(cfg), (ConfigError, OmegaConfBaseException))
+    files = _write(Path(out), cfg, res, given, time.perf_counter() - t0) if out is not None else []
+    if isinstance(res, CapacityResult):  # its results and channels: the run at the recommended (or largest) count
+        return Tables(results=res.best.results, channels=res.best.channels, curve=res.curve,
+                      recommended=res.recommended, config=cfg, raw=res, files=files)
+    return Tables(results=res.results, channels=res.channels, config=cfg, raw=res, files=files)
+
+
+def _friendly(given: List[str], step, caught) -> Any:
+    """``step()``, a user's mistake among ``caught`` raised as a ConfigError worded as the command
+    line words it (racsim.cli.error_line), keyed by the override it names (or a key above it; else ``overrides``)."""
+    from racsim.cli import error_line, guard_yaml  # lazy
+    from racsim.markers import override_key  # lazy
+
+    guard_yaml()
+    try:
+        return step()
+    except ConfigError:
+        raise
+    except caught as ex:
+        line = error_line(ex)
+        if line is None:
+            raise
+        key = next((k for k in map(override_key, given) if k and any(p in line for p in _prefixes(k))), "overrides")
+        raise ConfigError(key, None, line, line=line) from ex
+
+
+def _prefixes(key: str) -> List[str]:
+    """``a.b.c``, ``a.b``, ``a``: where Hydra's report of a bad key may stop."""
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def _write(folder: Path, cfg: Any, res: Any, given: List[str], runtime_s: float) -> List[Path]:
+    """The run's files into ``folder`` as ``racsim`` writes them (racsim.report.writers.write_run), then done.json."""
+    from racsim.markers import DONE, cell_overrides, cell_values, write_marker  # lazy
+    from racsim.report.writers import write_run  # lazy
+    from racsim.sweep import publish_run  # lazy
+
+    from racsim.io import config_yaml  # lazy
+    from racsim.report.finite import failure  # lazy
+
+    digests: dict = {}
+    found: list = []  # non-finite values where a number must be: raised once the files are written
+    written = publish_run(folder, cfg, lambda stage: write_run(stage, cfg, res, digests=digests, found=found))
+    if found:  # as the command line: the files kept, no done.json
+        raise failure(found, lambda: config_yaml(cfg), f"everything computed is written to {folder} "
+                                                      f"(summary.md names the rows; no done.json)")
+    cell = cell_overrides(given)  # less the resume switch, as a run's marker has it
+    write_marker(folder, written, overrides=cell, cell=cell_values(cfg, cell), job=None, runtime_s=runtime_s,
+                 digests=digests)
+    return written + [folder / DONE]

@@ -1,0 +1,172 @@
+"""A sweep's answer: its gathered rows averaged over seeds, one row per cell and corrector,
+and one plot per swept numeric knob (racsim.report.gather writes both; a sweep prints the table).
+
+A seed axis is every override or study-grid key named ``seed`` or ending in ``seed``
+(``seed``, ``learner.mdp_seed``): the rows that differ only there are replications of one
+cell. The other axes (overrides, grid keys), with the descriptors that vary (scenario,
+paper study, mode, K), tell the cells apart. Each figure is the mean over the cell's seeds
+with its 95% t interval over them: mean +- t(0.975, n-1) s / sqrt(n), s the sample standard
+deviation of the n seeds' values (NaNs left out; no interval for a single seed).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from racsim.io import fmt
+from racsim.report.plots import MARKERS, _plt, _save
+from racsim.report.tables import TABLE, short_names
+
+# The figures averaged (those the rows have), with their headers: the terminal table's, and the clock in seconds.
+METRICS = ["bias_exact", "reduction_exact", "wallclock_ratio", "wallclock_s", "slack_eta", "J_at_naive_clock",
+           "true_at_naive_clock", "true_final"]
+HEADERS = {**dict(TABLE), "wallclock_s": "clock s"}
+PLOTTED = ["bias_exact", "wallclock_s"]  # against each swept knob
+DESCRIPTORS = ["scenario", "study", "mode", "K"]  # columns that tell cells apart where they vary
+LEVEL = 0.95
+INTERVAL_NOTE = (f"mean over seeds with its {LEVEL:.0%} t interval [lo, hi] over them "
+                 f"(mean +- t({(1 + LEVEL) / 2:g}, n-1) s / sqrt(n), n seeds)")
+
+
+def is_seed(column: str) -> bool:
+    """Whether a cell column is a seed axis: its key (less gather's ``override:`` prefix) is ``seed`` or ends in it."""
+    return column.split(":", 1)[-1].endswith("seed")
+
+
+def t_interval(values: np.ndarray) -> Tuple[float, float, float]:
+    """(mean, lo, hi) of the values that are not NaN: the 95% t interval of their mean (NaN bounds for one)."""
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
+    if not len(x):
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf((1 + LEVEL) / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return mean, mean - half, mean + half
+
+
+def _varies(df: pd.DataFrame, column: str) -> bool:
+    return column in df and df[column].nunique(dropna=False) > 1
+
+
+def cell_keys(df: pd.DataFrame, axes: Sequence[str]) -> List[str]:
+    """The columns that tell a row's cell apart: the axes that are not seeds, then the descriptors,
+    those of them that vary (an override every job shares is no axis: :func:`fixed`)."""
+    keys = [a for a in axes if not is_seed(a) and _varies(df, a)]
+    return keys + [c for c in DESCRIPTORS if c not in keys and _varies(df, c)]
+
+
+def fixed(df: pd.DataFrame, axes: Sequence[str]) -> Dict[str, object]:
+    """The overrides (and grid keys) every row shares, with their value."""
+    return {a: df[a].iloc[0] for a in axes if a in df and not is_seed(a) and not _varies(df, a)}
+
+
+def aggregate(df: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
+    """One row per cell (:func:`cell_keys`) and corrector, in order of first appearance: the cell's
+    columns, ``corrector``, ``n`` (its rows: seeds), and per metric of METRICS its mean, lo and hi
+    (:func:`t_interval`) as ``METRIC``, ``METRIC_lo``, ``METRIC_hi``."""
+    keys = cell_keys(df, axes) + (["corrector"] if "corrector" in df else [])
+    metrics = [m for m in METRICS if m in df]
+    rows = []
+    for values, group in df.groupby(keys, sort=False, dropna=False) if keys else [((), df)]:
+        row: Dict[str, object] = dict(zip(keys, values))
+        row["n"] = len(group)
+        for m in metrics:
+            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = t_interval(group[m].to_numpy(dtype=float))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def seed_axes(axes: Sequence[str]) -> List[str]:
+    return [a for a in axes if is_seed(a)]
+
+
+def format_aggregate(agg: pd.DataFrame) -> str:
+    """The aggregated table as text: the cell's columns (short names), corrector, n, each metric as
+    ``mean [lo, hi]`` (the mean alone for a single seed, or seeds that agree)."""
+    metrics = [m for m in METRICS if m in agg]
+    keys = [c for c in agg.columns if c not in metrics and not c.endswith(("_lo", "_hi"))]
+    cells = [k for k in keys if k not in ("corrector", "n")]
+    out = {h: agg[k].map(fmt) for k, h in zip(cells, short_names(cells))}
+    out.update({k: agg[k].map(fmt) for k in ("corrector", "n") if k in agg})
+    for m in metrics:
+        out[HEADERS[m]] = [fmt(v) if math.isnan(lo) or lo == hi else f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]"
+                           for v, lo, hi in zip(agg[m], agg[f"{m}_lo"], agg[f"{m}_hi"])]
+    return pd.DataFrame(out).to_string(index=False)
+
+
+def knobs(agg: pd.DataFrame) -> List[str]:
+    """The swept numeric knobs of an aggregated table: cell columns (not descriptors) holding
+    two or more distinct numbers."""
+    return [c for c in cell_columns(agg) if c not in DESCRIPTORS and pd.api.types.is_numeric_dtype(agg[c])
+            and not pd.api.types.is_bool_dtype(agg[c]) and agg[c].nunique() > 1]
+
+
+def knob_figure(agg: pd.DataFrame, knob: str):
+    """Bias and wall-clock (PLOTTED, those present) against ``knob``, one series per corrector and
+    value of the other cell columns, interval bars from :func:`t_interval`; None when nothing to plot."""
+    plotted = [m for m in PLOTTED if m in agg]
+    if not plotted:
+        return None
+    others = [c for c in cell_columns(agg) if c != knob]
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(plotted), figsize=(5.6 * len(plotted), 4.2), squeeze=False)
+    for values, group in agg.groupby(others + ["corrector"], sort=False, dropna=False):
+        label = ", ".join([str(values[-1])] + [f"{k}={fmt(v)}" for k, v in zip(short_names(others), values[:-1])])
+        g = group.sort_values(knob)
+        for ax, m in zip(axes[0], plotted):
+            y = g[m].to_numpy(dtype=float)
+            bars = np.vstack([y - g[f"{m}_lo"].to_numpy(dtype=float), g[f"{m}_hi"].to_numpy(dtype=float) - y])
+            ax.errorbar(g[knob].to_numpy(dtype=float), y, yerr=np.nan_to_num(bars), marker=MARKERS.get(values[-1], "o"),
+                        capsize=3, label=label)
+    for ax, m in zip(axes[0], plotted):
+        if _spread(agg[knob]):
+            ax.set_xscale("log")
+        if _spread(agg[m]):
+            ax.set_yscale("log")
+        ax.set_xlabel(knob)
+        ax.set_ylabel(HEADERS[m] + (" (simulated)" if m == "wallclock_s" else ""))
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), title="corrector", title_fontsize=7)
+    fig.suptitle(f"Against {knob} (bars: the 95% t interval over seeds)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _spread(values: pd.Series) -> bool:
+    """Positive values spanning a factor of 20 or more: drawn on a log axis."""
+    x = values.to_numpy(dtype=float)
+    x = x[~np.isnan(x)]
+    return bool(len(x)) and bool((x > 0).all()) and x.max() / x.min() >= 20
+
+
+def cell_columns(agg: pd.DataFrame) -> List[str]:
+    """The cell columns of an aggregated table (those before ``corrector``)."""
+    cols = list(agg.columns)
+    return cols[: cols.index("corrector")] if "corrector" in cols else []
+
+
+def plot_name(knob: str) -> str:
+    return "sweep_" + re.sub(r"[^A-Za-z0-9_.-]", "_", knob.split(":", 1)[-1]) + ".png"
+
+
+def write_knob_plots(agg: pd.DataFrame, folder: Path) -> List[Path]:
+    """One PNG per swept numeric knob (:func:`knobs`) into ``folder``; the paths written."""
+    written = []
+    for knob in knobs(agg):
+        fig = knob_figure(agg, knob)
+        if fig is None:
+            continue
+        path = Path(folder) / plot_name(knob)
+        _save(fig, path)
+        _plt().close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,168 @@
+"""A sweep's answer (racsim/report/aggregate.py, racsim/report/gather.py): the gathered rows averaged
+over seeds against a hand loop, the plot per swept knob and its series, and a tiny sweep end to end."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import racsim
+from racsim.report import aggregate as A
+from racsim.report.gather import gather_and_write
+from racsim.report.paper import paper_report
+
+# t(0.975, df) for df = 1..5, from a printed table: the interval is a t interval, not a normal one
+T975 = dict(enumerate([12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228], start=1))
+CORRECTORS = ["naive", "rac", "wait_for_slow"]
+
+
+def synthetic(seed: int) -> tuple:
+    """A gathered table: jobs over tau_age x batch_size x seed (1 to 5 seeds a cell), each a grid
+    over mdp_seed and mode (one cell of one seed and one mdp_seed), K constant; metrics random, some NaN."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    job = 0
+    for tau in (20.0, 1000.0):
+        for batch in (2, 8):
+            lone = (tau, batch) == (20.0, 8)  # one seed, one grid cell: no interval
+            for s in range(1 if lone else int(rng.integers(1, 6))):
+                for mdp in (1,) if lone else (1, 2):
+                    for mode in ("pipeline", "static"):
+                        for name in CORRECTORS:
+                            rows.append({"job_dir": str(job), "corrector.tau_age": tau, "pipeline.batch_size": batch,
+                                         "override:seed": s, "learner.mdp_seed": mdp, "cell": mdp, "scenario": "x",
+                                         "study": "", "mode": mode, "corrector": name, "K": 2, "seed": s,
+                                         "bias_exact": rng.lognormal() if rng.random() > 0.1 else math.nan,
+                                         "wallclock_s": rng.uniform(50, 60), "reduction_exact": rng.uniform(1, 3)})
+                job += 1
+    axes = ["corrector.tau_age", "pipeline.batch_size", "override:seed", "learner.mdp_seed"]
+    return pd.DataFrame(rows), axes
+
+
+def hand(df: pd.DataFrame, keys: list, metric: str) -> dict:
+    """{cell and corrector: (n, mean, lo, hi)} by a plain loop over the rows."""
+    groups: dict = {}
+    for _, r in df.iterrows():
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r[metric])
+    out = {}
+    for key, values in groups.items():
+        x = [v for v in values if not math.isnan(v)]
+        n = len(x)
+        mean = sum(x) / n if n else math.nan
+        if n < 2:
+            out[key] = (len(values), mean, math.nan, math.nan)
+            continue
+        sd = math.sqrt(sum((v - mean) ** 2 for v in x) / (n - 1))
+        half = T975[n - 1] * sd / math.sqrt(n)
+        out[key] = (len(values), mean, mean - half, mean + half)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_aggregate_is_the_hand_loop(seed):
+    df, axes = synthetic(seed)
+    agg = A.aggregate(df, axes)
+    keys = ["corrector.tau_age", "pipeline.batch_size", "mode", "corrector"]  # seeds out, K constant: no key
+    assert list(agg.columns[:5]) == keys[:3] + ["corrector", "n"]
+    for metric in ("bias_exact", "wallclock_s", "reduction_exact"):
+        want = hand(df, keys, metric)
+        assert len(agg) == len(want)
+        for _, r in agg.iterrows():
+            n, mean, lo, hi = want[tuple(r[k] for k in keys)]
+            assert r["n"] == n
+            got = (r[metric], r[metric] - r[f"{metric}_lo"], r[f"{metric}_hi"] - r[metric])  # mean, the half widths
+            for g, e, rel in zip(got, (mean, mean - lo, hi - mean), (1e-12, 1e-3, 1e-3)):
+                assert (math.isnan(g) and math.isnan(e)) or g == pytest.approx(e, rel=rel), (metric, r)
+    assert (agg.n == 1).any() and (agg.n >= 2).any()
+
+
+def test_seed_axes_and_cells():
+    assert all(map(A.is_seed, ["seed", "override:seed", "learner.mdp_seed", "mdp_seed"]))
+    assert not any(map(A.is_seed, ["corrector.tau_age", "seeds", "override:corrector"]))
+    df = pd.DataFrame({"a": [1, 1, 2], "b": [5, 5, 5], "seed": [0, 1, 0], "K": [2, 2, 2], "mode": ["p", "s", "p"]})
+    assert A.cell_keys(df, ["a", "b", "seed"]) == ["a", "mode"]  # b never varies, K neither; seed is averaged
+    assert A.fixed(df, ["a", "b", "seed"]) == {"b": 5}
+    agg = pd.DataFrame({"x": [1.0, 2.0], "flag": [True, False], "group": ["u", "v"], "K": [2, 3],
+                        "corrector": ["rac", "rac"], "n": [1, 1]})
+    assert A.knobs(agg) == ["x"]  # not a bool, a text, a descriptor, nor anything after corrector
+
+
+def test_text_shows_intervals_only_where_there_are_some():
+    agg = pd.DataFrame({"corrector.tau_age": [20.0, 1000.0], "corrector": ["rac", "rac"], "n": [3, 1],
+                        "bias_exact": [0.5, 0.25], "bias_exact_lo": [0.25, math.nan], "bias_exact_hi": [0.75, math.nan]})
+    lines = A.format_aggregate(agg).splitlines()
+    assert lines[0].split() == ["tau_age", "corrector", "n", "bias", "(exact)"]
+    assert lines[1].split()[-3:] == ["0.5", "[0.25,", "0.75]"] and lines[2].split()[-1] == "0.25"
+
+
+def test_one_plot_per_swept_numeric_knob_with_its_series(tmp_path):
+    df, axes = synthetic(0)
+    agg = A.aggregate(df, axes)
+    assert A.knobs(agg) == ["corrector.tau_age", "pipeline.batch_size"]
+    written = A.write_knob_plots(agg, tmp_path)
+    assert [p.name for p in written] == ["sweep_corrector.tau_age.png", "sweep_pipeline.batch_size.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
+    fig = A.knob_figure(agg, "corrector.tau_age")
+    bias_ax, clock_ax = fig.axes
+    labels = clock_ax.get_legend_handles_labels()[1]
+    want = [(name, b, mode) for b in (2, 8) for mode in ("pipeline", "static") for name in CORRECTORS]
+    assert sorted(labels) == sorted(f"{name}, batch_size={b}, mode={mode}" for name, b, mode in want)
+    for ax, metric in ((bias_ax, "bias_exact"), (clock_ax, "wallclock_s")):
+        assert len(ax.containers) == len(want)
+        for container, label in zip(ax.containers, ax.get_legend_handles_labels()[1]):
+            name, b, mode = label.replace("batch_size=", "").replace("mode=", "").split(", ")
+            rows = agg[(agg.corrector == name) & (agg["pipeline.batch_size"] == int(b)) & (agg["mode"] == mode)]
+            rows = rows.sort_values("corrector.tau_age")
+            x, y = container.lines[0].get_data()
+            assert list(x) == list(rows["corrector.tau_age"])
+            np.testing.assert_array_equal(np.asarray(y, dtype=float), rows[metric].to_numpy(dtype=float))
+    assert bias_ax.get_xscale() == "log" and clock_ax.get_ylabel().startswith("clock s")
+    A._plt().close(fig)
+
+
+def test_no_paper_section_without_a_paper_study():
+    df, _ = synthetic(1)
+    assert paper_report(df, ".") == ""
+
+
+def test_a_grid_job_through_racsim_run(tmp_path):
+    """A multi-cell job (a study grid over seed and tau_age) written by racsim.run: gathered, its rows
+    keep the grid's columns, and the seed axis of the grid is averaged."""
+    grid = "study.grid={seed:[0,1,2],corrector.tau_age:[20,1000]}"
+    t = racsim.run(overrides=["learner.trials=8", "learner.bootstrap=0", "learner.train.enabled=false",
+                              "pipeline.steps=8", "output.plots=false", grid], out=tmp_path / "job")
+    g = gather_and_write(tmp_path / "job", out=tmp_path / "report")
+    assert {"seed", "corrector.tau_age"} <= set(g.table.columns) and len(g.table) == len(t.results)
+    assert list(g.aggregate.columns[:3]) == ["corrector.tau_age", "corrector", "n"] and (g.aggregate.n == 3).all()
+    rac = t.results[(t.results.corrector == "rac") & (t.results["corrector.tau_age"] == 20)]
+    row = g.aggregate[(g.aggregate.corrector == "rac") & (g.aggregate["corrector.tau_age"] == 20)].iloc[0]
+    assert row.bias_exact == pytest.approx(rac.bias_exact.mean(), rel=1e-12)
+    assert [p.name for p in g.written if p.suffix == ".png"] == ["sweep_corrector.tau_age.png"]
+
+
+def test_a_tiny_sweep_prints_its_answer(tmp_path):
+    cmd = [sys.executable, "-m", "racsim", "-m", "seed=0,1", "corrector.tau_age=20,1000", "learner.trials=8",
+           "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=8", "output.progress=false"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout[proc.stdout.index("one row per cell and corrector"):].splitlines()
+    assert out[1].split()[:3] == ["tau_age", "corrector", "n"] and len(out) == 1 + 1 + 2 * 8  # 2 cells x 8 correctors
+    sweep = next((tmp_path / "outputs" / "default").glob("multirun_*"))
+    flat = pd.read_parquet(sweep / "results.parquet")
+    agg = pd.read_parquet(sweep / "aggregate.parquet")
+    assert "job" not in flat and len(flat) == 4 * 8 and (agg.n == 2).all() and len(agg) == 2 * 8
+    pd.testing.assert_frame_equal(agg, A.aggregate(flat, ["override:seed", "corrector.tau_age"]))
+    report = (sweep / "report.md").read_text()
+    assert "## Results per cell" in report and "averaged over `seed`" in report and "t interval" in report
+    assert "racsim beside the paper" not in report and "![sweep_corrector.tau_age.png]" in report
+    assert (sweep / "sweep_corrector.tau_age.png").read_bytes()[:4] == b"\x89PNG"
+    again = subprocess.run([sys.executable, "-c", "from racsim.report.gather import main; main()", str(sweep),
+                            "--out", str(tmp_path / "again")], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "again" / "aggregate.parquet").read_bytes() == (sweep / "aggregate.parquet").read_bytes()
+    assert "one row per cell and corrector" in again.stdout

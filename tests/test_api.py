@@ -1,0 +1,103 @@
+"""``racsim.run`` (racsim/api.py): the command line's tables from Python, nothing written unless asked.
+
+The command line runs in a subprocess (tests/test_cli.py's helpers), racsim.run in this process
+from an empty working directory; both on reduced sizes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import racsim
+from racsim.errors import ConfigError
+from test_capacity import SMALL_JUDGE
+from test_cli import REPO, SMALL, ok, racsim as racsim_cli, run_dir_args
+
+QUIET = SMALL + ["output.plots=false", "output.progress=false"]
+CAPACITY = ["capacity/judge_rm_h100", SMALL_JUDGE + ["capacity.counts=[1,4]", "output.plots=false"]]
+
+
+def _tree(folder: Path) -> list:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+@pytest.fixture()
+def empty_cwd(tmp_path, monkeypatch):
+    """An empty working directory; after the test it must still be empty, as must be the repository's outputs/."""
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    outputs = _tree(REPO / "outputs")
+    yield here
+    assert os.getcwd() == str(here), "racsim.run changed the working directory"
+    assert _tree(here) == [], "racsim.run wrote into the working directory"
+    assert _tree(REPO / "outputs") == outputs, "racsim.run wrote under outputs/"
+
+
+HEAVY = "{'numpy', 'pandas', 'scipy', 'hydra', 'omegaconf', 'torch', 'transformers'}"
+
+
+@pytest.mark.parametrize("touch, api_loaded", [("pass", False), ("from racsim import run; assert run.__module__ == "
+                                                             "'racsim.api'", True)])
+def test_import_racsim_loads_no_simulator(touch, api_loaded):
+    code = (f"import sys, racsim; {touch}; print('racsim.api' in sys.modules, "
+            f"sorted({{m.split('.')[0] for m in sys.modules}} & {HEAVY}))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [str(api_loaded), "[]"], p.stdout  # the simulator loads when racsim.run runs
+
+
+def test_run_returns_the_clis_tables_and_writes_nothing(tmp_path, empty_cwd):
+    ok(racsim_cli(tmp_path, *QUIET, "seed=3", *run_dir_args(tmp_path / "cli")))
+    t = racsim.run(overrides=[*QUIET, "seed=3"])
+    assert isinstance(t, racsim.Tables) and t.curve is None and t.recommended is None and t.files == []
+    for name, got in (("results", t.results), ("channels", t.channels)):
+        pd.testing.assert_frame_equal(got, pd.read_parquet(tmp_path / "cli" / f"{name}.parquet"), check_exact=True)
+    assert t.config.seed == 3 and t.config.name == "default" and (t.results.seed == 3).all()
+
+
+def test_a_capacity_plan_returns_its_curve(tmp_path, empty_cwd):
+    scenario, overrides = CAPACITY
+    ok(racsim_cli(tmp_path, f"scenario={scenario}", *overrides, *run_dir_args(tmp_path / "cli")))
+    t = racsim.run(scenario, overrides=overrides)
+    pd.testing.assert_frame_equal(t.curve, pd.read_parquet(tmp_path / "cli" / "capacity.parquet"), check_exact=True)
+    for name, got in (("results", t.results), ("channels", t.channels)):  # the run at the recommended count
+        assert got.to_csv(index=False) == (tmp_path / "cli" / f"{name}.csv").read_text(), name
+    assert sorted(t.curve["count"].unique()) == [1, 4]
+    assert t.recommended in (None, 1, 4) and t.recommended == t.raw.recommended
+
+
+def test_out_writes_the_clis_folder(tmp_path, empty_cwd):
+    ok(racsim_cli(tmp_path, *QUIET, *run_dir_args(tmp_path / "cli")))
+    out = tmp_path / "api"
+    t = racsim.run(overrides=QUIET, out=out)
+    assert sorted(p.name for p in t.files) == sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    for name in ("results.parquet", "channels.parquet", "results.csv", "channels.csv", "timeline.parquet"):
+        assert (out / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    from racsim.report.gather import gather
+
+    assert "## Time" in (out / "summary.md").read_text() and len(gather(out)) == len(t.results)  # done.json last: racsim-report takes it as a complete run
+
+
+@pytest.mark.parametrize("scenario, overrides, key, says", [
+    (None, ["pipline.steps=4"], "pipline.steps", "pipline"),  # a key the schema lacks
+    (None, ["pipeline.steps=-4"], "pipeline.steps", "an integer >= 1"),  # a value out of range
+    ("capacity/judge_h100", [], "scenario", "judge_h100"),  # a scenario that does not exist
+    (None, ["corrector.tau_age=abc"], "corrector.tau_age", "tau_age"),  # a type the schema refuses
+])
+def test_a_mistake_raises_config_error_naming_the_key(empty_cwd, scenario, overrides, key, says):
+    with pytest.raises(ConfigError) as info:
+        racsim.run(scenario, overrides=overrides)
+    assert info.value.key == key and says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_cli_words_the_same_mistake_alike(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        racsim.run(overrides=["pipeline.steps=-4"])
+    p = racsim_cli(tmp_path, "pipeline.steps=-4")
+    assert p.returncode == 2 and p.stderr.strip() == f"racsim: error: {info.value}"

@@ -1,0 +1,269 @@
+"""Steady-state capacity answers (racsim/pipeline/steady.py, racsim/analyses/capacity.py) against
+oracles written here: slow loops for the estimators, Erlang C for M/M/c queues, a hand-built
+batching loop for the judge's offered load, an AR(1) process of known mean for the intervals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from racsim.analyses.bias_study import simulate_schedules
+from racsim.analyses.capacity import channel_loads, run_capacity
+from racsim.config.defaults import compose_config
+from racsim.learner.bias import bootstrap_counts
+from racsim.pipeline import steady
+from racsim.pipeline.draws import draw, work_seconds
+from racsim.pipeline.service import build_service
+from racsim.seeds import rng_for
+
+
+def erlang_c_wait(c: int, lam: float, mu: float) -> float:
+    """Mean wait in queue of an M/M/c queue (Erlang C)."""
+    a = lam / mu
+    rho = a / c
+    head = sum(a ** k / math.factorial(k) for k in range(c))
+    tail = a ** c / math.factorial(c) / (1.0 - rho)
+    return tail / (head + tail) / (c * mu - lam)
+
+
+def mmc(c: int, lam: float, steps: int, *more: str, batch: int = 2800):
+    """An M/M/c queue as a racsim pipeline: exponential service of mean 1 s on ``c`` workers,
+    Poisson arrivals at ``lam`` per second (``batch`` per deterministic step of batch / lam seconds)."""
+    return compose_config(
+        "scenario=capacity/code_verifier", "latency@pipeline.channels.verifier.latency=exponential",
+        "pipeline.channels.verifier.latency.mean=1.0", "pipeline.channels.verifier.latency.low=0.0",
+        "pipeline.channels.verifier.latency.high=null", "pipeline.arrivals.mode=poisson",
+        "pipeline.generate.kind=deterministic", f"pipeline.generate.mean={batch / lam!r}",
+        "pipeline.fast_score.mean=0.0", "pipeline.submit.mean=0.0", "pipeline.update.mean=0.0",
+        f"pipeline.batch_size={batch}", "pipeline.channels.verifier.max_delay=100000",
+        f"pipeline.channels.verifier.workers={c}", f"pipeline.steps={steps}", *more)
+
+
+# ----------------------------------------------------------------------------
+# The estimators against slow loops.
+
+
+def mser_loop(x, m=5):
+    b = len(x) // m
+    if b < 4:
+        return None
+    z = [sum(x[j * m:(j + 1) * m]) / m for j in range(b)]
+    crit = []
+    for d in range(b // 2 + 1):
+        rest = z[d:]
+        mean = sum(rest) / len(rest)
+        crit.append(sum((v - mean) ** 2 for v in rest) / len(rest) ** 2)
+    arg = crit.index(min(crit))
+    return None if arg == b // 2 else arg * m
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_mser_against_a_loop(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(10, 300))
+    x = rng.standard_normal(n) * rng.uniform(0.1, 3)
+    if seed % 3 == 0:  # a transient that decays: the warm-up to find
+        x += 8 * np.exp(-np.arange(n) / rng.uniform(2, 30))
+    if seed % 3 == 1:  # a ramp: the warm-up never ends
+        x += np.linspace(0, 10, n)
+    assert steady.mser(x) == mser_loop(list(x))
+
+
+def test_mser_finds_a_transient_and_refuses_a_ramp():
+    rng = np.random.default_rng(0)
+    x = 20 * np.exp(-np.arange(400) / 10) + rng.standard_normal(400)
+    d = steady.mser(x)
+    assert d is not None and 20 <= d <= 80
+    assert steady.mser(np.arange(200.0) + rng.standard_normal(200)) is None
+    assert steady.mser(np.zeros(50)) == 0
+
+
+def ar1(rng, n, phi, mean):
+    e = rng.standard_normal(n + 500)
+    x = np.empty_like(e)
+    x[0] = e[0]
+    for i in range(1, x.size):
+        x[i] = phi * x[i - 1] + e[i]
+    return mean + x[500:]
+
+
+def test_batch_means_interval_covers_the_known_mean():
+    """95% batch-means intervals of an AR(1) process of mean 3 (phi 0.6, 20 batches of 100):
+    coverage within 0.90-0.98 over 200 replications."""
+    rng = np.random.default_rng(1)
+    hits = 0
+    for _ in range(200):
+        m, h = steady.batch_means_ci(ar1(rng, 2000, 0.6, 3.0), k=20)
+        hits += abs(m - 3.0) <= h
+    assert 0.90 <= hits / 200 <= 0.98
+
+
+def test_batch_means_against_a_loop():
+    x = np.random.default_rng(2).standard_normal(103)
+    z = steady.batch_means(x, 10)
+    want = [sum(x[3 + 10 * j: 13 + 10 * j]) / 10 for j in range(10)]  # the oldest 3 values dropped
+    np.testing.assert_allclose(z, want, rtol=1e-12)
+    m, h = steady.batch_means_ci(x, 10, 0.9)
+    s = math.sqrt(sum((v - sum(want) / 10) ** 2 for v in want) / 9)
+    from scipy.stats import t
+    assert m == pytest.approx(sum(want) / 10) and h == pytest.approx(t.ppf(0.95, 9) * s / math.sqrt(10))
+
+
+def test_verdict_on_stationary_and_drifting_series():
+    rng = np.random.default_rng(3)
+    ok = sum(steady.verdict(ar1(rng, 200, 0.5, 1.0)).stationary for _ in range(100))
+    assert ok >= 85  # false alarms (they only lengthen a capacity run) stay rare
+    # a drift of 10 (5 of the noise's standard deviations) over the run is always seen, one of 6 nearly always
+    for amp, missed in ((10, 0), (6, 5)):
+        assert sum(steady.verdict(np.linspace(0, amp, 200) + ar1(rng, 200, 0.5, 0.0)).stationary
+                   for _ in range(50)) <= missed
+    v = steady.verdict(np.ones(60), warmup=7)
+    assert v == steady.Verdict(7, True, "")
+    assert not steady.verdict(np.ones(30), warmup=20).stationary  # 10 steps left: too few batches
+
+
+def test_resampled_figures_against_loops():
+    rng = np.random.default_rng(4)
+    T = 7
+    counts = bootstrap_counts(T, 50, rng)
+    for integer in (True, False):
+        n = rng.integers(0, 40, T)
+        values = np.concatenate([(rng.integers(0, 9, k) if integer else rng.lognormal(0, 1, k)).astype(float)
+                                 for k in n])
+        trial = np.repeat(np.arange(T), n)
+        got = steady.boot_weighted_quantile(values, trial, 0.95, counts)
+        for r, c in enumerate(counts):
+            pool = sorted((v, c[t]) for v, t in zip(values, trial) if c[t] > 0)
+            total = sum(w for _, w in pool)
+            acc, want = 0.0, math.nan
+            for v, w in pool:
+                acc += w
+                if acc >= 0.95 * total:
+                    want = v
+                    break
+            assert got[r] == want or (math.isnan(want) and math.isnan(got[r]))
+    a, b = rng.random(T), rng.random(T) + 0.1
+    np.testing.assert_allclose(steady.boot_ratio(a, b, counts), [(c @ a) / (c @ b) for c in counts], rtol=1e-12)
+    np.testing.assert_allclose(steady.boot_mean(a, counts), [(c @ a) / T for c in counts], rtol=1e-12)
+    assert steady.percentile_interval(np.arange(101.0), 0.9) == pytest.approx((5.0, 95.0))
+
+
+def test_in_system_against_a_loop():
+    cfg = mmc(2, 2.2, 12, batch=6)  # load 1.1: a queue that grows
+    s = simulate_schedules(cfg, 3, "pipeline", ["naive"])["async"]
+    got = steady.in_system(s, 0)
+    for i in range(3):
+        for t in range(s.n_steps):
+            at = s.step_start[i, t]
+            sub = s.submit_time[i, ..., 0].ravel()
+            gone = s.completion[i, ..., 0].ravel()
+            want = sum(1 for a, g in zip(sub, gone) if a <= at and not g <= at)
+            assert got[i, t] == want
+    assert got[:, -1].mean() > got[:, 2].mean()  # overloaded: the backlog grows
+
+
+# ----------------------------------------------------------------------------
+# Queueing theory.
+
+
+def test_detected_warmup_gives_erlang_c_wait():
+    """M/M/4 at rho 0.7 started empty: after the detected warm-up the mean wait is within 2% of
+    Erlang C (1.7 million customers; the batch-means interval holds Erlang C too)."""
+    cfg = mmc(4, 2.8, 30)
+    s = simulate_schedules(cfg, 20, "pipeline", ["naive"])["async"]
+    v = steady.verdict(steady.in_system(s, 0).mean(axis=0))
+    assert v.stationary
+    wait = (s.service_start - s.submit_time)[:, v.warmup:, :, 0]
+    want = erlang_c_wait(4, 2.8, 1.0)
+    assert wait.mean() == pytest.approx(want, rel=0.02)
+    m, h = steady.batch_means_ci(wait.mean(axis=(0, 2)), k=5, level=0.99)
+    assert abs(m - want) <= h
+
+
+@pytest.mark.parametrize("steps", [50, 400, 2000])
+def test_an_overloaded_queue_is_never_recommended(steps):
+    """M/M/4 offered 1.05: never recommended, at any run length; its own series says so too."""
+    cfg = mmc(4, 4.2, steps, "capacity.counts=[4,8]", "learner.trials=3", "capacity.max_steps=2000",
+              "capacity.benchmark=false", "capacity.max_bias_vs_naive=null", "capacity.max_step_s=null",
+              "learner.horizon=4", batch=21)
+    res = run_capacity(cfg)
+    four = res.curve[res.curve["count"] == 4]
+    assert four.load.iloc[0] == pytest.approx(1.05, rel=0.02)
+    assert four.status.str.startswith("overloaded").all() and not four.feasible.any()
+    assert res.recommended == 8
+    if steps >= 400:  # simulated anyway, it shows no steady state (the trend of its backlog)
+        s = simulate_schedules(cfg, 3, "pipeline", ["naive"])["async"]
+        assert not steady.verdict(steady.in_system(s, 0).mean(axis=0)).stationary
+
+
+def test_a_stable_pool_gets_the_same_answer_at_any_length():
+    """M/M/c offered 0.7 on 4 workers (0.93 on 3): the recommendation at 50 steps is the one at 2000."""
+    answers = []
+    for steps in (50, 2000):
+        cfg = mmc(4, 2.8, steps, "capacity.counts=[2,4,6]", "learner.trials=3", "capacity.max_steps=2000",
+                  "capacity.benchmark=false", "capacity.max_bias_vs_naive=null", "capacity.max_step_s=null",
+                  "capacity.max_load=0.8", "learner.horizon=4", batch=8)
+        res = run_capacity(cfg)
+        rows = res.curve[res.curve.corrector == "rac"].set_index("count")
+        assert rows.loc[4, "status"] == "ok"
+        answers.append(res.recommended)
+    assert answers == [4, 4]
+
+
+# ----------------------------------------------------------------------------
+# The offered load.
+
+
+def test_judge_offered_load_by_hand():
+    """The judge's offered load at 4 H100s: GPU-seconds of each step's 1024 sequences in FIFO full
+    batches (32 sequences or 32768 padded tokens), by a plain loop over freshly drawn lengths, per
+    second of the mean step, over 4 GPUs: within 1% of racsim's (1.11, as the issue measured)."""
+    cfg = compose_config("scenario=capacity/judge_rm_h100")
+    rm = cfg.pipeline.channels.judge.rm
+    model = build_service(rm)
+    rng = np.random.default_rng(123)
+
+    def lengths(law, n):
+        mu = math.log(law.mean) - law.sigma ** 2 / 2
+        return np.maximum(rng.lognormal(mu, law.sigma, n), law.low)
+
+    work = []
+    for _ in range(60):  # steps
+        tok = np.maximum(np.rint(lengths(rm.prompt_tokens, 1024)) + np.rint(lengths(rm.response_tokens, 1024)), 1)
+        total, batch = 0.0, []
+        for x in list(tok) + [None]:
+            if x is not None and len(batch) < rm.max_batch and (len(batch) + 1) * max(batch + [x]) <= rm.token_budget:
+                batch.append(x)
+                continue
+            b = np.array(batch)
+            total += float(model.seconds(len(b), b.sum(), (b * b).sum(), b.max()))
+            batch = [x]
+        work.append(total)
+    p = cfg.pipeline
+    step = sum(p[phase].mean for phase in ("generate", "fast_score", "submit", "update"))
+    want = np.mean(work) / step / 4
+    got = channel_loads(cfg, "judge", "pipeline.channels.judge.rm.gpus", [4])[4]["load"]
+    assert got == pytest.approx(want, rel=0.01)
+    assert 1.09 < got < 1.13
+
+
+def test_queue_work_is_the_routed_service_times():
+    cfg = compose_config("scenario=capacity/code_verifier", "pipeline.channels.verifier.route_prob=0.5")
+    d = draw(cfg.pipeline, 3, rng_for(0, "pipeline"))
+    w = work_seconds(d, "verifier")
+    s, sent = d.service["verifier"], d.routed["verifier"]
+    for i, t in np.ndindex(3, cfg.pipeline.steps):
+        assert w[i, t] == pytest.approx(sum(s[i, t, b] for b in range(s.shape[2]) if sent[i, t, b]), rel=1e-12)
+
+
+def test_load_counts_the_servers_that_are_up():
+    """With failures the load is the work over the capacity up: x 1 / availability, which is near
+    mtbf / (mtbf + mttr) for random outages."""
+    cfg = compose_config("scenario=capacity/judge_rm_faults")
+    f = cfg.pipeline.channels.judge.faults
+    loads = channel_loads(cfg, "judge", "pipeline.channels.judge.rm.gpus", [5, 8])
+    for n, v in loads.items():
+        assert v["load"] == pytest.approx(v["work_per_s"] / (n * v["availability"]), rel=1e-12)
+        assert v["availability"] == pytest.approx(f.mtbf_s / (f.mtbf_s + f.mttr_s), abs=0.05)
