@@ -72,8 +72,10 @@ def _task(cfg) -> None:
         written = publish_run(out_dir, cfg, lambda stage: write_run(stage, cfg, res, lean=lean_job(cfg),
                                                                     digests=digests, found=found, about=about))
         keep_created()
-    except (ConfigError, OmegaConfBaseException) as ex:
+    except (ConfigError, OmegaConfBaseException, ImportError) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
+        if isinstance(ex, ImportError) and error_line(ex) is None:  # not an optional package's: a bug
+            raise
         if in_multirun():  # a sweep job: the others go on, the sweep lists it when it ends; its folders are the sweep's
             raise
         remove_created()
@@ -139,6 +141,7 @@ def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
     racsim.report.finite), once its files are published: one line naming the rows, exit 2,
     the files kept, no done.json (``resume=true`` reruns it). A sweep job raises it: the
     sweep lists it among the failed jobs."""
+    from racsim.io import config_yaml  # lazy: see _task
     from racsim.report.finite import failure  # lazy: see _task
 
     ex = failure(found, lambda: config_yaml(cfg), f"everything computed is written to {out_dir} "
