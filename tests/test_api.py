@@ -19,7 +19,7 @@ from test_capacity import SMALL_JUDGE
 from test_cli import REPO, SMALL, ok, racsim as racsim_cli, run_dir_args
 
 QUIET = SMALL + ["output.plots=false", "output.progress=false"]
-CAPACITY = ["capacity/judge_rm_h100", SMALL_JUDGE + ["capacity.counts=[1,4]", "output.plots=false"]]
+CAPACITY = ["capacity/judge_rm_h100", SMALL_JUDGE + ["capacity.counts=[1,8]", "output.plots=false"]]  # 1: overloaded
 
 
 def _tree(folder: Path) -> list:
@@ -68,8 +68,8 @@ def test_a_capacity_plan_returns_its_curve(tmp_path, empty_cwd):
     pd.testing.assert_frame_equal(t.curve, pd.read_parquet(tmp_path / "cli" / "capacity.parquet"), check_exact=True)
     for name, got in (("results", t.results), ("channels", t.channels)):  # the run at the recommended count
         assert got.to_csv(index=False) == (tmp_path / "cli" / f"{name}.csv").read_text(), name
-    assert sorted(t.curve["count"].unique()) == [1, 4]
-    assert t.recommended in (None, 1, 4) and t.recommended == t.raw.recommended
+    assert sorted(t.curve["count"].unique()) == [1, 8]
+    assert t.recommended in (None, 8) and t.recommended == t.raw.recommended
 
 
 def test_out_writes_the_clis_folder(tmp_path, empty_cwd):

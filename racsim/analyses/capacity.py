@@ -262,6 +262,13 @@ def _rows(cfg: Any, name: str, n: int, run: Settled, load: dict) -> List[dict]:
     return out
 
 
+# Every figure of a simulated count: the curve has these columns even when no count was simulated.
+CURVE_COLUMNS = ("steps", "warmup_steps", "bias_exact", "bias_exact_lo", "bias_exact_hi", "bias_mc", "mc_se",
+                 "bias_vs_naive", "bias_vs_naive_lo", "bias_vs_naive_hi", "step_s", "step_s_lo", "step_s_hi", "eta",
+                 "delay_p50_steps", "delay_p95_steps", "dropped_frac", "pending_frac", "wait_p95_s", "sojourn_p95_s",
+                 "utilisation", "useful", "available", "cost_per_1000_steps")
+
+
 def overloaded_rows(cfg: Any, name: str, n: int, load: dict) -> List[dict]:
     """The rows of a count whose offered load reaches ``capacity.max_load``: not simulated
     (its queue has no steady state), so every figure but the load and the price is NaN."""
@@ -403,6 +410,7 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
             evaluate(n)
 
     curve = pd.DataFrame([r for n in sorted(rows) for r in rows[n]])
+    curve = curve.reindex(columns=list(curve.columns) + [c for c in CURVE_COLUMNS if c not in curve])  # none simulated
     curve.insert(0, "channel", name)
     curve["feasible"] = [feasible(r, targets) for _, r in curve.iterrows()]
     recommended = _fewest(curve, chosen)
@@ -410,6 +418,9 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
     per = pd.DataFrame({"corrector": names, "fewest": pd.Series([_fewest(curve, c) for c in names], dtype=object)})
     simulated = sorted(runs)
     best_n = recommended if recommended is not None else (max(simulated) if simulated else None)
+    if best_n is not None:  # channels.csv of the run at that count: the sized channel's offered load
+        chans = runs[best_n].channels
+        chans.loc[chans.channel == name, "offered_load"] = loads[best_n]["load"]
     result = CapacityResult(curve=curve, channel=name, unit="GPUs" if _is_gpu(cfg, name) else "workers", key=key,
                             recommended=recommended, per_corrector=per, targets={**targets, "corrector": chosen},
                             best=runs.get(best_n), best_count=best_n, timings=timings, loads=loads, level=float(cap.confidence),

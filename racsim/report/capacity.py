@@ -224,9 +224,7 @@ def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, 
     written = []
     tables = [("capacity", res.curve)]
     if res.best is not None:  # the run at the recommended (or largest simulated) count
-        chans = res.best.channels.copy()
-        chans.loc[chans.channel == res.channel, "offered_load"] = res.loads[res.best_count]["load"]
-        tables += [("results", res.best.results), ("channels", chans)]
+        tables += [("results", res.best.results), ("channels", res.best.channels)]
     if res.autoscale is not None:
         tables.append(("autoscale", res.autoscale))
     bad: List[Unwritable] = [] if found is None else found
