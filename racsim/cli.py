@@ -353,7 +353,8 @@ def _interrupted() -> str:
         release()
         return f"interrupted after the run finished; results in {run['dir']}"
     remove_created()
-    return f"interrupted: the run did not finish; what it wrote is removed from {run['dir']} (run it again)"
+    where = f"its files in {run['dir']} are" if run["dir"].exists() else f"its folder {run['dir']} is"
+    return f"interrupted: the run did not finish, and {where} removed (run it again)"
 
 
 if __name__ == "__main__":
