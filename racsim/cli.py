@@ -347,6 +347,9 @@ def _interrupted() -> str:
     wrote (its folder, or its own files in a folder that existed) and gives its folder back; a
     sweep keeps every complete job (done.json) and reruns the rest on resume."""
     run = single_run()
+    if run is None and not {"-m", "--multirun", "hydra.mode=MULTIRUN"} & set(sys.argv[1:]):
+        remove_created()
+        return "interrupted before the run began; nothing was written"
     if run is None:
         return "interrupted; rerun the same command with resume=true to finish a sweep"
     if run["done"]:

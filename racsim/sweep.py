@@ -530,6 +530,16 @@ def check_run_folder(run: Path, config: DictConfig) -> None:
                                                   f"{', '.join(clash)} (choose another folder, or output.force=true)")
 
 
+def _note_hydra_files(run: Path, config: DictConfig) -> None:
+    """Note (:data:`CREATED`) what Hydra and racsim are about to make in a single run's folder
+    and is not there yet: the ``hydra.output_subdir`` folder (whole), else each file."""
+    for folder, names in hydra_files(run, config):
+        if folder != run and not os.path.lexists(folder):
+            CREATED.append((folder, True))
+        else:
+            CREATED.extend((folder / n, False) for n in (*names, OWNED) if not os.path.lexists(folder / n))
+
+
 def own_hydra_files(run: Path, config: DictConfig) -> None:
     """Record Hydra's files of a single run as racsim's (``.racsim-files``), with the SHA-256 of
     the ``.hydra/`` ones: the next run in the folder may replace them while they are unchanged."""
@@ -627,9 +637,7 @@ class SweepCallback(Callback):
             _note_new(run)
             if not run.exists():
                 CREATED[-1] = (run, True)
-        for folder, names in hydra_files(run, config):
-            CREATED.extend((p, p == folder and folder != run) for p in (folder, *(folder / n for n in (*names, OWNED)))
-                           if not os.path.lexists(p) and p != run)
+        _note_hydra_files(run, config)
         try:
             run.mkdir(parents=True, exist_ok=True)
         except OSError as ex:

@@ -433,3 +433,23 @@ def test_held_warnings_are_shown_when_the_block_ends_normally():
                 warnings.warn("dropped", RuntimeWarning)
                 raise ConfigError("k", 1, "x")
     assert seen == []
+
+
+def test_the_interrupt_line_fits_what_was_running(tmp_path, monkeypatch):
+    """Before the run began: nothing written; a sweep: the resume hint; a single run that had
+    finished: its results stay and its folder is given back."""
+    from racsim.markers import hold_folder
+
+    monkeypatch.setattr(S, "CREATED", [])
+    monkeypatch.setattr(S, "_SINGLE", {})
+    monkeypatch.setattr(sys, "argv", ["racsim", "seed=1"])
+    assert cli._interrupted() == "interrupted before the run began; nothing was written"
+    monkeypatch.setattr(sys, "argv", ["racsim", "-m", "seed=1,2"])
+    assert "resume=true" in cli._interrupted()
+    monkeypatch.setattr(sys, "argv", ["racsim", "seed=1"])
+    (tmp_path / "results.csv").write_bytes(b"done")
+    monkeypatch.setattr(S, "_RELEASE", [hold_folder(tmp_path)])
+    S._SINGLE.update(dir=tmp_path, done=True)
+    line = cli._interrupted()
+    assert "after the run finished" in line and str(tmp_path) in line
+    assert not (tmp_path / LOCK).exists() and (tmp_path / "results.csv").read_bytes() == b"done"
