@@ -565,8 +565,8 @@ def config_error(config: DictConfig) -> Optional[ConfigError]:
         expand(replace_grid(task, config.hydra.overrides.task))
     except ConfigError as ex:
         return ex
-    except Exception:  # what the run itself would report otherwise
-        return None
+    except Exception:  # not a bad value (the run reports the rest itself)
+        pass
     return None
 
 
@@ -655,11 +655,11 @@ class SweepCallback(Callback):
 
     # -- the sweep, in the process that launches it
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from racsim.config.validate import check_name
+
         self._started = time.time()
         _FAILURES.clear()
         detach_submitit_local(config)
-        from racsim.config.validate import check_name
-
         try:
             check_name(config.name)  # before the default folder, whose path holds the name, is made
             sweep = Path(str(config.hydra.sweep.dir))  # resolves (and caches) the folder now
