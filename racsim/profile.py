@@ -147,8 +147,8 @@ def build_model(conf: ProfileConf, dtype, device):
             model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, local_files_only=True)
         except (OSError, ValueError, KeyError) as ex:  # no config.json, no weights, an unknown model type
             reason = (str(ex).strip().splitlines() or [type(ex).__name__])[0]
-            raise ConfigError("rm.checkpoint", conf.rm.checkpoint, "a local checkpoint folder of a transformers "
-                                                                   f"model (config.json and weights): {reason}") from None
+            allowed = f"a local checkpoint folder of a transformers model (config.json and weights): {reason}"
+            raise ConfigError("rm.checkpoint", conf.rm.checkpoint, allowed) from None
         desc = f"{path.name} ({type(model).__name__}, local checkpoint)"
         vocab = int(model.config.vocab_size)
     else:
