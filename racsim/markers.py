@@ -6,10 +6,11 @@ present with the recorded size and SHA-256. The cell of a job is the part of
 its overrides that varies across the sweep (``resume`` never is).
 
 Ownership: racsim replaces only the files it wrote itself. Every folder it
-writes into keeps ``.racsim-files``, the names it wrote there with the SHA-256
-of what it wrote (the marker's files count too, judged by the marker: resume
-reruns a damaged result); a file of another name, or one changed since racsim
-wrote it, is the user's and is never replaced unless forced (:func:`publish`).
+writes into keeps ``.racsim-files``, the names it wrote there (the marker's
+files count too), with the SHA-256 of those made to be read and kept (reports,
+gathered tables, profiles, Hydra's ``.hydra/`` files); a file of another name,
+or one of those changed since racsim wrote it, is the user's and is never
+replaced unless forced (:func:`publish`).
 A folder is held by one process at a time (``.racsim.lock``, :func:`hold_folder`).
 """
 
@@ -200,12 +201,12 @@ def _recorded(folder: Path) -> Dict[str, Optional[str]]:
 
 
 def _owned(folder: Path) -> Dict[str, Optional[str]]:
-    """The files of ``folder`` that racsim wrote, each with the SHA-256 it wrote (None: owned by
-    name alone, as the files a valid marker lists: resume judges those by the marker)."""
+    """The files of ``folder`` that racsim wrote, each with the SHA-256 it wrote where it keeps
+    one (None: owned by name alone)."""
     own = _recorded(folder)
     m = read_marker(Path(folder))
-    if m is not None:
-        own.update(dict.fromkeys([*m["files"], DONE]))
+    for n in [*m["files"], DONE] if m is not None else []:
+        own.setdefault(n, None)
     return own
 
 
@@ -264,13 +265,16 @@ def _clear_stale(folder: Path, names: set) -> None:
             p.unlink(missing_ok=True)
 
 
-def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = ()) -> List[Path]:
+def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = (),
+            track_edits: bool = False) -> List[Path]:
     """Write a result set into ``folder`` without touching a file racsim did not write.
     ``write(stage)`` writes into a fresh hidden folder and returns the paths it wrote;
     their names (and ``also``'s) must not clash with a file of ``folder`` that racsim
     did not write or that changed since, unless ``force``: else FileExistsError names them
-    and nothing in ``folder`` changes. Then the files are moved in and recorded, with their
-    SHA-256, in ``.racsim-files``.
+    and nothing in ``folder`` changes. Then the files are moved in and recorded in
+    ``.racsim-files``; with ``track_edits``, each with its SHA-256, so that a user's later edit
+    makes it theirs (a report, a gathered table, a profile: files made to be read and kept; a
+    job's results are judged by its marker instead, and resume reruns a damaged one).
     Returns the paths in ``folder``."""
     import tempfile
 
@@ -286,7 +290,8 @@ def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = (
                                   f"or which changed since it did (choose another folder, or force it)")
         _clear_stale(folder, set(names) | set(also))
         # first: a file moved in is always known as ours, with the bytes it holds
-        record_owned(folder, {**dict.fromkeys(also), **{n: sha256(stage / n) for n in names}})
+        digests = {n: sha256(stage / n) if track_edits else None for n in names}
+        record_owned(folder, {**dict.fromkeys(also), **digests})
         for n in names:
             os.replace(stage / n, folder / n)
     finally:

@@ -244,7 +244,7 @@ def write_csv(path: Path, header: dict, rows: list) -> None:
         write_text(stage / path.name, text)
         return [stage / path.name]
 
-    publish(path.parent, write)
+    publish(path.parent, write, track_edits=True)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

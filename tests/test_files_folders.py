@@ -183,15 +183,18 @@ def writer(names, data=b"new"):
 
 def test_a_file_racsim_wrote_and_the_user_edited_is_the_users(tmp_path):
     out = tmp_path / "out"
-    publish(out, writer(["results.csv", "report.md"], b"racsim's"))
+    publish(out, writer(["results.csv", "report.md"], b"racsim's"), track_edits=True)
     assert foreign(out, ["results.csv", "report.md"]) == []
     (out / "report.md").write_bytes(b"racsim's, edited")
     assert foreign(out, ["results.csv", "report.md"]) == ["report.md"]
     with pytest.raises(FileExistsError, match="report.md"):
         publish(out, writer(["results.csv", "report.md"]))
     assert (out / "report.md").read_bytes() == b"racsim's, edited" and (out / "results.csv").read_bytes() == b"racsim's"
-    publish(out, writer(["results.csv"], b"again"))  # unedited: racsim's, replaced
+    publish(out, writer(["results.csv"], b"again"), track_edits=True)  # unedited: racsim's, replaced
     assert (out / "results.csv").read_bytes() == b"again" and foreign(out, ["results.csv"]) == []
+    publish(out, writer(["job.parquet"], b"a job's"))  # a job's result: owned by name, an edit is replaced
+    (out / "job.parquet").write_bytes(b"damaged")
+    assert foreign(out, ["job.parquet"]) == []
 
 
 def test_an_older_list_of_names_and_a_markers_files_are_owned_by_name(tmp_path):
@@ -239,7 +242,7 @@ def test_racsim_profile_refuses_a_users_out_file_before_measuring(tmp_path):
     with pytest.raises(ConfigError) as ex:
         parse([f"out={mine}"])
     assert ex.value.key == "out" and mine.read_bytes() == b"the user's"
-    publish(tmp_path, writer(["prof.csv"], b"# racsim-profile: ...\n"))  # a profile racsim wrote: may be replaced
+    publish(tmp_path, writer(["prof.csv"], b"# racsim-profile: ...\n"), track_edits=True)  # racsim's: replaceable
     assert parse([f"out={tmp_path / 'prof.csv'}"]).out == str(tmp_path / "prof.csv")
     (tmp_path / "prof.csv").write_bytes(b"# racsim-profile: edited\n")
     with pytest.raises(ConfigError):

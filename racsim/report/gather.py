@@ -173,7 +173,7 @@ def gather_and_write(path, out: Optional[Path] = None, force: bool = False) -> T
         write_text(md, report_markdown(df, cell_cols, title, skipped) + "\n" + paper)
         return written + [md]
 
-    return df, publish(out_dir, write, force=force)
+    return df, publish(out_dir, write, force=force, track_edits=True)  # a report the user edits is theirs
 
 
 def main(argv=None) -> None:
