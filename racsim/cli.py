@@ -13,8 +13,10 @@ left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from racsim.config.defaults import measured_as_given, replace_grid
@@ -22,7 +24,9 @@ from racsim.config.schema import register_configs
 from racsim.errors import ConfigError
 from racsim.sweep import (
     Job,
+    Stopped,
     end_detached,
+    end_single_run,
     in_multirun,
     keep_created,
     lean_job,
@@ -30,6 +34,7 @@ from racsim.sweep import (
     register_resolvers,
     release,
     remove_created,
+    single_run,
     take_prepared,
 )
 
@@ -52,26 +57,27 @@ def _task(cfg) -> None:
     out_dir = Path(hc.runtime.output_dir)
     found: list = []  # non-finite values where a number must be: the run fails once its files are written
     try:
-        replace_grid(cfg, hc.overrides.task)  # Hydra merged the grid given; it replaces the scenario's
-        measured_as_given(cfg, hc.overrides.task)  # an empirical law chosen here: its data as measured
-        job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
-        if job.skip:
-            print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
-            return
-        res = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch, its cell checked
-        if res is None:
-            job.computing()
-            progress = _progress_bar(cfg)
-            try:
-                res = compute(cfg, progress=progress.update if progress else None)  # the same as racsim.run's
-            finally:
-                if progress:
-                    progress.close()
-        digests: dict = {}
-        about, changes = ([], []) if lean_job(cfg) else _inputs(cfg, hc)  # a lean job writes no summary.md
-        written = publish_run(out_dir, cfg, lambda stage: write_run(stage, cfg, res, lean=lean_job(cfg),
-                                                                    digests=digests, found=found, about=about))
-        keep_created()
+        with _warnings_unless_refused():
+            replace_grid(cfg, hc.overrides.task)  # Hydra merged the grid given; it replaces the scenario's
+            measured_as_given(cfg, hc.overrides.task)  # an empirical law chosen here: its data as measured
+            job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
+            if job.skip:
+                print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
+                return
+            res = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch, its cell checked
+            if res is None:
+                job.computing()
+                progress = _progress_bar(cfg)
+                try:
+                    res = compute(cfg, progress=progress.update if progress else None)  # the same as racsim.run's
+                finally:
+                    if progress:
+                        progress.close()
+            digests: dict = {}
+            about, changes = ([], []) if lean_job(cfg) else _inputs(cfg, hc)  # a lean job writes no summary.md
+            written = publish_run(out_dir, cfg, lambda stage: write_run(stage, cfg, res, lean=lean_job(cfg),
+                                                                        digests=digests, found=found, about=about))
+            keep_created()
     except (ConfigError, OmegaConfBaseException, ImportError) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
         if isinstance(ex, ImportError) and error_line(ex) is None:  # not an optional package's: a bug
@@ -113,6 +119,16 @@ def _run_text(cfg, res) -> str:
     warnings = ([warmup_warning(res.results), stationarity_warning(res.channels)] if res.bias is not None
                 else [share_note(res.results)])
     return "\n".join([head, format_table(res.results)] + [f"racsim: {w}" for w in warnings if w])
+
+
+@contextlib.contextmanager
+def _warnings_unless_refused():
+    """Hold the warnings raised inside (NumPy's overflow of an extreme setting...): shown when
+    the block ends normally, dropped when it raises (a refusal is one line)."""
+    with warnings.catch_warnings(record=True) as held:
+        yield
+    for w in held:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 def _capacity_text(cfg, res) -> str:
@@ -177,6 +193,9 @@ def error_line(ex: BaseException) -> "str | None":
     return _usage_error(ex)
 
 
+SCENARIO_FILE = " (a scenario file is a YAML mapping that begins with '# @package _global_')"
+
+
 def _one_line(ex: BaseException) -> str:
     """Shorten a Hydra/OmegaConf exception chain to 'key: reason'."""
     from omegaconf.errors import OmegaConfBaseException
@@ -193,7 +212,7 @@ def _one_line(ex: BaseException) -> str:
         if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None):
             msg = str(e).splitlines()[0].strip()
             if e.full_key == "scenario":  # a scenario file that is empty, not a mapping, or lacks its header
-                msg += " (a scenario file is a YAML mapping that begins with '# @package _global_')"
+                msg += SCENARIO_FILE
             return f"{e.full_key}: {msg}"
     text = str(ex).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -261,10 +280,14 @@ def _usage_error(ex: BaseException) -> "str | None":
         return _null_parent(override, frames) or f"{override.input_line}: cannot be applied ({type(ex).__name__}: {ex})"
     innermost = frames[-1].f_code.co_filename if frames else ""
     from_hydra = f"{os.sep}hydra{os.sep}" in innermost
-    if not (isinstance(ex, (yaml.YAMLError, UnicodeDecodeError)) or (from_hydra and isinstance(ex, ValueError))):
-        return None
     source = next((f.f_locals["config_path"] for f in reversed(frames)
                    if isinstance(f.f_locals.get("config_path"), str)), None)
+    if isinstance(ex, OSError) and source is not None:  # OmegaConf.load of a config file: a scalar, a list
+        loaded = str(ex).rpartition("Invalid loaded object type: ")[2] if "Invalid loaded object" in str(ex) else None
+        return (f"{source}: holds a YAML {loaded}, not a mapping{SCENARIO_FILE}" if loaded
+                else f"{source}: cannot be read ({ex.strerror or ex})")
+    if not (isinstance(ex, (yaml.YAMLError, UnicodeDecodeError)) or (from_hydra and isinstance(ex, ValueError))):
+        return None
     if isinstance(ex, yaml.MarkedYAMLError) and ex.problem_mark is not None:
         where = f"{source or ex.problem_mark.name}, line {ex.problem_mark.line + 1}"
         return f"{where}: not valid YAML: {ex.problem}"
@@ -371,10 +394,10 @@ def main() -> None:
     except BrokenPipeError:  # stdout closed by its reader (racsim ... | head): what was written stays
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes it
         sys.exit(141)  # 128 + SIGPIPE, as a shell reports a command its pipe stopped
-    except KeyboardInterrupt:  # Ctrl-C: every complete job keeps its done.json; the rest rerun on resume
+    except KeyboardInterrupt as ex:  # Ctrl-C (or SIGTERM during a single run: racsim.sweep.Stopped)
         end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
-        print("racsim: interrupted; rerun the same command with resume=true to finish a sweep", file=sys.stderr)
-        sys.exit(130)
+        print(f"racsim: {_interrupted()}", file=sys.stderr)
+        sys.exit(143 if isinstance(ex, Stopped) else 130)
     except (HydraException, OmegaConfBaseException, ConfigError) as ex:
         remove_created()  # what this process made before the run could start
         if not friendly:
@@ -389,8 +412,27 @@ def main() -> None:
         print(f"racsim: error: {msg}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     finally:
+        end_single_run()
         if friendly:  # leave the environment as found (main() may be called again in-process)
             os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def _interrupted() -> str:
+    """What an interrupt did, on one line. A single run that had not finished takes away what it
+    wrote (its folder, or its own files in a folder that existed) and gives its folder back; a
+    sweep keeps every complete job (done.json) and reruns the rest on resume."""
+    run = single_run()
+    if run is None and not {"-m", "--multirun", "hydra.mode=MULTIRUN"} & set(sys.argv[1:]):
+        remove_created()
+        return "interrupted before the run began; nothing was written"
+    if run is None:
+        return "interrupted; rerun the same command with resume=true to finish a sweep"
+    if run["done"]:
+        release()
+        return f"interrupted after the run finished; results in {run['dir']}"
+    remove_created()
+    where = f"its files in {run['dir']} are" if run["dir"].exists() else f"its folder {run['dir']} is"
+    return f"interrupted: the run did not finish, and {where} removed (run it again)"
 
 
 if __name__ == "__main__":

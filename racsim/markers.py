@@ -7,9 +7,11 @@ its overrides that varies across the sweep (``resume`` never is).
 
 Ownership: racsim replaces only the files it wrote itself. Every folder it
 writes into keeps ``.racsim-files``, the names it wrote there (the marker's
-files count too); a file of another name is the user's and is never replaced
-unless forced (:func:`publish`). A folder is held by one process at a time
-(``.racsim.lock``, :func:`hold_folder`).
+files count too), with the SHA-256 of those made to be read and kept (reports,
+gathered tables, profiles, Hydra's ``.hydra/`` files); a file of another name,
+or one of those changed since racsim wrote it, is the user's and is never
+replaced unless forced (:func:`publish`).
+A folder is held by one process at a time (``.racsim.lock``, :func:`hold_folder`).
 """
 
 from __future__ import annotations
@@ -180,29 +182,63 @@ def write_marker(job_dir: Path, written: Iterable[Path], *, overrides: List[str]
     return path
 
 
-OWNED = ".racsim-files"  # the names racsim wrote in a folder (JSON list)
+OWNED = ".racsim-files"  # what racsim wrote in a folder (JSON: name -> SHA-256 of what it wrote, or null)
 LOCK = ".racsim.lock"  # the process that holds a folder (JSON: pid, host, argv)
+
+
+def _recorded(folder: Path) -> Dict[str, Optional[str]]:
+    """``.racsim-files`` of ``folder``: name -> the SHA-256 racsim wrote (None: not recorded;
+    an older folder's list of names has none)."""
+    try:
+        doc = json.loads((Path(folder) / OWNED).read_text())
+    except (OSError, ValueError):
+        return {}
+    if isinstance(doc, list):
+        return {n: None for n in doc if isinstance(n, str)}
+    if isinstance(doc, dict):
+        return {n: v if isinstance(v, str) else None for n, v in doc.items() if isinstance(n, str)}
+    return {}
+
+
+def _owned(folder: Path) -> Dict[str, Optional[str]]:
+    """The files of ``folder`` that racsim wrote, each with the SHA-256 it wrote where it keeps
+    one (None: owned by name alone)."""
+    own = _recorded(folder)
+    m = read_marker(Path(folder))
+    for n in [*m["files"], DONE] if m is not None else []:
+        own.setdefault(n, None)
+    return own
 
 
 def owned_names(folder: Path) -> set:
     """The files of ``folder`` that racsim wrote: its ``.racsim-files`` and a valid marker's files."""
-    folder = Path(folder)
-    names: set = set()
+    return set(_owned(folder))
+
+
+def record_owned(folder: Path, files: Dict[str, Optional[str]]) -> None:
+    """Add ``files`` (name -> SHA-256 of what racsim wrote, or None) to ``folder``'s ``.racsim-files``."""
+    record = {**_recorded(folder), **files}
+    write_text(Path(folder) / OWNED, json.dumps(dict(sorted(record.items()))) + "\n")
+
+
+def sha256(path: Path) -> Optional[str]:
+    """The SHA-256 of a file, or None when it cannot be read as one (a folder, gone)."""
     try:
-        doc = json.loads((folder / OWNED).read_text())
-        names |= {n for n in doc if isinstance(n, str)} if isinstance(doc, list) else set()
-    except (OSError, ValueError):
-        pass
-    m = read_marker(folder)
-    if m is not None:
-        names |= set(m["files"]) | {DONE}
-    return names
+        return _digest(Path(path))["sha256"]
+    except OSError:
+        return None
 
 
 def foreign(folder: Path, names: Iterable[str]) -> List[str]:
-    """Those of ``names`` present in ``folder`` that racsim did not write there."""
-    own = owned_names(folder)
-    return sorted(n for n in set(names) if n not in own and os.path.lexists(Path(folder) / n))
+    """Those of ``names`` present in ``folder`` that racsim did not write there, or that
+    were changed since (their SHA-256 is not the one recorded)."""
+    own = _owned(folder)
+    out = []
+    for n in sorted(set(names)):
+        p = Path(folder) / n
+        if os.path.lexists(p) and (n not in own or (own[n] is not None and sha256(p) != own[n])):
+            out.append(n)
+    return out
 
 
 def _pid_alive(pid: Any) -> bool:
@@ -229,12 +265,16 @@ def _clear_stale(folder: Path, names: set) -> None:
             p.unlink(missing_ok=True)
 
 
-def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = ()) -> List[Path]:
+def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = (),
+            track_edits: bool = False) -> List[Path]:
     """Write a result set into ``folder`` without touching a file racsim did not write.
     ``write(stage)`` writes into a fresh hidden folder and returns the paths it wrote;
     their names (and ``also``'s) must not clash with a file of ``folder`` that racsim
-    did not write, unless ``force``: else FileExistsError names them and nothing in
-    ``folder`` changes. Then the files are moved in and recorded in ``.racsim-files``.
+    did not write or that changed since, unless ``force``: else FileExistsError names them
+    and nothing in ``folder`` changes. Then the files are moved in and recorded in
+    ``.racsim-files``; with ``track_edits``, each with its SHA-256, so that a user's later edit
+    makes it theirs (a report, a gathered table, a profile: files made to be read and kept; a
+    job's results are judged by its marker instead, and resume reruns a damaged one).
     Returns the paths in ``folder``."""
     import tempfile
 
@@ -247,10 +287,11 @@ def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = (
         clash = foreign(folder, [*names, *also])
         if clash and not force:
             raise FileExistsError(f"{folder}: would replace {', '.join(clash)}, which racsim did not write "
-                                  f"(choose another folder, or force it)")
+                                  f"or which changed since it did (choose another folder, or force it)")
         _clear_stale(folder, set(names) | set(also))
-        record = sorted(owned_names(folder) | set(names) | set(also))
-        write_text(folder / OWNED, json.dumps(record) + "\n")  # first: a file moved in is always known as ours
+        # first: a file moved in is always known as ours, with the bytes it holds
+        digests = {n: sha256(stage / n) if track_edits else None for n in names}
+        record_owned(folder, {**dict.fromkeys(also), **digests})
         for n in names:
             os.replace(stage / n, folder / n)
     finally:

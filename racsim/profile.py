@@ -31,6 +31,7 @@ from typing import List, Optional
 
 from racsim.errors import ConfigError
 from racsim.io import write_text
+from racsim.markers import foreign, publish
 
 
 @dataclass
@@ -98,11 +99,31 @@ def parse(argv: List[str]) -> ProfileConf:
             raise ConfigError(k, getattr(conf, k), f"an integer in [{low}, {MAX_REPEATS}]")
     if not 0 <= conf.seed < 2**63:
         raise ConfigError("seed", conf.seed, "an integer in [0, 2**63)")
+    if not conf.rm.checkpoint:
+        check_model(conf.rm.model)
     out = Path(str(conf.out))
     above = next((d for d in out.parents if d.exists()), Path("."))
     if out.is_dir() or not above.is_dir() or not os.access(above, os.W_OK):
         raise ConfigError("out", conf.out, "the path of a CSV file to write, in a folder you can write to")
+    if foreign(out.parent, [out.name]):
+        raise ConfigError("out", conf.out, "a file racsim-profile may write: this one is not a profile it wrote (or "
+                                           "it changed since); choose another name, or remove it")
     return conf
+
+
+def check_model(m: TinyModelConf) -> None:
+    """The built-in model's shape: sizes >= 1, heads that split d_model into even head sizes
+    (rotary embeddings rotate pairs), key-value heads that divide the heads, two tokens or more."""
+    for k in ("layers", "d_model", "d_ff", "n_heads", "n_kv_heads"):
+        if getattr(m, k) < 1:
+            raise ConfigError(f"rm.model.{k}", getattr(m, k), "an integer >= 1")
+    if m.d_model % m.n_heads or (m.d_model // m.n_heads) % 2:
+        raise ConfigError("rm.model.n_heads", m.n_heads, f"a divisor of rm.model.d_model={m.d_model} that leaves "
+                                                         f"an even head size (d_model / n_heads)")
+    if m.n_heads % m.n_kv_heads:
+        raise ConfigError("rm.model.n_kv_heads", m.n_kv_heads, f"a divisor of rm.model.n_heads={m.n_heads}")
+    if m.vocab < 2:
+        raise ConfigError("rm.model.vocab", m.vocab, "an integer >= 2 (token 0 pads; the others are drawn)")
 
 
 MAX_BATCH, MAX_SEQ, MAX_REPEATS = 4096, 131072, 1000  # sizes past these are a typo, not a profile
@@ -120,9 +141,14 @@ def build_model(conf: ProfileConf, dtype, device):
     torch.manual_seed(conf.seed)
     if conf.rm.checkpoint:
         path = Path(conf.rm.checkpoint)
-        if not path.exists():
+        if not path.is_dir():
             raise ConfigError("rm.checkpoint", conf.rm.checkpoint, "the path of a local checkpoint folder")
-        model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, local_files_only=True)
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, local_files_only=True)
+        except (OSError, ValueError, KeyError) as ex:  # no config.json, no weights, an unknown model type
+            reason = (str(ex).strip().splitlines() or [type(ex).__name__])[0]
+            allowed = f"a local checkpoint folder of a transformers model (config.json and weights): {reason}"
+            raise ConfigError("rm.checkpoint", conf.rm.checkpoint, allowed) from None
         desc = f"{path.name} ({type(model).__name__}, local checkpoint)"
         vocab = int(model.config.vocab_size)
     else:
@@ -205,13 +231,20 @@ def measure(conf: ProfileConf, log=None):
 
 
 def write_csv(path: Path, header: dict, rows: list) -> None:
+    """The profile, written and recorded as racsim's (racsim.markers.publish): never over a file of
+    the user's (FileExistsError), so that the next profile of that name may replace it."""
     lines = [f"# {k}: {v}" for k, v in header.items()]
     cols = ["batch_size", "seq_len", "seconds", "seconds_median", "seconds_max", "repeats"]
     lines.append(",".join(cols))
     for r in rows:
         lines.append(",".join(repr(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, "\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+
+    def write(stage: Path) -> List[Path]:
+        write_text(stage / path.name, text)
+        return [stage / path.name]
+
+    publish(path.parent, write, track_edits=True)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -219,6 +252,16 @@ def main(argv: Optional[List[str]] = None) -> None:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return
+    try:
+        out = _profile(argv)
+    except KeyboardInterrupt:  # Ctrl-C: the profile is written at the end, in one piece, or not at all
+        print("racsim-profile: interrupted; nothing written", file=sys.stderr)
+        sys.exit(130)
+    print(f"racsim-profile: use it with rm.service=profiled rm.profile={out}")
+
+
+def _profile(argv: List[str]) -> Path:
+    """Parse, measure, write: the profile's path, or one error line and exit status 2."""
     try:
         conf = parse(argv)
         try:
@@ -234,11 +277,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     out = Path(conf.out)
     try:
         write_csv(out, header, rows)
-    except OSError as ex:
-        print(f"racsim-profile: error: out = {conf.out!r}: cannot be written ({ex.strerror})", file=sys.stderr)
+    except OSError as ex:  # FileExistsError: a file of the user's took the name while the profile ran
+        why = str(ex) if isinstance(ex, FileExistsError) else f"cannot be written ({ex.strerror})"
+        print(f"racsim-profile: error: out = {conf.out!r}: {why}", file=sys.stderr)
         sys.exit(2)
     print(f"racsim-profile: {len(rows)} cells on {header['device']} ({header['dtype']}) -> {out}")
-    print(f"racsim-profile: use it with rm.service=profiled rm.profile={out}")
+    return out
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from racsim.errors import ConfigError
 from racsim.guide import help_text
 from racsim.markers import (
     DONE,
+    OWNED,
     RESUME_KEY,
     cell_overrides,
     cell_values,
@@ -45,6 +46,8 @@ from racsim.markers import (
     is_complete,
     job_dirs,
     publish,
+    record_owned,
+    sha256,
     write_marker,
 )
 
@@ -113,6 +116,10 @@ class Job:
         """Write ``done.json``: the job's last act (``digests``: racsim.markers.write_marker)."""
         path = write_marker(self.out_dir, written, overrides=self.overrides, cell=self.cell, job=self.num,
                             runtime_s=time.perf_counter() - self.t0, digests=digests)
+        if self.num is None:  # a single run is complete: what it made stays, whatever stops the process now
+            CREATED.clear()
+            if _SINGLE:
+                _SINGLE["done"] = True
         self.close()
         return path
 
@@ -206,19 +213,29 @@ def keep_created() -> None:
 
 def publish_run(out_dir: Path, cfg: Any, write) -> List[Path]:
     """Write a run's files into ``out_dir`` through a staging folder (racsim.markers.publish):
-    a ConfigError, and nothing touched, when one would replace a file racsim did not write."""
+    a ConfigError, and nothing touched, when one would replace a file racsim did not write.
+    A single run notes the files it adds (:data:`CREATED`), for an interrupt before it completes."""
     force = bool(OmegaConf.select(cfg, "output.force", default=False))
+
+    def staged(stage: Path) -> List[Path]:
+        paths = write(stage)
+        if not in_multirun():
+            new = [n for n in (OWNED, *(p.name for p in stage.iterdir())) if not os.path.lexists(out_dir / n)]
+            CREATED.extend((out_dir / n, False) for n in new)
+        return paths
+
     try:
-        return publish(out_dir, write, force=force, also=[DONE])
+        return publish(out_dir, staged, force=force, also=[DONE])
     except FileExistsError as ex:
         raise ConfigError("output.force", force, f"true to replace them: {ex}") from None
 
 
-def refuse(ex: ConfigError) -> None:
+def refuse(ex: ConfigError, also: Optional[ConfigError] = None) -> None:
     """Stop the command from a Hydra callback (which turns an exception into a warning and
-    goes on): one line, exit status 2, and what this process made taken away."""
+    goes on): one line (with ``also``, a bad value of the run's config found beside it), exit
+    status 2, and what this process made taken away."""
     remove_created()
-    print(f"racsim: error: {ex}", file=sys.stderr)
+    print(f"racsim: error: {ex}" + (f"; also {also}" if also is not None else ""), file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -486,6 +503,120 @@ def _need_launcher(ok: bool, n_jobs: Any, cores: int) -> None:
                                                            f"cores, -2 for all but one...)")
 
 
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes in a run's hydra.output_subdir
+
+
+def hydra_files(run: Path, config: DictConfig) -> List[Tuple[Path, List[str]]]:
+    """(folder, names) of the files Hydra writes into a single run's folder: the job's log,
+    and its ``hydra.output_subdir`` (``.hydra``, unless set otherwise or null) of three."""
+    out = [(run, [f"{config.hydra.job.name}.log"])]
+    sub = OmegaConf.select(config, "hydra.output_subdir", default=None)
+    if sub is not None:
+        out.append((run / str(sub), list(HYDRA_FILES)))
+    return out
+
+
+def check_run_folder(run: Path, config: DictConfig) -> None:
+    """A single run's ``hydra.run.dir`` must be a folder (not a file, nor under one) that this
+    user can write, where Hydra would replace no file of the user's (its log and its
+    ``.hydra/`` files: racsim's own, :func:`own_hydra_files`, are replaced) unless
+    ``output.force``: else a ConfigError naming it, before anything is written."""
+    where = str(run)
+    for d in (run, *run.parents):
+        if d.exists():  # the nearest folder that exists (a link followed)
+            if not d.is_dir():
+                raise ConfigError("hydra.run.dir", where, "a folder, not a file" if d == run else
+                                  f"a folder: {d} is a file, so nothing can be made under it")
+            if not os.access(d, os.W_OK | os.X_OK):
+                raise ConfigError("hydra.run.dir", where, f"a folder you can write to ({d} is not writable)")
+            break
+    clash = []
+    for folder, names in hydra_files(run, config):
+        if os.path.lexists(folder) and not folder.is_dir():
+            raise ConfigError("hydra.run.dir", where, f"a folder where Hydra can make {folder.name}/ "
+                                                      f"({folder} is a file of the user's)")
+        clash += [(folder / n).relative_to(run).as_posix() for n in foreign(folder, names)] if folder.is_dir() else []
+    if clash and not OmegaConf.select(config, "output.force", default=False):
+        raise ConfigError("hydra.run.dir", where, f"a folder where Hydra would not replace the user's "
+                                                  f"{', '.join(clash)} (choose another folder, or output.force=true)")
+
+
+def _note_hydra_files(run: Path, config: DictConfig) -> None:
+    """Note (:data:`CREATED`) what Hydra and racsim are about to make in a single run's folder
+    and is not there yet: the ``hydra.output_subdir`` folder (whole), else each file."""
+    for folder, names in hydra_files(run, config):
+        if folder != run and not os.path.lexists(folder):
+            CREATED.append((folder, True))
+        else:
+            CREATED.extend((folder / n, False) for n in (*names, OWNED) if not os.path.lexists(folder / n))
+
+
+def own_hydra_files(run: Path, config: DictConfig) -> None:
+    """Record Hydra's files of a single run as racsim's (``.racsim-files``), with the SHA-256 of
+    the ``.hydra/`` ones: the next run in the folder may replace them while they are unchanged."""
+    for folder, names in hydra_files(run, config):
+        log = folder == run
+        record_owned(folder, {n: None if log else sha256(folder / n) for n in names if (folder / n).is_file()})
+
+
+def config_error(config: DictConfig) -> Optional[ConfigError]:
+    """The first bad value of a run's own config (what the run would refuse), or None:
+    so that a refusal of the run's folder reports it too."""
+    import copy
+
+    from omegaconf import open_dict, read_write
+
+    from racsim.analyses.grid import expand  # lazy: the simulator loads only when needed
+    from racsim.config.defaults import replace_grid
+
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    try:
+        expand(replace_grid(task, config.hydra.overrides.task))
+    except ConfigError as ex:
+        return ex
+    except Exception:  # not a bad value (the run reports the rest itself)
+        pass
+    return None
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM during a single run: it ends the run as Ctrl-C does (racsim.cli.main)."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise Stopped()
+
+
+_SINGLE: Dict[str, Any] = {}  # the single run of this process: its folder, whether it finished, SIGTERM's old handler
+
+
+def start_single_run(run: Path) -> None:
+    """A single run began in ``run``: SIGTERM now ends it as Ctrl-C does (racsim.cli.main cleans up)."""
+    import signal
+
+    _SINGLE.update(dir=run, done=False)
+    try:
+        _SINGLE["term"] = signal.signal(signal.SIGTERM, _stop)
+    except ValueError:  # not the main thread: SIGTERM keeps its handler
+        pass
+
+
+def single_run() -> Optional[Dict[str, Any]]:
+    """{dir, done} of this process's single run, or None (a sweep, or before the run began)."""
+    return dict(_SINGLE) if "dir" in _SINGLE else None
+
+
+def end_single_run() -> None:
+    """Give SIGTERM back its handler; the process runs no single run any more."""
+    import signal
+
+    if "term" in _SINGLE:
+        signal.signal(signal.SIGTERM, _SINGLE["term"])
+    _SINGLE.clear()
+
+
 class SweepCallback(Callback):
     """Hydra callback (conf/config.yaml ``hydra.callbacks.racsim``)."""
 
@@ -503,33 +634,46 @@ class SweepCallback(Callback):
 
     # -- a single run: its folder is made (or taken) here, before Hydra writes into it
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from racsim.config.validate import check_name
+
         CREATED.clear()
         _RELEASE.clear()
-        run = Path(str(config.hydra.run.dir))  # the default is made now (racsim.unique_dir)
+        try:
+            check_name(config.name)  # before the default folder, whose path holds the name, is made
+            run = Path(str(config.hydra.run.dir))  # the default is made now (racsim.unique_dir)
+            check_run_folder(run, config)
+        except ConfigError as ex:
+            refuse(ex, None if ex.key == "name" else config_error(config))
         if not any(p == run for p, _ in CREATED):
             _note_new(run)
             if not run.exists():
                 CREATED[-1] = (run, True)
-        for name in (".hydra", f"{config.hydra.job.name}.log"):
-            if not (run / name).exists():
-                CREATED.append((run / name, name == ".hydra"))
-        run.mkdir(parents=True, exist_ok=True)
+        _note_hydra_files(run, config)
+        try:
+            run.mkdir(parents=True, exist_ok=True)
+        except OSError as ex:
+            refuse(ConfigError("hydra.run.dir", str(run), f"a folder that can be made ({ex.strerror})"),
+                   config_error(config))
         try:
             hold(run, "run")
         except ConfigError as ex:
             CREATED[:] = [(p, t) for p, t in CREATED if run not in (p, *p.parents)]  # the folder is another run's
             refuse(ex)
+        start_single_run(run)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         release()
 
     # -- the sweep, in the process that launches it
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from racsim.config.validate import check_name
+
         self._started = time.time()
         _FAILURES.clear()
         detach_submitit_local(config)
-        sweep = Path(str(config.hydra.sweep.dir))  # resolves (and caches) the folder now
         try:
+            check_name(config.name)  # before the default folder, whose path holds the name, is made
+            sweep = Path(str(config.hydra.sweep.dir))  # resolves (and caches) the folder now
             check_sweep_folder(sweep, config)
         except ConfigError as ex:
             refuse(ex)
@@ -577,7 +721,8 @@ class SweepCallback(Callback):
 
     # -- each job, in the process that runs it
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not in_multirun():  # a single run says what it ran in its own output
+        if not in_multirun():  # a single run says what it ran in its own output; Hydra's files are racsim's
+            own_hydra_files(Path(str(config.hydra.runtime.output_dir)), config)
             return
         self._job_t0 = time.perf_counter()
         num = OmegaConf.select(config, "hydra.job.num", default=None)

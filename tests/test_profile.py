@@ -153,3 +153,23 @@ def test_core_modules_do_not_import_torch():
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_checkpoint_folder_that_is_not_a_model_is_refused_naming_it(torch_stack, tmp_path):
+    """An empty folder, a config.json without a model type, a model's config without weights:
+    a ConfigError naming rm.checkpoint with transformers' reason (the command prints it as one line)."""
+    import json
+
+    from racsim.profile import ProfileConf, ProfileRMConf, build_model
+
+    torch, _ = torch_stack
+    tiny = {"model_type": "llama", "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 10}
+    for i, files in enumerate(({}, {"config.json": "{}"}, {"config.json": json.dumps(tiny)}, {"a.txt": "x"})):
+        d = tmp_path / f"ckpt{i}"
+        d.mkdir()
+        for name, text in files.items():
+            (d / name).write_text(text)
+        with pytest.raises(ConfigError) as info:
+            build_model(ProfileConf(rm=ProfileRMConf(checkpoint=str(d))), torch.float32, torch.device("cpu"))
+        assert info.value.key == "rm.checkpoint" and "\n" not in str(info.value), info.value

@@ -28,7 +28,7 @@ from racsim.pipeline.draws import PipelineDraws, draw
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
 from racsim.pipeline.schedule import INJECTED, PENDING, ArrivalSchedule
-from racsim.pipeline.stats import channel_stats, queue_timeseries
+from racsim.pipeline.stats import channel_stats, queue_timeseries, queue_workers
 from racsim.seeds import rng_for, seed_sequence
 
 
@@ -121,7 +121,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep
         if n_cells > 1:
             values = {"cell": i, **values}
         summary = summarize(brun, lr.bootstrap, None, counts=counts)
-        workers = {n: ch.workers for n, ch in ccfg.pipeline.channels.items()}
+        workers = queue_workers(ccfg.pipeline.channels)
         chans = channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))
         table = _results_table(ccfg, cell.names, cell.schedules, summary, brun)
         table["stationary"] = bool(chans.stationary.all())  # every channel in a steady state over the window

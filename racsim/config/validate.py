@@ -286,9 +286,18 @@ def validate_changed(cfg: Any, changed: Sequence[str]) -> None:
     validate_rules(cfg, None if any(k.startswith("limits.") for k in changed) else changed)
 
 
+def check_name(name: Any) -> None:
+    """``name`` names the run's folder under outputs/ (``outputs/NAME/...``): one folder name,
+    never a path that leads elsewhere."""
+    _need(isinstance(name, str) and name not in ("", ".", "..") and not set(name) & set("/\\")
+          and name.isprintable() and len(name.encode()) <= 200, "name", name,
+          "a folder name under outputs/: not empty, not '.' or '..', no '/' or '\\', printable, at most 200 bytes")
+
+
 def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     """validate's ranges and cross-field rules, then the data files (:func:`check_data_files`;
     only those at the keys ``files`` when given)."""
+    check_name(cfg.name)
     p = cfg.pipeline
     _int_at_least("pipeline.steps", p.steps, 1)
     if p.warmup_steps is not None:

@@ -193,8 +193,8 @@ class Timeline:
             self.cover(r, float(np.max(t1)))
             d, u = self.down[r], self.up[r]
             down += np.clip(np.minimum(u, t1[:, None]) - np.maximum(d, t0[:, None]), 0, None).sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return 1.0 - down / (self.servers * span)
+        with np.errstate(invalid="ignore", divide="ignore"):  # an empty window: NaN
+            return np.clip(1.0 - down / (self.servers * span), 0.0, 1.0)  # summed outages round past the span
 
 
     def _reach(self, t: float):

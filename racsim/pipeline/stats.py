@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -10,6 +10,12 @@ import pandas as pd
 from racsim.pipeline.autoscale import billed_seconds
 from racsim.pipeline.steady import in_system, verdict
 from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED, ArrivalSchedule
+
+
+def queue_workers(channels: Dict[str, Any]) -> Dict[str, Optional[int]]:
+    """The workers each channel's results queue for: ``workers``, but None (no limit, no
+    utilisation) for a kernel channel, whose kernel gives every delay whatever its workers."""
+    return {n: None if getattr(ch, "kernel", None) is not None else ch.workers for n, ch in channels.items()}
 
 
 def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], warmup_steps: int = 0) -> pd.DataFrame:

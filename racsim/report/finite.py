@@ -43,7 +43,7 @@ MAY_BE_NAN = {
                "importance ratio",
     "delay_*_steps": _NONE_LANDED,
     "sojourn_*_s": "no result of that channel came back in the measured window",
-    "wait_mean_s": "no sample was sent to that channel in the measured window",
+    "wait_*_s": "no sample was sent to that channel in the measured window (route_prob: none was routed to it)",
     "workers": "the channel has no worker limit (workers=null: as many servers as needed)",
     "utilisation": "the channel has no worker limit (workers=null), so it has no utilisation",
     "autoscale:*": "a fixed pool whose offered load reaches capacity.max_load is not simulated (no steady state)",

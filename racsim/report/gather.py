@@ -194,7 +194,7 @@ def gather_and_write(path, out: Optional[Path] = None, force: bool = False, plot
         write_text(md, head + ("\n" + paper if paper else ""))
         return written + figures + [md]
 
-    return Gathered(df, agg, publish(out_dir, write, force=force))
+    return Gathered(df, agg, publish(out_dir, write, force=force, track_edits=True))  # a report the user edits is theirs
 
 
 def answer_text(g: Gathered) -> str:
