@@ -57,7 +57,7 @@ def _task(cfg) -> None:
     out_dir = Path(hc.runtime.output_dir)
     found: list = []  # non-finite values where a number must be: the run fails once its files are written
     try:
-        with _warnings_unless_refused():
+        with _warnings_unless_refused() as held:
             replace_grid(cfg, hc.overrides.task)  # Hydra merged the grid given; it replaces the scenario's
             measured_as_given(cfg, hc.overrides.task)  # an empirical law chosen here: its data as measured
             job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
@@ -78,6 +78,8 @@ def _task(cfg) -> None:
             written = publish_run(out_dir, cfg, lambda stage: write_run(stage, cfg, res, lean=lean_job(cfg),
                                                                         digests=digests, found=found, about=about))
             keep_created()
+            if found:
+                held.clear()
     except (ConfigError, OmegaConfBaseException, ImportError) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
         if isinstance(ex, ImportError) and error_line(ex) is None:  # not an optional package's: a bug
@@ -126,7 +128,7 @@ def _warnings_unless_refused():
     """Hold the warnings raised inside (NumPy's overflow of an extreme setting...): shown when
     the block ends normally, dropped when it raises (a refusal is one line)."""
     with warnings.catch_warnings(record=True) as held:
-        yield
+        yield held  # the caller may clear it (a run that fails after writing: its one line stands alone)
     for w in held:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 

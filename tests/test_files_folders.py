@@ -37,7 +37,7 @@ from racsim.markers import DONE, LOCK, OWNED, foreign, publish, write_marker
 from racsim.pipeline.faults import FaultSpec, Timeline
 from racsim.pipeline.stats import queue_workers
 from racsim.report import gather as G
-from racsim.report.finite import check_finite
+from racsim.report.finite import non_finite
 
 TINY = ["learner.trials=4", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=3",
         "output.plots=false", "output.progress=false", "corrector.names=[naive,rac]"]
@@ -371,7 +371,7 @@ def test_a_single_runs_published_files_are_noted_and_a_finished_run_keeps_them(t
 
 
 def test_a_kernel_channel_has_no_workers_and_no_utilisation(tmp_path):
-    from racsim.run import run
+    from racsim.analyses.dispatch import run
 
     lat = ["learner.trials=4", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=20"]
     zero, late = "[0,0,0]", "[" + ",".join(["0"] * 23 + ["1"]) + "]"
@@ -380,7 +380,7 @@ def test_a_kernel_channel_has_no_workers_and_no_utilisation(tmp_path):
         ch = run(cfg).channels.set_index("channel")
         assert math.isnan(ch.loc["judge", "utilisation"]) and math.isnan(ch.loc["judge", "workers"]), ch
         assert 0 < ch.loc["verifier", "utilisation"] <= 1 and ch.loc["verifier", "workers"] == 8
-        check_finite(ch.reset_index(), "channels")
+        assert non_finite(ch.reset_index(), "channels") == []
     chans = compose_config("pipeline.channels.judge.kernel=[1.0]").pipeline.channels
     assert queue_workers(chans) == {"verifier": 8, "judge": None}
 
@@ -416,13 +416,15 @@ def test_a_channel_sent_no_sample_runs_with_nan_waits(tmp_path, monkeypatch, cap
 
 
 def test_a_refusal_drops_the_runs_numpy_warnings(tmp_path):
-    """learner.fast_noise_std=1e300 overflows in NumPy before the finite guard refuses the run:
-    one stderr line (there were three warnings and their source lines)."""
+    """learner.fast_noise_std=1e300 overflows in NumPy before the finite guard fails the run:
+    one stderr line (there were three warnings and their source lines); the finished work is
+    written (summary.md names the rows), with no done.json."""
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     p = subprocess.run([sys.executable, "-m", "racsim", "learner.fast_noise_std=1e300", *TINY], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "bias_mc" in p.stderr, p.stderr
-    assert list(tmp_path.iterdir()) == []
+    (run,) = (tmp_path / "outputs" / "default").iterdir()
+    assert (run / "summary.md").is_file() and not (run / "done.json").exists()
 
 
 def test_held_warnings_are_shown_when_the_block_ends_normally():
