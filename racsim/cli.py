@@ -95,6 +95,10 @@ def _task(cfg) -> None:
     else:
         print(f"racsim: {cfg.name}: {cfg.study.kind} in {took}")
     print(format_table(res.results))
+    if "lm_paired" in res.extra:  # learner=lm's power study: the answer is the paired differences
+        from racsim.report.lm import format_paired
+
+        print(format_paired(res.extra["lm_paired"]))
     warning = warmup_warning(res.results) if res.bias is not None else ""
     if warning:
         print(f"racsim: {warning}")

@@ -126,6 +126,40 @@ def sweep(res, path: Path) -> bool:
 PLOTS = (("lm_training.png", training), ("lm_gradients.png", gradients), ("lm_sweep.png", sweep))
 
 
+def format_paired(paired: pd.DataFrame) -> str:
+    """The paired differences (racsim.analyses.lm_study.paired_differences) as a text table."""
+    df = paired.copy()
+    df["95% CI"] = [f"[{a:+.4f}, {b:+.4f}]" for a, b in zip(df.ci_lo, df.ci_hi)]
+    df["answer"] = np.where(df.excludes_zero, np.where(df["diff"] > 0, "rac ahead", "rac behind"),
+                            np.where(df.narrower_than_effect, "tie (CI < effect size)", "unresolved"))
+    keep = [c for c in ("cell", "metric", "pair", "seeds", "diff", "95% CI", "sd", "answer") if c in df]
+    return df[keep].to_string(index=False, float_format=lambda v: f"{v:+.4f}")
+
+
+def paired_markdown(res) -> list:
+    """The power study's sections: paired differences and the seed rule's inputs (none without them)."""
+    paired = res.extra.get("lm_paired")
+    if paired is None:
+        return []
+    rule = res.extra["lm_seed_rule"]
+    out = ["## Paired differences: rac minus each corrector, seed by seed", "",
+           "Every corrector's seed s sees the same prompts, the same uniforms behind every sampled token and the same "
+           "delays (common random numbers), so each seed gives one difference; `diff` is their mean, `95% CI` the "
+           "t-interval over seeds (n - 1 degrees of freedom), `sd` their standard deviation. "
+           "`true_at_naive_clock`: true reward when the seed's naive run has finished; `true_final`: the last 10% "
+           f"of steps. `answer`: the interval excludes 0, or is narrower than the effect size "
+           f"{rule.effect_size.iloc[0]:g}, or neither.", "", "```", format_paired(paired), "```", "",
+           "## Seed count", "",
+           "From a pilot's paired differences (true reward at naive's clock), per pair n = min(n_precision, "
+           "n_separation): n_precision the smallest n whose 95% interval is narrower than the effect size at the "
+           "pilot's sd, n_separation the smallest n whose interval excludes 0 with 80% power when the difference is "
+           "the pilot's |diff| less its own 95% half-width (none when that interval holds 0); the study runs the "
+           "largest n (the pilot's seeds among them), at most learner.lm.max_seeds, and applies the rule again on "
+           "every seed run so far (stages) until it asks for no more.", "", "```",
+           rule.drop(columns=["cell"], errors="ignore").to_string(index=False), "```", ""]
+    return out
+
+
 def summary_markdown(res, files: list) -> str:
     r = res.results
     first = r.iloc[0]
@@ -152,6 +186,7 @@ def summary_markdown(res, files: list) -> str:
         "```",
         "",
     ]
+    lines += paired_markdown(res)
     if "cell" in r:
         for col, what in (("true_final", "Final true reward (mean of the last 10% of steps)"),
                           ("true_at_naive_clock", "True reward at naive's wall-clock")):
