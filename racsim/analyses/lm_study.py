@@ -103,6 +103,21 @@ def paired_differences(values: Dict[str, np.ndarray], base: str, effect_size: fl
 SEARCH_SEEDS = 10**6  # the seed counts the rule searches: 2 .. SEARCH_SEEDS
 
 
+def first_n(ok) -> int:
+    """The smallest n in [2, SEARCH_SEEDS] with ``ok(n)`` for a condition that, once true,
+    stays true as n grows (doubling, then bisection); SEARCH_SEEDS when none is."""
+    hi = 2
+    while not ok(hi):
+        if hi >= SEARCH_SEEDS:
+            return SEARCH_SEEDS
+        hi = min(2 * hi, SEARCH_SEEDS)
+    lo = max(2, hi // 2)  # ok(hi) holds; below lo it does not (or lo is 2)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
+    return hi
+
+
 def seeds_needed(mean: float, sd: float, n0: int, effect_size: float, power: float = 0.8) -> tuple:
     """The seed counts a paired difference needs, from ``n0`` pilot seeds with mean
     ``mean`` and standard deviation ``sd``: (n_precision, n_separation), the smallest
@@ -111,14 +126,12 @@ def seeds_needed(mean: float, sd: float, n0: int, effect_size: float, power: flo
     (the interval excludes 0 with probability ``power`` when the true difference is e),
     e = |mean| - t_{0.975, n0-1} sd / sqrt(n0), the smallest effect the pilot's own 95%
     interval allows (no n when that interval holds 0); SEARCH_SEEDS where no n up to
-    it does."""
-    n = np.arange(2, SEARCH_SEEDS + 1)
-    se = sd / np.sqrt(n)
-    t975 = stats.t.ppf(0.975, n - 1)
+    it does. Both sides fall as n grows, so :func:`first_n` finds them."""
     effect = abs(mean) - float(t_halfwidth(sd, n0))
-    prec = 2 * t975 * se < effect_size
-    sep = (t975 + stats.t.ppf(power, n - 1)) * se <= effect if effect > 0 else np.zeros(len(n), dtype=bool)
-    return tuple(int(n[ok.argmax()]) if ok.any() else SEARCH_SEEDS for ok in (prec, sep))
+    n_prec = first_n(lambda n: 2 * float(t_halfwidth(sd, n)) < effect_size)
+    if effect <= 0:
+        return n_prec, SEARCH_SEEDS
+    return n_prec, first_n(lambda n: (stats.t.ppf(0.975, n - 1) + stats.t.ppf(power, n - 1)) * sd / np.sqrt(n) <= effect)
 
 
 def seed_rule(pilot: pd.DataFrame, effect_size: float, max_seeds: int) -> tuple:

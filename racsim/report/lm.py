@@ -73,21 +73,29 @@ def training(res, path: Path) -> bool:
 
 
 def gradients(res, path: Path) -> bool:
-    """Measured missing fraction of the slow residual's gradient per corrector (pooled over
-    the checkpoints of each seed; 95% CI over seeds) beside the tabular prediction, eta."""
+    """Measured missing share of the slow residual's gradient per corrector (95% CI over
+    seeds): delivered weights over every step (``missing_share``) and, with gradient
+    checkpoints, the projection at them (``grad_missing``), beside the tabular slack eta
+    on the same steps (``eta_steady``) and over the run (``slack_eta``). One cell only."""
     r = res.results
-    if "grad_missing" not in r:
+    if "cell" in r or not ({"grad_missing", "missing_share"} & set(r)):
         return False
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     x = np.arange(len(r))
-    ax.errorbar(x - 0.1, r.grad_missing, yerr=r.grad_missing_ci, fmt="o", capsize=3,
-                label="measured: -<E[g] - g_sync, g_res> / ||g_res||^2")
-    ax.plot(x + 0.1, r.slack_eta, "k_", ms=14, mew=2, label="tabular prediction: slack eta (Theorem 2.1)")
+    if "missing_share" in r:
+        ax.errorbar(x - 0.15, r.missing_share, yerr=r.missing_share_ci, fmt="s", capsize=3,
+                    label="measured, every step: 1 - delivered weight c/ratio (IS, same policy)")
+        ax.plot(x - 0.15, r.eta_steady, "r_", ms=14, mew=2, label="tabular eta on the same steps")
+    if "grad_missing" in r:
+        ax.errorbar(x + 0.05, r.grad_missing, yerr=r.grad_missing_ci, fmt="o", capsize=3,
+                    label="measured at checkpoints: -<E[g] - g_sync, g_res> / ||g_res||^2")
+    ax.plot(x + 0.2, r.slack_eta, "k_", ms=14, mew=2, label="tabular eta over the run (Theorem 2.1)")
+    ax.axhline(0, color="grey", lw=0.8)
     ax.set_xticks(x)
     ax.set_xticklabels(r.corrector, rotation=20, fontsize=8)
-    ax.set_ylabel("missing fraction of the slow residual's gradient")
-    ax.set_title("Gradient bias against synchronous GRPO at the checkpoints (95% CI over seeds)", fontsize=9)
+    ax.set_ylabel("missing share of the slow residual's gradient\n(< 0: more than synchronous GRPO delivers)")
+    ax.set_title("Slow gradient missing against synchronous GRPO at the same policy (95% CI over seeds)", fontsize=9)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7)
     _save(fig, path)
@@ -172,13 +180,19 @@ def summary_markdown(res, files: list) -> str:
         f"{first['proxy_correlation']}." + (" Policy: the NumPy contextual-bandit stand-in of the transformer "
                                              "(learner.lm.policy=bandit), for speed." if stand_in else ""),
         "",
-        "`true @ naive clock`: true (slow) reward of the corrector's policy when naive's mean wall-clock has "
-        "elapsed (mean over the last 10% of steps completed by then, over seeds); `true final` / `proxy final`: "
+        "`true @ naive clock`: true (slow) reward of the corrector's policy when the same seed's naive run has "
+        "finished (mean over the last 10% of steps completed by then, over seeds); `true final` / `proxy final`: "
         "the last 10% of steps; `+-`: 95% CI over seeds. `slow grad missing`: at the checkpoints, "
         "-<g - g_sync, g_res> / ||g_res||^2 for the update's gradient g, the synchronous gradient g_sync and "
         "the slow residual's gradient g_res (both on a large batch at the same policy): the fraction of the "
         "slow signal's gradient the update lacks, to set beside `eta`, the tabular prediction (Theorem 2.1's "
-        "slack of the corrector on the measured delay kernel, share-weighted over channels). `mean ratio "
+        "slack of the corrector on the measured delay kernel, share-weighted over channels). `slow missing (IS)`: "
+        "1 - the delivered share of the slow results of every step whose results all land within the run: a "
+        "response sampled from pi_behaviour and weighted c delivers c / ratio of what synchronous GRPO at the "
+        "current policy would (importance sampling on the same response), averaged with weights w_k X^2; in [0, 1] "
+        "for naive, wait_for_slow and the clipped correctors (c <= ratio), exactly `eta (same steps)` at a frozen "
+        "policy; below 0 (bare_additive, no ratio clip) means more than the synchronous update: responses that lost "
+        "probability since they were sampled are weighted 1 / ratio > 1. `mean ratio "
         "(late)`: pi_now / pi_behaviour of the responses whose slow reward landed late.",
         "",
         "```",
