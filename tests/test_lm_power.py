@@ -250,10 +250,10 @@ def test_ranking_scenario_on_a_tiny_transformer():
     from racsim.run import run
 
     res = run(reduced("learner.lm.policy=transformer", "learner.lm.layers=1", "learner.lm.d_model=8",
-                      "learner.lm.heads=2", "pipeline.steps=2", "learner.lm.max_seeds=3"))
+                      "learner.lm.heads=2", "pipeline.steps=2", "learner.lm.max_seeds=3", "corrector.names=[naive,rac]"))
     r = res.results
     assert (r.seeds == 3).all() and (r.layers == 1).all() and (r.d_model == 8).all() and (r.params > 0).all()
-    assert (r.seconds_per_step > 0).all() and len(res.extra["lm_paired"]) == 8
+    assert (r.seconds_per_step > 0).all() and list(res.extra["lm_paired"].pair) == ["rac - naive"] * 2
 
 
 @pytest.mark.parametrize("override,key", [("learner.lm.pilot_seeds=2", "learner.lm.pilot_seeds"),
@@ -267,6 +267,15 @@ def test_bad_power_values_name_the_key(override, key):
     with pytest.raises(ConfigError) as ex:
         validate(default_config("learner=lm", "learner.lm.pilot_seeds=5", override))
     assert ex.value.key == key
+
+
+def test_a_power_study_without_rac_is_refused_before_any_work():
+    from racsim.errors import ConfigError
+    from racsim.run import run
+
+    with pytest.raises(ConfigError) as ex:
+        run(reduced("corrector.names=[naive,wait_for_slow]"))
+    assert ex.value.key == "learner.lm.pilot_seeds" and "rac" in str(ex.value)
 
 
 def test_device_selection_takes_cuda_when_present(monkeypatch):

@@ -37,6 +37,7 @@ from racsim.learner.grpo import (
     missing_share,
     train_lane,
 )
+from racsim.errors import ConfigError
 from racsim.pipeline.stats import queue_timeseries
 from racsim.seeds import seed_sequence
 
@@ -170,8 +171,7 @@ def lane_metrics(out: Dict[str, Any], name: str, seeds: int, window: int) -> Dic
     """Per seed (the first ``seeds`` lanes): the true reward at the seed's own naive wall-clock
     (:func:`value_at_clock`) and the final true reward (mean of the last ``window`` entries)."""
     naive_clock = schedule_for("naive", out["schedules"]).wallclock[:seeds]
-    sched_name = name if name != "sync_oracle" else "naive"  # the sync oracle: on naive's clock
-    clock = schedule_for(sched_name, out["schedules"]).step_start[:seeds]
+    clock = schedule_for(name, out["schedules"]).step_start[:seeds]  # the sync oracle: on the async clock
     true = np.stack([c.true for c in out["curves"][name][:seeds]])
     return {"true_at_naive_clock": value_at_clock(clock, true, naive_clock, window),
             "true_final": true[:, -window:].mean(axis=1)}
@@ -199,7 +199,10 @@ def run_cell(cfg: Any) -> Dict[str, Any]:
     names = corrector_names(cfg)
     params = corrector_params(cfg)
     shares = np.array([float(ch.share) for ch in p.channels.values()])
-    power = lm.pilot_seeds > 0 and BASE in names and len(names) > 1
+    power = lm.pilot_seeds > 0
+    if power and (BASE not in names or len(names) < 2):
+        raise ConfigError("learner.lm.pilot_seeds", lm.pilot_seeds, f"0 unless corrector.names holds {BASE} and "
+                          f"another corrector (the paired differences are {BASE} minus each other one)")
     lanes = lm.max_seeds if power else lm.seeds
     t0 = time.perf_counter()
     schedules = simulate_schedules(cfg, lanes, "train_pipeline", names)
@@ -277,7 +280,7 @@ def results_table(cfg: Any, out: Dict[str, Any]) -> pd.DataFrame:
     rows = []
     for name in out["names"]:
         sched = schedule_for(name, out["schedules"])
-        clock = (sched.step_start if name != "sync_oracle" else schedule_for("naive", out["schedules"]).step_start)[:n]
+        clock = sched.step_start[:n]
         cv = out["curves"][name][:n]
         fast = np.stack([c.fast for c in cv])
         metric = lane_metrics(out, name, n, window)
@@ -285,7 +288,7 @@ def results_table(cfg: Any, out: Dict[str, Any]) -> pd.DataFrame:
         pf, pf_ci = mean_ci(fast[:, -window:].mean(axis=1))
         tc, tc_ci = mean_ci(metric["true_at_naive_clock"])
         ratios = np.concatenate([c.ratio for c in cv])
-        origins = share_origins(sched, N) if name != "sync_oracle" else np.arange(N)
+        origins = share_origins(sched, N)
         share = [missing_share(c.delivered[None], c.energy[None], shares, origins) for c in cv]
         ms, ms_ci = mean_ci(np.array(share))
         lam = measured_kernel(sched.delay[:n, origins], sched.status[:n, origins])
