@@ -37,10 +37,12 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from racsim.analyses.capacity import benchmark, channel_of, count_key, with_count
+from racsim.analyses.lm_study import build_task, make_policy
 from racsim.config.defaults import compose_config
 from racsim.config.validate import validate
 from racsim.learner import mdp as M
-from racsim.learner.correctors import BLOCKING
+from racsim.learner.correctors import BLOCKING, CorrectorParams
+from racsim.learner.grpo import train_lane
 from racsim.learner.rollouts import (
     discounted_returns,
     sample_trajectories,
@@ -368,11 +370,6 @@ def bench_lm(steps: int, sizes=LM_SIZES, repeat: int = 3) -> Dict[str, float]:
     :func:`plain_grpo_steps` on the same model, alternated ``repeat`` times, best of each;
     then a least-squares line of racsim's time per step against parameters, projected to
     PROJECT_PARAMS, and the slope of log time against log parameters."""
-    from racsim.analyses.lm_study import build_task
-    from racsim.learner.correctors import CorrectorParams
-    from racsim.learner.grpo import train_lane
-    from racsim.learner.lm import TransformerPolicy
-
     out: Dict[str, float] = {}
     params, per_step = [], []
     for layers, width in sizes:
@@ -383,7 +380,7 @@ def bench_lm(steps: int, sizes=LM_SIZES, repeat: int = 3) -> Dict[str, float]:
         task = build_task(lm)
         zero = np.zeros((steps, P, 1), dtype=np.int64)
         land = np.broadcast_to(np.arange(steps)[:, None, None], zero.shape)
-        policy = TransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm, 0)
+        policy = make_policy(lm, task, 0)  # the transformer (learner.lm.policy's default): torch loads here
         ours = plain = np.inf
         for _ in range(repeat):  # alternated: the two share the machine's load
             ours = min(ours, _best_of(lambda: train_lane(policy, task, zero, zero.astype(np.int8), land, "sync_oracle",

@@ -44,6 +44,7 @@ def _task(cfg) -> None:
 
     # lazy: the simulator and its reports (numpy, pandas, scipy, ~1-2 s) load only when a job runs,
     # so that `racsim --help` and usage errors answer at once
+    from racsim.report.lm import format_paired  # lazy
     from racsim.report.tables import format_table, warmup_warning  # lazy
     from racsim.report.writers import write_outputs  # lazy
     from racsim.run import run  # lazy
@@ -96,8 +97,6 @@ def _task(cfg) -> None:
         print(f"racsim: {cfg.name}: {cfg.study.kind} in {took}")
     print(format_table(res.results))
     if "lm_paired" in res.extra:  # learner=lm's power study: the answer is the paired differences
-        from racsim.report.lm import format_paired
-
         print(format_paired(res.extra["lm_paired"]))
     warning = warmup_warning(res.results) if res.bias is not None else ""
     if warning:
