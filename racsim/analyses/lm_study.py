@@ -289,7 +289,7 @@ def results_table(cfg: Any, out: Dict[str, Any]) -> pd.DataFrame:
         tc, tc_ci = mean_ci(metric["true_at_naive_clock"])
         ratios = np.concatenate([c.ratio for c in cv])
         origins = share_origins(sched, N)
-        share = [missing_share(c.delivered[None], c.energy[None], shares, origins) for c in cv]
+        share = [missing_share(c.delivered[None], c.owed[None], shares, origins) for c in cv]
         ms, ms_ci = mean_ci(np.array(share))
         lam = measured_kernel(sched.delay[:n, origins], sched.status[:n, origins])
         per_seed = [missing_fraction(*(np.array([g[k] for g in c.gradients]) for k in ("c0", "late_dot", "res_dot")))
