@@ -23,7 +23,7 @@ from racsim.analyses.lm_study import (
 from racsim.learner.bandit import BanditPolicy
 from racsim.learner.bias import kernel_slack
 from racsim.learner.correctors import CorrectorParams, correction_weight
-from racsim.learner.grpo import delivered_weight, make_task, missing_share, train_lane
+from racsim.learner.grpo import delivered_and_owed, make_task, missing_share, train_lane
 from racsim.learner.theory import measured_kernel
 from racsim.pipeline.schedule import DROPPED, INJECTED
 
@@ -108,7 +108,7 @@ CLIPPED = ("rac", "rac_no_age", "retrace_a", "rac_adaptive")
 
 
 @pytest.mark.parametrize("name", CLIPPED + ("bare_additive",))
-def test_delivered_weight_is_a_share_for_the_clipped_correctors(name):
+def test_delivered_and_owed_make_a_share_for_the_clipped_correctors(name):
     rng = np.random.default_rng(1)
     R, G = 200, 8
     delay = rng.integers(0, 30, (R, G))
@@ -117,16 +117,15 @@ def test_delivered_weight_is_a_share_for_the_clipped_correctors(name):
     c = correction_weight(name, delay, np.full((R, G), INJECTED), ratio, CorrectorParams(tau_age=10.0),
                           tau_age=tau)
     resid = rng.standard_normal((R, G))
-    e = delivered_weight(c, ratio, resid)
-    for r in range(5):  # the X^2-weighted mean of c / ratio, by hand
-        assert e[r] == pytest.approx(sum(resid[r] ** 2 * c[r] / ratio[r]) / sum(resid[r] ** 2))
-    if name == "bare_additive":  # no ratio clip: a response that lost probability is delivered above 1
-        assert e.max() > 1
+    got, owed = delivered_and_owed(c, ratio, resid)
+    for r in range(5):  # by hand
+        assert got[r] == pytest.approx(sum(resid[r] ** 2 * c[r])) and owed[r] == pytest.approx(sum(resid[r] ** 2 * ratio[r]))
+    share = missing_share(got.reshape(1, R, 1, 1), owed.reshape(1, R, 1, 1), [1.0], np.arange(R))
+    assert share == pytest.approx(1 - got.sum() / owed.sum())
+    if name == "bare_additive":  # no ratio clip: responses that lost probability are delivered above their due
+        assert (got > owed).any()
     else:
-        assert (e >= 0).all() and (e <= 1).all()
-    share = missing_share(e.reshape(1, R, 1, 1), np.ones((1, R, 1)), [1.0], np.arange(R))
-    assert share == pytest.approx(1 - e.mean())
-    assert (0 <= share <= 1) or name == "bare_additive"
+        assert (got >= 0).all() and (got <= owed * (1 + 1e-12)).all() and 0 <= share <= 1
 
 
 def frozen_run(name, N=60, P=4, K=2, G=8, seed=0):
@@ -150,10 +149,12 @@ def frozen_run(name, N=60, P=4, K=2, G=8, seed=0):
 @pytest.mark.parametrize("name", ["naive", "wait_for_slow", "rac", "retrace_a", "rac_no_age", "bare_additive",
                                   "rac_adaptive"])
 def test_missing_share_at_a_frozen_policy_is_the_slack(name):
-    """At a frozen policy the delivered weight of every result is the corrector's weight at
-    its delay (0 when dropped or landed after the run), so the share is a loop over the
-    results; with equal energies it is Theorem 2.1's slack on the measured kernel of the
-    same steps exactly, and with the groups' own energies within sampling error of it."""
+    """At a frozen policy every result delivers the corrector's weight at its delay times its
+    group's sum X^2 (0 when dropped or landed after the run) and owes that sum, so the share
+    is a loop over the results; with equal sums it is Theorem 2.1's slack on the measured
+    kernel of the same steps exactly, and with the groups' own sums within sampling error."""
+    from racsim.learner.correctors import adaptive_tau_age
+
     cv, delay, status = frozen_run(name)
     N, P, K = delay.shape
     w = np.array([0.3, 0.7])
@@ -161,34 +162,33 @@ def test_missing_share_at_a_frozen_policy_is_the_slack(name):
     origins = share_origins(sched, N)
     assert origins.max() + delay.max() < N and len(origins) > N // 2
     params = CorrectorParams(tau_age=6.0)
-    from racsim.learner.correctors import adaptive_tau_age
-
     tau = adaptive_tau_age(delay[None], status[None], params)[0] if name == "rac_adaptive" else None
     num = den = 0.0
     for t in origins:
         for b in range(P):
+            energy = float(cv.owed[t, b, 0])
             for k in range(K):
                 if status[t, b, k] == INJECTED and name != "naive":
-                    c = correction_weight(name, np.array(delay[t, b, k]), np.array(status[t, b, k]), None, params,
-                                          tau_age=None if tau is None else tau[t, b, k])
+                    c = float(correction_weight(name, np.array(delay[t, b, k]), np.array(status[t, b, k]), None,
+                                                params, tau_age=None if tau is None else tau[t, b, k]))
                 else:
                     c = 0.0
-                assert cv.delivered[t, b, k] == pytest.approx(float(c), abs=1e-9)
-                a = w[k] / w.sum() * cv.energy[t, b]
-                num, den = num + a * float(c), den + a
-    got = missing_share(cv.delivered[None], cv.energy[None], w, origins)
+                assert cv.owed[t, b, k] == pytest.approx(energy, rel=1e-12)
+                assert cv.delivered[t, b, k] == pytest.approx(c * energy, rel=1e-9, abs=1e-12)
+                num, den = num + w[k] * c * energy, den + w[k] * energy
+    got = missing_share(cv.delivered[None], cv.owed[None], w, origins)
     assert got == pytest.approx(1 - num / den, abs=1e-9)
     lam = measured_kernel(delay[origins], status[origins])
     eta = float(w @ kernel_slack(name, lam, params, 1.0) / w.sum())
     if name != "rac_adaptive":  # its tau comes from the run's history, eta's from the kernel's long run
-        flat = missing_share(cv.delivered[None], np.ones((1, N, P)), w, origins)
-        assert flat == pytest.approx(eta, abs=1e-9)
+        flat = cv.delivered / np.where(cv.owed > 0, cv.owed, 1.0)
+        assert missing_share(flat[None], np.ones((1, N, P, K)), w, origins) == pytest.approx(eta, abs=1e-9)
     assert abs(got - eta) < (1e-12 if name == "naive" else 0.05)
 
 
 def test_missing_share_of_a_learning_policy_is_measured_not_the_slack():
     """A learning policy moves the ratios: RAC's clipped share stays in [0, 1] and departs
-    from the frozen one; bare additive's may go below 0 (over-delivery)."""
+    from the frozen one; bare additive's differs from its frozen 0."""
     shares = {}
     for lr in (0.0, 3.0):
         task = make_task(5, 2, 3, 4, -0.5, seed=2)
@@ -199,7 +199,7 @@ def test_missing_share_of_a_learning_policy_is_measured_not_the_slack():
         for name in ("rac", "bare_additive"):
             cv = train_lane(BanditPolicy(task, 0, "sgd", lr, seed=0), task, delay, status, land, name,
                             CorrectorParams(tau_age=1e6), [1.0], 8, 0.0, np.random.default_rng(0))
-            shares[lr, name] = missing_share(cv.delivered[None], cv.energy[None], [1.0], np.arange(N - 3))
+            shares[lr, name] = missing_share(cv.delivered[None], cv.owed[None], [1.0], np.arange(N - 3))
     assert shares[0.0, "rac"] == pytest.approx(1 - math.exp(-3 / 1e6), abs=1e-9)
     assert shares[0.0, "bare_additive"] == pytest.approx(0.0, abs=1e-12)
     assert 0.01 < shares[3.0, "rac"] <= 1

@@ -85,7 +85,7 @@ def gradients(res, path: Path) -> bool:
     x = np.arange(len(r))
     if "missing_share" in r:
         ax.errorbar(x - 0.15, r.missing_share, yerr=r.missing_share_ci, fmt="s", capsize=3,
-                    label="measured, every step: 1 - delivered weight c/ratio (IS, same policy)")
+                    label="measured, every step: 1 - sum X^2 c / sum X^2 ratio (IS, same policy)")
         ax.plot(x - 0.15, r.eta_steady, "r_", ms=14, mew=2, label="tabular eta on the same steps")
     if "grad_missing" in r:
         ax.errorbar(x + 0.05, r.grad_missing, yerr=r.grad_missing_ci, fmt="o", capsize=3,
@@ -187,12 +187,13 @@ def summary_markdown(res, files: list) -> str:
         "the slow residual's gradient g_res (both on a large batch at the same policy): the fraction of the "
         "slow signal's gradient the update lacks, to set beside `eta`, the tabular prediction (Theorem 2.1's "
         "slack of the corrector on the measured delay kernel, share-weighted over channels). `slow missing (IS)`: "
-        "1 - the delivered share of the slow results of every step whose results all land within the run: a "
-        "response sampled from pi_behaviour and weighted c delivers c / ratio of what synchronous GRPO at the "
-        "current policy would (importance sampling on the same response), averaged with weights w_k X^2; in [0, 1] "
-        "for naive, wait_for_slow and the clipped correctors (c <= ratio), exactly `eta (same steps)` at a frozen "
-        "policy; below 0 (bare_additive, no ratio clip) means more than the synchronous update: responses that lost "
-        "probability since they were sampled are weighted 1 / ratio > 1. `mean ratio "
+        "1 - the share of the synchronous update that the slow results deliver, over the steps whose results all "
+        "land within the run: a response sampled from pi_behaviour and weighted c delivers c / ratio of what "
+        "synchronous GRPO at the current policy would (importance sampling on the same responses), estimated "
+        "self-normalised as sum w_k X^2 c / sum w_k X^2 ratio (ratio 1 for a result used in its own step or never); "
+        "in [0, 1] whenever c <= ratio (naive, wait_for_slow, the clipped correctors), exactly `eta (same steps)` "
+        "at a frozen policy; below 0 (bare_additive, no ratio clip) it delivers more than the synchronous update: "
+        "responses that lost probability since they were sampled keep weight 1. `mean ratio "
         "(late)`: pi_now / pi_behaviour of the responses whose slow reward landed late.",
         "",
         "```",
