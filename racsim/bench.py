@@ -15,6 +15,10 @@
    (sequences) per second, lanes vs SimPy on the same draws.
 6. ``--capacity`` (alone): the capacity search's speed with each capacity knob on (the
    README's capacity commands), lanes requests/s against raw SimPy timed in the same run.
+7. ``--lm`` (alone): seconds per GRPO step of learner=lm's transformer on CPU at several
+   sizes, racsim's loop against a plain PyTorch loop of the same update timed in the same
+   run (the ratio), and time per step against parameters fitted and projected to a
+   1B-parameter policy.
 
 Machines are noisy: compare the ratios, not the absolute numbers.
 """
@@ -33,10 +37,12 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from racsim.analyses.capacity import benchmark, channel_of, count_key, requests_per_schedule, with_count
+from racsim.analyses.lm_study import build_task, make_policy
 from racsim.config.defaults import compose_config
 from racsim.config.validate import validate
 from racsim.learner import mdp as M
-from racsim.learner.correctors import BLOCKING
+from racsim.learner.correctors import BLOCKING, CorrectorParams
+from racsim.learner.grpo import train_lane
 from racsim.learner.rollouts import (
     discounted_returns,
     sample_trajectories,
@@ -323,6 +329,80 @@ def bench_sweep_cells(cells: int, trials: int = 20, keep: str = None, budget_s: 
     return out
 
 
+LM_SIZES = ((1, 32), (2, 64), (4, 128), (4, 256))  # (layers, d_model) of --lm's GPT-2 policies
+PROJECT_PARAMS = 1e9
+
+
+def plain_grpo_steps(model, prompts, task, steps: int, P: int, G: int, lr: float, seed: int) -> None:
+    """``steps`` synchronous GRPO updates in plain PyTorch, the update racsim's sync_oracle
+    makes: P prompts x G responses sampled token by token with the KV cache
+    (torch.multinomial), the true reward, group-relative advantages, teacher-forced
+    log-probs of the response, loss -sum(A log pi) / PG, Adam."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    table = torch.as_tensor(task.true_table)
+    prompt_t = torch.as_tensor(prompts)
+    V, L, lp0 = task.vocab, task.response_len, prompts.shape[1]
+    for _ in range(steps):
+        x = torch.randint(0, len(prompts), (P,), generator=gen).repeat_interleave(G)
+        with torch.no_grad():
+            out = model(input_ids=prompt_t[x], use_cache=True)
+            toks = []
+            for j in range(L):
+                tok = torch.multinomial(torch.softmax(out.logits[:, -1, :V], -1), 1, generator=gen)
+                toks.append(tok)
+                if j + 1 < L:
+                    out = model(input_ids=tok, past_key_values=out.past_key_values, use_cache=True)
+        y = torch.cat(toks, 1)
+        r = table[x[:, None], torch.arange(L)[None], y].sum(1).view(P, G)
+        adv = (r - r.mean(1, keepdim=True)).view(-1)
+        seq = torch.cat([prompt_t[x], y], 1)
+        logits = model(input_ids=seq).logits[:, lp0 - 1: -1, :V].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, y[..., None]).squeeze(-1).sum(-1)
+        opt.zero_grad()
+        (-(adv.to(logp.dtype) * logp).sum() / (P * G)).backward()
+        opt.step()
+
+
+def bench_lm(steps: int, sizes=LM_SIZES, repeat: int = 3) -> Dict[str, float]:
+    """Seconds per GRPO step (the default LM task and batch: learner.lm's prompts, responses
+    and group, pipeline.batch_size prompts; sync_oracle, every slow result in its own step)
+    of racsim's loop (racsim.learner.grpo.train_lane on the transformer policy) and of
+    :func:`plain_grpo_steps` on the same model, alternated ``repeat`` times, best of each;
+    then a least-squares line of racsim's time per step against parameters, projected to
+    PROJECT_PARAMS, and the slope of log time against log parameters."""
+    out: Dict[str, float] = {}
+    params, per_step = [], []
+    for layers, width in sizes:
+        cfg = compose_config("learner=lm", f"learner.lm.layers={layers}", f"learner.lm.d_model={width}",
+                             "learner.lm.device=cpu")
+        validate(cfg)
+        lm, P, G = cfg.learner.lm, cfg.pipeline.batch_size, cfg.learner.lm.group_size
+        task = build_task(lm)
+        zero = np.zeros((steps, P, 1), dtype=np.int64)
+        land = np.broadcast_to(np.arange(steps)[:, None, None], zero.shape)
+        policy = make_policy(lm, task, 0)  # the transformer (learner.lm.policy's default): torch loads here
+        ours = plain = np.inf
+        for _ in range(repeat):  # alternated: the two share the machine's load
+            ours = min(ours, _best_of(lambda: train_lane(policy, task, zero, zero.astype(np.int8), land, "sync_oracle",
+                                                         CorrectorParams(), [1.0], G, 0.0, np.random.default_rng(0)), 1))
+            plain = min(plain, _best_of(lambda: plain_grpo_steps(policy.model, task.prompts, task, steps, P, G, lm.lr, 0),
+                                        1))
+        tag = f"lm_{layers}x{width}"
+        out.update({f"{tag}_params": float(policy.n_params), f"{tag}_racsim_s_per_step": ours / steps,
+                    f"{tag}_plain_s_per_step": plain / steps, f"{tag}_ratio_vs_plain": ours / plain})
+        params.append(policy.n_params)
+        per_step.append(ours / steps)
+    slope, intercept = np.polyfit(params, per_step, 1)
+    out["lm_fit_s_per_step_per_million_params"] = slope * 1e6
+    out["lm_fit_intercept_s"] = intercept
+    out["lm_loglog_slope"] = float(np.polyfit(np.log(params), np.log(per_step), 1)[0])
+    out["lm_projected_s_per_step_1B"] = intercept + slope * PROJECT_PARAMS
+    return out
+
+
 PAPER_HEAVY_TAIL_S = 945.0  # the paper's reported time for its heavy-tail grid, one CPU thread
 
 
@@ -374,6 +454,10 @@ def main(argv=None) -> None:
                     help="only the capacity search's speed on every capacity knob of the README (each at the "
                          "middle of its scenario's counts): lanes requests/s vs raw SimPy timed in the same run; "
                          "run from the repository's root; --trials N: trials per knob (default: the scenario's)")
+    ap.add_argument("--lm", action="store_true",
+                    help="only learner=lm's GRPO step on CPU: racsim's loop vs a plain PyTorch loop of the same "
+                         "update at several model sizes, and the time per step fitted against parameters and "
+                         "projected to 1B parameters (needs the rm extra: torch, transformers)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.trials is not None and args.trials < 2:
@@ -399,6 +483,11 @@ def main(argv=None) -> None:
             ap.error(f"--token-budget {args.token_budget}: {e}")
     elif args.capacity:
         figures.update(bench_capacity_knobs(args.trials or (5 if args.quick else None)))
+    elif args.lm:
+        try:
+            figures.update(bench_lm(3, LM_SIZES[:3], repeat=1) if args.quick else bench_lm(10))
+        except ModuleNotFoundError as e:  # torch or transformers
+            ap.error(f"--lm needs torch and transformers ({e.name} is missing): pip install 'racsim[rm]'")
     elif args.sweep and args.cells is not None:
         if args.budget is not None and not args.budget > 0:
             ap.error(f"--budget {args.budget}: a positive number of seconds")
@@ -412,7 +501,7 @@ def main(argv=None) -> None:
         figures.update(bench_bias(n_vec, n_loop))
         figures.update(bench_pipeline(trials))
     if not args.quick and not args.sweep and not args.paper and not args.set and not args.gpu_rm \
-            and not args.capacity:
+            and not args.capacity and not args.lm:
         figures.update(bench_default())
     width = max(map(len, figures))
     for k, v in figures.items() if not args.capacity else ():  # --capacity printed its table

@@ -106,7 +106,7 @@ def _task(cfg) -> None:
 def _run_text(cfg, res) -> str:
     """What a single run prints: one line on what ran, the table, the warm-up and stationarity warnings if any
     (learner=lm: what a share outside [0, 1] means)."""
-    from racsim.report.lm import share_note  # lazy: see _task
+    from racsim.report.lm import format_paired, share_note  # lazy: see _task
     from racsim.report.tables import format_table, stationarity_warning, warmup_warning  # lazy: see _task
 
     took = f"{sum(res.timings.values()):.1f} s"
@@ -120,7 +120,8 @@ def _run_text(cfg, res) -> str:
         head = f"racsim: {cfg.name}: {cfg.study.kind} in {took}"
     warnings = ([warmup_warning(res.results), stationarity_warning(res.channels)] if res.bias is not None
                 else [share_note(res.results)])
-    return "\n".join([head, format_table(res.results)] + [f"racsim: {w}" for w in warnings if w])
+    paired = [format_paired(res.extra["lm_paired"])] if "lm_paired" in res.extra else []  # the power study's answer
+    return "\n".join([head, format_table(res.results)] + paired + [f"racsim: {w}" for w in warnings if w])
 
 
 @contextlib.contextmanager

@@ -374,7 +374,13 @@ class LMConf:
     stand-in: a softmax over ``n_responses`` responses per prompt, 0: all of them).
     ``seeds`` independent runs per corrector; at ``checkpoints`` evenly spaced steps
     the update's gradient is compared with the synchronous one on ``sync_batch``
-    times as many groups. Defaults live here (learner/lm.yaml only sets kind)."""
+    times as many groups. ``pilot_seeds`` > 0 makes the seed count a power rule's
+    (racsim.analyses.lm_study.seeds_needed): the first ``pilot_seeds`` seeds are a pilot
+    whose paired differences (rac minus each other corrector, true reward at naive's
+    wall-clock) set the count, at most ``max_seeds``, so that each difference's 95%
+    t-interval excludes 0 (80% power at the pilot's mean) or is narrower than
+    ``effect_size`` (true-reward units); ``seeds`` is then unused. Defaults live here
+    (learner/lm.yaml only sets kind)."""
 
     policy: str = "transformer"
     seeds: int = 4
@@ -399,6 +405,9 @@ class LMConf:
     n_responses: int = 64
     checkpoints: int = 8
     sync_batch: int = 4
+    pilot_seeds: int = 0
+    max_seeds: int = 64
+    effect_size: float = 0.05
 
 
 @dataclass

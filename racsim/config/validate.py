@@ -479,6 +479,10 @@ def validate_lm(lm: Any) -> None:
           lm.device, "auto (CUDA when present), cpu, cuda or cuda:N")
     if lm.threads is not None:
         _int_at_least(f"{key}.threads", lm.threads, 1)
+    _need(lm.pilot_seeds == 0 or (isinstance(lm.pilot_seeds, int) and lm.pilot_seeds >= 3), f"{key}.pilot_seeds",
+          lm.pilot_seeds, "0 (the seed count is learner.lm.seeds) or an integer >= 3 (a pilot's variance sets it)")
+    _int_at_least(f"{key}.max_seeds", lm.max_seeds, max(lm.pilot_seeds, 2))
+    _positive(f"{key}.effect_size", lm.effect_size)
     if lm.policy == "bandit":
         space = lm.vocab ** lm.response_len
         _need(lm.n_responses <= space and (lm.n_responses > 0 or space <= 1_000_000), f"{key}.n_responses",

@@ -63,6 +63,7 @@ class BanditPolicy:
         self.phi0 = self.phi.copy()
         self.optimizer, self.lr = optimizer, lr
         self.m, self.v, self.t = np.zeros_like(self.phi), np.zeros_like(self.phi), 0
+        self.n_params = int(self.phi.size)
 
     def index(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
         """Position of each response in its prompt's (sorted) response set."""

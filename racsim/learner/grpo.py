@@ -98,6 +98,8 @@ def group_relative(r: np.ndarray, group: int) -> np.ndarray:
 class Policy(Protocol):
     """What the loop needs of a policy over responses to the task's prompts."""
 
+    n_params: int  # trainable parameters (the study records the size)
+
     def sample(self, prompt_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Responses (n, L), one per prompt index, drawn with ``rng`` alone."""
 
@@ -122,13 +124,17 @@ class LaneCurve:
     """One training run: per step (steps + 1) the mean true and proxy reward of the
     batch generated there (the last entry: an evaluation batch after the last update);
     the ratios pi_now / pi_behaviour of the rows that received a correction, with
-    their delays; and the gradient-bias records of the checkpoints."""
+    their delays; the gradient-bias records of the checkpoints; and, per step, sample
+    and channel, what the slow result delivered of the synchronous update and what it
+    owed (:func:`delivered_and_owed`; the inputs of :func:`missing_share`)."""
 
     true: np.ndarray
     fast: np.ndarray
     ratio: np.ndarray
     ratio_delay: np.ndarray
     gradients: List[Dict[str, float]] = field(default_factory=list)
+    delivered: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0)))
+    owed: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0)))
 
 
 def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.ndarray, land: np.ndarray,
@@ -156,6 +162,8 @@ def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.n
     hist_y = np.zeros((N, P, G, task.response_len), dtype=np.int64)
     hist_resid = np.zeros((N, P, G))
     hist_logp = np.zeros((N, P, G))
+    delivered = np.zeros((N, P, K))
+    owed = np.zeros((N, P, K))
     true_m, fast_m = np.empty(N + 1), np.empty(N + 1)
     ratios: list = []
     delays: list = []
@@ -179,6 +187,8 @@ def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.n
         for k in range(K):
             num = num + w[k] * c_same[:, k]
         c0 = np.repeat(num / total, G)
+        energy = (hist_resid[t] ** 2).sum(axis=1)[:, None]
+        delivered[t], owed[t] = c_same * energy, energy  # ratio 1 in its own step (and for results never used)
         adv = group_relative(corrected_advantage(r_fast, r_true, 0.0, c0), G)
         late = ~same
         og, inv = np.unique(o_[late] * P + b_[late], return_inverse=True)
@@ -196,6 +206,7 @@ def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.n
                                   tau_age=None if tau is None else tau[lo, lb, lk][:, None])
             late_coef = np.zeros((len(og), G))
             np.add.at(late_coef, inv, w[lk][:, None] / total * c * hist_resid[lo, lb])
+            delivered[lo, lb, lk], owed[lo, lb, lk] = delivered_and_owed(c, ratio[inv], hist_resid[lo, lb])
             cur = adv
             if ref is not None:
                 cur = adv - kl_coef * (1.0 - np.exp(ref - logp[:n]))
@@ -220,7 +231,41 @@ def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.n
     r_fast, r_true = task_rewards(task, pidx, policy.sample(pidx, rng))
     true_m[N], fast_m[N] = r_true.mean(), r_fast.mean()
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
-    return LaneCurve(true=true_m, fast=fast_m, ratio=cat(ratios), ratio_delay=cat(delays), gradients=records)
+    return LaneCurve(true=true_m, fast=fast_m, ratio=cat(ratios), ratio_delay=cat(delays), gradients=records,
+                     delivered=delivered, owed=owed)
+
+
+def delivered_and_owed(c: np.ndarray, ratio: np.ndarray, resid: np.ndarray) -> tuple:
+    """What late slow results deliver of the synchronous update at the current policy, and
+    what that update owes them, per result (rows: results, columns: the G responses of its
+    group): (sum_i X_i^2 c_i, sum_i X_i^2 ratio_i).
+
+    A response y drawn from pi_behaviour and weighted c enters the update as
+    c X grad log pi(y | x); by importance sampling, E_behaviour[c X grad log pi] =
+    E_pi[(c / ratio) X grad log pi], ratio = pi_now / pi_behaviour: the synchronous update
+    at the current policy scaled by c / ratio per response. Its self-normalised estimate on
+    the group's own responses (the same responses for both: common random numbers), with
+    weights X^2, is sum X^2 ratio (c / ratio) / sum X^2 ratio: the two sums returned.
+    The first is at most the second when c <= ratio: naive, sync_oracle, wait_for_slow
+    and the clipped correctors with alpha w(Delta) <= 1 and rho_bar <= 1
+    (c = alpha w min(rho_bar, ratio)); bare_additive (c = alpha, no ratio) delivers more
+    where the responses lost probability since they were sampled (ratio < 1)."""
+    x2 = np.asarray(resid, dtype=np.float64) ** 2
+    return (x2 * np.asarray(c, dtype=np.float64)).sum(axis=-1), (x2 * np.asarray(ratio, dtype=np.float64)).sum(axis=-1)
+
+
+def missing_share(delivered: np.ndarray, owed: np.ndarray, shares: Sequence[float], origins: np.ndarray) -> float:
+    """Share of the slow residual's gradient that the updates lack against synchronous
+    GRPO at the same policy: ``1 - sum_r w_k delivered_r / sum_r w_k owed_r`` over the slow
+    results r of the steps ``origins`` (every lane: leading axis), with
+    :func:`delivered_and_owed`'s sums (a result used in its own step or never: ratio 1,
+    owed = its group's sum X^2, delivered = c times that, 0 if it never landed).
+    In [0, 1] when c <= ratio on every row. At a frozen policy (ratio 1) it is Theorem
+    2.1's slack eta = 1 - sum_k w_k sum_Delta c(Delta) Lambda[k, Delta] / sum w of the
+    results measured, weighted by their groups' sum X^2 (exactly eta when those are
+    equal). ``delivered``, ``owed``: (lanes, steps, P, K)."""
+    w = np.asarray(shares, dtype=np.float64) / np.sum(shares)
+    return float(1.0 - (delivered[:, origins] * w).sum() / (owed[:, origins] * w).sum())
 
 
 def sync_directions(policy: Policy, task: RewardTask, prompts: int, G: int, rng: np.random.Generator):

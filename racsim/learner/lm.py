@@ -76,6 +76,7 @@ class TransformerPolicy:
         self.vocab, self.response_len = vocab, response_len
         self.model = build_model(conf, vocab, self.prompts.shape[1] + response_len, seed).to(self.device).eval()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.n_params = sum(p.numel() for p in self.params)
         opt = torch.optim.Adam if conf.optimizer == "adam" else torch.optim.SGD
         self.opt = opt(self.params, lr=conf.lr)
         self.ref = copy.deepcopy(self.model).requires_grad_(False) if reference else None

@@ -73,21 +73,29 @@ def training(res, path: Path) -> bool:
 
 
 def gradients(res, path: Path) -> bool:
-    """Measured missing fraction of the slow residual's gradient per corrector (pooled over
-    the checkpoints of each seed; 95% CI over seeds) beside the tabular prediction, eta."""
+    """Measured missing share of the slow residual's gradient per corrector (95% CI over
+    seeds): delivered weights over every step (``missing_share``) and, with gradient
+    checkpoints, the projection at them (``grad_missing``), beside the tabular slack eta
+    on the same steps (``eta_steady``) and over the run (``slack_eta``). One cell only."""
     r = res.results
-    if "grad_missing" not in r:
+    if "cell" in r or not ({"grad_missing", "missing_share"} & set(r)):
         return False
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     x = np.arange(len(r))
-    ax.errorbar(x - 0.1, r.grad_missing, yerr=r.grad_missing_ci, fmt="o", capsize=3,
-                label="measured: -<E[g] - g_sync, g_res> / ||g_res||^2")
-    ax.plot(x + 0.1, r.slack_eta, "k_", ms=14, mew=2, label="tabular prediction: slack eta (Theorem 2.1)")
+    if "missing_share" in r:
+        ax.errorbar(x - 0.15, r.missing_share, yerr=r.missing_share_ci, fmt="s", capsize=3,
+                    label="measured, every step: 1 - sum X^2 c / sum X^2 ratio (IS, same policy)")
+        ax.plot(x - 0.15, r.eta_steady, "r_", ms=14, mew=2, label="tabular eta on the same steps")
+    if "grad_missing" in r:
+        ax.errorbar(x + 0.05, r.grad_missing, yerr=r.grad_missing_ci, fmt="o", capsize=3,
+                    label="measured at checkpoints: -<E[g] - g_sync, g_res> / ||g_res||^2")
+    ax.plot(x + 0.2, r.slack_eta, "k_", ms=14, mew=2, label="tabular eta over the run (Theorem 2.1)")
+    ax.axhline(0, color="grey", lw=0.8)
     ax.set_xticks(x)
     ax.set_xticklabels(r.corrector, rotation=20, fontsize=8)
-    ax.set_ylabel("missing fraction of the slow residual's gradient")
-    ax.set_title("Gradient bias against synchronous GRPO at the checkpoints (95% CI over seeds)", fontsize=9)
+    ax.set_ylabel("missing share of the slow residual's gradient\n(< 0: more than synchronous GRPO delivers)")
+    ax.set_title("Slow gradient missing against synchronous GRPO at the same policy (95% CI over seeds)", fontsize=9)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7)
     _save(fig, path)
@@ -142,6 +150,40 @@ def share_note(r: pd.DataFrame) -> str:
             "[0, 1] the difference is within the estimate's noise")
 
 
+def format_paired(paired: pd.DataFrame) -> str:
+    """The paired differences (racsim.analyses.lm_study.paired_differences) as a text table."""
+    df = paired.copy()
+    df["95% CI"] = [f"[{a:+.4f}, {b:+.4f}]" for a, b in zip(df.ci_lo, df.ci_hi)]
+    df["answer"] = np.where(df.excludes_zero, np.where(df["diff"] > 0, "rac ahead", "rac behind"),
+                            np.where(df.narrower_than_effect, "tie (CI < effect size)", "unresolved"))
+    keep = [c for c in ("cell", "metric", "pair", "seeds", "diff", "95% CI", "sd", "answer") if c in df]
+    return df[keep].to_string(index=False, float_format=lambda v: f"{v:+.4f}")
+
+
+def paired_markdown(res) -> list:
+    """The power study's sections: paired differences and the seed rule's inputs (none without them)."""
+    paired = res.extra.get("lm_paired")
+    if paired is None:
+        return []
+    rule = res.extra["lm_seed_rule"]
+    out = ["## Paired differences: rac minus each corrector, seed by seed", "",
+           "Every corrector's seed s sees the same prompts, the same uniforms behind every sampled token and the same "
+           "delays (common random numbers), so each seed gives one difference; `diff` is their mean, `95% CI` the "
+           "t-interval over seeds (n - 1 degrees of freedom), `sd` their standard deviation. "
+           "`true_at_naive_clock`: true reward when the seed's naive run has finished; `true_final`: the last 10% "
+           f"of steps. `answer`: the interval excludes 0, or is narrower than the effect size "
+           f"{rule.effect_size.iloc[0]:g}, or neither.", "", "```", format_paired(paired), "```", "",
+           "## Seed count", "",
+           "From a pilot's paired differences (true reward at naive's clock), per pair n = min(n_precision, "
+           "n_separation): n_precision the smallest n whose 95% interval is narrower than the effect size at the "
+           "pilot's sd, n_separation the smallest n whose interval excludes 0 with 80% power when the difference is "
+           "the pilot's |diff| less its own 95% half-width (none when that interval holds 0); the study runs the "
+           "largest n (the pilot's seeds among them), at most learner.lm.max_seeds, and applies the rule again on "
+           "every seed run so far (stages) until it asks for no more.", "", "```",
+           rule.drop(columns=["cell"], errors="ignore").to_string(index=False), "```", ""]
+    return out
+
+
 def summary_markdown(res, files: list) -> str:
     r = res.results
     first = r.iloc[0]
@@ -154,13 +196,20 @@ def summary_markdown(res, files: list) -> str:
         f"{first['proxy_correlation']}." + (" Policy: the NumPy contextual-bandit stand-in of the transformer "
                                              "(learner.lm.policy=bandit), for speed." if stand_in else ""),
         "",
-        "`true @ naive clock`: true (slow) reward of the corrector's policy when naive's mean wall-clock has "
-        "elapsed (mean over the last 10% of steps completed by then, over seeds); `true final` / `proxy final`: "
+        "`true @ naive clock`: true (slow) reward of the corrector's policy when the same seed's naive run has "
+        "finished (mean over the last 10% of steps completed by then, over seeds); `true final` / `proxy final`: "
         "the last 10% of steps; `+-`: 95% CI over seeds. `slow grad missing`: at the checkpoints, "
         "-<g - g_sync, g_res> / ||g_res||^2 for the update's gradient g, the synchronous gradient g_sync and "
         "the slow residual's gradient g_res (both on a large batch at the same policy): the fraction of the "
         "slow signal's gradient the update lacks, to set beside `eta`, the tabular prediction (Theorem 2.1's "
-        "slack of the corrector on the measured delay kernel, share-weighted over channels). `mean ratio "
+        "slack of the corrector on the measured delay kernel, share-weighted over channels). `slow missing (IS)`: "
+        "1 - the share of the synchronous update that the slow results deliver, over the steps whose results all "
+        "land within the run: a response sampled from pi_behaviour and weighted c delivers c / ratio of what "
+        "synchronous GRPO at the current policy would (importance sampling on the same responses), estimated "
+        "self-normalised as sum w_k X^2 c / sum w_k X^2 ratio (ratio 1 for a result used in its own step or never); "
+        "in [0, 1] whenever c <= ratio (naive, wait_for_slow, the clipped correctors), exactly `eta (same steps)` "
+        "at a frozen policy; below 0 (bare_additive, no ratio clip) it delivers more than the synchronous update: "
+        "responses that lost probability since they were sampled keep weight 1. `mean ratio "
         "(late)`: pi_now / pi_behaviour of the responses whose slow reward landed late.",
         "",
         "```",
@@ -171,6 +220,7 @@ def summary_markdown(res, files: list) -> str:
     note = share_note(r)
     if note:
         lines += [note[0].upper() + note[1:] + ".", ""]
+    lines += paired_markdown(res)
     if "cell" in r:
         for col, what in (("true_final", "Final true reward (mean of the last 10% of steps)"),
                           ("true_at_naive_clock", "True reward at naive's wall-clock")):

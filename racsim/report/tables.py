@@ -29,6 +29,8 @@ TABLE = [
     ("proxy_final", "proxy final"),
     ("ratio_mean", "mean ratio (late)"),
     ("grad_missing", "slow grad missing"),
+    ("missing_share", "slow missing (IS)"),  # learner=lm: 1 - delivered share (racsim.learner.grpo.missing_share)
+    ("eta_steady", "eta (same steps)"),
 ]
 
 
