@@ -15,7 +15,7 @@ import pytest
 
 import hydra_plugins.racsim_sweeper
 import racsim
-from racsim.errors import ConfigError
+from racsim.errors import ConfigError, JobError
 
 SKIP = {"racsim.__main__"}  # runs the command on import
 
@@ -81,3 +81,34 @@ def test_a_config_error_keeps_its_fields_and_one_line():
     assert (back.key, back.value, back.allowed) == ("pipeline.channels.judge.latency.path", "gone.csv",
                                                     "a file\n  that exists")
     assert str(back) == "pipeline.channels.judge.latency.path = 'gone.csv': a file that exists"
+
+
+class Unpicklable(Exception):
+    def __init__(self, a, b):  # BaseException pickles args = (message,): unpickling calls Unpicklable(message)
+        super().__init__(f"{a} and {b}")
+
+
+def raised(error: BaseException, cause: BaseException = None) -> BaseException:
+    try:
+        raise error from cause
+    except BaseException as e:
+        return e
+
+
+def test_a_failed_jobs_error_crosses_whatever_it_was():
+    """What a sweep job hands back (racsim.sweep.job_failure) pickles, and says what the job's own
+    process would have said (racsim.sweeper.reason): the key of a cause too, which pickling drops."""
+    from racsim.sweep import job_failure
+    from racsim.sweeper import reason
+
+    keyed = Exception("Value 'abc' could not be converted to Integer")
+    keyed.full_key = "learner.trials"
+    errors = [raised(Unpicklable(1, 2)), raised(KeyError("k")), raised(RuntimeError("outer"), keyed),
+              raised(ConfigError("seed", -1, "an integer >= 0"))]
+    with pytest.raises(TypeError):
+        pickle.loads(pickle.dumps(errors[0]))
+    for error in errors:
+        back = pickle.loads(pickle.dumps(job_failure(error)))
+        assert type(back) is (ConfigError if isinstance(error, ConfigError) else JobError)
+        assert str(back) == reason(error)
+    assert str(pickle.loads(pickle.dumps(job_failure(errors[2])))).startswith("learner.trials: Value 'abc'")

@@ -243,10 +243,10 @@ def validate_faults(ch: Any, key: str) -> None:
     if f.schedule is not None:
         _need(isinstance(f.schedule, str) and f.schedule.strip() != "", f"{key}.schedule", f.schedule,
               "a path to a CSV of outages (columns server, down_s, up_s), or null")
-        _need_file(f"{key}.schedule", f.schedule, "a path to a CSV of outages (columns server, down_s, up_s), or null")
         for k in ("mtbf_s", "mttr_s"):
             _need(getattr(f, k) is None, f"{key}.{k}", getattr(f, k),
                   "null with faults.schedule (the schedule's outages replace the random ones)")
+        _need_file(f"{key}.schedule", f.schedule, "a path to a CSV of outages (columns server, down_s, up_s), or null")
     for k in ("mtbf_s", "mttr_s") if f.schedule is None else ():
         _need(_finite(getattr(f, k)) and getattr(f, k) > 0, f"{key}.{k}", getattr(f, k),
               "a finite number of seconds > 0 (the mean " + ("up time of one GPU or worker" if k == "mtbf_s"
