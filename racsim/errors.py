@@ -12,3 +12,13 @@ class ConfigError(ValueError):
         """``line``: the whole message as worded elsewhere (Hydra's report of a bad override, shortened)."""
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(" ".join((line or f"{key} = {value!r}: {allowed}").split()))  # one line, whatever a reader said
+
+    def __reduce__(self) -> tuple:
+        """Pickle by the fields and the message as worded (``BaseException`` would call ``ConfigError(message)``):
+        a sweep job's error crosses to the sweep's process under joblib, submitit and Ray."""
+        return type(self), (self.key, self.value, self.allowed, str(self)), self.__dict__
+
+
+class JobError(RuntimeError):
+    """A sweep job's failure other than a ConfigError, as its one-line reason (racsim.sweep.job_failure):
+    what crosses from the job's process to the sweep's, whatever the error was."""

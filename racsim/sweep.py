@@ -26,6 +26,7 @@ import shutil
 import sys
 import threading
 import time
+import traceback
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -33,7 +34,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from racsim.errors import ConfigError
+from racsim.errors import ConfigError, JobError
 from racsim.guide import help_text
 from racsim.markers import (
     DONE,
@@ -343,6 +344,26 @@ def failures_line(failures: List[Tuple[int, str, str]], total: Optional[int], sh
             + "; ".join(parts) + more)
 
 
+def job_failure(error: BaseException) -> Exception:
+    """What a failed job hands back to the sweep: its ConfigError (it pickles), or any other error
+    as a JobError of its one-line reason, made here: a launcher pickles the job's return to the
+    sweep's process (joblib, submitit, Ray), where an error that does not unpickle would lose every
+    job of the batch, and its cause (the key it names) would not come along."""
+    from racsim.sweeper import reason  # lazy: the sweeper's module loads the config stack
+
+    return error if isinstance(error, ConfigError) else JobError(reason(error))
+
+
+def log_to_files(title: str, error: BaseException) -> None:
+    """``error``'s traceback into the log files of this process (a job's racsim.log) only, not
+    its console: Hydra's job log writes to stdout, which a sweep shares with all its jobs."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__)).rstrip()
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s:\n%s", (title, text), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
 def _fmt_s(seconds: float) -> str:
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
@@ -452,6 +473,12 @@ def detach_submitit_local(config: DictConfig) -> None:
     except ImportError:  # the launcher says so itself
         return
     local.subprocess = _OwnGroup()
+
+
+def wait_detached() -> None:
+    """Wait for every controller :class:`_OwnGroup` started to end (its job done or failed)."""
+    while _DETACHED:
+        _DETACHED.pop().wait()
 
 
 def end_detached() -> None:
@@ -739,4 +766,6 @@ class SweepCallback(Callback):
         log.info("job %s: %s in %.2f s", num, status.lower(), dt)
         error = getattr(job_return, "_return_value", None) if status == "FAILED" else None
         if isinstance(error, BaseException):  # the sweep goes on; the job's log keeps the whole story
-            log.error("job %s: failed: %s", num, error, exc_info=(type(error), error, error.__traceback__))
+            job_return._return_value = job_failure(error)
+            log.error("job %s: failed: %s", num, job_return._return_value)
+            log_to_files(f"job {num}: the failure's traceback", error)

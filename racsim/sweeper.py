@@ -318,18 +318,36 @@ def bad_cells_message(labels: Sequence[str], bad: Sequence[Tuple[int, str]], sho
     return f"sweep: {len(bad)} of {len(labels)} cells are invalid, nothing was run: " + "; ".join(parts) + more
 
 
+def numbered_folders(config: DictConfig) -> bool:
+    """Whether the sweep's job folders are the default ``${hydra.job.num}`` (job i's is ``sweep/i``)."""
+    return OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}"
+
+
 def jobs_to_run(config: DictConfig, sweep_dir: Path, cells: Sequence[Sequence[str]]) -> List[int]:
     """The job numbers to launch: all, less (with ``resume=true``, when job folders are
     the default ``${hydra.job.num}``) those whose results are complete for their cell."""
     everything = list(range(len(cells)))
-    subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
-    if not OmegaConf.select(config, RESUME_KEY, default=False) or subdir != "${hydra.job.num}":
+    if not OmegaConf.select(config, RESUME_KEY, default=False) or not numbered_folders(config):
         return everything
     done = [i for i in everything if is_complete(sweep_dir / str(i), cells[i])]
     if done:
         print(f"racsim: resume: {len(done)} of {len(cells)} jobs complete in {sweep_dir}, skipped", flush=True)
     skip = set(done)
     return [i for i in everything if i not in skip]
+
+
+def unfinished(config: DictConfig, sweep_dir: Path, start: int, chunk: Sequence[Sequence[str]],
+               why: str) -> List[Tuple[int, str]]:
+    """(job, ``why``) for each job of a batch whose launcher failed as a whole (a worker killed, a
+    submitit job cancelled) that did not complete: first the jobs of the batch still running in
+    processes this sweep started (submitit_local's) are waited for, then the jobs whose folders hold
+    their complete results (the default ``${hydra.job.num}`` folders) are counted as done."""
+    from racsim.sweep import wait_detached
+
+    wait_detached()
+    numbered = numbered_folders(config)
+    return [(start + i, why) for i, cell in enumerate(chunk)
+            if not (numbered and is_complete(sweep_dir / str(start + i), cell))]
 
 
 def chunks(todo: Sequence[int], cells: Sequence[Sequence[str]], size: int) -> Iterator[Tuple[int, list]]:

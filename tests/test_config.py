@@ -321,9 +321,12 @@ MINIMAL = {
 
 
 @pytest.mark.parametrize("kind", LATENCY_KINDS)
-def test_each_latency_kind_has_a_valid_minimal_form(kind):
+def test_each_latency_kind_has_a_valid_minimal_form(kind, tmp_path, monkeypatch):
     """Each kind validates with the documented knobs it needs and nothing else, and
-    without any one of them it does not: the error names the missing knob."""
+    without any one of them it does not: the error names the missing knob (and a file
+    that is not there, its path)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lat.csv").write_text("seconds\n1.5\n")
     cfg = default_config("~scenario")
     form = MINIMAL[kind]
     cfg.pipeline.channels["slow"] = ChannelConf(latency=LatencyConf(kind=kind, **form))
@@ -333,6 +336,11 @@ def test_each_latency_kind_has_a_valid_minimal_form(kind):
         ex = raises_config_error(cfg)
         assert ex.key.startswith("pipeline.channels.slow.latency."), ex
         assert ex.key.endswith(f".{knob}") or knob in ex.allowed, f"{kind} without {knob}: {ex}"
+    if "path" in form:
+        cfg.pipeline.channels["slow"] = ChannelConf(latency=LatencyConf(kind=kind, **form))
+        (tmp_path / "lat.csv").unlink()
+        ex = raises_config_error(cfg)
+        assert ex.key == "pipeline.channels.slow.latency.path" and "there is no such file" in ex.allowed, ex
 
 
 def test_explicit_kernel_rules():

@@ -126,6 +126,29 @@ def test_check_cells_finds_exactly_the_cells_whose_job_would_stop(loader, args):
         assert line.endswith(f"and {len(found) - 2} more")
 
 
+LAT = "pipeline.channels.judge.latency"
+
+
+@pytest.mark.parametrize("swept", ["path", "kind"])
+def test_check_cells_finds_a_missing_data_file_before_the_first_job(loader, tmp_path, swept):
+    """A data file that some cells read and that is not there: refused by the cell check (the
+    oracle agrees), whether the path is swept or a swept kind makes a cell read it."""
+    good, gone = tmp_path / "good.csv", tmp_path / "gone.csv"
+    good.write_text("x\n1\n2\n")
+    vary = [f"{LAT}.path={good},{gone}"] if swept == "path" else [f"{LAT}.path={gone}",
+                                                                  f"{LAT}.kind=lognormal,empirical"]
+    args = [*SMALL, f"{LAT}.column=x", *vary, "seed=0,1", *([f"{LAT}.kind=empirical"] * (swept == "path"))]
+    master, cells, keys = sweep(loader, args)
+    found = S.check_cells(S.Composer(loader, master), cells, keys)
+    assert [i for i, _ in found] == oracle(loader, master, cells) == [i for i, c in enumerate(cells)
+                                                                         if f"{LAT}.kind=empirical" in c
+                                                                         and f"{LAT}.path={gone}" in c]
+    assert len(found) == 2
+    for _, why in found:
+        assert why.startswith(f"{LAT}.path = {str(gone)!r}: the path of a CSV file with the latency samples: "
+                              f"there is no such file"), why
+
+
 def test_hydra_discovers_the_plugins():
     assert "RacsimSweeper" in [c.__name__ for c in Plugins.instance().discover(Sweeper)]
     assert "RacsimLauncher" in [c.__name__ for c in Plugins.instance().discover(Launcher)]

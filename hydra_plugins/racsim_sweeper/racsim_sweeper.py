@@ -280,7 +280,7 @@ class RacsimSweeper(Sweeper):
             try:
                 results = self.launcher.launch(chunk, initial_job_idx=start)
             except Exception as ex:  # the launcher itself failed (a worker died, a cluster refused)
-                failures += [(start + i, S.reason(ex)) for i in range(len(chunk))]
+                failures += S.unfinished(self.config, sweep_dir, start, chunk, S.reason(ex))
                 continue
             failures += [(start + i, S.reason(r._return_value)) for i, r in enumerate(results)
                          if r.status == JobStatus.FAILED]

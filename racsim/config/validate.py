@@ -63,6 +63,15 @@ def _need(ok: bool, key: str, value: Any, allowed: str) -> None:
         raise ConfigError(key, value, allowed)
 
 
+def _need_file(key: str, path: Any, what: str) -> None:
+    """A data file the run reads: named (``what``: the kind of file), and there, so that a sweep's
+    cell check (racsim.sweeper.check_cells) refuses a missing one before the first job starts;
+    an unreadable or malformed one is refused by its reader when the run opens it."""
+    _need(isinstance(path, (str, os.PathLike)) and bool(os.fspath(path)), key, path, what)
+    where = "" if os.path.isabs(path) else f"; a relative path starts from {os.getcwd()}"
+    _need(os.path.exists(path), key, path, f"{what}: there is no such file{where}")
+
+
 def _positive(key: str, value: Any, *, allow_inf: bool = False) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and not math.isnan(value)
     ok = ok and (allow_inf or math.isfinite(value))
@@ -124,7 +133,7 @@ def validate_latency(c: LatencyConf, key: str) -> None:
             _need(abs(c.mean - mid) <= 1e-9 * max(1.0, mid), f"{key}.mean", c.mean,
                   f"null or the midpoint {mid:g} of [low, high] = [{lo:g}, {c.high:g}]")
     if c.kind == "empirical":
-        _need(bool(c.path), f"{key}.path", c.path, "the path of a CSV file with the latency samples")
+        _need_file(f"{key}.path", c.path, "the path of a CSV file with the latency samples")
         _need(bool(c.column), f"{key}.column", c.column, "the name of a numeric column of that CSV")
 
 
@@ -238,6 +247,7 @@ def validate_faults(ch: Any, key: str) -> None:
         for k in ("mtbf_s", "mttr_s"):
             _need(getattr(f, k) is None, f"{key}.{k}", getattr(f, k),
                   "null with faults.schedule (the schedule's outages replace the random ones)")
+        _need_file(f"{key}.schedule", f.schedule, "a path to a CSV of outages (columns server, down_s, up_s), or null")
     for k in ("mtbf_s", "mttr_s") if f.schedule is None else ():
         _need(_finite(getattr(f, k)) and getattr(f, k) > 0, f"{key}.{k}", getattr(f, k),
               "a finite number of seconds > 0 (the mean " + ("up time of one GPU or worker" if k == "mtbf_s"
@@ -412,6 +422,8 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     _int_at_least("study.workers", st.workers, 0)
     pr = st.probe
     _int_at_least("study.probe.n", pr.n, 2)
+    if st.kind == "probe" and pr.pairs:
+        _need_file("study.probe.pairs", pr.pairs, "the path of a CSV or Parquet file of (r_fast, r_slow) pairs, or null")
     _need(_finite(pr.correlation) and -1 < pr.correlation < 1, "study.probe.correlation", pr.correlation,
           "a Pearson correlation in (-1, 1)")
     for key in ("slow_std", "fast_std"):
@@ -512,9 +524,8 @@ def validate_arrivals(p: Any) -> None:
     if a.mode == "stream":
         validate_latency(a.length, f"{key}.length")
     if a.mode == "trace":
-        _need(isinstance(a.path, str) and bool(a.path), f"{key}.path", a.path,
-              "the path of a CSV file whose column (pipeline.arrivals.column) holds each sample's offset "
-              "in seconds from its step's start")
+        _need_file(f"{key}.path", a.path, "the path of a CSV file whose column (pipeline.arrivals.column) holds "
+                                          "each sample's offset in seconds from its step's start")
         _need(isinstance(a.column, str) and bool(a.column), f"{key}.column", a.column, "the name of a CSV column")
 
 
@@ -540,7 +551,7 @@ def validate_rm(rm: Any, key: str) -> None:
     _nonneg(f"{key}.overhead_s", rm.overhead_s)
     _need(_finite(rm.mem_util) and 0 < rm.mem_util <= 1, f"{key}.mem_util", rm.mem_util, "a number in (0, 1]")
     if rm.service == "profiled":
-        _need(bool(rm.profile), f"{key}.profile", rm.profile, "the path of a CSV written by racsim-profile")
+        _need_file(f"{key}.profile", rm.profile, "the path of a CSV written by racsim-profile")
     _int_at_least(f"{key}.max_batch", rm.max_batch, 1)
     _int_at_least(f"{key}.token_budget", rm.token_budget, 1)
     _nonneg(f"{key}.max_wait_s", rm.max_wait_s)
@@ -717,7 +728,7 @@ def check_data_files(cfg: Any, keys: Optional[Sequence[str]] = None) -> None:
             continue
         try:
             st = os.stat(v)
-        except OSError:  # missing or unreadable: its reader says so where it opens it
+        except OSError:  # missing: refused where the run reads it (_need_file); unreadable: by its reader
             continue
         _need(stat.S_ISREG(st.st_mode), key, v, "a regular file (not a folder, FIFO or device)")
         _need(st.st_size <= cap, key, v, f"a file of at most limits.file_mb = {cfg.limits.file_mb:g} MB "
