@@ -1,0 +1,180 @@
+"""The README and the docs site cannot go stale (issue 20).
+
+Every shell command of README.md and docs/*.md (fenced ``bash`` blocks, and ``$`` lines of
+``console`` blocks) runs here in a temporary folder, reduced by the table REDUCE where the full
+run is long; it must exit 0, or the N of a trailing ``# exit N``, and a console block's shown
+output must appear in what it prints. Install commands are checked, not run: the extras they
+name exist. The fast, deterministic generated blocks are rerun and compared (timings masked).
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from racsim import docs
+
+ROOT = docs.ROOT
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+EXIT = re.compile(r"#\s*exit (\d+)")
+SETUP = re.compile(r"^(python3 -m venv \S+|\. \S+/bin/activate)$")
+PIP = re.compile(r"^pip install (-e )?(?P<spec>\S+)$")
+# The test command runs the suite this file belongs to: checked against .ci/run instead.
+SUITE = "python -m pytest -q -n auto"
+
+# Commands not run here, with the reason; each must still match a documented command.
+NOT_RUN = {
+    "hydra/launcher=submitit_slurm": "needs a Slurm cluster",
+    "hydra/launcher=ray": "needs the ray extra and a Ray instance",
+    "mutmut run": "mutation testing takes hours",
+    "racsim-bench --capacity": "times every capacity knob at full size (tests/test_bench.py covers it reduced)",
+    "racsim-bench --sweep": "times two sweeps of 64 jobs (tests/test_bench.py covers it reduced)",
+    "racsim-bench --paper": "the paper's full heavy-tail grid (tests/test_bench.py covers --paper's parts)",
+    "python tests/golden.py check": "tests/test_golden.py runs the golden runs",
+    "paper/k_sweep,paper/baselines_k2": "every paper scenario (tests/test_paper.py runs them with study.fast=true)",
+}
+
+# How a long command is shortened: the first row whose pattern the command matches gives
+# (regex, replacement) substitutions and overrides appended; a command that matches none runs as written.
+FEW = "learner.trials=20 learner.bootstrap=20 learner.train.enabled=false"
+CAPACITY = "learner.trials=4 learner.bootstrap=20 pipeline.steps=15 pipeline.warmup_steps=5"
+REDUCE = [
+    (r"scenario=capacity/code_verifier.*capacity\.counts", [(r"'capacity\.counts=\[[\d,]+\]'", "'capacity.counts=[64]'")],
+     CAPACITY),
+    (r"scenario=capacity/code_verifier", [], CAPACITY + " capacity.counts=[64]"),
+    (r"scenario=capacity/human_review", [], CAPACITY + " capacity.counts=[4]"),
+    (r"scenario=capacity/judge_rm_autoscale", [], CAPACITY + " capacity.counts=[4]"),
+    (r"scenario=capacity/", [], CAPACITY + " capacity.counts=[4]"),
+    (r"scenario=adaptive_tau", [], "learner.trials=20 learner.bootstrap=20 study.grid.adaptive_min_results=[10]"),
+    (r"scenario=lm/", [], "learner.lm.seeds=2 pipeline.steps=6 pipeline.warmup_steps=2"),
+    (r"learner=lm", [], "learner.lm.seeds=2 pipeline.steps=6 pipeline.warmup_steps=2 corrector.names=[naive,rac]"),
+    (r"scenario=paper/", [], "learner.trials=20"),
+    (r"^racsim-profile", [(r"batch_sizes=\S+", "batch_sizes=[1,2]"), (r"seq_lens=\S+", "seq_lens=[16,32]")], ""),
+    (r"^racsim-bench --set", [], ""),
+    (r"^racsim-bench --gpu-rm", [(r"--gpu-rm", "--quick --gpu-rm")], ""),
+    (r"^racsim-bench$", [(r"$", " --quick")], ""),
+    (r"^racsim -m", [(r"range\(\d+\)", "range(2)")], FEW),
+    (r"^racsim\b", [], FEW),
+]
+
+
+def documented():
+    """(page, block kind, command, expected exit, shown output) of every command, in page order."""
+    for page in docs.pages():
+        for kind, body in FENCE.findall(page.read_text()):
+            if kind == "bash":
+                lines = body.replace("\\\n", " ").splitlines()
+                yield from ((page, kind, line.strip(), "") for line in lines if line.strip() and not line.startswith("#"))
+            elif kind == "console":
+                for chunk in re.split(r"^\$ ", body, flags=re.M)[1:]:
+                    cmd, _, shown = chunk.partition("\n")
+                    yield page, kind, cmd.strip(), shown.strip()
+
+
+COMMANDS = list(documented())
+
+
+def parts(cmd):
+    """The command without its comment, split on &&, and the exit status it is documented with."""
+    code, _, comment = cmd.partition(" #")
+    m = EXIT.search("#" + comment)
+    return [p.strip() for p in code.split("&&")], int(m[1]) if m else 0
+
+
+def reduced(cmd):
+    for pattern, subs, extra in REDUCE:
+        if re.search(pattern, cmd):
+            for old, new in subs:
+                cmd = re.sub(old, new, cmd)
+            return f"{cmd} {extra}".strip()
+    return cmd
+
+
+def runnable(cmd):
+    """The parts of a command this test runs (setup, installs and the suite itself are checked instead)."""
+    return [p for p in parts(cmd)[0] if not SETUP.match(p) and not PIP.match(p) and p != SUITE]
+
+
+def page_cases():
+    """One case per page: its commands run in order, in one folder (a command may use a file made before it)."""
+    by_page = {}
+    for page, kind, cmd, shown in COMMANDS:
+        if not any(key in cmd for key in NOT_RUN):
+            by_page.setdefault(page.name, []).append((cmd, shown))
+    return by_page
+
+
+PAGES = page_cases()
+
+
+def run(cmd, cwd):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "MPLBACKEND": "Agg"}
+    return subprocess.run(cmd, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_command_of_the_page_runs(page, tmp_path):
+    os.symlink(ROOT / "scenarios", tmp_path / "scenarios")
+    for cmd, shown in PAGES[page]:
+        want = parts(cmd)[1]
+        for part in runnable(cmd):
+            p = run(reduced(part), tmp_path)
+            assert p.returncode == want, f"{page}: `{reduced(part)}` exited {p.returncode}, documented {want}:\n{p.stderr[-2000:]}"
+            for line in shown.splitlines():
+                assert line.strip() in p.stdout + p.stderr, f"{page}: `{part}` did not print the documented\n{line}"
+
+
+def test_the_table_leaves_out_only_documented_commands():
+    text = "\n".join(c for _, _, c, _ in COMMANDS)
+    assert [key for key in NOT_RUN if key not in text] == []
+    assert [r[0] for r in REDUCE if not any(re.search(r[0], c) for _, _, c, _ in COMMANDS)] == []
+
+
+def test_install_commands_name_extras_that_exist():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    specs = [PIP.match(p)["spec"] for _, _, c, _ in COMMANDS for p in parts(c)[0] if PIP.match(p)]
+    assert specs, "no install command found"
+    for spec in specs:
+        m = re.fullmatch(r'"?\.(?:\[(?P<extras>[\w,]+)\])?"?', spec)
+        assert m, f"pip install {spec}: install racsim itself, '.' or '\".[extra]\"'"
+        assert set((m["extras"] or "").split(",")) - {""} <= set(extras), f"pip install {spec}: extras {sorted(extras)}"
+
+
+def test_ci_runs_the_readme_test_command_and_builds_the_site():
+    readme = [c for p, _, c, _ in COMMANDS if p.name == "README.md" and SUITE in c]
+    assert len(readme) == 1
+    install_and_test = " && ".join(parts(readme[0])[0][2:])  # less the venv and its activation
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert install_and_test in ci
+    assert any(re.search(r"\bmkdocs build --strict --site-dir \S+", line) for line in ci)
+
+
+def test_readme_is_a_front_door():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+def test_every_block_has_a_recipe_and_every_recipe_a_block():
+    assert set(docs.blocks()) == set(docs.RECIPES)
+
+
+def test_every_block_shows_the_commands_its_page_documents():
+    """A block's numbers come from the commands shown on its page, not from others."""
+    for name, (page, _) in docs.blocks().items():
+        text = page.read_text()
+        for cmd in docs.RECIPES[name].commands:
+            assert cmd in text.replace("\\\n       ", ""), f"block {name}: `{cmd}` is not on {page.name}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(n for n, r in docs.RECIPES.items() if r.fresh))
+def test_deterministic_blocks_are_up_to_date(name, tmp_path):
+    page, body = docs.blocks()[name]
+    text, _ = docs.render([name], tmp_path)[name]
+    assert docs.masked(text) == docs.masked(body), f"{page.name}: block {name} is stale: run python -m racsim.docs {name}"
