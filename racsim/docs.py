@@ -81,8 +81,8 @@ def console(run: Run) -> str:
 
 
 def recommendation(out: str) -> str:
-    """The capacity run's answer: its lines from "Recommended" on, less the results folder."""
-    lines = RESULTS_IN.sub("", out).strip("\n").splitlines()
+    """The capacity run's answer: its lines from "Recommended" on, less racsim's own lines (speed, folder)."""
+    lines = [line for line in out.strip("\n").splitlines() if not line.startswith("racsim:")]
     start = next((i for i, line in enumerate(lines) if line.startswith("Recommended")), None)
     if start is None:
         raise DocsError("a capacity run printed no recommendation")
@@ -110,6 +110,15 @@ def reading(run: Run) -> str:
             f"(J = {fmt(wait['J_at_naive_clock'])} against RAC's {fmt(rac['J_at_naive_clock'])}).\n")
 
 
+def sweep_rows(run: Run) -> str:
+    """RAC's rows of the sweep's gathered table: one per job, its overrides first."""
+    df = pd.read_csv(run.cwd / SWEEP_DIR / "results.csv")
+    cols = ["override:seed", "corrector.tau_age", "corrector", "bias_exact", "reduction_exact", "slack_eta",
+            "wallclock_ratio"]
+    return markdown_table(df.loc[df["corrector"] == "rac", cols])
+
+
+SWEEP_DIR = "outputs/tau_sweep"
 OWN_DELAYS = ('python -c "import numpy as np; np.savetxt(\'my_delays.csv\', np.random.default_rng(1).lognormal(2.5, 0.6, 500), '
               'header=\'seconds\', comments=\'\')"',
               "racsim pipeline.channels.judge.latency.kind=empirical pipeline.channels.judge.latency.path=my_delays.csv "
@@ -121,6 +130,8 @@ RECIPES: Dict[str, Recipe] = {
                       figures=(("pareto.png", "pareto.png"), ("training.png", "training.png"), ("gantt.png", "gantt.png"))),
     "default.reading": Recipe(("racsim",), reading, fresh=True),
     "own_delays": Recipe(OWN_DELAYS, console, fresh=True),
+    "sweep": Recipe((f"racsim -m seed=0,1,2 corrector.tau_age=20,1000 hydra.sweep.dir={SWEEP_DIR}",
+                     f"racsim-report {SWEEP_DIR}"), sweep_rows),
     "capacity.judge": Recipe((JUDGE,), console, figures=(("capacity.png", "capacity.png"),)),
     "capacity.code_verifier": Recipe(("racsim scenario=capacity/code_verifier",), recommendations),
     "capacity.human_review": Recipe(("racsim scenario=capacity/human_review",), recommendations),
@@ -153,14 +164,12 @@ def pages(root: Path = ROOT) -> List[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
-def blocks(root: Path = ROOT) -> Dict[str, Tuple[Path, str]]:
-    """Every block's name -> (its page, its text)."""
-    found: Dict[str, Tuple[Path, str]] = {}
+def blocks(root: Path = ROOT) -> Dict[str, List[Tuple[Path, str]]]:
+    """Every block's name -> (page, text) of each place it appears (a block may appear on several pages)."""
+    found: Dict[str, List[Tuple[Path, str]]] = {}
     for page in pages(root):
         for m in BLOCK.finditer(page.read_text()):
-            if m["name"] in found:
-                raise DocsError(f"block {m['name']} appears twice ({found[m['name']][0].name}, {page.name})")
-            found[m["name"]] = (page, m["body"])
+            found.setdefault(m["name"], []).append((page, m["body"]))
     return found
 
 
@@ -215,8 +224,8 @@ def regenerate(names: Sequence[str], root: Path = ROOT) -> List[str]:
     todo = list(names or found)
     with tempfile.TemporaryDirectory(prefix="racsim-docs-") as tmp:
         made = render(todo, Path(tmp), root)
-        for page in {found[n][0] for n in todo}:
-            rewrite(page, {n: text for n, (text, _) in made.items() if found[n][0] == page})
+        for page in pages(root):
+            rewrite(page, {n: text for n, (text, _) in made.items()})
         for n, (_, run) in made.items():
             for src, dst in RECIPES[n].figures:
                 shutil.copyfile(run.folder() / src, root / "docs" / dst)

@@ -29,51 +29,50 @@ SUITE = "python -m pytest -q -n auto"
 
 # Commands not run here, with the reason; each must still match a documented command.
 NOT_RUN = {
-    "hydra/launcher=submitit_slurm": "needs a Slurm cluster",
-    "hydra/launcher=ray": "needs the ray extra and a Ray instance",
     "mutmut run": "mutation testing takes hours",
     "racsim-bench --capacity": "times every capacity knob at full size (tests/test_bench.py covers it reduced)",
     "racsim-bench --sweep": "times two sweeps of 64 jobs (tests/test_bench.py covers it reduced)",
     "racsim-bench --paper": "the paper's full heavy-tail grid (tests/test_bench.py covers --paper's parts)",
     "python tests/golden.py check": "tests/test_golden.py runs the golden runs",
-    "paper/k_sweep,paper/baselines_k2": "every paper scenario (tests/test_paper.py runs them with study.fast=true)",
+    "python -m racsim.docs": "rewrites the pages (test_deterministic_blocks_are_up_to_date reruns the fast blocks)",
+    "mkdocs build": ".ci/run builds the site (test_ci_runs_the_readme_test_command_and_builds_the_site)",
 }
 
 # How a long command is shortened: the first row whose pattern the command matches gives
-# (regex, replacement) substitutions and overrides appended; a command that matches none runs as written.
-FEW = "learner.trials=20 learner.bootstrap=20 learner.train.enabled=false"
-CAPACITY = "learner.trials=4 learner.bootstrap=20 pipeline.steps=15 pipeline.warmup_steps=5"
+# (regex, replacement) substitutions and overrides appended (each replacing the command's own
+# override of that key); a command that matches none runs as written.
+FEW = "learner.trials=20 learner.bootstrap=20 learner.train.enabled=false output.plots=false"
+CAPACITY = "learner.trials=4 learner.bootstrap=20 pipeline.steps=15 pipeline.warmup_steps=5 output.plots=false"
+LM = "learner.lm.seeds=2 learner.lm.checkpoints=0 pipeline.steps=6 pipeline.warmup_steps=2 output.plots=false"
 REDUCE = [
-    (r"scenario=capacity/code_verifier.*capacity\.counts", [(r"'capacity\.counts=\[[\d,]+\]'", "'capacity.counts=[64]'")],
-     CAPACITY),
-    (r"scenario=capacity/code_verifier", [], CAPACITY + " capacity.counts=[64]"),
-    (r"scenario=capacity/human_review", [], CAPACITY + " capacity.counts=[4]"),
-    (r"scenario=capacity/judge_rm_autoscale", [], CAPACITY + " capacity.counts=[4]"),
-    (r"scenario=capacity/", [], CAPACITY + " capacity.counts=[4]"),
-    (r"scenario=adaptive_tau", [], "learner.trials=20 learner.bootstrap=20 study.grid.adaptive_min_results=[10]"),
-    (r"scenario=lm/", [], "learner.lm.seeds=2 pipeline.steps=6 pipeline.warmup_steps=2"),
-    (r"learner=lm", [], "learner.lm.seeds=2 pipeline.steps=6 pipeline.warmup_steps=2 corrector.names=[naive,rac]"),
-    (r"scenario=paper/", [], "learner.trials=20"),
+    (r"^racsim-report", [], ""),
     (r"^racsim-profile", [(r"batch_sizes=\S+", "batch_sizes=[1,2]"), (r"seq_lens=\S+", "seq_lens=[16,32]")], ""),
-    (r"^racsim-bench --set", [], ""),
+    (r"^racsim-bench --set", [(r"--set", "--quick --set")], ""),
     (r"^racsim-bench --gpu-rm", [(r"--gpu-rm", "--quick --gpu-rm")], ""),
     (r"^racsim-bench$", [(r"$", " --quick")], ""),
+    (r"scenario=capacity/code_verifier", [], CAPACITY + " capacity.counts=[64]"),
+    (r"scenario=capacity/", [], CAPACITY + " capacity.counts=[4]"),
+    (r"scenario=adaptive_tau", [], "learner.trials=20 learner.bootstrap=20 pipeline.steps=30 pipeline.warmup_steps=10 output.plots=false"),
+    (r"scenario=lm/", [], LM),
+    (r"learner=lm", [], LM + " corrector.names=[naive,rac]"),
+    (r"scenario=paper/k_sweep,", [(r"scenario=\S+", "scenario=paper/tv_bound,paper/identity_kernel")], "study.fast=true"),
+    (r"scenario=paper/", [], "learner.trials=20 output.plots=false"),
     (r"^racsim -m", [(r"range\(\d+\)", "range(2)")], FEW),
     (r"^racsim\b", [], FEW),
 ]
 
 
 def documented():
-    """(page, block kind, command, expected exit, shown output) of every command, in page order."""
+    """(page, block number, command, expected output) of every command, in page order."""
     for page in docs.pages():
-        for kind, body in FENCE.findall(page.read_text()):
+        for i, (kind, body) in enumerate(FENCE.findall(page.read_text())):
             if kind == "bash":
                 lines = body.replace("\\\n", " ").splitlines()
-                yield from ((page, kind, line.strip(), "") for line in lines if line.strip() and not line.startswith("#"))
+                yield from ((page, i, line.strip(), "") for line in lines if line.strip() and not line.startswith("#"))
             elif kind == "console":
                 for chunk in re.split(r"^\$ ", body, flags=re.M)[1:]:
                     cmd, _, shown = chunk.partition("\n")
-                    yield page, kind, cmd.strip(), shown.strip()
+                    yield page, i, cmd.strip(), shown.strip()
 
 
 COMMANDS = list(documented())
@@ -91,6 +90,8 @@ def reduced(cmd):
         if re.search(pattern, cmd):
             for old, new in subs:
                 cmd = re.sub(old, new, cmd)
+            for key in (o.split("=")[0] for o in extra.split()):
+                cmd = re.sub(rf"\s'?{re.escape(key)}=\S+", "", cmd)
             return f"{cmd} {extra}".strip()
     return cmd
 
@@ -100,16 +101,17 @@ def runnable(cmd):
     return [p for p in parts(cmd)[0] if not SETUP.match(p) and not PIP.match(p) and p != SUITE]
 
 
-def page_cases():
-    """One case per page: its commands run in order, in one folder (a command may use a file made before it)."""
-    by_page = {}
-    for page, kind, cmd, shown in COMMANDS:
-        if not any(key in cmd for key in NOT_RUN):
-            by_page.setdefault(page.name, []).append((cmd, shown))
-    return by_page
+def block_cases():
+    """One case per fenced block: its commands run in order in one folder (a command may use a file
+    the one before it made)."""
+    cases = {}
+    for page, i, cmd, shown in COMMANDS:
+        if not any(key in cmd for key in NOT_RUN) and runnable(cmd):
+            cases.setdefault(f"{page.name}:{i}", []).append((cmd, shown))
+    return cases
 
 
-PAGES = page_cases()
+CASES = block_cases()
 
 
 def run(cmd, cwd):
@@ -119,16 +121,16 @@ def run(cmd, cwd):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", sorted(PAGES))
-def test_every_command_of_the_page_runs(page, tmp_path):
+@pytest.mark.parametrize("block", sorted(CASES))
+def test_every_documented_command_runs(block, tmp_path):
     os.symlink(ROOT / "scenarios", tmp_path / "scenarios")
-    for cmd, shown in PAGES[page]:
+    for cmd, shown in CASES[block]:
         want = parts(cmd)[1]
         for part in runnable(cmd):
             p = run(reduced(part), tmp_path)
-            assert p.returncode == want, f"{page}: `{reduced(part)}` exited {p.returncode}, documented {want}:\n{p.stderr[-2000:]}"
+            assert p.returncode == want, f"{block}: `{reduced(part)}` exited {p.returncode}, documented {want}:\n{p.stderr[-2000:]}"
             for line in shown.splitlines():
-                assert line.strip() in p.stdout + p.stderr, f"{page}: `{part}` did not print the documented\n{line}"
+                assert line.strip() in p.stdout + p.stderr, f"{block}: `{part}` did not print the documented\n{line}"
 
 
 def test_the_table_leaves_out_only_documented_commands():
@@ -166,15 +168,15 @@ def test_every_block_has_a_recipe_and_every_recipe_a_block():
 
 def test_every_block_shows_the_commands_its_page_documents():
     """A block's numbers come from the commands shown on its page, not from others."""
-    for name, (page, _) in docs.blocks().items():
-        text = page.read_text()
-        for cmd in docs.RECIPES[name].commands:
-            assert cmd in text.replace("\\\n       ", ""), f"block {name}: `{cmd}` is not on {page.name}"
+    for name, places in docs.blocks().items():
+        for page, _ in places:
+            for cmd in docs.RECIPES[name].commands:
+                assert cmd in page.read_text(), f"block {name}: `{cmd}` is not on {page.name}"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n, r in docs.RECIPES.items() if r.fresh))
 def test_deterministic_blocks_are_up_to_date(name, tmp_path):
-    page, body = docs.blocks()[name]
     text, _ = docs.render([name], tmp_path)[name]
-    assert docs.masked(text) == docs.masked(body), f"{page.name}: block {name} is stale: run python -m racsim.docs {name}"
+    for page, body in docs.blocks()[name]:
+        assert docs.masked(body) == docs.masked(text), f"{page.name}: block {name} is stale: run python -m racsim.docs {name}"
