@@ -110,6 +110,25 @@ def reading(run: Run) -> str:
             f"(J = {fmt(wait['J_at_naive_clock'])} against RAC's {fmt(rac['J_at_naive_clock'])}).\n")
 
 
+def by_law(run: Run) -> str:
+    """adaptive_tau's steady-state exact bias per delay law: RAC at each fixed tau_age, rac_adaptive
+    at its worst prior (its rows hardly depend on the prior), the synchronous oracle."""
+    df, law, tau = run.csv("results.csv"), "pipeline.delay_distribution.kind", "corrector.tau_age"
+    rac = df[df["corrector"] == "rac"].pivot_table(index=law, columns=tau, values="bias_exact")
+    rac.columns = [f"rac, tau_age={fmt(float(t))}" for t in rac.columns]
+    rest = df[df["corrector"].isin(["rac_adaptive", "sync_oracle"])].groupby([law, "corrector"])["bias_exact"].max()
+    rest = rest.unstack().rename(columns={"rac_adaptive": "rac_adaptive (worst prior)"})
+    return markdown_table(rac.join(rest).reset_index().rename(columns={law: "delay law"}))
+
+
+def final_reward(run: Run) -> str:
+    """The LM delay sweep's final true reward per delay law (rows) and corrector (columns)."""
+    df = run.csv("results.csv")
+    law = next(c for c in df.columns if c.startswith("pipeline.delay_distribution"))
+    return markdown_table(df.pivot_table(index=law, columns="corrector", values="true_final", sort=False)
+                          .reset_index().rename(columns={law: "delay law"}))
+
+
 def sweep_rows(run: Run) -> str:
     """RAC's rows of the sweep's gathered table: one per job, its overrides first."""
     df = pd.read_csv(run.cwd / SWEEP_DIR / "results.csv")
@@ -132,6 +151,7 @@ RECIPES: Dict[str, Recipe] = {
     "own_delays": Recipe(OWN_DELAYS, console, fresh=True),
     "sweep": Recipe((f"racsim -m seed=0,1,2 corrector.tau_age=20,1000 hydra.sweep.dir={SWEEP_DIR}",
                      f"racsim-report {SWEEP_DIR}"), sweep_rows),
+    "adaptive_tau": Recipe(("racsim scenario=adaptive_tau",), by_law),
     "capacity.judge": Recipe((JUDGE,), console, figures=(("capacity.png", "capacity.png"),)),
     "capacity.code_verifier": Recipe(("racsim scenario=capacity/code_verifier",), recommendations),
     "capacity.human_review": Recipe(("racsim scenario=capacity/human_review",), recommendations),
@@ -154,6 +174,7 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.preempt": Recipe(("racsim scenario=capacity/judge_rm_preempt",), recommendations),
     "capacity.continuous": Recipe((JUDGE + " pipeline.channels.judge.rm.batching=continuous",
                                    JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),
+    "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "bench.default": Recipe(("racsim-bench",), console),
     "bench.paper": Recipe(("racsim-bench --paper",), console),
 }
@@ -188,18 +209,28 @@ def execute(commands: Sequence[str], cwd: Path, root: Path = ROOT) -> Run:
     return Run(cwd, tuple(commands), tuple(outs))
 
 
-def render(names: Sequence[str], workdir: Path, root: Path = ROOT) -> Dict[str, Tuple[str, Run]]:
-    """Each named block's new text and the run that made it (blocks of the same commands share a run)."""
-    runs: Dict[Tuple[str, ...], Run] = {}
-    out = {}
+def render(names: Sequence[str], workdir: Path, root: Path = ROOT) -> Tuple[Dict[str, Tuple[str, Run]], Dict[str, str]]:
+    """Each named block's new text and the run that made it (blocks of the same commands share a run),
+    and the reason of each block that could not be made."""
+    runs: Dict[Tuple[str, ...], Run | DocsError] = {}
+    made, failed = {}, {}
     for name in names:
         recipe = RECIPES[name]
         if recipe.commands not in runs:
             cwd = workdir / f"run{len(runs)}"
             cwd.mkdir()
-            runs[recipe.commands] = execute(recipe.commands, cwd, root)
-        out[name] = (recipe.render(runs[recipe.commands]), runs[recipe.commands])
-    return out
+            try:
+                runs[recipe.commands] = execute(recipe.commands, cwd, root)
+            except DocsError as e:
+                runs[recipe.commands] = e
+        run = runs[recipe.commands]
+        try:
+            if isinstance(run, DocsError):
+                raise run
+            made[name] = (recipe.render(run), run)
+        except (DocsError, KeyError, FileNotFoundError) as e:  # KeyError: a column the output lacks
+            failed[name] = str(e)
+    return made, failed
 
 
 def masked(text: str) -> str:
@@ -215,21 +246,21 @@ def rewrite(page: Path, texts: Dict[str, str]) -> None:
         write_text(page, new)
 
 
-def regenerate(names: Sequence[str], root: Path = ROOT) -> List[str]:
-    """Rerun and rewrite the named blocks (all when none), copy their figures; the names done."""
+def regenerate(names: Sequence[str], root: Path = ROOT) -> Tuple[List[str], Dict[str, str]]:
+    """Rerun and rewrite the named blocks (all when none) and copy their figures; a block that cannot
+    be made keeps its text. The names rewritten, and the reason of each that failed."""
     found = blocks(root)
     unknown = sorted(set(names or found) - set(RECIPES)) + sorted(set(names) - set(found))
     if unknown:
         raise DocsError(f"no such block: {', '.join(unknown)} (blocks: {', '.join(sorted(found))})")
-    todo = list(names or found)
     with tempfile.TemporaryDirectory(prefix="racsim-docs-") as tmp:
-        made = render(todo, Path(tmp), root)
+        made, failed = render(list(names or found), Path(tmp), root)
         for page in pages(root):
             rewrite(page, {n: text for n, (text, _) in made.items()})
         for n, (_, run) in made.items():
             for src, dst in RECIPES[n].figures:
                 shutil.copyfile(run.folder() / src, root / "docs" / dst)
-    return todo
+    return list(made), failed
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -237,11 +268,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("names", nargs="*", help=f"blocks to rewrite (default: all): {', '.join(RECIPES)}")
     args = ap.parse_args(argv)
     try:
-        done = regenerate(args.names)
+        done, failed = regenerate(args.names)
     except DocsError as e:
         print(f"racsim.docs: error: {e}", file=sys.stderr)
         sys.exit(2)
     print(f"racsim.docs: rewrote {len(done)} blocks: {', '.join(done)}")
+    for name, why in failed.items():
+        print(f"racsim.docs: block {name} not rewritten: {why}", file=sys.stderr)
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

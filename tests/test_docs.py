@@ -177,6 +177,8 @@ def test_every_block_shows_the_commands_its_page_documents():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n, r in docs.RECIPES.items() if r.fresh))
 def test_deterministic_blocks_are_up_to_date(name, tmp_path):
-    text, _ = docs.render([name], tmp_path)[name]
+    made, failed = docs.render([name], tmp_path)
+    assert failed == {}
+    text, _ = made[name]
     for page, body in docs.blocks()[name]:
         assert docs.masked(body) == docs.masked(text), f"{page.name}: block {name} is stale: run python -m racsim.docs {name}"
