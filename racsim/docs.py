@@ -101,13 +101,16 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 
 def reading(run: Run) -> str:
-    """The default run's answer in one sentence, from its results.csv."""
+    """A run's answer in one sentence, from its results.csv: the least-biased corrector that costs no
+    wall-clock (the synchronous oracle aside), and what waiting costs."""
     r = run.csv("results.csv").set_index("corrector")
-    rac, wait = r.loc["rac"], r.loc["wait_for_slow"]
-    return (f"Here RAC removes {fmt(rac['reduction_exact'])}x of naive's bias at {fmt(rac['wallclock_ratio'])}x "
-            f"naive's wall-clock; wait-for-slow removes {fmt(wait['reduction_exact'])}x but takes "
-            f"{fmt(wait['wallclock_ratio'])}x the wall-clock, so within naive's time it trains the least "
-            f"(J = {fmt(wait['J_at_naive_clock'])} against RAC's {fmt(rac['J_at_naive_clock'])}).\n")
+    free = r.drop(index="sync_oracle", errors="ignore").query("wallclock_ratio <= 1.001")
+    best, wait = r.loc[free["bias_exact"].idxmin()], r.loc["wait_for_slow"]
+    return (f"Here the least-biased corrector at naive's wall-clock is {best.name}: "
+            f"{fmt(best['reduction_exact'])}x less bias than naive. Wait-for-slow removes "
+            f"{fmt(wait['reduction_exact'])}x but takes {fmt(wait['wallclock_ratio'])}x the wall-clock, so within "
+            f"naive's time it trains to J = {fmt(wait['J_at_naive_clock'])} against {best.name}'s "
+            f"{fmt(best['J_at_naive_clock'])}.\n")
 
 
 def by_law(run: Run) -> str:
@@ -149,6 +152,7 @@ RECIPES: Dict[str, Recipe] = {
                       figures=(("pareto.png", "pareto.png"), ("training.png", "training.png"), ("gantt.png", "gantt.png"))),
     "default.reading": Recipe(("racsim",), reading, fresh=True),
     "own_delays": Recipe(OWN_DELAYS, console, fresh=True),
+    "own_delays.reading": Recipe(OWN_DELAYS, reading, fresh=True),
     "sweep": Recipe((f"racsim -m seed=0,1,2 corrector.tau_age=20,1000 hydra.sweep.dir={SWEEP_DIR}",
                      f"racsim-report {SWEEP_DIR}"), sweep_rows),
     "adaptive_tau": Recipe(("racsim scenario=adaptive_tau",), by_law),

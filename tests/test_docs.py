@@ -38,6 +38,12 @@ NOT_RUN = {
     "mkdocs build": ".ci/run builds the site (test_ci_runs_the_readme_test_command_and_builds_the_site)",
 }
 
+# Documented commands that fail on this commit, each with why: an expected failure, strict, so the
+# fix must remove its entry.
+BROKEN = {
+    "scenario=adaptive_tau": "the finite guard refuses the grid's null mean of its Cauchy cell (issue 20, point 5)",
+}
+
 # How a long command is shortened: the first row whose pattern the command matches gives
 # (regex, replacement) substitutions and overrides appended (each replacing the command's own
 # override of that key); a command that matches none runs as written.
@@ -120,8 +126,13 @@ def run(cmd, cwd):
     return subprocess.run(cmd, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+def case(block):
+    why = [reason for key, reason in BROKEN.items() if any(key in cmd for cmd, _ in CASES[block])]
+    return pytest.param(block, marks=[pytest.mark.xfail(strict=True, reason=why[0])] if why else [])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("block", sorted(CASES))
+@pytest.mark.parametrize("block", [case(b) for b in sorted(CASES)])
 def test_every_documented_command_runs(block, tmp_path):
     os.symlink(ROOT / "scenarios", tmp_path / "scenarios")
     for cmd, shown in CASES[block]:
@@ -135,8 +146,9 @@ def test_every_documented_command_runs(block, tmp_path):
 
 def test_the_table_leaves_out_only_documented_commands():
     text = "\n".join(c for _, _, c, _ in COMMANDS)
-    assert [key for key in NOT_RUN if key not in text] == []
-    assert [r[0] for r in REDUCE if not any(re.search(r[0], c) for _, _, c, _ in COMMANDS)] == []
+    assert [key for key in {**NOT_RUN, **BROKEN} if key not in text] == []
+    run_parts = [p for _, _, c, _ in COMMANDS for p in runnable(c)]
+    assert [r[0] for r in REDUCE if not any(re.search(r[0], p) for p in run_parts)] == []
 
 
 def test_install_commands_name_extras_that_exist():
