@@ -17,7 +17,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 import pandas as pd
 
@@ -213,11 +213,10 @@ def execute(commands: Sequence[str], cwd: Path, root: Path = ROOT) -> Run:
     return Run(cwd, tuple(commands), tuple(outs))
 
 
-def render(names: Sequence[str], workdir: Path, root: Path = ROOT) -> Tuple[Dict[str, Tuple[str, Run]], Dict[str, str]]:
-    """Each named block's new text and the run that made it (blocks of the same commands share a run),
-    and the reason of each block that could not be made."""
+def made(names: Sequence[str], workdir: Path, root: Path = ROOT) -> Iterator[Tuple[str, str | None, Run | DocsError]]:
+    """(name, new text or None, its run or why not) of each named block as soon as it is made; blocks of
+    the same commands share one run."""
     runs: Dict[Tuple[str, ...], Run | DocsError] = {}
-    made, failed = {}, {}
     for name in names:
         recipe = RECIPES[name]
         if recipe.commands not in runs:
@@ -231,10 +230,9 @@ def render(names: Sequence[str], workdir: Path, root: Path = ROOT) -> Tuple[Dict
         try:
             if isinstance(run, DocsError):
                 raise run
-            made[name] = (recipe.render(run), run)
+            yield name, recipe.render(run), run
         except (DocsError, KeyError, FileNotFoundError) as e:  # KeyError: a column the output lacks
-            failed[name] = str(e)
-    return made, failed
+            yield name, None, e if isinstance(e, DocsError) else DocsError(f"{type(e).__name__}: {e}")
 
 
 def masked(text: str) -> str:
@@ -250,36 +248,41 @@ def rewrite(page: Path, texts: Dict[str, str]) -> None:
         write_text(page, new)
 
 
-def regenerate(names: Sequence[str], root: Path = ROOT) -> Tuple[List[str], Dict[str, str]]:
-    """Rerun and rewrite the named blocks (all when none) and copy their figures; a block that cannot
-    be made keeps its text. The names rewritten, and the reason of each that failed."""
+def regenerate(names: Sequence[str], root: Path = ROOT) -> Iterator[Tuple[str, str | None]]:
+    """Rerun the named blocks (all when none) and rewrite each, and copy its figures, as soon as it is
+    made, so that an interrupted regeneration keeps what it finished; a block that cannot be made keeps
+    its text. Yields (name, None) for each block rewritten, (name, why) for each that failed."""
     found = blocks(root)
-    unknown = sorted(set(names or found) - set(RECIPES)) + sorted(set(names) - set(found))
+    unknown = sorted({n for n in names or found if n not in RECIPES or n not in found})
     if unknown:
         raise DocsError(f"no such block: {', '.join(unknown)} (blocks: {', '.join(sorted(found))})")
     with tempfile.TemporaryDirectory(prefix="racsim-docs-") as tmp:
-        made, failed = render(list(names or found), Path(tmp), root)
-        for page in pages(root):
-            rewrite(page, {n: text for n, (text, _) in made.items()})
-        for n, (_, run) in made.items():
-            for src, dst in RECIPES[n].figures:
+        for name, text, run in made(names or list(found), Path(tmp), root):
+            if text is None:
+                yield name, str(run)
+                continue
+            for page in pages(root):
+                rewrite(page, {name: text})
+            for src, dst in RECIPES[name].figures:
                 shutil.copyfile(run.folder() / src, root / "docs" / dst)
-    return list(made), failed
+            yield name, None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m racsim.docs", description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help=f"blocks to rewrite (default: all): {', '.join(RECIPES)}")
     args = ap.parse_args(argv)
+    failed = []
     try:
-        done, failed = regenerate(args.names)
+        for name, why in regenerate(args.names):
+            print(f"racsim.docs: {name}: " + ("rewritten" if why is None else f"not rewritten: {why}"), flush=True)
+            failed += [name] if why else []
     except DocsError as e:
         print(f"racsim.docs: error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(f"racsim.docs: rewrote {len(done)} blocks: {', '.join(done)}")
-    for name, why in failed.items():
-        print(f"racsim.docs: block {name} not rewritten: {why}", file=sys.stderr)
-    sys.exit(1 if failed else 0)
+    if failed:
+        print(f"racsim.docs: {len(failed)} blocks not rewritten: {', '.join(failed)}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
