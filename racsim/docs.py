@@ -127,7 +127,7 @@ def by_law(run: Run) -> str:
 def final_reward(run: Run) -> str:
     """The LM delay sweep's final true reward per delay law (rows) and corrector (columns)."""
     df = run.csv("results.csv")
-    law = next(c for c in df.columns if c.startswith("pipeline.delay_distribution"))
+    law = [c for c in df.columns if c.startswith("pipeline.delay_distribution")][0]
     return markdown_table(df.pivot_table(index=law, columns="corrector", values="true_final", sort=False)
                           .reset_index().rename(columns={law: "delay law"}))
 
@@ -231,7 +231,7 @@ def made(names: Sequence[str], workdir: Path, root: Path = ROOT) -> Iterator[Tup
             if isinstance(run, DocsError):
                 raise run
             yield name, recipe.render(run), run
-        except (DocsError, KeyError, FileNotFoundError) as e:  # KeyError: a column the output lacks
+        except (DocsError, LookupError, FileNotFoundError) as e:  # LookupError: a column or row the output lacks
             yield name, None, e if isinstance(e, DocsError) else DocsError(f"{type(e).__name__}: {e}")
 
 

@@ -198,3 +198,30 @@ def test_deterministic_blocks_are_up_to_date(commands, tmp_path):
         assert text is not None, f"block {name}: {run}"
         for page, body in docs.blocks()[name]:
             assert docs.masked(body) == docs.masked(text), f"{page.name}: block {name} is stale: run python -m racsim.docs {name}"
+
+
+def test_rewrite_replaces_the_named_blocks_and_nothing_else(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("a 1\n<!-- generated:x -->\nold x\n<!-- /generated -->\nb 2\n<!-- generated:y -->\nold y\n<!-- /generated -->\n")
+    docs.rewrite(page, {"x": "new x\n"})
+    assert page.read_text() == ("a 1\n<!-- generated:x -->\nnew x\n<!-- /generated -->\nb 2\n"
+                                "<!-- generated:y -->\nold y\n<!-- /generated -->\n")
+
+
+def test_masked_blanks_wall_clock_figures_only():
+    one = "racsim: default: K=2, 1000 trials, 200000 trajectories in 4.6 s\nrac 0.04446"
+    assert docs.masked(one) == docs.masked(one.replace("4.6 s", "55.1 s"))
+    assert docs.masked(one) != docs.masked(one.replace("0.04446", "0.04447"))
+    assert docs.masked(one) != docs.masked(one.replace("1000 trials", "100 trials"))
+
+
+def test_a_capacity_answer_is_its_recommendation():
+    out = "racsim: judge: capacity\nGPUs bias\n   4  0.1\nRecommended: 4 GPUs\n(0.09 x naive's)\nracsim: speed: 1 s\n"
+    assert docs.recommendation(out) == "Recommended: 4 GPUs\n(0.09 x naive's)\n"
+    with pytest.raises(docs.DocsError):
+        docs.recommendation("racsim: error: nothing\n")
+
+
+def test_unknown_blocks_are_refused_before_anything_runs():
+    with pytest.raises(docs.DocsError, match="no such block: nosuch"):
+        next(docs.regenerate(["nosuch"]))
