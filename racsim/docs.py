@@ -72,7 +72,8 @@ def fenced(text: str) -> str:
 
 def shown(cmd: str, out: str) -> str:
     """A command and what it printed, less the results folder (a time stamp)."""
-    return f"$ {cmd}\n" + RESULTS_IN.sub("", out).strip("\n") + "\n"
+    body = RESULTS_IN.sub("", out).strip("\n")
+    return f"$ {cmd}\n" + (body + "\n" if body else "")
 
 
 def console(run: Run) -> str:
