@@ -1,0 +1,290 @@
+"""The docs' generated blocks: every figure of README.md and docs/*.md comes from a fresh run.
+
+A block is the text between ``<!-- generated:NAME -->`` and ``<!-- /generated -->``.
+``python -m racsim.docs`` reruns the commands of every block (``python -m racsim.docs NAME ...``:
+of those blocks only), each in a temporary folder, and rewrites the blocks from their output.
+Run it from the repository's root with racsim installed; it takes minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
+
+import pandas as pd
+
+from racsim.io import fmt, write_text
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
+RESULTS_IN = re.compile(r"^racsim: results in (\S+)$", re.M)
+# Wall-clock figures in a block: the only part of a fresh block that may differ run to run.
+TIMING = re.compile(r"\b\d[\d.,e+]*(?= s\b| (?:requests|trajectories|trials|cells)/s\b)")
+
+
+class DocsError(Exception):
+    """A block that cannot be made: a command failed, or a name without a recipe."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """The commands of a block, run in order in one folder: that folder and each command's stdout."""
+
+    cwd: Path
+    commands: Tuple[str, ...]
+    stdout: Tuple[str, ...]
+
+    def folder(self, i: int = -1) -> Path:
+        """The results folder command i printed ("racsim: results in DIR")."""
+        found = RESULTS_IN.findall(self.stdout[i])
+        if not found:
+            raise DocsError(f"`{self.commands[i]}` printed no results folder")
+        return self.cwd / found[-1]
+
+    def csv(self, name: str, i: int = -1) -> pd.DataFrame:
+        return pd.read_csv(self.folder(i) / name)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a block is made: the commands to run, and the block's text from their run.
+
+    ``fresh``: deterministic and quick, so a test reruns it and compares (timings masked).
+    ``figures``: files of the run's last results folder copied to docs/ under a name."""
+
+    commands: Tuple[str, ...]
+    render: Callable[[Run], str]
+    fresh: bool = False
+    figures: Tuple[Tuple[str, str], ...] = ()
+
+
+def fenced(text: str) -> str:
+    return f"```text\n{text.rstrip()}\n```\n"
+
+
+def shown(cmd: str, out: str) -> str:
+    """A command and what it printed, less the results folder (a time stamp)."""
+    body = RESULTS_IN.sub("", out).strip("\n")
+    return f"$ {cmd}\n" + (body + "\n" if body else "")
+
+
+def console(run: Run) -> str:
+    """Every command and its whole output."""
+    return fenced("".join(shown(c, o) for c, o in zip(run.commands, run.stdout)))
+
+
+def recommendation(out: str) -> str:
+    """The capacity run's answer: its lines from "Recommended" on, less racsim's own lines (speed, folder)."""
+    lines = [line for line in out.strip("\n").splitlines() if not line.startswith("racsim:")]
+    start = next((i for i, line in enumerate(lines) if line.startswith("Recommended")), None)
+    if start is None:
+        raise DocsError("a capacity run printed no recommendation")
+    return "\n".join(lines[start:]) + "\n"
+
+
+def recommendations(run: Run) -> str:
+    """Each capacity command with its answer."""
+    return fenced("\n".join(f"$ {c}\n{recommendation(o)}" for c, o in zip(run.commands, run.stdout)))
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    head = "| " + " | ".join(map(str, df.columns)) + " |\n"
+    rule = "|" + "---|" * len(df.columns) + "\n"
+    return head + rule + "".join("| " + " | ".join(fmt(v) for v in row) + " |\n" for row in df.itertuples(index=False))
+
+
+def reading(run: Run) -> str:
+    """A run's answer in one sentence, from its results.csv: the least-biased corrector that costs no
+    wall-clock (the synchronous oracle aside), and what waiting costs."""
+    r = run.csv("results.csv").set_index("corrector")
+    free = r.drop(index="sync_oracle", errors="ignore").query("wallclock_ratio <= 1.001")
+    best, wait = r.loc[free["bias_exact"].idxmin()], r.loc["wait_for_slow"]
+    return (f"Here the least-biased corrector at naive's wall-clock is {best.name}: "
+            f"{fmt(best['reduction_exact'])}x less bias than naive. Wait-for-slow removes "
+            f"{fmt(wait['reduction_exact'])}x but takes {fmt(wait['wallclock_ratio'])}x the wall-clock, so within "
+            f"naive's time it trains to J = {fmt(wait['J_at_naive_clock'])} against {best.name}'s "
+            f"{fmt(best['J_at_naive_clock'])}.\n")
+
+
+def by_law(run: Run) -> str:
+    """adaptive_tau's steady-state exact bias per delay law: RAC at each fixed tau_age, rac_adaptive
+    at its worst prior (its rows hardly depend on the prior), the synchronous oracle."""
+    df, law, tau = run.csv("results.csv"), "pipeline.delay_distribution.kind", "corrector.tau_age"
+    rac = df[df["corrector"] == "rac"].pivot_table(index=law, columns=tau, values="bias_exact")
+    rac.columns = [f"rac, tau_age={fmt(float(t))}" for t in rac.columns]
+    rest = df[df["corrector"].isin(["rac_adaptive", "sync_oracle"])].groupby([law, "corrector"])["bias_exact"].max()
+    rest = rest.unstack().rename(columns={"rac_adaptive": "rac_adaptive (worst prior)"})
+    return markdown_table(rac.join(rest).reset_index().rename(columns={law: "delay law"}))
+
+
+def final_reward(run: Run) -> str:
+    """The LM delay sweep's final true reward per delay law (rows) and corrector (columns)."""
+    df = run.csv("results.csv")
+    law = [c for c in df.columns if c.startswith("pipeline.delay_distribution")][0]
+    return markdown_table(df.pivot_table(index=law, columns="corrector", values="true_final", sort=False)
+                          .reset_index().rename(columns={law: "delay law"}))
+
+
+def sweep_rows(run: Run) -> str:
+    """RAC's rows of the sweep's gathered table: one per job, its overrides first."""
+    df = pd.read_csv(run.cwd / SWEEP_DIR / "results.csv")
+    cols = ["override:seed", "corrector.tau_age", "corrector", "bias_exact", "reduction_exact", "slack_eta",
+            "wallclock_ratio"]
+    return markdown_table(df.loc[df["corrector"] == "rac", cols])
+
+
+SWEEP_DIR = "outputs/tau_sweep"
+OWN_DELAYS = ('python -c "import numpy as np; np.savetxt(\'my_delays.csv\', np.random.default_rng(1).lognormal(2.5, 0.6, 500), '
+              'header=\'seconds\', comments=\'\')"',
+              "racsim pipeline.channels.judge.latency.kind=empirical pipeline.channels.judge.latency.path=my_delays.csv "
+              "pipeline.channels.judge.latency.column=seconds pipeline.channels.judge.latency.mean=null")
+JUDGE = "racsim scenario=capacity/judge_rm_h100"
+BURSTS = " pipeline.channels.judge.degraded_factor=2 pipeline.channels.judge.p_degrade=0.05 pipeline.channels.judge.p_recover=0.2"
+RECIPES: Dict[str, Recipe] = {
+    "default": Recipe(("racsim",), console, fresh=True,
+                      figures=(("pareto.png", "pareto.png"), ("training.png", "training.png"), ("gantt.png", "gantt.png"))),
+    "default.reading": Recipe(("racsim",), reading, fresh=True),
+    "own_delays": Recipe(OWN_DELAYS, console, fresh=True),
+    "own_delays.reading": Recipe(OWN_DELAYS, reading, fresh=True),
+    "sweep": Recipe((f"racsim -m seed=0,1,2 corrector.tau_age=20,1000 hydra.sweep.dir={SWEEP_DIR}",
+                     f"racsim-report {SWEEP_DIR}"), sweep_rows),
+    "adaptive_tau": Recipe(("racsim scenario=adaptive_tau",), by_law),
+    "capacity.judge": Recipe((JUDGE,), console, figures=(("capacity.png", "capacity.png"),)),
+    "capacity.code_verifier": Recipe(("racsim scenario=capacity/code_verifier",), recommendations),
+    "capacity.human_review": Recipe(("racsim scenario=capacity/human_review",), recommendations),
+    "capacity.cancel": Recipe(("racsim scenario=capacity/code_verifier pipeline.channels.verifier.cancel_on_drop=true",),
+                              recommendations),
+    "capacity.route": Recipe(("racsim scenario=capacity/code_verifier pipeline.channels.verifier.route_prob=0.5",),
+                             recommendations),
+    "capacity.bursts": Recipe((JUDGE + BURSTS, JUDGE + " pipeline.channels.judge.rm.mfu=0.3333"), recommendations),
+    "capacity.arrivals": Recipe((JUDGE + " pipeline.arrivals.mode=poisson",
+                                 JUDGE + " pipeline.arrivals.mode=stream pipeline.arrivals.length.mean=4 "
+                                         "pipeline.arrivals.length.sigma=0.3",
+                                 "racsim scenario=capacity/code_verifier pipeline.arrivals.mode=poisson"), recommendations),
+    "capacity.autoscale": Recipe(("racsim scenario=capacity/judge_rm_autoscale",
+                                  "racsim scenario=capacity/judge_rm_autoscale pipeline.arrivals.mode=poisson"),
+                                 recommendations),
+    "capacity.faults": Recipe(("racsim scenario=capacity/judge_rm_faults",
+                               "racsim scenario=capacity/code_verifier pipeline.channels.verifier.faults.mtbf_s=600 "
+                               "pipeline.channels.verifier.faults.mttr_s=60 'capacity.counts=[64,72,80,88,96,104,112,128]'"),
+                              recommendations),
+    "capacity.preempt": Recipe(("racsim scenario=capacity/judge_rm_preempt",), recommendations),
+    "capacity.continuous": Recipe((JUDGE + " pipeline.channels.judge.rm.batching=continuous",
+                                   JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),
+    "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
+    "bench.default": Recipe(("racsim-bench",), console),
+    "bench.paper": Recipe(("racsim-bench --paper",), console),
+}
+
+
+def pages(root: Path = ROOT) -> List[Path]:
+    """The files that may hold generated blocks: README.md and docs/*.md."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def blocks(root: Path = ROOT) -> Dict[str, List[Tuple[Path, str]]]:
+    """Every block's name -> (page, text) of each place it appears (a block may appear on several pages)."""
+    found: Dict[str, List[Tuple[Path, str]]] = {}
+    for page in pages(root):
+        for m in BLOCK.finditer(page.read_text()):
+            found.setdefault(m["name"], []).append((page, m["body"]))
+    return found
+
+
+def execute(commands: Sequence[str], cwd: Path, root: Path = ROOT) -> Run:
+    """Run the commands in order in cwd (with the repository's scenarios/ beside them, as from its root)."""
+    if not (cwd / "scenarios").exists():
+        os.symlink(root / "scenarios", cwd / "scenarios")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    outs = []
+    for cmd in commands:
+        p = subprocess.run(cmd, shell=True, cwd=cwd, env=env, capture_output=True, text=True)
+        if p.returncode != 0:
+            tail = (p.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+            raise DocsError(f"`{cmd}` exited {p.returncode}: {tail}")
+        outs.append(p.stdout)
+    return Run(cwd, tuple(commands), tuple(outs))
+
+
+def made(names: Sequence[str], workdir: Path, root: Path = ROOT) -> Iterator[Tuple[str, str | None, Run | DocsError]]:
+    """(name, new text or None, its run or why not) of each named block as soon as it is made; blocks of
+    the same commands share one run."""
+    runs: Dict[Tuple[str, ...], Run | DocsError] = {}
+    for name in names:
+        recipe = RECIPES[name]
+        if recipe.commands not in runs:
+            cwd = workdir / f"run{len(runs)}"
+            cwd.mkdir()
+            try:
+                runs[recipe.commands] = execute(recipe.commands, cwd, root)
+            except DocsError as e:
+                runs[recipe.commands] = e
+        run = runs[recipe.commands]
+        try:
+            if isinstance(run, DocsError):
+                raise run
+            yield name, recipe.render(run), run
+        except (DocsError, LookupError, FileNotFoundError) as e:  # LookupError: a column or row the output lacks
+            yield name, None, e if isinstance(e, DocsError) else DocsError(f"{type(e).__name__}: {e}")
+
+
+def masked(text: str) -> str:
+    """The block's text with its wall-clock figures blanked: what must match run to run."""
+    return TIMING.sub("T", text)
+
+
+def rewrite(page: Path, texts: Dict[str, str]) -> None:
+    """Replace the named blocks of a page with their new texts."""
+    old = page.read_text()
+    new = BLOCK.sub(lambda m: m[1] + texts[m["name"]] + m[4] if m["name"] in texts else m[0], old)
+    if new != old:
+        write_text(page, new)
+
+
+def regenerate(names: Sequence[str], root: Path = ROOT) -> Iterator[Tuple[str, str | None]]:
+    """Rerun the named blocks (all when none) and rewrite each, and copy its figures, as soon as it is
+    made, so that an interrupted regeneration keeps what it finished; a block that cannot be made keeps
+    its text. Yields (name, None) for each block rewritten, (name, why) for each that failed."""
+    found = blocks(root)
+    unknown = sorted({n for n in names or found if n not in RECIPES or n not in found})
+    if unknown:
+        raise DocsError(f"no such block: {', '.join(unknown)} (blocks: {', '.join(sorted(found))})")
+    with tempfile.TemporaryDirectory(prefix="racsim-docs-") as tmp:
+        for name, text, run in made(names or list(found), Path(tmp), root):
+            if text is None:
+                yield name, str(run)
+                continue
+            for page in pages(root):
+                rewrite(page, {name: text})
+            for src, dst in RECIPES[name].figures:
+                shutil.copyfile(run.folder() / src, root / "docs" / dst)
+            yield name, None
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m racsim.docs", description=__doc__.splitlines()[0])
+    ap.add_argument("names", nargs="*", help=f"blocks to rewrite (default: all): {', '.join(RECIPES)}")
+    args = ap.parse_args(argv)
+    failed = []
+    try:
+        for name, why in regenerate(args.names):
+            print(f"racsim.docs: {name}: " + ("rewritten" if why is None else f"not rewritten: {why}"), flush=True)
+            failed += [name] if why else []
+    except DocsError as e:
+        print(f"racsim.docs: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if failed:
+        print(f"racsim.docs: {len(failed)} blocks not rewritten: {', '.join(failed)}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
