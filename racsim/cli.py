@@ -18,7 +18,7 @@ from pathlib import Path
 
 from racsim.config.defaults import replace_grid
 from racsim.config.schema import register_configs
-from racsim.config.validate import check_schema
+from racsim.config.validate import check_schema, memory_error
 from racsim.errors import ConfigError
 from racsim.io import config_yaml
 from racsim.sweep import (
@@ -65,6 +65,8 @@ def _task(cfg) -> None:
                 if cfg.capacity.enabled:  # capacity planning: the scenario once per GPU/worker count
                     return _capacity(cfg, out_dir, job)
                 res = run(cfg, progress=progress.update if progress else None)
+            except MemoryError:  # past racsim.config.validate.check_limits' estimate: one line naming the knob
+                raise memory_error(cfg) from None
             finally:
                 if progress:
                     progress.close()

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import resource
 import stat
 from collections.abc import Mapping
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
@@ -607,34 +608,167 @@ def grid_cells(grid: Any) -> int:
     return n
 
 
-def run_estimate(cfg: Any) -> dict:
-    """Rough memory (bytes) and time (s) of a bias run, from its sizes: the arrival schedules
-    hold about 200 bytes per (trial, step, sample, channel + 1); a chunk of rollouts about
-    48 bytes per trajectory step; time goes with the trajectory steps (cells x trials x steps x
-    batch_size x horizon, and once more per capacity count). A knob varied by study.grid
-    counts at its largest value."""
+def _largest(cfg: Any, key: str, value: Any) -> int:
+    """``value`` of dotted ``key``, or its largest value in ``study.grid`` when the grid varies it."""
     grid = dict(getattr(cfg.study, "grid", None) or {})
+    vals = [value] + [v for k, vs in grid.items() if k.strip() == key and isinstance(vs, (list, ListConfig)) for v in vs]
+    return max(int(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
 
-    def biggest(key: str, value: Any) -> int:
-        vals = [value] + [v for k, vs in grid.items() if k.strip() == key and isinstance(vs, (list, ListConfig))
-                          for v in vs]
-        return max(int(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
 
-    lr, p = cfg.learner, cfg.pipeline
-    sizes = {"learner.trials": biggest("learner.trials", lr.trials), "pipeline.steps": biggest("pipeline.steps", p.steps),
-             "pipeline.batch_size": biggest("pipeline.batch_size", p.batch_size),
-             "learner.horizon": biggest("learner.horizon", lr.horizon)}
-    trials, steps, batch, horizon = sizes.values()
+def _blame(sizes: dict, *keys: str) -> str:
+    """Of ``keys``, the one whose value in ``sizes`` is largest: the knob an array's size is charged to."""
+    return max(keys, key=lambda k: sizes[k])
+
+
+F8 = 8.0  # bytes of a float64 or int64
+PROBE_DRAWS = 200  # landings per pair of the probe's slack sweep (racsim.analyses.probe.slack_sweep)
+BASELINE_BYTES = 20e6  # what any run holds beside its sized arrays (tables, configs; measured with tracemalloc)
+
+
+def memory_terms(cfg: Any, sizes: dict) -> dict:
+    """Bytes of a run's largest arrays, summed by the config key that sets their size (one key per
+    array: the largest factor of its shape). Each term is a count of float64 arrays of one shape
+    as the code allocates them at its peak (tests/test_memory.py holds the sum to the measured
+    peak): the arrival schedules (trials x steps x batch x (K + 1)), a queue channel's workers and
+    a gpu_rm channel's replicas, tokens and sequences per lane, the MDP (S x A x S transitions;
+    S x A tables per trial and per sampled trajectory), the bootstrap's counts, the training lanes
+    and the probe's pairs. ``sizes``: every such key's value (largest over study.grid)."""
+    S, A = sizes["learner.n_states"], sizes["learner.n_actions"]
+    if cfg.study.kind == "probe":
+        return {"study.probe.n": F8 * sizes["study.probe.n"] * (4 * PROBE_DRAWS + 12)}
+    if cfg.study.kind != "bias" or cfg.learner.kind != "tabular":
+        return {}
+    trials, steps, batch, horizon = (sizes[k] for k in ("learner.trials", "pipeline.steps", "pipeline.batch_size",
+                                                         "learner.horizon"))
+    p = cfg.pipeline
     K = max(len(p.channels or {}), len(p.delay_steps or []), 1)
-    memory = 200.0 * trials * steps * batch * (K + 1) + 48.0 * max(ROLLOUT_CHUNK, steps * batch) * horizon
-    runs = grid_cells(grid) * (max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1)
+    lanes = max(trials, sizes["learner.train.lanes"] if cfg.learner.train.enabled else 0)
+    terms: dict = {}
+
+    def add(key: str, n: float) -> None:
+        terms[key] = terms.get(key, 0.0) + n
+
+    sched = ("learner.trials", "pipeline.steps", "pipeline.batch_size")
+    add(_blame(sizes, *sched), 200.0 * trials * steps * batch * (K + 1))
+    for name, ch in (p.channels or {}).items():
+        key = f"pipeline.channels.{name}"
+        if getattr(ch, "kind", "queue") == "gpu_rm" and ch.rm is not None:
+            seqs = f"{key}.rm.sequences_per_sample"
+            add(_blame(sizes, *sched, seqs), 6 * F8 * lanes * steps * batch * sizes[seqs])
+            add(f"{key}.rm.gpus", 2 * F8 * lanes * sizes[f"{key}.rm.gpus"] / max(int(ch.rm.tp), 1))
+        elif ch.workers is not None and ch.kernel is None:
+            add(f"{key}.workers", 1.5 * F8 * lanes * sizes[f"{key}.workers"])
+        if getattr(ch, "autoscale", None) is not None:
+            add(f"{key}.autoscale.max", 2 * F8 * lanes * sizes[f"{key}.autoscale.max"])
+    # rollouts sampled at once: every trial's, at most racsim.learner.bias's budget (a trial at least)
+    traj = min(trials * steps * batch, max(steps * batch, 3 * ROLLOUT_CHUNK // max(3, K + 1)))
+    add(_blame(sizes, "learner.horizon", *sched), F8 * traj * horizon * (2 + 2 * (K + 1)))
+    mdp = _blame(sizes, "learner.n_states", "learner.n_actions")
+    names = max(len(cfg.corrector.names), 1) + 1
+    add(mdp, F8 * S * A * (3 * S + 2 * names * trials + 3 * traj * (K + 1) + horizon * (K + 1)) + 4 * F8 * S * S)
+    add(_blame(sizes, "learner.bootstrap", "learner.trials"), 5 * F8 * sizes["learner.bootstrap"] * trials)
+    if cfg.learner.train.enabled:
+        L = sizes["learner.train.lanes"]
+        add("learner.train.lanes", F8 * L * (steps * batch * horizon * (K + 4) + (batch + 4) * S * A))
+    return terms
+
+
+SIZE_KEYS = ("learner.trials", "pipeline.steps", "pipeline.batch_size", "learner.horizon", "learner.n_states",
+             "learner.n_actions", "learner.bootstrap", "learner.train.lanes", "study.probe.n")
+CHANNEL_SIZE_KEYS = ("workers", "rm.gpus", "rm.sequences_per_sample", "autoscale.max")
+
+
+def run_sizes(cfg: Any) -> dict:
+    """Every key that sets an array's size, at its largest value (over study.grid), null ones left out."""
+    keys = [(k, _node(cfg, k)) for k in SIZE_KEYS]
+    for name, ch in (cfg.pipeline.channels or {}).items():
+        for k in CHANNEL_SIZE_KEYS:
+            block, _, leaf = k.rpartition(".")
+            node = getattr(ch, block) if block else ch
+            if node is not None and getattr(node, leaf, None) is not None:
+                keys.append((f"pipeline.channels.{name}.{k}", getattr(node, leaf)))
+    return {k: _largest(cfg, k, v) for k, v in keys}
+
+
+def run_estimate(cfg: Any) -> dict:
+    """Peak memory (bytes, :func:`memory_terms` summed; ``terms`` by key) and time (s) of a run, from
+    its sizes. Time goes with the trajectory steps of the bias study (cells x trials x steps x
+    batch_size x horizon, and once more per capacity count). A knob varied by study.grid counts at
+    its largest value; ``sizes`` holds the four keys of the time's product."""
+    every = run_sizes(cfg)
+    terms = memory_terms(cfg, every)
+    sizes = {k: every[k] for k in ("learner.trials", "pipeline.steps", "pipeline.batch_size", "learner.horizon")}
+    trials, steps, batch, horizon = sizes.values()
+    runs = grid_cells(cfg.study.grid) * (max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1)
     seconds = runs * float(trials) * steps * batch * horizon / TRAJECTORY_STEPS_PER_S
-    return {"memory": memory, "seconds": seconds, "sizes": sizes}
+    return {"memory": BASELINE_BYTES + sum(terms.values()), "terms": terms, "seconds": seconds, "sizes": sizes, "all_sizes": every}
+
+
+def _read_number(path: str) -> Optional[float]:
+    """The first number of a one-line file (a cgroup's limit or use), None if absent or 'max'."""
+    try:
+        with open(path) as f:
+            word = f.read(64).split()[0]
+        return float(word)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cgroup_headroom() -> Optional[float]:
+    """Bytes this process's cgroup may still take: memory.max - memory.current (v2) or
+    memory.limit_in_bytes - memory.usage_in_bytes (v1); None when no limit is set or readable."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            rows = [ln.strip().split(":", 2) for ln in f if ln.count(":") >= 2]
+    except OSError:
+        return None
+    for _, controllers, path in rows:
+        v2 = controllers == ""
+        if not v2 and "memory" not in controllers.split(","):
+            continue
+        base = "/sys/fs/cgroup" if v2 else "/sys/fs/cgroup/memory"
+        limit_f, use_f = ("memory.max", "memory.current") if v2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        for d in (base + path.rstrip("/"), base):
+            limit = _read_number(os.path.join(d, limit_f))
+            if limit is not None and limit < 2**60:  # v1 writes "no limit" as about 2**63
+                return max(limit - (_read_number(os.path.join(d, use_f)) or 0.0), 0.0)
+    return None
+
+
+def _mem_available() -> Optional[float]:
+    """The machine's MemAvailable (bytes), None when /proc/meminfo cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for ln in f:
+                if ln.startswith("MemAvailable:"):
+                    return float(ln.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def process_memory() -> Tuple[float, str]:
+    """(bytes, what) this process can still allocate: the least of its address-space limit
+    (RLIMIT_AS, less what it has mapped), its cgroup's limit (less its use) and the machine's
+    MemAvailable; (inf, '') when none can be read."""
+    found = []
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:
+        mapped = _read_number("/proc/self/statm")
+        found.append((max(soft - (mapped or 0.0) * os.sysconf("SC_PAGE_SIZE"), 0.0), "its address-space limit (RLIMIT_AS)"))
+    cg = _cgroup_headroom()
+    if cg is not None:
+        found.append((cg, "its cgroup's memory limit"))
+    avail = _mem_available()
+    if avail is not None:
+        found.append((avail, "the machine's available memory"))
+    return min(found) if found else (math.inf, "")
 
 
 def check_limits(cfg: Any) -> None:
     """Refuse, before anything starts, a run whose estimate (:func:`run_estimate`) exceeds a
-    ``limits.*`` budget: the error names the knob that made it big and the budget."""
+    ``limits.*`` budget or the memory this process can have (:func:`process_memory`): the error
+    names the knob that made it big and the budget."""
     lim = cfg.limits
     mem_gb = machine_memory_gb() / 2 if lim.memory_gb is None else lim.memory_gb
     if lim.memory_gb is not None:
@@ -649,17 +783,41 @@ def check_limits(cfg: Any) -> None:
     counts = len(cfg.capacity.counts)
     _need(not cfg.capacity.enabled or counts <= lim.capacity_counts, "capacity.counts", f"{counts} counts",
           f"at most limits.capacity_counts = {lim.capacity_counts} counts (or raise it)")
+    est = run_estimate(cfg)
+    knob = biggest_knob(est)
+    if knob is not None:
+        have, what = process_memory()
+        need = f"smaller: the run needs about {est['memory'] / 1e9:.3g} GB (its largest arrays: {knob})"
+        _need(est["memory"] <= mem_gb * 1e9, knob, est["all_sizes"][knob],
+              f"{need} and limits.memory_gb is {mem_gb:.3g} (raise it to run anyway)")
+        _need(est["memory"] <= have, knob, est["all_sizes"][knob],
+              f"{need} and this process can have about {have / 1e9:.3g} GB more ({what})")
     if cfg.study.kind != "bias":
         return
-    est = run_estimate(cfg)
-    knob, value = max(est["sizes"].items(), key=lambda kv: kv[1])
     product = " x ".join(est["sizes"])
-    if est["memory"] > mem_gb * 1e9:
-        raise ConfigError(knob, value, f"smaller: the run needs about {est['memory'] / 1e9:.3g} GB ({product}) "
-                                       f"and limits.memory_gb is {mem_gb:.3g} (raise it to run anyway)")
     if est["seconds"] > lim.hours * 3600:
+        knob, value = max(est["sizes"].items(), key=lambda kv: kv[1])
         raise ConfigError(knob, value, f"smaller: the run would take about {est['seconds'] / 3600:.3g} h "
                                        f"({product}) and limits.hours is {lim.hours:g} (raise it to run anyway)")
+
+
+def biggest_knob(est: dict) -> Optional[str]:
+    """The key of the estimate's largest memory term, None when it counts none."""
+    return max(est["terms"], key=est["terms"].get) if est["terms"] else None
+
+
+def memory_error(cfg: Any) -> ConfigError:
+    """The one-line error for a MemoryError that escaped :func:`check_limits`: the knob of the run's
+    largest estimated arrays, its value, and the budgets to lower it under."""
+    try:
+        est = run_estimate(cfg)
+        knob = biggest_knob(est)
+    except Exception:  # a config the estimate cannot read: still one line
+        knob = None
+    if knob is None:
+        return ConfigError("limits.memory_gb", cfg.limits.memory_gb, "a run that fits: this one ran out of memory")
+    return ConfigError(knob, est["all_sizes"][knob], f"smaller: the run ran out of memory (about "
+                       f"{est['memory'] / 1e9:.3g} GB estimated, most of it set by {knob})")
 
 
 def check_data_files(cfg: Any, keys: Optional[Sequence[str]] = None) -> None:
