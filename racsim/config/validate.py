@@ -714,11 +714,11 @@ def _read_number(path: str) -> Optional[float]:
         return None
 
 
-def _cgroup_headroom() -> Optional[float]:
+def _cgroup_headroom(proc: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> Optional[float]:
     """Bytes this process's cgroup may still take: memory.max - memory.current (v2) or
     memory.limit_in_bytes - memory.usage_in_bytes (v1); None when no limit is set or readable."""
     try:
-        with open("/proc/self/cgroup") as f:
+        with open(proc) as f:
             rows = [ln.strip().split(":", 2) for ln in f if ln.count(":") >= 2]
     except OSError:
         return None
@@ -726,7 +726,7 @@ def _cgroup_headroom() -> Optional[float]:
         v2 = controllers == ""
         if not v2 and "memory" not in controllers.split(","):
             continue
-        base = "/sys/fs/cgroup" if v2 else "/sys/fs/cgroup/memory"
+        base = root if v2 else os.path.join(root, "memory")
         limit_f, use_f = ("memory.max", "memory.current") if v2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
         for d in (base + path.rstrip("/"), base):
             limit = _read_number(os.path.join(d, limit_f))

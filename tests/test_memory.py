@@ -1,0 +1,144 @@
+"""Memory checked before it is asked for (issue 21, point 1).
+
+racsim.config.validate.run_estimate counts every array whose size a config key sets; the
+tests hold its sum to the peak that tracemalloc measures (NumPy reports its buffers to it)
+within a factor of FACTOR on small runs where each key's arrays dominate, check that the
+estimate refuses each of the issue's cases in one line naming the key, that the limit the
+process really has (RLIMIT_AS, a cgroup, MemAvailable) is read, and that a MemoryError
+that still escapes ends in one line, exit 2, with no run folder left.
+"""
+
+import os
+import resource
+import subprocess
+import sys
+import tracemalloc
+
+import pytest
+
+from racsim.config import validate as V
+from racsim.config.defaults import compose_config
+from racsim.errors import ConfigError
+from racsim.run import run
+
+FACTOR = 2.0  # the estimate is within [peak / FACTOR, peak * FACTOR]
+SMALL = ["learner.trials=20", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=10"]
+J = "pipeline.channels.judge"
+GPU_JUDGE = f"channel@{J}=judge_gpu_rm"
+
+# each case: overrides on SMALL, and the key its largest arrays are charged to
+MEASURED = {
+    "trials": (["learner.trials=3000"], "learner.trials"),
+    "n_states": (["learner.n_states=300"], "learner.n_states"),
+    "n_actions": (["learner.n_actions=600"], "learner.n_actions"),
+    "bootstrap": (["learner.bootstrap=100000"], "learner.bootstrap"),
+    "workers": ([f"{J}.workers=400000"], f"{J}.workers"),
+    "gpus": ([GPU_JUDGE, f"{J}.rm.gpus=200000"], f"{J}.rm.gpus"),
+    "lanes": (["learner.train.enabled=true", "learner.train.lanes=400", "pipeline.steps=4",
+               "corrector.names=[naive,rac]"], "learner.train.lanes"),
+    "probe": (["study.kind=probe", "study.probe.n=20000"], "study.probe.n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MEASURED))
+def test_the_estimate_is_within_a_factor_of_the_measured_peak(case):
+    overrides, knob = MEASURED[case]
+    cfg = compose_config(*SMALL, *overrides)
+    est = V.run_estimate(cfg)
+    assert V.biggest_knob(est) == knob
+    assert est["terms"][knob] > 0.5 * (est["memory"] - V.BASELINE_BYTES)  # the case measures this key's arrays
+    tracemalloc.start()
+    try:
+        run(cfg)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak / FACTOR <= est["memory"] <= peak * FACTOR, (case, est["memory"] / 1e6, peak / 1e6)
+
+
+# the issue's cases (a 4 GB address-space cap gave a NumPy traceback for each), and the key named
+ISSUE_CASES = [
+    ([f"{J}.workers=1000000000"], f"{J}.workers"),
+    (["learner.n_states=100000"], "learner.n_states"),
+    (["learner.bootstrap=1000000000"], "learner.bootstrap"),
+    ([GPU_JUDGE, f"{J}.rm.gpus=1000000000"], f"{J}.rm.gpus"),
+    (["learner.n_states=1000000", "learner.n_actions=1000"], "learner.n_states"),
+    (["learner.n_actions=100000000"], "learner.n_actions"),
+    (["learner.train.lanes=1000000000"], "learner.train.lanes"),
+    (["scenario=paper/advantage_probe", "study.probe.n=1000000000"], "study.probe.n"),
+    ([GPU_JUDGE, f"{J}.rm.sequences_per_sample=1000000"], f"{J}.rm.sequences_per_sample"),
+]
+
+
+@pytest.mark.parametrize("overrides,knob", ISSUE_CASES)
+def test_the_issue_cases_are_refused_naming_the_key(overrides, knob):
+    with pytest.raises(ConfigError) as ex:
+        V.check_limits(compose_config(*overrides, "limits.memory_gb=4"))
+    assert ex.value.key == knob and "limits.memory_gb is 4" in str(ex.value) and "\n" not in str(ex.value)
+
+
+def test_a_grid_counts_its_largest_value():
+    small = V.run_estimate(compose_config(f"{J}.workers=1000"))
+    big = V.run_estimate(compose_config(f"{J}.workers=1000", f"+study.grid={{{J}.workers:[10,100000]}}"))
+    assert big["terms"][f"{J}.workers"] == pytest.approx(100 * small["terms"][f"{J}.workers"])
+
+
+def test_the_process_limit_is_read_and_enforced(monkeypatch):
+    soft = 3 * 2**30
+    monkeypatch.setattr(V.resource, "getrlimit", lambda which: (soft, resource.RLIM_INFINITY))
+    have, what = V.process_memory()
+    assert "RLIMIT_AS" in what or have < soft  # another limit may be tighter still
+    assert have <= soft
+    with pytest.raises(ConfigError) as ex:  # 6 GB of workers: within limits.memory_gb, not within the cap
+        V.check_limits(compose_config(f"{J}.workers=500000", "limits.memory_gb=1000"))
+    assert ex.value.key == f"{J}.workers" and "can have about" in str(ex.value)
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_a_cgroup_limit_is_read(tmp_path, monkeypatch, v2):
+    """A cgroup's limit less its use, v2 (memory.max) or v1 (memory.limit_in_bytes); 'max' is no limit."""
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/job\n" if v2 else "4:memory:/job\n3:cpu:/job\n")
+    d = tmp_path / "fs" / ("job" if v2 else "memory/job")
+    d.mkdir(parents=True)
+    limit, use = ("memory.max", "memory.current") if v2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    (d / limit).write_text("3000000000\n")
+    (d / use).write_text("1000000000\n")
+    assert V._cgroup_headroom(str(proc), str(tmp_path / "fs")) == 2e9
+    (d / limit).write_text("max\n" if v2 else f"{2**63 - 4096}\n")
+    assert V._cgroup_headroom(str(proc), str(tmp_path / "fs")) is None
+
+
+def test_a_memory_error_that_escapes_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    from racsim import cli
+
+    def oom(cfg, progress=None):
+        raise MemoryError("Unable to allocate 149. GiB")
+
+    monkeypatch.setattr("racsim.run.run", oom)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("mine")
+    monkeypatch.setattr(sys, "argv", ["racsim", *SMALL, f"{J}.workers=100000", "output.progress=false"])
+    with pytest.raises(SystemExit) as ex:
+        cli.main()
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert ex.value.code == 2 and len(lines) == 1, lines
+    assert f"{J}.workers = 100000" in lines[0] and "ran out of memory" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+def test_under_a_4_gb_cap_the_command_refuses_in_one_line(tmp_path):
+    """The real limit, in a subprocess: 6 GB of workers fit limits.memory_gb=1000 but not RLIMIT_AS."""
+    cap = 4 * 2**30
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    p = subprocess.run([sys.executable, "-m", "racsim", f"{J}.workers=500000", "limits.memory_gb=1000",
+                        "output.progress=false"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120, preexec_fn=limit)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert f"{J}.workers = 500000" in lines[0] and "can have about" in lines[0]
+    assert list(tmp_path.iterdir()) == []
