@@ -665,7 +665,7 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     add(_blame(sizes, "learner.horizon", *sched), F8 * traj * horizon * (2 + 2 * (K + 1)))
     mdp = _blame(sizes, "learner.n_states", "learner.n_actions")
     names = max(len(cfg.corrector.names), 1) + 1
-    add(mdp, F8 * S * A * (3 * S + 2 * names * trials + 3 * traj * (K + 1) + horizon * (K + 1)) + 4 * F8 * S * S)
+    add(mdp, F8 * S * A * (3 * S + 2 * names * trials + 2 * traj * (K + 1) + horizon * (K + 1)) + 4 * F8 * S * S)
     add(_blame(sizes, "learner.bootstrap", "learner.trials"), 5 * F8 * sizes["learner.bootstrap"] * trials)
     if cfg.learner.train.enabled:
         L = sizes["learner.train.lanes"]
@@ -679,14 +679,18 @@ CHANNEL_SIZE_KEYS = ("workers", "rm.gpus", "rm.sequences_per_sample", "autoscale
 
 
 def run_sizes(cfg: Any) -> dict:
-    """Every key that sets an array's size, at its largest value (over study.grid), null ones left out."""
+    """Every key that sets an array's size, at its largest value (over study.grid; a capacity search's
+    channel at its largest count), null ones left out."""
     keys = [(k, _node(cfg, k)) for k in SIZE_KEYS]
+    cap = cfg.capacity
+    counts = [n for n in cap.counts if isinstance(n, int)] if cap.enabled else []
     for name, ch in (cfg.pipeline.channels or {}).items():
         for k in CHANNEL_SIZE_KEYS:
             block, _, leaf = k.rpartition(".")
             node = getattr(ch, block) if block else ch
             if node is not None and getattr(node, leaf, None) is not None:
-                keys.append((f"pipeline.channels.{name}.{k}", getattr(node, leaf)))
+                sized = counts and k in ("workers", "rm.gpus") and cap.channel in (None, name)
+                keys.append((f"pipeline.channels.{name}.{k}", max(counts) if sized else getattr(node, leaf)))
     return {k: _largest(cfg, k, v) for k, v in keys}
 
 
