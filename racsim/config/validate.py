@@ -212,6 +212,8 @@ def missing_error(key: str, cfg: Any = None) -> ConfigError:
 
 
 FAILURE_POLICIES = ("retry", "lose")
+FAULT_SECONDS = (1e-6, 1e12)  # faults.mtbf_s and mttr_s: a microsecond to 30,000 years
+MIN_UP_VS_REPAIR = 1e-7  # a server's mean up time over its mean repair time, at least
 
 
 def faults_on(ch: Any) -> bool:
@@ -239,9 +241,15 @@ def validate_faults(ch: Any, key: str) -> None:
             _need(getattr(f, k) is None, f"{key}.{k}", getattr(f, k),
                   "null with faults.schedule (the schedule's outages replace the random ones)")
     for k in ("mtbf_s", "mttr_s") if f.schedule is None else ():
-        _need(_finite(getattr(f, k)) and getattr(f, k) > 0, f"{key}.{k}", getattr(f, k),
-              "a finite number of seconds > 0 (the mean " + ("up time of one GPU or worker" if k == "mtbf_s"
-                                                              else "repair time of a replica or worker") + ")")
+        _need(_finite(getattr(f, k)) and FAULT_SECONDS[0] <= getattr(f, k) <= FAULT_SECONDS[1], f"{key}.{k}",
+              getattr(f, k), f"a number of seconds in [{FAULT_SECONDS[0]:g}, {FAULT_SECONDS[1]:g}] (the mean "
+              + ("up time of one GPU or worker" if k == "mtbf_s" else "repair time of a replica or worker") + ")")
+    if f.schedule is None:
+        tp = int(ch.rm.tp) if gpu_rm else 1
+        _need(f.mtbf_s / tp >= MIN_UP_VS_REPAIR * f.mttr_s, f"{key}.mtbf_s", f.mtbf_s,
+              f"at least {MIN_UP_VS_REPAIR:g} x faults.mttr_s ({f.mttr_s:g} s)" + (f" x tp ({tp})" if tp > 1 else "")
+              + ": a server's up times shorter than that are lost in the clock's rounding once it has been "
+              "repaired many times")
     _need(f.on_failure in FAILURE_POLICIES, f"{key}.on_failure", f.on_failure, "one of " + ", ".join(FAILURE_POLICIES))
     _int_at_least(f"{key}.max_retries", f.max_retries, 0)
     _need(getattr(ch, "autoscale", None) is None, f"{key}.{on}", getattr(f, on),
@@ -670,7 +678,52 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     if cfg.learner.train.enabled:
         L = sizes["learner.train.lanes"]
         add("learner.train.lanes", F8 * L * (steps * batch * horizon * (K + 4) + (batch + 4) * S * A))
+    for key, n in fault_events(cfg, sizes).items():
+        add(key, FAULT_EVENT_BYTES * n)
     return terms
+
+
+FAULT_EVENTS_PER_S = 1e6  # outages generated and attempts retried a second (racsim/pipeline/faults.py), an assumption
+FAULT_EVENT_BYTES = 64.0  # an outage's (down, up) in the timeline and in the engines' stacked copies
+
+
+def _nominal_step(p: Any) -> float:
+    """Seconds of one optimizer step from its phases' means (0 for a phase without one)."""
+    return sum(float(getattr(phase_conf(p, ph), "mean", None) or 0.0) for ph in PHASES)
+
+
+def fault_events(cfg: Any, sizes: dict) -> dict:
+    """Outages and retried attempts a run's failing channels generate, by ``faults.mtbf_s`` key: per
+    lane and server, the span it covers over (MTBF + MTTR), where the span is the run's steps of
+    nominal time plus, for each of the server's requests, the expected retries (at most
+    ``max_retries``) each waiting a repair; a request's attempt fails with probability
+    1 - exp(-seconds / MTBF), its seconds the channel's mean latency, or a step's for a gpu_rm
+    batch. Lanes: trials and training lanes, once per capacity count."""
+    p, out = cfg.pipeline, {}
+    step = _nominal_step(p)
+    lanes = sizes["learner.trials"] + (sizes["learner.train.lanes"] if cfg.learner.train.enabled else 0)
+    runs = max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1
+    for name, ch in (p.channels or {}).items():
+        f = getattr(ch, "faults", None)
+        if f is None or not _finite(f.mtbf_s) or not _finite(f.mttr_s) or f.mtbf_s <= 0:
+            continue
+        key = f"pipeline.channels.{name}"
+        gpu = getattr(ch, "kind", "queue") == "gpu_rm"
+        if gpu and ch.rm is None:
+            continue
+        tp = max(int(ch.rm.tp), 1) if gpu else 1
+        servers = max(sizes.get(f"{key}.rm.gpus" if gpu else f"{key}.workers", 1) // tp, 1)
+        requests = sizes["pipeline.steps"] * sizes["pipeline.batch_size"]
+        if gpu:
+            requests *= sizes.get(f"{key}.rm.sequences_per_sample", 1) / max(int(ch.rm.max_batch), 1)
+        mtbf, mttr = f.mtbf_s / tp, f.mttr_s
+        seconds = step if gpu else float(ch.latency.mean or step)
+        fail = -math.expm1(-min(seconds / mtbf, 700.0))
+        retries = min(float(f.max_retries), fail / max(1.0 - fail, 1e-300)) if f.on_failure == "retry" else 0.0
+        span = sizes["pipeline.steps"] * step + requests / servers * retries * mttr
+        per_server = span / (mtbf + mttr) + requests / servers * retries
+        out[f"{key}.faults.mtbf_s"] = runs * lanes * servers * per_server
+    return out
 
 
 SIZE_KEYS = ("learner.trials", "pipeline.steps", "pipeline.batch_size", "learner.horizon", "learner.n_states",
@@ -705,7 +758,10 @@ def run_estimate(cfg: Any) -> dict:
     trials, steps, batch, horizon = sizes.values()
     runs = grid_cells(cfg.study.grid) * (max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1)
     seconds = runs * float(trials) * steps * batch * horizon / TRAJECTORY_STEPS_PER_S
-    return {"memory": BASELINE_BYTES + sum(terms.values()), "terms": terms, "seconds": seconds, "sizes": sizes, "all_sizes": every}
+    faults = fault_events(cfg, every)
+    seconds += sum(faults.values()) / FAULT_EVENTS_PER_S
+    return {"memory": BASELINE_BYTES + sum(terms.values()), "terms": terms, "seconds": seconds, "sizes": sizes,
+            "all_sizes": every, "faults": faults}
 
 
 def _read_number(path: str) -> Optional[float]:
@@ -791,18 +847,23 @@ def check_limits(cfg: Any) -> None:
     knob = biggest_knob(est)
     if knob is not None:
         have, what = process_memory()
-        need = f"smaller: the run needs about {est['memory'] / 1e9:.3g} GB (its largest arrays: {knob})"
-        _need(est["memory"] <= mem_gb * 1e9, knob, est["all_sizes"][knob],
+        way = "larger (or a smaller faults.mttr_s or faults.max_retries)" if knob.endswith(".mtbf_s") else "smaller"
+        need = f"{way}: the run needs about {est['memory'] / 1e9:.3g} GB (its largest arrays: {knob})"
+        _need(est["memory"] <= mem_gb * 1e9, knob, _node(cfg, knob),
               f"{need} and limits.memory_gb is {mem_gb:.3g} (raise it to run anyway)")
-        _need(est["memory"] <= have, knob, est["all_sizes"][knob],
+        _need(est["memory"] <= have, knob, _node(cfg, knob),
               f"{need} and this process can have about {have / 1e9:.3g} GB more ({what})")
-    if cfg.study.kind != "bias":
+    if est["seconds"] <= lim.hours * 3600:
         return
-    product = " x ".join(est["sizes"])
-    if est["seconds"] > lim.hours * 3600:
-        knob, value = max(est["sizes"].items(), key=lambda kv: kv[1])
-        raise ConfigError(knob, value, f"smaller: the run would take about {est['seconds'] / 3600:.3g} h "
-                                       f"({product}) and limits.hours is {lim.hours:g} (raise it to run anyway)")
+    took = f"the run would take about {est['seconds'] / 3600:.3g} h"
+    budget = f"and limits.hours is {lim.hours:g} (raise it to run anyway)"
+    events = sum(est["faults"].values())
+    if events / FAULT_EVENTS_PER_S > est["seconds"] / 2:  # its failures make it long
+        knob = max(est["faults"], key=est["faults"].get)
+        raise ConfigError(knob, _node(cfg, knob), f"larger (or a smaller faults.mttr_s or faults.max_retries): {took} "
+                                                  f"to generate about {events:.3g} outages and retries {budget}")
+    knob, value = max(est["sizes"].items(), key=lambda kv: kv[1])
+    raise ConfigError(knob, value, f"smaller: {took} ({' x '.join(est['sizes'])}) {budget}")
 
 
 def biggest_knob(est: dict) -> Optional[str]:
