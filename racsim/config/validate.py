@@ -49,7 +49,10 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-MAX_GAIN = 1e6  # corrector.alpha: past this the corrected gradients overflow to inf/NaN
+MAX_GAIN = 1e6  # corrector.alpha, 1 / route_prob, learner.train.lr: past this the gradients overflow to inf/NaN
+MAX_SECONDS = 1e12  # a duration's mean, spread, bounds and samples (30,000 years): sums of them stay finite
+MAX_SIGMA = 30.0  # a lognormal's sigma: exp(sigma^2 / 2), which matches its mean, stays finite
+MAX_ALPHA = 1e6  # a pareto's tail index: past it the draws are its mean and its quantiles overflow
 INT64 = 2**63  # every integer key: numpy holds it in an int64
 
 
@@ -91,28 +94,34 @@ def validate_latency(c: LatencyConf, key: str) -> None:
             _need(c.mean is not None, f"{key}.median", c.median, "a number, or set mean so it can be solved")
         else:
             _need(_finite(c.median), f"{key}.median", c.median, "a finite number")
-        _positive(f"{key}.scale", c.scale)
+        _need(_finite(c.scale) and 0 < c.scale <= MAX_SECONDS, f"{key}.scale", c.scale,
+              f"a number of seconds in (0, {MAX_SECONDS:g}]")
         if c.median is not None and _finite(c.low) and _finite(c.high):
             mass = cauchy_window_mass(c.median, c.scale, c.low, c.high)
             _need(mass > 1e-9, f"{key}.median", c.median,
                   f"a median whose Cauchy(scale {c.scale:g}) puts mass on [low, high] = [{c.low:g}, {c.high:g}] "
                   f"(it puts {mass:.3g} there: nothing could be drawn)")
     if c.mean is not None:
-        _need(_finite(c.mean) and c.mean >= 0, f"{key}.mean", c.mean, "a finite number >= 0 (seconds)")
+        _need(_finite(c.mean) and 0 <= c.mean <= MAX_SECONDS, f"{key}.mean", c.mean,
+              f"a number of seconds in [0, {MAX_SECONDS:g}]")
     elif c.kind == "uniform":
         _need(c.high is not None, f"{key}.high", c.high, "a number > low: uniform needs mean, or high (and low)")
     elif c.kind not in ("cauchy", "empirical"):
         raise ConfigError(f"{key}.mean", c.mean, f"a finite number >= 0: {c.kind} is matched to its mean")
     if c.kind == "gaussian":
-        _nonneg(f"{key}.std", c.std)
+        _need(_finite(c.std) and 0 <= c.std <= MAX_SECONDS, f"{key}.std", c.std,
+              f"a number of seconds in [0, {MAX_SECONDS:g}]")
     if c.kind == "lognormal":
-        _positive(f"{key}.sigma", c.sigma)
+        _need(_finite(c.sigma) and 0 < c.sigma <= MAX_SIGMA, f"{key}.sigma", c.sigma,
+              f"a number in (0, {MAX_SIGMA:g}] (exp(sigma^2 / 2), which matches the mean, must stay finite)")
     if c.kind == "pareto":
-        _need(_finite(c.alpha) and c.alpha > 1, f"{key}.alpha", c.alpha, "a number > 1 (finite mean)")
+        _need(_finite(c.alpha) and 1 < c.alpha <= MAX_ALPHA, f"{key}.alpha", c.alpha,
+              f"a number in (1, {MAX_ALPHA:g}] (a finite mean; past {MAX_ALPHA:g} use kind=deterministic)")
     for b in ("low", "high"):
         v = getattr(c, b)
         if v is not None:
-            _need(_finite(v) and v >= 0, f"{key}.{b}", v, "null or a finite number >= 0")
+            _need(_finite(v) and 0 <= v <= MAX_SECONDS, f"{key}.{b}", v,
+                  f"null or a number of seconds in [0, {MAX_SECONDS:g}]")
     if c.low is not None and c.high is not None:
         _need(c.low < c.high, f"{key}.high", c.high, f"a number > low ({c.low})")
     if c.kind == "uniform" and c.mean is not None:
@@ -307,6 +316,10 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     _need(p.engine in ENGINES, "pipeline.engine", p.engine, "one of " + ", ".join(ENGINES))
     for phase in PHASES:
         validate_latency(phase_conf(p, phase), f"pipeline.{phase}")
+    means = [phase_conf(p, ph).mean for ph in PHASES]
+    _need(None in means or sum(means) > 0, "pipeline.update.mean", means[-1],
+          "a number > 0, or another phase's mean: the phases of a step (pipeline.generate, fast_score, submit, "
+          "update) all last 0 s, so the optimizer clock never advances")
     _need(len(p.channels) >= 1, "pipeline.channels", dict(p.channels),
           "at least one slow channel (K >= 1), e.g. +channel@pipeline.channels.judge=judge_rm")
     for name, ch in p.channels.items():
@@ -326,7 +339,8 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
             validate_latency(ch.latency, f"{key}.latency")
         validate_channel_kind(ch, key)
         rp = getattr(ch, "route_prob", 1.0)
-        _need(_finite(rp) and 0 < rp <= 1, f"{key}.route_prob", rp, "a probability in (0, 1]")
+        _need(_finite(rp) and 1 / MAX_GAIN <= rp <= 1, f"{key}.route_prob", rp,
+              f"a probability in [{1 / MAX_GAIN:g}, 1] (a routed result is weighted 1 / route_prob)")
         _need(rp == 1 or getattr(ch, "kind", "queue") == "queue", f"{key}.route_prob", rp,
               "1 for a gpu_rm channel (routing is modelled for queue and kernel channels)")
         f = getattr(ch, "degraded_factor", 1.0)
@@ -390,7 +404,8 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     _int_at_least("learner.trials", lr.trials, 2)
     _int_at_least("learner.bootstrap", lr.bootstrap, 0)
     _int_at_least("learner.train.lanes", lr.train.lanes, 1)
-    _positive("learner.train.lr", lr.train.lr)
+    _need(_finite(lr.train.lr) and 0 < lr.train.lr <= MAX_GAIN, "learner.train.lr", lr.train.lr,
+          f"a positive number <= {MAX_GAIN:g} (a step size: past it theta overflows)")
     _int_at_least("seed", cfg.seed, 0)
     _int_at_least("learner.mdp_seed", lr.mdp_seed, 0)
     _int_at_least("learner.theta_seed", lr.theta_seed, 0)
