@@ -95,7 +95,7 @@ def validate_latency(c: LatencyConf, key: str) -> None:
         else:
             _need(_finite(c.median), f"{key}.median", c.median, "a finite number")
         _need(_finite(c.scale) and 0 < c.scale <= MAX_SECONDS, f"{key}.scale", c.scale,
-              f"a number of seconds in (0, {MAX_SECONDS:g}]")
+              f"a positive number <= {MAX_SECONDS:g} (seconds)")
         if c.median is not None and _finite(c.low) and _finite(c.high):
             mass = cauchy_window_mass(c.median, c.scale, c.low, c.high)
             _need(mass > 1e-9, f"{key}.median", c.median,
@@ -103,25 +103,25 @@ def validate_latency(c: LatencyConf, key: str) -> None:
                   f"(it puts {mass:.3g} there: nothing could be drawn)")
     if c.mean is not None:
         _need(_finite(c.mean) and 0 <= c.mean <= MAX_SECONDS, f"{key}.mean", c.mean,
-              f"a number of seconds in [0, {MAX_SECONDS:g}]")
+              f"a finite number >= 0 and <= {MAX_SECONDS:g} (seconds)")
     elif c.kind == "uniform":
         _need(c.high is not None, f"{key}.high", c.high, "a number > low: uniform needs mean, or high (and low)")
     elif c.kind not in ("cauchy", "empirical"):
         raise ConfigError(f"{key}.mean", c.mean, f"a finite number >= 0: {c.kind} is matched to its mean")
     if c.kind == "gaussian":
         _need(_finite(c.std) and 0 <= c.std <= MAX_SECONDS, f"{key}.std", c.std,
-              f"a number of seconds in [0, {MAX_SECONDS:g}]")
+              f"a finite number >= 0 and <= {MAX_SECONDS:g} (seconds)")
     if c.kind == "lognormal":
         _need(_finite(c.sigma) and 0 < c.sigma <= MAX_SIGMA, f"{key}.sigma", c.sigma,
-              f"a number in (0, {MAX_SIGMA:g}] (exp(sigma^2 / 2), which matches the mean, must stay finite)")
+              f"a positive number <= {MAX_SIGMA:g} (exp(sigma^2 / 2), which matches the mean, must stay finite)")
     if c.kind == "pareto":
         _need(_finite(c.alpha) and 1 < c.alpha <= MAX_ALPHA, f"{key}.alpha", c.alpha,
-              f"a number in (1, {MAX_ALPHA:g}] (a finite mean; past {MAX_ALPHA:g} use kind=deterministic)")
+              f"a number > 1 (finite mean) and <= {MAX_ALPHA:g} (past it, use kind=deterministic)")
     for b in ("low", "high"):
         v = getattr(c, b)
         if v is not None:
             _need(_finite(v) and 0 <= v <= MAX_SECONDS, f"{key}.{b}", v,
-                  f"null or a number of seconds in [0, {MAX_SECONDS:g}]")
+                  f"null or a finite number >= 0 and <= {MAX_SECONDS:g} (seconds)")
     if c.low is not None and c.high is not None:
         _need(c.low < c.high, f"{key}.high", c.high, f"a number > low ({c.low})")
     if c.kind == "uniform" and c.mean is not None:
