@@ -1,4 +1,4 @@
-"""Memory checked before it is asked for (issue 21, point 1).
+"""Budgets checked before anything is asked for (issue 21, points 1 and 5): memory, and failures.
 
 racsim.config.validate.run_estimate counts every array whose size a config key sets; the
 tests hold its sum to the peak that tracemalloc measures (NumPy reports its buffers to it)
@@ -142,3 +142,58 @@ def test_under_a_4_gb_cap_the_command_refuses_in_one_line(tmp_path):
     assert p.returncode == 2 and len(lines) == 1, p.stderr
     assert f"{J}.workers = 500000" in lines[0] and "can have about" in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- failures: their events counted, their hangs refused
+
+FAULTY = [*SMALL, f"{J}.workers=4", f"{J}.latency.mean=2.0", f"{J}.faults.mtbf_s=5", f"{J}.faults.mttr_s=2"]
+
+
+def test_the_fault_events_estimate_is_within_a_factor_of_the_outages_generated():
+    """The outages the engines actually generate (every lane's and worker's timeline once the run
+    is simulated) against :func:`fault_events`' count."""
+    from racsim.analyses.grid import expand
+    from racsim.pipeline.draws import draw
+    from racsim.pipeline.engines import simulate
+    from racsim.seeds import rng_for
+
+    cfg = expand(compose_config(*FAULTY))[0][1]
+    est = V.fault_events(cfg, V.run_sizes(cfg))[f"{J}.faults.mtbf_s"]
+    d = draw(cfg.pipeline, cfg.learner.trials, rng_for(cfg.seed, "pipeline"))
+    simulate(cfg.pipeline, cfg.learner.trials, None, draws=d)
+    made = sum(u.size for u in d.faults["judge"].up)
+    assert made / 4 <= est <= made * 4, (est, made)
+
+
+def test_fault_events_grow_with_lanes_servers_and_retries():
+    base = V.fault_events(compose_config(*FAULTY), V.run_sizes(compose_config(*FAULTY)))[f"{J}.faults.mtbf_s"]
+
+    def events(*more):
+        cfg = compose_config(*FAULTY, *more)
+        return V.fault_events(cfg, V.run_sizes(cfg))[f"{J}.faults.mtbf_s"]
+
+    assert events("learner.trials=40") == pytest.approx(2 * base)
+    assert events(f"{J}.workers=8") > base and events(f"{J}.faults.on_failure=lose") < base
+    assert events(f"{J}.faults.max_retries=100000", f"{J}.faults.mtbf_s=0.5") > 20 * base  # ~50 retries a request
+
+
+@pytest.mark.parametrize("overrides,key,word", [
+    ([f"{J}.faults.mtbf_s=1e-320"], f"{J}.faults.mtbf_s", "[1e-06, 1e+12]"),
+    ([f"{J}.faults.mttr_s=1e308"], f"{J}.faults.mttr_s", "[1e-06, 1e+12]"),
+    ([f"{J}.faults.mtbf_s=0.001", f"{J}.faults.mttr_s=1e9", f"{J}.faults.max_retries=1000000"], f"{J}.faults.mtbf_s",
+     "larger"),
+    ([f"{J}.faults.mtbf_s=0.01", f"{J}.faults.mttr_s=1e4", f"{J}.faults.max_retries=1000000", "limits.memory_gb=inf"],
+     f"{J}.faults.mtbf_s", "limits.hours"),
+])
+def test_the_fault_hangs_are_refused_up_front(overrides, key, word, monkeypatch):
+    """Issue 21's hangs (past 120 s in faults.cover under workers._grow): refused in one line."""
+    from racsim.analyses.grid import expand
+
+    monkeypatch.setattr(V, "process_memory", lambda: (float("inf"), ""))
+    with pytest.raises(ConfigError) as ex:
+        expand(compose_config("scenario=capacity/judge_rm_faults", *overrides))
+    assert ex.value.key == key and word in str(ex.value), str(ex.value)
+
+
+def test_the_fault_scenario_still_fits():
+    V.check_limits(compose_config("scenario=capacity/judge_rm_faults"))
