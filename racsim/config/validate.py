@@ -316,8 +316,8 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     _need(p.engine in ENGINES, "pipeline.engine", p.engine, "one of " + ", ".join(ENGINES))
     for phase in PHASES:
         validate_latency(phase_conf(p, phase), f"pipeline.{phase}")
-    means = [phase_conf(p, ph).mean for ph in PHASES]
-    _need(None in means or sum(means) > 0, "pipeline.update.mean", means[-1],
+    _need(any(phase_conf(p, ph).mean is None for ph in PHASES) or _nominal_step(p) > 0, "pipeline.update.mean",
+          phase_conf(p, "update").mean,
           "a number > 0, or another phase's mean: the phases of a step (pipeline.generate, fast_score, submit, "
           "update) all last 0 s, so the optimizer clock never advances")
     _need(len(p.channels) >= 1, "pipeline.channels", dict(p.channels),
@@ -651,7 +651,7 @@ BASELINE_BYTES = 20e6  # what any run holds beside its sized arrays (tables, con
 def memory_terms(cfg: Any, sizes: dict) -> dict:
     """Bytes of a run's largest arrays, summed by the config key that sets their size (one key per
     array: the largest factor of its shape). Each term is a count of float64 arrays of one shape
-    as the code allocates them at its peak (tests/test_memory.py holds the sum to the measured
+    as the code allocates them at its peak (tests/test_limits.py holds the sum to the measured
     peak): the arrival schedules (trials x steps x batch x (K + 1)), a queue channel's workers and
     a gpu_rm channel's replicas, tokens and sequences per lane, the MDP (S x A x S transitions;
     S x A tables per trial and per sampled trajectory), the bootstrap's counts, the training lanes
