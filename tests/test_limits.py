@@ -197,3 +197,98 @@ def test_the_fault_hangs_are_refused_up_front(overrides, key, word, monkeypatch)
 
 def test_the_fault_scenario_still_fits():
     V.check_limits(compose_config("scenario=capacity/judge_rm_faults"))
+
+
+# ---------------------------------------------------------------- values the arithmetic cannot carry (point 4)
+
+LAT = f"{J}.latency"
+PHASE_ZERO = [f"pipeline.{ph}.{k}" for ph in ("generate", "fast_score", "submit", "update")
+              for k in ("kind=deterministic", "mean=0")]
+
+
+@pytest.mark.parametrize("overrides,key", [
+    ([f"{LAT}.mean=1e308"], f"{LAT}.mean"),
+    ([f"{LAT}.kind=pareto", f"{LAT}.alpha=1e308"], f"{LAT}.alpha"),
+    ([f"{LAT}.kind=gaussian", f"{LAT}.std=1e308"], f"{LAT}.std"),
+    ([f"{LAT}.kind=lognormal", f"{LAT}.sigma=1e308"], f"{LAT}.sigma"),
+    (["learner.train.lr=1e308"], "learner.train.lr"),
+    ([f"{J}.route_prob=1e-320"], f"{J}.route_prob"),
+    ([f"{J}.workers=4", f"{J}.faults.mtbf_s=100", f"{J}.faults.mttr_s=1e308"], f"{J}.faults.mttr_s"),
+    (PHASE_ZERO, "pipeline.update.mean"),
+])
+def test_the_issue_extremes_are_refused_naming_the_key(overrides, key):
+    from racsim.analyses.grid import expand
+
+    with pytest.raises(ConfigError) as ex:
+        expand(compose_config(*overrides))
+    assert ex.value.key == key
+
+
+@pytest.mark.parametrize("values,key", [("1e308\n1e308\n", f"{LAT}.column"), ("1e-320\n1e-320\n", f"{LAT}.mean")])
+def test_an_empirical_column_it_cannot_carry_is_refused(tmp_path, values, key):
+    from racsim.analyses.grid import expand
+    from racsim.pipeline.latency import build_latency
+
+    csv = tmp_path / "lat.csv"
+    csv.write_text("x\n" + values)
+    cfg = expand(compose_config(f"{LAT}.kind=empirical", f"{LAT}.path={csv}", f"{LAT}.column=x", f"{LAT}.mean=20"))
+    with pytest.raises(ConfigError) as ex:
+        build_latency(cfg[0][1].pipeline.channels["judge"].latency, LAT)
+    assert ex.value.key == key
+
+
+def test_the_predicted_kernel_carries_a_zero_step_and_an_unbounded_latency():
+    """Where validation cannot see a mean (an empirical phase of zeros, say), the predicted kernel
+    is unknown (NaN), not a ZeroDivisionError; a quantile past float range is capped, not an OverflowError."""
+    import numpy as np
+
+    from racsim.analyses.grid import expand
+    from racsim.pipeline.kernels import MAX_KERNEL_STEPS, predicted_kernel
+
+    from racsim.pipeline import kernels
+
+    cfg = expand(compose_config())[0][1]
+    for ch in cfg.pipeline.channels.values():
+        ch.max_delay = None
+    build = kernels.build_latency
+
+    def unbounded(conf, key):  # a latency whose top quantile is past float range
+        lat = build(conf, key)
+        lat.quantile = lambda q: np.inf
+        return lat
+
+    kernels.build_latency = unbounded
+    try:
+        assert predicted_kernel(cfg, False).shape[1] == MAX_KERNEL_STEPS + 1
+    finally:
+        kernels.build_latency = build
+    for ph in ("generate", "fast_score", "submit", "update"):
+        c = getattr(cfg.pipeline, ph)
+        c.kind, c.mean = "deterministic", 0.0
+    assert np.isnan(predicted_kernel(cfg, False)).all()
+
+
+EXTREME_FLOATS = (1e308, 5e-324, 2.2250738585072014e-308)  # the largest, the smallest subnormal, the smallest normal
+
+
+def test_every_float_key_takes_extreme_floats_without_a_crash():
+    """Every float key of the default and the fault (gpu_rm) configs set to each extreme float: the
+    config is expanded (validated, the estimate computed) or refused with a ConfigError, nothing else."""
+    from omegaconf import OmegaConf
+
+    from racsim.analyses.grid import expand
+
+    bases = [compose_config(), compose_config("scenario=capacity/judge_rm_faults")]
+    seen = 0
+    for base in bases:
+        keys = [k for k, v in V.leaves(base) if isinstance(v, float)]
+        for key in keys:
+            for x in EXTREME_FLOATS:
+                cfg = base.copy()
+                OmegaConf.update(cfg, key, x)
+                try:
+                    expand(cfg)
+                except ConfigError:
+                    pass
+                seen += 1
+    assert seen > 80 * len(EXTREME_FLOATS)

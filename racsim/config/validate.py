@@ -702,9 +702,15 @@ FAULT_EVENTS_PER_S = 1e6  # outages generated and attempts retried a second (rac
 FAULT_EVENT_BYTES = 64.0  # an outage's (down, up) in the timeline and in the engines' stacked copies
 
 
+def _seconds(x: Any) -> float:
+    """A mean duration as the estimates read it: 0 when unset or outside what validation allows
+    (the estimate runs before validation, which names such a value)."""
+    return float(x) if _finite(x) and 0 <= x <= MAX_SECONDS else 0.0
+
+
 def _nominal_step(p: Any) -> float:
     """Seconds of one optimizer step from its phases' means (0 for a phase without one)."""
-    return sum(float(getattr(phase_conf(p, ph), "mean", None) or 0.0) for ph in PHASES)
+    return sum(_seconds(getattr(phase_conf(p, ph), "mean", None)) for ph in PHASES)
 
 
 def fault_events(cfg: Any, sizes: dict) -> dict:
@@ -720,8 +726,8 @@ def fault_events(cfg: Any, sizes: dict) -> dict:
     runs = max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1
     for name, ch in (p.channels or {}).items():
         f = getattr(ch, "faults", None)
-        if f is None or not _finite(f.mtbf_s) or not _finite(f.mttr_s) or f.mtbf_s <= 0:
-            continue
+        if f is None or not all(_finite(x) and FAULT_SECONDS[0] <= x <= FAULT_SECONDS[1] for x in (f.mtbf_s, f.mttr_s)):
+            continue  # no failures, or values that validate_faults refuses
         key = f"pipeline.channels.{name}"
         gpu = getattr(ch, "kind", "queue") == "gpu_rm"
         if gpu and ch.rm is None:
@@ -732,7 +738,7 @@ def fault_events(cfg: Any, sizes: dict) -> dict:
         if gpu:
             requests *= sizes.get(f"{key}.rm.sequences_per_sample", 1) / max(int(ch.rm.max_batch), 1)
         mtbf, mttr = f.mtbf_s / tp, f.mttr_s
-        seconds = step if gpu else float(ch.latency.mean or step)
+        seconds = step if gpu else (_seconds(ch.latency.mean) or step)
         fail = -math.expm1(-min(seconds / mtbf, 700.0))
         retries = min(float(f.max_retries), fail / max(1.0 - fail, 1e-300)) if f.on_failure == "retry" else 0.0
         span = sizes["pipeline.steps"] * step + requests / servers * retries * mttr
