@@ -388,8 +388,9 @@ def run_capped(work: Path, args: list, timeout: float = CAP_TIMEOUT_S) -> str:
 
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     try:
-        p = subprocess.run([sys.executable, "-m", "racsim", *TINY, *args], cwd=work, env=env, capture_output=True,
-                           text=True, timeout=timeout, preexec_fn=cap)
+        flags = [a for i, a in enumerate(args) if a.startswith("-") or (i and args[i - 1] == "--config-dir")]
+        p = subprocess.run([sys.executable, "-m", "racsim", *flags, *TINY, *(a for a in args if a not in flags)],
+                           cwd=work, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=cap)
     except subprocess.TimeoutExpired:
         return "hang"
     touched = any(path.read_bytes() != data for path, data in users.items())
