@@ -292,3 +292,30 @@ def test_every_float_key_takes_extreme_floats_without_a_crash():
                     pass
                 seen += 1
     assert seen > 80 * len(EXTREME_FLOATS)
+
+
+def test_a_sweep_cell_too_big_is_refused_before_the_first_job():
+    """The sweeper's cell check (validate_changed) runs the budgets too: the fuzz found
+    ``-m learner.n_actions=1000000,2`` failing inside its job with a traceback."""
+    from omegaconf import OmegaConf
+
+    cfg = compose_config("limits.memory_gb=4")
+    V.validate(cfg)
+    OmegaConf.update(cfg, "learner.n_actions", 1000000)
+    with pytest.raises(ConfigError) as ex:
+        V.validate_changed(cfg, ["learner.n_actions"])
+    assert ex.value.key == "learner.n_actions"
+
+
+def test_a_bandit_response_space_past_int64_is_refused():
+    from racsim.config.validate import validate_lm
+
+    for vocab, longest in ((16, 15), (2, 62), (3, 39)):
+        assert vocab ** longest < V.INT64 <= vocab ** (longest + 1)
+        ok = compose_config("learner=lm", "learner.lm.policy=bandit", f"learner.lm.vocab={vocab}",
+                            f"learner.lm.response_len={longest}")
+        validate_lm(ok.learner.lm)
+        ok.learner.lm.response_len = longest + 1
+        with pytest.raises(ConfigError) as ex:
+            validate_lm(ok.learner.lm)
+        assert ex.value.key == "learner.lm.response_len" and f"at most {longest}" in str(ex.value)

@@ -297,10 +297,12 @@ def validate_changed(cfg: Any, changed: Sequence[str]) -> None:
     :func:`check_data_files` before the leaves at the dotted keys ``changed`` were set
     (a sweep's cell on its base, racsim.sweeper.check_cells): the leaf checks and
     data files of those keys only, then every rule (a cross-field rule reads the
-    whole config). A changed ``limits.*`` key rechecks every data file."""
+    whole config), then the budgets (:func:`check_limits`). A changed ``limits.*`` key rechecks
+    every data file."""
     for key in changed:
         check_leaves(_node(cfg, key), key)
     validate_rules(cfg, None if any(k.startswith("limits.") for k in changed) else changed)
+    check_limits(cfg)  # a cell's sizes: refused before the first job, as a single run is
 
 
 def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
@@ -481,6 +483,10 @@ def validate_lm(lm: Any) -> None:
     if lm.threads is not None:
         _int_at_least(f"{key}.threads", lm.threads, 1)
     if lm.policy == "bandit":
+        longest = next(n for n in range(64) if lm.vocab ** (n + 1) >= INT64)  # responses are numbered in int64
+        _need(lm.response_len <= longest, f"{key}.response_len", lm.response_len,
+              f"at most {longest} with the bandit policy and vocab={lm.vocab} (its vocab**response_len responses "
+              f"are numbered in int64)")
         space = lm.vocab ** lm.response_len
         _need(lm.n_responses <= space and (lm.n_responses > 0 or space <= 1_000_000), f"{key}.n_responses",
               lm.n_responses, f"at most vocab**response_len={space} (0: all of them, when that is <= 1e6)")
