@@ -70,6 +70,10 @@ def _task(cfg) -> None:
                 progress = _progress_bar(cfg)
                 try:
                     res = compute(cfg, progress=progress.update if progress else None)  # the same as racsim.run's
+                except MemoryError:  # past racsim.config.validate.check_limits' estimate: one line naming the knob
+                    from racsim.config.validate import memory_error  # lazy: see above
+
+                    raise memory_error(cfg) from None
                 finally:
                     if progress:
                         progress.close()

@@ -44,6 +44,7 @@ import pandas as pd
 
 from racsim.analyses.result import RunResult
 from racsim.config.schema import LatencyConf
+from racsim.config.validate import PROBE_DRAWS
 from racsim.errors import ConfigError
 from racsim.learner.correctors import (
     CorrectorParams,
@@ -377,7 +378,7 @@ def identity_collapse(r_fast, r_slow) -> float:
     return float(np.max(np.abs(a_rac - a_vt)))
 
 
-def slack_sweep(r_fast, r_slow, etas: Sequence[float] = PAPER_ETAS, rng: _Rng = 0, draws: int = 200) -> pd.DataFrame:
+def slack_sweep(r_fast, r_slow, etas: Sequence[float] = PAPER_ETAS, rng: _Rng = 0, draws: int = PROBE_DRAWS) -> pd.DataFrame:
     """Theorem 2.1's slack, checked per sample on the pairs (paper Appendix B).
 
     For each eta in [0, 1]: Lambda[Delta = 0] = 1 - eta and the rest of the

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import resource
 import stat
 from collections.abc import Mapping
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
@@ -49,7 +50,10 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-MAX_GAIN = 1e6  # corrector.alpha: past this the corrected gradients overflow to inf/NaN
+MAX_GAIN = 1e6  # corrector.alpha, 1 / route_prob, learner.train.lr: past this the gradients overflow to inf/NaN
+MAX_SECONDS = 1e12  # a duration's mean, spread, bounds and samples (30,000 years): sums of them stay finite
+MAX_SIGMA = 30.0  # a lognormal's sigma: exp(sigma^2 / 2), which matches its mean, stays finite
+MAX_ALPHA = 1e6  # a pareto's tail index: past it the draws are its mean and its quantiles overflow
 INT64 = 2**63  # every integer key: numpy holds it in an int64
 
 
@@ -100,28 +104,34 @@ def validate_latency(c: LatencyConf, key: str) -> None:
             _need(c.mean is not None, f"{key}.median", c.median, "a number, or set mean so it can be solved")
         else:
             _need(_finite(c.median), f"{key}.median", c.median, "a finite number")
-        _positive(f"{key}.scale", c.scale)
+        _need(_finite(c.scale) and 0 < c.scale <= MAX_SECONDS, f"{key}.scale", c.scale,
+              f"a positive number <= {MAX_SECONDS:g} (seconds)")
         if c.median is not None and _finite(c.low) and _finite(c.high):
             mass = cauchy_window_mass(c.median, c.scale, c.low, c.high)
             _need(mass > 1e-9, f"{key}.median", c.median,
                   f"a median whose Cauchy(scale {c.scale:g}) puts mass on [low, high] = [{c.low:g}, {c.high:g}] "
                   f"(it puts {mass:.3g} there: nothing could be drawn)")
     if c.mean is not None:
-        _need(_finite(c.mean) and c.mean >= 0, f"{key}.mean", c.mean, "a finite number >= 0 (seconds)")
+        _need(_finite(c.mean) and 0 <= c.mean <= MAX_SECONDS, f"{key}.mean", c.mean,
+              f"a finite number >= 0 and <= {MAX_SECONDS:g} (seconds)")
     elif c.kind == "uniform":
         _need(c.high is not None, f"{key}.high", c.high, "a number > low: uniform needs mean, or high (and low)")
     elif c.kind not in ("cauchy", "empirical"):
         raise ConfigError(f"{key}.mean", c.mean, f"a finite number >= 0: {c.kind} is matched to its mean")
     if c.kind == "gaussian":
-        _nonneg(f"{key}.std", c.std)
+        _need(_finite(c.std) and 0 <= c.std <= MAX_SECONDS, f"{key}.std", c.std,
+              f"a finite number >= 0 and <= {MAX_SECONDS:g} (seconds)")
     if c.kind == "lognormal":
-        _positive(f"{key}.sigma", c.sigma)
+        _need(_finite(c.sigma) and 0 < c.sigma <= MAX_SIGMA, f"{key}.sigma", c.sigma,
+              f"a positive number <= {MAX_SIGMA:g} (exp(sigma^2 / 2), which matches the mean, must stay finite)")
     if c.kind == "pareto":
-        _need(_finite(c.alpha) and c.alpha > 1, f"{key}.alpha", c.alpha, "a number > 1 (finite mean)")
+        _need(_finite(c.alpha) and 1 < c.alpha <= MAX_ALPHA, f"{key}.alpha", c.alpha,
+              f"a number > 1 (finite mean) and <= {MAX_ALPHA:g} (past it, use kind=deterministic)")
     for b in ("low", "high"):
         v = getattr(c, b)
         if v is not None:
-            _need(_finite(v) and v >= 0, f"{key}.{b}", v, "null or a finite number >= 0")
+            _need(_finite(v) and 0 <= v <= MAX_SECONDS, f"{key}.{b}", v,
+                  f"null or a finite number >= 0 and <= {MAX_SECONDS:g} (seconds)")
     if c.low is not None and c.high is not None:
         _need(c.low < c.high, f"{key}.high", c.high, f"a number > low ({c.low})")
     if c.kind == "uniform" and c.mean is not None:
@@ -221,6 +231,8 @@ def missing_error(key: str, cfg: Any = None) -> ConfigError:
 
 
 FAILURE_POLICIES = ("retry", "lose")
+FAULT_SECONDS = (1e-6, 1e12)  # faults.mtbf_s and mttr_s: a microsecond to 30,000 years
+MIN_UP_VS_REPAIR = 1e-7  # a server's mean up time over its mean repair time, at least
 
 
 def faults_on(ch: Any) -> bool:
@@ -249,9 +261,15 @@ def validate_faults(ch: Any, key: str) -> None:
                   "null with faults.schedule (the schedule's outages replace the random ones)")
         _need_file(f"{key}.schedule", f.schedule, "a path to a CSV of outages (columns server, down_s, up_s), or null")
     for k in ("mtbf_s", "mttr_s") if f.schedule is None else ():
-        _need(_finite(getattr(f, k)) and getattr(f, k) > 0, f"{key}.{k}", getattr(f, k),
-              "a finite number of seconds > 0 (the mean " + ("up time of one GPU or worker" if k == "mtbf_s"
-                                                              else "repair time of a replica or worker") + ")")
+        _need(_finite(getattr(f, k)) and FAULT_SECONDS[0] <= getattr(f, k) <= FAULT_SECONDS[1], f"{key}.{k}",
+              getattr(f, k), f"a number of seconds in [{FAULT_SECONDS[0]:g}, {FAULT_SECONDS[1]:g}] (the mean "
+              + ("up time of one GPU or worker" if k == "mtbf_s" else "repair time of a replica or worker") + ")")
+    if f.schedule is None:
+        tp = int(ch.rm.tp) if gpu_rm else 1
+        _need(f.mtbf_s / tp >= MIN_UP_VS_REPAIR * f.mttr_s, f"{key}.mtbf_s", f.mtbf_s,
+              f"at least {MIN_UP_VS_REPAIR:g} x faults.mttr_s ({f.mttr_s:g} s)" + (f" x tp ({tp})" if tp > 1 else "")
+              + ": a server's up times shorter than that are lost in the clock's rounding once it has been "
+              "repaired many times")
     _need(f.on_failure in FAILURE_POLICIES, f"{key}.on_failure", f.on_failure, "one of " + ", ".join(FAILURE_POLICIES))
     _int_at_least(f"{key}.max_retries", f.max_retries, 0)
     _need(getattr(ch, "autoscale", None) is None, f"{key}.{on}", getattr(f, on),
@@ -290,10 +308,12 @@ def validate_changed(cfg: Any, changed: Sequence[str]) -> None:
     :func:`check_data_files` before the leaves at the dotted keys ``changed`` were set
     (a sweep's cell on its base, racsim.sweeper.check_cells): the leaf checks and
     data files of those keys only, then every rule (a cross-field rule reads the
-    whole config). A changed ``limits.*`` key rechecks every data file."""
+    whole config), then the budgets (:func:`check_limits`). A changed ``limits.*`` key rechecks
+    every data file."""
     for key in changed:
         check_leaves(_node(cfg, key), key)
     validate_rules(cfg, None if any(k.startswith("limits.") for k in changed) else changed)
+    check_limits(cfg)  # a cell's sizes: refused before the first job, as a single run is
 
 
 def check_name(name: Any) -> None:
@@ -318,6 +338,10 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     _need(p.engine in ENGINES, "pipeline.engine", p.engine, "one of " + ", ".join(ENGINES))
     for phase in PHASES:
         validate_latency(phase_conf(p, phase), f"pipeline.{phase}")
+    _need(any(phase_conf(p, ph).mean is None for ph in PHASES) or _nominal_step(p) > 0, "pipeline.update.mean",
+          phase_conf(p, "update").mean,
+          "a number > 0, or another phase's mean: the phases of a step (pipeline.generate, fast_score, submit, "
+          "update) all last 0 s, so the optimizer clock never advances")
     _need(len(p.channels) >= 1, "pipeline.channels", dict(p.channels),
           "at least one slow channel (K >= 1), e.g. +channel@pipeline.channels.judge=judge_rm")
     for name, ch in p.channels.items():
@@ -337,7 +361,8 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
             validate_latency(ch.latency, f"{key}.latency")
         validate_channel_kind(ch, key)
         rp = getattr(ch, "route_prob", 1.0)
-        _need(_finite(rp) and 0 < rp <= 1, f"{key}.route_prob", rp, "a probability in (0, 1]")
+        _need(_finite(rp) and 1 / MAX_GAIN <= rp <= 1, f"{key}.route_prob", rp,
+              f"a probability in [{1 / MAX_GAIN:g}, 1] (a routed result is weighted 1 / route_prob)")
         _need(rp == 1 or getattr(ch, "kind", "queue") == "queue", f"{key}.route_prob", rp,
               "1 for a gpu_rm channel (routing is modelled for queue and kernel channels)")
         f = getattr(ch, "degraded_factor", 1.0)
@@ -401,7 +426,8 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     _int_at_least("learner.trials", lr.trials, 2)
     _int_at_least("learner.bootstrap", lr.bootstrap, 0)
     _int_at_least("learner.train.lanes", lr.train.lanes, 1)
-    _positive("learner.train.lr", lr.train.lr)
+    _need(_finite(lr.train.lr) and 0 < lr.train.lr <= MAX_GAIN, "learner.train.lr", lr.train.lr,
+          f"a positive number <= {MAX_GAIN:g} (a step size: past it theta overflows)")
     _int_at_least("seed", cfg.seed, 0)
     _int_at_least("learner.mdp_seed", lr.mdp_seed, 0)
     _int_at_least("learner.theta_seed", lr.theta_seed, 0)
@@ -496,6 +522,10 @@ def validate_lm(lm: Any) -> None:
     _int_at_least(f"{key}.max_seeds", lm.max_seeds, max(lm.pilot_seeds, 2))
     _positive(f"{key}.effect_size", lm.effect_size)
     if lm.policy == "bandit":
+        longest = next(n for n in range(64) if lm.vocab ** (n + 1) >= INT64)  # responses are numbered in int64
+        _need(lm.response_len <= longest, f"{key}.response_len", lm.response_len,
+              f"at most {longest} with the bandit policy and vocab={lm.vocab} (its vocab**response_len responses "
+              f"are numbered in int64)")
         space = lm.vocab ** lm.response_len
         _need(lm.n_responses <= space and (lm.n_responses > 0 or space <= 1_000_000), f"{key}.n_responses",
               lm.n_responses, f"at most vocab**response_len={space} (0: all of them, when that is <= 1e6)")
@@ -661,34 +691,225 @@ def grid_cells(grid: Any) -> int:
     return n
 
 
-def run_estimate(cfg: Any) -> dict:
-    """Rough memory (bytes) and time (s) of a bias run, from its sizes: the arrival schedules
-    hold about 200 bytes per (trial, step, sample, channel + 1); a chunk of rollouts about
-    48 bytes per trajectory step; time goes with the trajectory steps (cells x trials x steps x
-    batch_size x horizon, and once more per capacity count). A knob varied by study.grid
-    counts at its largest value."""
+def _largest(cfg: Any, key: str, value: Any) -> int:
+    """``value`` of dotted ``key``, or its largest value in ``study.grid`` when the grid varies it."""
     grid = dict(getattr(cfg.study, "grid", None) or {})
+    vals = [value] + [v for k, vs in grid.items() if k.strip() == key and isinstance(vs, (list, ListConfig)) for v in vs]
+    return max(int(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
 
-    def biggest(key: str, value: Any) -> int:
-        vals = [value] + [v for k, vs in grid.items() if k.strip() == key and isinstance(vs, (list, ListConfig))
-                          for v in vs]
-        return max(int(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
 
-    lr, p = cfg.learner, cfg.pipeline
-    sizes = {"learner.trials": biggest("learner.trials", lr.trials), "pipeline.steps": biggest("pipeline.steps", p.steps),
-             "pipeline.batch_size": biggest("pipeline.batch_size", p.batch_size),
-             "learner.horizon": biggest("learner.horizon", lr.horizon)}
-    trials, steps, batch, horizon = sizes.values()
+def _blame(sizes: dict, *keys: str) -> str:
+    """Of ``keys``, the one whose value in ``sizes`` is largest: the knob an array's size is charged to."""
+    return max(keys, key=lambda k: sizes[k])
+
+
+F8 = 8.0  # bytes of a float64 or int64
+PROBE_DRAWS = 200  # landings per pair of the probe's slack sweep (racsim.analyses.probe.slack_sweep)
+BASELINE_BYTES = 20e6  # what any run holds beside its sized arrays (tables, configs; measured with tracemalloc)
+
+
+def memory_terms(cfg: Any, sizes: dict) -> dict:
+    """Bytes of a run's largest arrays, summed by the config key that sets their size (one key per
+    array: the largest factor of its shape). Each term is a count of float64 arrays of one shape
+    as the code allocates them at its peak (tests/test_limits.py holds the sum to the measured
+    peak): the arrival schedules (trials x steps x batch x (K + 1)), a queue channel's workers and
+    a gpu_rm channel's replicas, tokens and sequences per lane, the MDP (S x A x S transitions;
+    S x A tables per trial and per sampled trajectory), the bootstrap's counts, the training lanes
+    and the probe's pairs. ``sizes``: every such key's value (largest over study.grid)."""
+    S, A = sizes["learner.n_states"], sizes["learner.n_actions"]
+    if cfg.study.kind == "probe":
+        return {"study.probe.n": F8 * sizes["study.probe.n"] * (4 * PROBE_DRAWS + 12)}
+    if cfg.study.kind != "bias" or cfg.learner.kind != "tabular":
+        return {}
+    trials, steps, batch, horizon = (sizes[k] for k in ("learner.trials", "pipeline.steps", "pipeline.batch_size",
+                                                         "learner.horizon"))
+    p = cfg.pipeline
     K = max(len(p.channels or {}), len(p.delay_steps or []), 1)
-    memory = 200.0 * trials * steps * batch * (K + 1) + 48.0 * max(ROLLOUT_CHUNK, steps * batch) * horizon
-    runs = grid_cells(grid) * (max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1)
+    lanes = max(trials, sizes["learner.train.lanes"] if cfg.learner.train.enabled else 0)
+    terms: dict = {}
+
+    def add(key: str, n: float) -> None:
+        terms[key] = terms.get(key, 0.0) + n
+
+    sched = ("learner.trials", "pipeline.steps", "pipeline.batch_size")
+    add(_blame(sizes, *sched), 200.0 * trials * steps * batch * (K + 1))
+    for name, ch in (p.channels or {}).items():
+        key = f"pipeline.channels.{name}"
+        if getattr(ch, "kind", "queue") == "gpu_rm" and ch.rm is not None:
+            seqs = f"{key}.rm.sequences_per_sample"
+            add(_blame(sizes, *sched, seqs), 6 * F8 * lanes * steps * batch * sizes[seqs])
+            add(f"{key}.rm.gpus", 2 * F8 * lanes * sizes[f"{key}.rm.gpus"] / max(int(ch.rm.tp), 1))
+        elif ch.workers is not None and ch.kernel is None:
+            add(f"{key}.workers", 1.5 * F8 * lanes * sizes[f"{key}.workers"])
+        if getattr(ch, "autoscale", None) is not None:
+            add(f"{key}.autoscale.max", 2 * F8 * lanes * sizes[f"{key}.autoscale.max"])
+    # rollouts sampled at once: every trial's, at most racsim.learner.bias's budget (a trial at least)
+    traj = min(trials * steps * batch, max(steps * batch, 3 * ROLLOUT_CHUNK // max(3, K + 1)))
+    add(_blame(sizes, "learner.horizon", *sched), F8 * traj * horizon * (2 + 2 * (K + 1)))
+    mdp = _blame(sizes, "learner.n_states", "learner.n_actions")
+    names = max(len(cfg.corrector.names), 1) + 1
+    add(mdp, F8 * S * A * (3 * S + 2 * names * trials + 2 * traj * (K + 1) + horizon * (K + 1)) + 4 * F8 * S * S)
+    add(_blame(sizes, "learner.bootstrap", "learner.trials"), 5 * F8 * sizes["learner.bootstrap"] * trials)
+    if cfg.learner.train.enabled:
+        L = sizes["learner.train.lanes"]
+        add("learner.train.lanes", F8 * L * (steps * batch * horizon * (K + 4) + (batch + 4) * S * A))
+    for key, n in fault_events(cfg, sizes).items():
+        add(key, FAULT_EVENT_BYTES * n)
+    return terms
+
+
+FAULT_EVENTS_PER_S = 1e6  # outages generated and attempts retried a second (racsim/pipeline/faults.py), an assumption
+FAULT_EVENT_BYTES = 64.0  # an outage's (down, up) in the timeline and in the engines' stacked copies
+
+
+def _seconds(x: Any) -> float:
+    """A mean duration as the estimates read it: 0 when unset or outside what validation allows
+    (the estimate runs before validation, which names such a value)."""
+    return float(x) if _finite(x) and 0 <= x <= MAX_SECONDS else 0.0
+
+
+def _nominal_step(p: Any) -> float:
+    """Seconds of one optimizer step from its phases' means (0 for a phase without one)."""
+    return sum(_seconds(getattr(phase_conf(p, ph), "mean", None)) for ph in PHASES)
+
+
+def fault_events(cfg: Any, sizes: dict) -> dict:
+    """Outages and retried attempts a run's failing channels generate, by ``faults.mtbf_s`` key: per
+    lane and server, the span it covers over (MTBF + MTTR), where the span is the run's steps of
+    nominal time plus, for each of the server's requests, the expected retries (at most
+    ``max_retries``) each waiting a repair; a request's attempt fails with probability
+    1 - exp(-seconds / MTBF), its seconds the channel's mean latency, or a step's for a gpu_rm
+    batch. Lanes: trials and training lanes, once per capacity count."""
+    p, out = cfg.pipeline, {}
+    step = _nominal_step(p)
+    lanes = sizes["learner.trials"] + (sizes["learner.train.lanes"] if cfg.learner.train.enabled else 0)
+    runs = max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1
+    for name, ch in (p.channels or {}).items():
+        f = getattr(ch, "faults", None)
+        if f is None or not all(_finite(x) and FAULT_SECONDS[0] <= x <= FAULT_SECONDS[1] for x in (f.mtbf_s, f.mttr_s)):
+            continue  # no failures, or values that validate_faults refuses
+        key = f"pipeline.channels.{name}"
+        gpu = getattr(ch, "kind", "queue") == "gpu_rm"
+        if gpu and ch.rm is None:
+            continue
+        tp = max(int(ch.rm.tp), 1) if gpu else 1
+        servers = max(sizes.get(f"{key}.rm.gpus" if gpu else f"{key}.workers", 1) // tp, 1)
+        requests = sizes["pipeline.steps"] * sizes["pipeline.batch_size"]
+        if gpu:
+            requests *= sizes.get(f"{key}.rm.sequences_per_sample", 1) / max(int(ch.rm.max_batch), 1)
+        mtbf, mttr = f.mtbf_s / tp, f.mttr_s
+        seconds = step if gpu else (_seconds(ch.latency.mean) or step)
+        fail = -math.expm1(-min(seconds / mtbf, 700.0))
+        retries = min(float(f.max_retries), fail / max(1.0 - fail, 1e-300)) if f.on_failure == "retry" else 0.0
+        span = sizes["pipeline.steps"] * step + requests / servers * retries * mttr
+        per_server = span / (mtbf + mttr) + requests / servers * retries
+        out[f"{key}.faults.mtbf_s"] = runs * lanes * servers * per_server
+    return out
+
+
+SIZE_KEYS = ("learner.trials", "pipeline.steps", "pipeline.batch_size", "learner.horizon", "learner.n_states",
+             "learner.n_actions", "learner.bootstrap", "learner.train.lanes", "study.probe.n")
+CHANNEL_SIZE_KEYS = ("workers", "rm.gpus", "rm.sequences_per_sample", "autoscale.max")
+
+
+def run_sizes(cfg: Any) -> dict:
+    """Every key that sets an array's size, at its largest value (over study.grid; a capacity search's
+    channel at its largest count), null ones left out."""
+    keys = [(k, _node(cfg, k)) for k in SIZE_KEYS]
+    cap = cfg.capacity
+    counts = [n for n in cap.counts if isinstance(n, int)] if cap.enabled else []
+    for name, ch in (cfg.pipeline.channels or {}).items():
+        for k in CHANNEL_SIZE_KEYS:
+            block, _, leaf = k.rpartition(".")
+            node = getattr(ch, block) if block else ch
+            if node is not None and getattr(node, leaf, None) is not None:
+                sized = counts and k in ("workers", "rm.gpus") and cap.channel in (None, name)
+                keys.append((f"pipeline.channels.{name}.{k}", max(counts) if sized else getattr(node, leaf)))
+    return {k: _largest(cfg, k, v) for k, v in keys}
+
+
+def run_estimate(cfg: Any) -> dict:
+    """Peak memory (bytes, :func:`memory_terms` summed; ``terms`` by key) and time (s) of a run, from
+    its sizes. Time goes with the trajectory steps of the bias study (cells x trials x steps x
+    batch_size x horizon, and once more per capacity count). A knob varied by study.grid counts at
+    its largest value; ``sizes`` holds the four keys of the time's product."""
+    every = run_sizes(cfg)
+    terms = memory_terms(cfg, every)
+    sizes = {k: every[k] for k in ("learner.trials", "pipeline.steps", "pipeline.batch_size", "learner.horizon")}
+    trials, steps, batch, horizon = sizes.values()
+    runs = grid_cells(cfg.study.grid) * (max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1)
     seconds = runs * float(trials) * steps * batch * horizon / TRAJECTORY_STEPS_PER_S
-    return {"memory": memory, "seconds": seconds, "sizes": sizes}
+    faults = fault_events(cfg, every)
+    seconds += sum(faults.values()) / FAULT_EVENTS_PER_S
+    return {"memory": BASELINE_BYTES + sum(terms.values()), "terms": terms, "seconds": seconds, "sizes": sizes,
+            "all_sizes": every, "faults": faults}
+
+
+def _read_number(path: str) -> Optional[float]:
+    """The first number of a one-line file (a cgroup's limit or use), None if absent or 'max'."""
+    try:
+        with open(path) as f:
+            word = f.read(64).split()[0]
+        return float(word)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cgroup_headroom(proc: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> Optional[float]:
+    """Bytes this process's cgroup may still take: memory.max - memory.current (v2) or
+    memory.limit_in_bytes - memory.usage_in_bytes (v1); None when no limit is set or readable."""
+    try:
+        with open(proc) as f:
+            rows = [ln.strip().split(":", 2) for ln in f if ln.count(":") >= 2]
+    except OSError:
+        return None
+    for _, controllers, path in rows:
+        v2 = controllers == ""
+        if not v2 and "memory" not in controllers.split(","):
+            continue
+        base = root if v2 else os.path.join(root, "memory")
+        limit_f, use_f = ("memory.max", "memory.current") if v2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        for d in (base + path.rstrip("/"), base):
+            limit = _read_number(os.path.join(d, limit_f))
+            if limit is not None and limit < 2**60:  # v1 writes "no limit" as about 2**63
+                return max(limit - (_read_number(os.path.join(d, use_f)) or 0.0), 0.0)
+    return None
+
+
+def _mem_available() -> Optional[float]:
+    """The machine's MemAvailable (bytes), None when /proc/meminfo cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for ln in f:
+                if ln.startswith("MemAvailable:"):
+                    return float(ln.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def process_memory() -> Tuple[float, str]:
+    """(bytes, what) this process can still allocate: the least of its address-space limit
+    (RLIMIT_AS, less what it has mapped), its cgroup's limit (less its use) and the machine's
+    MemAvailable; (inf, '') when none can be read."""
+    found = []
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:
+        mapped = _read_number("/proc/self/statm")
+        found.append((max(soft - (mapped or 0.0) * os.sysconf("SC_PAGE_SIZE"), 0.0), "its address-space limit (RLIMIT_AS)"))
+    cg = _cgroup_headroom()
+    if cg is not None:
+        found.append((cg, "its cgroup's memory limit"))
+    avail = _mem_available()
+    if avail is not None:
+        found.append((avail, "the machine's available memory"))
+    return min(found) if found else (math.inf, "")
 
 
 def check_limits(cfg: Any) -> None:
     """Refuse, before anything starts, a run whose estimate (:func:`run_estimate`) exceeds a
-    ``limits.*`` budget: the error names the knob that made it big and the budget."""
+    ``limits.*`` budget or the memory this process can have (:func:`process_memory`): the error
+    names the knob that made it big and the budget."""
     lim = cfg.limits
     mem_gb = machine_memory_gb() / 2 if lim.memory_gb is None else lim.memory_gb
     if lim.memory_gb is not None:
@@ -703,17 +924,46 @@ def check_limits(cfg: Any) -> None:
     counts = len(cfg.capacity.counts)
     _need(not cfg.capacity.enabled or counts <= lim.capacity_counts, "capacity.counts", f"{counts} counts",
           f"at most limits.capacity_counts = {lim.capacity_counts} counts (or raise it)")
-    if cfg.study.kind != "bias":
-        return
     est = run_estimate(cfg)
+    knob = biggest_knob(est)
+    if knob is not None:
+        have, what = process_memory()
+        way = "larger (or a smaller faults.mttr_s or faults.max_retries)" if knob.endswith(".mtbf_s") else "smaller"
+        need = f"{way}: the run needs about {est['memory'] / 1e9:.3g} GB (its largest arrays: {knob})"
+        _need(est["memory"] <= mem_gb * 1e9, knob, _node(cfg, knob),
+              f"{need} and limits.memory_gb is {mem_gb:.3g} (raise it to run anyway)")
+        _need(est["memory"] <= have, knob, _node(cfg, knob),
+              f"{need} and this process can have about {have / 1e9:.3g} GB more ({what})")
+    if est["seconds"] <= lim.hours * 3600:
+        return
+    took = f"the run would take about {est['seconds'] / 3600:.3g} h"
+    budget = f"and limits.hours is {lim.hours:g} (raise it to run anyway)"
+    events = sum(est["faults"].values())
+    if events / FAULT_EVENTS_PER_S > est["seconds"] / 2:  # its failures make it long
+        knob = max(est["faults"], key=est["faults"].get)
+        raise ConfigError(knob, _node(cfg, knob), f"larger (or a smaller faults.mttr_s or faults.max_retries): {took} "
+                                                  f"to generate about {events:.3g} outages and retries {budget}")
     knob, value = max(est["sizes"].items(), key=lambda kv: kv[1])
-    product = " x ".join(est["sizes"])
-    if est["memory"] > mem_gb * 1e9:
-        raise ConfigError(knob, value, f"smaller: the run needs about {est['memory'] / 1e9:.3g} GB ({product}) "
-                                       f"and limits.memory_gb is {mem_gb:.3g} (raise it to run anyway)")
-    if est["seconds"] > lim.hours * 3600:
-        raise ConfigError(knob, value, f"smaller: the run would take about {est['seconds'] / 3600:.3g} h "
-                                       f"({product}) and limits.hours is {lim.hours:g} (raise it to run anyway)")
+    raise ConfigError(knob, value, f"smaller: {took} ({' x '.join(est['sizes'])}) {budget}")
+
+
+def biggest_knob(est: dict) -> Optional[str]:
+    """The key of the estimate's largest memory term, None when it counts none."""
+    return max(est["terms"], key=est["terms"].get) if est["terms"] else None
+
+
+def memory_error(cfg: Any) -> ConfigError:
+    """The one-line error for a MemoryError that escaped :func:`check_limits`: the knob of the run's
+    largest estimated arrays, its value, and the budgets to lower it under."""
+    try:
+        est = run_estimate(cfg)
+        knob = biggest_knob(est)
+    except Exception:  # a config the estimate cannot read: still one line
+        knob = None
+    if knob is None:
+        return ConfigError("limits.memory_gb", cfg.limits.memory_gb, "a run that fits: this one ran out of memory")
+    return ConfigError(knob, est["all_sizes"][knob], f"smaller: the run ran out of memory (about "
+                       f"{est['memory'] / 1e9:.3g} GB estimated, most of it set by {knob})")
 
 
 def check_data_files(cfg: Any, keys: Optional[Sequence[str]] = None) -> None:

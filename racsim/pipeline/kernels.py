@@ -55,7 +55,8 @@ def predicted_kernel(cfg: DictConfig, blocking: bool = False) -> np.ndarray:
     result lands at Delta = 0 unless it takes longer than
     ``corrector.wait_timeout_s`` (for a kernel channel: Delta steps of s). NaN
     rows where no law predicts the delay: gpu_rm channels (batching and queues
-    set it) and every channel when the fast scorer runs on GPUs (``fast_rm``).
+    set it), every channel when the fast scorer runs on GPUs (``fast_rm``) or when a step's
+    phases have a mean of 0 s.
     """
     p = cfg.pipeline
     means = {ph: float(build_latency(phase_conf(p, ph), f"pipeline.{ph}").mean()) for ph in PHASES}
@@ -64,7 +65,7 @@ def predicted_kernel(cfg: DictConfig, blocking: bool = False) -> np.ndarray:
     timeout = cfg.corrector.wait_timeout_s
     rows = []
     for name, ch in p.channels.items():
-        if ch.kind == "gpu_rm" or p.fast_rm is not None:
+        if ch.kind == "gpu_rm" or p.fast_rm is not None or not step > 0:  # a step of 0 s: no delay in steps
             rows.append(None)
             continue
         if ch.kernel is not None:
@@ -79,7 +80,8 @@ def predicted_kernel(cfg: DictConfig, blocking: bool = False) -> np.ndarray:
                 rows.append(np.array([1.0 if timeout is None else float(lat.cdf(np.array([timeout]))[0])])
                             * ch.route_prob)
                 continue
-            top = min(math.ceil((offset + float(lat.quantile(1.0 - 1e-12))) / step), MAX_KERNEL_STEPS)
+            reach = (offset + float(lat.quantile(1.0 - 1e-12))) / step  # inf or NaN past float range: the cap
+            top = math.ceil(reach) if reach < MAX_KERNEL_STEPS else MAX_KERNEL_STEPS
             cdf = lat.cdf(np.arange(1, max(top, 1) + 1) * step - offset)  # P(Delta <= d), d = 1..top
             pmf = np.diff(np.concatenate([[0.0, 0.0], cdf]))  # Delta = 0 has no mass
         if ch.max_delay is not None:

@@ -33,7 +33,7 @@ import numpy as np
 from scipy import optimize, special
 
 from racsim.config.schema import LATENCY_KINDS, LatencyConf
-from racsim.config.validate import validate_latency
+from racsim.config.validate import MAX_SECONDS, validate_latency
 from racsim.errors import ConfigError
 
 __all__ = ["Latency", "build_latency", "cauchy_truncated_mean", "solve_cauchy_location"]
@@ -678,8 +678,9 @@ def _read_column(conf: LatencyConf, key: str) -> np.ndarray:
     if not np.all(np.isfinite(v)):
         raise ConfigError(f"{key}.column", col,
                           f"finite values only ({int(np.sum(~np.isfinite(v)))} are NaN, missing or infinite)")
-    if np.any(v < 0):
-        raise ConfigError(f"{key}.column", col, f"durations >= 0 (its minimum is {v.min():g})")
+    if np.any(v < 0) or np.any(v > MAX_SECONDS):
+        raise ConfigError(f"{key}.column", col, f"durations in [0, {MAX_SECONDS:g}] seconds (its values span "
+                                                f"{v.min():g} to {v.max():g})")
     return v
 
 
@@ -694,6 +695,9 @@ def _build_empirical(conf: LatencyConf, key: str) -> Latency:
         if col_mean == 0 and conf.mean != 0:
             raise ConfigError(f"{key}.mean", conf.mean, "null: the column is all zeros and cannot be rescaled")
         factor = 0.0 if conf.mean == 0 else float(conf.mean) / col_mean
+        if not factor * v.max() <= MAX_SECONDS:  # inf or past it: a column of subnormal values, say
+            raise ConfigError(f"{key}.mean", conf.mean, f"null: the column's mean ({col_mean:g} s) is too small to "
+                                                        f"be rescaled to it (its largest value would pass {MAX_SECONDS:g} s)")
         v = v * factor
         label += f", rescaled x{factor:.4g} to mean {_fmt(conf.mean)}"
         changes.append(f"rescaled x{factor:.4g}, from its mean {_fmt(col_mean)} s to {key}.mean = {_fmt(conf.mean)} s "
