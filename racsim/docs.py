@@ -134,11 +134,14 @@ def final_reward(run: Run) -> str:
 
 
 def sweep_rows(run: Run) -> str:
-    """RAC's rows of the sweep's gathered table: one per job, its overrides first."""
-    df = pd.read_csv(run.cwd / SWEEP_DIR / "results.csv")
-    cols = ["override:seed", "corrector.tau_age", "corrector", "bias_exact", "reduction_exact", "slack_eta",
-            "wallclock_ratio"]
-    return markdown_table(df.loc[df["corrector"] == "rac", cols])
+    """RAC's rows of the sweep's answer (aggregate.csv): one per cell, the mean over seeds and its
+    95% t interval."""
+    df = pd.read_csv(run.cwd / SWEEP_DIR / "aggregate.csv")
+    rac = df[df["corrector"] == "rac"]
+    out = pd.DataFrame({"corrector.tau_age": rac["corrector.tau_age"], "seeds": rac["n"]})
+    for m in ("bias_exact", "reduction_exact", "slack_eta", "wallclock_ratio"):
+        out[m] = [f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]" for v, lo, hi in zip(rac[m], rac[f"{m}_lo"], rac[f"{m}_hi"])]
+    return markdown_table(out)
 
 
 SWEEP_DIR = "outputs/tau_sweep"
