@@ -31,6 +31,7 @@ _NONE_LANDED = "no result of that channel landed in the measured window (all dro
 
 # column (fnmatch pattern; "TABLE:column" for one table's column) -> why NaN is a legitimate value there
 MAY_BE_NAN = {
+    "*.*": "a study grid's config key (a dotted name) left null in that cell: it does not apply there",
     "autoscale:cost_per_1000_steps": "a blocking corrector: the autoscaled pool's cost is measured on the "
                                      "asynchronous pipeline (racsim/analyses/capacity.py, autoscale_whatif)",
     "bias_theorem": _NO_LAW,
