@@ -247,7 +247,7 @@ def _mistyped(chain: list) -> "str | None":
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    from racsim import guide
+    from racsim import guide  # lazy: see _task
 
     for e in chain:
         m = re.match(r"Could not (?:override|append to config)\W+'?([^'\s]+)'", str(e))
@@ -270,7 +270,7 @@ def _usage_error(ex: BaseException) -> "str | None":
     None for anything else, which is a bug to show in full."""
     import yaml
 
-    from racsim.guide import missing_extra
+    from racsim.guide import missing_extra  # lazy: see _task
 
     if isinstance(ex, ImportError) and missing_extra(ex.name):  # an optional package this run needs
         return f"{ex.name} is not installed: {missing_extra(ex.name)}"

@@ -151,7 +151,7 @@ def _node(tp: Any) -> Any:
 def schema_keys(cls: Any = None, prefix: str = "") -> List[str]:
     """Every key of the schema (racsim.config.schema.RacsimConf), dotted; a named entry (a
     channel) as ``NAME``."""
-    from racsim.config.schema import RacsimConf
+    from racsim.config.schema import RacsimConf  # lazy: racsim --help answers without the schema
 
     out = []
     for name, tp in _fields(cls or RacsimConf).items():

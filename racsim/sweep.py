@@ -594,7 +594,7 @@ def config_error(config: DictConfig) -> Optional[ConfigError]:
     from omegaconf import open_dict, read_write
 
     from racsim.analyses.grid import expand  # lazy: the simulator loads only when needed
-    from racsim.config.defaults import replace_grid
+    from racsim.config.defaults import replace_grid  # lazy: the config's Hydra layer
 
     task = copy.deepcopy(config)
     with read_write(task), open_dict(task):
@@ -661,7 +661,7 @@ class SweepCallback(Callback):
 
     # -- a single run: its folder is made (or taken) here, before Hydra writes into it
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from racsim.config.validate import check_name
+        from racsim.config.validate import check_name  # lazy: config loads only when checked
 
         CREATED.clear()
         _RELEASE.clear()
@@ -693,7 +693,7 @@ class SweepCallback(Callback):
 
     # -- the sweep, in the process that launches it
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from racsim.config.validate import check_name
+        from racsim.config.validate import check_name  # lazy: config loads only when checked
 
         self._started = time.time()
         _FAILURES.clear()

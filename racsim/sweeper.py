@@ -342,7 +342,7 @@ def unfinished(config: DictConfig, sweep_dir: Path, start: int, chunk: Sequence[
     submitit job cancelled) that did not complete: first the jobs of the batch still running in
     processes this sweep started (submitit_local's) are waited for, then the jobs whose folders hold
     their complete results (the default ``${hydra.job.num}`` folders) are counted as done."""
-    from racsim.sweep import wait_detached
+    from racsim.sweep import wait_detached  # lazy: racsim.sweep imports the sweeper's callers
 
     wait_detached()
     numbered = numbered_folders(config)

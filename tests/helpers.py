@@ -61,6 +61,8 @@ def unwritable_value(df):
                 continue
             if math.isinf(v):
                 return c, i
+            if "status" in df and str(df["status"].iloc[i]).startswith("overloaded"):
+                continue  # a capacity count that is not simulated: no figure but its load and price
             if c in ("bias_theorem", "utilisation", "workers", "wait_mean_s", "wait_p95_s", "availability") or c.startswith(
                     ("theorem_ratio_", "eta_ch", "ratio_", "sojourn_")) or (c.startswith("delay_") and c.endswith("_steps")) \
                     or c in ("theorem_gap", "eta_nominal", "bias_vs_sync_theorem"):

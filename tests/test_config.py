@@ -148,8 +148,8 @@ def test_inf_as_documented_works_as_an_override(hydra_ctx):
     validate(make("corrector.rho_bar=inf", "corrector.tau_age=inf"))
     ex = raises_config_error(make("corrector.rho_bar=0"))
     assert "(or inf)" in str(ex)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert "`inf` on the command line" in readme
+    page = (Path(__file__).resolve().parents[1] / "docs" / "correctors.md").read_text()
+    assert "`inf`\non the command line" in page or "`inf` on the command line" in page
 
 
 def test_unknown_corrector_names_the_bad_name(hydra_ctx):

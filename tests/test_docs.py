@@ -40,15 +40,14 @@ NOT_RUN = {
 
 # Documented commands that fail on this commit, each with why: an expected failure, strict, so the
 # fix must remove its entry.
-BROKEN = {
-    "scenario=adaptive_tau": "the finite guard refuses the grid's null mean of its Cauchy cell (issue 20, point 5)",
-}
+BROKEN: dict = {}  # documented commands known to fail: key -> why (a strict expected failure)
 
 # How a long command is shortened: the first row whose pattern the command matches gives
 # (regex, replacement) substitutions and overrides appended (each replacing the command's own
 # override of that key); a command that matches none runs as written.
 FEW = "learner.trials=20 learner.bootstrap=20 learner.train.enabled=false output.plots=false"
-CAPACITY = "learner.trials=4 learner.bootstrap=20 pipeline.steps=15 pipeline.warmup_steps=5 output.plots=false"
+CAPACITY = ("learner.trials=4 learner.bootstrap=20 pipeline.steps=15 pipeline.warmup_steps=5 output.plots=false "
+            "capacity.run_length=fixed capacity.resamples=20 capacity.benchmark=false")
 LM = "learner.lm.seeds=2 learner.lm.checkpoints=0 pipeline.steps=6 pipeline.warmup_steps=2 output.plots=false"
 REDUCE = [
     (r"^racsim-report", [], ""),

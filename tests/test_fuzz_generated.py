@@ -192,7 +192,8 @@ def test_the_float_keys_reach_the_correctors_and_latencies():
     assert len(FLOAT_KEYS) > 30
 
 
-JUDGE = ["scenario=capacity/judge_rm_autoscale", "capacity.counts=[2]", "capacity.benchmark=false"]
+JUDGE = ["scenario=capacity/judge_rm_autoscale", "capacity.counts=[2]", "capacity.benchmark=false",
+         "capacity.run_length=fixed", "learner.trials=6", "capacity.resamples=20"]
 J = "pipeline.channels.judge"
 # issue 11's knobs as a capacity user sets them: the judge's rm (batching, chunked prefill),
 # autoscale, faults and bursts keys, and the arrivals block

@@ -18,17 +18,18 @@ ALLOWED = {
     "io": set(),
     "seeds": set(),
     "markers": {"io"},
-    "config": {"errors", "config"},
+    "config": {"errors", "config", "guide"},
+    "guide": {"errors", "config"},  # help and hints for a person: the schema loaded lazily
     "pipeline": {"errors", "config", "pipeline"},
     "learner": {"errors", "config", "learner", "pipeline.schedule"},
     "analyses": {"errors", "io", "seeds", "config", "pipeline", "learner", "analyses"},
     "report": {"errors", "io", "markers", "config", "pipeline", "learner", "analyses", "report"},
     "api": {"errors", "config", "analyses", "report", "markers", "sweep", "cli"},  # racsim.run: all lazy
-    "sweep": {"errors", "io", "markers", "report", "sweep"},
-    "sweeper": {"errors", "config", "analyses", "markers"},  # the logic of hydra_plugins/racsim_sweeper
-    "cli": {"errors", "io", "config", "analyses", "report", "sweep"},
+    "sweep": {"errors", "io", "markers", "report", "sweep", "guide", "config", "analyses"},
+    "sweeper": {"errors", "config", "analyses", "markers", "sweep"},  # the logic of hydra_plugins/racsim_sweeper
+    "cli": {"errors", "io", "config", "analyses", "report", "sweep", "guide"},
     "bench": {"config", "pipeline", "learner", "analyses"},
-    "profile": {"errors", "io"},
+    "profile": {"errors", "io", "markers"},
     "docs": {"io"},  # the docs' generated blocks: runs the commands, imports no model code
     "__main__": {"cli"},
     "__init__": {"api"},  # racsim.run, loaded at first use
@@ -87,7 +88,7 @@ def test_imports_follow_the_layers(name):
 # Deliberate lazy imports (heavy modules the command line loads only when a job runs;
 # torch and transformers, which racsim.learner.lm imports, only when learner.kind=lm runs),
 # each marked "# lazy" on its line; nowhere else may a racsim import hide in a function.
-LAZY = {"cli", "sweep", "analyses.lm_study", "api", "__init__"}
+LAZY = {"cli", "sweep", "sweeper", "guide", "analyses.lm_study", "api", "__init__"}
 
 
 def lazy_lines(name):

@@ -19,7 +19,7 @@ import pytest
 from racsim.config import validate as V
 from racsim.config.defaults import compose_config
 from racsim.errors import ConfigError
-from racsim.run import run
+from racsim.analyses.dispatch import run
 
 FACTOR = 2.0  # the estimate is within [peak / FACTOR, peak * FACTOR]
 SMALL = ["learner.trials=20", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=10"]
@@ -115,7 +115,7 @@ def test_a_memory_error_that_escapes_is_one_line_and_leaves_nothing(tmp_path, mo
     def oom(cfg, progress=None):
         raise MemoryError("Unable to allocate 149. GiB")
 
-    monkeypatch.setattr("racsim.run.run", oom)
+    monkeypatch.setattr("racsim.analyses.dispatch.run", oom)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "keep.txt").write_text("mine")
     monkeypatch.setattr(sys, "argv", ["racsim", *SMALL, f"{J}.workers=100000", "output.progress=false"])

@@ -198,7 +198,7 @@ def assert_failures_attributed(code: int, out: str, err: str, sweep: Path) -> No
         assert (f"job {job} ({LAT}.path=bad.csv seed={seed}): {LAT}.column = 'x': a numeric column (it has dtype"
                 in lines[0]), lines[0]
     assert sorted(job_tables(sweep)) == GOOD_JOBS
-    assert sorted(pd.read_parquet(sweep / "results.parquet")["job"].unique()) == [0, 1]
+    assert sorted(pd.read_parquet(sweep / "results.parquet")["job_dir"].unique()) == ["0", "1"]
     for job, what in ((2, "RuntimeError: injected failure at run time"), (3, "ConfigError: " + LAT)):
         log = (sweep / str(job) / "racsim.log").read_text()
         assert "Traceback" in log and what in log, log[-2000:]

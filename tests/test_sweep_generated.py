@@ -73,4 +73,4 @@ def test_generated_sweeps_under_joblib(tmp_path_factory, case):
         named = re.findall(r"job (\d+) \(", failed[0])
         assert sorted(map(int, named)) == sorted(set(jobs) - set(complete)), (failed, complete)
     if complete:  # the good jobs are gathered, and only they
-        assert sorted(pd.read_parquet(sweeps[0] / "results.parquet")["job"].unique()) == complete
+        assert sorted(map(int, pd.read_parquet(sweeps[0] / "results.parquet")["job_dir"].unique())) == complete

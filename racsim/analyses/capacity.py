@@ -132,8 +132,8 @@ def autoscale_whatif(cfg: Any, name: str, fixed_rows: Dict[int, List[dict]], aut
 
 
 def _whatif(r: dict, targets: dict) -> dict:
-    keys = ("corrector", "bias_exact", "bias_vs_naive", "step_s", "delay_p95_steps", "sojourn_p95_s",
-            "dropped_frac", "cost_per_1000_steps")
+    keys = ("corrector", "status", "bias_exact", "bias_exact_hi", "bias_vs_naive", "bias_vs_naive_hi", "step_s",
+            "step_s_hi", "delay_p95_steps", "sojourn_p95_s", "dropped_frac", "cost_per_1000_steps")
     return {**{k: r.get(k, np.nan) for k in keys}, "meets": feasible(r, targets)}
 
 

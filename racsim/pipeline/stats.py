@@ -63,19 +63,18 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
         pool = (sched.pools or {}).get(name)
         if pool is not None:
             row.update(pool_row(sched, k, pool, t0, t1, w))
-        row.update(stationarity(sched, k, w))
+        row.update(stationarity(sched, k, w, queued=row["workers"] is not None))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def stationarity(sched: ArrivalSchedule, k: int, warmup: int) -> dict:
+def stationarity(sched: ArrivalSchedule, k: int, warmup: int, queued: bool = True) -> dict:
     """Is channel ``k`` in a steady state over the measured window? The verdict of
     :func:`racsim.pipeline.steady.verdict` on its requests in the system at each step's start
     (mean over trials) from step ``warmup`` on: ``stationary`` and, when not, ``steady_note``
-    saying why. A delay-kernel channel has no queue: stationary by construction."""
-    from racsim.pipeline.steady import in_system, verdict  # analyses builds on pipeline: imported late
-
-    if sched.submit_time is None:
+    saying why. A channel without a server limit (``queued`` False: a delay kernel, or no
+    ``workers``) has no queue to drift: stationary by construction."""
+    if sched.submit_time is None or not queued:
         return {"stationary": True, "steady_note": ""}
     v = verdict(in_system(sched, k).mean(axis=0), warmup)
     return {"stationary": v.stationary, "steady_note": v.reason}

@@ -161,7 +161,9 @@ def autoscale_section(cfg: Any, res: CapacityResult) -> List[str]:
     """The autoscaled pool against the fixed pools evaluated, per corrector."""
     a = cfg.pipeline.channels[res.channel].autoscale
     table = res.autoscale.rename(columns={
-        "servers": "servers (mean billed)", "bias_exact": "bias", "bias_vs_naive": "x naive", "step_s": "s/step",
+        "servers": "servers (mean billed)", "bias_exact": "bias", "bias_exact_hi": "bias (upper)",
+        "bias_vs_naive": "x naive", "bias_vs_naive_hi": "x naive (upper)", "step_s": "s/step",
+        "step_s_hi": "s/step (upper)",
         "delay_p95_steps": "delay p95", "sojourn_p95_s": "sojourn p95 s", "dropped_frac": "dropped",
         "cost_per_1000_steps": "$/1000 steps"})
     return ["## Autoscaling what-if", "",
