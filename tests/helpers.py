@@ -75,3 +75,21 @@ def unwritable_value(df):
                     continue
             return c, i
     return None
+
+
+def main_in_process(monkeypatch, capsys, argv):
+    """``racsim ARGV`` through racsim.cli.main in this process (the caller sets the cwd):
+    (exit status, stdout, stderr)."""
+    import sys
+
+    from racsim import cli
+
+    monkeypatch.setattr(sys, "argv", ["racsim", *argv])
+    capsys.readouterr()
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as ex:
+        code = ex.code
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -39,6 +39,9 @@ from racsim.pipeline.stats import queue_workers
 from racsim.report import gather as G
 from racsim.report.finite import non_finite
 
+from helpers import main_in_process
+from test_safety import writer
+
 TINY = ["learner.trials=4", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=3",
         "output.plots=false", "output.progress=false", "corrector.names=[naive,rac]"]
 HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "racsim.log")
@@ -57,14 +60,7 @@ def cli_run(tmp_path, monkeypatch, capsys, *args, config_dir=None):
     monkeypatch.chdir(work)
     extra = ["--config-dir", str(config_dir)] if config_dir else []
     flags = [a for a in args if a.startswith("-")]
-    monkeypatch.setattr(sys, "argv", ["racsim", *extra, *flags, *TINY, *[a for a in args if a not in flags]])
-    capsys.readouterr()
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as ex:
-        code = ex.code
-    out, err = capsys.readouterr()
+    code, out, err = main_in_process(monkeypatch, capsys, [*extra, *flags, *TINY, *[a for a in args if a not in flags]])
     return code, out, [ln for ln in err.splitlines() if ln.strip()]
 
 
@@ -171,14 +167,6 @@ def test_a_scenario_file_that_is_not_a_mapping(tmp_path, monkeypatch, capsys, co
 
 
 # ---------------------------------------------------------------- ownership: the SHA-256 racsim wrote
-
-
-def writer(names, data=b"new"):
-    def write(stage: Path):
-        for n in names:
-            (stage / n).write_bytes(data)
-        return [stage / n for n in names]
-    return write
 
 
 def test_a_file_racsim_wrote_and_the_user_edited_is_the_users(tmp_path):

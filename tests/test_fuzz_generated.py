@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from helpers import unwritable_value
+from helpers import main_in_process, unwritable_value
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
 from racsim.errors import ConfigError
@@ -88,7 +88,6 @@ def test_refused_cleanly_can_tell(monkeypatch):
 
 # ------------------------------------------------------------------ stage 1: through the command
 
-from racsim import cli  # noqa: E402
 
 TINY = ["learner.trials=4", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=3",
         "output.plots=false", "output.progress=false", "limits.hours=0.001"]  # an accepted case runs in ~1 s
@@ -125,14 +124,7 @@ def the_command(tmp_path, monkeypatch, capsys, args, config_dir=None):
         path.write_bytes(data)
     monkeypatch.chdir(work)
     extra = ["--config-dir", str(config_dir)] if config_dir else []
-    monkeypatch.setattr(sys, "argv", ["racsim", *extra, *TINY, *args])
-    capsys.readouterr()
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as ex:
-        code = ex.code
-    out, err = capsys.readouterr()
+    code, out, err = main_in_process(monkeypatch, capsys, [*extra, *TINY, *args])
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert "Traceback" not in out + err
     assert all(path.read_bytes() == data for path, data in users.items()), "a file of the user's was touched"

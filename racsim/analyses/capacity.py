@@ -274,8 +274,7 @@ def overloaded_rows(cfg: Any, name: str, n: int, load: dict) -> List[dict]:
     (its queue has no steady state), so every figure but the load and the price is NaN."""
     price = unit_price(cfg, name)
     return [{"count": int(n), "corrector": c, "load": load["load"], "headroom": 1.0 - load["load"],
-             "stationary": False, "cost_per_hour": n * price,
-             "status": f"overloaded: load {load['load']:.3g} >= capacity.max_load {cfg.capacity.max_load:g}"}
+             "stationary": False, "cost_per_hour": n * price, "status": status({"load": load["load"]}, cfg)}
             for c in corrector_names(cfg)]
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from racsim.analyses.capacity import CapacityResult
+from racsim.pipeline.steady import N_BATCHES, TREND_P
 from racsim.io import atomic_write, fmt, write_text
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
 from racsim.report.plots import capacity_curve
@@ -132,8 +133,8 @@ def method_text(res: CapacityResult, cfg: Any) -> str:
             f"`capacity.max_load` = {res.max_load:g} is overloaded: its queue has no steady state, so it is not "
             "simulated and never recommended. Each other count is simulated; its steady state is read off the "
             f"requests in {res.channel} at each step's start (mean over the trials). Warm-up: {warm}. Run length: "
-            f"{length}: at least 20 steps after the warm-up, and its 10 batch means show no trend (least-squares "
-            "slope p >= 0.01). Intervals: every figure's "
+            f"{length}: at least {2 * N_BATCHES} steps after the warm-up, and its {N_BATCHES} batch means show no "
+            f"trend (least-squares slope p >= {TREND_P:g}). Intervals: every figure's "
             f"{res.level:.0%} percentile interval over {cap.resamples} resamples of the {cfg.learner.trials} trials "
             "(independent replications of the pipeline from empty; the bias from each trial's mean correction "
             "weights, paired with naive's for the ratio). A count meets a target when the upper end of the "
