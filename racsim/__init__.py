@@ -1,7 +1,7 @@
 """racsim: a discrete-event simulator of asynchronous reward pipelines for RLHF.
 
 ``racsim.run(scenario, overrides=[...])`` runs one scenario from Python and returns
-its tables (racsim.api); the ``racsim`` command does the same from a shell.
+its tables (racsim.app.api); the ``racsim`` command does the same from a shell.
 
 Folders, each answering one question of the model (README, "Layout"):
 ``config`` (what is asked), ``pipeline`` (when is each slow result usable?),
@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     """``racsim.run`` and ``racsim.Tables``, loaded at first use: ``import racsim`` stays instant."""
     if name in ("run", "Tables"):
-        from racsim import api  # lazy
+        from racsim.app import api  # lazy
 
         return getattr(api, name)
     raise AttributeError(f"module 'racsim' has no attribute {name!r}")

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from racsim.cli import main
+from racsim.app.cli import main
 
 main()

@@ -22,3 +22,19 @@ class ConfigError(ValueError):
 class JobError(RuntimeError):
     """A sweep job's failure other than a ConfigError, as its one-line reason (racsim.sweep.job_failure):
     what crosses from the job's process to the sweep's, whatever the error was."""
+
+
+def reason(ex: BaseException) -> str:
+    """One line for a cell's failure: 'key = value: allowed', or Hydra's reason naming the key."""
+    if isinstance(ex, ConfigError):
+        return str(ex)
+    chain, e = [], ex
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    for e in chain:
+        key = getattr(e, "full_key", None)
+        if key:
+            return f"{key}: {str(e).splitlines()[0].strip()}"
+    lines = [ln.strip() for ln in str(ex).splitlines() if ln.strip()]
+    return " ".join(lines[:2]) or type(ex).__name__

@@ -78,11 +78,11 @@ def unwritable_value(df):
 
 
 def main_in_process(monkeypatch, capsys, argv):
-    """``racsim ARGV`` through racsim.cli.main in this process (the caller sets the cwd):
+    """``racsim ARGV`` through racsim.app.cli.main in this process (the caller sets the cwd):
     (exit status, stdout, stderr)."""
     import sys
 
-    from racsim import cli
+    from racsim.app import cli
 
     monkeypatch.setattr(sys, "argv", ["racsim", *argv])
     capsys.readouterr()

@@ -13,7 +13,7 @@ import pytest
 
 import racsim
 from racsim.report import aggregate as A
-from racsim.report.gather import gather_and_write
+from racsim.sweep.gather import gather_and_write
 from racsim.report.paper import paper_report
 
 # t(0.975, df) for df = 1..5, from a printed table: the interval is a t interval, not a normal one
@@ -161,7 +161,7 @@ def test_a_tiny_sweep_prints_its_answer(tmp_path):
     assert "## Results per cell" in report and "averaged over `seed`" in report and "t interval" in report
     assert "racsim beside the paper" not in report and "![sweep_corrector.tau_age.png]" in report
     assert (sweep / "sweep_corrector.tau_age.png").read_bytes()[:4] == b"\x89PNG"
-    again = subprocess.run([sys.executable, "-c", "from racsim.report.gather import main; main()", str(sweep),
+    again = subprocess.run([sys.executable, "-c", "from racsim.sweep.gather import main; main()", str(sweep),
                             "--out", str(tmp_path / "again")], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "again" / "aggregate.parquet").read_bytes() == (sweep / "aggregate.parquet").read_bytes()

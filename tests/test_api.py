@@ -43,9 +43,9 @@ HEAVY = "{'numpy', 'pandas', 'scipy', 'hydra', 'omegaconf', 'torch', 'transforme
 
 
 @pytest.mark.parametrize("touch, api_loaded", [("pass", False), ("from racsim import run; assert run.__module__ == "
-                                                             "'racsim.api'", True)])
+                                                             "'racsim.app.api'", True)])
 def test_import_racsim_loads_no_simulator(touch, api_loaded):
-    code = (f"import sys, racsim; {touch}; print('racsim.api' in sys.modules, "
+    code = (f"import sys, racsim; {touch}; print('racsim.app.api' in sys.modules, "
             f"sorted({{m.split('.')[0] for m in sys.modules}} & {HEAVY}))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -79,7 +79,7 @@ def test_out_writes_the_clis_folder(tmp_path, empty_cwd):
     assert sorted(p.name for p in t.files) == sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
     for name in ("results.parquet", "channels.parquet", "results.csv", "channels.csv", "timeline.parquet"):
         assert (out / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
-    from racsim.report.gather import gather
+    from racsim.sweep.gather import gather
 
     assert "## Time" in (out / "summary.md").read_text() and len(gather(out)) == len(t.results)  # done.json last: racsim-report takes it as a complete run
 

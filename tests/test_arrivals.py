@@ -263,7 +263,7 @@ def test_arrivals_are_validated(tmp_path):
 
 
 def test_bench_times_the_pipeline_with_arrivals_on(capsys):
-    from racsim import bench
+    from racsim.tools import bench
 
     fig = bench.bench_pipeline(3, ["scenario=capacity/code_verifier", "pipeline.arrivals.mode=stream",
                                    "pipeline.steps=4"])

@@ -1,6 +1,6 @@
 """Bad input (issue 10): each class that ended in a traceback, a hang, a memory blow-up or
 a silent NaN/inf is refused before anything starts with one line naming the key or file
-(exit status 2) and no folder left. In-process through ``racsim.cli.main`` (fast); the
+(exit status 2) and no folder left. In-process through ``racsim.app.cli.main`` (fast); the
 fuzz (tests/test_fuzz_generated.py) generates many more."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from racsim import cli
+from racsim.app import cli
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
 from racsim.config.validate import cauchy_window_mass, check_limits, run_estimate
@@ -166,7 +166,7 @@ def test_a_thousand_capacity_counts_are_refused():
 
 
 def test_racsim_profile_bad_arguments(tmp_path, capsys):
-    from racsim import profile
+    from racsim.tools import profile
 
     for args, key in ((["seed=99999999999999999999"], "seed"), (["out=/dev/null/x.csv"], "out"),
                       (["batch_sizes=[100000]"], "batch_sizes"), (["repeats=0"], "repeats"), (["oops"], "oops")):
@@ -177,7 +177,7 @@ def test_racsim_profile_bad_arguments(tmp_path, capsys):
 
 
 def test_racsim_bench_bad_arguments(capsys):
-    from racsim import bench
+    from racsim.tools import bench
 
     for args in (["--trials", "0"], ["--json", "/nonexistent/folder/x.json"], ["--bogus"]):
         with pytest.raises(SystemExit) as ex:

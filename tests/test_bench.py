@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from racsim.bench import main
+from racsim.tools.bench import main
 
 
 @pytest.mark.parametrize("budget", ["0", "-5"])
@@ -25,7 +25,7 @@ def test_capacity_knobs_compose_and_count_what_the_capacity_run_simulates():
     renamed or refused would fail here), and its request count is the capacity run's for one
     count: trials x steps x batch x sequences, twice with a blocking corrector."""
     from racsim.analyses.capacity import requests_per_schedule
-    from racsim.bench import CAPACITY_KNOBS, bench_capacity
+    from racsim.tools.bench import CAPACITY_KNOBS, bench_capacity
     from racsim.config.defaults import compose_config
     from racsim.config.validate import validate
     from racsim.learner.correctors import BLOCKING

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from racsim import docs
+from racsim.app import docs
 
 ROOT = docs.ROOT
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
@@ -34,7 +34,7 @@ NOT_RUN = {
     "racsim-bench --sweep": "times two sweeps of 64 jobs (tests/test_bench.py covers it reduced)",
     "racsim-bench --paper": "the paper's full heavy-tail grid (tests/test_bench.py covers --paper's parts)",
     "python tests/golden.py check": "tests/test_golden.py runs the golden runs",
-    "python -m racsim.docs": "rewrites the pages (test_deterministic_blocks_are_up_to_date reruns the fast blocks)",
+    "python -m racsim.app.docs": "rewrites the pages (test_deterministic_blocks_are_up_to_date reruns the fast blocks)",
     "mkdocs build": ".ci/run builds the site (test_ci_runs_the_readme_test_command_and_builds_the_site)",
 }
 
@@ -196,7 +196,7 @@ def test_deterministic_blocks_are_up_to_date(commands, tmp_path):
     for name, text, run in docs.made(names, tmp_path):
         assert text is not None, f"block {name}: {run}"
         for page, body in docs.blocks()[name]:
-            assert docs.masked(body) == docs.masked(text), f"{page.name}: block {name} is stale: run python -m racsim.docs {name}"
+            assert docs.masked(body) == docs.masked(text), f"{page.name}: block {name} is stale: run python -m racsim.app.docs {name}"
 
 
 def test_rewrite_replaces_the_named_blocks_and_nothing_else(tmp_path):

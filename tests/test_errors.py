@@ -97,9 +97,9 @@ def raised(error: BaseException, cause: BaseException = None) -> BaseException:
 
 def test_a_failed_jobs_error_crosses_whatever_it_was():
     """What a sweep job hands back (racsim.sweep.job_failure) pickles, and says what the job's own
-    process would have said (racsim.sweeper.reason): the key of a cause too, which pickling drops."""
-    from racsim.sweep import job_failure
-    from racsim.sweeper import reason
+    process would have said (racsim.errors.reason): the key of a cause too, which pickling drops."""
+    from racsim.sweep.callback import job_failure
+    from racsim.errors import reason
 
     keyed = Exception("Value 'abc' could not be converted to Integer")
     keyed.full_key = "learner.trials"

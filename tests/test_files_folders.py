@@ -8,7 +8,7 @@ what it wrote and gives its folder back. A kernel channel has no utilisation, an
 availability is never below 0, a channel sent no sample runs, and a refusal drops the
 NumPy warnings of the run it refuses.
 
-In-process through ``racsim.cli.main`` where stderr is the point and pytest's warning
+In-process through ``racsim.app.cli.main`` where stderr is the point and pytest's warning
 capture does not hide it; in subprocesses for signals and warnings."""
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from racsim import cli
-from racsim import sweep as S
+from racsim.app import cli
+from racsim.sweep import callback as S
 from racsim.config.defaults import compose_config
 from racsim.config.validate import check_name
 from racsim.errors import ConfigError
-from racsim.markers import DONE, LOCK, OWNED, foreign, publish, write_marker
+from racsim.sweep.markers import DONE, LOCK, OWNED, foreign, publish, write_marker
 from racsim.pipeline.faults import FaultSpec, Timeline
 from racsim.pipeline.stats import queue_workers
-from racsim.report import gather as G
+from racsim.sweep import gather as G
 from racsim.report.finite import non_finite
 
 from helpers import main_in_process
@@ -223,7 +223,7 @@ def test_racsim_report_keeps_a_report_the_user_edited(tmp_path, capsys):
 
 
 def test_racsim_profile_refuses_a_users_out_file_before_measuring(tmp_path):
-    from racsim.profile import parse
+    from racsim.tools.profile import parse
 
     mine = tmp_path / "mine.csv"
     mine.write_bytes(b"the user's")
@@ -250,7 +250,7 @@ def _shape_error(layers, d_model, d_ff, heads, kv, vocab):
 
 
 def test_racsim_profile_checks_the_models_shape_before_torch(tmp_path):
-    from racsim.profile import parse
+    from racsim.tools.profile import parse
 
     rng = np.random.default_rng(21)
     seen = {}
@@ -275,7 +275,7 @@ def test_racsim_profile_checks_the_models_shape_before_torch(tmp_path):
 
 
 def test_racsim_profile_ctrl_c_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    from racsim import profile
+    from racsim.tools import profile
 
     for name in ("torch", "transformers"):  # imported by name only: measure is replaced
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
@@ -431,7 +431,7 @@ def test_held_warnings_are_shown_when_the_block_ends_normally():
 def test_the_interrupt_line_fits_what_was_running(tmp_path, monkeypatch):
     """Before the run began: nothing written; a sweep: the resume hint; a single run that had
     finished: its results stay and its folder is given back."""
-    from racsim.markers import hold_folder
+    from racsim.sweep.markers import hold_folder
 
     monkeypatch.setattr(S, "CREATED", [])
     monkeypatch.setattr(S, "_SINGLE", {})

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from racsim import cli
+from racsim.app import cli
 from racsim.errors import ConfigError
 from helpers import unwritable_value as oracle
 from racsim.report.finite import MAY_BE_NAN, failure, may_be_nan, non_finite, undefined_notes

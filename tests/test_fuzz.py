@@ -2,7 +2,7 @@
 exit status 2, one line on stderr that names the key (or the file), no
 traceback, and no output folder left behind.
 
-The bulk runs the CLI in-process (``racsim.cli.main()`` with a patched
+The bulk runs the CLI in-process (``racsim.app.cli.main()`` with a patched
 ``sys.argv``; Hydra's global state cleared between calls); a handful of cases
 go through a real ``racsim`` subprocess. Malformed scenario files live in a
 temporary folder put on Hydra's search path (``DIR/scenario/NAME.yaml``,
@@ -215,7 +215,7 @@ def run_in_process(args):
     """``racsim ARGS`` in this process: (exit status, stdout, stderr)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    import racsim.cli as cli
+    import racsim.app.cli as cli
 
     GlobalHydra.instance().clear()
     out, err = io.StringIO(), io.StringIO()

@@ -5,7 +5,7 @@ Stage 0: hypothesis draws a config key of the default config and a value of any 
 KEY=VALUE`` would: accepted, or refused with a ConfigError or Hydra/OmegaConf's own
 error, never another exception.
 
-Stage 1 (issue 10): through the command itself (``racsim.cli.main`` in-process), it
+Stage 1 (issue 10): through the command itself (``racsim.app.cli.main`` in-process), it
 generates overrides for every key of the schema (wrong types, extremes, NaN/inf,
 negatives, huge ints), malformed scenario files (YAML) and malformed data files (CSV:
 latency samples, RM profiles, probe pairs), and asserts per case: exit 0, or exit 2 with

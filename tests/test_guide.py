@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from racsim import cli, guide
+from racsim.app import cli, guide
+from racsim.config import names
 from test_cli import racsim
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,8 +68,8 @@ def test_a_mistyped_scenario_lists_every_scenario_and_the_closest(tmp_path):
     line = one_line_refusal(racsim(tmp_path, "scenario=capacity/judge_h100"))
     assert line.startswith("racsim: error: scenario=capacity/judge_h100: no such scenario. "
                            "Did you mean capacity/judge_rm_h100")
-    assert line.split("The scenarios: ")[1].split(", ") == guide.scenario_names()
-    assert sorted(guide.scenario_names()) == _scenarios_on_disk()
+    assert line.split("The scenarios: ")[1].split(", ") == names.scenario_names()
+    assert sorted(names.scenario_names()) == _scenarios_on_disk()
     assert not list(tmp_path.iterdir())
 
 
@@ -85,7 +86,7 @@ def test_a_mistyped_key_or_option_suggests_the_closest(tmp_path):
     p = racsim(tmp_path, "latency@pipeline.channels.judge.latency=paretoo")
     assert one_line_refusal(p).endswith("latency@pipeline.channels.judge.latency=paretoo: no such option of latency. "
                                         "Did you mean pareto? The latency options: " +
-                                        ", ".join(guide.config_groups()["latency"]))
+                                        ", ".join(names.config_groups()["latency"]))
     assert not list(tmp_path.iterdir())
 
 
@@ -93,7 +94,7 @@ def test_a_key_one_typo_away_is_suggested():
     """Every schema key with one character dropped, doubled or swapped gets itself suggested
     (a random sample of keys and typos)."""
     rng = random.Random(3)
-    keys = [k for k in guide.schema_keys() if len(k.rsplit(".", 1)[-1]) >= 5]
+    keys = [k for k in names.schema_keys() if len(k.rsplit(".", 1)[-1]) >= 5]
     misses = []
     for key in rng.sample(keys, 120):
         i = rng.randrange(key.rfind(".") + 1, len(key) - 1)
@@ -101,7 +102,7 @@ def test_a_key_one_typo_away_is_suggested():
                            key[:i] + key[i + 1] + key[i] + key[i + 2:]])
         if typo in keys:
             continue
-        hint = guide.key_hint(typo.replace("NAME", "judge"))
+        hint = names.key_hint(typo.replace("NAME", "judge"))
         if key.replace("NAME", "judge") not in hint.removeprefix("did you mean ").rstrip("?").split(" or "):
             misses.append((typo, hint))
     assert not misses, misses
@@ -123,7 +124,7 @@ def test_schema_keys_cover_the_composed_config():
                 walk(v, key + ".")
 
     walk(cfg, "")
-    assert found <= set(guide.schema_keys()), found - set(guide.schema_keys())
+    assert found <= set(names.schema_keys()), found - set(names.schema_keys())
 
 
 def test_learner_lm_without_torch_names_the_extra(tmp_path, monkeypatch, capsys):
@@ -154,14 +155,14 @@ def test_the_extras_named_are_those_of_pyproject():
     def dists(extra):
         return {re.split(r"[\[=<>]", d)[0].replace("-", "_") for d in extras[extra]}
 
-    for module, extra in guide.EXTRAS.items():
+    for module, extra in names.EXTRAS.items():
         name = module.removeprefix("hydra_plugins.")
         assert name in dists(extra), (module, extra)
-        assert guide.missing_extra(module) == f'pip install -e ".[{extra}]"'
-        assert guide.missing_extra(module + ".sub") == guide.missing_extra(module)
-    for launcher, extra in guide.LAUNCHER_EXTRAS.items():
+        assert names.missing_extra(module) == f'pip install -e ".[{extra}]"'
+        assert names.missing_extra(module + ".sub") == names.missing_extra(module)
+    for launcher, extra in names.LAUNCHER_EXTRAS.items():
         assert f"hydra_{launcher.split('_')[0]}_launcher" in dists(extra)
-    assert guide.missing_extra("numpy") is None and guide.missing_extra(None) is None
+    assert names.missing_extra("numpy") is None and names.missing_extra(None) is None
 
 
 def test_the_other_commands_help_stays_sane(tmp_path):

@@ -110,7 +110,7 @@ def test_a_cgroup_limit_is_read(tmp_path, monkeypatch, v2):
 
 
 def test_a_memory_error_that_escapes_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
-    from racsim import cli
+    from racsim.app import cli
 
     def oom(cfg, progress=None):
         raise MemoryError("Unable to allocate 149. GiB")

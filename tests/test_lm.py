@@ -331,7 +331,7 @@ def test_learner_lm_runs_end_to_end(tmp_path):
 
 
 def test_cli_and_run_do_not_import_torch():
-    code = "import sys, racsim, racsim.cli, racsim.analyses.dispatch; print('torch' in sys.modules or 'transformers' in sys.modules)"
+    code = "import sys, racsim, racsim.app.cli, racsim.analyses.dispatch; print('torch' in sys.modules or 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

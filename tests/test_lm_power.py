@@ -294,7 +294,7 @@ def test_device_selection_takes_cuda_when_present(monkeypatch):
 
 def test_bench_lm_times_both_loops_and_fits_the_scaling():
     pytest.importorskip("torch")
-    from racsim.bench import bench_lm
+    from racsim.tools.bench import bench_lm
 
     out = bench_lm(1, ((1, 8), (1, 16), (2, 16)), repeat=1)
     sizes = [out[f"lm_{s}_params"] for s in ("1x8", "1x16", "2x16")]

@@ -25,7 +25,7 @@ from racsim.pipeline.service import (
     build_service,
     read_profile,
 )
-from racsim.profile import parse
+from racsim.tools.profile import parse
 
 GPU_CATALOG, RM_CATALOG = catalog("gpu"), catalog("model")  # conf/rm/*/*.yaml
 
@@ -57,7 +57,7 @@ def torch_stack():
 @pytest.fixture(scope="module")
 def profile_csv(torch_stack, tmp_path_factory):
     """One real run of the command (in-process: the console script's main)."""
-    from racsim.profile import main
+    from racsim.tools.profile import main
 
     out = tmp_path_factory.mktemp("profile") / "tiny.csv"
     main([f"out={out}", f"batch_sizes={BATCHES}".replace(" ", ""), f"seq_lens={SEQS}".replace(" ", ""),
@@ -123,14 +123,14 @@ def test_profile_arguments_are_checked():
 
 
 def test_missing_checkpoint_is_a_one_line_error(torch_stack, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "racsim.profile", f"rm.checkpoint={tmp_path / 'nope'}",
+    r = subprocess.run([sys.executable, "-m", "racsim.tools.profile", f"rm.checkpoint={tmp_path / 'nope'}",
                         f"out={tmp_path / 'x.csv'}"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip().startswith("racsim-profile: error: rm.checkpoint = ") and "local checkpoint" in r.stderr
 
 
 def test_without_torch_the_command_says_what_to_install(tmp_path):
-    code = ("import sys; sys.modules['torch'] = None; from racsim.profile import main; "  # import torch fails
+    code = ("import sys; sys.modules['torch'] = None; from racsim.tools.profile import main; "  # import torch fails
             f"main(['out={tmp_path / 'x.csv'}'])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
@@ -148,8 +148,8 @@ def test_ci_turns_a_missing_torch_into_a_failure(monkeypatch, value, expected):
 
 
 def test_core_modules_do_not_import_torch():
-    code = ("import sys, racsim.pipeline.engines, racsim.analyses.dispatch, racsim.analyses.capacity, racsim.pipeline.service, racsim.cli, "
-            "racsim.profile; "
+    code = ("import sys, racsim.pipeline.engines, racsim.analyses.dispatch, racsim.analyses.capacity, racsim.pipeline.service, racsim.app.cli, "
+            "racsim.tools.profile; "
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -160,7 +160,7 @@ def test_a_checkpoint_folder_that_is_not_a_model_is_refused_naming_it(torch_stac
     a ConfigError naming rm.checkpoint with transformers' reason (the command prints it as one line)."""
     import json
 
-    from racsim.profile import ProfileConf, ProfileRMConf, build_model
+    from racsim.tools.profile import ProfileConf, ProfileRMConf, build_model
 
     torch, _ = torch_stack
     tiny = {"model_type": "llama", "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,

@@ -2,7 +2,7 @@
 replaces no file it did not write, gives each run a folder of its own, and trusts a
 completion marker only when the files' SHA-256 and the cell check out.
 
-The rules are tested in-process on racsim.markers / racsim.sweep; a few real
+The rules are tested in-process on racsim.sweep.markers / racsim.sweep.callback; a few real
 ``racsim`` subprocesses check them end to end (a user's files survive byte for
 byte, two runs in one second keep both result sets, a corrupted results file is
 rerun on resume)."""
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from racsim import sweep as S
+from racsim.sweep import callback as S
 from racsim.errors import ConfigError
-from racsim.markers import (
+from racsim.sweep.markers import (
     DONE,
     LOCK,
     OWNED,
@@ -33,7 +33,7 @@ from racsim.markers import (
     publish,
     write_marker,
 )
-from racsim.report import gather as G
+from racsim.sweep import gather as G
 
 TINY = ["learner.trials=4", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=3",
         "output.plots=false", "output.progress=false", "corrector.names=[naive,rac]"]

@@ -21,10 +21,10 @@ from typing import List
 import pandas as pd
 import pytest
 
-from racsim import sweep as S
-from racsim.markers import DONE, cell_overrides, is_complete
-from racsim.report.gather import _column, gather, gather_and_write
-from racsim.report.gather import main as report_main
+from racsim.sweep import callback as S
+from racsim.sweep.markers import DONE, cell_overrides, is_complete
+from racsim.sweep.gather import _column, gather, gather_and_write
+from racsim.sweep.gather import main as report_main
 
 # Small cells. output.progress stays on: a sweep's job counter is part of what is tested.
 SMALL = ["learner.trials=20", "learner.bootstrap=20", "learner.train.enabled=false", "pipeline.steps=8",

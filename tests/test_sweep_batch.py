@@ -26,8 +26,8 @@ from omegaconf import OmegaConf
 import racsim.analyses.bias_study as B
 import racsim.learner.bias as LB
 from racsim.config.defaults import compose_config
-from racsim.io import config_yaml
-from racsim.markers import is_complete
+from racsim.config.dump import config_yaml
+from racsim.sweep.markers import is_complete
 from racsim.analyses.dispatch import run, run_many
 from tests.helpers import assert_same_schedule
 
@@ -161,7 +161,7 @@ def test_a_batched_sweep_writes_the_bytes_of_jobs_run_alone(tmp_path):
         pd.testing.assert_frame_equal(t.drop(columns=cells, errors="ignore"), tables[2].drop(columns=cells),
                                       check_exact=True)
     # racsim-report gathers lean folders as it gathers full ones
-    report = [subprocess.run([sys.executable, "-m", "racsim.report.gather", str(d), "--out", str(tmp_path / f"r{i}")],
+    report = [subprocess.run([sys.executable, "-m", "racsim.sweep.gather", str(d), "--out", str(tmp_path / f"r{i}")],
                              capture_output=True, text=True, timeout=120) for i, d in enumerate((lean, alone))]
     assert [r.returncode for r in report] == [0, 0], report[0].stderr
     r0, r1 = (pd.read_parquet(tmp_path / r / "results.parquet") for r in ("r0", "r1"))
@@ -205,6 +205,6 @@ def test_a_lean_single_run_keeps_the_parquet_tables_and_its_marker(tmp_path):
     names = {p.name for p in (tmp_path / "run").iterdir() if p.is_file() and not p.name.startswith(".")}
     assert names == {"results.parquet", "channels.parquet", "done.json", "racsim.log"}, names
     assert is_complete(tmp_path / "run")
-    report = subprocess.run([sys.executable, "-m", "racsim.report.gather", "run"], cwd=tmp_path,
+    report = subprocess.run([sys.executable, "-m", "racsim.sweep.gather", "run"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert report.returncode == 0 and (tmp_path / "run" / "report.md").is_file(), report.stderr

@@ -16,7 +16,7 @@ import pandas as pd
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from racsim.markers import is_complete
+from racsim.sweep.markers import is_complete
 
 SMALL = ["learner.trials=20", "learner.bootstrap=20", "learner.train.enabled=false", "pipeline.steps=8",
          "output.plots=false", "output.progress=false"]

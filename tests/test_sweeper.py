@@ -20,8 +20,8 @@ from omegaconf import OmegaConf
 from racsim.analyses.grid import expand
 from racsim.config.schema import register_configs
 from racsim.config.validate import check_schema
-from racsim.sweep import register_resolvers
-from racsim import sweeper as S
+from racsim.sweep.callback import register_resolvers
+from racsim.sweep import sweeper as S
 
 SMALL = ["learner.trials=20", "learner.bootstrap=20", "learner.train.enabled=false", "pipeline.steps=8"]
 

@@ -1,6 +1,6 @@
 """racsim's Hydra sweeper and launcher (``hydra/sweeper=racsim``, ``hydra/launcher=racsim``,
 the defaults of conf/config.yaml). Hydra finds them by scanning the ``hydra_plugins``
-namespace package; the logic lives in :mod:`racsim.sweeper`, imported when a sweep
+namespace package; the logic lives in :mod:`racsim.sweep.sweeper`, imported when a sweep
 starts so that the scan (every ``racsim`` start) stays cheap.
 
 The sweeper expands the grid as Hydra's basic sweeper does (same jobs, same numbers),
@@ -75,7 +75,7 @@ def _parsed(config_loader: Any, arguments: Sequence[str]) -> list:
 
 class RacsimLauncher(Launcher):
     """Hydra's basic launcher (serial, in this process), with each job's config
-    composed by :class:`racsim.sweeper.Composer` (once per base, then copied) and
+    composed by :class:`racsim.sweep.sweeper.Composer` (once per base, then copied) and
     batches of jobs computed ahead as one grid (:meth:`_prepare`)."""
 
     def __init__(self) -> None:
@@ -88,7 +88,7 @@ class RacsimLauncher(Launcher):
         self.first = True  # the sweep's first batch is small: its first job starts within seconds
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        from racsim.sweeper import Composer, swept_keys
+        from racsim.sweep.sweeper import Composer, swept_keys
 
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
         self.composer = Composer(hydra_context.config_loader, config)
@@ -101,7 +101,7 @@ class RacsimLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        from racsim.sweep import PREPARED
+        from racsim.sweep.callback import PREPARED
 
         jobs = list(enumerate(job_overrides, start=initial_job_idx))
         runs: List[JobReturn] = []
@@ -124,9 +124,9 @@ class RacsimLauncher(Launcher):
         A job that cannot be computed so is run by its task as usual: if the batch fails,
         every job of it is, and only the failing one fails."""
         from racsim.config.defaults import GRID_KEY, empirical_blocks
-        from racsim.markers import override_key
+        from racsim.sweep.markers import override_key
         from racsim.analyses.dispatch import run_many
-        from racsim.sweep import PREPARED, pin_blas_threads
+        from racsim.sweep.callback import PREPARED, pin_blas_threads
 
         picked: List[Tuple[int, Any]] = []
         taken = slots = 0
@@ -186,8 +186,8 @@ def _run_job_here(hydra_context: HydraContext, task_function: TaskFunction, conf
     else reads it; ``task``, its config less the ``hydra`` node, is made by the Composer). A lean job
     (racsim.sweep.lean_job) writes ``.hydra/overrides.yaml`` alone (the sweep's
     ``multirun.yaml`` holds the rest) and its JobReturn's ``hydra_cfg`` is its config itself."""
-    from racsim.io import config_yaml
-    from racsim.sweep import lean_job
+    from racsim.config.dump import config_yaml
+    from racsim.sweep.callback import lean_job
 
     instance = HydraConfig.instance()
     before = instance.cfg
@@ -254,8 +254,9 @@ class RacsimSweeper(Sweeper):
     def sweep(self, arguments: List[str]) -> Any:
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-        from racsim import sweeper as S
-        from racsim.sweep import record_failures
+        from racsim.sweep import sweeper as S
+        from racsim.errors import reason
+        from racsim.sweep.callback import record_failures
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         if self.max_batch_size < 1:
@@ -280,9 +281,9 @@ class RacsimSweeper(Sweeper):
             try:
                 results = self.launcher.launch(chunk, initial_job_idx=start)
             except Exception as ex:  # the launcher itself failed (a worker died, a cluster refused)
-                failures += S.unfinished(self.config, sweep_dir, start, chunk, S.reason(ex))
+                failures += S.unfinished(self.config, sweep_dir, start, chunk, reason(ex))
                 continue
-            failures += [(start + i, S.reason(r._return_value)) for i, r in enumerate(results)
+            failures += [(start + i, reason(r._return_value)) for i, r in enumerate(results)
                          if r.status == JobStatus.FAILED]
             returns.append(results)
         record_failures(failures, [S.cell_label(c, swept) for c in cells])

@@ -6,8 +6,8 @@ pipeline -> arrival schedules -> bias benchmark and training; with
 one-rollout experiment, its rows marked ``mode``), ``probe``
 (racsim.analyses.probe) or ``tv_bound`` (racsim.analyses.tvbound); ``learner.kind=lm``
 runs the GRPO study instead of the bias one (racsim.analyses.lm_study).
-:func:`compute` is the one entry of both the command line (racsim.cli) and
-``racsim.run`` (racsim.api): the schema check, then capacity planning
+:func:`compute` is the one entry of both the command line (racsim.app.cli) and
+``racsim.run`` (racsim.app.api): the schema check, then capacity planning
 (``capacity.enabled``, racsim.analyses.capacity) or :func:`run`.
 """
 

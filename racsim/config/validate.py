@@ -43,7 +43,7 @@ from racsim.config.schema import (
     phase_conf,
 )
 from racsim.errors import ConfigError
-from racsim.guide import key_hint, missing_extra
+from racsim.config.names import key_hint, missing_extra
 
 
 def _finite(x: Any) -> bool:
@@ -69,7 +69,7 @@ def _need(ok: bool, key: str, value: Any, allowed: str) -> None:
 
 def _need_file(key: str, path: Any, what: str) -> None:
     """A data file the run reads: named (``what``: the kind of file), and there, so that a sweep's
-    cell check (racsim.sweeper.check_cells) refuses a missing one before the first job starts;
+    cell check (racsim.sweep.sweeper.check_cells) refuses a missing one before the first job starts;
     an unreadable or malformed one is refused by its reader when the run opens it."""
     _need(isinstance(path, (str, os.PathLike)) and bool(os.fspath(path)), key, path, what)
     where = "" if os.path.isabs(path) else f"; a relative path starts from {os.getcwd()}"
@@ -306,7 +306,7 @@ def check_leaves(cfg: Any, key: str = "") -> None:
 def validate_changed(cfg: Any, changed: Sequence[str]) -> None:
     """``validate(cfg)`` for a config that passed :func:`check_leaves` and
     :func:`check_data_files` before the leaves at the dotted keys ``changed`` were set
-    (a sweep's cell on its base, racsim.sweeper.check_cells): the leaf checks and
+    (a sweep's cell on its base, racsim.sweep.sweeper.check_cells): the leaf checks and
     data files of those keys only, then every rule (a cross-field rule reads the
     whole config), then the budgets (:func:`check_limits`). A changed ``limits.*`` key rechecks
     every data file."""

@@ -1,5 +1,5 @@
 """A sweep's answer: its gathered rows averaged over seeds, one row per cell and corrector,
-and one plot per swept numeric knob (racsim.report.gather writes both; a sweep prints the table).
+and one plot per swept numeric knob (racsim.sweep.gather writes both; a sweep prints the table).
 
 A seed axis is every override or study-grid key named ``seed`` or ending in ``seed``
 (``seed``, ``learner.mdp_seed``): the rows that differ only there are replications of one

@@ -1,7 +1,7 @@
 """The last check before a results table is written: no NaN or inf where a number must be.
 
 Every table a run writes (results, channels, capacity, the studies' own tables) goes
-through :func:`non_finite` in the staging folder (racsim.markers.publish). A value that
+through :func:`non_finite` in the staging folder (racsim.sweep.markers.publish). A value that
 is undefined by construction (a ratio of nothing, a cosine against a zero gradient) is
 NaN in a column declared in :data:`MAY_BE_NAN`, each with its reason, and summary.md
 says which columns hold such NaNs and why (:func:`undefined_notes`); never inf. Any

@@ -15,8 +15,9 @@ import pandas as pd
 
 from racsim.analyses.capacity import CapacityResult
 from racsim.analyses.result import RunResult
-from racsim.io import atomic_write, config_yaml, write_text
-from racsim.markers import digest_bytes
+from racsim.config.dump import config_yaml
+from racsim.io import atomic_write, write_text
+from racsim.io import digest_bytes
 from racsim.report import lm as LM
 from racsim.report import plots as P
 from racsim.report.capacity import write_capacity

@@ -32,8 +32,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from racsim.analyses.grid import expand
 from racsim.config.validate import check_data_files, check_leaves, check_schema, validate, validate_changed
-from racsim.errors import ConfigError
-from racsim.markers import RESUME_KEY, is_complete, parse_override
+from racsim.errors import ConfigError, reason
+from racsim.sweep.detached import wait_detached
+from racsim.sweep.markers import RESUME_KEY, is_complete, parse_override
 
 
 def _parse(overrides: Iterable[str]) -> list:
@@ -282,22 +283,6 @@ def _typed_value(scratch: DictConfig, o: Any) -> Any:
         return ex
 
 
-def reason(ex: BaseException) -> str:
-    """One line for a cell's failure: 'key = value: allowed', or Hydra's reason naming the key."""
-    if isinstance(ex, ConfigError):
-        return str(ex)
-    chain, e = [], ex
-    while e is not None and e not in chain:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    for e in chain:
-        key = getattr(e, "full_key", None)
-        if key:
-            return f"{key}: {str(e).splitlines()[0].strip()}"
-    lines = [ln.strip() for ln in str(ex).splitlines() if ln.strip()]
-    return " ".join(lines[:2]) or type(ex).__name__
-
-
 def swept_keys(overrides: Sequence[Any]) -> List[str]:
     """Key elements of the parsed sweep overrides that take more than one value."""
     return [o.get_key_element() for o in overrides if o.is_sweep_override()]
@@ -342,8 +327,6 @@ def unfinished(config: DictConfig, sweep_dir: Path, start: int, chunk: Sequence[
     submitit job cancelled) that did not complete: first the jobs of the batch still running in
     processes this sweep started (submitit_local's) are waited for, then the jobs whose folders hold
     their complete results (the default ``${hydra.job.num}`` folders) are counted as done."""
-    from racsim.sweep import wait_detached  # lazy: racsim.sweep imports the sweeper's callers
-
     wait_detached()
     numbered = numbered_folders(config)
     return [(start + i, why) for i, cell in enumerate(chunk)

@@ -1,7 +1,7 @@
 """The docs' generated blocks: every figure of README.md and docs/*.md comes from a fresh run.
 
 A block is the text between ``<!-- generated:NAME -->`` and ``<!-- /generated -->``.
-``python -m racsim.docs`` reruns the commands of every block (``python -m racsim.docs NAME ...``:
+``python -m racsim.app.docs`` reruns the commands of every block (``python -m racsim.app.docs NAME ...``:
 of those blocks only), each in a temporary folder, and rewrites the blocks from their output.
 Run it from the repository's root with racsim installed; it takes minutes.
 """
@@ -273,19 +273,19 @@ def regenerate(names: Sequence[str], root: Path = ROOT) -> Iterator[Tuple[str, s
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m racsim.docs", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m racsim.app.docs", description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help=f"blocks to rewrite (default: all): {', '.join(RECIPES)}")
     args = ap.parse_args(argv)
     failed = []
     try:
         for name, why in regenerate(args.names):
-            print(f"racsim.docs: {name}: " + ("rewritten" if why is None else f"not rewritten: {why}"), flush=True)
+            print(f"racsim.app.docs: {name}: " + ("rewritten" if why is None else f"not rewritten: {why}"), flush=True)
             failed += [name] if why else []
     except DocsError as e:
-        print(f"racsim.docs: error: {e}", file=sys.stderr)
+        print(f"racsim.app.docs: error: {e}", file=sys.stderr)
         sys.exit(2)
     if failed:
-        print(f"racsim.docs: {len(failed)} blocks not rewritten: {', '.join(failed)}", file=sys.stderr)
+        print(f"racsim.app.docs: {len(failed)} blocks not rewritten: {', '.join(failed)}", file=sys.stderr)
         sys.exit(1)
 
 

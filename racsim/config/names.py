@@ -1,12 +1,13 @@
-"""What the ``racsim`` command tells a person: its help, and the words of its usage errors.
+"""The names a user may write, and the words for a mistyped one.
 
-* :func:`help_text`: ``racsim --help`` (Hydra's ``hydra.help.template``, conf/config.yaml):
-  every scenario (every folder of scenarios/), the config groups and the knobs people change most;
-* :func:`unknown_option`, :func:`unknown_key`: a mistyped scenario, group option or key, with
-  the closest valid names (difflib), never an internal class;
+* :func:`scenario_names`, :func:`config_groups`: every scenario (every folder of scenarios/)
+  and conf/'s config groups with their options;
+* :func:`schema_keys`, :func:`key_hint`, :func:`unknown_key`, :func:`unknown_option`: a
+  mistyped scenario, group option or key, with the closest valid names (difflib), never an
+  internal class;
 * :func:`missing_extra`: a missing optional package, as the extra that installs it.
 
-Light: the standard library, Hydra's resources and the schema's dataclasses only (no NumPy).
+Light: the standard library, the package's resources and the schema's dataclasses only (no NumPy).
 """
 
 from __future__ import annotations
@@ -16,26 +17,12 @@ import difflib
 import re
 import typing
 from importlib.resources import files
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
+
+from racsim.config.schema import RacsimConf
 
 SCENARIO_PACKAGE = "racsim.scenarios.scenario"  # scenarios/, shipped (pyproject.toml)
 CONF_PACKAGE = "racsim.conf"  # conf/
-
-# The knobs people change most, each with one example (tests/test_guide.py composes every one).
-KNOBS: Tuple[Tuple[str, str], ...] = (
-    ("seed=1", "the random seed: the same config and seed give byte-identical results"),
-    ("pipeline.steps=200", "optimizer steps per trial"),
-    ("pipeline.batch_size=8", "trajectories (prompts) per optimizer step"),
-    ("learner.trials=200", "Monte-Carlo trials per corrector: more trials, tighter bias estimates"),
-    ("corrector.names=[naive,rac]", "the correctors to compare (default: all of them)"),
-    ("corrector.tau_age=50", "RAC's age scale, in optimizer steps"),
-    ("pipeline.channels.judge.workers=8", "workers serving a slow channel (here the judge)"),
-    ("pipeline.channels.judge.latency.mean=30", "mean latency of a channel's law, in seconds"),
-    ("pipeline.channels.judge.latency.kind=empirical pipeline.channels.judge.latency.path=delays.csv "
-     "pipeline.channels.judge.latency.column=seconds",
-     "your own measured delays (a CSV column), used as measured; add latency.mean=S to rescale them"),
-    ("capacity.counts=[1,2,4,8]", "the GPU or worker counts a capacity scenario tries"),
-)
 
 # Optional packages -> the extra of pyproject.toml that installs them (tests/test_guide.py holds
 # this to pyproject.toml).
@@ -68,7 +55,7 @@ def scenario_names() -> List[str]:
     return sorted(_yaml_files(files(SCENARIO_PACKAGE)), key=lambda n: (n.count("/"), n))
 
 
-def _description(name: str) -> str:
+def description(name: str) -> str:
     text = files(SCENARIO_PACKAGE).joinpath(f"{name}.yaml").read_text(encoding="utf-8", errors="replace")
     m = re.search(r"^description:\s*(.*)$", text, re.MULTILINE)
     return m.group(1).strip().strip("\"'") if m else ""
@@ -82,42 +69,6 @@ def config_groups() -> Dict[str, List[str]]:
             group, option = name.rsplit("/", 1)
             groups.setdefault(group, []).append(option)
     return {g: sorted(o) for g, o in sorted(groups.items())}
-
-
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3].rstrip() + "..."
-
-
-def help_text() -> str:
-    """``racsim --help``: usage, every scenario with its description, the config groups and
-    the knobs people change most. (No '$': Hydra reads it as a string.Template.)"""
-    names = scenario_names()
-    width = max(len(n) for n in names) + 2
-    lines = [
-        "racsim: simulate an asynchronous reward pipeline for RLHF and compare its correctors on wall-clock and bias.",
-        "",
-        "Usage:",
-        "  racsim                                  run the default scenario",
-        "  racsim scenario=NAME [KEY=VALUE ...]    run a scenario, with overrides",
-        "  racsim -m KEY=V1,V2 [KEY=V3,V4 ...]     a sweep: one job per combination (racsim-report gathers them)",
-        "  racsim [scenario=NAME] --cfg job        print the composed configuration (every key) and stop",
-        "  racsim --hydra-help                     Hydra's own flags",
-        "",
-        "Scenarios (scenario=NAME):",
-    ]
-    lines += [f"  {n:<{width}}{_shorten(_description(n), 100)}" for n in names]
-    lines += ["", "Config groups (GROUP=OPTION; at a channel: latency@pipeline.channels.NAME.latency=KIND, "
-                  "and +channel@pipeline.channels.NEW=OPTION adds one):"]
-    lines += [f"  {g:<10}{', '.join(o)}" for g, o in config_groups().items()]
-    lines += ["", "The knobs people change most (KEY=VALUE; the scenarios name their channels: see --cfg job):"]
-    for example, what in KNOBS:
-        lines += [f"  {what}:", f"      racsim {example}"]
-    lines += ["  GRPO on a small transformer policy instead of the tabular learner (pip install -e \".[rm]\"):",
-              "      racsim learner=lm",
-              "",
-              "Outputs go to outputs/NAME/<time>/ (summary.md explains every column). A mistake in a key or value "
-              "ends in one line naming the key and what is allowed, with exit status 2."]
-    return "\n".join(lines)
 
 
 def closest(word: str, options: List[str], n: int = 3) -> List[str]:
@@ -151,8 +102,6 @@ def _node(tp: Any) -> Any:
 def schema_keys(cls: Any = None, prefix: str = "") -> List[str]:
     """Every key of the schema (racsim.config.schema.RacsimConf), dotted; a named entry (a
     channel) as ``NAME``."""
-    from racsim.config.schema import RacsimConf  # lazy: racsim --help answers without the schema
-
     out = []
     for name, tp in _fields(cls or RacsimConf).items():
         key = f"{prefix}{name}"

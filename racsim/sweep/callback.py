@@ -15,7 +15,7 @@
   estimate (it watches the folder, so it works with any launcher that shares a
   file system); at the end it gathers every job into the sweep's
   ``results.parquet`` / ``results.csv`` / ``report.md`` and prints the table averaged over
-  seeds (see ``racsim.report.gather``).
+  seeds (see ``racsim.sweep.gather``).
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from racsim.errors import ConfigError, JobError
-from racsim.guide import help_text
-from racsim.markers import (
+from racsim.config.defaults import replace_grid
+from racsim.config.validate import check_name
+from racsim.errors import ConfigError, JobError, reason
+from racsim.sweep.detached import detach_submitit_local
+from racsim.sweep.markers import (
     DONE,
     OWNED,
     RESUME_KEY,
@@ -102,7 +104,7 @@ class Job:
         self.t0 = time.perf_counter()
         self._threads = None
         self.skip = bool(cfg.get(RESUME_KEY, False)) and is_complete(self.out_dir, self.overrides)
-        if self.skip:  # else the old marker goes when the new results land (racsim.markers.publish), not before
+        if self.skip:  # else the old marker goes when the new results land (racsim.sweep.markers.publish), not before
             log.info("%s: complete, skipped (resume)", self.label)
 
     def computing(self) -> None:
@@ -114,7 +116,7 @@ class Job:
         return "run" if self.num is None else f"job {self.num}"
 
     def finish(self, written: Iterable[Path], digests: Optional[Dict[str, dict]] = None) -> Path:
-        """Write ``done.json``: the job's last act (``digests``: racsim.markers.write_marker)."""
+        """Write ``done.json``: the job's last act (``digests``: racsim.sweep.markers.write_marker)."""
         path = write_marker(self.out_dir, written, overrides=self.overrides, cell=self.cell, job=self.num,
                             runtime_s=time.perf_counter() - self.t0, digests=digests)
         if self.num is None:  # a single run is complete: what it made stays, whatever stops the process now
@@ -155,7 +157,7 @@ def _stamp() -> str:
 # What this process made for its run's output (path, whole tree?), in order: taken away
 # again when the run stops before it starts (remove_created); nothing else ever is.
 CREATED: List[tuple] = []
-_RELEASE: List[Any] = []  # gives back the folder this process holds (racsim.markers.hold_folder)
+_RELEASE: List[Any] = []  # gives back the folder this process holds (racsim.sweep.markers.hold_folder)
 
 
 def _note_new(path: Path) -> None:
@@ -213,7 +215,7 @@ def keep_created() -> None:
 
 
 def publish_run(out_dir: Path, cfg: Any, write) -> List[Path]:
-    """Write a run's files into ``out_dir`` through a staging folder (racsim.markers.publish):
+    """Write a run's files into ``out_dir`` through a staging folder (racsim.sweep.markers.publish):
     a ConfigError, and nothing touched, when one would replace a file racsim did not write.
     A single run notes the files it adds (:data:`CREATED`), for an interrupt before it completes."""
     force = bool(OmegaConf.select(cfg, "output.force", default=False))
@@ -294,8 +296,6 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("racsim.sweep_dir", sweep_dir, use_cache=True)
     if not OmegaConf.has_resolver("racsim.unique_dir"):
         OmegaConf.register_new_resolver("racsim.unique_dir", unique_dir, use_cache=True)
-    if not OmegaConf.has_resolver("racsim.help"):  # racsim --help (hydra.help.template)
-        OmegaConf.register_new_resolver("racsim.help", help_text)
 
 
 register_resolvers()  # at import: workers unpickle the callback (this module) before composing
@@ -349,8 +349,6 @@ def job_failure(error: BaseException) -> Exception:
     as a JobError of its one-line reason, made here: a launcher pickles the job's return to the
     sweep's process (joblib, submitit, Ray), where an error that does not unpickle would lose every
     job of the batch, and its cause (the key it names) would not come along."""
-    from racsim.sweeper import reason  # lazy: the sweeper's module loads the config stack
-
     return error if isinstance(error, ConfigError) else JobError(reason(error))
 
 
@@ -440,61 +438,6 @@ class _Monitor(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.wait(max(min(self.every_s, 1.0), 20 * self.cost_s)):
             self.tick()
-
-
-_DETACHED: List[Any] = []  # submitit_local's controller processes this process started, each in its own group
-
-
-class _OwnGroup:
-    """``subprocess`` for submitit's local executor (``submitit.local.local.subprocess``): its job
-    controllers start in a session and process group of their own, so that a terminal's Ctrl-C
-    (SIGINT to the foreground group) reaches racsim alone; racsim then ends them (:func:`end_detached`)."""
-
-    def __getattr__(self, name: str) -> Any:
-        import subprocess
-
-        return getattr(subprocess, name)
-
-    @staticmethod
-    def Popen(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 (subprocess's name)
-        import subprocess
-
-        proc = subprocess.Popen(*args, start_new_session=True, **kwargs)
-        _DETACHED.append(proc)
-        return proc
-
-
-def detach_submitit_local(config: DictConfig) -> None:
-    """Under ``hydra/launcher=submitit_local``, start its controllers in groups of their own (:class:`_OwnGroup`)."""
-    if not str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".LocalLauncher"):
-        return
-    try:
-        import submitit.local.local as local
-    except ImportError:  # the launcher says so itself
-        return
-    local.subprocess = _OwnGroup()
-
-
-def wait_detached() -> None:
-    """Wait for every controller :class:`_OwnGroup` started to end (its job done or failed)."""
-    while _DETACHED:
-        _DETACHED.pop().wait()
-
-
-def end_detached() -> None:
-    """Kill the process group of every controller :class:`_OwnGroup` started that still runs (the
-    controller and its job's processes: nothing else is in it). A job's files are written atomically,
-    done.json last: resume reruns the jobs killed."""
-    import signal
-
-    while _DETACHED:
-        proc = _DETACHED.pop()
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait()
 
 
 # what the end of a sweep writes in its folder (and a sweep_<knob>.png per swept numeric knob)
@@ -594,7 +537,6 @@ def config_error(config: DictConfig) -> Optional[ConfigError]:
     from omegaconf import open_dict, read_write
 
     from racsim.analyses.grid import expand  # lazy: the simulator loads only when needed
-    from racsim.config.defaults import replace_grid  # lazy: the config's Hydra layer
 
     task = copy.deepcopy(config)
     with read_write(task), open_dict(task):
@@ -609,7 +551,7 @@ def config_error(config: DictConfig) -> Optional[ConfigError]:
 
 
 class Stopped(KeyboardInterrupt):
-    """SIGTERM during a single run: it ends the run as Ctrl-C does (racsim.cli.main)."""
+    """SIGTERM during a single run: it ends the run as Ctrl-C does (racsim.app.cli.main)."""
 
 
 def _stop(signum: int, frame: Any) -> None:
@@ -620,7 +562,7 @@ _SINGLE: Dict[str, Any] = {}  # the single run of this process: its folder, whet
 
 
 def start_single_run(run: Path) -> None:
-    """A single run began in ``run``: SIGTERM now ends it as Ctrl-C does (racsim.cli.main cleans up)."""
+    """A single run began in ``run``: SIGTERM now ends it as Ctrl-C does (racsim.app.cli.main cleans up)."""
     import signal
 
     _SINGLE.update(dir=run, done=False)
@@ -661,8 +603,6 @@ class SweepCallback(Callback):
 
     # -- a single run: its folder is made (or taken) here, before Hydra writes into it
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from racsim.config.validate import check_name  # lazy: config loads only when checked
-
         CREATED.clear()
         _RELEASE.clear()
         try:
@@ -693,8 +633,6 @@ class SweepCallback(Callback):
 
     # -- the sweep, in the process that launches it
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from racsim.config.validate import check_name  # lazy: config loads only when checked
-
         self._started = time.time()
         _FAILURES.clear()
         detach_submitit_local(config)
@@ -726,7 +664,7 @@ class SweepCallback(Callback):
     def _gather(self, config: DictConfig) -> None:
         # lazy: the report stack (pandas, scipy, the paper report) loads in the launching
         # process only when the sweep ends, not with Hydra's callback at start-up
-        from racsim.report.gather import answer_text, gather_and_write  # lazy
+        from racsim.sweep.gather import answer_text, gather_and_write  # lazy
 
         sweep = Path(str(config.hydra.sweep.dir))
         try:

@@ -31,7 +31,7 @@ from typing import List, Optional
 
 from racsim.errors import ConfigError
 from racsim.io import write_text
-from racsim.markers import foreign, publish
+from racsim.sweep.markers import foreign, publish
 
 
 @dataclass
@@ -231,7 +231,7 @@ def measure(conf: ProfileConf, log=None):
 
 
 def write_csv(path: Path, header: dict, rows: list) -> None:
-    """The profile, written and recorded as racsim's (racsim.markers.publish): never over a file of
+    """The profile, written and recorded as racsim's (racsim.sweep.markers.publish): never over a file of
     the user's (FileExistsError), so that the next profile of that name may replace it."""
     lines = [f"# {k}: {v}" for k, v in header.items()]
     cols = ["batch_size", "seq_len", "seconds", "seconds_median", "seconds_max", "repeats"]

@@ -6,7 +6,7 @@
 
 A run is computed by racsim.analyses.dispatch.compute, the function ``racsim.run``
 (racsim/api.py) calls from Python too; a sweep ends with its table averaged over
-seeds (racsim.report.gather). A user mistake (bad value, unknown key or scenario) ends with one line on
+seeds (racsim.sweep.gather). A user mistake (bad value, unknown key or scenario) ends with one line on
 stderr naming the key and what is allowed, exit status 2, and no output folder
 left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
 """
@@ -19,13 +19,15 @@ import sys
 import warnings
 from pathlib import Path
 
+from racsim.app.guide import help_text
+from racsim.config import names
 from racsim.config.defaults import measured_as_given, replace_grid
+from racsim.config.names import missing_extra
 from racsim.config.schema import register_configs
 from racsim.errors import ConfigError
-from racsim.sweep import (
+from racsim.sweep.callback import (
     Job,
     Stopped,
-    end_detached,
     end_single_run,
     in_multirun,
     keep_created,
@@ -37,6 +39,7 @@ from racsim.sweep import (
     single_run,
     take_prepared,
 )
+from racsim.sweep.detached import end_detached
 
 EXIT_USAGE = 2
 
@@ -48,10 +51,7 @@ def _task(cfg) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf.errors import OmegaConfBaseException
 
-    # lazy: the simulator and its reports (numpy, pandas, scipy, ~1-2 s) load only when a job runs,
-    # so that `racsim --help` and usage errors answer at once
-    from racsim.analyses.dispatch import compute  # lazy
-    from racsim.report.writers import write_run  # lazy
+    from racsim.app import job as J  # lazy: racsim.app.job loads the simulator only when a job runs
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
@@ -69,17 +69,15 @@ def _task(cfg) -> None:
                 job.computing()
                 progress = _progress_bar(cfg)
                 try:
-                    res = compute(cfg, progress=progress.update if progress else None)  # the same as racsim.run's
+                    res = J.compute(cfg, progress=progress.update if progress else None)  # the same as racsim.run's
                 except MemoryError:  # past racsim.config.validate.check_limits' estimate: one line naming the knob
-                    from racsim.config.validate import memory_error  # lazy: see above
-
-                    raise memory_error(cfg) from None
+                    raise J.memory_error(cfg) from None
                 finally:
                     if progress:
                         progress.close()
             digests: dict = {}
-            about, changes = ([], []) if lean_job(cfg) else _inputs(cfg, hc)  # a lean job writes no summary.md
-            written = publish_run(out_dir, cfg, lambda stage: write_run(stage, cfg, res, lean=lean_job(cfg),
+            about, changes = ([], []) if lean_job(cfg) else J.inputs_of(cfg, hc)  # a lean job writes no summary.md
+            written = publish_run(out_dir, cfg, lambda stage: J.write_run(stage, cfg, res, lean=lean_job(cfg),
                                                                         digests=digests, found=found, about=about))
             keep_created()
             if found:
@@ -103,29 +101,8 @@ def _task(cfg) -> None:
         return
     for change in changes:
         print(f"racsim: note: {change}")
-    print(_capacity_text(cfg, res) if cfg.capacity.enabled else _run_text(cfg, res))
+    print(J.capacity_text(cfg, res) if cfg.capacity.enabled else J.run_text(cfg, res))
     print(f"racsim: results in {out_dir}")
-
-
-def _run_text(cfg, res) -> str:
-    """What a single run prints: one line on what ran, the table, the warm-up and stationarity warnings if any
-    (learner=lm: what a share outside [0, 1] means)."""
-    from racsim.report.lm import format_paired, share_note  # lazy: see _task
-    from racsim.report.tables import format_table, stationarity_warning, warmup_warning  # lazy: see _task
-
-    took = f"{sum(res.timings.values()):.1f} s"
-    if res.bias is not None:
-        r = res.results
-        cells = f", {r['cell'].nunique()} cells" if "cell" in r else ""
-        ks = f"{r['K'].min()}..{r['K'].max()}" if r["K"].nunique() > 1 else f"{r['K'].iloc[0]}"
-        head = (f"racsim: {cfg.name}: K={ks}, {r['trials'].iloc[0]} trials{cells}, "
-                f"{res.trajectories} trajectories in {took}")
-    else:
-        head = f"racsim: {cfg.name}: {cfg.study.kind} in {took}"
-    warnings = ([warmup_warning(res.results), stationarity_warning(res.channels)] if res.bias is not None
-                else [share_note(res.results)])
-    paired = [format_paired(res.extra["lm_paired"])] if "lm_paired" in res.extra else []  # the power study's answer
-    return "\n".join([head, format_table(res.results)] + paired + [f"racsim: {w}" for w in warnings if w])
 
 
 @contextlib.contextmanager
@@ -138,36 +115,14 @@ def _warnings_unless_refused():
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
-def _capacity_text(cfg, res) -> str:
-    """What a capacity plan prints: the curve, the recommendation and the simulator's speed."""
-    from racsim.report.capacity import format_curve, recommendation_text, speed_line  # lazy: see _task
-
-    lines = [f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
-             f"in {res.timings.get('runs_s', 0.0):.1f} s", format_curve(res), recommendation_text(res)]
-    if res.speed:
-        lines.append(f"racsim: {speed_line(res)}")
-    return "\n".join(lines)
-
-
-def _inputs(cfg, hc) -> tuple:
-    """(summary.md's lines on what the run was given, the changes racsim made to a user's data):
-    racsim.report.inputs, from the config and Hydra's choices and overrides."""
-    from racsim.report import inputs  # lazy: see _task
-
-    overrides = list(hc.overrides.task)
-    changes = inputs.data_changes(cfg)
-    return inputs.summary_lines(inputs.channel_laws(cfg, hc.runtime.choices, overrides), changes, overrides), changes
-
-
 def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
     """End a run whose tables hold a non-finite value where a number must be (``found``,
     racsim.report.finite), once its files are published: one line naming the rows, exit 2,
     the files kept, no done.json (``resume=true`` reruns it). A sweep job raises it: the
     sweep lists it among the failed jobs."""
-    from racsim.io import config_yaml  # lazy: see _task
-    from racsim.report.finite import failure  # lazy: see _task
+    from racsim.app import job as J  # lazy: see _task
 
-    ex = failure(found, lambda: config_yaml(cfg), f"everything computed is written to {out_dir} "
+    ex = J.failure(found, lambda: J.config_yaml(cfg), f"everything computed is written to {out_dir} "
                                                   f"(summary.md names the rows; no done.json)")
     job.close()
     if in_multirun():
@@ -189,7 +144,7 @@ def _progress_bar(cfg):
 def error_line(ex: BaseException) -> "str | None":
     """The one line racsim prints for a user's mistake ``ex`` (a bad value, key, scenario or
     config file); None for anything else, which is a bug to show in full. The command line
-    and ``racsim.run`` (racsim.api) word their errors alike through it."""
+    and ``racsim.run`` (racsim.app.api) word their errors alike through it."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -241,25 +196,23 @@ def _one_line(ex: BaseException) -> str:
 
 def _mistyped(chain: list) -> "str | None":
     """A mistyped key (``pipline.steps=3``) or config group option (``scenario=capacity/judge_h100``,
-    ``hydra/launcher=ray`` without its plugin) in an exception chain, in racsim.guide's words."""
+    ``hydra/launcher=ray`` without its plugin) in an exception chain, in racsim.config.names' words."""
     import re
 
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    from racsim import guide  # lazy: see _task
-
     for e in chain:
         m = re.match(r"Could not (?:override|append to config)\W+'?([^'\s]+)'", str(e))
         if m and any(isinstance(c, (ConfigKeyError, ConfigAttributeError)) and " not in " in str(c) for c in chain):
-            return guide.unknown_key(m.group(1).lstrip("+~"))
+            return names.unknown_key(m.group(1).lstrip("+~"))
         if isinstance(e, MissingConfigException) and e.missing_cfg_file and "/" in e.missing_cfg_file:
             group, option = e.missing_cfg_file.rsplit("/", 1)
             if group.startswith("scenario/"):  # a scenario in a folder: capacity/judge_rm_h100
                 group, option = "scenario", e.missing_cfg_file.split("/", 1)[1]
             given = next((a.split("=", 1)[0] for a in sys.argv[1:]
                           if re.match(rf"[+~]*{re.escape(group)}(@[^=]*)?={re.escape(option)}$", a)), group)
-            return guide.unknown_option(group, option, e.options, given.lstrip("+~"))
+            return names.unknown_option(group, option, e.options, given.lstrip("+~"))
     return None
 
 
@@ -269,8 +222,6 @@ def _usage_error(ex: BaseException) -> "str | None":
     valid YAML or not UTF-8, a config group given a number as in ``scenario=1``);
     None for anything else, which is a bug to show in full."""
     import yaml
-
-    from racsim.guide import missing_extra  # lazy: see _task
 
     if isinstance(ex, ImportError) and missing_extra(ex.name):  # an optional package this run needs
         return f"{ex.name} is not installed: {missing_extra(ex.name)}"
@@ -386,12 +337,15 @@ def main() -> None:
     """Console entry point (``racsim`` and ``python -m racsim``)."""
     import hydra
     from hydra.errors import HydraException
+    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     global _FRIENDLY
     guard_yaml()
     register_configs()
     register_resolvers()
+    if not OmegaConf.has_resolver("racsim.help"):  # racsim --help (hydra.help.template)
+        OmegaConf.register_new_resolver("racsim.help", help_text)
     friendly = _FRIENDLY = "HYDRA_FULL_ERROR" not in os.environ
     if friendly:
         os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us instead of Hydra's printer

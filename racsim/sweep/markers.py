@@ -17,7 +17,6 @@ A folder is held by one process at a time (``.racsim.lock``, :func:`hold_folder`
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -27,10 +26,10 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from racsim.io import write_text
+from racsim.io import file_digest, write_text
 
 DONE = "done.json"  # the completion marker, written last
-RESUME_KEY = "resume"  # the sweep switch (racsim.sweep); never part of a job's cell
+RESUME_KEY = "resume"  # the sweep switch (racsim.sweep.callback); never part of a job's cell
 
 
 MARKER_VERSION = 1
@@ -89,17 +88,6 @@ def cell_values(cfg: Any, overrides: Iterable[str]) -> Dict[str, Any]:
     return out
 
 
-def _digest(path: Path) -> Dict[str, Any]:
-    with open(path, "rb") as f:
-        sha = hashlib.file_digest(f, "sha256").hexdigest()
-    return {"bytes": path.stat().st_size, "sha256": sha}
-
-
-def digest_bytes(data: bytes) -> Dict[str, Any]:
-    """A marker's record of a file, from the bytes written to it (:func:`_digest` without reading it back)."""
-    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
 def read_marker(job_dir: Path) -> Optional[dict]:
     """The parsed ``done.json`` of a job folder, or None when absent or unreadable."""
     try:
@@ -155,7 +143,7 @@ def is_complete(job_dir: Path, overrides: Optional[Iterable[str]] = None) -> boo
         if not isinstance(meta, dict) or Path(name).name != name or not p.is_file():
             return False
         try:
-            if p.stat().st_size != meta.get("bytes") or _digest(p)["sha256"] != meta.get("sha256"):
+            if p.stat().st_size != meta.get("bytes") or file_digest(p)["sha256"] != meta.get("sha256"):
                 return False
         except OSError:
             return False
@@ -168,7 +156,7 @@ def write_marker(job_dir: Path, written: Iterable[Path], *, overrides: List[str]
     from their bytes, :func:`digest_bytes`; the others are read back)."""
     job_dir = Path(job_dir)
     known = digests or {}
-    files = {Path(p).name: known.get(Path(p).name) or _digest(Path(p)) for p in written}
+    files = {Path(p).name: known.get(Path(p).name) or file_digest(Path(p)) for p in written}
     marker = {
         "racsim_marker": MARKER_VERSION,
         "job": job,
@@ -224,7 +212,7 @@ def record_owned(folder: Path, files: Dict[str, Optional[str]]) -> None:
 def sha256(path: Path) -> Optional[str]:
     """The SHA-256 of a file, or None when it cannot be read as one (a folder, gone)."""
     try:
-        return _digest(Path(path))["sha256"]
+        return file_digest(Path(path))["sha256"]
     except OSError:
         return None
 

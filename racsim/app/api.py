@@ -49,16 +49,14 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
     key and what is allowed, the command line's wording) on a bad scenario, key or value."""
     from omegaconf.errors import OmegaConfBaseException
 
-    from racsim.analyses.capacity import CapacityResult  # lazy
-    from racsim.analyses.dispatch import compute  # lazy
-    from racsim.config.defaults import compose_config  # lazy
+    from racsim.app import job as J  # lazy: the simulator loads when run is called
 
     given = ([f"scenario={scenario}"] if scenario is not None else []) + [str(o) for o in overrides]
     t0 = time.perf_counter()
-    cfg = _friendly(given, lambda: compose_config(*given), Exception)
-    res = _friendly(given, lambda: compute(cfg), (ConfigError, OmegaConfBaseException))
+    cfg = _friendly(given, lambda: J.compose_config(*given), Exception)
+    res = _friendly(given, lambda: J.compute(cfg), (ConfigError, OmegaConfBaseException))
     files = _write(Path(out), cfg, res, given, time.perf_counter() - t0) if out is not None else []
-    if isinstance(res, CapacityResult):  # its results and channels: the run at the recommended (or largest) count
+    if isinstance(res, J.CapacityResult):  # its results and channels: the run at the recommended (or largest) count
         return Tables(results=res.best.results, channels=res.best.channels, curve=res.curve,
                       recommended=res.recommended, config=cfg, raw=res, files=files)
     return Tables(results=res.results, channels=res.channels, config=cfg, raw=res, files=files)
@@ -66,20 +64,19 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
 
 def _friendly(given: List[str], step, caught) -> Any:
     """``step()``, a user's mistake among ``caught`` raised as a ConfigError worded as the command
-    line words it (racsim.cli.error_line), keyed by the override it names (or a key above it; else ``overrides``)."""
-    from racsim.cli import error_line, guard_yaml  # lazy
-    from racsim.markers import override_key  # lazy
+    line words it (racsim.app.cli.error_line), keyed by the override it names (or a key above it; else ``overrides``)."""
+    from racsim.app import cli, job as J  # lazy: see run
 
-    guard_yaml()
+    cli.guard_yaml()
     try:
         return step()
     except ConfigError:
         raise
     except caught as ex:
-        line = error_line(ex)
+        line = cli.error_line(ex)
         if line is None:
             raise
-        key = next((k for k in map(override_key, given) if k and any(p in line for p in _prefixes(k))), "overrides")
+        key = next((k for k in map(J.override_key, given) if k and any(p in line for p in _prefixes(k))), "overrides")
         raise ConfigError(key, None, line, line=line) from ex
 
 
@@ -91,20 +88,15 @@ def _prefixes(key: str) -> List[str]:
 
 def _write(folder: Path, cfg: Any, res: Any, given: List[str], runtime_s: float) -> List[Path]:
     """The run's files into ``folder`` as ``racsim`` writes them (racsim.report.writers.write_run), then done.json."""
-    from racsim.markers import DONE, cell_overrides, cell_values, write_marker  # lazy
-    from racsim.report.writers import write_run  # lazy
-    from racsim.sweep import publish_run  # lazy
-
-    from racsim.io import config_yaml  # lazy
-    from racsim.report.finite import failure  # lazy
+    from racsim.app import job as J  # lazy: see run
 
     digests: dict = {}
     found: list = []  # non-finite values where a number must be: raised once the files are written
-    written = publish_run(folder, cfg, lambda stage: write_run(stage, cfg, res, digests=digests, found=found))
+    written = J.publish_run(folder, cfg, lambda stage: J.write_run(stage, cfg, res, digests=digests, found=found))
     if found:  # as the command line: the files kept, no done.json
-        raise failure(found, lambda: config_yaml(cfg), f"everything computed is written to {folder} "
+        raise J.failure(found, lambda: J.config_yaml(cfg), f"everything computed is written to {folder} "
                                                       f"(summary.md names the rows; no done.json)")
-    cell = cell_overrides(given)  # less the resume switch, as a run's marker has it
-    write_marker(folder, written, overrides=cell, cell=cell_values(cfg, cell), job=None, runtime_s=runtime_s,
+    cell = J.cell_overrides(given)  # less the resume switch, as a run's marker has it
+    J.write_marker(folder, written, overrides=cell, cell=J.cell_values(cfg, cell), job=None, runtime_s=runtime_s,
                  digests=digests)
-    return written + [folder / DONE]
+    return written + [folder / J.DONE]

@@ -4,7 +4,7 @@
     racsim-report outputs/                                       # everything
 
 :func:`gather` finds every *complete* job under a folder (one holding a
-``done.json`` marker whose files are all there, see ``racsim.sweep``) and
+``done.json`` marker whose files are all there, see ``racsim.sweep.callback``) and
 stacks their ``results.parquet`` tables, one row per job and corrector, with
 the job's cell in front: ``job_dir`` (relative to the folder gathered: a sweep
 job's number), then one column per override of the job (``corrector.tau_age``,
@@ -33,7 +33,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import pandas as pd
 
 from racsim.io import atomic_write, fmt, write_text
-from racsim.markers import is_complete, job_dirs, publish, read_marker
+from racsim.sweep.markers import is_complete, job_dirs, publish, read_marker
 from racsim.report.aggregate import INTERVAL_NOTE, aggregate, fixed, format_aggregate, seed_axes, write_knob_plots
 from racsim.report.paper import paper_report
 from racsim.report.tables import grid_columns

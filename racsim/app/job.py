@@ -1,0 +1,63 @@
+"""What one job of the ``racsim`` command does once its config is composed, with everything it
+needs imported: the simulator and its reports (numpy, pandas, scipy, ~1-2 s). racsim.app.cli loads
+this module when a job runs (its one lazy import), so that ``racsim --help`` and usage errors
+answer at once; ``racsim.run`` (racsim.app.api) computes and writes through it too."""
+
+from __future__ import annotations
+
+from racsim.analyses.capacity import CapacityResult
+from racsim.analyses.dispatch import compute
+from racsim.config.defaults import compose_config
+from racsim.config.validate import memory_error
+from racsim.config.dump import config_yaml
+from racsim.report import inputs as report_inputs
+from racsim.report.capacity import format_curve, recommendation_text, speed_line
+from racsim.report.finite import failure
+from racsim.report.lm import format_paired, share_note
+from racsim.report.tables import format_table, stationarity_warning, warmup_warning
+from racsim.report.writers import write_run
+from racsim.sweep.callback import publish_run
+from racsim.sweep.markers import DONE, cell_overrides, cell_values, override_key, write_marker
+
+# what racsim.app.cli and racsim.app.api take from here
+__all__ = ["CapacityResult", "DONE", "capacity_text", "cell_overrides", "cell_values", "compose_config", "compute",
+           "config_yaml", "failure", "inputs_of", "memory_error", "override_key",
+           "publish_run", "run_text", "write_marker", "write_run"]
+
+
+def run_text(cfg, res) -> str:
+    """What a single run prints: one line on what ran, the table, the warm-up and stationarity warnings if any
+    (learner=lm: what a share outside [0, 1] means)."""
+
+    took = f"{sum(res.timings.values()):.1f} s"
+    if res.bias is not None:
+        r = res.results
+        cells = f", {r['cell'].nunique()} cells" if "cell" in r else ""
+        ks = f"{r['K'].min()}..{r['K'].max()}" if r["K"].nunique() > 1 else f"{r['K'].iloc[0]}"
+        head = (f"racsim: {cfg.name}: K={ks}, {r['trials'].iloc[0]} trials{cells}, "
+                f"{res.trajectories} trajectories in {took}")
+    else:
+        head = f"racsim: {cfg.name}: {cfg.study.kind} in {took}"
+    warnings = ([warmup_warning(res.results), stationarity_warning(res.channels)] if res.bias is not None
+                else [share_note(res.results)])
+    paired = [format_paired(res.extra["lm_paired"])] if "lm_paired" in res.extra else []  # the power study's answer
+    return "\n".join([head, format_table(res.results)] + paired + [f"racsim: {w}" for w in warnings if w])
+
+
+def capacity_text(cfg, res) -> str:
+    """What a capacity plan prints: the curve, the recommendation and the simulator's speed."""
+
+    lines = [f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
+             f"in {res.timings.get('runs_s', 0.0):.1f} s", format_curve(res), recommendation_text(res)]
+    if res.speed:
+        lines.append(f"racsim: {speed_line(res)}")
+    return "\n".join(lines)
+
+
+def inputs_of(cfg, hc) -> tuple:
+    """(summary.md's lines on what the run was given, the changes racsim made to a user's data):
+    racsim.report.inputs, from the config and Hydra's choices and overrides."""
+
+    overrides = list(hc.overrides.task)
+    changes = report_inputs.data_changes(cfg)
+    return report_inputs.summary_lines(report_inputs.channel_laws(cfg, hc.runtime.choices, overrides), changes, overrides), changes
