@@ -3,11 +3,13 @@
 ``racsim.run(scenario, overrides=[...])`` runs one scenario from Python and returns
 its tables (racsim.app.api); the ``racsim`` command does the same from a shell.
 
-Folders, each answering one question of the model (README, "Layout"):
-``config`` (what is asked), ``pipeline`` (when is each slow result usable?),
-``learner`` (what is the update, and how biased is it?), ``analyses`` (the
-studies built from the two), ``report`` (what a user reads). Leaf helpers with
-no racsim imports: ``errors``, ``io``, ``markers``, ``seeds``.
+Rooms, each answering one question (``python -m racsim.app.layout`` draws the map;
+docs/layout.md): ``config`` (what is asked; the boundary where a config becomes a
+spec), ``pipeline`` (when is each slow result usable?), ``learner`` (what is the
+update, and how biased is it?), ``analyses`` (the studies), ``report`` (what a user
+reads of one run), ``sweep`` (many runs), ``tools`` (racsim-bench, racsim-profile),
+``app`` (the command, racsim.run, help). Leaves with no racsim imports: ``errors``,
+``io``, ``seeds``.
 """
 
 from __future__ import annotations

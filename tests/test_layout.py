@@ -1,141 +1,81 @@
-"""The package's shape: which folder may import which, no import cycles, and no
-racsim import hidden inside a function (README, "Layout").
+"""The package's shape (racsim.app.layout, docs/layout.md): which room may import which, no import
+cycle, no racsim import hidden inside a function but the listed lazy ones, and no Hydra config
+below the config boundary.
 
-Read from the source with ast (nothing is imported), so a new module is checked
-as soon as it exists."""
+Read from the source with ast (nothing is imported), so a new module is checked as soon as it exists."""
 
 import ast
-from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "racsim"
+from racsim.app import layout as L
 
-# Rooms, from the bottom up (racsim.ROOMS, docs/layout.md): a module may import its own room and
-# the ones listed for it. The leaves import no racsim module.
-ALLOWED = {
-    "errors": set(),
-    "io": set(),
-    "seeds": set(),
-    "config": {"errors", "config"},
-    "pipeline": {"errors", "config", "pipeline"},
-    "learner": {"errors", "config", "learner", "pipeline.schedule"},
-    "analyses": {"errors", "io", "seeds", "config", "pipeline", "learner", "analyses"},
-    "report": {"errors", "io", "config", "pipeline", "learner", "analyses", "report"},
-    "sweep": {"errors", "io", "config", "analyses", "report", "sweep"},
-    "tools": {"errors", "io", "config", "pipeline", "learner", "analyses", "sweep.markers", "tools"},
-    "app": {"errors", "io", "config", "analyses", "report", "sweep", "app"},
-    "__main__": {"app.cli"},
-    "__init__": {"app.api"},
-}
-
-# Where the Hydra config (omegaconf, hydra) may be read: the config boundary and the rooms above the
-# model. Below it, the model takes specs and plain values.
-CONFIG_READERS = {"config", "sweep", "tools", "app"}
+PATHS = L.modules()
+MODULES = {name: ast.parse(p.read_text()) for name, p in PATHS.items()}
+NAMES = sorted(MODULES)
+LOOSE = {"__init__", "__main__", "errors", "io", "seeds"}  # the only modules outside a room's folder
 
 
-PATHS = {}  # module name -> its file
+def imports(name, *, inside_functions=False):
+    return L.racsim_imports(MODULES[name], NAMES, inside_functions=inside_functions)
 
 
-def modules():
-    out = {}
-    for p in sorted(PKG.rglob("*.py")):
-        rel = p.relative_to(PKG.parent).with_suffix("")
-        if rel.parts[1] == "scenarios":
-            continue
-        name = ".".join(rel.parts[1:])
-        name = name[: -len(".__init__")] if name.endswith(".__init__") else name
-        out[name], PATHS[name] = ast.parse(p.read_text()), p
-    return out
+def test_every_module_has_a_room_and_only_leaves_are_loose():
+    rooms = {r for r, _, _ in L.ROOMS}
+    assert {L.room(m) for m in MODULES} <= rooms
+    loose_files = {p.stem for p in L.PKG.glob("*.py")}
+    assert loose_files == LOOSE, loose_files - LOOSE
 
 
-MODULES = modules()
+@pytest.mark.parametrize("name", NAMES)
+def test_no_relative_imports(name):
+    rel = [n.lineno for n in ast.walk(MODULES[name]) if isinstance(n, ast.ImportFrom) and n.level]
+    assert rel == [], f"relative import at lines {rel}: use racsim.<room>.<module>"
 
 
-def racsim_imports(tree, *, inside_functions: bool):
-    """(line, module) of every racsim import, at module level or inside functions."""
-    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    nested = {id(n) for f in scopes for n in ast.walk(f)}
-    found = []
-    for n in ast.walk(tree):
-        if (id(n) in nested) != inside_functions:
-            continue
-        if isinstance(n, ast.ImportFrom):
-            assert n.level == 0, f"relative import at line {n.lineno}: use racsim.<folder>.<module>"
-            if n.module == "racsim":
-                found += [(n.lineno, a.name) for a in n.names]
-            elif n.module and n.module.startswith("racsim."):
-                mod = n.module[len("racsim."):]
-                found += [(n.lineno, f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULES else mod) for a in n.names]
-        elif isinstance(n, ast.Import):
-            found += [(n.lineno, a.name[len("racsim."):]) for a in n.names if a.name.startswith("racsim.")]
-    return found
-
-
-def allowed(importer: str, imported: str) -> bool:
-    rules = ALLOWED[importer.split(".")[0]]
-    return any(imported == r or imported.startswith(r + ".") for r in rules)
-
-
-def test_every_module_has_a_layer():
-    assert {m.split(".")[0] for m in MODULES} <= set(ALLOWED)
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_imports_follow_the_layers(name):
-    bad = [(line, m) for line, m in racsim_imports(MODULES[name], inside_functions=False) if not allowed(name, m)]
-    assert not bad, f"racsim.{name} imports {bad}: not allowed for {name.split('.')[0]} ({sorted(ALLOWED[name.split('.')[0]])})"
-
-
-# The deliberate lazy imports, all of them: the entry points that keep `import racsim`, `racsim
-# --help` and Hydra's start-up fast load the rest when a job runs (racsim.analyses.lm_study loads
-# torch only for learner.kind=lm, which is not a racsim import). Each is marked "# lazy" on its line.
-LAZY = {
-    "__init__": {"app.api"},  # racsim.run and racsim.Tables, at first use
-    "app.cli": {"app.job"},  # the simulator and its reports, when a job runs
-    "app.api": {"app.cli", "app.job"},  # the same, when racsim.run runs
-    "sweep.callback": {"analyses.grid", "sweep.gather"},  # a refused run's own config; the sweep's report
-    "analyses.lm_study": {"learner.lm"},  # torch and transformers, for learner.kind=lm only
-}
+@pytest.mark.parametrize("name", NAMES)
+def test_imports_flow_down(name):
+    bad = [(line, m) for line, m in imports(name) if not L.allowed(name, m)]
+    assert not bad, f"racsim.{name} imports {bad}: not allowed for the {L.room(name)} room"
 
 
 def lazy_imports(name):
     src = PATHS[name].read_text().splitlines()
-    marked = {i + 1 for i, line in enumerate(src) if "# lazy" in line}
-    return [(line, m) for line, m in racsim_imports(MODULES[name], inside_functions=True) if line in marked]
+    return [(line, m) for line, m in imports(name, inside_functions=True) if "# lazy" in src[line - 1]]
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_no_racsim_import_inside_a_function(name):
-    hidden = racsim_imports(MODULES[name], inside_functions=True)
-    allowed_lazy = LAZY.get(name, set())
-    assert [(line, m) for line, m in hidden if m not in allowed_lazy] == []
-    assert {m for _, m in lazy_imports(name)} <= allowed_lazy
+@pytest.mark.parametrize("name", NAMES)
+def test_no_racsim_import_inside_a_function_but_the_listed_ones(name):
+    listed = set(L.LAZY.get(name, ()))
+    assert [(line, m) for line, m in imports(name, inside_functions=True) if m not in listed] == []
+    assert len(lazy_imports(name)) == len(imports(name, inside_functions=True)), "mark each lazy import '# lazy'"
 
 
-def test_the_lazy_list_is_exact():
-    """Every listed lazy import exists: the list is the code's, not a wish."""
-    for name, targets in LAZY.items():
-        assert {m for _, m in lazy_imports(name)} == targets, name
+def test_the_lazy_list_is_the_codes():
+    """Each listed lazy import exists, and is allowed for its room: the list is the code's, not a wish."""
+    for name, targets in L.LAZY.items():
+        assert {m for _, m in lazy_imports(name)} == set(targets), name
+        assert all(L.allowed(name, t) for t in targets), name
 
 
 def config_imports(tree):
-    """Lines importing omegaconf or hydra, at any depth."""
+    """(line, module) importing omegaconf or hydra, at any depth."""
     found = []
     for n in ast.walk(tree):
-        names = [n.module or ""] if isinstance(n, ast.ImportFrom) else [a.name for a in n.names] if isinstance(n, ast.Import) else []
+        names = ([n.module or ""] if isinstance(n, ast.ImportFrom)
+                 else [a.name for a in n.names] if isinstance(n, ast.Import) else [])
         found += [(n.lineno, m) for m in names if m.split(".")[0] in ("omegaconf", "hydra")]
     return sorted(found)
 
 
-@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.split(".")[0] not in CONFIG_READERS
-                                        and m not in ("__init__", "__main__")))
+@pytest.mark.parametrize("name", [m for m in NAMES if L.room(m) not in L.CONFIG_READERS and m not in LOOSE - {"io"}]
+                         + ["io", "errors", "seeds"])
 def test_no_hydra_config_below_the_boundary(name):
     assert config_imports(MODULES[name]) == [], f"racsim.{name} reads the Hydra config: take a spec instead"
 
 
 def test_no_import_cycle():
-    graph = {m: {i for _, i in racsim_imports(t, inside_functions=False) if i in MODULES} for m, t in MODULES.items()}
+    graph = {m: {i for _, i in imports(m) if i in MODULES} for m in MODULES}
     state: dict = {}
 
     def visit(m, path):
@@ -153,11 +93,29 @@ def test_no_import_cycle():
 
 
 def test_the_checks_can_fail():
-    cyclic = {"a": ast.parse("from racsim.b import x"), "b": ast.parse("from racsim.a import y")}
-    assert racsim_imports(cyclic["a"], inside_functions=False) == [(1, "b")]
-    hidden = ast.parse("def f():\n    from racsim.run import run\n")
-    assert racsim_imports(hidden, inside_functions=True) == [(2, "run")]
-    assert config_imports(ast.parse("def f():\n    from omegaconf import DictConfig\nimport hydra")) == [
-        (2, "omegaconf"), (3, "hydra")]
-    assert not allowed("pipeline.lanes", "learner.bias") and not allowed("config.schema", "pipeline.latency")
-    assert allowed("learner.bias", "pipeline.schedule") and not allowed("learner.bias", "pipeline.lanes")
+    a = ast.parse("from racsim.b import x\nfrom racsim import errors\nimport racsim.pipeline.lanes")
+    assert L.racsim_imports(a, ["b", "errors"], inside_functions=False) == [(1, "b"), (2, "errors"), (3, "pipeline.lanes")]
+    hidden = ast.parse("def f():\n    from racsim.app import job\n")
+    assert L.racsim_imports(hidden, ["app.job"], inside_functions=True) == [(2, "app.job")]
+    assert config_imports(ast.parse("import hydra\ndef f():\n    from omegaconf import DictConfig\n")) == [
+        (1, "hydra"), (3, "omegaconf")]
+    assert not L.allowed("pipeline.lanes", "learner.bias") and not L.allowed("config.schema", "pipeline.latency")
+    assert L.allowed("learner.bias", "pipeline.schedule") and not L.allowed("learner.bias", "pipeline.lanes")
+    assert not L.allowed("report.writers", "sweep.markers") and L.allowed("tools.profile", "sweep.markers")
+    assert not L.allowed("sweep.callback", "app.guide") and not L.allowed("config.validate", "app.guide")
+
+
+def test_the_map_names_every_module_and_room():
+    text = L.rooms_text()
+    flat = " ".join(text.split())
+    for r, question, _ in L.ROOMS:
+        assert question in flat
+    for m in MODULES:
+        if "." in m:
+            assert m.split(".", 1)[1] in text, m
+
+
+def test_knob_files_finds_a_field():
+    files = dict(L.knob_files("max_load"))
+    assert "racsim/config/schema.py" in files and any(f.startswith("tests/") for f in files)
+    assert L.knob_files("no_such_" + "field_anywhere") == []

@@ -23,7 +23,7 @@ import pandas as pd
 
 from racsim.io import fmt, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (racsim/app/docs.py)
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
 RESULTS_IN = re.compile(r"^racsim: results in (\S+)$", re.M)
 # Wall-clock figures in a block: the only part of a fresh block that may differ run to run.
@@ -183,6 +183,9 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.continuous": Recipe((JUDGE + " pipeline.channels.judge.rm.batching=continuous",
                                    JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
+    "layout": Recipe(("python -m racsim.app.layout",), lambda run: fenced(run.stdout[0]), fresh=True),
+    "layout.knob": Recipe(("python -m racsim.app.layout --knob max_load",), lambda run: fenced(run.stdout[0]),
+                          fresh=True),
     "bench.default": Recipe(("racsim-bench",), console),
     "bench.paper": Recipe(("racsim-bench --paper",), console),
 }
