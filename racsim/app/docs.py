@@ -144,7 +144,14 @@ def sweep_rows(run: Run) -> str:
     return markdown_table(out)
 
 
+def script(run: Run) -> str:
+    """The Python file the block's command runs, as it is."""
+    path = run.cwd / run.commands[-1].split()[-1]
+    return f"```python\n{path.read_text().rstrip()}\n```\n"
+
+
 SWEEP_DIR = "outputs/tau_sweep"
+PYTHON = "python docs/examples/python_quickstart.py"
 OWN_DELAYS = ('python -c "import numpy as np; np.savetxt(\'my_delays.csv\', np.random.default_rng(1).lognormal(2.5, 0.6, 500), '
               'header=\'seconds\', comments=\'\')"',
               "racsim pipeline.channels.judge.latency.kind=empirical pipeline.channels.judge.latency.path=my_delays.csv "
@@ -183,6 +190,8 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.continuous": Recipe((JUDGE + " pipeline.channels.judge.rm.batching=continuous",
                                    JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
+    "python.script": Recipe((PYTHON,), script, fresh=True),
+    "python.output": Recipe((PYTHON,), lambda run: fenced(run.stdout[-1]), fresh=True),
     "layout": Recipe(("python -m racsim.app.layout",), lambda run: fenced(run.stdout[0]), fresh=True),
     "layout.knob": Recipe(("python -m racsim.app.layout --knob max_load",), lambda run: fenced(run.stdout[0]),
                           fresh=True),
@@ -206,9 +215,10 @@ def blocks(root: Path = ROOT) -> Dict[str, List[Tuple[Path, str]]]:
 
 
 def execute(commands: Sequence[str], cwd: Path, root: Path = ROOT) -> Run:
-    """Run the commands in order in cwd (with the repository's scenarios/ beside them, as from its root)."""
-    if not (cwd / "scenarios").exists():
-        os.symlink(root / "scenarios", cwd / "scenarios")
+    """Run the commands in order in cwd (with the repository's scenarios/ and docs/ beside them, as from its root)."""
+    for name in ("scenarios", "docs"):
+        if not (cwd / name).exists():
+            os.symlink(root / name, cwd / name)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     outs = []
     for cmd in commands:
