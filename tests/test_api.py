@@ -96,6 +96,24 @@ def test_a_mistake_raises_config_error_naming_the_key(empty_cwd, scenario, overr
     assert info.value.key == key and says in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("args, key, says", [
+    ((None, 5), "overrides", "a list of strings"),  # overrides given positionally as a number
+    ((None, "seed=3"), "overrides", "a list of strings"),  # one string, not a list of them
+    ((5,), "scenario", "a scenario name"),
+    ((None, [], ""), "out", "'.' for the current folder"),  # "" would write into the current folder unasked
+    ((None, [], "FILE/sub"), "out", "is a file, so nothing can be made under it"),
+    ((None, [], "FILE"), "out", "a folder, not a file"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, empty_cwd, monkeypatch, args, key, says):
+    (tmp_path / "FILE").write_text("the user's")
+    args = tuple(str(tmp_path / a) if isinstance(a, str) and a.startswith("FILE") else a for a in args)
+    monkeypatch.setattr("racsim.app.job.compute", lambda *a, **k: pytest.fail("computed after a bad argument"))
+    with pytest.raises(ConfigError) as info:
+        racsim.run(*args)
+    assert info.value.key == key and says in str(info.value) and "\n" not in str(info.value)
+    assert (tmp_path / "FILE").read_text() == "the user's"
+
+
 def test_the_cli_words_the_same_mistake_alike(tmp_path):
     with pytest.raises(ConfigError) as info:
         racsim.run(overrides=["pipeline.steps=-4"])

@@ -51,7 +51,7 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
 
     from racsim.app import job as J  # lazy: the simulator loads when run is called
 
-    given = ([f"scenario={scenario}"] if scenario is not None else []) + [str(o) for o in overrides]
+    given = _arguments(scenario, overrides, out)
     t0 = time.perf_counter()
     cfg = _friendly(given, lambda: J.compose_config(*given), Exception)
     res = _friendly(given, lambda: J.compute(cfg), (ConfigError, OmegaConfBaseException))
@@ -60,6 +60,25 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
         return Tables(results=res.best.results, channels=res.best.channels, curve=res.curve,
                       recommended=res.recommended, config=cfg, raw=res, files=files)
     return Tables(results=res.results, channels=res.channels, config=cfg, raw=res, files=files)
+
+
+def _arguments(scenario: Any, overrides: Any, out: Any) -> List[str]:
+    """The command line ``run``'s arguments stand for, each checked first (a ConfigError naming it):
+    a scenario name or None, a list of override strings, an ``out`` folder that can be written."""
+    from racsim.app import job as J  # lazy: see run
+
+    if scenario is not None and not isinstance(scenario, str):
+        raise ConfigError("scenario", scenario, "a scenario name as `racsim scenario=NAME` takes it "
+                                                "(e.g. 'capacity/judge_rm_h100'), or None for the default")
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, (list, tuple)) or \
+            not all(isinstance(o, str) for o in overrides):
+        raise ConfigError("overrides", overrides, "a list of strings as on the command line, e.g. ['seed=3']")
+    if out is not None:
+        if not isinstance(out, (str, Path)) or str(out).strip() == "":
+            raise ConfigError("out", out, "a folder's path (str or Path; '.' for the current folder), or None "
+                                          "to write nothing")
+        J.check_writable("out", Path(out))
+    return ([f"scenario={scenario}"] if scenario is not None else []) + list(overrides)
 
 
 def _friendly(given: List[str], step, caught) -> Any:

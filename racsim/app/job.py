@@ -16,11 +16,11 @@ from racsim.report.finite import failure
 from racsim.report.lm import format_paired, share_note
 from racsim.report.tables import format_table, stationarity_warning, warmup_warning
 from racsim.report.writers import write_run
-from racsim.sweep.callback import publish_run
+from racsim.sweep.callback import check_writable, publish_run
 from racsim.sweep.markers import DONE, cell_overrides, cell_values, override_key, write_marker
 
 # what racsim.app.cli and racsim.app.api take from here
-__all__ = ["CapacityResult", "DONE", "capacity_text", "cell_overrides", "cell_values", "compose_config", "compute",
+__all__ = ["CapacityResult", "DONE", "capacity_text", "check_writable", "cell_overrides", "cell_values", "compose_config", "compute",
            "config_yaml", "failure", "inputs_of", "memory_error", "override_key",
            "publish_run", "run_text", "write_marker", "write_run"]
 

@@ -486,20 +486,26 @@ def hydra_files(run: Path, config: DictConfig) -> List[Tuple[Path, List[str]]]:
     return out
 
 
+def check_writable(key: str, folder: Path) -> None:
+    """``folder`` (given as ``key``) must be a folder, or one that can be made: not a file, nor
+    under one, and writable by this user where it begins to exist; else a ConfigError naming it."""
+    for d in (folder, *folder.parents):
+        if d.exists():  # the nearest folder that exists (a link followed)
+            if not d.is_dir():
+                raise ConfigError(key, str(folder), "a folder, not a file" if d == folder else
+                                  f"a folder: {d} is a file, so nothing can be made under it")
+            if not os.access(d, os.W_OK | os.X_OK):
+                raise ConfigError(key, str(folder), f"a folder you can write to ({d} is not writable)")
+            return
+
+
 def check_run_folder(run: Path, config: DictConfig) -> None:
     """A single run's ``hydra.run.dir`` must be a folder (not a file, nor under one) that this
     user can write, where Hydra would replace no file of the user's (its log and its
     ``.hydra/`` files: racsim's own, :func:`own_hydra_files`, are replaced) unless
     ``output.force``: else a ConfigError naming it, before anything is written."""
     where = str(run)
-    for d in (run, *run.parents):
-        if d.exists():  # the nearest folder that exists (a link followed)
-            if not d.is_dir():
-                raise ConfigError("hydra.run.dir", where, "a folder, not a file" if d == run else
-                                  f"a folder: {d} is a file, so nothing can be made under it")
-            if not os.access(d, os.W_OK | os.X_OK):
-                raise ConfigError("hydra.run.dir", where, f"a folder you can write to ({d} is not writable)")
-            break
+    check_writable("hydra.run.dir", run)
     clash = []
     for folder, names in hydra_files(run, config):
         if os.path.lexists(folder) and not folder.is_dir():
