@@ -395,6 +395,49 @@ def test_empirical_bad_input_names_the_key(case, tmp_path):
         build_latency(C("empirical", None, path=str(p), column="lat"), key)
 
 
+def _with_comments(rows, rng, header):
+    """The file's lines (``#`` comments and blanks strewn between the rows) and each row's line number."""
+    lines, at = (["# measured on the judge, 2026"] if rng.random() < 0.5 else []) + ([header] if header else []), []
+    for r in rows:
+        while rng.random() < 0.3:
+            lines.append(rng.choice(["", "# a comment, 1.5", "   "]))
+        lines.append(r)
+        at.append(len(lines))  # 1-based: the line just appended
+    return "\n".join(lines) + "\n", at
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_empirical_reads_comments_and_an_optional_header(tmp_path, seed):
+    """A header row is optional for one column, '#' lines and blanks are skipped, names are stripped."""
+    rng = np.random.default_rng(seed)
+    values = np.round(rng.lognormal(2, 0.5, 12), 3)
+    header = [None, "lat", " lat "][seed % 3]
+    text, _ = _with_comments([repr(float(v)) for v in values], rng, header)
+    p = write_csv(tmp_path / "d.csv", text)
+    lat = build_latency(C("empirical", None, path=p, column="lat"))
+    assert np.array_equal(np.sort(np.unique(lat.sample(np.random.default_rng(0), 4000))), np.unique(values))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_bad_value_is_named_by_its_line(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    rows = [repr(float(v)) for v in rng.uniform(1, 5, 10)]
+    bad = int(rng.integers(len(rows)))
+    rows[bad] = ["nan", "-3.5", "NaN", "inf"][seed % 4]  # (an empty line is a blank, skipped, not a value)
+    header = "lat" if seed % 2 else None
+    text, at = _with_comments(rows, rng, header)
+    p = write_csv(tmp_path / "d.csv", text)
+    with pytest.raises(ConfigError) as info:
+        build_latency(C("empirical", None, path=p, column="lat"), "k")
+    assert f"on line {at[bad]} of {p}" in str(info.value) and info.value.key == "k.column"
+
+
+def test_several_columns_need_a_header(tmp_path):
+    p = write_csv(tmp_path / "d.csv", "1,2\n3,4\n")
+    with pytest.raises(ConfigError, match=r"k\.path = .*a header row naming its 2 columns"):
+        build_latency(C("empirical", None, path=p, column="lat"), "k")
+
+
 def test_empirical_all_zero_column_cannot_be_rescaled(tmp_path):
     p = write_csv(tmp_path / "z.csv", "lat\n0\n0\n")
     with pytest.raises(ConfigError, match=r"k\.mean"):

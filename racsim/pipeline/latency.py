@@ -30,11 +30,13 @@ import math
 from typing import Any, Optional, Tuple
 
 import numpy as np
+import pandas as pd
 from scipy import optimize, special
 
 from racsim.config.schema import LATENCY_KINDS, LatencyConf
 from racsim.config.validate import MAX_SECONDS, validate_latency
 from racsim.errors import ConfigError
+from racsim.pipeline.csvdata import line_of, read_table
 
 __all__ = ["Latency", "build_latency", "cauchy_truncated_mean", "solve_cauchy_location"]
 
@@ -657,30 +659,39 @@ def _build_uniform(conf: LatencyConf, key: str) -> Latency:
 
 
 def _read_column(conf: LatencyConf, key: str) -> np.ndarray:
-    """The CSV column as float64, or a ConfigError naming ``key.path``/``key.column``."""
-    import pandas as pd  # lazily: only the empirical kind needs it
-
+    """The CSV column as float64 (racsim.pipeline.csvdata: ``#`` lines skipped, the header optional
+    for a file of one column), or a ConfigError naming ``key.path``/``key.column`` and a bad value's line."""
     try:
-        df = pd.read_csv(conf.path)
+        df, header = read_table(conf.path)
     except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as e:  # EmptyDataError is a ValueError
         raise ConfigError(f"{key}.path", conf.path,
-                          f"a readable CSV file with a header row ({type(e).__name__}: {e})") from e
+                          f"a readable CSV file: one column of numbers, or a header row naming the columns "
+                          f"({type(e).__name__}: {e})") from e
     col = conf.column
-    if col not in df.columns:
+    if not header and len(df.columns) == 1:  # one column without a name: it is the data, whatever column says
+        col = df.columns[0]
+    elif not header:
+        raise ConfigError(f"{key}.path", conf.path, f"a header row naming its {len(df.columns)} columns (only a file "
+                                                    f"of one column may go without one)")
+    elif col not in df.columns:
         raise ConfigError(f"{key}.column", col, "a column of " + str(conf.path) + ", which has: "
                           + ", ".join(map(str, df.columns)))
     s = df[col]
     if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
-        raise ConfigError(f"{key}.column", col, f"a numeric column (it has dtype {s.dtype})")
+        raise ConfigError(f"{key}.column", conf.column, f"a numeric column (it has dtype {s.dtype})")
     v = s.to_numpy(dtype=np.float64, na_value=np.nan)
     if v.size == 0:
-        raise ConfigError(f"{key}.column", col, "a column with at least one value (it is empty)")
-    if not np.all(np.isfinite(v)):
-        raise ConfigError(f"{key}.column", col,
-                          f"finite values only ({int(np.sum(~np.isfinite(v)))} are NaN, missing or infinite)")
-    if np.any(v < 0) or np.any(v > MAX_SECONDS):
-        raise ConfigError(f"{key}.column", col, f"durations in [0, {MAX_SECONDS:g}] seconds (its values span "
-                                                f"{v.min():g} to {v.max():g})")
+        raise ConfigError(f"{key}.column", conf.column, "a column with at least one value (it is empty)")
+    bad = np.flatnonzero(~np.isfinite(v))
+    if bad.size:
+        raise ConfigError(f"{key}.column", conf.column,
+                          f"finite values only ({bad.size} are NaN, missing or infinite; the first on line "
+                          f"{line_of(conf.path, int(bad[0]), header)} of {conf.path})")
+    out = np.flatnonzero((v < 0) | (v > MAX_SECONDS))
+    if out.size:
+        raise ConfigError(f"{key}.column", conf.column,
+                          f"durations in [0, {MAX_SECONDS:g}] seconds ({out.size} are not; the first, {v[out[0]]:g}, "
+                          f"on line {line_of(conf.path, int(out[0]), header)} of {conf.path})")
     return v
 
 
