@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import argparse
+import sys
+from typing import Any, NoReturn, Optional
 
 
 class ConfigError(ValueError):
@@ -38,3 +40,12 @@ def reason(ex: BaseException) -> str:
             return f"{key}: {str(e).splitlines()[0].strip()}"
     lines = [ln.strip() for ln in str(ex).splitlines() if ln.strip()]
     return " ".join(lines[:2]) or type(ex).__name__
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse for racsim's commands, whose usage mistakes end in one line (``PROG: error: ...
+    (PROG --help lists the options)``, exit 2) instead of argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {' '.join(message.split())} ({self.prog} --help lists the options)", file=sys.stderr)
+        sys.exit(2)

@@ -179,11 +179,23 @@ def test_racsim_profile_bad_arguments(tmp_path, capsys):
 def test_racsim_bench_bad_arguments(capsys):
     from racsim.tools import bench
 
-    for args in (["--trials", "0"], ["--json", "/nonexistent/folder/x.json"], ["--bogus"]):
+    for args, says in ((["--trials", "0"], "--trials 0"), (["--json", "/nonexistent/folder/x.json"], "--json"),
+                       (["--bogus"], "--bogus"), (["--gpu-rm", "fast"], "--gpu-rm")):
         with pytest.raises(SystemExit) as ex:
             bench.main(args)
-        assert ex.value.code == 2
-        assert "Traceback" not in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert ex.value.code == 2 and err.count("\n") == 1 and says in err, err  # one line, not argparse's usage block
+        assert err.startswith("racsim-bench: error: ") and "racsim-bench --help" in err
+
+
+def test_racsim_report_bad_arguments_are_one_line(capsys):
+    from racsim.sweep import gather
+
+    for args in ([], ["--bogus", "x"]):
+        with pytest.raises(SystemExit) as ex:
+            gather.main(args)
+        err = capsys.readouterr().err
+        assert ex.value.code == 2 and err.count("\n") == 1 and err.startswith("racsim-report: error: "), err
 
 
 # ---------------------------------------------------------------- an RM block set key by key

@@ -254,3 +254,18 @@ def test_hydra_full_error_restores_traceback(tmp_path, override, exc):
     assert "Traceback (most recent call last)" in p.stderr
     assert exc in p.stderr
     assert "racsim: error:" not in p.stderr
+
+
+def test_matplotlibs_first_run_notice_is_dropped_and_nothing_else(caplog):
+    """A first run on a machine logs matplotlib's "generated new fontManager" (Hydra prints INFO): dropped."""
+    import logging
+
+    from racsim.report.plots import _plt
+
+    _plt()
+    log = logging.getLogger("matplotlib.font_manager")
+    with caplog.at_level(logging.INFO, logger="matplotlib.font_manager"):
+        log.info("generated new fontManager")
+        log.warning("Matplotlib is building the font cache; this may take a moment.")
+        log.warning("findfont: Font family 'Nope' not found.")
+    assert [r.getMessage() for r in caplog.records] == ["findfont: Font family 'Nope' not found."]

@@ -8,7 +8,6 @@ Run it from the repository's root with racsim installed; it takes minutes.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 import pandas as pd
 
+from racsim.errors import Parser
 from racsim.io import fmt, write_text
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (racsim/app/docs.py)
@@ -286,7 +286,7 @@ def regenerate(names: Sequence[str], root: Path = ROOT) -> Iterator[Tuple[str, s
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m racsim.app.docs", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m racsim.app.docs", description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help=f"blocks to rewrite (default: all): {', '.join(RECIPES)}")
     args = ap.parse_args(argv)
     failed = []

@@ -6,13 +6,14 @@ block); tests/test_layout.py holds the code to these rules.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import re
 import sys
 import textwrap
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
+
+from racsim.errors import Parser
 
 PKG = Path(__file__).resolve().parents[1]  # racsim/
 REPO = PKG.parent
@@ -135,7 +136,7 @@ def knob_files(field: str, roots: Sequence[Path] = (PKG, REPO / "tests")) -> Lis
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m racsim.app.layout", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m racsim.app.layout", description=__doc__.splitlines()[0])
     ap.add_argument("--knob", help="a config field's name (e.g. max_load): list the files that name it")
     args = ap.parse_args(argv)
     if args.knob:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,18 @@ from racsim.config.schema import CORRECTORS
 from racsim.io import atomic_write
 
 
+FIRST_USE = ("building the font cache", "generated new fontManager")  # matplotlib's notices of its first run
+
+
+def _first_use(record: logging.LogRecord) -> bool:
+    """Drop matplotlib's one-time notice that it built its font cache (a first run on a machine), keep the rest."""
+    return not any(text in record.getMessage() for text in FIRST_USE)
+
+
 def _plt():
+    font_log = logging.getLogger("matplotlib.font_manager")
+    if _first_use not in font_log.filters:
+        font_log.addFilter(_first_use)
     import matplotlib
 
     matplotlib.use("Agg")

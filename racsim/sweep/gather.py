@@ -24,7 +24,6 @@ same folder always gives the same bytes.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import pandas as pd
 
+from racsim.errors import Parser
 from racsim.io import atomic_write, fmt, write_text
 from racsim.sweep.markers import is_complete, job_dirs, publish, read_marker
 from racsim.report.aggregate import INTERVAL_NOTE, aggregate, fixed, format_aggregate, seed_axes, write_knob_plots
@@ -205,7 +205,7 @@ def answer_text(g: Gathered) -> str:
 
 def main(argv=None) -> None:
     """Console entry point ``racsim-report PATH [--out DIR]``."""
-    ap = argparse.ArgumentParser(prog="racsim-report",
+    ap = Parser(prog="racsim-report",
                                  description="Gather racsim run and sweep folders into one table.")
     ap.add_argument("path", help="a run folder, a sweep folder, or any folder above them (e.g. outputs/)")
     ap.add_argument("--out", help="where to write results.parquet, results.csv and report.md (default: PATH)")

@@ -25,7 +25,6 @@ Machines are noisy: compare the ratios, not the absolute numbers.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -40,6 +39,7 @@ from racsim.analyses.capacity import benchmark, channel_of, count_key, requests_
 from racsim.analyses.lm_study import build_task, make_policy
 from racsim.config.defaults import compose_config
 from racsim.config.validate import validate
+from racsim.errors import Parser
 from racsim.learner import mdp as M
 from racsim.learner.correctors import BLOCKING, CorrectorParams
 from racsim.learner.grpo import train_lane
@@ -429,7 +429,7 @@ def bench_heavy_tail() -> Dict[str, float]:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="racsim-bench", description=__doc__.splitlines()[0])
+    ap = Parser(prog="racsim-bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     ap.add_argument("--sweep", action="store_true",
                     help="only the sweep benchmark: 64 cells serially vs the joblib launcher on 2 processes")
@@ -441,7 +441,7 @@ def main(argv=None) -> None:
                          "cells as one in-process study.grid: time to first job, cells per second")
     ap.add_argument("--budget", type=float, default=None,
                     help="--sweep --cells: stop the sweep after this many seconds; rates from the cells that ran")
-    ap.add_argument("--paper", action="store_true", help="only the paper's heavy-tail grid (issue: under 10 s)")
+    ap.add_argument("--paper", action="store_true", help="only the paper's heavy-tail grid")
     ap.add_argument("--set", nargs="+", default=(), metavar="OVERRIDE",
                     help="only the pipeline benchmark, on the config these overrides compose, e.g. "
                          "--set scenario=capacity/code_verifier pipeline.arrivals.mode=stream")
