@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 
@@ -25,7 +26,7 @@ from racsim.pipeline.service import (
     build_service,
     read_profile,
 )
-from racsim.tools.profile import parse
+from racsim.tools.profile import check_rows, parse
 
 GPU_CATALOG, RM_CATALOG = catalog("gpu"), catalog("model")  # conf/rm/*/*.yaml
 
@@ -173,3 +174,59 @@ def test_a_checkpoint_folder_that_is_not_a_model_is_refused_naming_it(torch_stac
         with pytest.raises(ConfigError) as info:
             build_model(ProfileConf(rm=ProfileRMConf(checkpoint=str(d))), torch.float32, torch.device("cpu"))
         assert info.value.key == "rm.checkpoint" and "\n" not in str(info.value), info.value
+
+
+def _rows(times, spread):
+    """Profile rows of a batch x length grid: the fastest time of each cell and its slowest repeat."""
+    return [{"batch_size": b, "seq_len": s, "seconds": t, "seconds_max": t * (1 + spread.get((b, s), 0.02)),
+             "seconds_median": t, "repeats": 3} for (b, s), t in times.items()]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_profile_that_grows_with_the_work_passes_its_check(seed):
+    rng = np.random.default_rng(seed)
+    bs, ss = [1, 2, 4, 8, 16], [32, 64, 128, 256]
+    a, c = rng.uniform(1e-3, 1e-2), rng.uniform(1e-7, 1e-6)
+    times = {(b, s): (a + c * b * s) * rng.uniform(0.99, 1.0) for b in bs for s in ss}  # jitter inside the spread
+    sound, line = check_rows(_rows(times, {}))
+    assert sound and line.startswith("times grow with batch and length; repeats within 2%") and "noisiest" not in line
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_more_work_that_is_faster_beyond_the_spread_is_refused_naming_both_cells(seed):
+    rng = np.random.default_rng(seed)
+    bs, ss = [1, 4, 16], [64, 256]
+    times = {(b, s): 1e-3 + 1e-6 * b * s for b in bs for s in ss}
+    small = (int(rng.choice(bs[:-1])), 64)
+    big = (16, 256)  # dominates every cell
+    times[small] = times[big] * 1.5  # a smaller workload slower than the largest's slowest repeat (2% spread)
+    rows = _rows(times, {})
+    sound, line = check_rows(rows)
+    assert not sound and f"batch {small[0]} x seq {small[1]} took at least" in line
+    named = tuple(map(int, re.search(r"batch (\d+) x seq (\d+) at most", line).groups()))
+    # the worst pair: of the cells at least as large, the one whose slowest repeat is the fastest
+    larger = [r for r in rows if r["batch_size"] >= small[0] and r["seq_len"] >= small[1] and
+              (r["batch_size"], r["seq_len"]) != small]
+    assert named == min(((r["batch_size"], r["seq_len"]) for r in larger), key=lambda c: times[c] * 1.02)
+    times[small] = min(times[c] for c in ((r["batch_size"], r["seq_len"]) for r in larger)) * 1.01
+    # now within the spread of every larger cell (2%): noise, not a refusal
+    assert check_rows(_rows(times, {}))[0]
+
+
+def test_a_noisy_cell_is_named():
+    times = {(b, s): 1e-3 * b * s for b in (1, 2) for s in (32, 64)}
+    sound, line = check_rows(_rows(times, {(2, 32): 11.75}))  # 12x between repeats, as the issue measured
+    assert sound and "the noisiest, batch 2 x seq 32, varied 1175%" in line
+
+
+def test_help_lists_every_key_and_a_typo_gets_the_closest(capsys):
+    from racsim.tools.profile import keys, main
+
+    main(["--help"])
+    out = capsys.readouterr().out
+    assert [k for k, _ in keys() if f"  {k} " not in out] == []
+    for typo, near in (("batch_size=4", "batch_sizes"), ("rm.model.layer=3", "rm.model.layers"), ("seq_len=[8]", "seq_lens")):
+        with pytest.raises(SystemExit) as ex:
+            main([typo])
+        err = capsys.readouterr().err
+        assert ex.value.code == 2 and err.count("\n") == 1 and f"did you mean {near}" in err, err

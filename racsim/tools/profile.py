@@ -13,10 +13,12 @@ other work on the machine; the median beside it), with the device, dtype,
 model and library versions in '#' header lines. The default model is a small
 Llama-shaped config with random weights built in code: no download, no
 network. ``rm.checkpoint=PATH`` loads a local checkpoint instead (offline).
-
-torch and transformers are imported inside the functions below only (the
-``rm`` extra), so ``import racsim`` never needs them.
+Before writing, the measurements are checked: the time must grow with the batch
+and the length within the spread of the repeats (else nothing is written).
 """
+
+# torch and transformers are imported inside the functions below only (the ``rm`` extra), so
+# ``import racsim`` never needs them.
 
 from __future__ import annotations
 
@@ -25,10 +27,11 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional, Tuple
 
+from racsim.config.names import closest
 from racsim.errors import ConfigError
 from racsim.io import write_text
 from racsim.sweep.markers import foreign, publish
@@ -66,6 +69,28 @@ class ProfileConf:
     seed: int = 0
 
 
+def keys(node: Any = None, prefix: str = "") -> List[Tuple[str, Any]]:
+    """(dotted key, default) of every setting of :class:`ProfileConf`."""
+    out: List[Tuple[str, Any]] = []
+    for f in fields(node or ProfileConf()):
+        value = getattr(node or ProfileConf(), f.name)
+        out += keys(value, f"{prefix}{f.name}.") if is_dataclass(value) else [(prefix + f.name, value)]
+    return out
+
+
+def help_text() -> str:
+    """``racsim-profile --help``: what it does, then every key with its default."""
+    width = max(len(k) for k, _ in keys()) + 2
+    lines = [__doc__.rstrip(), "", "Keys (key=value; the defaults):"]
+    lines += [f"  {k:<{width}}{v!r}" if v is not None else f"  {k:<{width}}null" for k, v in keys()]
+    return "\n".join(lines)
+
+
+def _unknown(key: str) -> str:
+    near = closest(key, [k for k, _ in keys()])
+    return f"no such key; {'did you mean ' + ' or '.join(near) + '?' if near else 'racsim-profile --help lists them'}"
+
+
 def parse(argv: List[str]) -> ProfileConf:
     """key=value overrides onto :class:`ProfileConf` (typed by OmegaConf)."""
     from omegaconf import OmegaConf
@@ -75,6 +100,11 @@ def parse(argv: List[str]) -> ProfileConf:
     for a in argv:
         if "=" not in a:
             raise ConfigError(a, None, "key=value (e.g. rm.checkpoint=PATH, batch_sizes=[1,4,16])")
+    known = {k for k, _ in keys()} | {"rm", "rm.model"}
+    for a in argv:
+        key = a.split("=", 1)[0]
+        if key not in known:
+            raise ConfigError(key, None, _unknown(key), line=f"{key}: {_unknown(key)}")
     try:
         cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(list(argv)))
     except OmegaConfBaseException as e:
@@ -230,6 +260,37 @@ def measure(conf: ProfileConf, log=None):
     return header, rows
 
 
+SPREAD_NOTE = 0.25  # a cell whose slowest repeat is this much above its fastest is named as noisy
+SLACK = 0.25  # and beyond that much more: cells of little work are all overhead, nearly equal
+
+
+def check_rows(rows: List[dict]) -> Tuple[bool, str]:
+    """(sound, one line) on what was measured. A profile is sound when the time grows with the batch
+    and the length within the repeats' spread: no cell's fastest time exceeds the slowest time of a
+    cell at least as large in both (more work cannot be faster beyond the noise the repeats show).
+    The line names the worst such pair, or the repeats' spread (median, and the worst cell's).
+    (Past :data:`SLACK` too: cells of little work cost about the same, their order is noise.)"""
+    worst, spread = None, []
+    for r in rows:
+        spread.append((r["seconds_max"] / r["seconds"] - 1 if r["seconds"] > 0 else 0.0, r))
+        for big in rows:
+            if big is not r and big["batch_size"] >= r["batch_size"] and big["seq_len"] >= r["seq_len"]:
+                gap = r["seconds"] / big["seconds_max"] if big["seconds_max"] > 0 else float("inf")
+                if gap > 1 + SLACK and (worst is None or gap > worst[0]):
+                    worst = (gap, r, big)
+    cell = lambda r: f"batch {r['batch_size']} x seq {r['seq_len']}"  # noqa: E731
+    ms = lambda t: f"{t * 1e3:.3g} ms"  # noqa: E731
+    if worst is not None:
+        gap, r, big = worst
+        return False, (f"the times do not grow with the work, beyond the repeats' spread: {cell(r)} took at least "
+                       f"{ms(r['seconds'])}, {cell(big)} at most {ms(big['seconds_max'])} (a busy machine? rerun with "
+                       f"more repeats=, or threads=)")
+    spread.sort(key=lambda x: x[0])
+    median, (top, r) = spread[len(spread) // 2][0], spread[-1]
+    noisy = f"; the noisiest, {cell(r)}, varied {top:.0%} (seconds is the fastest)" if top > SPREAD_NOTE else ""
+    return True, f"times grow with batch and length; repeats within {median:.0%} of the fastest (median){noisy}"
+
+
 def write_csv(path: Path, header: dict, rows: list) -> None:
     """The profile, written and recorded as racsim's (racsim.sweep.markers.publish): never over a file of
     the user's (FileExistsError), so that the next profile of that name may replace it."""
@@ -250,7 +311,7 @@ def write_csv(path: Path, header: dict, rows: list) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
+        print(help_text())
         return
     try:
         out = _profile(argv)
@@ -274,6 +335,11 @@ def _profile(argv: List[str]) -> Path:
     except ConfigError as ex:
         print(f"racsim-profile: error: {ex}", file=sys.stderr)
         sys.exit(2)
+    sound, line = check_rows(rows)
+    if not sound:  # a capacity run would take it as the GPU's cost: refused, nothing written
+        print(f"racsim-profile: error: {line}; nothing written", file=sys.stderr)
+        sys.exit(1)
+    print(f"racsim-profile: check: {line}")
     out = Path(conf.out)
     try:
         write_csv(out, header, rows)
