@@ -166,3 +166,58 @@ def test_a_tiny_sweep_prints_its_answer(tmp_path):
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "again" / "aggregate.parquet").read_bytes() == (sweep / "aggregate.parquet").read_bytes()
     assert "one row per cell and corrector" in again.stdout
+
+
+def _fewest_by_hand(curve, corrector):
+    """The fewest count at and above which every evaluated count meets the targets (a plain loop)."""
+    sub = curve[curve.corrector == corrector].sort_values("count")
+    best = None
+    for count, ok in zip(sub["count"], sub["feasible"]):
+        if not ok:
+            best = None
+        elif best is None:
+            best = count
+    return best
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_capacity_job_gathers_as_its_answer_per_corrector(seed):
+    from racsim.sweep.gather import capacity_rows
+
+    rng = np.random.default_rng(seed)
+    counts = sorted(rng.choice(np.arange(1, 40), size=int(rng.integers(1, 7)), replace=False))
+    names = ["naive", "rac", "sync_oracle"]
+    curve = pd.DataFrame([{"channel": "judge", "count": int(n), "corrector": c, "feasible": bool(rng.random() < 0.6),
+                           "load": 5.0 / n, "bias_exact": rng.random(), "step_s": rng.random() * 10,
+                           "dropped_frac": rng.random() / 10} for n in counts for c in names])
+    rows = capacity_rows(curve).set_index("corrector")
+    assert list(rows.index) == ["naive", "rac"]  # the synchronous oracle is a reference, not a pipeline
+    for c in ("naive", "rac"):
+        n = _fewest_by_hand(curve, c)
+        r = rows.loc[c]
+        assert r["counts_tried"] == len(counts) and r["channel"] == "judge"
+        if n is None:
+            assert math.isnan(r["recommended"]) and math.isnan(r["recommended_load"])
+        else:
+            at = curve[(curve.corrector == c) & (curve["count"] == n)].iloc[0]
+            assert r["recommended"] == n and r["recommended_load"] == at["load"] and r["recommended_bias"] == at["bias_exact"]
+            assert r["recommended_step_s"] == at["step_s"] and r["recommended_dropped"] == at["dropped_frac"]
+
+
+def test_capacity_jobs_are_gathered_and_reported(tmp_path):
+    """Two capacity runs (two seeds) under one folder: racsim-report reads them, one row per job and
+    corrector, and the answer over seeds is the fewest count with its load."""
+    small = ["learner.trials=4", "learner.bootstrap=20", "pipeline.steps=30", "pipeline.warmup_steps=5",
+             "capacity.run_length=fixed", "capacity.resamples=20", "capacity.benchmark=false", "output.plots=false",
+             "capacity.counts=[4,5,6]", "corrector.names=[naive,rac]"]
+    plans = {s: racsim.run("capacity/judge_rm_h100", [*small, f"seed={s}"], out=tmp_path / "plans" / f"s{s}")
+             for s in (0, 1)}
+    g = gather_and_write(tmp_path / "plans", out=tmp_path / "report", plots=False)
+    assert len(g.table) == 4 and set(g.table["job_dir"]) == {"s0", "s1"}
+    rac = g.table[g.table.corrector == "rac"].set_index("job_dir")
+    assert all(t.recommended is not None for t in plans.values())  # 30 steps: long enough to show a steady state
+    for s, t in plans.items():
+        assert rac.loc[f"s{s}", "recommended"] == t.recommended
+    agg = g.aggregate[g.aggregate.corrector == "rac"].iloc[0]
+    assert agg["n"] == 2 and agg["recommended"] == np.mean([t.recommended for t in plans.values()])
+    assert "fewest count" in (tmp_path / "report" / "report.md").read_text()

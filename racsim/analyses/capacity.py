@@ -412,9 +412,9 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
     curve = curve.reindex(columns=list(curve.columns) + [c for c in CURVE_COLUMNS if c not in curve])  # none simulated
     curve.insert(0, "channel", name)
     curve["feasible"] = [feasible(r, targets) for _, r in curve.iterrows()]
-    recommended = _fewest(curve, chosen)
+    recommended = fewest(curve, chosen)
     names = [c for c in curve.corrector.unique() if c != "sync_oracle"]  # a reference, not a pipeline
-    per = pd.DataFrame({"corrector": names, "fewest": pd.Series([_fewest(curve, c) for c in names], dtype=object)})
+    per = pd.DataFrame({"corrector": names, "fewest": pd.Series([fewest(curve, c) for c in names], dtype=object)})
     simulated = sorted(runs)
     best_n = recommended if recommended is not None else (max(simulated) if simulated else None)
     if best_n is not None:  # channels.csv of the run at that count: the sized channel's offered load
@@ -438,7 +438,7 @@ def run_capacity(cfg: Any, progress=None) -> CapacityResult:
     return result
 
 
-def _fewest(curve: pd.DataFrame, corrector: str) -> Optional[int]:
+def fewest(curve: pd.DataFrame, corrector: str) -> Optional[int]:
     """The fewest units meeting the targets, above which every evaluated count does too."""
     sub = curve[curve.corrector == corrector].sort_values("count")
     ok = sub.feasible.to_numpy()

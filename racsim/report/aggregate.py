@@ -26,9 +26,13 @@ from racsim.report.tables import TABLE, short_names
 
 # The figures averaged (those the rows have), with their headers: the terminal table's, and the clock in seconds.
 METRICS = ["bias_exact", "reduction_exact", "wallclock_ratio", "wallclock_s", "slack_eta", "J_at_naive_clock",
-           "true_at_naive_clock", "true_final"]
-HEADERS = {**dict(TABLE), "wallclock_s": "clock s"}
-PLOTTED = ["bias_exact", "wallclock_s"]  # against each swept knob
+           "true_at_naive_clock", "true_final",
+           # a capacity plan's answer (racsim.sweep.gather.capacity_rows): the fewest count and the figures there
+           "recommended", "recommended_load", "recommended_bias", "recommended_step_s", "recommended_dropped"]
+HEADERS = {**dict(TABLE), "wallclock_s": "clock s", "recommended": "fewest count", "recommended_load": "load",
+           "recommended_bias": "bias there", "recommended_step_s": "s/step there",
+           "recommended_dropped": "dropped there"}
+PLOTTED = ["bias_exact", "wallclock_s", "recommended", "recommended_bias"]  # against each swept knob
 DESCRIPTORS = ["scenario", "study", "mode", "K"]  # columns that tell cells apart where they vary
 LEVEL = 0.95
 INTERVAL_NOTE = (f"mean over seeds with its {LEVEL:.0%} t interval [lo, hi] over them "

@@ -31,6 +31,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import pandas as pd
 
+from racsim.analyses.capacity import fewest
 from racsim.errors import Parser
 from racsim.io import atomic_write, fmt, write_text
 from racsim.sweep.markers import is_complete, job_dirs, publish, read_marker
@@ -39,6 +40,7 @@ from racsim.report.paper import paper_report
 from racsim.report.tables import grid_columns
 
 RESULTS = "results.parquet"
+CAPACITY = "capacity.parquet"  # a capacity plan's curve: its job gathers as one row per corrector (capacity_rows)
 REPLICATES = "static_replicates.parquet"  # the replications of a static study's Monte Carlo
 
 
@@ -56,7 +58,7 @@ def find_jobs(root: Path) -> Tuple[List[Tuple[Path, dict]], List[Path]]:
     complete, incomplete = [], []
     for d in sorted(job_dirs(root, max_depth=6), key=lambda d: _natural(d.relative_to(root))):
         m = read_marker(d)
-        if m is not None and is_complete(d) and (d / RESULTS).is_file():
+        if m is not None and is_complete(d) and ((d / RESULTS).is_file() or (d / CAPACITY).is_file()):
             complete.append((d, m))
         else:
             incomplete.append(d)
@@ -88,7 +90,8 @@ def _jobs(root: Path) -> Tuple[List[Tuple[Path, dict]], List[Path]]:
         raise FileNotFoundError(f"{root}: no such folder")
     complete, incomplete = find_jobs(root)
     if not complete:
-        raise FileNotFoundError(f"{root}: no complete racsim run (a folder with {RESULTS} and done.json)")
+        raise FileNotFoundError(f"{root}: no complete racsim run (a folder with {RESULTS} or {CAPACITY}, "
+                                f"and done.json)")
     return complete, incomplete
 
 
@@ -104,11 +107,34 @@ def gather_replicates(root: Path, complete) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
+def capacity_rows(curve: pd.DataFrame) -> pd.DataFrame:
+    """A capacity plan's answer as rows like a run's results, one per corrector (the synchronous
+    oracle aside: a reference, not a pipeline): the channel, the fewest count that meets the plan's
+    targets (racsim.analyses.capacity.fewest; NaN when none does), its offered load, and the
+    corrector's bias, seconds per step and dropped share there."""
+    rows = []
+    for name in [c for c in curve["corrector"].unique() if c != "sync_oracle"]:
+        n = fewest(curve, name)
+        at = curve[(curve["corrector"] == name) & (curve["count"] == n)]
+        row = {"channel": curve["channel"].iloc[0], "corrector": name,
+               "recommended": float("nan") if n is None else float(n), "counts_tried": int(curve["count"].nunique())}
+        for col, out in (("load", "recommended_load"), ("bias_exact", "recommended_bias"),
+                         ("step_s", "recommended_step_s"), ("dropped_frac", "recommended_dropped")):
+            row[out] = float(at[col].iloc[0]) if len(at) else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def job_table(d: Path) -> pd.DataFrame:
+    """A complete job's rows: its results, or its capacity plan's answer (:func:`capacity_rows`)."""
+    return pd.read_parquet(d / RESULTS) if (d / RESULTS).is_file() else capacity_rows(pd.read_parquet(d / CAPACITY))
+
+
 def _gather(root: Path, complete) -> Tuple[pd.DataFrame, List[str]]:
     """The table, and its axes: the columns of the jobs' overrides, then of their study-grid cells."""
     tables, cells, rels, grid = [], [], [], []
     for d, m in complete:
-        t = pd.read_parquet(d / RESULTS)
+        t = job_table(d)
         tables.append(t)
         grid += [k for k, _ in grid_columns(t) if k not in grid]
         cell = m.get("cell") or {}
