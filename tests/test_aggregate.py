@@ -221,3 +221,15 @@ def test_capacity_jobs_are_gathered_and_reported(tmp_path):
     agg = g.aggregate[g.aggregate.corrector == "rac"].iloc[0]
     assert agg["n"] == 2 and agg["recommended"] == np.mean([t.recommended for t in plans.values()])
     assert "fewest count" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_the_same_run_twice_is_one_sample_not_two():
+    """Two folders of one config at one seed (racsim-report over outputs/) give the same rows: n = 1.
+    Another seed, or rows that differ (a config changed between the runs), count apart."""
+    row = {"job_dir": "a", "corrector": "rac", "seed": 0, "bias_exact": 0.5, "wallclock_s": 10.0}
+    same = pd.DataFrame([row, {**row, "job_dir": "b"}])
+    assert A.aggregate(same, [])["n"].tolist() == [1]
+    assert A.aggregate(pd.DataFrame([row, {**row, "job_dir": "b", "seed": 1}]), [])["n"].tolist() == [2]
+    assert A.aggregate(pd.DataFrame([row, {**row, "job_dir": "b", "bias_exact": 0.4}]), [])["n"].tolist() == [2]
+    swept = pd.DataFrame([{**row, "learner.mdp_seed": s} for s in (0, 1, 2)])  # one results seed, three mdp seeds
+    assert A.aggregate(swept, ["learner.mdp_seed"])["n"].tolist() == [3]

@@ -75,12 +75,14 @@ def fixed(df: pd.DataFrame, axes: Sequence[str]) -> Dict[str, object]:
 
 def aggregate(df: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     """One row per cell (:func:`cell_keys`) and corrector, in order of first appearance: the cell's
-    columns, ``corrector``, ``n`` (its rows: seeds), and per metric of METRICS its mean, lo and hi
+    columns, ``corrector``, ``n`` (its rows: seeds, each counted once), and per metric of METRICS its mean, lo and hi
     (:func:`t_interval`) as ``METRIC``, ``METRIC_lo``, ``METRIC_hi``."""
     keys = cell_keys(df, axes) + (["corrector"] if "corrector" in df else [])
     metrics = [m for m in METRICS if m in df]
     rows = []
     for values, group in df.groupby(keys, sort=False, dropna=False) if keys else [((), df)]:
+        # the same cell run again at the same seeds (two run folders of one config) is one sample, not two
+        group = group.drop_duplicates(subset=[c for c in group.columns if is_seed(c)] + metrics)
         row: Dict[str, object] = dict(zip(keys, values))
         row["n"] = len(group)
         for m in metrics:
