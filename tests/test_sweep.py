@@ -506,3 +506,34 @@ def test_ctrl_c_under_submitit_local_says_one_line_and_ends_its_jobs(tmp_path):
     done = sorted((tmp_path / "sweep").glob("*/done.json"))
     time.sleep(2)
     assert sorted((tmp_path / "sweep").glob("*/done.json")) == done  # nothing ran on
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_sigterm_ends_a_sweep_as_ctrl_c_does_and_leaves_no_process(tmp_path, launcher):
+    """SIGTERM to the sweep's process alone (what a scheduler or `kill` sends): one line with the
+    resume hint, exit 143, no traceback, and no process of the sweep left (joblib's workers end with it)."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    extra = [] if launcher == "basic" else ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    proc = subprocess.Popen([sys.executable, "-m", "racsim", "-m", *extra, "hydra.sweep.dir=sweep", *SMALL, *CELLS],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:  # a job is under way
+        if list((tmp_path / "sweep").glob("*/.hydra/overrides.yaml")):
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert [ln for ln in err.splitlines() if "interrupt" in ln.lower()] == [
+        "racsim: interrupted; rerun the same command with resume=true to finish a sweep"]
+    deadline = time.time() + 30  # the workers' group: gone once they have shut down
+    while time.time() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)

@@ -121,7 +121,7 @@ class Job:
                             runtime_s=time.perf_counter() - self.t0, digests=digests)
         if self.num is None:  # a single run is complete: what it made stays, whatever stops the process now
             CREATED.clear()
-            if _SINGLE:
+            if "dir" in _SINGLE:
                 _SINGLE["done"] = True
         self.close()
         return path
@@ -557,7 +557,7 @@ def config_error(config: DictConfig) -> Optional[ConfigError]:
 
 
 class Stopped(KeyboardInterrupt):
-    """SIGTERM during a single run: it ends the run as Ctrl-C does (racsim.app.cli.main)."""
+    """SIGTERM during a run or a sweep: it ends them as Ctrl-C does (racsim.app.cli.main)."""
 
 
 def _stop(signum: int, frame: Any) -> None:
@@ -567,15 +567,21 @@ def _stop(signum: int, frame: Any) -> None:
 _SINGLE: Dict[str, Any] = {}  # the single run of this process: its folder, whether it finished, SIGTERM's old handler
 
 
-def start_single_run(run: Path) -> None:
-    """A single run began in ``run``: SIGTERM now ends it as Ctrl-C does (racsim.app.cli.main cleans up)."""
+def catch_sigterm() -> None:
+    """From now on SIGTERM ends this process as Ctrl-C does (racsim.app.cli.main cleans up and says
+    what was kept), until :func:`end_single_run` gives SIGTERM its handler back."""
     import signal
 
-    _SINGLE.update(dir=run, done=False)
     try:
-        _SINGLE["term"] = signal.signal(signal.SIGTERM, _stop)
+        _SINGLE.setdefault("term", signal.signal(signal.SIGTERM, _stop))
     except ValueError:  # not the main thread: SIGTERM keeps its handler
         pass
+
+
+def start_single_run(run: Path) -> None:
+    """A single run began in ``run``: SIGTERM now ends it as Ctrl-C does."""
+    _SINGLE.update(dir=run, done=False)
+    catch_sigterm()
 
 
 def single_run() -> Optional[Dict[str, Any]]:
@@ -639,6 +645,7 @@ class SweepCallback(Callback):
 
     # -- the sweep, in the process that launches it
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        catch_sigterm()  # a sweep stopped by SIGTERM ends as by Ctrl-C: its launcher's workers with it, the resume hint
         self._started = time.time()
         _FAILURES.clear()
         detach_submitit_local(config)
