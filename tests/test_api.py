@@ -119,3 +119,19 @@ def test_the_cli_words_the_same_mistake_alike(tmp_path):
         racsim.run(overrides=["pipeline.steps=-4"])
     p = racsim_cli(tmp_path, "pipeline.steps=-4")
     assert p.returncode == 2 and p.stderr.strip() == f"racsim: error: {info.value}"
+
+
+def test_a_rerun_into_a_folder_keeps_the_users_edit(tmp_path, empty_cwd):
+    """A run into the folder of an earlier one replaces racsim's files, but not one the user edited
+    since (results.csv here): refused in one line naming it, the edit kept; output.force=true replaces it."""
+    out = tmp_path / "run"
+    racsim.run(overrides=[*QUIET, "seed=3"], out=out)
+    racsim.run(overrides=[*QUIET, "seed=4"], out=out)  # racsim's own files: replaced
+    edited = (out / "results.csv").read_text() + "my note\n"
+    (out / "results.csv").write_text(edited)
+    with pytest.raises(ConfigError) as info:
+        racsim.run(overrides=[*QUIET, "seed=5"], out=out)
+    assert "results.csv" in str(info.value) and info.value.key == "output.force" and "\n" not in str(info.value)
+    assert (out / "results.csv").read_text() == edited
+    racsim.run(overrides=[*QUIET, "seed=5", "output.force=true"], out=out)
+    assert (out / "results.csv").read_text() != edited

@@ -216,7 +216,8 @@ def keep_created() -> None:
 
 def publish_run(out_dir: Path, cfg: Any, write) -> List[Path]:
     """Write a run's files into ``out_dir`` through a staging folder (racsim.sweep.markers.publish):
-    a ConfigError, and nothing touched, when one would replace a file racsim did not write.
+    a ConfigError, and nothing touched, when one would replace a file racsim did not write, or
+    (a single run) one the user edited since an earlier run wrote it there.
     A single run notes the files it adds (:data:`CREATED`), for an interrupt before it completes."""
     force = bool(OmegaConf.select(cfg, "output.force", default=False))
 
@@ -228,7 +229,7 @@ def publish_run(out_dir: Path, cfg: Any, write) -> List[Path]:
         return paths
 
     try:
-        return publish(out_dir, staged, force=force, also=[DONE])
+        return publish(out_dir, staged, force=force, also=[DONE], edits_by_marker=not in_multirun())
     except FileExistsError as ex:
         raise ConfigError("output.force", force, f"true to replace them: {ex}") from None
 

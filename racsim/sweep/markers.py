@@ -188,13 +188,16 @@ def _recorded(folder: Path) -> Dict[str, Optional[str]]:
     return {}
 
 
-def _owned(folder: Path) -> Dict[str, Optional[str]]:
+def _owned(folder: Path, by_marker: bool = False) -> Dict[str, Optional[str]]:
     """The files of ``folder`` that racsim wrote, each with the SHA-256 it wrote where it keeps
-    one (None: owned by name alone)."""
+    one (None: owned by name alone). ``by_marker``: a complete run's files also by the SHA-256
+    its done.json recorded, so that a user's edit of them makes them the user's."""
     own = _recorded(folder)
     m = read_marker(Path(folder))
     for n in [*m["files"], DONE] if m is not None else []:
         own.setdefault(n, None)
+        if by_marker and own[n] is None and n in m["files"]:
+            own[n] = m["files"][n].get("sha256")
     return own
 
 
@@ -217,10 +220,10 @@ def sha256(path: Path) -> Optional[str]:
         return None
 
 
-def foreign(folder: Path, names: Iterable[str]) -> List[str]:
+def foreign(folder: Path, names: Iterable[str], by_marker: bool = False) -> List[str]:
     """Those of ``names`` present in ``folder`` that racsim did not write there, or that
-    were changed since (their SHA-256 is not the one recorded)."""
-    own = _owned(folder)
+    were changed since (their SHA-256 is not the one recorded; ``by_marker``: see :func:`_owned`)."""
+    own = _owned(folder, by_marker)
     out = []
     for n in sorted(set(names)):
         p = Path(folder) / n
@@ -254,7 +257,7 @@ def _clear_stale(folder: Path, names: set) -> None:
 
 
 def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = (),
-            track_edits: bool = False) -> List[Path]:
+            track_edits: bool = False, edits_by_marker: bool = False) -> List[Path]:
     """Write a result set into ``folder`` without touching a file racsim did not write.
     ``write(stage)`` writes into a fresh hidden folder and returns the paths it wrote;
     their names (and ``also``'s) must not clash with a file of ``folder`` that racsim
@@ -262,8 +265,9 @@ def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = (
     and nothing in ``folder`` changes. Then the files are moved in and recorded in
     ``.racsim-files``; with ``track_edits``, each with its SHA-256, so that a user's later edit
     makes it theirs (a report, a gathered table, a profile: files made to be read and kept; a
-    job's results are judged by its marker instead, and resume reruns a damaged one).
-    Returns the paths in ``folder``."""
+    job's results are judged by its marker instead, and resume reruns a damaged one; a single
+    run's by its marker's digests with ``edits_by_marker``, so that a rerun into its folder
+    keeps the user's edits). Returns the paths in ``folder``."""
     import tempfile
 
     folder = Path(folder)
@@ -272,7 +276,7 @@ def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = (
     try:
         staged = [Path(p).name for p in write(stage)]
         names = sorted(p.name for p in stage.iterdir())
-        clash = foreign(folder, [*names, *also])
+        clash = foreign(folder, [*names, *also], by_marker=edits_by_marker)
         if clash and not force:
             raise FileExistsError(f"{folder}: would replace {', '.join(clash)}, which racsim did not write "
                                   f"or which changed since it did (choose another folder, or force it)")
