@@ -42,6 +42,7 @@ from racsim.sweep.callback import (
 from racsim.sweep.detached import end_detached
 
 EXIT_USAGE = 2
+EXIT_FAILED = 1  # a run that failed after writing what it computed (a non-finite value where a number must be)
 
 
 _FRIENDLY = True  # set by main(): False when the user asked for Hydra's full error reports
@@ -117,7 +118,7 @@ def _warnings_unless_refused():
 
 def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
     """End a run whose tables hold a non-finite value where a number must be (``found``,
-    racsim.report.finite), once its files are published: one line naming the rows, exit 2,
+    racsim.report.finite), once its files are published: one line naming the rows, exit 1,
     the files kept, no done.json (``resume=true`` reruns it). A sweep job raises it: the
     sweep lists it among the failed jobs."""
     from racsim.app import job as J  # lazy: see _task
@@ -129,7 +130,7 @@ def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
         raise ex
     release()
     print(f"racsim: error: {ex}", file=sys.stderr)
-    sys.exit(EXIT_USAGE)
+    sys.exit(EXIT_FAILED)
 
 
 def _progress_bar(cfg):

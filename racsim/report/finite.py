@@ -173,7 +173,9 @@ def failure(found: Sequence[Unwritable], cfg_yaml: Union[str, Callable[[], str]]
     value and rows, the other columns, the likely knob (the run's most extreme setting in
     ``cfg_yaml``, or the table's usual suspects) and ``outcome`` (what was written)."""
     first = found[0]
-    others = "".join(f"; also {u.table} column {u.column} at {u.where(1)}" for u in found[1:])
+    names = [f"{u.table}.{u.column}" for u in found[1:]]
+    others = (f"; also {', '.join(names[:3])}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+              + " (summary.md lists every row)") if names else ""
     knob = extreme_setting(cfg_yaml() if callable(cfg_yaml) else cfg_yaml) or KNOBS.get(first.table,
                                                                                      "an extreme setting")
     return ConfigError(f"{first.table} column {first.column}", first.value,
