@@ -537,3 +537,17 @@ def test_sigterm_ends_a_sweep_as_ctrl_c_does_and_leaves_no_process(tmp_path, lau
         time.sleep(0.2)
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["seed=range(0)"], "the sweep = '0 jobs': at least one job"),  # a swept key given no values
+    (["seed=0,-1", "hydra.sweep.dir=pinned/deeper"], "1 of 2 cells are invalid, nothing was run"),  # a pinned folder
+])
+def test_a_sweep_that_runs_nothing_leaves_nothing(tmp_path, args, says):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.run([sys.executable, "-m", "racsim", "-m", *SMALL, *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("racsim: error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and says in errors[0], proc.stderr
+    assert list(tmp_path.iterdir()) == [], "a folder was left behind"
+    assert "sweep of" not in proc.stdout + proc.stderr  # no line names a folder that is not made

@@ -463,6 +463,7 @@ def check_sweep_folder(sweep: Path, config: DictConfig) -> None:
         cores = os.cpu_count() or 1
         ok = isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and n_jobs != 0 and -cores - 1 < n_jobs < 2**15
         _need_launcher(ok, n_jobs, cores)
+    _note_new(sweep)  # a sweep refused before its first job (its cells checked) leaves no empty folder behind
     sweep.mkdir(parents=True, exist_ok=True)
     _RELEASE.clear()
     hold(sweep, "sweep")
@@ -657,7 +658,8 @@ class SweepCallback(Callback):
         except ConfigError as ex:
             refuse(ex)
         total = count_jobs(config)
-        log.info("sweep of %s jobs into %s", "?" if total is None else total, sweep)
+        if total == 0:  # a swept key given no values (seed=range(0)): nothing to run, nothing made
+            refuse(ConfigError("the sweep", "0 jobs", "at least one job: a swept key was given no values"))
         if OmegaConf.select(config, "output.progress", default=True):
             self._monitor = _Monitor(Progress(sweep, total, self._started), self.progress_every_s)
             self._monitor.start()
