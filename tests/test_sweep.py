@@ -551,3 +551,12 @@ def test_a_sweep_that_runs_nothing_leaves_nothing(tmp_path, args, says):
     assert proc.returncode == 2 and len(errors) == 1 and says in errors[0], proc.stderr
     assert list(tmp_path.iterdir()) == [], "a folder was left behind"
     assert "sweep of" not in proc.stdout + proc.stderr  # no line names a folder that is not made
+
+
+def test_a_sweep_prints_one_line_per_job(serial):
+    """Quiet sweeps: one line per job on stdout; the jobs' own log lines (their cell, their time) are in
+    their racsim.log only (test_progress_and_job_logs), Hydra's lines on neither stream."""
+    _, proc = serial
+    jobs = [ln for ln in proc.stdout.splitlines() if re.match(r"racsim: job \d+: ", ln)]
+    assert len(jobs) == N_JOBS
+    assert not [ln for ln in (proc.stdout + proc.stderr).splitlines() if "[HYDRA]" in ln or "[racsim.sweep]" in ln]
