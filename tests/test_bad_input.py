@@ -250,3 +250,18 @@ def test_a_run_with_the_fast_rm_set_key_by_key(tmp_path, monkeypatch, capsys):
     rm = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())["pipeline"]["fast_rm"]
     assert rm["gpus"] == 2 and rm["model"]["name"] == "1.5B" and rm["gpu"]["name"] == "H100"
     assert (tmp_path / "out" / "done.json").is_file()
+
+
+@pytest.mark.parametrize("value, hint", [
+    ("/tmp/dé.csv", "'pipeline.channels.judge.latency.path=\"/tmp/dé.csv\"'"),  # a letter the grammar lacks
+    ("/tmp/a=b.csv", "'pipeline.channels.judge.latency.path=\"/tmp/a=b.csv\"'"),  # an '='
+    ("~/x.csv", "write the full path"),  # a '~', which quotes keep as it is
+])
+def test_a_value_to_quote_says_how(tmp_path, monkeypatch, capsys, value, hint):
+    line = refused(tmp_path, monkeypatch, capsys, f"pipeline.channels.judge.latency.path={value}")
+    assert "Hydra cannot read this value unquoted" in line and hint in line
+
+
+def test_a_malformed_override_gets_no_quoting_advice(tmp_path, monkeypatch, capsys):
+    line = refused(tmp_path, monkeypatch, capsys, "pipeline.steps=[1")
+    assert line.startswith("racsim: error: pipeline.steps=[1: Hydra cannot read this override") and "quote" not in line

@@ -163,6 +163,8 @@ def _one_line(ex: BaseException) -> str:
     """Shorten a Hydra/OmegaConf exception chain to 'key: reason'."""
     from omegaconf.errors import OmegaConfBaseException
 
+    from hydra.errors import OverrideParseException
+
     chain = []
     e = ex
     while e is not None and e not in chain:
@@ -171,6 +173,9 @@ def _one_line(ex: BaseException) -> str:
     friendly = _mistyped(chain)
     if friendly:
         return friendly
+    unread = next((e for e in chain if isinstance(e, OverrideParseException)), None)
+    if unread is not None and "=" in unread.override:
+        return _quote_hint(unread)
     for e in chain:
         if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None):
             msg = str(e).splitlines()[0].strip()
@@ -215,6 +220,18 @@ def _mistyped(chain: list) -> "str | None":
                           if re.match(rf"[+~]*{re.escape(group)}(@[^=]*)?={re.escape(option)}$", a)), group)
             return names.unknown_option(group, option, e.options, given.lstrip("+~"))
     return None
+
+
+def _quote_hint(ex) -> str:
+    """A value Hydra's override grammar cannot read bare (a path with ``=``, ``~`` or a non-ASCII
+    letter): how to quote it, in one line."""
+    key, _, value = ex.override.partition("=")
+    why = " ".join(str(ex.message).split("See https://")[0].split())
+    if not (set(value) & set("=~ \t") or not value.isascii()):  # a typo, not a character to quote
+        return f"{ex.override}: Hydra cannot read this override ({why})"
+    home = " (a leading ~ stays a ~ inside quotes: write the full path)" if value.startswith("~") else ""
+    return (f"{ex.override}: Hydra cannot read this value unquoted ({why}); quote it for Hydra inside quotes for "
+            f"the shell: '{key}=\"{value}\"'{home}")
 
 
 def _usage_error(ex: BaseException) -> "str | None":
