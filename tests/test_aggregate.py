@@ -108,20 +108,25 @@ def test_one_plot_per_swept_numeric_knob_with_its_series(tmp_path):
     assert [p.name for p in written] == ["sweep_corrector.tau_age.png", "sweep_pipeline.batch_size.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
     fig = A.knob_figure(agg, "corrector.tau_age")
-    bias_ax, clock_ax = fig.axes
-    labels = clock_ax.get_legend_handles_labels()[1]
-    want = [(name, b, mode) for b in (2, 8) for mode in ("pipeline", "static") for name in CORRECTORS]
-    assert sorted(labels) == sorted(f"{name}, batch_size={b}, mode={mode}" for name, b, mode in want)
-    for ax, metric in ((bias_ax, "bias_exact"), (clock_ax, "wallclock_s")):
-        assert len(ax.containers) == len(want)
-        for container, label in zip(ax.containers, ax.get_legend_handles_labels()[1]):
-            name, b, mode = label.replace("batch_size=", "").replace("mode=", "").split(", ")
-            rows = agg[(agg.corrector == name) & (agg["pipeline.batch_size"] == int(b)) & (agg["mode"] == mode)]
+    # one row of panels per metric, one panel per (batch_size, mode), one series per corrector in its own colour
+    combos = [(b, mode) for b in (2, 8) for mode in ("pipeline", "static")]
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 2 * len(combos)
+    colours = {}
+    for ax, (metric, (b, mode)) in zip(panels, [(m, c) for m in ("bias_exact", "wallclock_s") for c in combos]):
+        assert ax.get_title() == f"batch_size={b}, mode={mode}"
+        labels = ax.get_legend_handles_labels()[1]
+        assert sorted(labels) == sorted(CORRECTORS) and len(ax.containers) == len(CORRECTORS)
+        for container, name in zip(ax.containers, labels):
+            rows = agg[(agg.corrector == name) & (agg["pipeline.batch_size"] == b) & (agg["mode"] == mode)]
             rows = rows.sort_values("corrector.tau_age")
             x, y = container.lines[0].get_data()
             assert list(x) == list(rows["corrector.tau_age"])
             np.testing.assert_array_equal(np.asarray(y, dtype=float), rows[metric].to_numpy(dtype=float))
-    assert bias_ax.get_xscale() == "log" and clock_ax.get_ylabel().startswith("clock s")
+            colours.setdefault(name, set()).add(container.lines[0].get_color())
+    assert all(len(c) == 1 for c in colours.values())  # a corrector has one colour in every panel
+    assert len({next(iter(c)) for c in colours.values()}) == len(CORRECTORS)  # and no two share one
+    assert panels[0].get_xscale() == "log" and panels[-1].get_ylabel().startswith("clock s")
     A._plt().close(fig)
 
 

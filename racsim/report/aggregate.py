@@ -21,7 +21,7 @@ import pandas as pd
 from scipy import stats
 
 from racsim.io import fmt
-from racsim.report.plots import MARKERS, _plt, _save
+from racsim.report.plots import COLORS, MARKERS, _plt, _save
 from racsim.report.tables import TABLE, short_names
 
 # The figures averaged (those the rows have), with their headers: the terminal table's, and the clock in seconds.
@@ -116,34 +116,52 @@ def knobs(agg: pd.DataFrame) -> List[str]:
             and not pd.api.types.is_bool_dtype(agg[c]) and agg[c].nunique() > 1]
 
 
+PANELS_PER_ROW = 4
+
+
 def knob_figure(agg: pd.DataFrame, knob: str):
-    """Bias and wall-clock (PLOTTED, those present) against ``knob``, one series per corrector and
-    value of the other cell columns, interval bars from :func:`t_interval`; None when nothing to plot."""
-    plotted = [m for m in PLOTTED if m in agg]
+    """The plotted metrics (PLOTTED, those present) against ``knob``: one row of panels per metric,
+    one panel per value of the other cell columns (titled with it), and in each panel one series per
+    corrector, in that corrector's colour and marker everywhere (one legend for all), bars the
+    interval of :func:`t_interval`; None when nothing to plot."""
+    plotted = [m for m in PLOTTED if m in agg and agg[m].notna().any()]
     if not plotted:
         return None
     others = [c for c in cell_columns(agg) if c != knob]
+    combos = list(agg.groupby(others, sort=False, dropna=False).groups) if others else [()]
+    combos = [c if isinstance(c, tuple) else (c,) for c in combos]
+    cols = min(PANELS_PER_ROW, len(combos))
+    per_metric = -(-len(combos) // cols)
     plt = _plt()
-    fig, axes = plt.subplots(1, len(plotted), figsize=(5.6 * len(plotted), 4.2), squeeze=False)
-    for values, group in agg.groupby(others + ["corrector"], sort=False, dropna=False):
-        label = ", ".join([str(values[-1])] + [f"{k}={fmt(v)}" for k, v in zip(short_names(others), values[:-1])])
-        g = group.sort_values(knob)
-        for ax, m in zip(axes[0], plotted):
-            y = g[m].to_numpy(dtype=float)
-            bars = np.vstack([y - g[f"{m}_lo"].to_numpy(dtype=float), g[f"{m}_hi"].to_numpy(dtype=float) - y])
-            ax.errorbar(g[knob].to_numpy(dtype=float), y, yerr=np.nan_to_num(bars), marker=MARKERS.get(values[-1], "o"),
-                        capsize=3, label=label)
-    for ax, m in zip(axes[0], plotted):
-        if _spread(agg[knob]):
-            ax.set_xscale("log")
-        if _spread(agg[m]):
-            ax.set_yscale("log")
-        ax.set_xlabel(knob)
-        ax.set_ylabel(HEADERS[m] + (" (simulated)" if m == "wallclock_s" else ""))
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), title="corrector", title_fontsize=7)
+    fig, axes = plt.subplots(len(plotted) * per_metric, cols, figsize=(4.6 * cols, 3.4 * len(plotted) * per_metric),
+                             squeeze=False)
+    names = dict(zip(others, short_names(others)))
+    for mi, m in enumerate(plotted):
+        for ci, combo in enumerate(combos):
+            ax = axes[mi * per_metric + ci // cols][ci % cols]
+            part = agg
+            for k, v in zip(others, combo):
+                part = part[part[k].isna()] if pd.isna(v) else part[part[k] == v]
+            for name, g in part.groupby("corrector", sort=False):
+                g = g.sort_values(knob)
+                y = g[m].to_numpy(dtype=float)
+                bars = np.vstack([y - g[f"{m}_lo"].to_numpy(dtype=float), g[f"{m}_hi"].to_numpy(dtype=float) - y])
+                ax.errorbar(g[knob].to_numpy(dtype=float), y, yerr=np.nan_to_num(bars), marker=MARKERS.get(name, "o"),
+                            color=COLORS.get(name), capsize=3, label=name)
+            if _spread(agg[knob]):
+                ax.set_xscale("log")
+            if _spread(agg[m]):
+                ax.set_yscale("log")
+            ax.set_xlabel(knob)
+            ax.set_ylabel(HEADERS[m] + (" (simulated)" if m == "wallclock_s" else ""))
+            ax.set_title(", ".join(f"{names[k]}={fmt(v)}" for k, v in zip(others, combo)), fontsize=8)
+            ax.grid(True, which="both", alpha=0.3)
+        for ci in range(len(combos), per_metric * cols):  # the empty places of a last, partial row
+            axes[mi * per_metric + ci // cols][ci % cols].set_visible(False)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="upper right", title="corrector", title_fontsize=8)
     fig.suptitle(f"Against {knob} (bars: the 95% t interval over seeds)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.88, 0.96))
     return fig
 
 

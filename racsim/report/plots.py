@@ -38,6 +38,8 @@ def _save(fig, path: Path) -> None:
 # One matplotlib marker per corrector, in the order of config.CORRECTORS (the one list of
 # their names): a corrector added there without a marker here fails at import.
 MARKERS = dict(zip(CORRECTORS, ("o", "s", "v", "*", "P", "X", "D", "^"), strict=True))
+# and one colour each (matplotlib's tab10, in the same order): a corrector looks the same in every panel
+COLORS = dict(zip(CORRECTORS, (f"C{i}" for i in range(len(CORRECTORS))), strict=True))
 
 
 def pareto(res, path: Path) -> bool:
