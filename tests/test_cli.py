@@ -68,7 +68,7 @@ def table_rows(stdout: str) -> list:
     i = next(i for i, ln in enumerate(lines) if ln.split() and ln.split()[0] == "corrector")
     rows = []
     for ln in lines[i + 1:]:
-        if ln.startswith("racsim:") or not ln.strip():
+        if ln.startswith(("racsim:", "(")) or not ln.strip():  # "(": the note on what the screen leaves out
             break
         rows.append(ln.split()[0])
     return [lines[i]] + rows
@@ -109,6 +109,18 @@ def test_racsim_default_scenario_with_plots(tmp_path):
     assert f"racsim: results in {out}" in p.stdout
     check_run_folder(out, list(CORRECTORS), plots=True)
     assert not (tmp_path / "outputs").exists()
+
+
+def test_the_table_fits_a_terminal_and_the_files_keep_every_column(tmp_path):
+    out = tmp_path / "run"
+    p = ok(racsim(tmp_path, *SMALL, *NOPLOTS, *run_dir_args(out)))
+    rows = table_rows(p.stdout)
+    table = p.stdout.splitlines()[p.stdout.splitlines().index(rows[0]):][: len(rows)]
+    assert max(map(len, table)) <= 120, table
+    note = next(ln for ln in p.stdout.splitlines() if ln.startswith("(to fit 120 columns, left out here: "))
+    left_out = note.split("left out here: ")[1].split(";")[0].split(", ")
+    summary = (out / "summary.md").read_text()
+    assert left_out and all(h not in rows[0] and h in summary for h in left_out)
 
 
 def test_python_m_racsim_scenario_default(tmp_path):
@@ -269,3 +281,17 @@ def test_matplotlibs_first_run_notice_is_dropped_and_nothing_else(caplog):
         log.warning("Matplotlib is building the font cache; this may take a moment.")
         log.warning("findfont: Font family 'Nope' not found.")
     assert [r.getMessage() for r in caplog.records] == ["findfont: Font family 'Nope' not found."]
+
+
+def test_a_grid_cell_reads_as_a_law_not_a_dict_and_long_tables_are_cut():
+    from racsim.report.tables import cell_text, format_table
+
+    law = {"kind": "cauchy", "mean": None, "median": 18.0, "scale": 4.0, "discrete": True, "cauchy_bounds": "clip",
+           "low": 1.0}
+    assert cell_text(repr(law)) == cell_text(law) == "cauchy(median=18, scale=4, discrete, cauchy_bounds=clip, low=1)"
+    assert cell_text(20.0) == "20" and cell_text("{not a dict") == "{not a dict"
+    rows = pd.DataFrame({"cell": range(90), "pipeline.delay_distribution": [repr(law)] * 90, "scenario": "x",
+                         "corrector": "rac", "bias_exact": 0.5})
+    text = format_table(rows, max_rows=60)
+    assert len(text.splitlines()) == 1 + 60 + 1 and "the first 60 of 90 rows" in text.splitlines()[-1]
+    assert "{" not in text and len(format_table(rows).splitlines()) == 91  # summary.md: every row

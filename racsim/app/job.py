@@ -19,6 +19,8 @@ from racsim.report.writers import write_run
 from racsim.sweep.callback import check_writable, publish_run
 from racsim.sweep.markers import DONE, cell_overrides, cell_values, override_key, write_marker
 
+TERMINAL_WIDTH, TERMINAL_ROWS = 120, 60  # what a run prints fits these; its files hold everything
+
 # what racsim.app.cli and racsim.app.api take from here
 __all__ = ["CapacityResult", "DONE", "capacity_text", "check_writable", "cell_overrides", "cell_values", "compose_config", "compute",
            "config_yaml", "failure", "inputs_of", "memory_error", "override_key",
@@ -41,7 +43,8 @@ def run_text(cfg, res) -> str:
     warnings = ([warmup_warning(res.results), stationarity_warning(res.channels)] if res.bias is not None
                 else [share_note(res.results)])
     paired = [format_paired(res.extra["lm_paired"])] if "lm_paired" in res.extra else []  # the power study's answer
-    return "\n".join([head, format_table(res.results)] + paired + [f"racsim: {w}" for w in warnings if w])
+    table = format_table(res.results, width=TERMINAL_WIDTH, max_rows=TERMINAL_ROWS)
+    return "\n".join([head, table] + paired + [f"racsim: {w}" for w in warnings if w])
 
 
 def capacity_text(cfg, res) -> str:

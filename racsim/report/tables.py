@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from typing import Any, List, Optional
+
 import pandas as pd
 
 from racsim.io import fmt
@@ -59,8 +62,44 @@ def stationarity_warning(channels: pd.DataFrame) -> str:
             "if its offered load is near or above 1 (racsim scenario=capacity/... finds it)")
 
 
-def format_table(results: pd.DataFrame) -> str:
-    """The results as a fixed-width text table (also used in summary.md)."""
+# The terminal shows what fits its width: these columns go first, in this order, when the table is wider
+# (summary.md and results.csv keep every one).
+LEAST_ESSENTIAL = ("95% rep.", "MC s.e.", "run bias", "VIF", "bias (thm)", "bias (MC)", "mean ratio (late)",
+                   "eta (same steps)", "slow grad missing", "proxy final +-", "proxy final", "slow missing (IS)",
+                   "policy", "95% CI (MC)", "true final +-", "true final")
+
+
+def cell_text(value: Any) -> str:
+    """A study grid's cell value as a person reads it: a latency law's dict (as the grid holds it, or
+    its text) as ``kind(key=value, ..., flag)``, anything else as :func:`fmt` writes it."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return value
+    if not isinstance(value, dict):
+        return fmt(value)
+    parts = [k if v is True else f"{k}={cell_text(v)}" for k, v in value.items()
+             if k != "kind" and v is not None and v is not False]
+    return f"{value.get('kind', '')}({', '.join(parts)})"
+
+
+def fitted(table: pd.DataFrame, width: int) -> tuple:
+    """(the table less its least essential columns (:data:`LEAST_ESSENTIAL`) until its text is at
+    most ``width`` wide, the names of those left out)."""
+    dropped: List[str] = []
+    for name in LEAST_ESSENTIAL:
+        if len(table.to_string(index=False).splitlines()[0]) <= width:
+            break
+        if name in table:
+            table = table.drop(columns=[name])
+            dropped.append(name)
+    return table, dropped
+
+
+def format_table(results: pd.DataFrame, width: Optional[int] = None, max_rows: Optional[int] = None) -> str:
+    """The results as a fixed-width text table: every column (summary.md), or for a terminal at most
+    ``width`` wide (less essential columns left out, and named) and ``max_rows`` rows."""
     df = results.copy()
     if "corrector" not in df:  # an analysis (probe, TV bound): every column
         return df.drop(columns=["scenario"], errors="ignore").map(fmt).to_string(index=False)
@@ -69,12 +108,20 @@ def format_table(results: pd.DataFrame) -> str:
     if "reduction_rep_lo" in df:  # static mode: the replication interval of the MC ratio
         df["reduction_rep"] = [f"[{fmt(a)}, {fmt(b)}]" for a, b in zip(df.reduction_rep_lo, df.reduction_rep_hi)]
     cols = [(c, h) for c, h in TABLE if c in df and not (c == "mode" and df[c].nunique() == 1)]
-    values = {h: df[c].map(fmt) for c, h in grid_columns(df)}
+    values = {h: df[c].map(cell_text) for c, h in grid_columns(df)}
     out = pd.DataFrame({**values, **{h: df[c].map(fmt) for c, h in cols}})
     for c, h in cols:
         if f"{c}_ci" in df:
             out.insert(list(out.columns).index(h) + 1, f"{h} +-", df[f"{c}_ci"].map(fmt))
-    return out.to_string(index=False)
+    notes = []
+    if max_rows is not None and len(out) > max_rows:
+        notes.append(f"(the first {max_rows} of {len(out)} rows: results.csv and summary.md hold them all)")
+        out = out.head(max_rows)
+    if width is not None:
+        out, dropped = fitted(out, width)
+        if dropped:
+            notes.append(f"(to fit {width} columns, left out here: {', '.join(dropped)}; in results.csv and summary.md)")
+    return "\n".join([out.to_string(index=False), *notes])
 
 
 def grid_columns(results: pd.DataFrame) -> list:
