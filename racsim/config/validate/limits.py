@@ -100,10 +100,11 @@ def check_limits(cfg: Any) -> None:
         _memory(cfg, est, knob, mem_gb)
     if est["seconds"] <= lim.hours * 3600:
         return
-    _hours(cfg, est, lim.hours)
+    _too_long(cfg, est, lim.hours)
 
 
 def _budgets(lim: Any) -> None:
+    """The limits.* values themselves."""
     if lim.memory_gb is not None:
         positive("limits.memory_gb", lim.memory_gb, allow_inf=True)
     positive("limits.hours", lim.hours, allow_inf=True)
@@ -133,8 +134,8 @@ def _memory(cfg: Any, est: dict, knob: str, mem_gb: float) -> None:
          f"{needs} and this process can have about {have / 1e9:.3g} GB more ({what})")
 
 
-def _hours(cfg: Any, est: dict, hours: float) -> None:
-    """A run past limits.hours: blamed on its failures when they make it long, else on its largest size."""
+def _too_long(cfg: Any, est: dict, hours: float) -> None:
+    """Refuse a run past limits.hours, naming its failures when they make it long, else its largest size."""
     took = f"the run would take about {est['seconds'] / 3600:.3g} h"
     budget = f"and limits.hours is {hours:g} (raise it to run anyway)"
     events = sum(est["faults"].values())
