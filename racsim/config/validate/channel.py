@@ -7,16 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from racsim.config.schema import CHANNEL_KINDS
-from racsim.config.validate.common import (
-    MAX_GAIN,
-    finite,
-    int_at_least,
-    need,
-    need_file,
-    need_one_of,
-    nonneg,
-    positive,
-)
+from racsim.config.validate.common import MAX_GAIN, finite, int_at_least, need, need_file, need_one_of, nonneg, positive
 from racsim.config.validate.latency import validate_latency
 from racsim.config.validate.rm import validate_rm
 

@@ -8,15 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from racsim.config.schema import BATCH_ORDERS, BATCH_POLICIES, SERVICE_MODELS
-from racsim.config.validate.common import (
-    fraction,
-    int_at_least,
-    need,
-    need_file,
-    need_one_of,
-    nonneg,
-    positive,
-)
+from racsim.config.validate.common import fraction, int_at_least, need, need_file, need_one_of, nonneg, positive
 from racsim.config.validate.latency import validate_latency
 
 
