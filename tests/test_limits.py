@@ -17,6 +17,7 @@ import tracemalloc
 import pytest
 
 from racsim.config import validate as V
+from racsim.config.validate import limits as L  # the budgets' own module: process_memory and its readers
 from racsim.config.defaults import compose_config
 from racsim.errors import ConfigError
 from racsim.analyses.dispatch import run
@@ -85,7 +86,7 @@ def test_a_grid_counts_its_largest_value():
 
 def test_the_process_limit_is_read_and_enforced(monkeypatch):
     soft = 3 * 2**30
-    monkeypatch.setattr(V.resource, "getrlimit", lambda which: (soft, resource.RLIM_INFINITY))
+    monkeypatch.setattr(L.resource, "getrlimit", lambda which: (soft, resource.RLIM_INFINITY))
     have, what = V.process_memory()
     assert "RLIMIT_AS" in what or have < soft  # another limit may be tighter still
     assert have <= soft
@@ -104,9 +105,9 @@ def test_a_cgroup_limit_is_read(tmp_path, monkeypatch, v2):
     limit, use = ("memory.max", "memory.current") if v2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
     (d / limit).write_text("3000000000\n")
     (d / use).write_text("1000000000\n")
-    assert V._cgroup_headroom(str(proc), str(tmp_path / "fs")) == 2e9
+    assert L._cgroup_headroom(str(proc), str(tmp_path / "fs")) == 2e9
     (d / limit).write_text("max\n" if v2 else f"{2**63 - 4096}\n")
-    assert V._cgroup_headroom(str(proc), str(tmp_path / "fs")) is None
+    assert L._cgroup_headroom(str(proc), str(tmp_path / "fs")) is None
 
 
 def test_a_memory_error_that_escapes_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
@@ -189,7 +190,7 @@ def test_the_fault_hangs_are_refused_up_front(overrides, key, word, monkeypatch)
     """Issue 21's hangs (past 120 s in faults.cover under workers._grow): refused in one line."""
     from racsim.analyses.grid import expand
 
-    monkeypatch.setattr(V, "process_memory", lambda: (float("inf"), ""))
+    monkeypatch.setattr(L, "process_memory", lambda: (float("inf"), ""))
     with pytest.raises(ConfigError) as ex:
         expand(compose_config("scenario=capacity/judge_rm_faults", *overrides))
     assert ex.value.key == key and word in str(ex.value), str(ex.value)

@@ -1,0 +1,68 @@
+"""The capacity search (:class:`~racsim.config.schema.CapacityConf`): the channel it sizes, the
+counts it tries, the targets a count must meet and how long each count runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from racsim.config.schema import CAPACITY_SEARCHES, CORRECTORS
+from racsim.config.validate.channel import channel_kind, pooled
+from racsim.config.validate.common import finite, int_at_least, need, need_one_of, nonneg, positive
+
+RUN_LENGTHS = ("auto", "fixed")
+
+
+def validate_capacity(cfg: Any) -> None:
+    """The capacity search's channel, counts and targets."""
+    c = cfg.capacity
+    ch = _sized_channel(c, cfg.pipeline.channels)
+    counts = list(c.counts)
+    need(len(counts) >= 1 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts),
+         "capacity.counts", counts, "a non-empty list of integers >= 1 (GPUs or workers)")
+    if channel_kind(ch) == "gpu_rm":
+        bad = [n for n in counts if n % ch.rm.tp]
+        need(not bad, "capacity.counts", bad, f"multiples of the channel's tp ({ch.rm.tp})")
+    _targets(c, cfg.corrector)
+    _run_length(c, cfg.pipeline.steps)
+
+
+def _sized_channel(c: Any, chans: Any) -> Any:
+    """capacity.channel, or the one channel that can be sized when it is null: a gpu_rm channel or a
+    queue channel with workers."""
+    if c.channel is None:
+        able = [n for n, ch in chans.items() if channel_kind(ch) == "gpu_rm" or ch.workers is not None]
+        need(len(able) == 1, "capacity.channel", c.channel,
+             "the name of the channel to size (one of " + ", ".join(chans) + ")")
+        name = able[0]
+    else:
+        need_one_of("capacity.channel", c.channel, chans)
+        name = c.channel
+    ch = chans[name]
+    need(pooled(ch), "capacity.channel", name,
+         "a gpu_rm channel, or a queue channel with workers (not a kernel or unlimited channel)")
+    return ch
+
+
+def _targets(c: Any, corrector: Any) -> None:
+    """The corrector a count is judged with and the figures it must meet."""
+    need_one_of("capacity.search", c.search, CAPACITY_SEARCHES)
+    need_one_of("capacity.corrector", c.corrector, CORRECTORS)
+    need(c.corrector in list(corrector.names), "capacity.corrector", c.corrector,
+         "one of corrector.names (" + ", ".join(corrector.names) + ")")
+    for f in ("max_bias", "max_bias_vs_naive", "max_step_s"):
+        if getattr(c, f) is not None:
+            positive(f"capacity.{f}", getattr(c, f))
+    if c.price_per_unit_hour is not None:
+        nonneg("capacity.price_per_unit_hour", c.price_per_unit_hour)
+    need(finite(c.max_load) and 0 < c.max_load <= 1, "capacity.max_load", c.max_load,
+         "a number in (0, 1]: the offered load from which a count is overloaded (default 0.95)")
+    need(finite(c.confidence) and 0 < c.confidence < 1, "capacity.confidence", c.confidence,
+         "a number in (0, 1): the level of each figure's interval (default 0.95)")
+    int_at_least("capacity.resamples", c.resamples, 20)
+
+
+def _run_length(c: Any, steps: int) -> None:
+    need_one_of("capacity.run_length", c.run_length, RUN_LENGTHS)
+    int_at_least("capacity.max_steps", c.max_steps, 1)
+    need(c.run_length == "fixed" or c.max_steps >= steps, "capacity.max_steps", c.max_steps,
+         f"at least pipeline.steps ({steps}): the auto run length starts there and doubles up to it")

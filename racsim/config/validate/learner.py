@@ -1,0 +1,103 @@
+"""The learner (:class:`~racsim.config.schema.LearnerConf`): the tabular MDP and its training
+lanes (:class:`TrainConf`), the seeds, how the channels' rewards are made, and the language
+model's GRPO (:class:`LMConf`). racsim.config.validate.top interleaves these groups with the
+study's, in the order the first error of a config has always been named."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from racsim.config.names import missing_extra
+from racsim.config.schema import LEARNERS, LM_BACKBONES, LM_POLICIES, OPTIMIZERS, REWARD_SPLITS, TOPOLOGIES
+from racsim.config.validate.common import INT64, MAX_GAIN, finite, int_at_least, need, need_one_of, nonneg, positive
+from racsim.errors import ConfigError
+
+
+def validate_tabular(lr: Any) -> None:
+    """The learner's kind, the tabular MDP, its trials and its training lanes."""
+    need_one_of("learner.kind", lr.kind, LEARNERS)
+    int_at_least("learner.n_states", lr.n_states, 1)
+    int_at_least("learner.n_actions", lr.n_actions, 2)
+    need(finite(lr.gamma) and 0 <= lr.gamma < 1, "learner.gamma", lr.gamma, "a number in [0, 1)")
+    int_at_least("learner.horizon", lr.horizon, 1)
+    nonneg("learner.theta_scale", lr.theta_scale)
+    need(finite(lr.slow_bump), "learner.slow_bump", lr.slow_bump, "a finite number")
+    nonneg("learner.fast_noise_std", lr.fast_noise_std)
+    int_at_least("learner.trials", lr.trials, 2)
+    int_at_least("learner.bootstrap", lr.bootstrap, 0)
+    int_at_least("learner.train.lanes", lr.train.lanes, 1)
+    need(finite(lr.train.lr) and 0 < lr.train.lr <= MAX_GAIN, "learner.train.lr", lr.train.lr,
+         f"a positive number <= {MAX_GAIN:g} (a step size: past it theta overflows)")
+
+
+def validate_seeds(seed: Any, lr: Any) -> None:
+    """The run's ``seed`` and the learner's own: each an integer >= 0."""
+    int_at_least("seed", seed, 0)
+    int_at_least("learner.mdp_seed", lr.mdp_seed, 0)
+    int_at_least("learner.theta_seed", lr.theta_seed, 0)
+
+
+def validate_channel_rewards(lr: Any) -> None:
+    """How the slow channels' rewards relate: their topology, noise and split."""
+    need_one_of("learner.topology", lr.topology, TOPOLOGIES)
+    nonneg("learner.channel_noise_std", lr.channel_noise_std)
+    need_one_of("learner.reward_split", lr.reward_split, REWARD_SPLITS)
+
+
+def validate_lm(lm: Any) -> None:
+    """``learner.lm``: GRPO's sizes, the task, the model and the optimizer (checked whatever
+    ``learner.kind`` is, so that a bad value is refused, not carried unused)."""
+    key = "learner.lm"
+    need_one_of(f"{key}.policy", lm.policy, LM_POLICIES)
+    int_at_least(f"{key}.seeds", lm.seeds, 2)
+    int_at_least(f"{key}.group_size", lm.group_size, 2)
+    for name, low in (("n_prompts", 1), ("prompt_len", 1), ("response_len", 1), ("vocab", 2), ("layers", 1),
+                      ("d_model", 1), ("heads", 1), ("n_responses", 0), ("checkpoints", 0), ("sync_batch", 1),
+                      ("task_seed", 0), ("init_seed", 0)):
+        int_at_least(f"{key}.{name}", getattr(lm, name), low)
+    need(finite(lm.proxy_correlation) and -1 <= lm.proxy_correlation <= 1, f"{key}.proxy_correlation",
+         lm.proxy_correlation, "a correlation in [-1, 1]")
+    need_one_of(f"{key}.backbone", lm.backbone, LM_BACKBONES)
+    need(lm.d_model % lm.heads == 0, f"{key}.heads", lm.heads, f"a divisor of learner.lm.d_model={lm.d_model}")
+    need_one_of(f"{key}.optimizer", lm.optimizer, OPTIMIZERS)
+    positive(f"{key}.lr", lm.lr)
+    nonneg(f"{key}.kl_coef", lm.kl_coef)
+    dev = str(lm.device)
+    need(dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit()), f"{key}.device",
+         lm.device, "auto (CUDA when present), cpu, cuda or cuda:N")
+    if lm.threads is not None:
+        int_at_least(f"{key}.threads", lm.threads, 1)
+    _seed_count(lm, key)
+    if lm.policy == "bandit":
+        _bandit_space(lm, key)
+
+
+def _seed_count(lm: Any, key: str) -> None:
+    """The seeds a comparison runs: fixed, or set by a pilot's variance up to max_seeds."""
+    need(lm.pilot_seeds == 0 or (isinstance(lm.pilot_seeds, int) and lm.pilot_seeds >= 3), f"{key}.pilot_seeds",
+         lm.pilot_seeds, "0 (the seed count is learner.lm.seeds) or an integer >= 3 (a pilot's variance sets it)")
+    int_at_least(f"{key}.max_seeds", lm.max_seeds, max(lm.pilot_seeds, 2))
+    positive(f"{key}.effect_size", lm.effect_size)
+
+
+def _bandit_space(lm: Any, key: str) -> None:
+    """The bandit stand-in numbers its vocab**response_len responses in int64, and samples n_responses of them."""
+    longest = next(n for n in range(64) if lm.vocab ** (n + 1) >= INT64)
+    need(lm.response_len <= longest, f"{key}.response_len", lm.response_len,
+         f"at most {longest} with the bandit policy and vocab={lm.vocab} (its vocab**response_len responses "
+         f"are numbered in int64)")
+    space = lm.vocab ** lm.response_len
+    need(lm.n_responses <= space and (lm.n_responses > 0 or space <= 1_000_000), f"{key}.n_responses",
+         lm.n_responses, f"at most vocab**response_len={space} (0: all of them, when that is <= 1e6)")
+
+
+def validate_lm_packages(lr: Any) -> None:
+    """An LM learner with the transformers policy: torch and transformers installed, or the
+    extra to install named."""
+    if lr.kind == "lm" and lr.lm.policy == "transformer":
+        absent = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+        if absent:
+            raise ConfigError("learner.lm.policy", lr.lm.policy,
+                              f"needs {' and '.join(absent)}, not installed: {missing_extra(absent[0])} "
+                              f"(or learner.lm.policy=bandit for the NumPy stand-in)")
