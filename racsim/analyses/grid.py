@@ -28,7 +28,7 @@ def expand(spec: RacsimConf) -> List[Tuple[Values, RacsimConf]]:
     """The cells of ``spec.study.grid`` (one cell, with no values, when it is empty),
     each resolved (:func:`resolve`) and validated, as new :class:`RacsimConf` trees
     (``spec`` is left as it is). Depends on racsim.config.validate (limits, rules) and
-    the schema's field types (a grid value's type). A composed DictConfig is converted
+    the schema's field types (a grid value's type). A composed Hydra config is converted
     first, at the config boundary (racsim.config.spec.scenario)."""
     if not isinstance(spec, RacsimConf):
         raise TypeError(f"expand takes a RacsimConf (racsim.config.spec.scenario), not {type(spec).__name__}")

@@ -156,9 +156,9 @@ class Composer:
         return self._values[k]
 
     def cell_object(self, overrides: Sequence[str], swept: Iterable[str]) -> Any:
-        """The job's task config as plain dataclasses, what ``OmegaConf.to_object`` gives of
-        its composed config less the ``hydra`` node: a copy of its base's, the swept values
-        set (a cell of the in-process grid is built the same way)."""
+        """The job's spec: what racsim.config.spec.scenario gives of its composed config less
+        the ``hydra`` node, as a copy of its base's with the swept values set (a cell of the
+        in-process grid is built the same way)."""
         rest, fast = self.split(overrides, swept)
         obj = copy.deepcopy(self.base_object(rest))
         for o in fast:
