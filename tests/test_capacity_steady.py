@@ -222,7 +222,7 @@ def test_judge_offered_load_by_hand():
     batches (32 sequences or 32768 padded tokens), by a plain loop over freshly drawn lengths, per
     second of the mean step, over 4 GPUs: within 1% of racsim's (1.11, as the issue measured)."""
     cfg = scenario(compose_config("scenario=capacity/judge_rm_h100"))
-    rm = cfg.pipeline.channels.judge.rm
+    rm = cfg.pipeline.channels["judge"].rm
     model = build_service(rm)
     rng = np.random.default_rng(123)
 
@@ -263,7 +263,7 @@ def test_load_counts_the_servers_that_are_up():
     """With failures the load is the work over the capacity up: x 1 / availability, which is near
     mtbf / (mtbf + mttr) for random outages."""
     cfg = scenario(compose_config("scenario=capacity/judge_rm_faults"))
-    f = cfg.pipeline.channels.judge.faults
+    f = cfg.pipeline.channels["judge"].faults
     loads = channel_loads(cfg, "judge", "pipeline.channels.judge.rm.gpus", [5, 8])
     for n, v in loads.items():
         assert v["load"] == pytest.approx(v["work_per_s"] / (n * v["availability"]), rel=1e-12)

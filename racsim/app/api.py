@@ -17,6 +17,7 @@ scipy, Hydra) loads when ``run`` is called, and torch only for ``learner=lm``.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,8 +95,9 @@ def _write(folder: Path, cfg: Any, spec: Any, res: Any, given: List[str], runtim
 
     digests: dict = {}
     found: list = []  # non-finite values where a number must be: raised once the files are written
-    written = J.publish_run(folder, cfg, lambda stage: J.write_run(stage, spec, res, lambda: J.config_yaml(cfg),
-                                                                   digests=digests, found=found))
+    yaml_text = functools.partial(J.config_yaml, cfg)  # config.yaml: the composed config's, when written
+    written = J.publish_run(folder, cfg, lambda stage: J.write_run(stage, spec, res, yaml_text, digests=digests,
+                                                                   found=found))
     if found:  # as the command line: the files kept, no done.json
         raise J.failure(found, lambda: J.config_yaml(cfg), f"everything computed is written to {folder} "
                                                       f"(summary.md names the rows; no done.json)")

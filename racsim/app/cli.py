@@ -14,6 +14,7 @@ left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import warnings
@@ -80,7 +81,7 @@ def _task(cfg) -> None:
                         progress.close()
             digests: dict = {}
             about, changes = ([], []) if lean_job(cfg) else J.inputs_of(spec, hc)  # a lean job writes no summary.md
-            yaml_text = lambda: J.config_yaml(cfg)  # noqa: E731  config.yaml, dumped from the composed config
+            yaml_text = functools.partial(J.config_yaml, cfg)  # config.yaml: the composed config's, when written
             written = publish_run(out_dir, cfg, lambda stage: J.write_run(stage, spec, res, yaml_text,
                                                                         lean=lean_job(cfg), digests=digests,
                                                                         found=found, about=about))
