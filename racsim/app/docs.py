@@ -23,7 +23,7 @@ import pandas as pd
 
 from racsim.io import fmt, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
 RESULTS_IN = re.compile(r"^racsim: results in (\S+)$", re.M)
 # Wall-clock figures in a block: the only part of a fresh block that may differ run to run.
