@@ -17,6 +17,7 @@ import pytest
 
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
+from racsim.config.spec import scenario
 from racsim.errors import ConfigError
 from racsim.learner.bias import corrector_slack
 from racsim.learner.correctors import (
@@ -214,7 +215,7 @@ def test_misuse_is_refused():
 ])
 def test_bad_knobs_name_the_key(override, key):
     with pytest.raises(ConfigError) as e:
-        expand(compose_config(override))
+        expand(scenario(compose_config(override)))
     assert e.value.key == key
 
 

@@ -394,6 +394,7 @@ def test_capacity_whatif_compares_with_every_fixed_pool_evaluated():
 
     from racsim.analyses.capacity import feasible, run_capacity
     from racsim.config.schema import register_configs
+    from racsim.config.spec import scenario
     from racsim.report.capacity import autoscale_verdict, capacity_summary_markdown
 
     small = ["learner.trials=2", "learner.bootstrap=0", "pipeline.steps=10", "pipeline.warmup_steps=2",
@@ -401,7 +402,7 @@ def test_capacity_whatif_compares_with_every_fixed_pool_evaluated():
              "pipeline.channels.judge.autoscale.startup_s=20", "pipeline.channels.judge.autoscale.queue_above=256"]
     register_configs()
     with initialize_config_module(version_base="1.3", config_module="racsim.conf"):
-        cfg = compose("config", overrides=["scenario=capacity/judge_rm_autoscale"] + small)
+        cfg = scenario(compose("config", overrides=["scenario=capacity/judge_rm_autoscale"] + small))
     res = run_capacity(cfg)
     assert sorted(res.curve["count"].unique()) == [2, 3, 8]  # the counts, and the rule's min and max
     w = res.autoscale.set_index(["pool", "corrector"])

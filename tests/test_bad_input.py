@@ -15,6 +15,7 @@ import pytest
 from racsim.app import cli
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
+from racsim.config.spec import scenario
 from racsim.config.validate import cauchy_window_mass, check_limits, run_estimate
 from racsim.errors import ConfigError
 
@@ -154,7 +155,7 @@ def test_a_grid_of_a_million_cells_is_refused_before_it_is_built():
             ("seed", "learner.mdp_seed", "learner.theta_seed", "corrector.tau_age", "corrector.rho_bar",
              "learner.slow_bump")]
     with pytest.raises(ConfigError) as ex:
-        expand(compose_config("+study.grid={" + ",".join(axes) + "}"))
+        expand(scenario(compose_config("+study.grid={" + ",".join(axes) + "}")))
     assert ex.value.key == "study.grid" and "1000000 cells" in str(ex.value)
 
 

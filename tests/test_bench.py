@@ -27,6 +27,7 @@ def test_capacity_knobs_compose_and_count_what_the_capacity_run_simulates():
     from racsim.analyses.capacity import requests_per_schedule
     from racsim.tools.bench import CAPACITY_KNOBS, bench_capacity
     from racsim.config.defaults import compose_config
+    from racsim.config.spec import scenario
     from racsim.config.validate import validate
     from racsim.learner.correctors import BLOCKING
 
@@ -36,7 +37,7 @@ def test_capacity_knobs_compose_and_count_what_the_capacity_run_simulates():
     t0 = time.perf_counter()
     f = bench_capacity([*overrides, "pipeline.steps=6"], trials=2)
     took = time.perf_counter() - t0
-    cfg = compose_config(*overrides, "pipeline.steps=6", "learner.trials=2")
+    cfg = scenario(compose_config(*overrides, "pipeline.steps=6", "learner.trials=2"))
     blocking = any(n in BLOCKING for n in cfg.corrector.names)
     assert f["requests"] == requests_per_schedule(cfg) * (2 if blocking else 1) == 2 * 6 * cfg.pipeline.batch_size * (
         1 + blocking)

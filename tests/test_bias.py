@@ -27,6 +27,7 @@ from oracles import oracle_returns, oracle_score, oracle_weight
 
 import racsim.analyses.dispatch as R
 from racsim.config.defaults import default_config
+from racsim.config.spec import scenario
 from racsim.config.schema import (
     ChannelConf,
     LatencyConf,
@@ -67,8 +68,10 @@ def make_cfg(channels, *, names=ALL, seed=0, steps=20, batch=2, trials=200, hori
 
 
 def structured(cfg: RacsimConf):
-    """The dataclass config as a typed DictConfig, the form a Hydra-composed config has."""
-    return OmegaConf.structured(cfg)
+    """The dataclass config as the model gets a Hydra-composed one: typed by the schema (a
+    DictConfig, the form a composed config has), then through the config boundary
+    (racsim.config.spec.scenario)."""
+    return scenario(OmegaConf.structured(cfg))
 
 
 # --------------------------------------------------------------------------

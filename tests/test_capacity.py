@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from racsim.analyses.capacity import feasible, run_capacity
 from racsim.config.schema import register_configs
+from racsim.config.spec import scenario as spec_of
 from racsim.config.validate import validate
 from racsim.errors import ConfigError
 from racsim.pipeline.engines import simulate
@@ -40,6 +41,11 @@ def hydra_ctx():
 
 def make(*overrides):
     return compose("config", overrides=list(overrides))
+
+
+def spec(*overrides):
+    """The composed config at the config boundary (racsim.config.spec.scenario), as the command computes it."""
+    return spec_of(make(*overrides))
 
 
 def test_capacity_scenarios_exist():
@@ -69,7 +75,7 @@ def test_scenario_facts(hydra_ctx):
 
 @pytest.fixture(scope="module")
 def judge_grid(hydra_ctx):
-    return run_capacity(make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[1,2,3,4,6,8,16]",
+    return run_capacity(spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[1,2,3,4,6,8,16]",
                              "capacity.max_bias_vs_naive=0.2"))
 
 
@@ -118,7 +124,7 @@ def test_targets_are_met_by_the_intervals_upper_end():
 
 
 def test_bisection_finds_the_same_count_with_fewer_runs(hydra_ctx, judge_grid):
-    res = run_capacity(make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[1,2,3,4,6,8,16]",
+    res = run_capacity(spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[1,2,3,4,6,8,16]",
                             "capacity.max_bias_vs_naive=0.2", "capacity.search=bisect"))
     assert res.recommended == judge_grid.recommended
     assert res.curve["count"].nunique() < 7
@@ -130,7 +136,7 @@ def test_bisection_finds_the_same_count_with_fewer_runs(hydra_ctx, judge_grid):
 
 
 def test_queue_channel_capacity(hydra_ctx):
-    res = run_capacity(make("scenario=capacity/code_verifier", *SMALL, "capacity.counts=[8,128]",
+    res = run_capacity(spec("scenario=capacity/code_verifier", *SMALL, "capacity.counts=[8,128]",
                             "capacity.max_steps=96"))
     assert res.unit == "workers" and res.key == "pipeline.channels.verifier.workers"
     rac = res.curve[res.curve.corrector == "rac"].sort_values("count")
@@ -162,7 +168,7 @@ def test_capacity_config_errors(hydra_ctx, over, key):
 
 
 def test_speed_benchmark_figures(hydra_ctx):
-    res = run_capacity(make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[2,6,8]",
+    res = run_capacity(spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[2,6,8]",
                             "capacity.benchmark=true", "capacity.run_length=fixed", "pipeline.steps=30"))
     assert res.curve[res.curve["count"] == 2].status.str.startswith("overloaded").all()  # not simulated
     s = res.speed
@@ -170,7 +176,7 @@ def test_speed_benchmark_figures(hydra_ctx):
     assert s["lanes_requests_per_s"] > 0 and s["raw_simpy_requests_per_s"] > 0
     assert s["speedup_vs_raw_simpy"] == pytest.approx(s["lanes_requests_per_s"] / s["raw_simpy_requests_per_s"])
     assert s["lanes_s"] == res.timings["pipeline_s"]  # the run's own simulation, timed as it ran, not a re-run
-    simpy = run_capacity(make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[8]",
+    simpy = run_capacity(spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[8]",
                               "capacity.benchmark=true", "pipeline.engine=simpy"))
     assert simpy.speed == {}  # no "lanes" figure from a SimPy run
 
@@ -180,7 +186,7 @@ def test_speed_benchmark_figures(hydra_ctx):
 
 
 def test_trace_json_has_steps_batches_and_waits(hydra_ctx, tmp_path):
-    cfg = make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "pipeline.channels.judge.rm.gpus=2",
+    cfg = spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "pipeline.channels.judge.rm.gpus=2",
                "+channel@pipeline.channels.verifier=code_verifier")
     s = simulate(cfg.pipeline, 3, np.random.default_rng(0))
     files = write_timeline(tmp_path, s)
@@ -208,7 +214,7 @@ def test_trace_json_has_steps_batches_and_waits(hydra_ctx, tmp_path):
 
 
 def test_blocking_trace_shows_the_wait(hydra_ctx):
-    cfg = make("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "pipeline.channels.judge.rm.gpus=1")
+    cfg = spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "pipeline.channels.judge.rm.gpus=1")
     s = simulate(cfg.pipeline, 2, np.random.default_rng(0), blocking=True)
     waits = [e for e in trace_events(s) if e["name"] == "wait for slow"]
     assert len(waits) == 12 and all(e["dur"] > 0 for e in waits)

@@ -12,6 +12,7 @@ import pytest
 from racsim.analyses.bias_study import simulate_schedules
 from racsim.analyses.capacity import channel_loads, run_capacity
 from racsim.config.defaults import compose_config
+from racsim.config.spec import scenario
 from racsim.learner.bias import bootstrap_counts
 from racsim.pipeline import steady
 from racsim.pipeline.draws import draw, work_seconds
@@ -31,14 +32,14 @@ def erlang_c_wait(c: int, lam: float, mu: float) -> float:
 def mmc(c: int, lam: float, steps: int, *more: str, batch: int = 2800):
     """An M/M/c queue as a racsim pipeline: exponential service of mean 1 s on ``c`` workers,
     Poisson arrivals at ``lam`` per second (``batch`` per deterministic step of batch / lam seconds)."""
-    return compose_config(
+    return scenario(compose_config(
         "scenario=capacity/code_verifier", "latency@pipeline.channels.verifier.latency=exponential",
         "pipeline.channels.verifier.latency.mean=1.0", "pipeline.channels.verifier.latency.low=0.0",
         "pipeline.channels.verifier.latency.high=null", "pipeline.arrivals.mode=poisson",
         "pipeline.generate.kind=deterministic", f"pipeline.generate.mean={batch / lam!r}",
         "pipeline.fast_score.mean=0.0", "pipeline.submit.mean=0.0", "pipeline.update.mean=0.0",
         f"pipeline.batch_size={batch}", "pipeline.channels.verifier.max_delay=100000",
-        f"pipeline.channels.verifier.workers={c}", f"pipeline.steps={steps}", *more)
+        f"pipeline.channels.verifier.workers={c}", f"pipeline.steps={steps}", *more))
 
 
 # ----------------------------------------------------------------------------
@@ -220,8 +221,8 @@ def test_judge_offered_load_by_hand():
     """The judge's offered load at 4 H100s: GPU-seconds of each step's 1024 sequences in FIFO full
     batches (32 sequences or 32768 padded tokens), by a plain loop over freshly drawn lengths, per
     second of the mean step, over 4 GPUs: within 1% of racsim's (1.11, as the issue measured)."""
-    cfg = compose_config("scenario=capacity/judge_rm_h100")
-    rm = cfg.pipeline.channels.judge.rm
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_h100"))
+    rm = cfg.pipeline.channels["judge"].rm
     model = build_service(rm)
     rng = np.random.default_rng(123)
 
@@ -242,7 +243,7 @@ def test_judge_offered_load_by_hand():
             batch = [x]
         work.append(total)
     p = cfg.pipeline
-    step = sum(p[phase].mean for phase in ("generate", "fast_score", "submit", "update"))
+    step = sum(getattr(p, phase).mean for phase in ("generate", "fast_score", "submit", "update"))
     want = np.mean(work) / step / 4
     got = channel_loads(cfg, "judge", "pipeline.channels.judge.rm.gpus", [4])[4]["load"]
     assert got == pytest.approx(want, rel=0.01)
@@ -250,7 +251,7 @@ def test_judge_offered_load_by_hand():
 
 
 def test_queue_work_is_the_routed_service_times():
-    cfg = compose_config("scenario=capacity/code_verifier", "pipeline.channels.verifier.route_prob=0.5")
+    cfg = scenario(compose_config("scenario=capacity/code_verifier", "pipeline.channels.verifier.route_prob=0.5"))
     d = draw(cfg.pipeline, 3, rng_for(0, "pipeline"))
     w = work_seconds(d, "verifier")
     s, sent = d.service["verifier"], d.routed["verifier"]
@@ -261,8 +262,8 @@ def test_queue_work_is_the_routed_service_times():
 def test_load_counts_the_servers_that_are_up():
     """With failures the load is the work over the capacity up: x 1 / availability, which is near
     mtbf / (mtbf + mttr) for random outages."""
-    cfg = compose_config("scenario=capacity/judge_rm_faults")
-    f = cfg.pipeline.channels.judge.faults
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_faults"))
+    f = cfg.pipeline.channels["judge"].faults
     loads = channel_loads(cfg, "judge", "pipeline.channels.judge.rm.gpus", [5, 8])
     for n, v in loads.items():
         assert v["load"] == pytest.approx(v["work_per_s"] / (n * v["availability"]), rel=1e-12)

@@ -8,6 +8,7 @@ import pytest
 from helpers import assert_same_schedule
 
 from racsim.config.defaults import compose_config
+from racsim.config.spec import scenario
 from racsim.config.validate import validate
 from racsim.errors import ConfigError
 from racsim.pipeline.draws import draw
@@ -23,15 +24,15 @@ BURSTS = [f"{J}.degraded_factor=4", f"{J}.p_degrade=0.3", f"{J}.p_recover=0.3"]
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])
 def test_autoscaled_bursty_judge_engines_agree_and_bursts_slow_it(batching):
-    cfg = compose_config("scenario=capacity/judge_rm_autoscale", *SMALL, *BURSTS, f"{J}.rm.batching={batching}")
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_autoscale", *SMALL, *BURSTS, f"{J}.rm.batching={batching}"))
     validate(cfg)
     draws = draw(cfg.pipeline, 3, np.random.default_rng(0))
     assert (draws.slowdown["judge"] == 4.0).any()
     for blocking, timeout in ((False, None), (True, None), (True, 5.0)):
         a, b = run_lanes(draws, blocking, timeout), run_simpy(draws, blocking, timeout)
         assert_same_schedule(a, b, f"{batching} blocking {blocking} timeout {timeout}")
-    calm = draw(compose_config("scenario=capacity/judge_rm_autoscale", *SMALL, f"{J}.rm.batching={batching}").pipeline,
-                3, np.random.default_rng(0))
+    calm = draw(scenario(compose_config("scenario=capacity/judge_rm_autoscale", *SMALL, f"{J}.rm.batching={batching}"))
+                .pipeline, 3, np.random.default_rng(0))
     log, calm_log = run_lanes(draws, False).gpu_batches["judge"], run_lanes(calm, False).gpu_batches["judge"]
     assert (log["end"] - log["start"]).sum() > (calm_log["end"] - calm_log["start"]).sum()
 
@@ -53,8 +54,8 @@ def test_combinations_not_modelled_are_refused(overrides, key):
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])
 def test_failing_bursty_judge_engines_agree(batching):
-    cfg = compose_config("scenario=capacity/judge_rm_faults", *SMALL[:4], *BURSTS, f"{J}.rm.batching={batching}",
-                         f"{J}.rm.gpus=2", f"{J}.faults.mtbf_s=40", f"{J}.faults.mttr_s=5")
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_faults", *SMALL[:4], *BURSTS, f"{J}.rm.batching={batching}",
+                                  f"{J}.rm.gpus=2", f"{J}.faults.mtbf_s=40", f"{J}.faults.mttr_s=5"))
     validate(cfg)
     draws = draw(cfg.pipeline, 3, np.random.default_rng(0))
     assert "judge" in draws.faults and (draws.slowdown["judge"] == 4.0).any()

@@ -13,6 +13,7 @@ from helpers import assert_same_schedule, det, gpu, rm_model
 from test_faults import LinearService, event_loop_oracle, oracle
 
 from racsim.config.defaults import compose_config
+from racsim.config.spec import scenario
 from racsim.config.schema import ChannelConf, FaultsConf, LatencyConf, PipelineConf, RMConf
 from racsim.config.validate import validate
 from racsim.errors import ConfigError
@@ -229,19 +230,19 @@ def test_random_schedules_match_the_loop_oracle(seed):
 def test_the_schedule_knob_validates_and_draws(tmp_path):
     p = write(tmp_path, "server,down_s,up_s\n0,10,40\n2,5,6\n")
     J = "pipeline.channels.judge.faults"
-    cfg = compose_config("scenario=capacity/judge_rm_faults", f"{J}.mtbf_s=null", f"{J}.mttr_s=null",
-                         f"{J}.schedule={p}", "pipeline.channels.judge.rm.gpus=3")
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_faults", f"{J}.mtbf_s=null", f"{J}.mttr_s=null",
+                                  f"{J}.schedule={p}", "pipeline.channels.judge.rm.gpus=3"))
     validate(cfg)
     d = draw(cfg.pipeline, 2, np.random.default_rng(0))
     tl = d.faults["judge"]
     assert tl.spec.retries == 3 and tl.outage(1, 0, 0.0) == (10.0, 40.0) and tl.next_up(0, 2, 5.5) == 6.0
     # the schedule draws no random number: the draws are those of the run without failures
-    off = draw(compose_config("scenario=capacity/judge_rm_faults", f"{J}.mtbf_s=null", f"{J}.mttr_s=null",
-                              "pipeline.channels.judge.rm.gpus=3").pipeline, 2, np.random.default_rng(0))
+    off = draw(scenario(compose_config("scenario=capacity/judge_rm_faults", f"{J}.mtbf_s=null", f"{J}.mttr_s=null",
+                                       "pipeline.channels.judge.rm.gpus=3")).pipeline, 2, np.random.default_rng(0))
     assert np.array_equal(d.phase, off.phase) and np.array_equal(d.service["judge"], off.service["judge"])
     with pytest.raises(ConfigError, match=r"faults\.schedule = .*server 2 is not a server index 0\.\.1"):
-        draw(compose_config("scenario=capacity/judge_rm_faults", f"{J}.mtbf_s=null", f"{J}.mttr_s=null",
-                            f"{J}.schedule={p}", "pipeline.channels.judge.rm.gpus=2").pipeline, 1,
+        draw(scenario(compose_config("scenario=capacity/judge_rm_faults", f"{J}.mtbf_s=null", f"{J}.mttr_s=null",
+                                     f"{J}.schedule={p}", "pipeline.channels.judge.rm.gpus=2")).pipeline, 1,
              np.random.default_rng(0))
 
 
@@ -296,7 +297,7 @@ def test_queue_workers_on_a_schedule_match_the_event_loop_oracle(seed):
 def test_the_shipped_example_fits_every_count_of_its_scenario():
     from racsim.analyses.capacity import count_key, with_count
 
-    cfg = compose_config("scenario=capacity/judge_rm_preempt", "pipeline.steps=2", "pipeline.warmup_steps=0")
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_preempt", "pipeline.steps=2", "pipeline.warmup_steps=0"))
     validate(cfg)
     key = count_key(cfg, "judge")
     for n in cfg.capacity.counts:

@@ -11,6 +11,7 @@ import pytest
 from helpers import assert_same_schedule, det, gpu, rm_model
 
 from racsim.config.defaults import compose_config
+from racsim.config.spec import scenario
 from racsim.config.schema import ChannelConf, FaultsConf, LatencyConf, PipelineConf, RMConf
 from racsim.config.validate import validate
 from racsim.errors import ConfigError
@@ -253,7 +254,7 @@ def test_faults_need_a_gpu_rm_channel_or_queue_workers(override, why):
 def test_capacity_search_runs_every_count_with_the_faults_on():
     from racsim.analyses.capacity import count_key, with_count
 
-    cfg = compose_config("scenario=capacity/judge_rm_faults", "pipeline.steps=2", "pipeline.warmup_steps=0")
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_faults", "pipeline.steps=2", "pipeline.warmup_steps=0"))
     key = count_key(cfg, "judge")
     for n in (2, 6):
         d = draw(with_count(cfg, key, n).pipeline, 1, np.random.default_rng(0))
@@ -560,8 +561,8 @@ def test_bad_queue_fault_configs_give_one_line_naming_the_key(override, key):
 def test_capacity_search_sizes_the_failing_workers():
     from racsim.analyses.capacity import count_key, with_count
 
-    cfg = compose_config("scenario=capacity/code_verifier", f"{V}.faults.mtbf_s=600", f"{V}.faults.mttr_s=60",
-                         "pipeline.steps=2", "pipeline.warmup_steps=0")
+    cfg = scenario(compose_config("scenario=capacity/code_verifier", f"{V}.faults.mtbf_s=600", f"{V}.faults.mttr_s=60",
+                                  "pipeline.steps=2", "pipeline.warmup_steps=0"))
     key = count_key(cfg, "verifier")
     for n in (8, 48):
         d = draw(with_count(cfg, key, n).pipeline, 1, np.random.default_rng(0))

@@ -360,16 +360,18 @@ def test_a_single_runs_published_files_are_noted_and_a_finished_run_keeps_them(t
 
 def test_a_kernel_channel_has_no_workers_and_no_utilisation(tmp_path):
     from racsim.analyses.dispatch import run
+    from racsim.config.spec import scenario
 
     lat = ["learner.trials=4", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=20"]
     zero, late = "[0,0,0]", "[" + ",".join(["0"] * 23 + ["1"]) + "]"
     for kernel in (zero, late, "[0.5,0.5]"):
-        cfg = compose_config(*lat, f"pipeline.channels.judge.kernel={kernel}", "pipeline.channels.judge.workers=4")
+        cfg = scenario(compose_config(*lat, f"pipeline.channels.judge.kernel={kernel}",
+                                      "pipeline.channels.judge.workers=4"))
         ch = run(cfg).channels.set_index("channel")
         assert math.isnan(ch.loc["judge", "utilisation"]) and math.isnan(ch.loc["judge", "workers"]), ch
         assert 0 < ch.loc["verifier", "utilisation"] <= 1 and ch.loc["verifier", "workers"] == 8
         assert non_finite(ch.reset_index(), "channels") == []
-    chans = compose_config("pipeline.channels.judge.kernel=[1.0]").pipeline.channels
+    chans = scenario(compose_config("pipeline.channels.judge.kernel=[1.0]")).pipeline.channels
     assert queue_workers(chans) == {"verifier": 8, "judge": None}
 
 

@@ -33,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 from helpers import main_in_process, unwritable_value
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
+from racsim.config.spec import scenario
 from racsim.errors import ConfigError
 
 
@@ -57,7 +58,7 @@ def refused_cleanly(override: str) -> bool:
     """True when racsim refuses the override as a user mistake, False when it accepts it;
     any other exception propagates (the test then fails with it)."""
     try:
-        expand(compose_config(override))
+        expand(scenario(compose_config(override)))
     except (ConfigError, OmegaConfBaseException, HydraException):
         return True
     return False

@@ -19,6 +19,7 @@ from test_fuzz import SMALL, check_failure, run_in_process
 
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
+from racsim.config.spec import scenario as spec_of
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = ["paper/heavy_tail", "adaptive_tau"]  # shipped scenarios with a grid
@@ -45,7 +46,7 @@ def _run(cwd: Path, name: str, *args: str) -> pd.DataFrame:
 def test_removed_grid_is_the_scenario_without_it(scenario, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    assert len(expand(compose_config(f"scenario={scenario}", "study.fast=true"))) > 1
+    assert len(expand(spec_of(compose_config(f"scenario={scenario}", "study.fast=true")))) > 1
     plain = _without_grid(scenario, tmp_path)
     search = f"hydra.searchpath=[pkg://racsim.scenarios,file://{tmp_path}]"
     want = _run(tmp_path, "plain", f"scenario={plain}", search)

@@ -19,6 +19,7 @@ import pytest
 from racsim.config import validate as V
 from racsim.config.validate import limits as L  # the budgets' own module: process_memory and its readers
 from racsim.config.defaults import compose_config
+from racsim.config.spec import scenario
 from racsim.errors import ConfigError
 from racsim.analyses.dispatch import run
 
@@ -44,7 +45,7 @@ MEASURED = {
 @pytest.mark.parametrize("case", sorted(MEASURED))
 def test_the_estimate_is_within_a_factor_of_the_measured_peak(case):
     overrides, knob = MEASURED[case]
-    cfg = compose_config(*SMALL, *overrides)
+    cfg = scenario(compose_config(*SMALL, *overrides))
     est = V.run_estimate(cfg)
     assert V.biggest_knob(est) == knob
     assert est["terms"][knob] > 0.5 * (est["memory"] - V.BASELINE_BYTES)  # the case measures this key's arrays
@@ -158,7 +159,7 @@ def test_the_fault_events_estimate_is_within_a_factor_of_the_outages_generated()
     from racsim.pipeline.engines import simulate
     from racsim.seeds import rng_for
 
-    cfg = expand(compose_config(*FAULTY))[0][1]
+    cfg = expand(scenario(compose_config(*FAULTY)))[0][1]
     est = V.fault_events(cfg, V.run_sizes(cfg))[f"{J}.faults.mtbf_s"]
     d = draw(cfg.pipeline, cfg.learner.trials, rng_for(cfg.seed, "pipeline"))
     simulate(cfg.pipeline, cfg.learner.trials, None, draws=d)
@@ -192,7 +193,7 @@ def test_the_fault_hangs_are_refused_up_front(overrides, key, word, monkeypatch)
 
     monkeypatch.setattr(L, "process_memory", lambda: (float("inf"), ""))
     with pytest.raises(ConfigError) as ex:
-        expand(compose_config("scenario=capacity/judge_rm_faults", *overrides))
+        expand(scenario(compose_config("scenario=capacity/judge_rm_faults", *overrides)))
     assert ex.value.key == key and word in str(ex.value), str(ex.value)
 
 
@@ -221,7 +222,7 @@ def test_the_issue_extremes_are_refused_naming_the_key(overrides, key):
     from racsim.analyses.grid import expand
 
     with pytest.raises(ConfigError) as ex:
-        expand(compose_config(*overrides))
+        expand(scenario(compose_config(*overrides)))
     assert ex.value.key == key
 
 
@@ -232,7 +233,8 @@ def test_an_empirical_column_it_cannot_carry_is_refused(tmp_path, values, key):
 
     csv = tmp_path / "lat.csv"
     csv.write_text("x\n" + values)
-    cfg = expand(compose_config(f"{LAT}.kind=empirical", f"{LAT}.path={csv}", f"{LAT}.column=x", f"{LAT}.mean=20"))
+    cfg = expand(scenario(compose_config(f"{LAT}.kind=empirical", f"{LAT}.path={csv}", f"{LAT}.column=x",
+                                         f"{LAT}.mean=20")))
     with pytest.raises(ConfigError) as ex:
         build_latency(cfg[0][1].pipeline.channels["judge"].latency, LAT)
     assert ex.value.key == key
@@ -248,7 +250,7 @@ def test_the_predicted_kernel_carries_a_zero_step_and_an_unbounded_latency():
 
     from racsim.pipeline import kernels
 
-    cfg = expand(compose_config())[0][1]
+    cfg = expand(scenario(compose_config()))[0][1]
     for ch in cfg.pipeline.channels.values():
         ch.max_delay = None
     build = kernels.build_latency
@@ -260,13 +262,13 @@ def test_the_predicted_kernel_carries_a_zero_step_and_an_unbounded_latency():
 
     kernels.build_latency = unbounded
     try:
-        assert predicted_kernel(cfg, False).shape[1] == MAX_KERNEL_STEPS + 1
+        assert predicted_kernel(cfg.pipeline, cfg.corrector.wait_timeout_s, False).shape[1] == MAX_KERNEL_STEPS + 1
     finally:
         kernels.build_latency = build
     for ph in ("generate", "fast_score", "submit", "update"):
         c = getattr(cfg.pipeline, ph)
         c.kind, c.mean = "deterministic", 0.0
-    assert np.isnan(predicted_kernel(cfg, False)).all()
+    assert np.isnan(predicted_kernel(cfg.pipeline, cfg.corrector.wait_timeout_s, False)).all()
 
 
 EXTREME_FLOATS = (1e308, 5e-324, 2.2250738585072014e-308)  # the largest, the smallest subnormal, the smallest normal
@@ -288,7 +290,7 @@ def test_every_float_key_takes_extreme_floats_without_a_crash():
                 cfg = base.copy()
                 OmegaConf.update(cfg, key, x)
                 try:
-                    expand(cfg)
+                    expand(scenario(cfg))
                 except ConfigError:
                     pass
                 seen += 1

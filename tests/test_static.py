@@ -243,9 +243,10 @@ def test_clipped_cauchy_is_the_papers_draw():
 
 def _run(*overrides):
     from racsim.config.defaults import compose_config
+    from racsim.config.spec import scenario
     from racsim.analyses.dispatch import run
 
-    return run(compose_config(*overrides))
+    return run(scenario(compose_config(*overrides)))
 
 
 def test_study_modes_rows_and_errors():

@@ -85,7 +85,7 @@ def test_predicted_kernel_matches_a_queue_free_pipeline(max_delay):
     lat = LatencyConf(kind="lognormal", mean=12.0, sigma=0.7)
     cfg = make_cfg({"q": ChannelConf(latency=lat, max_delay=max_delay)}, names=["naive", "rac"], seed=2, steps=40,
                    batch=4, trials=200, horizon=2, warmup=10)
-    lam = predicted_kernel(cfg)[0]
+    lam = predicted_kernel(cfg.pipeline, cfg.corrector.wait_timeout_s)[0]
     assert lam[0] == 0.0 and (lam >= 0).all() and lam.sum() <= 1 + 1e-12
     if max_delay is not None:
         assert len(lam) == max_delay + 1 and lam.sum() < 0.99
@@ -98,10 +98,10 @@ def test_predicted_kernel_matches_a_queue_free_pipeline(max_delay):
     lam = lam[:m]
     assert np.all(np.abs(hist - lam) <= 5 * np.sqrt(lam * (1 - lam) / n) + 1e-12), (hist, lam)
     # blocking without a timeout: every result at Delta = 0; with one, those back in time
-    assert predicted_kernel(cfg, blocking=True).tolist() == [[1.0]]
+    assert predicted_kernel(cfg.pipeline, cfg.corrector.wait_timeout_s, blocking=True).tolist() == [[1.0]]
     cfg.corrector.wait_timeout_s = 10.0
     cfg.corrector.names = ["naive", "wait_for_slow"]
-    p_in_time = predicted_kernel(cfg, blocking=True)[0, 0]
+    p_in_time = predicted_kernel(cfg.pipeline, cfg.corrector.wait_timeout_s, blocking=True)[0, 0]
     assert p_in_time == pytest.approx(float(np.mean(lat_cdf_samples(lat) <= 10.0)), abs=0.01)
     waited = R.run(cfg).schedules["blocking"]
     n = waited.status.size
@@ -117,9 +117,9 @@ def test_no_law_no_prediction():
     the theorem's columns are NaN rather than a number that looks like one."""
     cfg = make_cfg({"q": ChannelConf(latency=LatencyConf(kind="exponential", mean=5.0))}, names=["naive", "rac"],
                    steps=6, batch=2, trials=20, horizon=2, warmup=1)
-    assert not np.isnan(predicted_kernel(cfg)).any()
+    assert not np.isnan(predicted_kernel(cfg.pipeline, cfg.corrector.wait_timeout_s)).any()
     cfg.pipeline.channels["g"] = ChannelConf(kind="gpu_rm")
-    lam = predicted_kernel(cfg)
+    lam = predicted_kernel(cfg.pipeline, cfg.corrector.wait_timeout_s)
     assert not np.isnan(lam[0]).any() and np.isnan(lam[1]).all()
 
 

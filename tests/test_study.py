@@ -5,6 +5,7 @@ import pytest
 
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
+from racsim.config.spec import scenario
 from racsim.errors import ConfigError
 from racsim.pipeline.kernels import distribution_kernel
 from racsim.analyses.dispatch import run
@@ -14,7 +15,7 @@ def cfg(*overrides, grid=None):
     c = compose_config("~scenario", *overrides)  # conf/'s defaults, no scenario
     if grid is not None:  # keys with commas are not expressible in Hydra's override grammar
         c.study.grid = grid
-    return c
+    return scenario(c)  # the config boundary: what the racsim command computes from
 
 
 GRID = ["pipeline.delay_steps=[2,3]", "pipeline.batch_size=1", "pipeline.steps=10", "learner.trials=30",

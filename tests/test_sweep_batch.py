@@ -27,6 +27,7 @@ import racsim.analyses.bias_study as B
 import racsim.learner.bias as LB
 from racsim.config.defaults import compose_config
 from racsim.config.dump import config_yaml
+from racsim.config.spec import scenario
 from racsim.sweep.markers import is_complete
 from racsim.analyses.dispatch import run, run_many
 from tests.helpers import assert_same_schedule
@@ -47,16 +48,16 @@ def table_bytes(res) -> dict:
 
 
 def random_configs(rng, n):
-    """Configs that share the learner in every mixture: the same or other rewards
-    (slow_bump), fast noise, seeds, correctors, ages."""
+    """Specs (racsim.config.spec.scenario) that share the learner in every mixture: the same or
+    other rewards (slow_bump), fast noise, seeds, correctors, ages."""
     cfgs, combos = [], set()
     for _ in range(n):
         seed, bump, noise = int(rng.integers(2)), [0.5, 1.0][rng.integers(2)], [0.0, 0.3][rng.integers(2)]
         names = ["[naive,rac]", "[naive,retrace_a,wait_for_slow]", "[rac_no_age,sync_oracle]"][rng.integers(3)]
         tau = ["20", "100", "inf"][rng.integers(3)]
-        cfgs.append(compose_config(*TINY, f"seed={seed}", f"learner.slow_bump={bump}",
-                                   f"learner.fast_noise_std={noise}", f"corrector.names={names}",
-                                   f"corrector.tau_age={tau}"))
+        cfgs.append(scenario(compose_config(*TINY, f"seed={seed}", f"learner.slow_bump={bump}",
+                                            f"learner.fast_noise_std={noise}", f"corrector.names={names}",
+                                            f"corrector.tau_age={tau}")))
         combos.add((seed, bump, noise))
     return cfgs, len(combos)
 
@@ -67,8 +68,8 @@ def test_run_many_gives_each_config_the_bytes_of_run(seed, monkeypatch):
     # learner_key) would then draw other trajectories or round otherwise than alone
     monkeypatch.setattr(LB, "CHUNK_TRAJECTORIES", 200)
     cfgs, n_groups = random_configs(np.random.default_rng(seed), 7)
-    cfgs.append(compose_config(*TINY, "study.kind=probe"))  # not a bias study: left to run
-    cfgs.append(compose_config(*TINY, "+study.grid={seed: [0, 1]}"))  # a grid of its own: left to run
+    cfgs.append(scenario(compose_config(*TINY, "study.kind=probe")))  # not a bias study: left to run
+    cfgs.append(scenario(compose_config(*TINY, "+study.grid={seed: [0, 1]}")))  # a grid of its own: left to run
     groups = []
     real = B._run_group
     monkeypatch.setattr(B, "_run_group", lambda members, *a, **k: groups.append(len(members)) or real(members, *a, **k))

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from racsim.analyses.grid import expand
 from racsim.config.schema import register_configs
-from racsim.config.validate import check_schema
+from racsim.config.spec import scenario
 from racsim.sweep.callback import register_resolvers
 from racsim.sweep import sweeper as S
 
@@ -81,8 +81,7 @@ def oracle(loader, master, cells):
     for i, cell in enumerate(cells):
         try:
             task = S.task_config(loader.load_sweep_config(master, list(cell)))
-            check_schema(task)
-            expand(task)
+            expand(scenario(task))  # the config boundary (the schema check, the dataclasses), then the cells
         except Exception:
             bad.append(i)
     return bad

@@ -21,6 +21,7 @@ from oracles import oracle_adaptive_tau, oracle_returns, oracle_score, oracle_we
 import racsim.analyses.dispatch as R
 from racsim.analyses import bias_study as BS
 from racsim.config.defaults import default_config
+from racsim.config.spec import scenario
 from racsim.config.schema import (
     ChannelConf,
     LatencyConf,
@@ -299,7 +300,7 @@ def test_training_wallclock_and_recording_through_run():
     base.learner.horizon, base.learner.trials, base.learner.bootstrap = 8, 4, 0
     base.learner.train = TrainConf(enabled=True, lanes=lanes, lr=1.0)
     base.output = OutputConf(plots=False, progress=False)
-    cfg = OmegaConf.structured(base)
+    cfg = scenario(OmegaConf.structured(base))  # typed as a composed config, then the config boundary
     res = R.run(cfg)
     names = BS.corrector_names(cfg)
     scheds = BS.simulate_schedules(cfg, lanes, "train_pipeline", names)

@@ -147,9 +147,9 @@ class RacsimLauncher(Launcher):
         if picked:
             threads = pin_blas_threads()  # as each job alone would (racsim.sweep.Job.computing)
             try:
-                for (idx, _), res in zip(picked, run_many([obj for _, obj in picked])):
+                for (idx, spec), res in zip(picked, run_many([obj for _, obj in picked])):
                     if res is not None:
-                        PREPARED[idx] = res
+                        PREPARED[idx] = (spec, res)  # run_many leaves the spec as it was
             except Exception as ex:
                 log.warning(f"jobs {picked[0][0]}..{picked[-1][0]} run one by one: computing them together "
                             f"failed ({type(ex).__name__}: {ex})")

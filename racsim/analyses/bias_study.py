@@ -103,10 +103,12 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep
     bias_cells = []
     for _, _, ccfg in members:
         names = corrector_names(ccfg)
+        predicted = {v: predicted_kernel(ccfg.pipeline, ccfg.corrector.wait_timeout_s, v == "blocking")
+                     for v in ("async", "blocking")}
         bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names, known), names,
-                               corrector_params(ccfg), nominal_kernel(ccfg), ccfg.corrector.row_normalize,
+                               corrector_params(ccfg), nominal_kernel(ccfg.pipeline), ccfg.corrector.row_normalize,
                                mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std,
-                               predicted={v: predicted_kernel(ccfg, v == "blocking") for v in ("async", "blocking")},
+                               predicted=predicted,
                                warmup=warmup_steps(ccfg.pipeline),
                                route=np.array([ch.route_prob for ch in ccfg.pipeline.channels.values()])))
     pipeline_s = time.perf_counter() - t0

@@ -28,12 +28,12 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf, open_dict
 
 from racsim.pipeline import steady
 from racsim.analyses.bias_study import Known, corrector_names, run_bias_study
 from racsim.analyses.grid import expand
-from racsim.config.schema import warmup_steps
+from racsim.config.schema import RacsimConf, warmup_steps
+from racsim.config.spec import replace_at
 from racsim.config.validate import faults_on, validate
 from racsim.learner.bias import bootstrap_counts
 from racsim.learner.correctors import BLOCKING
@@ -67,23 +67,23 @@ class CapacityResult:
     max_load: float = 0.95  # capacity.max_load: overloaded from this offered load on
 
 
-def channel_of(cfg: Any) -> str:
+def channel_of(cfg: RacsimConf) -> str:
     """The channel to size: ``capacity.channel``, or the only sizable one."""
     if cfg.capacity.channel is not None:
         return str(cfg.capacity.channel)
     chans = cfg.pipeline.channels
-    return next(n for n, ch in chans.items() if getattr(ch, "kind", "queue") == "gpu_rm" or ch.workers is not None)
+    return next(n for n, ch in chans.items() if ch.kind == "gpu_rm" or ch.workers is not None)
 
 
-def _is_gpu(cfg: Any, name: str) -> bool:
-    return getattr(cfg.pipeline.channels[name], "kind", "queue") == "gpu_rm"
+def _is_gpu(cfg: RacsimConf, name: str) -> bool:
+    return cfg.pipeline.channels[name].kind == "gpu_rm"
 
 
-def count_key(cfg: Any, name: str) -> str:
+def count_key(cfg: RacsimConf, name: str) -> str:
     return f"pipeline.channels.{name}.rm.gpus" if _is_gpu(cfg, name) else f"pipeline.channels.{name}.workers"
 
 
-def unit_price(cfg: Any, name: str) -> float:
+def unit_price(cfg: RacsimConf, name: str) -> float:
     """USD per unit-hour: the GPU's price, or ``capacity.price_per_unit_hour`` (0 when unset)."""
     if _is_gpu(cfg, name):
         return float(cfg.pipeline.channels[name].rm.gpu.price_per_hour)
@@ -91,27 +91,22 @@ def unit_price(cfg: Any, name: str) -> float:
     return 0.0 if p is None else float(p)
 
 
-def with_count(cfg: Any, key: str, n: int) -> Any:
-    c = cfg.copy()
-    with open_dict(c):
-        c.capacity.enabled = False
-    OmegaConf.update(c, key, int(n), merge=False)
-    return c
+def with_count(cfg: RacsimConf, key: str, n: int) -> RacsimConf:
+    """A new spec: ``key`` (:func:`count_key`) set to ``n``, capacity planning off (one ordinary run)."""
+    return replace_at(replace_at(cfg, "capacity.enabled", False), key, int(n))
 
 
-def units_per_server(cfg: Any, name: str) -> int:
+def units_per_server(cfg: RacsimConf, name: str) -> int:
     """GPUs per replica (tp) of a gpu_rm channel, 1 worker per server of a queue channel."""
     return int(cfg.pipeline.channels[name].rm.tp) if _is_gpu(cfg, name) else 1
 
 
-def fixed_pool(cfg: Any, name: str) -> Any:
-    """The config with ``name``'s autoscale rule removed (a fixed pool of its count)."""
-    c = cfg.copy()
-    OmegaConf.update(c, f"pipeline.channels.{name}.autoscale", None, merge=False)
-    return c
+def fixed_pool(cfg: RacsimConf, name: str) -> RacsimConf:
+    """A new spec: ``name``'s autoscale rule removed (a fixed pool of its count)."""
+    return replace_at(cfg, f"pipeline.channels.{name}.autoscale", None)
 
 
-def autoscale_whatif(cfg: Any, name: str, fixed_rows: Dict[int, List[dict]], auto_rows: List[dict], auto,
+def autoscale_whatif(cfg: RacsimConf, name: str, fixed_rows: Dict[int, List[dict]], auto_rows: List[dict], auto,
                      targets: dict) -> pd.DataFrame:
     """Autoscaled pool against every fixed pool the search evaluated (whole servers; the rule's
     min and max are always among them): per pool and corrector, servers (mean billed, autoscaled),
@@ -140,7 +135,7 @@ def _whatif(r: dict, targets: dict) -> dict:
 LOAD_TRIALS = 10  # trials of the scenario's draws the offered load is measured on
 
 
-def channel_loads(cfg: Any, name: str, key: str, counts: List[int]) -> Dict[int, Dict[str, float]]:
+def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Dict[int, Dict[str, float]]:
     """Per count: the channel's offered load, the work it is offered (server-seconds per second of
     the asynchronous optimizer's clock) and the fraction of its servers' time up. The work comes
     from the scenario's draws (:data:`LOAD_TRIALS` trials of them; :func:`~racsim.pipeline.draws.work_seconds`, the same for every
@@ -174,7 +169,7 @@ class Settled:
     requests: int
 
 
-def settle(cfg: Any, name: str) -> Settled:
+def settle(cfg: RacsimConf, name: str) -> Settled:
     """Run one count at a length that shows its steady state.
     ``capacity.run_length=auto``: from ``pipeline.steps``, doubled up to ``capacity.max_steps``
     until the series of requests in the channel at each step's start (mean over trials) is
@@ -185,9 +180,7 @@ def settle(cfg: Any, name: str) -> Settled:
     auto = cap.run_length == "auto"
     steps, spent, requests = int(p.steps), 0.0, 0
     while True:
-        c = cfg.copy()
-        with open_dict(c):
-            c.pipeline.steps = steps
+        c = replace_at(cfg, "pipeline.steps", steps)
         given = None if auto and p.warmup_steps is None else warmup_steps(c.pipeline)
         t0 = time.perf_counter()
         draws = draw(c.pipeline, int(c.learner.trials), rng_for(c.seed, "pipeline"))  # as the bias study draws
@@ -198,15 +191,14 @@ def settle(cfg: Any, name: str) -> Settled:
         if v.stationary or not auto or steps * 2 > cap.max_steps:
             break
         steps *= 2
-    with open_dict(c):
-        c.pipeline.warmup_steps = v.warmup
+    c = replace_at(c, "pipeline.warmup_steps", v.warmup)
     res = run_bias_study(expand(c), known=Known(draws, sched))
     if any(n in BLOCKING for n in corrector_names(c)):  # the study simulated the blocking pipeline
         requests += requests_per_schedule(c)
     return Settled(res, v, steps, spent + float(res.timings.get("pipeline_s", 0.0)), requests)
 
 
-def _rows(cfg: Any, name: str, n: int, run: Settled, load: dict) -> List[dict]:
+def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[dict]:
     """The capacity curve's rows for one count, from its settled run's tables, each figure with
     its interval (``capacity.confidence``; the trials resampled ``capacity.resamples`` times)."""
     cap, res, v, steps = cfg.capacity, run.res, run.verdict, run.steps
@@ -269,7 +261,7 @@ CURVE_COLUMNS = ("steps", "warmup_steps", "bias_exact", "bias_exact_lo", "bias_e
                  "utilisation", "useful", "available", "cost_per_1000_steps")
 
 
-def overloaded_rows(cfg: Any, name: str, n: int, load: dict) -> List[dict]:
+def overloaded_rows(cfg: RacsimConf, name: str, n: int, load: dict) -> List[dict]:
     """The rows of a count whose offered load reaches ``capacity.max_load``: not simulated
     (its queue has no steady state), so every figure but the load and the price is NaN."""
     price = unit_price(cfg, name)
@@ -278,7 +270,7 @@ def overloaded_rows(cfg: Any, name: str, n: int, load: dict) -> List[dict]:
             for c in corrector_names(cfg)]
 
 
-def status(row: dict, cfg: Any) -> str:
+def status(row: dict, cfg: RacsimConf) -> str:
     """'ok', or why the count's figures are not steady-state ones."""
     if row["load"] >= cfg.capacity.max_load:
         return f"overloaded: load {row['load']:.3g} >= capacity.max_load {cfg.capacity.max_load:g}"
@@ -353,13 +345,16 @@ def feasible(row: Any, targets: Dict[str, Any]) -> bool:
     return bool(ok)
 
 
-def run_capacity(cfg: Any, progress=None) -> CapacityResult:
+def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     """Evaluate the counts (all of them, or a bisection) and recommend one. The offered load
-    of every count comes first; an overloaded count is never simulated nor recommended."""
+    of every count comes first; an overloaded count is never simulated nor recommended.
+    ``cfg``: the scenario's spec (racsim.config.spec.scenario), left as it is."""
+    if not isinstance(cfg, RacsimConf):
+        raise TypeError(f"run_capacity takes a RacsimConf (racsim.config.spec.scenario), not {type(cfg).__name__}")
     validate(cfg)
     cap = cfg.capacity
     name = channel_of(cfg)
-    scaled = cfg if getattr(cfg.pipeline.channels[name], "autoscale", None) is not None else None
+    scaled = cfg if cfg.pipeline.channels[name].autoscale is not None else None
     if scaled is not None:  # the curve: fixed pools; the autoscaled pool is compared with them below
         cfg = fixed_pool(cfg, name)
     key = count_key(cfg, name)
@@ -449,10 +444,10 @@ def fewest(curve: pd.DataFrame, corrector: str) -> Optional[int]:
     return int(sub["count"].iloc[i])
 
 
-def requests_per_schedule(cfg: Any) -> int:
+def requests_per_schedule(cfg: RacsimConf) -> int:
     """Requests one schedule simulates: trials x steps x batch x sequences, summed over channels."""
     p = cfg.pipeline
-    per_sample = sum(int(ch.rm.sequences_per_sample) if getattr(ch, "kind", "queue") == "gpu_rm" else 1
+    per_sample = sum(int(ch.rm.sequences_per_sample) if ch.kind == "gpu_rm" else 1
                      for ch in p.channels.values())
     return int(cfg.learner.trials) * int(p.steps) * int(p.batch_size) * per_sample
 
@@ -484,7 +479,7 @@ def raw_simpy_rate(n_requests: int, servers: int, seed: int = 0) -> float:
     return n_requests / (time.perf_counter() - t0)
 
 
-def benchmark(cfg: Any, key: str, middle: int, requests: int, pipeline_s: float) -> Dict[str, float]:
+def benchmark(cfg: RacsimConf, key: str, middle: int, requests: int, pipeline_s: float) -> Dict[str, float]:
     """Simulated requests per second of wall time: the lanes engine as the capacity run
     itself used it (``requests`` in ``pipeline_s``: its draws and every schedule it simulated,
     nothing re-run), racsim's SimPy engine of record on 2 trials of the ``middle`` count, and raw

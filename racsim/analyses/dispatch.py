@@ -7,8 +7,10 @@ one-rollout experiment, its rows marked ``mode``), ``probe``
 (racsim.analyses.probe) or ``tv_bound`` (racsim.analyses.tvbound); ``learner.kind=lm``
 runs the GRPO study instead of the bias one (racsim.analyses.lm_study).
 :func:`compute` is the one entry of both the command line (racsim.app.cli) and
-``racsim.run`` (racsim.app.api): the schema check, then capacity planning
-(``capacity.enabled``, racsim.analyses.capacity) or :func:`run`.
+``racsim.run`` (racsim.app.api): capacity planning (``capacity.enabled``,
+racsim.analyses.capacity) or :func:`run`. Every function here takes the typed spec
+(:class:`~racsim.config.schema.RacsimConf`): the composed config is checked and converted
+at the config boundary (racsim.config.spec.scenario), never here.
 """
 
 from __future__ import annotations
@@ -25,23 +27,21 @@ from racsim.analyses.probe import probe_study
 from racsim.analyses.result import RunResult
 from racsim.analyses.static_study import run_static_study
 from racsim.analyses.tvbound import tv_bound_study
-from racsim.config.validate import check_schema
+from racsim.config.schema import RacsimConf
 
 ANALYSES = {"probe": probe_study, "tv_bound": tv_bound_study}  # study.kind -> analysis; "bias" is the default
 
 
-def compute(cfg: Any, progress: Optional[Any] = None) -> Union[RunResult, CapacityResult]:
-    """The results of a composed config: its keys checked against the schema (those added
-    with ``+key=...``, NaNs), then the capacity search when ``capacity.enabled``, else
-    :func:`run`. Raises ConfigError on a user's mistake."""
-    check_schema(cfg)
+def compute(cfg: RacsimConf, progress: Optional[Any] = None) -> Union[RunResult, CapacityResult]:
+    """The results of a scenario's spec (racsim.config.spec.scenario): the capacity search
+    when ``capacity.enabled``, else :func:`run`. Raises ConfigError on a user's mistake."""
     if cfg.capacity.enabled:
         return run_capacity(cfg)
     return run(cfg, progress)
 
 
-def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
-    """Run the scenario of a composed config. Every cell of its study grid is
+def run(cfg: RacsimConf, progress: Optional[Any] = None) -> RunResult:
+    """Run the scenario of a spec. Every cell of its study grid is
     resolved and validated first (one cell when there is no grid)."""
     cells = expand(cfg)
     kind = cells[0][1].study.kind
@@ -61,7 +61,7 @@ def run(cfg: Any, progress: Optional[Any] = None) -> RunResult:
     return res
 
 
-def run_many(cfgs: Sequence[Any]) -> List[Optional[RunResult]]:
+def run_many(cfgs: Sequence[RacsimConf]) -> List[Optional[RunResult]]:
     """``run(cfg)`` of each config, byte for byte, for those that are one bias-study cell in
     pipeline mode (computed together: racsim.analyses.bias_study.run_bias_each); None for
     the others. Raises what ``run`` would raise for any of them."""

@@ -15,30 +15,24 @@ import itertools
 import typing
 from typing import Any, Dict, List, Tuple
 
-from omegaconf import DictConfig, OmegaConf
-
 from racsim.config.schema import ChannelConf, RacsimConf
-from racsim.config.validate import check_limits, check_schema, validate
+from racsim.config.spec import typed_node
+from racsim.config.validate import check_limits, validate
 from racsim.errors import ConfigError
 from racsim.pipeline.kernels import distribution_kernel
 
 Values = Dict[str, Any]
 
 
-def expand(cfg: Any) -> List[Tuple[Values, RacsimConf]]:
-    """The cells of ``cfg.study.grid`` (one cell, with no values, when it is empty),
-    each resolved (:func:`resolve`) and validated, as plain :class:`RacsimConf`
-    objects (setting values on those is cheap; on a DictConfig it is not). A DictConfig
-    is first checked for keys the schema lacks (:func:`check_schema`: the ``study``
-    node is open, see racsim.config.schema.register_configs)."""
-    if isinstance(cfg, DictConfig):
-        check_schema(cfg)
-    return expand_object(OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else copy.deepcopy(cfg))
-
-
-def expand_object(base: RacsimConf) -> List[Tuple[Values, RacsimConf]]:
-    """:func:`expand` of plain dataclasses, which it takes over (a copy per cell
-    when the grid has several)."""
+def expand(spec: RacsimConf) -> List[Tuple[Values, RacsimConf]]:
+    """The cells of ``spec.study.grid`` (one cell, with no values, when it is empty),
+    each resolved (:func:`resolve`) and validated, as new :class:`RacsimConf` trees
+    (``spec`` is left as it is). Depends on racsim.config.validate (limits, rules) and
+    the schema's field types (a grid value's type). A composed Hydra config is converted
+    first, at the config boundary (racsim.config.spec.scenario)."""
+    if not isinstance(spec, RacsimConf):
+        raise TypeError(f"expand takes a RacsimConf (racsim.config.spec.scenario), not {type(spec).__name__}")
+    base = copy.deepcopy(spec)
     check_limits(base)  # a run too big for the machine is refused before a cell is built
     grid = dict(base.study.grid)
     base.study.grid = {}
@@ -104,7 +98,7 @@ def _set(cfg: Any, path: str, value: Any, typed: Dict[str, Any]) -> None:
         memo = f"{kind.__name__}:{value!r}"
         if memo not in typed:
             try:
-                typed[memo] = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(kind), value))
+                typed[memo] = typed_node(kind, value)
             except Exception as ex:  # an unknown field or a wrong type in the grid value
                 raise ConfigError(f"study.grid.{path}", value, f"fields of {kind.__name__}: {ex}") from None
         value = copy.deepcopy(typed[memo])
@@ -153,7 +147,7 @@ def _one_hot(d: int) -> List[float]:
     return k
 
 
-def learner_key(cfg: DictConfig) -> tuple:
+def learner_key(cfg: RacsimConf) -> tuple:
     """What fixes a cell's trajectories: cells with equal keys share them. The
     rewards (K, shares, channel and fast noise, bump) are not part of it: the
     gradients are linear in them (see bias.run_bias_cells)."""

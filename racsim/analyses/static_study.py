@@ -38,7 +38,7 @@ def draw_delays(kernel: np.ndarray, n: int, rng: np.random.Generator) -> np.ndar
 
 def static_cell(cfg: Any) -> Tuple[pd.DataFrame, pd.DataFrame]:
     """One cell: (results rows, one per corrector; replicate biases, long format)."""
-    kernel = nominal_kernel(cfg)
+    kernel = nominal_kernel(cfg.pipeline)
     if kernel is None:
         raise ConfigError("study.mode", cfg.study.mode,
                           "pipeline, unless every channel has a delay kernel (pipeline.delay_steps, "
@@ -85,7 +85,7 @@ def _kernel_mean(kernel: np.ndarray) -> float:
 def static_key(cfg: Any) -> tuple:
     """What fixes a cell's static rows: the learner, the correctors, the kernels, the seeds.
     Grid cells with equal keys (e.g. pipeline.drain true/false) give one set of rows."""
-    kernel = nominal_kernel(cfg)
+    kernel = nominal_kernel(cfg.pipeline)
     return (repr(cfg.learner), repr(cfg.corrector), None if kernel is None else kernel.tobytes(),
             None if kernel is None else kernel.shape, cfg.seed, cfg.study.replications, cfg.name)
 

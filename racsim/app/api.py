@@ -17,6 +17,7 @@ scipy, Hydra) loads when ``run`` is called, and torch only for ``learner=lm``.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,8 +55,9 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
     given = _arguments(scenario, overrides, out)
     t0 = time.perf_counter()
     cfg = _friendly(given, lambda: J.compose_config(*given), Exception)
-    res = _friendly(given, lambda: J.compute(cfg), (ConfigError, OmegaConfBaseException))
-    files = _write(Path(out), cfg, res, given, time.perf_counter() - t0) if out is not None else []
+    spec = _friendly(given, lambda: J.scenario(cfg), (ConfigError, OmegaConfBaseException))  # the config boundary
+    res = _friendly(given, lambda: J.compute(spec), (ConfigError, OmegaConfBaseException))
+    files = _write(Path(out), cfg, spec, res, given, time.perf_counter() - t0) if out is not None else []
     if isinstance(res, J.CapacityResult):  # its results and channels: the run at the recommended (or largest) count
         return Tables(results=res.best.results, channels=res.best.channels, curve=res.curve,
                       recommended=res.recommended, config=cfg, raw=res, files=files)
@@ -105,13 +107,16 @@ def _prefixes(key: str) -> List[str]:
     return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
 
 
-def _write(folder: Path, cfg: Any, res: Any, given: List[str], runtime_s: float) -> List[Path]:
-    """The run's files into ``folder`` as ``racsim`` writes them (racsim.report.writers.write_run), then done.json."""
+def _write(folder: Path, cfg: Any, spec: Any, res: Any, given: List[str], runtime_s: float) -> List[Path]:
+    """The run's files into ``folder`` as ``racsim`` writes them (racsim.report.writers.write_run), then done.json.
+    ``cfg``: the composed config (config.yaml, the marker); ``spec``: it as racsim.config.spec.scenario gives it."""
     from racsim.app import job as J  # lazy: see run
 
     digests: dict = {}
     found: list = []  # non-finite values where a number must be: raised once the files are written
-    written = J.publish_run(folder, cfg, lambda stage: J.write_run(stage, cfg, res, digests=digests, found=found))
+    yaml_text = functools.partial(J.config_yaml, cfg)  # config.yaml: the composed config's, when written
+    written = J.publish_run(folder, cfg, lambda stage: J.write_run(stage, spec, res, yaml_text, digests=digests,
+                                                                   found=found))
     if found:  # as the command line: the files kept, no done.json
         raise J.failure(found, lambda: J.config_yaml(cfg), f"everything computed is written to {folder} "
                                                       f"(summary.md names the rows; no done.json)")

@@ -14,6 +14,7 @@ left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import warnings
@@ -65,21 +66,26 @@ def _task(cfg) -> None:
             if job.skip:
                 print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
                 return
-            res = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch, its cell checked
-            if res is None:
+            prepared = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch, its cell checked
+            if prepared is not None:
+                spec, res = prepared  # the job's spec, as racsim.config.spec.scenario gives it, and its results
+            else:
                 job.computing()
+                spec = J.scenario(cfg)  # the config boundary: checked against the schema, typed dataclasses
                 progress = _progress_bar(cfg)
                 try:
-                    res = J.compute(cfg, progress=progress.update if progress else None)  # the same as racsim.run's
+                    res = J.compute(spec, progress=progress.update if progress else None)  # the same as racsim.run's
                 except MemoryError:  # past racsim.config.validate.check_limits' estimate: one line naming the knob
                     raise J.memory_error(cfg) from None
                 finally:
                     if progress:
                         progress.close()
             digests: dict = {}
-            about, changes = ([], []) if lean_job(cfg) else J.inputs_of(cfg, hc)  # a lean job writes no summary.md
-            written = publish_run(out_dir, cfg, lambda stage: J.write_run(stage, cfg, res, lean=lean_job(cfg),
-                                                                        digests=digests, found=found, about=about))
+            about, changes = ([], []) if lean_job(cfg) else J.inputs_of(spec, hc)  # a lean job writes no summary.md
+            yaml_text = functools.partial(J.config_yaml, cfg)  # config.yaml: the composed config's, when written
+            written = publish_run(out_dir, cfg, lambda stage: J.write_run(stage, spec, res, yaml_text,
+                                                                        lean=lean_job(cfg), digests=digests,
+                                                                        found=found, about=about))
             keep_created()
             if found:
                 held.clear()
@@ -102,7 +108,7 @@ def _task(cfg) -> None:
         return
     for change in changes:
         print(f"racsim: note: {change}")
-    print(J.capacity_text(cfg, res) if cfg.capacity.enabled else J.run_text(cfg, res))
+    print(J.capacity_text(spec, res) if spec.capacity.enabled else J.run_text(spec, res))
     print(f"racsim: results in {out_dir}")
 
 

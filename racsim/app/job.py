@@ -10,6 +10,7 @@ from racsim.analyses.dispatch import compute
 from racsim.config.defaults import compose_config
 from racsim.config.validate import memory_error
 from racsim.config.dump import config_yaml
+from racsim.config.spec import scenario
 from racsim.report import inputs as report_inputs
 from racsim.report.capacity import format_curve, recommendation_text, speed_line
 from racsim.report.finite import failure
@@ -24,7 +25,7 @@ TERMINAL_WIDTH, TERMINAL_ROWS = 120, 60  # what a run prints fits these; its fil
 # what racsim.app.cli and racsim.app.api take from here
 __all__ = ["CapacityResult", "DONE", "capacity_text", "check_writable", "cell_overrides", "cell_values", "compose_config", "compute",
            "config_yaml", "failure", "inputs_of", "memory_error", "override_key",
-           "publish_run", "run_text", "write_marker", "write_run"]
+           "publish_run", "run_text", "scenario", "write_marker", "write_run"]
 
 
 def run_text(cfg, res) -> str:
@@ -59,7 +60,7 @@ def capacity_text(cfg, res) -> str:
 
 def inputs_of(cfg, hc) -> tuple:
     """(summary.md's lines on what the run was given, the changes racsim made to a user's data):
-    racsim.report.inputs, from the config and Hydra's choices and overrides."""
+    racsim.report.inputs, from the run's spec (racsim.config.spec.scenario) and Hydra's choices and overrides."""
 
     overrides = list(hc.overrides.task)
     changes = report_inputs.data_changes(cfg)

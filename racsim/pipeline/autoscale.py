@@ -62,7 +62,7 @@ def scale_rule(ch: Any) -> ScaleRule:
     a = ch.autoscale
     price = a.cost_per_hour
     if price is None:
-        price = float(ch.rm.gpu.price_per_hour) * int(ch.rm.tp) if getattr(ch, "kind", "queue") == "gpu_rm" else 0.0
+        price = float(ch.rm.gpu.price_per_hour) * int(ch.rm.tp) if ch.kind == "gpu_rm" else 0.0
     return ScaleRule(int(a.min), int(a.max), int(a.queue_above), float(a.for_s), float(a.startup_s),
                      float(a.idle_s), float(price))
 

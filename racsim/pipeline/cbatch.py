@@ -53,7 +53,7 @@ def serving_spec(rm: Any, key: str) -> GpuSpec:
     (packed, no waiting to fill, ``chunked`` as ``rm.chunked_prefill``) when
     ``rm.batching`` is continuous."""
     spec = gpu_spec(rm, key)
-    if getattr(rm, "batching", "static") != "continuous":
+    if rm.batching != "continuous":
         return spec
     model = copy.copy(spec.model)
     model.padded = False  # continuous batches pack their tokens

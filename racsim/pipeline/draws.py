@@ -66,7 +66,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
     service, kernel_channels, gpu = {}, set(), {}
     for name, ch in pcfg.channels.items():
         size = shape + (pcfg.batch_size,)
-        if getattr(ch, "kind", "queue") == "gpu_rm":
+        if ch.kind == "gpu_rm":
             key = f"pipeline.channels.{name}.rm"
             gpu[name] = serving_spec(ch.rm, key)
             service[name] = draw_tokens(ch.rm, rng, size + (gpu[name].seqs,), key)
@@ -76,7 +76,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         else:
             service[name] = build_latency(ch.latency, f"pipeline.channels.{name}.latency").sample(rng, size)
     nominal = float(sum(lat.mean() for lat in phase_lat))
-    fast_rm = getattr(pcfg, "fast_rm", None)
+    fast_rm = pcfg.fast_rm
     if fast_rm is not None:  # the fast scorer's GPUs score the step's sequences: that is the phase
         spec = serving_spec(fast_rm, "pipeline.fast_rm")
         tokens = draw_tokens(fast_rm, rng, shape + (pcfg.batch_size * spec.seqs,), "pipeline.fast_rm")
@@ -84,17 +84,17 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         nominal = float(sum(lat.mean() for i, lat in enumerate(phase_lat) if i != 1) + phase[1].mean())
     # drawn last, so that a run without routing draws what it drew before routing existed
     routed = {n: rng.random(shape + (pcfg.batch_size,)) < ch.route_prob
-              for n, ch in pcfg.channels.items() if getattr(ch, "route_prob", 1.0) < 1}
+              for n, ch in pcfg.channels.items() if ch.route_prob < 1}
     slowdown = {}
     for n, ch in pcfg.channels.items():
-        if getattr(ch, "degraded_factor", 1.0) != 1:
+        if ch.degraded_factor != 1:
             factor = np.where(regime_path(ch.p_degrade, ch.p_recover, rng, shape), ch.degraded_factor, 1.0)
             if n in gpu:  # a degraded judge serves its batches slower; its requests' tokens stay
                 slowdown[n] = factor
             else:
                 service[n] = service[n] * factor[..., None]
-    arrivals, offset = getattr(pcfg, "arrivals", None), None
-    if arrivals is not None and arrivals.mode != "batch":  # drawn last too, and only when on
+    arrivals, offset = pcfg.arrivals, None
+    if arrivals.mode != "batch":  # drawn last too, and only when on
         offset, gen = draw_offsets(arrivals, phase, pcfg.batch_size, rng)
         if arrivals.mode not in ("poisson", "uniform"):  # stream, trace: the generate phase ends with the last rollout
             nominal += float(gen.mean()) - phase_lat[0].mean()
@@ -113,11 +113,11 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         workers={n: ch.workers for n, ch in pcfg.channels.items()},
         max_delay={n: ch.max_delay for n, ch in pcfg.channels.items()},
         gpu=gpu,
-        cancel=frozenset(n for n, ch in pcfg.channels.items() if getattr(ch, "cancel_on_drop", False)),
+        cancel=frozenset(n for n, ch in pcfg.channels.items() if ch.cancel_on_drop),
         routed=routed,
         slowdown=slowdown,
         offset=offset,
-        autoscale={n: scale_rule(ch) for n, ch in pcfg.channels.items() if getattr(ch, "autoscale", None) is not None},
+        autoscale={n: scale_rule(ch) for n, ch in pcfg.channels.items() if ch.autoscale is not None},
         faults=faults,
     )
 
@@ -125,7 +125,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
 def fault_timeline(ch: Any, name: str, n_trials: int, servers: int, seed: int) -> Timeline:
     """The outages of channel ``name``'s ``servers`` (gpu_rm replicas of ``rm.tp`` GPUs, or queue
     workers) in every lane: its ``faults.schedule``'s known ones, or drawn from ``seed``."""
-    tp = int(ch.rm.tp) if getattr(ch, "kind", "queue") == "gpu_rm" else 1
+    tp = int(ch.rm.tp) if ch.kind == "gpu_rm" else 1
     spec = fault_spec(ch.faults, tp)
     if ch.faults.schedule is not None:
         return Timeline(0, n_trials, servers, spec,

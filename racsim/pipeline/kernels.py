@@ -7,23 +7,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import List
+from typing import List, Optional
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from racsim.pipeline.draws import PipelineDraws
 from racsim.pipeline.latency import build_latency
-from racsim.config.schema import PHASES, phase_conf
+from racsim.config.schema import PHASES, LatencyConf, PipelineConf, phase_conf
 from racsim.pipeline.schedule import INJECTED, PENDING, ArrivalSchedule
 
 MAX_KERNEL_STEPS = 10_000
 
 
-def distribution_kernel(conf, key: str) -> List[float]:
+def distribution_kernel(conf: LatencyConf, key: str) -> List[float]:
     """P(round(X) = D) for D = 0, 1, ... from a latency distribution read in steps,
     up to the 1 - 1e-12 quantile or MAX_KERNEL_STEPS; the mass beyond never returns."""
-    conf = OmegaConf.to_object(conf) if isinstance(conf, DictConfig) else conf
     lat = build_latency(replace(conf, discrete=True), key)
     top = min(float(lat.quantile(1.0 - 1e-12)), MAX_KERNEL_STEPS)  # beyond: never returns
     grid = np.arange(int(math.ceil(top)) + 1, dtype=np.float64)
@@ -32,16 +30,16 @@ def distribution_kernel(conf, key: str) -> List[float]:
     return [float(x) for x in np.clip(pmf, 0.0, None)]
 
 
-def nominal_kernel(cfg: DictConfig):
-    """(K, D+1) configured kernels when every channel has one, else None."""
-    rows = [list(ch.kernel) for ch in cfg.pipeline.channels.values() if ch.kernel is not None]
-    if len(rows) != len(cfg.pipeline.channels):
+def nominal_kernel(pipeline: PipelineConf):
+    """(K, D+1) configured kernels of ``pipeline.channels`` when every channel has one, else None."""
+    rows = [list(ch.kernel) for ch in pipeline.channels.values() if ch.kernel is not None]
+    if len(rows) != len(pipeline.channels):
         return None
     width = max(map(len, rows))
     return np.array([r + [0.0] * (width - len(r)) for r in rows])
 
 
-def predicted_kernel(cfg: DictConfig, blocking: bool = False) -> np.ndarray:
+def predicted_kernel(pipeline: PipelineConf, wait_timeout_s: Optional[float], blocking: bool = False) -> np.ndarray:
     """(K, D+1) delay kernel of every slow channel from the configuration alone: no
     queueing, no simulated schedule (the input of Theorem 2.1's prediction, eq.
     ``eq:thm-unbiased``, to set beside the simulated bias).
@@ -53,16 +51,16 @@ def predicted_kernel(cfg: DictConfig, blocking: bool = False) -> np.ndarray:
     the kernel (the rest is dropped); ``route_prob`` scales it (the unrouted share never
     has a result). ``blocking``: the optimizer waits, so a
     result lands at Delta = 0 unless it takes longer than
-    ``corrector.wait_timeout_s`` (for a kernel channel: Delta steps of s). NaN
+    ``wait_timeout_s`` (``corrector.wait_timeout_s``; for a kernel channel: Delta steps of s). NaN
     rows where no law predicts the delay: gpu_rm channels (batching and queues
     set it), every channel when the fast scorer runs on GPUs (``fast_rm``) or when a step's
     phases have a mean of 0 s.
     """
-    p = cfg.pipeline
+    p = pipeline
     means = {ph: float(build_latency(phase_conf(p, ph), f"pipeline.{ph}").mean()) for ph in PHASES}
     step = sum(means.values())
     offset = step - means["update"]
-    timeout = cfg.corrector.wait_timeout_s
+    timeout = wait_timeout_s
     rows = []
     for name, ch in p.channels.items():
         if ch.kind == "gpu_rm" or p.fast_rm is not None or not step > 0:  # a step of 0 s: no delay in steps

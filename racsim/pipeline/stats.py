@@ -15,7 +15,7 @@ from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING, UNROUTED, Arriv
 def queue_workers(channels: Dict[str, Any]) -> Dict[str, Optional[int]]:
     """The workers each channel's results queue for: ``workers``, but None (no limit, no
     utilisation) for a kernel channel, whose kernel gives every delay whatever its workers."""
-    return {n: None if getattr(ch, "kernel", None) is not None else ch.workers for n, ch in channels.items()}
+    return {n: None if ch.kernel is not None else ch.workers for n, ch in channels.items()}
 
 
 def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], warmup_steps: int = 0) -> pd.DataFrame:

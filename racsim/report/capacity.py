@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from racsim.analyses.capacity import CapacityResult
+from racsim.config.schema import RacsimConf
 from racsim.pipeline.steady import N_BATCHES, TREND_P
 from racsim.io import atomic_write, fmt, write_text
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
@@ -119,7 +120,7 @@ def recommendation_text(res: CapacityResult) -> str:
             + (f" Fewer {res.unit} have no steady state: {why}." if why else ""))
 
 
-def method_text(res: CapacityResult, cfg: Any) -> str:
+def method_text(res: CapacityResult, cfg: RacsimConf) -> str:
     """How the figures were found, for summary.md."""
     cap = cfg.capacity
     length = ("found by the simulator (`capacity.run_length=auto`): the run starts at `pipeline.steps` and doubles, "
@@ -158,7 +159,7 @@ def autoscale_verdict(table: pd.DataFrame, corrector: str) -> str:
             f"${best.cost_per_1000_steps:.2f} per 1000 steps.")
 
 
-def autoscale_section(cfg: Any, res: CapacityResult) -> List[str]:
+def autoscale_section(cfg: RacsimConf, res: CapacityResult) -> List[str]:
     """The autoscaled pool against the fixed pools evaluated, per corrector."""
     a = cfg.pipeline.channels[res.channel].autoscale
     table = res.autoscale.rename(columns={
@@ -181,7 +182,7 @@ def autoscale_section(cfg: Any, res: CapacityResult) -> List[str]:
             "```", table.map(fmt).to_string(index=False), "```", ""]
 
 
-def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -> str:
+def capacity_summary_markdown(cfg: RacsimConf, res: CapacityResult, files: List[str]) -> str:
     lines = [f"# racsim capacity plan: {cfg.name}", "", str(cfg.description or ""), "",
              "## Recommendation", "", recommendation_text(res), "",
              "## How the steady state was found, and how sure the answer is", "", method_text(res, cfg), ""]
@@ -219,10 +220,11 @@ def capacity_summary_markdown(cfg: Any, res: CapacityResult, files: List[str]) -
     return "\n".join(lines)
 
 
-def write_capacity(out_dir: Path, cfg: Any, res: CapacityResult, cfg_yaml: str, plots: bool = True,
+def write_capacity(out_dir: Path, cfg: RacsimConf, res: CapacityResult, cfg_yaml: str, plots: bool = True,
                    found: Optional[List[Unwritable]] = None, about: Sequence[str] = ()) -> list:
-    """Write a capacity run's files into ``out_dir``; returns the paths written. ``found``,
-    ``about``: as racsim.report.writers.write_outputs's."""
+    """Write a capacity run's files into ``out_dir``; returns the paths written. ``cfg``: the
+    run's spec (summary.md reads it); ``cfg_yaml``: config.yaml's text. ``found``, ``about``:
+    as racsim.report.writers.write_outputs's."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     tables = [("capacity", res.curve)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from racsim.config.schema import PHASES, phase_conf
+from racsim.config.schema import PHASES, RacsimConf, phase_conf
 from racsim.io import fmt
 from racsim.pipeline.latency import build_latency
 
@@ -31,7 +31,7 @@ def _given(overrides: Sequence[str], key: str) -> List[str]:
     return [o for o in overrides if target(o) == key or target(o).startswith(key + ".")]
 
 
-def channel_laws(cfg: Any, choices: Mapping[str, Any], overrides: Sequence[str]) -> List[Law]:
+def channel_laws(cfg: RacsimConf, choices: Mapping[str, Any], overrides: Sequence[str]) -> List[Law]:
     """Every slow channel's :class:`Law`; ``choices``: Hydra's config group choices
     (``hydra.runtime.choices``), ``overrides``: the command line's."""
     laws = []
@@ -58,7 +58,7 @@ def channel_laws(cfg: Any, choices: Mapping[str, Any], overrides: Sequence[str])
     return laws
 
 
-def data_changes(cfg: Any) -> List[str]:
+def data_changes(cfg: RacsimConf) -> List[str]:
     """What racsim did to a user's data, one line each: every empirical law of the pipeline
     (its phases and channels) rescaled to a mean or clipped to [low, high]."""
     p = cfg.pipeline

@@ -9,13 +9,13 @@ from __future__ import annotations
 import functools
 import io
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import pandas as pd
 
 from racsim.analyses.capacity import CapacityResult
 from racsim.analyses.result import RunResult
-from racsim.config.dump import config_yaml
+from racsim.config.schema import RacsimConf
 from racsim.io import atomic_write, write_text
 from racsim.io import digest_bytes
 from racsim.report import lm as LM
@@ -26,13 +26,15 @@ from racsim.report.tables import format_table, stationarity_warning, warmup_warn
 from racsim.report.trace import write_timeline
 
 
-def write_run(out_dir: Path, cfg: Any, res: Union[RunResult, CapacityResult], lean: bool = False,
+def write_run(out_dir: Path, cfg: RacsimConf, res: Union[RunResult, CapacityResult],
+              cfg_yaml: Union[str, Callable[[], str]], lean: bool = False,
               digests: Optional[Dict[str, dict]] = None, found: Optional[List[Unwritable]] = None,
               about: Sequence[str] = ()) -> list:
-    """Every file of what racsim.analyses.dispatch.compute returned for ``cfg`` (a run, or a
-    capacity plan) into ``out_dir``; returns the paths written (see :func:`write_outputs`,
-    also for ``found`` and ``about``)."""
-    yaml_text = functools.cache(lambda: config_yaml(cfg))
+    """Every file of what racsim.analyses.dispatch.compute returned for the spec ``cfg`` (a run,
+    or a capacity plan) into ``out_dir``; returns the paths written. ``cfg_yaml``: config.yaml's
+    text, or a function giving it (read at most once; the caller dumps the composed config,
+    racsim.config.dump.config_yaml). See :func:`write_outputs`, also for ``found`` and ``about``."""
+    yaml_text = functools.cache(cfg_yaml) if callable(cfg_yaml) else (lambda: cfg_yaml)
     if isinstance(res, CapacityResult):
         return write_capacity(out_dir, cfg, res, yaml_text(), plots=cfg.output.plots, found=found, about=about)
     return write_outputs(out_dir, res, yaml_text, plots=cfg.output.plots, lean=lean, digests=digests, found=found,

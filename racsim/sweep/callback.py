@@ -35,6 +35,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from racsim.config.defaults import replace_grid
+from racsim.config.spec import scenario
 from racsim.config.validate import check_name
 from racsim.errors import ConfigError, JobError, reason
 from racsim.sweep.detached import detach_submitit_local
@@ -320,11 +321,12 @@ def count_jobs(config: DictConfig) -> Optional[int]:
         return None
 
 
-PREPARED: Dict[int, Any] = {}  # job number -> its RunResult, computed ahead with others by the racsim launcher
+PREPARED: Dict[int, Any] = {}  # job number -> (its spec, its RunResult), computed ahead with others by the racsim launcher
 
 
-def take_prepared(num: Optional[int]) -> Optional[Any]:
-    """The results the racsim launcher computed ahead for sweep job ``num`` (None: run it)."""
+def take_prepared(num: Optional[int]) -> Optional[Tuple[Any, Any]]:
+    """(the spec, the results) the racsim launcher computed ahead for sweep job ``num`` (None: run it).
+    The spec is the job's config as racsim.config.spec.scenario gives it (racsim.sweep.sweeper.Composer.cell_object)."""
     return None if num is None else PREPARED.pop(num, None)
 
 
@@ -550,7 +552,7 @@ def config_error(config: DictConfig) -> Optional[ConfigError]:
     with read_write(task), open_dict(task):
         del task["hydra"]
     try:
-        expand(replace_grid(task, config.hydra.overrides.task))
+        expand(scenario(replace_grid(task, config.hydra.overrides.task)))
     except ConfigError as ex:
         return ex
     except Exception:  # not a bad value (the run reports the rest itself)

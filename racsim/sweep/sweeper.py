@@ -31,6 +31,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from racsim.analyses.grid import expand
+from racsim.config.spec import scenario
 from racsim.config.validate import check_data_files, check_leaves, check_schema, validate, validate_changed
 from racsim.errors import ConfigError, reason
 from racsim.sweep.detached import wait_detached
@@ -155,9 +156,9 @@ class Composer:
         return self._values[k]
 
     def cell_object(self, overrides: Sequence[str], swept: Iterable[str]) -> Any:
-        """The job's task config as plain dataclasses, what ``OmegaConf.to_object`` gives of
-        its composed config less the ``hydra`` node: a copy of its base's, the swept values
-        set (a cell of the in-process grid is built the same way)."""
+        """The job's spec: what racsim.config.spec.scenario gives of its composed config less
+        the ``hydra`` node, as a copy of its base's with the swept values set (a cell of the
+        in-process grid is built the same way)."""
         rest, fast = self.split(overrides, swept)
         obj = copy.deepcopy(self.base_object(rest))
         for o in fast:
@@ -261,10 +262,9 @@ def _put(obj: Any, path: str, value: Any) -> None:
 
 
 def _base_object(base: DictConfig) -> Any:
+    """The base's task config at the config boundary (racsim.config.spec.scenario), or the error."""
     try:
-        task = task_config(base)
-        check_schema(task)
-        return OmegaConf.to_object(task)
+        return scenario(task_config(base))
     except Exception as ex:
         return ex
 

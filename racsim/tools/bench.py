@@ -32,12 +32,13 @@ from typing import Callable, Dict
 
 import numpy as np
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from racsim.analyses.capacity import benchmark, channel_of, count_key, requests_per_schedule, with_count
 from racsim.analyses.lm_study import build_task, make_policy
 from racsim.config.defaults import compose_config
+from racsim.config.schema import RacsimConf
+from racsim.config.spec import scenario
 from racsim.config.validate import validate
 from racsim.errors import Parser
 from racsim.learner import mdp as M
@@ -52,6 +53,12 @@ from racsim.pipeline.draws import draw
 from racsim.pipeline.lanes import run_lanes
 from racsim.pipeline.simpy_engine import run_simpy
 from racsim.analyses.dispatch import run
+
+
+def spec_of(*overrides: str) -> RacsimConf:
+    """The spec ``racsim OVERRIDES...`` runs: composed (racsim.config.defaults.compose_config), then
+    checked and typed at the config boundary (racsim.config.spec.scenario)."""
+    return scenario(compose_config(*overrides))
 
 
 def _best_of(fn: Callable[[], object], repeat: int) -> float:
@@ -109,7 +116,7 @@ def bench_pipeline(trials: int, overrides=()) -> Dict[str, float]:
     """The default scenario's pipeline (or the one ``overrides`` compose: a capacity scenario,
     ``pipeline.arrivals.mode=stream``...), asynchronous, in both engines on the same draws:
     trials and simulated requests (trials x steps x batch x channels) per second."""
-    cfg = compose_config(*overrides)
+    cfg = spec_of(*overrides)
     validate(cfg)
     draws = draw(cfg.pipeline, trials, np.random.default_rng(0))
     t_simpy = _best_of(lambda: run_simpy(draws, False), 1)
@@ -132,9 +139,9 @@ def bench_gpu_rm(trials: int, batching: str = "static", chunked: bool = False, b
     given: simulated requests (sequences scored) per second, lanes engine vs the SimPy engine,
     on the same draws."""
     rm = "pipeline.channels.judge.rm"
-    cfg = compose_config("scenario=capacity/judge_rm_h100", f"{rm}.batching={batching}",
-                         f"{rm}.chunked_prefill={str(chunked).lower()}",
-                         *([f"{rm}.token_budget={budget}"] if budget is not None else []))
+    cfg = spec_of("scenario=capacity/judge_rm_h100", f"{rm}.batching={batching}",
+                  f"{rm}.chunked_prefill={str(chunked).lower()}",
+                  *([f"{rm}.token_budget={budget}"] if budget is not None else []))
     validate(cfg)
     draws = draw(cfg.pipeline, trials, np.random.default_rng(0))
     requests = draws.service["judge"].size
@@ -178,7 +185,7 @@ def bench_capacity(overrides, trials: int = None) -> Dict[str, float]:
     ``capacity.counts`` (an autoscaled pool: its rule): the lanes engine's draws and asynchronous
     (and, with a blocking corrector, blocking) schedules, as the capacity run simulates each count,
     against racsim's SimPy engine and raw SimPy timed in the same call (:func:`benchmark`)."""
-    cfg = compose_config(*overrides, *([f"learner.trials={trials}"] if trials else []))
+    cfg = spec_of(*overrides, *([f"learner.trials={trials}"] if trials else []))
     validate(cfg)
     key = count_key(cfg, channel_of(cfg))
     counts = sorted(set(int(n) for n in cfg.capacity.counts))
@@ -211,7 +218,7 @@ def bench_capacity_knobs(trials: int = None) -> Dict[str, float]:
 
 
 def bench_default() -> Dict[str, float]:
-    cfg = compose_config("output.plots=false")
+    cfg = spec_of("output.plots=false")
     t0 = time.perf_counter()
     res = run(cfg)
     return {"default_scenario_s": time.perf_counter() - t0, "default_trajectories": float(res.bias.trajectories)}
@@ -310,7 +317,7 @@ def bench_sweep_cells(cells: int, trials: int = 20, keep: str = None, budget_s: 
         jobs_s = markers[-1].stat().st_mtime - (sweep / "0" / ".hydra").stat().st_mtime
     ran = len(markers)
     grid_seeds = ",".join(map(str, range(max(ran // 4, 1))))
-    grid_cfg = compose_config(*tiny, f"+study.grid={{seed: [{grid_seeds}], corrector.tau_age: [20, 100, 1000, inf]}}")
+    grid_cfg = spec_of(*tiny, f"+study.grid={{seed: [{grid_seeds}], corrector.tau_age: [20, 100, 1000, inf]}}")
     t0 = time.perf_counter()
     res = run(grid_cfg)
     grid_s = time.perf_counter() - t0
@@ -376,8 +383,8 @@ def bench_lm(steps: int, sizes=LM_SIZES, repeat: int = 3) -> Dict[str, float]:
     out: Dict[str, float] = {}
     params, per_step = [], []
     for layers, width in sizes:
-        cfg = compose_config("learner=lm", f"learner.lm.layers={layers}", f"learner.lm.d_model={width}",
-                             "learner.lm.device=cpu")
+        cfg = spec_of("learner=lm", f"learner.lm.layers={layers}", f"learner.lm.d_model={width}",
+                      "learner.lm.device=cpu")
         validate(cfg)
         lm, P, G = cfg.learner.lm, cfg.pipeline.batch_size, cfg.learner.lm.group_size
         task = build_task(lm)
@@ -409,7 +416,7 @@ PAPER_HEAVY_TAIL_S = 945.0  # the paper's reported time for its heavy-tail grid,
 def bench_heavy_tail() -> Dict[str, float]:
     """The paper's heavy-tail grid (225 cells x 1000 trials of 50 steps) end to end,
     against a per-trajectory Python loop timed here on the same trajectories' size."""
-    cfg = compose_config("scenario=paper/heavy_tail", "output.progress=false")
+    cfg = spec_of("scenario=paper/heavy_tail", "output.progress=false")
     t0 = time.perf_counter()
     res = run(cfg)
     took = time.perf_counter() - t0
@@ -468,7 +475,7 @@ def main(argv=None) -> None:
     figures: Dict[str, float] = {}
     if args.set:
         try:
-            validate(compose_config(*args.set))
+            validate(spec_of(*args.set))
         except (ValueError, HydraException, OmegaConfBaseException) as e:  # ValueError: racsim's ConfigError
             ap.error(f"--set {' '.join(args.set)}: {e}")
         figures.update(bench_pipeline(trials, args.set))
