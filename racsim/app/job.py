@@ -8,8 +8,8 @@ from __future__ import annotations
 from racsim.analyses.capacity import CapacityResult
 from racsim.analyses.dispatch import compute
 from racsim.config.defaults import compose_config
-from racsim.config.validate import memory_error
 from racsim.config.dump import config_yaml
+from racsim.config.validate import memory_error
 from racsim.config.spec import scenario
 from racsim.report import inputs as report_inputs
 from racsim.report.capacity import format_curve, recommendation_text, speed_line
@@ -23,8 +23,8 @@ from racsim.sweep.markers import DONE, cell_overrides, cell_values, override_key
 TERMINAL_WIDTH, TERMINAL_ROWS = 120, 60  # what a run prints fits these; its files hold everything
 
 # what racsim.app.cli and racsim.app.api take from here
-__all__ = ["CapacityResult", "DONE", "capacity_text", "check_writable", "cell_overrides", "cell_values", "compose_config", "compute",
-           "config_yaml", "failure", "inputs_of", "memory_error", "override_key",
+__all__ = ["CapacityResult", "DONE", "capacity_text", "cell_overrides", "cell_values", "check_writable",
+           "compose_config", "compute", "config_yaml", "failure", "inputs_of", "memory_error", "override_key",
            "publish_run", "run_text", "scenario", "write_marker", "write_run"]
 
 
