@@ -404,10 +404,11 @@ def test_capacity_whatif_compares_with_every_fixed_pool_evaluated():
     with initialize_config_module(version_base="1.3", config_module="racsim.conf"):
         cfg = scenario(compose("config", overrides=["scenario=capacity/judge_rm_autoscale"] + small))
     res = run_capacity(cfg)
-    assert sorted(res.curve["count"].unique()) == [2, 3, 8]  # the counts, and the rule's min and max
+    counts = sorted({2, 3, 8} | set(res.searched))  # the counts, the rule's min and max, and the search's between
+    assert sorted(res.curve["count"].unique()) == counts and all(3 < n < 8 for n in res.searched)
     w = res.autoscale.set_index(["pool", "corrector"])
-    assert sorted(res.autoscale.pool.unique()) == ["autoscaled", "fixed 2", "fixed 3", "fixed 8"]
-    for pool, n in (("fixed 2", 2), ("fixed 3", 3), ("fixed 8", 8)):
+    assert sorted(res.autoscale.pool.unique()) == sorted(["autoscaled"] + [f"fixed {n}" for n in counts])
+    for pool, n in ((f"fixed {n}", n) for n in counts):
         curve = res.curve[res.curve["count"] == n].set_index("corrector")
         for c in curve.index:
             for col in ("bias_exact", "step_s", "cost_per_1000_steps"):

@@ -81,7 +81,8 @@ def judge_grid(hydra_ctx):
 
 def test_capacity_curve_shape(judge_grid):
     c = judge_grid.curve
-    assert set(c["count"]) == {1, 2, 3, 4, 6, 8, 16}
+    assert judge_grid.listed == [1, 2, 3, 4, 6, 8, 16]
+    assert set(c["count"]) == set(judge_grid.listed) | set(judge_grid.searched)  # and what the search added between
     assert set(c.corrector) == {"naive", "wait_for_slow", "retrace_a", "rac", "sync_oracle"}
     rac = c[c.corrector == "rac"].sort_values("count")
     # the offered load: the same work over n servers (no faults: all up)
@@ -172,7 +173,8 @@ def test_speed_benchmark_figures(hydra_ctx):
                             "capacity.benchmark=true", "capacity.run_length=fixed", "pipeline.steps=30"))
     assert res.curve[res.curve["count"] == 2].status.str.startswith("overloaded").all()  # not simulated
     s = res.speed
-    assert s["requests"] == 2 * 2 * 6 * 30 * 16 * 16  # simulated counts x (async + blocking) x trials x steps x batch x seqs
+    simulated = res.curve[~res.curve.status.str.startswith("overloaded")]["count"].nunique()  # 6, 8 and any between
+    assert s["requests"] == simulated * 2 * 6 * 30 * 16 * 16  # counts x (async + blocking) x trials x steps x batch x seqs
     assert s["lanes_requests_per_s"] > 0 and s["raw_simpy_requests_per_s"] > 0
     assert s["speedup_vs_raw_simpy"] == pytest.approx(s["lanes_requests_per_s"] / s["raw_simpy_requests_per_s"])
     assert s["lanes_s"] == res.timings["pipeline_s"]  # the run's own simulation, timed as it ran, not a re-run
@@ -238,3 +240,40 @@ def test_racsim_capacity_command(tmp_path):
         assert (out / f).is_file(), f
     summary = (out / "summary.md").read_text()
     assert "## Recommendation" in summary and "## Capacity curve" in summary and "capacity.max_load" in summary
+
+
+def _between_by_hand(ok: dict, step: int) -> list:
+    """A plain loop: walk the evaluated counts downwards from the largest while they meet the targets;
+    the gap to the next one down that fails is where the fewest count may hide."""
+    counts = sorted(ok, reverse=True)
+    first = None
+    for n in counts:
+        if not ok[n]:
+            return [] if first is None else [m for m in range(n + 1, first) if m % step == 0]
+        first = n
+    return []
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_between_counts_is_the_gap_below_the_fewest(seed):
+    from racsim.analyses.capacity import between_counts
+
+    rng = np.random.default_rng(seed)
+    step = int(rng.choice([1, 1, 2, 4]))
+    counts = sorted({int(step * k) for k in rng.integers(1, 30, size=int(rng.integers(1, 8)))})
+    ok = {n: bool(rng.random() < 0.6) for n in counts}
+    rows = {n: [{"corrector": "rac", "status": "ok" if ok[n] else "overloaded: load 2 >= capacity.max_load 0.95",
+                 "bias_exact_hi": 0.0}] for n in counts}
+    assert between_counts(rows, "rac", {}, step) == _between_by_hand(ok, step)
+
+
+def test_the_fewest_count_is_found_whatever_the_list(hydra_ctx, judge_grid):
+    """The list [4, 16] skips 5-15: the search finds the same fewest count as the full list, and says
+    which counts it tried beyond the list."""
+    res = run_capacity(spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[3,16]",
+                            "capacity.max_bias_vs_naive=0.2"))
+    assert res.recommended == judge_grid.recommended and res.listed == [3, 16]
+    assert res.searched and all(3 < n < 16 for n in res.searched) and res.recommended in res.searched
+    from racsim.report.capacity import recommendation_text
+
+    assert "the search tried" in recommendation_text(res)

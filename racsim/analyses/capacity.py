@@ -37,7 +37,8 @@ from racsim.config.spec import replace_at
 from racsim.config.validate import faults_on, validate
 from racsim.learner.bias import bootstrap_counts
 from racsim.learner.correctors import BLOCKING
-from racsim.pipeline.draws import draw, fault_timeline, work_seconds
+from racsim.pipeline.draws import draw, fault_timeline, stationary_slowdown, work_seconds
+from racsim.pipeline.faults import availability, fault_spec
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, INJECTED, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
@@ -62,9 +63,11 @@ class CapacityResult:
     timings: Dict[str, float] = field(default_factory=dict)
     speed: Dict[str, float] = field(default_factory=dict)
     autoscale: Optional[pd.DataFrame] = None  # the channel's autoscaled pool vs the evaluated fixed pools
-    loads: Dict[int, Dict[str, float]] = field(default_factory=dict)  # per count: load, work_per_s, availability
+    loads: Dict[int, Dict[str, float]] = field(default_factory=dict)  # per count: load, work_per_s, availability, load_sampled
     level: float = 0.95  # capacity.confidence: the level of every interval
     max_load: float = 0.95  # capacity.max_load: overloaded from this offered load on
+    listed: List[int] = field(default_factory=list)  # the counts asked for (capacity.counts, an autoscale's bounds)
+    searched: List[int] = field(default_factory=list)  # the counts between them tried for the fewest (between_counts)
 
 
 def channel_of(cfg: RacsimConf) -> str:
@@ -136,24 +139,36 @@ LOAD_TRIALS = 10  # trials of the scenario's draws the offered load is measured 
 
 
 def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Dict[int, Dict[str, float]]:
-    """Per count: the channel's offered load, the work it is offered (server-seconds per second of
-    the asynchronous optimizer's clock) and the fraction of its servers' time up. The work comes
-    from the scenario's draws (:data:`LOAD_TRIALS` trials of them; :func:`~racsim.pipeline.draws.work_seconds`, the same for every
-    count: common random numbers); the load is that work over the servers up (gpus / tp replicas,
-    or workers, times the availability of the count's outage timeline when the channel fails)."""
+    """Per count: the channel's long-run offered load, the work it is offered (server-seconds per
+    second of the asynchronous optimizer's clock), the fraction of its servers' time up, and beside
+    them the load as sampled (``load_sampled``: a check). Where the model knows a long-run figure
+    it is used, not a sample of it: a burst chain's stationary slow-down
+    (:func:`~racsim.pipeline.draws.stationary_slowdown`) times the work of the scenario's draws
+    without bursts (:data:`LOAD_TRIALS` trials; the same for every count: common random numbers),
+    and random failures' availability mtbf / (mtbf + mttr) of a server (a replica fails when any of
+    its tp GPUs does); a schedule of known outages by its up-time over the sampled clock. The
+    sampled load takes the bursts and outages the draws happened to hold."""
     trials = min(int(cfg.learner.trials), LOAD_TRIALS)
-    d = draw(cfg.pipeline, trials, rng_for(cfg.seed, "pipeline"))
-    work, clock = work_seconds(d, name), d.phase.sum(axis=0)
     ch = cfg.pipeline.channels[name]
+    sampled = draw(cfg.pipeline, trials, rng_for(cfg.seed, "pipeline"))
+    calm = sampled if ch.degraded_factor == 1 else draw(
+        replace_at(cfg, f"pipeline.channels.{name}.degraded_factor", 1.0).pipeline, trials,
+        rng_for(cfg.seed, "pipeline"))  # the same service draws: bursts are drawn after them
+    slow = stationary_slowdown(ch.degraded_factor, ch.p_degrade, ch.p_recover)
+    work, clock = work_seconds(calm, name) * slow, calm.phase.sum(axis=0)
+    work_s, clock_s = work_seconds(sampled, name), sampled.phase.sum(axis=0)
+    units = units_per_server(cfg, name)
     out = {}
     for n in counts:
-        servers = n // units_per_server(cfg, name)
-        up = 1.0
+        servers = n // units
+        up = up_s = 1.0
         if faults_on(ch):
             tl = fault_timeline(ch, name, trials, servers, int(rng_for(cfg.seed, "capacity_load").integers(2**62)))
-            up = float(np.mean(tl.up_fraction(np.zeros(trials), clock.sum(axis=1))))
+            up_s = float(np.mean(tl.up_fraction(np.zeros(trials), clock_s.sum(axis=1))))
+            up = up_s if ch.faults.mtbf_s is None else availability(fault_spec(ch.faults, units))
         out[n] = {"load": steady.offered_load(work, clock, servers * up),
-                  "work_per_s": float(work.sum() / clock.sum()), "availability": up}
+                  "work_per_s": float(work.sum() / clock.sum()), "availability": up,
+                  "load_sampled": steady.offered_load(work_s, clock_s, servers * up_s)}
     return out
 
 
@@ -220,6 +235,7 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
             "count": int(n),
             "corrector": r["corrector"],
             "load": load["load"],
+            "load_sampled": load["load_sampled"],
             "headroom": 1.0 - load["load"],
             "steps": int(steps),
             "warmup_steps": int(v.warmup),
@@ -265,7 +281,8 @@ def overloaded_rows(cfg: RacsimConf, name: str, n: int, load: dict) -> List[dict
     """The rows of a count whose offered load reaches ``capacity.max_load``: not simulated
     (its queue has no steady state), so every figure but the load and the price is NaN."""
     price = unit_price(cfg, name)
-    return [{"count": int(n), "corrector": c, "load": load["load"], "headroom": 1.0 - load["load"],
+    return [{"count": int(n), "corrector": c, "load": load["load"], "load_sampled": load["load_sampled"],
+             "headroom": 1.0 - load["load"],
              "stationary": False, "cost_per_hour": n * price, "status": status({"load": load["load"]}, cfg)}
             for c in corrector_names(cfg)]
 
@@ -399,6 +416,16 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     else:
         for n in counts:
             evaluate(n)
+    between = between_counts(rows, chosen, targets, units_per_server(cfg, name))
+    if between:  # the fewest count meeting the targets, whatever the list: the counts the list skipped
+        loads.update(channel_loads(cfg, name, key, between))
+        lo, hi = 0, len(between)  # bisect (feasibility is monotone in the count): the first that meets them
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if evaluate(between[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
     if scaled is not None:
         for n in (a.min * units, a.max * units):
             evaluate(n)
@@ -418,19 +445,35 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     result = CapacityResult(curve=curve, channel=name, unit="GPUs" if _is_gpu(cfg, name) else "workers", key=key,
                             recommended=recommended, per_corrector=per, targets={**targets, "corrector": chosen},
                             best=runs.get(best_n), best_count=best_n, timings=timings, loads=loads, level=float(cap.confidence),
-                            max_load=float(cap.max_load))
+                            max_load=float(cap.max_load), listed=counts,
+                            searched=sorted(n for n in rows if n not in counts))
     if scaled is not None:
         t0 = time.perf_counter()
         auto = settle(with_count(scaled, key, a.min * units), name)
         timings["runs_s"] += time.perf_counter() - t0
         whole = loads[a.min * units]
-        pool = {**whole, "load": whole["work_per_s"] / (a.max * whole["availability"])}  # at most a.max servers
+        pool = {**whole, "load": whole["work_per_s"] / (a.max * whole["availability"]),  # at most a.max servers
+                "load_sampled": whole["load_sampled"] * a.min / a.max}
         result.autoscale = autoscale_whatif(scaled, name, rows, _rows(scaled, name, 0, auto, pool), auto.res, targets)
     if cap.benchmark and cfg.pipeline.engine == "lanes" and simulated:  # the figure is the lanes engine's
         result.speed = (benchmark(cfg, key, simulated[len(simulated) // 2], requests[0], timings["pipeline_s"])
                         if scaled is None else
                         benchmark(scaled, key, a.min * units, auto.requests, auto.pipeline_s))
     return result
+
+
+def between_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int) -> List[int]:
+    """The counts (multiples of ``step``: whole servers) strictly between the largest evaluated count that
+    fails the targets and the fewest that meets them, above which every evaluated count does: where
+    the fewest count may lie that the list skipped. Empty when they are neighbours, or none meets them."""
+    ok = {n: feasible(next(r for r in rs if r["corrector"] == chosen), targets) for n, rs in rows.items()}
+    bad = [n for n in ok if not ok[n]]
+    top = max(bad, default=None)
+    above = [n for n in ok if ok[n] and (top is None or n > top)]
+    if top is None or not above:
+        return []
+    first = min(above)
+    return [n for n in range(top + 1, first) if n % step == 0]
 
 
 def fewest(curve: pd.DataFrame, corrector: str) -> Optional[int]:

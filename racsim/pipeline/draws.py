@@ -145,6 +145,14 @@ def regime_path(p_degrade: float, p_recover: float, rng: np.random.Generator, sh
     return out
 
 
+def stationary_slowdown(factor: float, p_degrade: float, p_recover: float) -> float:
+    """The long-run mean of a burst chain's multiplier (:func:`regime_path`): 1 in the normal state,
+    ``factor`` in the degraded one, whose stationary probability is p_degrade / (p_degrade + p_recover)."""
+    if factor == 1 or p_degrade == 0:
+        return 1.0
+    return 1.0 + (factor - 1.0) * p_degrade / (p_degrade + p_recover)
+
+
 def draw_kernel_delays(kernel: List[float], rng: np.random.Generator, size) -> np.ndarray:
     """Delays in steps drawn from Lambda[k, :]; the missing mass gives -1 (never returns)."""
     cdf = np.cumsum(np.asarray(kernel, dtype=np.float64))

@@ -49,6 +49,12 @@ def fault_spec(faults: Any, tp: int = 1) -> FaultSpec:
     return FaultSpec(mtbf=float(faults.mtbf_s) / tp, mttr=float(faults.mttr_s), retries=retries)
 
 
+def availability(spec: FaultSpec) -> float:
+    """The long-run share of time a server of ``spec`` is up: mtbf / (mtbf + mttr) of its alternating
+    exponential up and repair times (1 without random failures)."""
+    return 1.0 if math.isinf(spec.mtbf) else spec.mtbf / (spec.mtbf + spec.mttr)
+
+
 def cycles(seed: int, server: int, chunk: int, lanes: int, spec: FaultSpec, start: np.ndarray):
     """(down, up), each (lanes, CHUNK): chunk ``chunk`` of a server's outages, its first
     up time starting at ``start`` (lanes,): d_k = u_{k-1} + Exp(mtbf), u_k = d_k + Exp(mttr);

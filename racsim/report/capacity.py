@@ -117,7 +117,17 @@ def recommendation_text(res: CapacityResult) -> str:
             f"busy {_ci(row, 'utilisation', pct)}, ${row.cost_per_hour:.2f} per training hour "
             f"(${row.cost_per_1000_steps:.2f} per 1000 steps). Steady state: warm-up {int(row.warmup_steps)} of "
             f"{int(row.steps)} steps, stationary."
-            + (f" Fewer {res.unit} have no steady state: {why}." if why else ""))
+            + (f" Fewer {res.unit} have no steady state: {why}." if why else "")
+            + searched_text(res))
+
+
+def searched_text(res: CapacityResult) -> str:
+    """What the search tried beyond the listed counts, in one sentence ('' when nothing)."""
+    if not res.searched:
+        return ""
+    tried = ", ".join(map(str, res.searched))
+    return (f" Besides the listed counts ({', '.join(map(str, res.listed))}), the search tried {tried}: the "
+            f"fewest count meeting the targets may lie between them.")
 
 
 def method_text(res: CapacityResult, cfg: RacsimConf) -> str:
@@ -130,7 +140,9 @@ def method_text(res: CapacityResult, cfg: RacsimConf) -> str:
             "of 5)" if cfg.pipeline.warmup_steps is None else f"`pipeline.warmup_steps` = {cfg.pipeline.warmup_steps}")
     return (f"Offered load first: the work each step brings {res.channel} (server-seconds: the service model's "
             "seconds for full batches, or the workers' service times) per second of the asynchronous optimizer's "
-            "clock, over the servers up (times their availability under failures). A count whose load reaches "
+            "clock, over the servers up, each figure the model's long-run one where it knows it (a burst chain's "
+            "stationary slow-down; random failures' availability mtbf / (mtbf + mttr)), not a sample of it "
+            "(`load_sampled` in capacity.csv is the sample, as a check). A count whose load reaches "
             f"`capacity.max_load` = {res.max_load:g} is overloaded: its queue has no steady state, so it is not "
             "simulated and never recommended. Each other count is simulated; its steady state is read off the "
             f"requests in {res.channel} at each step's start (mean over the trials). Warm-up: {warm}. Run length: "
