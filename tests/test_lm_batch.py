@@ -7,14 +7,14 @@ the CPU's fused attention that TransformerPolicy's model uses) and LayerNorm's p
 gradients under vmap sum in another order, so floats differ in their last bits: sampled
 tokens (hence the true and proxy curves) and the steps' bookkeeping must be equal exactly;
 log-probability ratios, delivered/owed, and after SGD the final float32 parameters and the
-final policies' log-probabilities within rtol 1e-5 (atol 1e-6); the gradient records (dot products of float32 gradients, late_dot a
-difference of two) within rtol 1e-4 of their scale. Adam divides each gradient element by
+final policies' log-probabilities within rtol 1e-5 (atol 1e-6), the gradient records (dot products of float32 gradients, late_dot a
+difference of two) within 1e-4 of their scale (the larger of |late_dot| and |res_dot|). Adam divides each gradient element by
 its own running scale, so an element whose gradient is near rounding level amplifies those
 last bits: GPT-2's key bias has an exact gradient of 0 (softmax ignores a score added to a
 whole row), so Adam moves it by rounding noise alone, as far as lr per step either way in
 both runs; with Adam the parameters other than the key bias agree within atol 1e-4
 (lr 0.05, 5 steps), the key bias does not change the policy, and the final policies'
-log-probabilities agree within rtol 1e-4. A token can flip only when a uniform
+log-probabilities agree within rtol 1e-4, the gradient records within 2e-3 of their scale. A token can flip only when a uniform
 falls within ~1e-7 of a CDF boundary: never on these seeds (the test would show it)."""
 
 import numpy as np
@@ -68,21 +68,22 @@ def run_both(S, name, optimizer, kl, backbone="gpt2", checkpoints=(1, 3)):
     return batch, got, singles, want
 
 
-def assert_same_lane(a, b):
+def assert_same_lane(a, b, optimizer):
     assert np.array_equal(a.true, b.true) and np.array_equal(a.fast, b.fast)  # the same tokens at every step
     assert np.array_equal(a.ratio_delay, b.ratio_delay) and a.ratio.shape == b.ratio.shape
     np.testing.assert_allclose(a.ratio, b.ratio, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(a.delivered, b.delivered, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(a.owed, b.owed, rtol=RTOL, atol=ATOL)
     assert [g["step"] for g in a.gradients] == [g["step"] for g in b.gradients]
+    rtol = 1e-4 if optimizer == "sgd" else 2e-3  # after Adam's steps: the parameters' last bits amplified
     for ga, gb in zip(a.gradients, b.gradients):
         assert ga["c0"] == gb["c0"]
-        scale = np.sqrt(abs(gb["res_dot"])) * 1e-4 + 1e-12
+        scale = max(abs(gb["late_dot"]), abs(gb["res_dot"]))
         for k in ("late_dot", "res_dot"):
-            assert abs(ga[k] - gb[k]) <= 1e-4 * abs(gb[k]) + scale * 1e-3, (k, ga[k], gb[k])
+            assert abs(ga[k] - gb[k]) <= rtol * scale, (k, ga[k], gb[k])
         assert np.isnan(ga["cosine"]) == np.isnan(gb["cosine"])
         if not np.isnan(gb["cosine"]):
-            assert abs(ga["cosine"] - gb["cosine"]) <= 1e-4
+            assert abs(ga["cosine"] - gb["cosine"]) <= rtol
 
 
 def key_bias_mask(model) -> torch.Tensor:
@@ -124,7 +125,7 @@ def test_batched_seeds_equal_one_seed_at_a_time(S, name, optimizer, kl):
     assert len(got) == S and batch.n_params == singles[0].n_params
     widths = set()
     for s in range(S):
-        assert_same_lane(got[s], want[s])
+        assert_same_lane(got[s], want[s], optimizer)
         after = batch.lane_parameters(s)
         assert_same_parameters(after, singles[s].model, optimizer)
         assert_same_policy(batch, s, singles[s], optimizer)
@@ -138,7 +139,7 @@ def test_batched_seeds_equal_one_seed_at_a_time(S, name, optimizer, kl):
 def test_llama_batch_equals_one_seed_at_a_time():
     batch, got, singles, want = run_both(2, "rac", "adam", 0.1, backbone="llama", checkpoints=(2,))
     for s in range(2):
-        assert_same_lane(got[s], want[s])
+        assert_same_lane(got[s], want[s], "adam")
         assert_same_parameters(batch.lane_parameters(s), singles[s].model, "adam")
         assert_same_policy(batch, s, singles[s], "adam")
 

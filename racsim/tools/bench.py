@@ -18,7 +18,9 @@
 7. ``--lm`` (alone): seconds per GRPO step of learner=lm's transformer on CPU at several
    sizes, racsim's loop against a plain PyTorch loop of the same update timed in the same
    run (the ratio), and time per step against parameters fitted and projected to a
-   1B-parameter policy.
+   1B-parameter policy; then a scaling table: seconds per GRPO step per seed, one seed at a
+   time (train_lane) against S seeds as one batch (train_lanes on BatchedTransformerPolicy),
+   at several S and two model sizes, and the throughput ratio.
 
 Machines are noisy: compare the ratios, not the absolute numbers.
 """
@@ -42,7 +44,7 @@ from racsim.config.validate import validate
 from racsim.errors import Parser
 from racsim.learner import mdp as M
 from racsim.learner.correctors import BLOCKING, CorrectorParams
-from racsim.learner.grpo import train_lane
+from racsim.learner.grpo import train_lane, train_lanes
 from racsim.learner.rollouts import (
     discounted_returns,
     sample_trajectories,
@@ -403,6 +405,71 @@ def bench_lm(steps: int, sizes=LM_SIZES, repeat: int = 3) -> Dict[str, float]:
     return out
 
 
+LM_BATCH_SIZES = ((2, 64), (4, 128))  # (layers, d_model): the default policy and a wider, deeper one
+LM_BATCH_SEEDS = (1, 8, 64)
+
+
+def _lm_lane_schedule(steps: int, P: int, lane: int):
+    """A late schedule (K = 1) for the batch benchmark: delays 0..2 steps, a fifth dropped,
+    different per lane (so the batch's late rows are padded)."""
+    from racsim.pipeline.schedule import DROPPED, INJECTED
+
+    rng = np.random.default_rng(1000 + lane)
+    status = np.where(rng.random((steps, P, 1)) < 0.2, DROPPED, INJECTED).astype(np.int8)
+    delay = np.where(status == INJECTED, rng.integers(0, 3, (steps, P, 1)), -1)
+    return delay, status, np.where(status == INJECTED, np.arange(steps)[:, None, None] + delay, -1)
+
+
+def bench_lm_batch(steps: int, sizes=LM_BATCH_SIZES, seeds=LM_BATCH_SEEDS) -> Dict[str, float]:
+    """Seconds per GRPO step per seed of learner=lm's transformer (the default task and batch,
+    rac on a late schedule with drops, Adam): one seed at a time (train_lane on
+    TransformerPolicy, the best of one run before and one after the batches) against S seeds
+    as one batch (train_lanes on BatchedTransformerPolicy: time / (steps x S)), and the
+    throughput ratio, per model size and S. Building the models is not timed."""
+    from racsim.learner.lm import BatchedTransformerPolicy, TransformerPolicy
+
+    out: Dict[str, float] = {}
+    rows = []
+    for layers, width in sizes:
+        cfg = compose_config("learner=lm", f"learner.lm.layers={layers}", f"learner.lm.d_model={width}",
+                             "learner.lm.device=cpu")
+        validate(cfg)
+        lm, P, G = cfg.learner.lm, cfg.pipeline.batch_size, cfg.learner.lm.group_size
+        task = build_task(lm)
+        scheds = [_lm_lane_schedule(steps, P, lane) for lane in range(max(seeds))]
+
+        def one() -> float:
+            policy = TransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm, lm.init_seed)
+            t0 = time.perf_counter()
+            train_lane(policy, task, *scheds[0], "rac", CorrectorParams(), [1.0], G, 0.0, np.random.default_rng(0))
+            return (time.perf_counter() - t0) / steps
+
+        single = [one()]
+        batched = {}
+        for S in seeds:
+            batch = BatchedTransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm,
+                                             [lm.init_seed + s for s in range(S)])
+            t0 = time.perf_counter()
+            train_lanes(batch, task, *zip(*scheds[:S]), "rac", CorrectorParams(), [1.0], G, 0.0,
+                        [np.random.default_rng(s) for s in range(S)])
+            batched[S] = (time.perf_counter() - t0) / (steps * S)
+            del batch
+        single.append(one())
+        tag = f"lm_batch_{layers}x{width}"
+        out[f"{tag}_params"] = float(sum(p.numel() for p in TransformerPolicy(
+            task.prompts, lm.vocab, lm.response_len, lm, 0).model.parameters()))
+        out[f"{tag}_one_at_a_time_s_per_step"] = min(single)
+        for S in seeds:
+            out[f"{tag}_S{S}_s_per_step_per_seed"] = batched[S]
+            out[f"{tag}_S{S}_ratio"] = min(single) / batched[S]
+            rows.append((f"{layers}x{width}", S, min(single), batched[S], min(single) / batched[S]))
+    print("learner=lm, seconds per GRPO step per seed: one seed at a time vs S seeds as one batch")
+    print(f"{'model':>8} {'S':>4} {'one-at-a-time':>14} {'batched/seed':>13} {'ratio':>7}")
+    for m, S, a, b, r in rows:
+        print(f"{m:>8} {S:>4} {a:>14.4f} {b:>13.4f} {r:>7.2f}")
+    return out
+
+
 PAPER_HEAVY_TAIL_S = 945.0  # the paper's reported time for its heavy-tail grid, one CPU thread
 
 
@@ -457,7 +524,8 @@ def main(argv=None) -> None:
     ap.add_argument("--lm", action="store_true",
                     help="only learner=lm's GRPO step on CPU: racsim's loop vs a plain PyTorch loop of the same "
                          "update at several model sizes, and the time per step fitted against parameters and "
-                         "projected to 1B parameters (needs the rm extra: torch, transformers)")
+                         "projected to 1B parameters; then seconds per step per seed, one seed at a time vs S seeds "
+                         "as one batch, at S = 1, 8, 64 and two sizes (needs the rm extra: torch, transformers)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.trials is not None and args.trials < 2:
@@ -486,6 +554,8 @@ def main(argv=None) -> None:
     elif args.lm:
         try:
             figures.update(bench_lm(3, LM_SIZES[:3], repeat=1) if args.quick else bench_lm(10))
+            figures.update(bench_lm_batch(1, LM_BATCH_SIZES[:1], LM_BATCH_SEEDS[:2]) if args.quick
+                           else bench_lm_batch(3))
         except ModuleNotFoundError as e:  # torch or transformers
             ap.error(f"--lm needs torch and transformers ({e.name} is missing): pip install 'racsim[rm]'")
     elif args.sweep and args.cells is not None:
