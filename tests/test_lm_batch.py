@@ -189,3 +189,34 @@ def test_padding_rows_change_nothing(optimizer):
         for p, q in zip(a.leaves, b.leaves):
             for key in ("exp_avg", "exp_avg_sq"):
                 assert torch.allclose(a.opt.state[p][key], b.opt.state[q][key], rtol=1e-5, atol=1e-12)
+
+
+def test_study_trains_each_correctors_seeds_as_one_batch_with_each_seeds_own_run():
+    """run_cell (the batch) against train_lane seed by seed on the same schedules, seeds and
+    streams: the same reward curves, the rest within rounding."""
+    from racsim.analyses.bias_study import corrector_params
+    from racsim.analyses.lm_study import checkpoint_steps, run_cell
+    from racsim.config.defaults import default_config
+    from racsim.config.validate import validate
+    from racsim.learner.bias import schedule_for
+    from racsim.learner.grpo import lane_slices
+    from racsim.seeds import seed_sequence
+
+    cfg = default_config("learner=lm", "pipeline.steps=4", "learner.lm.seeds=3", "learner.lm.checkpoints=1",
+                         "learner.lm.d_model=16", "learner.lm.layers=1", "learner.lm.vocab=6",
+                         "learner.lm.response_len=3", "learner.lm.group_size=4", "learner.lm.device=cpu",
+                         "learner.lm.kl_coef=0.1", "corrector.names=[naive,rac,wait_for_slow]")
+    validate(cfg)
+    out = run_cell(cfg)
+    lm, p = cfg.learner.lm, cfg.pipeline
+    task = make_task(lm.n_prompts, lm.prompt_len, lm.response_len, lm.vocab, lm.proxy_correlation, lm.task_seed)
+    shares = np.array([float(ch.share) for ch in p.channels.values()])
+    stream = seed_sequence(cfg.seed, "lm").spawn(3)
+    grad_stream = seed_sequence(cfg.seed, "lm_gradient").spawn(3)
+    for name in ("naive", "rac", "wait_for_slow"):
+        for lane, (d, s, land) in enumerate(lane_slices(schedule_for(name, out["schedules"]), name)):
+            pol = TransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm, lm.init_seed + lane, reference=True)
+            want = train_lane(pol, task, d, s, land, name, corrector_params(cfg), shares, lm.group_size, lm.kl_coef,
+                              np.random.default_rng(stream[lane]), np.random.default_rng(grad_stream[lane]),
+                              checkpoint_steps(p.steps, lm.checkpoints), lm.sync_batch)
+            assert_same_lane(out["curves"][name][lane], want, lm.optimizer)
