@@ -2,20 +2,26 @@
 (racsim.learner.lm.BatchedTransformerPolicy, racsim.learner.grpo.train_lanes) against the
 same seeds trained one at a time (TransformerPolicy, train_lane).
 
-Tolerance: the batched model computes attention as matmul and softmax (vmap has no rule for
-the CPU's fused attention that TransformerPolicy's model uses) and LayerNorm's parameter
-gradients under vmap sum in another order, so floats differ in their last bits: sampled
-tokens (hence the true and proxy curves) and the steps' bookkeeping must be equal exactly;
-log-probability ratios, delivered/owed, and after SGD the final float32 parameters and the
-final policies' log-probabilities within rtol 1e-5 (atol 1e-6), the gradient records (dot products of float32 gradients, late_dot a
-difference of two) within 1e-4 of their scale (the larger of |late_dot| and |res_dot|). Adam divides each gradient element by
-its own running scale, so an element whose gradient is near rounding level amplifies those
-last bits: GPT-2's key bias has an exact gradient of 0 (softmax ignores a score added to a
-whole row), so Adam moves it by rounding noise alone, as far as lr per step either way in
-both runs; with Adam the parameters other than the key bias agree within atol 1e-4
-(lr 0.05, 5 steps), the key bias does not change the policy, and the final policies'
-log-probabilities agree within rtol 1e-4, the gradient records within 2e-3 of their scale. A token can flip only when a uniform
-falls within ~1e-7 of a CDF boundary: never on these seeds (the test would show it)."""
+Tolerance. The batched model computes attention as matmul and softmax (vmap has no rule for
+the CPU's fused attention that TransformerPolicy's model uses), GPT-2's gelu_new as torch's
+fused tanh GELU (the same formula), and LayerNorm's parameter gradients under vmap sum in
+another order, so floats differ in their last bits. Exact: the sampled tokens at every step
+(hence the true and proxy curves), the late rows' delays, c0. Within rtol 1e-5 (atol 1e-6):
+the log-probability ratios, delivered/owed, and after SGD the final float32 parameters and
+the final policies' log-probabilities. The gradient records (dot products of float32
+gradients; late_dot a difference of two): within 1e-4 of their scale (the larger of
+|late_dot| and |res_dot|) after SGD.
+
+Adam divides each gradient element by its own running scale, so an element whose gradient
+is near rounding level amplifies those last bits: GPT-2's key bias has an exact gradient of
+0 (softmax ignores a score added to a whole row), so Adam moves it by rounding noise alone,
+up to lr per step either way, in both runs. After Adam: the parameters other than the key
+bias within atol 1e-4 (lr 0.05, 5 steps; the key bias does not change the policy), the
+final policies' log-probabilities within rtol 1e-4, the gradient records within 2e-3 of
+their scale.
+
+A token flips only if a uniform falls within ~1e-7 of a CDF boundary: not on these seeds
+(the exact comparison of the curves would show it)."""
 
 import numpy as np
 import pytest
@@ -113,7 +119,8 @@ def assert_same_policy(batch, s, single, optimizer):
     (rtol 1e-5; 1e-4 after Adam's steps, which amplify rounding as above)."""
     xs = np.repeat(np.arange(batch.prompts.shape[0]), V**L)
     ys = np.tile((np.arange(V**L)[:, None] // V ** np.arange(L - 1, -1, -1)) % V, (batch.prompts.shape[0], 1))
-    lp = batch.logprob(np.broadcast_to(xs, (batch.n_lanes,) + xs.shape), np.broadcast_to(ys, (batch.n_lanes,) + ys.shape))
+    S = batch.n_lanes
+    lp = batch.logprob(np.broadcast_to(xs, (S,) + xs.shape), np.broadcast_to(ys, (S,) + ys.shape))
     np.testing.assert_allclose(lp[s], single.logprob(xs, ys), rtol=RTOL if optimizer == "sgd" else 1e-4, atol=ATOL)
 
 

@@ -225,7 +225,8 @@ class _Lane:
             num = num + w[k] * c_same[:, k]
         self.c0 = np.repeat(num / self.total, G)
         energy = (self.hist_resid[t] ** 2).sum(axis=1)[:, None]
-        self.delivered[t], self.owed[t] = c_same * energy, energy  # ratio 1 in its own step (and for results never used)
+        # ratio 1 in its own step (and for results never used)
+        self.delivered[t], self.owed[t] = c_same * energy, energy
         self.adv = group_relative(corrected_advantage(r_fast, r_true, 0.0, self.c0), G)
         late = ~same
         og, self.inv = np.unique(o_[late] * P + b_[late], return_inverse=True)
