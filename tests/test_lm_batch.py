@@ -227,3 +227,25 @@ def test_study_trains_each_correctors_seeds_as_one_batch_with_each_seeds_own_run
                               np.random.default_rng(stream[lane]), np.random.default_rng(grad_stream[lane]),
                               checkpoint_steps(p.steps, lm.checkpoints), lm.sync_batch)
             assert_same_lane(out["curves"][name][lane], want, lm.optimizer)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_one_optimizer_over_stacked_leaves_steps_each_seed_as_its_own(optimizer):
+    """Adam and SGD act elementwise: given the same gradients, the batch's one optimizer over
+    the stacked (S, ...) leaves moves seed s's slice exactly as seed s's own optimizer."""
+    task = make_task(3, LP, L, V, -0.5, seed=11)
+    conf = tiny_conf(optimizer=optimizer, lr=0.05)
+    batch = BatchedTransformerPolicy(task.prompts, V, L, conf, [0, 1])
+    singles = [TransformerPolicy(task.prompts, V, L, conf, s) for s in (0, 1)]
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        for leaf, *ps in zip(batch.leaves, *(pol.params for pol in singles)):
+            g = torch.randn(leaf.shape, generator=gen) * 10.0 ** torch.randint(-9, 1, leaf.shape, generator=gen)
+            leaf.grad = g.clone()
+            for s, p in enumerate(ps):
+                p.grad = g[s].clone()
+        batch.opt.step()
+        for pol in singles:
+            pol.opt.step()
+    for s, pol in enumerate(singles):
+        assert torch.equal(batch.lane_parameters(s), params_of(pol.model))
