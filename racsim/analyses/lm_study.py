@@ -222,8 +222,11 @@ def run_cell(cfg: Any) -> Dict[str, Any]:
                            "pipeline_s": pipeline_s}
 
     def train(first: int, last: int) -> None:
-        """Lanes [first, last) of every corrector: the transformer's as one batch (seed s's
-        run exactly as alone), the bandit's one at a time."""
+        """Lanes [first, last) of every corrector: the transformer's as one batch (each seed's
+        run as it would be alone: the same tokens, floats within rounding), the bandit's one
+        at a time."""
+        if last <= first:
+            return
         rngs = lambda streams: [np.random.default_rng(streams[lane]) for lane in range(first, last)]  # noqa: E731
         for name in names:
             if lm.policy != "bandit":
