@@ -249,3 +249,18 @@ def test_one_optimizer_over_stacked_leaves_steps_each_seed_as_its_own(optimizer)
             pol.opt.step()
     for s, pol in enumerate(singles):
         assert torch.equal(batch.lane_parameters(s), params_of(pol.model))
+
+
+@pytest.mark.parametrize("optimizer,kl", [("adam", 0.1), ("sgd", 0.0)])
+def test_lanes_grouped_by_width_equal_one_seed_at_a_time(monkeypatch, optimizer, kl):
+    """The update's forward passes on groups of lanes of similar row counts (each padded to
+    its own widest; here one lane a group) give each seed its run alone too."""
+    import racsim.learner.lm as lm_mod
+
+    monkeypatch.setattr(lm_mod, "BUCKET_LANES", 1)
+    batch, got, singles, want = run_both(3, "rac", optimizer, kl)
+    assert len({c.ratio.size for c in got}) > 1  # widths differed
+    for s in range(3):
+        assert_same_lane(got[s], want[s], optimizer)
+        assert_same_parameters(batch.lane_parameters(s), singles[s].model, optimizer)
+        assert_same_policy(batch, s, singles[s], optimizer)

@@ -153,7 +153,10 @@ class Lanes(Protocol):
     def ref_logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray: ...
 
     def update(self, prompt_idx: np.ndarray, responses: np.ndarray,
-               coefficients: Callable[[np.ndarray], np.ndarray], norm: float, want_grad: bool = False): ...
+               coefficients: Callable[[np.ndarray], np.ndarray], norm: float, want_grad: bool = False,
+               widths: Optional[Sequence[int]] = None):
+        """:meth:`Policy.update` per lane; lane s's rows past ``widths[s]`` (when given) are
+        padding, of coefficient 0, which the policy may skip (their log-probabilities unused)."""
 
     def gradient(self, prompt_idx: np.ndarray, responses: np.ndarray, coef: np.ndarray,
                  norm: float) -> np.ndarray: ...
@@ -177,7 +180,7 @@ class OneLane:
     def ref_logprob(self, prompt_idx, responses):
         return self.policy.ref_logprob(prompt_idx[0], responses[0])[None]
 
-    def update(self, prompt_idx, responses, coefficients, norm, want_grad=False):
+    def update(self, prompt_idx, responses, coefficients, norm, want_grad=False, widths=None):
         lp, g = self.policy.update(prompt_idx[0], responses[0], lambda lp: coefficients(lp[None])[0], norm, want_grad)
         return lp[None], None if g is None else g[None]
 
@@ -334,7 +337,7 @@ def train_lanes(policy: Lanes, task: RewardTask, delays: Sequence[np.ndarray], s
         if want:  # before the update: the current batch's own gradient and the large synchronous batch
             g_cur = policy.gradient(pidx, resp, np.stack([lane.adv for lane in lanes]), float(n))
             g_sync, g_res_a, g_res_b = sync_directions(policy, task, P * sync_batch, G, bias_rngs)
-        logp, grad = policy.update(rows_x, rows_y, coefficients, float(n), want_grad=want)
+        logp, grad = policy.update(rows_x, rows_y, coefficients, float(n), want_grad=want, widths=width)
         for s, lane in enumerate(lanes):
             lane.finish(t, logp[s, : width[s]])
             if want:

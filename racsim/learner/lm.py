@@ -148,6 +148,10 @@ class TransformerPolicy:
         return g
 
 
+LANE_BUCKETS = 4  # a batched update's forward passes: lanes grouped by their rows' count (padding skipped)
+BUCKET_LANES = 16  # ... of at least this many lanes each
+
+
 class _GeluTanh(torch.nn.Module):
     """GPT-2's gelu_new, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as torch's one fused
     kernel (``approximate="tanh"``: the same formula) instead of seven elementwise passes."""
@@ -264,9 +268,40 @@ class BatchedTransformerPolicy:
     def _flat_grad(self) -> np.ndarray:
         return -torch.cat([p.grad.reshape(self.n_lanes, -1) for p in self.leaves], dim=1).double().cpu().numpy()
 
+    def _logp_widths(self, prompt_idx: np.ndarray, responses: np.ndarray, widths: Sequence[int]) -> torch.Tensor:
+        """:meth:`_logp` where lane s's rows past ``widths[s]`` are padding: the lanes sorted by
+        width in up to LANE_BUCKETS groups of at least BUCKET_LANES, each group's forward pass
+        on its own widest rows (its seeds' parameters gathered, so the one backward pass
+        reaches the stacked leaves); 0 on the rows skipped."""
+        S, m = np.shape(prompt_idx)
+        k = max(1, min(LANE_BUCKETS, S // BUCKET_LANES))
+        widths = np.asarray(widths)
+        if k == 1 or widths.min() == m:
+            return self._logp(self.params, prompt_idx, responses)
+        order = np.argsort(widths, kind="stable")
+        parts = []
+        for idx in np.array_split(order, k):
+            w = int(widths[idx].max())
+            it = torch.as_tensor(idx, device=self.device)
+            params = {name: v.index_select(0, it) for name, v in self.params.items()}
+            buffers = self.buffers
+            x = self._tokens(prompt_idx[idx, :w], responses[idx, :w])
+            lp0 = self.prompts.shape[1]
+            logits = self._logits(params, {name: b.index_select(0, it) for name, b in buffers.items()}, x)
+            lp = torch.log_softmax(logits[:, :, lp0 - 1 : -1, : self.vocab].float(), dim=-1)
+            lp = lp.gather(-1, x[:, :, lp0:, None]).squeeze(-1).sum(dim=-1)
+            parts.append(torch.nn.functional.pad(lp, (0, m - w)))
+        inverse = torch.as_tensor(np.argsort(order), device=self.device)
+        return torch.cat(parts).index_select(0, inverse)
+
     def update(self, prompt_idx: np.ndarray, responses: np.ndarray, coefficients: Callable[[np.ndarray], np.ndarray],
-               norm: float, want_grad: bool = False):
-        logp = self._logp(self.params, prompt_idx, responses)
+               norm: float, want_grad: bool = False, widths: Optional[Sequence[int]] = None):
+        """One step for every lane; ``widths``: lane s's rows past widths[s] are padding
+        (coefficient 0, log-probability returned as 0), skipped where lanes group by width."""
+        if widths is None:
+            logp = self._logp(self.params, prompt_idx, responses)
+        else:
+            logp = self._logp_widths(np.asarray(prompt_idx), np.asarray(responses), widths)
         lp = logp.detach().double().cpu().numpy()
         self._backward(logp, coefficients(lp), norm)
         grad: Optional[np.ndarray] = self._flat_grad() if want_grad else None

@@ -564,7 +564,7 @@ def main(argv=None) -> None:
         try:
             figures.update(bench_lm(3, LM_SIZES[:3], repeat=1) if args.quick else bench_lm(10))
             figures.update(bench_lm_batch(1, LM_BATCH_SIZES[:1], LM_BATCH_SEEDS[:2], repeat=1) if args.quick
-                           else bench_lm_batch(2))
+                           else bench_lm_batch(4))
         except ModuleNotFoundError as e:  # torch or transformers
             ap.error(f"--lm needs torch and transformers ({e.name} is missing): pip install 'racsim[rm]'")
     elif args.sweep and args.cells is not None:
