@@ -36,6 +36,7 @@ from racsim.learner.grpo import (
     missing_fraction,
     missing_share,
     train_lane,
+    train_lanes,
 )
 from racsim.errors import ConfigError
 from racsim.pipeline.stats import queue_timeseries
@@ -221,7 +222,25 @@ def run_cell(cfg: Any) -> Dict[str, Any]:
                            "pipeline_s": pipeline_s}
 
     def train(first: int, last: int) -> None:
+        """Lanes [first, last) of every corrector: the transformer's as one batch (each seed's
+        run as it would be alone: the same tokens, floats within rounding), the bandit's one
+        at a time."""
+        if last <= first:
+            return
+        rngs = lambda streams: [np.random.default_rng(streams[lane]) for lane in range(first, last)]  # noqa: E731
         for name in names:
+            if lm.policy != "bandit":
+                from racsim.learner.lm import BatchedTransformerPolicy  # lazy: torch loads only for this learner
+
+                batch = BatchedTransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm,
+                                                 [lm.init_seed + lane for lane in range(first, last)],
+                                                 reference=lm.kl_coef > 0)
+                out["params"] = batch.n_params
+                d, s, land = zip(*slices[name][first:last])
+                curves[name].extend(train_lanes(batch, task, d, s, land, name, params, shares, lm.group_size,
+                                                lm.kl_coef, rngs(stream), rngs(grad_stream), checkpoints,
+                                                lm.sync_batch))
+                continue
             for lane, (d, s, land) in enumerate(slices[name][first:last], start=first):
                 policy = make_policy(lm, task, lm.init_seed + lane)
                 out["params"] = policy.n_params

@@ -137,11 +137,144 @@ class LaneCurve:
     owed: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0)))
 
 
+class Lanes(Protocol):
+    """S policies trained together (racsim.learner.lm.BatchedTransformerPolicy, or one
+    :class:`Policy` as :class:`OneLane`): :class:`Policy`'s methods with a leading lane axis
+    (prompt indices (S, n), responses (S, n, L), log-probabilities and coefficients (S, n),
+    flat gradients (S, n_params)); lane s samples with ``rngs[s]`` alone."""
+
+    n_lanes: int
+    n_params: int
+
+    def sample(self, prompt_idx: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray: ...
+
+    def logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray: ...
+
+    def ref_logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray: ...
+
+    def update(self, prompt_idx: np.ndarray, responses: np.ndarray,
+               coefficients: Callable[[np.ndarray], np.ndarray], norm: float, want_grad: bool = False,
+               widths: Optional[Sequence[int]] = None):
+        """:meth:`Policy.update` per lane; lane s's rows past ``widths[s]`` (when given) are
+        padding, of coefficient 0, which the policy may skip (their log-probabilities unused)."""
+
+    def gradient(self, prompt_idx: np.ndarray, responses: np.ndarray, coef: np.ndarray,
+                 norm: float) -> np.ndarray: ...
+
+
+class OneLane:
+    """A :class:`Policy` as a batch of one lane (:class:`Lanes`)."""
+
+    n_lanes = 1
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self.n_params = policy.n_params
+
+    def sample(self, prompt_idx, rngs):
+        return self.policy.sample(prompt_idx[0], rngs[0])[None]
+
+    def logprob(self, prompt_idx, responses):
+        return self.policy.logprob(prompt_idx[0], responses[0])[None]
+
+    def ref_logprob(self, prompt_idx, responses):
+        return self.policy.ref_logprob(prompt_idx[0], responses[0])[None]
+
+    def update(self, prompt_idx, responses, coefficients, norm, want_grad=False, widths=None):
+        lp, g = self.policy.update(prompt_idx[0], responses[0], lambda lp: coefficients(lp[None])[0], norm, want_grad)
+        return lp[None], None if g is None else g[None]
+
+    def gradient(self, prompt_idx, responses, coef, norm):
+        return self.policy.gradient(prompt_idx[0], responses[0], coef[0], norm)[None]
+
+
+class _Lane:
+    """One lane's history and bookkeeping in :func:`train_lanes` (everything but the policy)."""
+
+    def __init__(self, task: RewardTask, delay: np.ndarray, status: np.ndarray, land: np.ndarray, name: str,
+                 params: CorrectorParams, w: np.ndarray, total: float, G: int):
+        N, P, K = delay.shape
+        self.task, self.delay, self.status, self.land, self.name, self.params = task, delay, status, land, name, params
+        self.w, self.total, self.G, self.P, self.K, self.n = w, total, G, P, K, P * G
+        self.hist_x = np.zeros((N, P, G), dtype=np.int64)
+        self.hist_y = np.zeros((N, P, G, task.response_len), dtype=np.int64)
+        self.hist_resid = np.zeros((N, P, G))
+        self.hist_logp = np.zeros((N, P, G))
+        self.delivered = np.zeros((N, P, K))
+        self.owed = np.zeros((N, P, K))
+        self.true_m, self.fast_m = np.empty(N + 1), np.empty(N + 1)
+        self.ratios: list = []
+        self.delays: list = []
+        self.records: list = []
+        # rac_adaptive's tau_age per result, from the results landed before the update that uses it
+        self.tau = adaptive_tau_age(delay[None], status[None], params)[0] if name == "rac_adaptive" else None
+
+    def begin(self, t: int, pidx: np.ndarray, resp: np.ndarray):
+        """Step t's batch (pidx, resp): its rewards, c0 and advantages, and the update's rows
+        (the batch, then the earlier groups whose slow results land now)."""
+        P, G, K, w, status, tau = self.P, self.G, self.K, self.w, self.status, self.tau
+        r_fast, r_true = task_rewards(self.task, pidx, resp)
+        self.true_m[t], self.fast_m[t] = r_true.mean(), r_fast.mean()
+        self.hist_x[t], self.hist_y[t] = pidx.reshape(P, G), resp.reshape(P, G, -1)
+        self.hist_resid[t] = group_relative(r_true - r_fast, G).reshape(P, G)
+        o_, b_, k_ = np.nonzero(self.land == t)
+        same = o_ == t
+        c_same = np.zeros((P, K))
+        c_same[b_[same], k_[same]] = correction_weight(
+            self.name, np.zeros(int(same.sum()), dtype=np.int64), status[o_[same], b_[same], k_[same]], None,
+            self.params, tau_age=None if tau is None else tau[o_[same], b_[same], k_[same]])
+        num = np.zeros(P)
+        for k in range(K):
+            num = num + w[k] * c_same[:, k]
+        self.c0 = np.repeat(num / self.total, G)
+        energy = (self.hist_resid[t] ** 2).sum(axis=1)[:, None]
+        # ratio 1 in its own step (and for results never used)
+        self.delivered[t], self.owed[t] = c_same * energy, energy
+        self.adv = group_relative(corrected_advantage(r_fast, r_true, 0.0, self.c0), G)
+        late = ~same
+        og, self.inv = np.unique(o_[late] * P + b_[late], return_inverse=True)
+        self.go, self.gb = og // P, og % P
+        self.lo, self.lb, self.lk = o_[late], b_[late], k_[late]
+        self.seen: dict = {}
+        rows_x = np.concatenate([pidx, self.hist_x[self.go, self.gb].ravel()])
+        rows_y = np.concatenate([resp, self.hist_y[self.go, self.gb].reshape(-1, self.task.response_len)])
+        return rows_x, rows_y
+
+    def coefficients(self, logp: np.ndarray, ref: Optional[np.ndarray], kl_coef: float) -> np.ndarray:
+        """The update's coefficient per row, from the rows' log-probabilities at the current policy."""
+        n, G, lo, lb, lk, tau = self.n, self.G, self.lo, self.lb, self.lk, self.tau
+        ratio = np.exp(logp[n:].reshape(len(self.go), G) - self.hist_logp[self.go, self.gb])
+        c = correction_weight(self.name, np.broadcast_to(self.delay[lo, lb, lk][:, None], (len(lo), G)),
+                              np.broadcast_to(self.status[lo, lb, lk][:, None], (len(lo), G)), ratio[self.inv],
+                              self.params, tau_age=None if tau is None else tau[lo, lb, lk][:, None])
+        late_coef = np.zeros((len(self.go), G))
+        np.add.at(late_coef, self.inv, self.w[lk][:, None] / self.total * c * self.hist_resid[lo, lb])
+        self.delivered[lo, lb, lk], self.owed[lo, lb, lk] = delivered_and_owed(c, ratio[self.inv],
+                                                                                 self.hist_resid[lo, lb])
+        cur = self.adv
+        if ref is not None:
+            cur = self.adv - kl_coef * (1.0 - np.exp(ref - logp[:n]))
+        self.seen["ratio"] = ratio
+        return np.concatenate([cur, late_coef.ravel()])
+
+    def finish(self, t: int, logp: np.ndarray) -> None:
+        self.hist_logp[t] = logp[: self.n].reshape(self.P, self.G)
+        if len(self.go):
+            self.ratios.append(self.seen["ratio"].ravel())
+            self.delays.append(np.repeat(t - self.go, self.G))
+
+    def curve(self) -> LaneCurve:
+        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
+        return LaneCurve(true=self.true_m, fast=self.fast_m, ratio=cat(self.ratios), ratio_delay=cat(self.delays),
+                         gradients=self.records, delivered=self.delivered, owed=self.owed)
+
+
 def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.ndarray, land: np.ndarray,
                name: str, params: CorrectorParams, shares: Sequence[float], group: int, kl_coef: float,
                rng: np.random.Generator, bias_rng: Optional[np.random.Generator] = None,
                checkpoints: Sequence[int] = (), sync_batch: int = 8) -> LaneCurve:
-    """Train ``policy`` for ``delay.shape[0]`` steps with corrector ``name``.
+    """Train ``policy`` for ``delay.shape[0]`` steps with corrector ``name``: :func:`train_lanes`
+    on one lane.
 
     ``delay``, ``status``, ``land``: (steps, P, K) of one lane of the arrival
     schedule (``land``: :func:`~racsim.learner.training.landing_step`).
@@ -151,88 +284,75 @@ def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.n
     terms, and the cosine of the update's gradient and g_sync. (With ``kl_coef`` > 0 the KL
     term's gradient counts among the late part.)
     """
-    N, P, K = delay.shape
+    return train_lanes(OneLane(policy), task, [delay], [status], [land], name, params, shares, group, kl_coef,
+                       [rng], None if bias_rng is None else [bias_rng], checkpoints, sync_batch)[0]
+
+
+def train_lanes(policy: Lanes, task: RewardTask, delays: Sequence[np.ndarray], statuses: Sequence[np.ndarray],
+                lands: Sequence[np.ndarray], name: str, params: CorrectorParams, shares: Sequence[float],
+                group: int, kl_coef: float, rngs: Sequence[np.random.Generator],
+                bias_rngs: Optional[Sequence[np.random.Generator]] = None, checkpoints: Sequence[int] = (),
+                sync_batch: int = 8) -> List[LaneCurve]:
+    """:func:`train_lane` on S lanes at once: lane s trains ``policy``'s lane s on
+    ``delays[s]``, ``statuses[s]``, ``lands[s]`` (each (steps, P, K)) with ``rngs[s]`` (and
+    ``bias_rngs[s]``), exactly as train_lane would alone; one :class:`Lanes` call per step
+    serves every lane. An update's rows differ in number between lanes (the late groups
+    that land): each lane's rows are padded to the widest with rows of coefficient 0
+    (prompt 0, response of token 0), which contribute exactly 0 to its gradient."""
+    S = len(rngs)
+    if not len(delays) == len(statuses) == len(lands) == S == policy.n_lanes:
+        raise ValueError(f"{policy.n_lanes} policy lanes, {len(delays)} delays, {len(statuses)} statuses, "
+                         f"{len(lands)} landing steps and {S} generators: one of each per lane")
+    N, P, K = delays[0].shape
     G = group
     n = P * G
+    L = task.response_len
     w = np.asarray(shares, dtype=np.float64)
     total = 0.0
-    for k in range(K):  # the same additions as c0's numerator below: c = 1 on every channel gives c0 = 1 exactly
+    for k in range(K):  # the same additions as c0's numerator: c = 1 on every channel gives c0 = 1 exactly
         total += w[k]
-    hist_x = np.zeros((N, P, G), dtype=np.int64)
-    hist_y = np.zeros((N, P, G, task.response_len), dtype=np.int64)
-    hist_resid = np.zeros((N, P, G))
-    hist_logp = np.zeros((N, P, G))
-    delivered = np.zeros((N, P, K))
-    owed = np.zeros((N, P, K))
-    true_m, fast_m = np.empty(N + 1), np.empty(N + 1)
-    ratios: list = []
-    delays: list = []
-    records: list = []
-    # rac_adaptive's tau_age per result, from the results landed before the update that uses it
-    tau = adaptive_tau_age(delay[None], status[None], params)[0] if name == "rac_adaptive" else None
+    lanes = [_Lane(task, d, st, ld, name, params, w, total, G) for d, st, ld in zip(delays, statuses, lands)]
+
+    def draw_prompts(generators) -> np.ndarray:
+        return np.stack([np.repeat(r.integers(0, task.n_prompts, P), G) for r in generators])
+
     for t in range(N):
-        pidx = np.repeat(rng.integers(0, task.n_prompts, P), G)
-        resp = policy.sample(pidx, rng)
-        r_fast, r_true = task_rewards(task, pidx, resp)
-        true_m[t], fast_m[t] = r_true.mean(), r_fast.mean()
-        hist_x[t], hist_y[t] = pidx.reshape(P, G), resp.reshape(P, G, -1)
-        hist_resid[t] = group_relative(r_true - r_fast, G).reshape(P, G)
-        o_, b_, k_ = np.nonzero(land == t)
-        same = o_ == t
-        c_same = np.zeros((P, K))
-        c_same[b_[same], k_[same]] = correction_weight(
-            name, np.zeros(int(same.sum()), dtype=np.int64), status[o_[same], b_[same], k_[same]], None, params,
-            tau_age=None if tau is None else tau[o_[same], b_[same], k_[same]])
-        num = np.zeros(P)
-        for k in range(K):
-            num = num + w[k] * c_same[:, k]
-        c0 = np.repeat(num / total, G)
-        energy = (hist_resid[t] ** 2).sum(axis=1)[:, None]
-        delivered[t], owed[t] = c_same * energy, energy  # ratio 1 in its own step (and for results never used)
-        adv = group_relative(corrected_advantage(r_fast, r_true, 0.0, c0), G)
-        late = ~same
-        og, inv = np.unique(o_[late] * P + b_[late], return_inverse=True)
-        go, gb = og // P, og % P
-        lo, lb, lk = o_[late], b_[late], k_[late]
-        rows_x = np.concatenate([pidx, hist_x[go, gb].ravel()])
-        rows_y = np.concatenate([resp, hist_y[go, gb].reshape(-1, task.response_len)])
+        pidx = draw_prompts(rngs)
+        resp = policy.sample(pidx, rngs)
+        rows = [lane.begin(t, pidx[s], resp[s]) for s, lane in enumerate(lanes)]
+        width = [len(x) for x, _ in rows]
+        rows_x = np.zeros((S, max(width)), dtype=np.int64)
+        rows_y = np.zeros((S, max(width), L), dtype=np.int64)
+        for s, (x, y) in enumerate(rows):
+            rows_x[s, : width[s]], rows_y[s, : width[s]] = x, y
         ref = policy.ref_logprob(pidx, resp) if kl_coef > 0 else None
-        seen: dict = {}
 
         def coefficients(logp: np.ndarray) -> np.ndarray:
-            ratio = np.exp(logp[n:].reshape(len(og), G) - hist_logp[go, gb])
-            c = correction_weight(name, np.broadcast_to(delay[lo, lb, lk][:, None], (len(lo), G)),
-                                  np.broadcast_to(status[lo, lb, lk][:, None], (len(lo), G)), ratio[inv], params,
-                                  tau_age=None if tau is None else tau[lo, lb, lk][:, None])
-            late_coef = np.zeros((len(og), G))
-            np.add.at(late_coef, inv, w[lk][:, None] / total * c * hist_resid[lo, lb])
-            delivered[lo, lb, lk], owed[lo, lb, lk] = delivered_and_owed(c, ratio[inv], hist_resid[lo, lb])
-            cur = adv
-            if ref is not None:
-                cur = adv - kl_coef * (1.0 - np.exp(ref - logp[:n]))
-            seen["ratio"] = ratio
-            return np.concatenate([cur, late_coef.ravel()])
+            coef = np.zeros(logp.shape)
+            for s, lane in enumerate(lanes):
+                coef[s, : width[s]] = lane.coefficients(logp[s, : width[s]], None if ref is None else ref[s], kl_coef)
+            return coef
 
-        want = t in checkpoints and bias_rng is not None
+        want = t in checkpoints and bias_rngs is not None
         if want:  # before the update: the current batch's own gradient and the large synchronous batch
-            g_cur = policy.gradient(pidx, resp, adv, float(n))
-            g_sync, g_res_a, g_res_b = sync_directions(policy, task, P * sync_batch, G, bias_rng)
-        logp, grad = policy.update(rows_x, rows_y, coefficients, float(n), want_grad=want)
-        hist_logp[t] = logp[:n].reshape(P, G)
-        if len(og):
-            ratios.append(seen["ratio"].ravel())
-            delays.append(np.repeat(t - go, G))
-        if want:
-            den = np.linalg.norm(grad) * np.linalg.norm(g_sync)  # 0 when every group's rewards tie
-            records.append({"step": t, "c0": float(c0.mean()), "late_dot": float((grad - g_cur) @ (g_res_a + g_res_b) / 2),
-                            "res_dot": float(g_res_a @ g_res_b),
-                            "cosine": float(grad @ g_sync / den) if den > 0 else np.nan})
-    pidx = np.repeat(rng.integers(0, task.n_prompts, P), G)
-    r_fast, r_true = task_rewards(task, pidx, policy.sample(pidx, rng))
-    true_m[N], fast_m[N] = r_true.mean(), r_fast.mean()
-    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
-    return LaneCurve(true=true_m, fast=fast_m, ratio=cat(ratios), ratio_delay=cat(delays), gradients=records,
-                     delivered=delivered, owed=owed)
+            g_cur = policy.gradient(pidx, resp, np.stack([lane.adv for lane in lanes]), float(n))
+            g_sync, g_res_a, g_res_b = sync_directions(policy, task, P * sync_batch, G, bias_rngs)
+        logp, grad = policy.update(rows_x, rows_y, coefficients, float(n), want_grad=want, widths=width)
+        for s, lane in enumerate(lanes):
+            lane.finish(t, logp[s, : width[s]])
+            if want:
+                den = np.linalg.norm(grad[s]) * np.linalg.norm(g_sync[s])  # 0 when every group's rewards tie
+                lane.records.append({
+                    "step": t, "c0": float(lane.c0.mean()),
+                    "late_dot": float((grad[s] - g_cur[s]) @ (g_res_a[s] + g_res_b[s]) / 2),
+                    "res_dot": float(g_res_a[s] @ g_res_b[s]),
+                    "cosine": float(grad[s] @ g_sync[s] / den) if den > 0 else np.nan})
+    pidx = draw_prompts(rngs)
+    resp = policy.sample(pidx, rngs)
+    for s, lane in enumerate(lanes):
+        r_fast, r_true = task_rewards(task, pidx[s], resp[s])
+        lane.true_m[N], lane.fast_m[N] = r_true.mean(), r_fast.mean()
+    return [lane.curve() for lane in lanes]
 
 
 def delivered_and_owed(c: np.ndarray, ratio: np.ndarray, resid: np.ndarray) -> tuple:
@@ -268,19 +388,20 @@ def missing_share(delivered: np.ndarray, owed: np.ndarray, shares: Sequence[floa
     return float(1.0 - (delivered[:, origins] * w).sum() / (owed[:, origins] * w).sum())
 
 
-def sync_directions(policy: Policy, task: RewardTask, prompts: int, G: int, rng: np.random.Generator):
-    """On a large batch of ``prompts`` x ``G`` responses from the current policy: the
-    synchronous GRPO gradient g_sync (group-relative r_true) and the slow residual's
-    gradient (group-relative r_true - r_fast) on each half of the groups, two independent
-    estimates of g_res."""
-    pidx = np.repeat(rng.integers(0, task.n_prompts, prompts), G)
-    resp = policy.sample(pidx, rng)
-    r_fast, r_true = task_rewards(task, pidx, resp)
-    res = group_relative(r_true - r_fast, G)
+def sync_directions(policy: Lanes, task: RewardTask, prompts: int, G: int, rngs: Sequence[np.random.Generator]):
+    """On a large batch of ``prompts`` x ``G`` responses from each lane's current policy (lane
+    s draws with ``rngs[s]``): the synchronous GRPO gradient g_sync (group-relative r_true) and
+    the slow residual's gradient (group-relative r_true - r_fast) on each half of the groups,
+    two independent estimates of g_res; each (S, n_params)."""
+    pidx = np.stack([np.repeat(r.integers(0, task.n_prompts, prompts), G) for r in rngs])
+    resp = policy.sample(pidx, rngs)
+    rew = [task_rewards(task, x, y) for x, y in zip(pidx, resp)]
+    adv = np.stack([group_relative(r_true, G) for _, r_true in rew])
+    res = np.stack([group_relative(r_true - r_fast, G) for r_fast, r_true in rew])
     half = (prompts // 2) * G
-    return (policy.gradient(pidx, resp, group_relative(r_true, G), float(len(pidx))),
-            policy.gradient(pidx[:half], resp[:half], res[:half], float(half)),
-            policy.gradient(pidx[half:], resp[half:], res[half:], float(len(pidx) - half)))
+    return (policy.gradient(pidx, resp, adv, float(pidx.shape[1])),
+            policy.gradient(pidx[:, :half], resp[:, :half], res[:, :half], float(half)),
+            policy.gradient(pidx[:, half:], resp[:, half:], res[:, half:], float(pidx.shape[1] - half)))
 
 
 def missing_fraction(c0: np.ndarray, late_dot: np.ndarray, res_dot: np.ndarray) -> float:

@@ -8,6 +8,11 @@ so a fixed seed gives the same responses on any device that gives the same
 logits; log-probabilities are teacher-forced, summed over the response's
 tokens (the sequence-level log pi(y | x) of the ratio pi_now / pi_behaviour).
 
+:class:`BatchedTransformerPolicy` holds S such models (S seeds) stacked
+(``torch.func.stack_module_state``) and runs them as one: every forward pass is the
+model's own under ``torch.func.vmap`` of ``functional_call`` over the seed axis (the
+KV cache too), one backward pass and one optimizer step serve every seed.
+
 This is the only racsim module that imports torch and transformers at its
 top; racsim.analyses.lm_study imports it when ``learner.kind=lm`` runs, so
 ``import racsim`` and the command line never load them.
@@ -16,11 +21,13 @@ top; racsim.analyses.lm_study imports it when ``learner.kind=lm`` runs, so
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from torch.func import functional_call, stack_module_state, vmap
+from transformers import (AutoModelForCausalLM, DynamicCache, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM)
 
 from racsim.errors import ConfigError
 from racsim.learner.rollouts import _inverse_cdf, _search_table
@@ -139,3 +146,174 @@ class TransformerPolicy:
         g = self._flat_grad()
         self.opt.zero_grad(set_to_none=False)
         return g
+
+
+LANE_BUCKETS = 4  # a batched update's forward passes: lanes grouped by their rows' count (padding skipped)
+BUCKET_LANES = 16  # ... of at least this many lanes each
+
+
+class _GeluTanh(torch.nn.Module):
+    """GPT-2's gelu_new, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as torch's one fused
+    kernel (``approximate="tanh"``: the same formula) instead of seven elementwise passes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def fuse_gelu(model: torch.nn.Module) -> None:
+    """GPT-2's MLP activations (gelu_new, written as Python arithmetic) replaced by :class:`_GeluTanh`."""
+    for name, mod in list(model.named_modules()):
+        for child_name, child in list(mod.named_children()):
+            if type(child).__name__ == "NewGELUActivation":
+                setattr(mod, child_name, _GeluTanh())
+
+
+class BatchedTransformerPolicy:
+    """S :class:`TransformerPolicy` runs at once: seed s's model is
+    ``build_model(conf, vocab, max_len, seeds[s])``, its parameters slice s of stacked
+    leaf tensors (S, ...), and one optimizer (``conf.optimizer``: Adam and SGD act
+    elementwise, so one over the stacked leaves steps each seed as its own would).
+    Every forward pass is the model's own, vmapped over the seed axis (``functional_call``
+    of one template module), the KV cache of sampling included; one backward pass gives
+    every seed's gradient (a seed's loss reaches only its own slice).
+
+    The methods take and return arrays with a leading seed axis: prompt indices (S, n),
+    responses (S, n, L), log-probabilities (S, n), flat gradients (S, n_params); sampling
+    draws seed s's tokens with ``rngs[s]`` by inverse CDF from its float64 softmax, as
+    :meth:`TransformerPolicy.sample` does. Rows whose coefficient is 0 (padding: lanes
+    with fewer rows than the batch's widest) contribute exactly 0 to the gradient."""
+
+    def __init__(self, prompts: np.ndarray, vocab: int, response_len: int, conf: Any, seeds: Sequence[int],
+                 reference: bool = False):
+        if conf.threads:
+            torch.set_num_threads(conf.threads)
+        self.device = pick_device(conf.device)
+        self.prompts = np.asarray(prompts, dtype=np.int64)
+        self.vocab, self.response_len = vocab, response_len
+        self.n_lanes = len(seeds)
+        max_len = self.prompts.shape[1] + response_len
+        models = [build_model(conf, vocab, max_len, int(s)).to(self.device).eval() for s in seeds]
+        self.model = models[0]  # the template: functional_call swaps in each seed's slice of the stacked tensors
+        # attention as matmul and softmax, which vmap batches: torch has no vmap rule for the CPU's fused
+        # (flash) attention, and its per-seed fallback costs O(S^2) in the backward pass
+        self.model.set_attn_implementation("eager")
+        fuse_gelu(self.model)
+        params, self.buffers = stack_module_state(models)  # leaves (S, ...) that require grad
+        self.params = params
+        self.leaves = list(params.values())
+        self.n_params = sum(p[0].numel() for p in self.leaves)
+        opt = torch.optim.Adam if conf.optimizer == "adam" else torch.optim.SGD
+        self.opt = opt(self.leaves, lr=conf.lr)
+        self.ref = {k: v.detach().clone() for k, v in params.items()} if reference else None
+        model = self.model
+
+        def logits(p, b, x):
+            return functional_call(model, (p, b), (), {"input_ids": x, "use_cache": False}).logits
+
+        def first(p, b, x):
+            out = functional_call(model, (p, b), (), {"input_ids": x, "use_cache": True})
+            return out.logits[:, -1], tuple((k, v) for k, v, *_ in out.past_key_values)
+
+        def step(p, b, tok, kv):
+            out = functional_call(model, (p, b), (), {"input_ids": tok, "past_key_values": DynamicCache(kv),
+                                                      "use_cache": True})
+            return out.logits[:, -1], tuple((k, v) for k, v, *_ in out.past_key_values)
+
+        self._logits = vmap(logits, randomness="error")
+        self._first = vmap(first, randomness="error")
+        self._step = vmap(step, randomness="error")
+
+    def _tokens(self, prompt_idx: np.ndarray, responses: np.ndarray) -> torch.Tensor:
+        x = np.concatenate([self.prompts[np.asarray(prompt_idx)], np.asarray(responses, dtype=np.int64)], axis=2)
+        return torch.as_tensor(x, device=self.device)
+
+    def _logp(self, params: dict, prompt_idx: np.ndarray, responses: np.ndarray) -> torch.Tensor:
+        """Teacher-forced sum over the response of log pi(y_t | x, y_<t), (S, n) float32."""
+        x = self._tokens(prompt_idx, responses)
+        lp0 = self.prompts.shape[1]
+        logits = self._logits(params, self.buffers, x)[:, :, lp0 - 1 : -1, : self.vocab].float()
+        return torch.log_softmax(logits, dim=-1).gather(-1, x[:, :, lp0:, None]).squeeze(-1).sum(dim=-1)
+
+    @torch.no_grad()
+    def sample(self, prompt_idx: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+        S, n = np.shape(prompt_idx)
+        out = np.empty((S, n, self.response_len), dtype=np.int64)
+        logits, kv = self._first(self.params, self.buffers, self._tokens(prompt_idx, np.zeros((S, n, 0), np.int64)))
+        rows = np.arange(n)
+        for j in range(self.response_len):
+            p = torch.softmax(logits[:, :, : self.vocab].double(), dim=-1).cpu().numpy()
+            for s in range(S):
+                out[s, :, j] = _inverse_cdf(_search_table(p[s]), rows, rngs[s].random(n))
+            if j + 1 < self.response_len:
+                tok = torch.as_tensor(out[:, :, j : j + 1], device=self.device)
+                logits, kv = self._step(self.params, self.buffers, tok, kv)
+        return out
+
+    @torch.no_grad()
+    def logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        return self._logp(self.params, prompt_idx, responses).double().cpu().numpy()
+
+    @torch.no_grad()
+    def ref_logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        if self.ref is None:
+            raise ValueError("no reference model: build the policy with reference=True for a KL term")
+        return self._logp(self.ref, prompt_idx, responses).double().cpu().numpy()
+
+    def _backward(self, logp: torch.Tensor, coef: np.ndarray, norm: float) -> None:
+        c = torch.as_tensor(np.asarray(coef), dtype=logp.dtype, device=self.device)
+        self.opt.zero_grad(set_to_none=False)
+        # seed s's loss is -(c_s * logp_s).sum() / norm, as TransformerPolicy's; d(sum_s loss_s)/d loss_s = 1
+        (-(c * logp).sum(dim=1) / norm).sum().backward()
+
+    def _flat_grad(self) -> np.ndarray:
+        return -torch.cat([p.grad.reshape(self.n_lanes, -1) for p in self.leaves], dim=1).double().cpu().numpy()
+
+    def _logp_widths(self, prompt_idx: np.ndarray, responses: np.ndarray, widths: Sequence[int]) -> torch.Tensor:
+        """:meth:`_logp` where lane s's rows past ``widths[s]`` are padding: the lanes sorted by
+        width in up to LANE_BUCKETS groups of at least BUCKET_LANES, each group's forward pass
+        on its own widest rows (its seeds' parameters gathered, so the one backward pass
+        reaches the stacked leaves); 0 on the rows skipped."""
+        S, m = np.shape(prompt_idx)
+        k = max(1, min(LANE_BUCKETS, S // BUCKET_LANES))
+        widths = np.asarray(widths)
+        if k == 1 or widths.min() == m:
+            return self._logp(self.params, prompt_idx, responses)
+        order = np.argsort(widths, kind="stable")
+        parts = []
+        for idx in np.array_split(order, k):
+            w = int(widths[idx].max())
+            it = torch.as_tensor(idx, device=self.device)
+            params = {name: v.index_select(0, it) for name, v in self.params.items()}
+            buffers = self.buffers
+            x = self._tokens(prompt_idx[idx, :w], responses[idx, :w])
+            lp0 = self.prompts.shape[1]
+            logits = self._logits(params, {name: b.index_select(0, it) for name, b in buffers.items()}, x)
+            lp = torch.log_softmax(logits[:, :, lp0 - 1 : -1, : self.vocab].float(), dim=-1)
+            lp = lp.gather(-1, x[:, :, lp0:, None]).squeeze(-1).sum(dim=-1)
+            parts.append(torch.nn.functional.pad(lp, (0, m - w)))
+        inverse = torch.as_tensor(np.argsort(order), device=self.device)
+        return torch.cat(parts).index_select(0, inverse)
+
+    def update(self, prompt_idx: np.ndarray, responses: np.ndarray, coefficients: Callable[[np.ndarray], np.ndarray],
+               norm: float, want_grad: bool = False, widths: Optional[Sequence[int]] = None):
+        """One step for every lane; ``widths``: lane s's rows past widths[s] are padding
+        (coefficient 0, log-probability returned as 0), skipped where lanes group by width."""
+        if widths is None:
+            logp = self._logp(self.params, prompt_idx, responses)
+        else:
+            logp = self._logp_widths(np.asarray(prompt_idx), np.asarray(responses), widths)
+        lp = logp.detach().double().cpu().numpy()
+        self._backward(logp, coefficients(lp), norm)
+        grad: Optional[np.ndarray] = self._flat_grad() if want_grad else None
+        self.opt.step()
+        return lp, grad
+
+    def gradient(self, prompt_idx: np.ndarray, responses: np.ndarray, coef: np.ndarray, norm: float) -> np.ndarray:
+        self._backward(self._logp(self.params, prompt_idx, responses), coef, norm)
+        g = self._flat_grad()
+        self.opt.zero_grad(set_to_none=False)
+        return g
+
+    def lane_parameters(self, s: int) -> torch.Tensor:
+        """Seed s's parameters, flat, in ``model.parameters()`` order (tied ones once)."""
+        return torch.cat([p[s].detach().reshape(-1) for p in self.leaves])

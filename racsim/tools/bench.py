@@ -18,7 +18,9 @@
 7. ``--lm`` (alone): seconds per GRPO step of learner=lm's transformer on CPU at several
    sizes, racsim's loop against a plain PyTorch loop of the same update timed in the same
    run (the ratio), and time per step against parameters fitted and projected to a
-   1B-parameter policy.
+   1B-parameter policy; then a scaling table: seconds per GRPO step per seed, one seed at a
+   time (train_lane) against S seeds as one batch (train_lanes on BatchedTransformerPolicy),
+   at several S and two model sizes, and the throughput ratio.
 
 Machines are noisy: compare the ratios, not the absolute numbers.
 """
@@ -43,7 +45,7 @@ from racsim.config.validate import validate
 from racsim.errors import Parser
 from racsim.learner import mdp as M
 from racsim.learner.correctors import BLOCKING, CorrectorParams
-from racsim.learner.grpo import train_lane
+from racsim.learner.grpo import train_lane, train_lanes
 from racsim.learner.rollouts import (
     discounted_returns,
     sample_trajectories,
@@ -410,6 +412,80 @@ def bench_lm(steps: int, sizes=LM_SIZES, repeat: int = 3) -> Dict[str, float]:
     return out
 
 
+LM_BATCH_SIZES = ((2, 64), (4, 128))  # (layers, d_model): the default policy and a wider, deeper one
+LM_BATCH_SEEDS = (1, 8, 64)
+
+
+def _lm_lane_schedule(steps: int, P: int, lane: int):
+    """A late schedule (K = 1) for the batch benchmark: delays 0..2 steps, a fifth dropped,
+    different per lane (so the batch's late rows are padded)."""
+    from racsim.pipeline.schedule import DROPPED, INJECTED
+
+    rng = np.random.default_rng(1000 + lane)
+    status = np.where(rng.random((steps, P, 1)) < 0.2, DROPPED, INJECTED).astype(np.int8)
+    delay = np.where(status == INJECTED, rng.integers(0, 3, (steps, P, 1)), -1)
+    return delay, status, np.where(status == INJECTED, np.arange(steps)[:, None, None] + delay, -1)
+
+
+def bench_lm_batch(steps: int, sizes=LM_BATCH_SIZES, seeds=LM_BATCH_SEEDS, repeat: int = 2) -> Dict[str, float]:
+    """Seconds per GRPO step per seed of learner=lm's transformer (the default task and batch,
+    rac on a late schedule with drops, Adam, one thread): one seed at a time (train_lane on
+    TransformerPolicy) against S seeds as one batch (train_lanes on BatchedTransformerPolicy:
+    time / (steps x S)), and the throughput ratio, per model size and S. The runs alternate
+    ``repeat`` times, best of each, timed as the process's CPU time (one thread: the work
+    done, less sensitive than wall time to other jobs on a shared machine; wall time is
+    recorded too). Building the models and a first step of each run are not timed."""
+    from racsim.learner.lm import BatchedTransformerPolicy, TransformerPolicy
+
+    out: Dict[str, float] = {}
+    rows = []
+    for layers, width in sizes:
+        cfg = compose_config("learner=lm", f"learner.lm.layers={layers}", f"learner.lm.d_model={width}",
+                             "learner.lm.device=cpu")
+        validate(cfg)
+        lm, P, G = cfg.learner.lm, cfg.pipeline.batch_size, cfg.learner.lm.group_size
+        task = build_task(lm)
+        scheds = [_lm_lane_schedule(steps, P, lane) for lane in range(max(seeds))]
+        first = [(d[:1], st[:1], land[:1]) for d, st, land in scheds]
+        single = TransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm, lm.init_seed)
+        batches = {S: BatchedTransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm,
+                                               [lm.init_seed + s for s in range(S)]) for S in seeds}
+
+        def run(S: int, sched) -> None:
+            if S == 0:
+                train_lane(single, task, *sched[0], "rac", CorrectorParams(), [1.0], G, 0.0, np.random.default_rng(0))
+            else:
+                train_lanes(batches[S], task, *zip(*sched[:S]), "rac", CorrectorParams(), [1.0], G, 0.0,
+                            [np.random.default_rng(s) for s in range(S)])
+
+        cpu = {S: np.inf for S in (0,) + tuple(seeds)}
+        wall = dict(cpu)
+        for S in cpu:
+            run(S, first)  # untimed: first-call costs
+        for _ in range(repeat):  # alternated: the runs share the machine's load
+            for S in cpu:
+                c0, w0 = time.process_time(), time.perf_counter()
+                run(S, scheds)
+                per = steps * max(S, 1)
+                cpu[S] = min(cpu[S], (time.process_time() - c0) / per)
+                wall[S] = min(wall[S], (time.perf_counter() - w0) / per)
+        del batches
+        tag = f"lm_batch_{layers}x{width}"
+        out[f"{tag}_params"] = float(single.n_params)
+        out[f"{tag}_one_at_a_time_cpu_s_per_step"] = cpu[0]
+        out[f"{tag}_one_at_a_time_wall_s_per_step"] = wall[0]
+        for S in seeds:
+            out[f"{tag}_S{S}_cpu_s_per_step_per_seed"] = cpu[S]
+            out[f"{tag}_S{S}_wall_s_per_step_per_seed"] = wall[S]
+            out[f"{tag}_S{S}_ratio"] = cpu[0] / cpu[S]
+            rows.append((f"{layers}x{width}", S, cpu[0], cpu[S], cpu[0] / cpu[S], wall[0] / wall[S]))
+    print("learner=lm, CPU seconds per GRPO step per seed: one seed at a time vs S seeds as one batch")
+    print(f"{'model':>8} {'S':>4} {'one-at-a-time':>14} {'batched/seed':>13} {'ratio':>7} {'wall ratio':>11}")
+    for m, S, a, b, r, rw in rows:
+        print(f"{m:>8} {S:>4} {a:>14.4f} {b:>13.4f} {r:>7.2f} {rw:>11.2f}")
+    return out
+
+
 PAPER_HEAVY_TAIL_S = 945.0  # the paper's reported time for its heavy-tail grid, one CPU thread
 
 
@@ -464,7 +540,8 @@ def main(argv=None) -> None:
     ap.add_argument("--lm", action="store_true",
                     help="only learner=lm's GRPO step on CPU: racsim's loop vs a plain PyTorch loop of the same "
                          "update at several model sizes, and the time per step fitted against parameters and "
-                         "projected to 1B parameters (needs the rm extra: torch, transformers)")
+                         "projected to 1B parameters; then seconds per step per seed, one seed at a time vs S seeds "
+                         "as one batch, at S = 1, 8, 64 and two sizes (needs the rm extra: torch, transformers)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.trials is not None and args.trials < 2:
@@ -493,6 +570,8 @@ def main(argv=None) -> None:
     elif args.lm:
         try:
             figures.update(bench_lm(3, LM_SIZES[:3], repeat=1) if args.quick else bench_lm(10))
+            figures.update(bench_lm_batch(1, LM_BATCH_SIZES[:1], LM_BATCH_SEEDS[:2], repeat=1) if args.quick
+                           else bench_lm_batch(4))
         except ModuleNotFoundError as e:  # torch or transformers
             ap.error(f"--lm needs torch and transformers ({e.name} is missing): pip install 'racsim[rm]'")
     elif args.sweep and args.cells is not None:
