@@ -46,13 +46,14 @@ CONFIG_READERS = ("config", "sweep", "tools", "app")
 
 # Every deliberate lazy import (module -> what it loads inside a function, each line marked
 # "# lazy"): the entry points load the simulator only when a job runs, so that `import racsim`,
-# `racsim --help` and Hydra's start-up stay fast; lm_study loads torch for learner.kind=lm only.
+# `racsim --help` and Hydra's start-up stay fast; lm_study and racsim-bench load torch for the LM learner only.
 LAZY: Dict[str, Tuple[str, ...]] = {
     "__init__": ("app.api",),
     "app.cli": ("app.job",),
     "app.api": ("app.cli", "app.job"),
     "sweep.callback": ("analyses.grid", "sweep.gather"),
     "analyses.lm_study": ("learner.lm",),
+    "tools.bench": ("learner.lm",),  # racsim-bench --lm
 }
 
 

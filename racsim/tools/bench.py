@@ -53,6 +53,7 @@ from racsim.learner.rollouts import (
 )
 from racsim.pipeline.draws import draw
 from racsim.pipeline.lanes import run_lanes
+from racsim.pipeline.schedule import DROPPED, INJECTED
 from racsim.pipeline.simpy_engine import run_simpy
 from racsim.analyses.dispatch import run
 
@@ -419,7 +420,6 @@ LM_BATCH_SEEDS = (1, 8, 64)
 def _lm_lane_schedule(steps: int, P: int, lane: int):
     """A late schedule (K = 1) for the batch benchmark: delays 0..2 steps, a fifth dropped,
     different per lane (so the batch's late rows are padded)."""
-    from racsim.pipeline.schedule import DROPPED, INJECTED
 
     rng = np.random.default_rng(1000 + lane)
     status = np.where(rng.random((steps, P, 1)) < 0.2, DROPPED, INJECTED).astype(np.int8)
@@ -435,7 +435,7 @@ def bench_lm_batch(steps: int, sizes=LM_BATCH_SIZES, seeds=LM_BATCH_SEEDS, repea
     ``repeat`` times, best of each, timed as the process's CPU time (one thread: the work
     done, less sensitive than wall time to other jobs on a shared machine; wall time is
     recorded too). Building the models and a first step of each run are not timed."""
-    from racsim.learner.lm import BatchedTransformerPolicy, TransformerPolicy
+    from racsim.learner.lm import BatchedTransformerPolicy, TransformerPolicy  # lazy: torch for --lm only
 
     out: Dict[str, float] = {}
     rows = []
