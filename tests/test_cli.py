@@ -295,3 +295,19 @@ def test_a_grid_cell_reads_as_a_law_not_a_dict_and_long_tables_are_cut():
     text = format_table(rows, max_rows=60)
     assert len(text.splitlines()) == 1 + 60 + 1 and "the first 60 of 90 rows" in text.splitlines()[-1]
     assert "{" not in text and len(format_table(rows).splitlines()) == 91  # summary.md: every row
+
+
+def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
+    """stderr is a pipe here: a capacity search says each count it evaluates on a line of its own (the
+    search adds the counts the list skips, and the total follows); a GRPO run's header names it."""
+    p = ok(racsim(tmp_path, "scenario=capacity/judge_rm_h100", "learner.trials=4", "learner.bootstrap=0",
+                  "pipeline.steps=12", "capacity.benchmark=false", "capacity.resamples=20", "capacity.counts=[4,8]",
+                  *NOPLOTS, *run_dir_args(tmp_path / "cap")))
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("racsim: capacity search (counts): ")]
+    done = [int(ln.rsplit(": ", 1)[1].split("/")[0]) for ln in lines]
+    evaluated = pd.read_parquet(tmp_path / "cap" / "capacity.parquet")["count"].nunique()
+    assert done == list(range(1, evaluated + 1)) and evaluated > 2
+    p = ok(racsim(tmp_path, "learner=lm", "learner.lm.policy=bandit", "pipeline.steps=6", *NOPLOTS,
+                  *run_dir_args(tmp_path / "lm")))
+    assert p.stdout.startswith("racsim: default: GRPO (bandit), 4 seeds per corrector in ")
+    assert "bias benchmark" not in p.stderr  # no bar that would not move

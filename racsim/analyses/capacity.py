@@ -401,7 +401,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
                 requests[0] += run.requests
                 runs[n], rows[n] = run.res, _rows(cfg, name, n, run, loads[n])
             if progress is not None:
-                progress(n)
+                progress(1)  # one more count evaluated
         return feasible(next(r for r in rows[n] if r["corrector"] == chosen), targets)
 
     if cap.search == "bisect":  # assumes feasibility is monotone in the count

@@ -139,13 +139,37 @@ def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
     sys.exit(EXIT_FAILED)
 
 
+class _Lines:
+    """Progress through a pipe (stderr not a terminal): one line at each tenth of the work."""
+
+    def __init__(self, total: int, desc: str, unit: str):
+        self.total, self.desc, self.unit, self.done, self.shown = total, desc, unit, 0, 0
+
+    def update(self, k: int = 1) -> None:
+        self.done += k
+        tenth = min(10, 10 * self.done // max(1, self.total))
+        if tenth > self.shown or self.done > self.total:  # past the total: a search that added counts
+            self.shown, self.total = tenth, max(self.total, self.done)
+            print(f"racsim: {self.desc}: {self.done}/{self.total} {self.unit}s", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
 def _progress_bar(cfg):
-    if not cfg.output.progress or in_multirun():  # a sweep shows its own job counter
+    """What moves while a run computes: the bias benchmark's trials, or a capacity search's counts (the
+    search may add counts between the listed ones); none for learner=lm (its seeds say when they run)."""
+    if not cfg.output.progress or in_multirun() or cfg.learner.kind == "lm":  # a sweep shows its own job counter
         return None
+    if cfg.capacity.enabled:
+        total, desc, unit = len(set(cfg.capacity.counts)), "capacity search (counts)", "count"
+    else:
+        total, desc, unit = int(cfg.learner.trials), "bias benchmark (trials)", "trial"
+    if not sys.stderr.isatty():
+        return _Lines(total, desc, unit)
     from tqdm import tqdm
 
-    return tqdm(total=cfg.learner.trials, desc="bias benchmark (trials)", unit="trial", leave=False,
-                disable=None)  # None: off when stderr is not a terminal
+    return tqdm(total=total, desc=desc, unit=unit, leave=False)
 
 
 def error_line(ex: BaseException) -> "str | None":

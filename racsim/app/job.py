@@ -39,6 +39,9 @@ def run_text(cfg, res) -> str:
         ks = f"{r['K'].min()}..{r['K'].max()}" if r["K"].nunique() > 1 else f"{r['K'].iloc[0]}"
         head = (f"racsim: {cfg.name}: K={ks}, {r['trials'].iloc[0]} trials{cells}, "
                 f"{res.trajectories} trajectories in {took}")
+    elif cfg.learner.kind == "lm":
+        seeds = int(res.results["seeds"].iloc[0]) if "seeds" in res.results else cfg.learner.lm.seeds
+        head = f"racsim: {cfg.name}: GRPO ({cfg.learner.lm.policy}), {seeds} seeds per corrector in {took}"
     else:
         head = f"racsim: {cfg.name}: {cfg.study.kind} in {took}"
     warnings = ([warmup_warning(res.results), stationarity_warning(res.channels)] if res.bias is not None
