@@ -38,3 +38,28 @@ def test_the_note_names_exactly_the_shares_outside_0_1():
         assert note[0].upper() + note[1:] + "." in text
     assert min(seen.values()) >= 10, seen
     assert LM.share_note(pd.DataFrame({"corrector": ["naive"]})) == ""
+
+
+def test_every_lm_run_gives_a_verdict_per_pair_that_its_interval_backs():
+    """An LM run's answer comes first: rac against each other corrector, one line each, and each
+    word follows from the paired interval (better / worse when it excludes 0, the same when it is
+    narrower than the effect size or identical, unresolved otherwise, with the seeds the rule asks)."""
+    import racsim
+    from racsim.report.lm import verdict_lines
+
+    t = racsim.run(overrides=["learner=lm", "learner.lm.policy=bandit", "pipeline.steps=12", "output.plots=false"])
+    paired, rule = t.raw.extra["lm_paired"], t.raw.extra["lm_seed_rule"]
+    lines = verdict_lines(paired, rule)
+    first = paired[paired.metric == "true_at_naive_clock"]
+    assert len(lines) == len(first) == len(t.results.corrector.unique()) - 1
+    for line, r in zip(lines, first.itertuples()):
+        assert line.startswith(f"rac vs {r.pair.split(' - ')[1]}: ")
+        if r.ci_lo > 0 or r.ci_hi < 0:
+            assert (": better (" in line) == (r.diff > 0) and (": worse (" in line) == (r.diff < 0)
+        elif r.sd == 0 and r.diff == 0:
+            assert ": identical at every one of" in line
+        elif 2 * r.ci_half < 0.05:
+            assert ": the same within " in line
+        else:
+            n = int(rule.set_index("pair").loc[r.pair, "n_pair"])
+            assert f": unresolved at {r.seeds} seeds" in line and f"the seed rule asks for {n}" in line

@@ -265,6 +265,10 @@ def run_cell(cfg: Any) -> Dict[str, Any]:
             seeds = more
         out["paired"] = paired_table(out, seeds, window, lm.effect_size)
         out["seed_rule"] = pd.concat(rules, ignore_index=True)
+    elif BASE in names and len(names) > 1 and seeds > 1:  # every run's verdict, and what the rule would ask
+        out["paired"] = paired_table(out, seeds, window, lm.effect_size)
+        first = out["paired"][out["paired"].metric == PAIRED_METRICS[0]]
+        out["seed_rule"] = seed_rule(first, lm.effect_size, lm.max_seeds)[1].assign(stage=0)
     out["seeds"] = seeds
     out["training_s"] = time.perf_counter() - t0
     return out
@@ -357,8 +361,8 @@ def gradients_table(out: Dict[str, Any]) -> pd.DataFrame:
 
 def run_lm_study(cells: list) -> RunResult:
     """Every cell of the grid; a single cell also keeps its curves, gradient records and
-    schedules; a power study (``learner.lm.pilot_seeds`` > 0) adds its paired differences
-    (``lm_paired``) and its seed rule (``lm_seed_rule``)."""
+    schedules; with rac and another corrector, the paired differences (``lm_paired``) and the
+    seed rule on them (``lm_seed_rule``: a power study's stages, or what the rule would ask)."""
     tables: Dict[str, list] = {"results": [], "lm_paired": [], "lm_seed_rule": []}
     timings = {"pipeline_s": 0.0, "training_s": 0.0}
     out: Dict[str, Any] = {}

@@ -14,7 +14,7 @@ from racsim.config.spec import scenario
 from racsim.report import inputs as report_inputs
 from racsim.report.capacity import format_curve, recommendation_text, speed_line
 from racsim.report.finite import failure
-from racsim.report.lm import format_paired, share_note
+from racsim.report.lm import format_paired, share_note, verdict_lines
 from racsim.report.tables import format_table, stationarity_warning, warmup_warning
 from racsim.report.writers import write_run
 from racsim.sweep.callback import check_writable, publish_run
@@ -46,9 +46,12 @@ def run_text(cfg, res) -> str:
         head = f"racsim: {cfg.name}: {cfg.study.kind} in {took}"
     warnings = ([warmup_warning(res.results), stationarity_warning(res.channels)] if res.bias is not None
                 else [share_note(res.results)])
-    paired = [format_paired(res.extra["lm_paired"])] if "lm_paired" in res.extra else []  # the power study's answer
+    verdicts, paired = [], []
+    if "lm_paired" in res.extra:  # an LM run's answer first: rac against each other corrector, seed by seed
+        verdicts = [f"racsim: {v}" for v in verdict_lines(res.extra["lm_paired"], res.extra.get("lm_seed_rule"))]
+        paired = [format_paired(res.extra["lm_paired"])]
     table = format_table(res.results, width=TERMINAL_WIDTH, max_rows=TERMINAL_ROWS)
-    return "\n".join([head, table] + paired + [f"racsim: {w}" for w in warnings if w])
+    return "\n".join([head, *verdicts, table] + paired + [f"racsim: {w}" for w in warnings if w])
 
 
 def capacity_text(cfg, res) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import List
+
 import numpy as np
 import pandas as pd
 
@@ -160,13 +162,38 @@ def format_paired(paired: pd.DataFrame) -> str:
     return df[keep].to_string(index=False, float_format=lambda v: f"{v:+.4f}")
 
 
+def verdict_lines(paired: pd.DataFrame, rule: pd.DataFrame) -> List[str]:
+    """The answer of an LM run, one line per pair (rac minus each other corrector, true reward at
+    naive's wall-clock, seed by seed): better or worse when the 95% interval excludes 0; a tie when it
+    is narrower than the effect size; else unresolved, with the seeds the seed rule asks for."""
+    asks = dict(zip(rule.pair, rule.n_pair)) if rule is not None else {}
+    lines = []
+    for r in paired[paired.metric == "true_at_naive_clock"].itertuples():
+        other = r.pair.split(" - ", 1)[1]
+        ci = f"{r.diff:+.3f} [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}]"
+        if r.excludes_zero:
+            word = "better" if r.diff > 0 else "worse"
+            lines.append(f"rac vs {other}: {word} ({ci} true reward at naive's clock, {r.seeds} seeds)")
+        elif r.sd == 0 and r.diff == 0:
+            lines.append(f"rac vs {other}: identical at every one of {r.seeds} seeds (the same updates here)")
+        elif r.narrower_than_effect:
+            bound = max(abs(r.ci_lo), abs(r.ci_hi))
+            lines.append(f"rac vs {other}: the same within {bound:.3g} with 95% confidence ({ci}, {r.seeds} seeds)")
+        else:
+            more = asks.get(r.pair)
+            ask = f"; the seed rule asks for {int(more)}" if more is not None else ""
+            lines.append(f"rac vs {other}: unresolved at {r.seeds} seeds ({ci}{ask})")
+    return lines
+
+
 def paired_markdown(res) -> list:
     """The power study's sections: paired differences and the seed rule's inputs (none without them)."""
     paired = res.extra.get("lm_paired")
     if paired is None:
         return []
     rule = res.extra["lm_seed_rule"]
-    out = ["## Paired differences: rac minus each corrector, seed by seed", "",
+    out = ["## The answer", "", *[f"- {v}" for v in verdict_lines(paired, rule)], "",
+           "## Paired differences: rac minus each corrector, seed by seed", "",
            "Every corrector's seed s sees the same prompts, the same uniforms behind every sampled token and the same "
            "delays (common random numbers), so each seed gives one difference; `diff` is their mean, `95% CI` the "
            "t-interval over seeds (n - 1 degrees of freedom), `sd` their standard deviation. "
