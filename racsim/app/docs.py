@@ -133,6 +133,14 @@ def final_reward(run: Run) -> str:
                           .reset_index().rename(columns={law: "delay law"}))
 
 
+def verdicts(run: Run) -> str:
+    """An LM run's answer: its verdict lines (rac against each other corrector)."""
+    lines = [ln for ln in run.stdout[-1].splitlines() if ln.startswith("racsim: rac vs ")]
+    if not lines:
+        raise DocsError(f"`{run.commands[-1]}` printed no verdict")
+    return fenced("\n".join(lines))
+
+
 def sweep_rows(run: Run) -> str:
     """RAC's rows of the sweep's answer (aggregate.csv): one per cell, the mean over seeds and its
     95% t interval."""
@@ -190,6 +198,7 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.continuous": Recipe((JUDGE + " pipeline.channels.judge.rm.batching=continuous",
                                    JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
+    "lm.verdict": Recipe(("racsim learner=lm",), verdicts),
     "python.script": Recipe((PYTHON,), script, fresh=True),
     "python.output": Recipe((PYTHON,), lambda run: fenced(run.stdout[-1]), fresh=True),
     "layout": Recipe(("python -m racsim.app.layout",), lambda run: fenced(run.stdout[0]), fresh=True),
