@@ -158,6 +158,9 @@ def test_queue_channel_capacity(hydra_ctx):
     (["capacity.max_load=1.5"], "capacity.max_load"),
     (["capacity.confidence=1"], "capacity.confidence"),
     (["capacity.confidence=0"], "capacity.confidence"),
+    (["capacity.confidence=0.01"], "capacity.confidence"),  # an upper end below the estimate: a target made easy
+    (["capacity.counts=[9223372036854775807]"], "capacity.counts"),  # a typo, refused before numpy sizes arrays
+    (["capacity.counts=[1000001]"], "capacity.counts"),
     (["capacity.run_length=forever"], "capacity.run_length"),
     (["capacity.max_steps=10"], "capacity.max_steps"),  # below pipeline.steps
     (["pipeline.channels.judge.rm.tp=2", "pipeline.channels.judge.rm.gpus=2"], "capacity.counts"),  # odd counts

@@ -150,8 +150,9 @@ def capacity_curve(res, path: Path) -> bool:
     for name in c.corrector.unique():
         sub = c[c.corrector == name].sort_values("count")
         if name == chosen and "bias_exact_lo" in sub:
-            a.errorbar(sub["count"], sub.bias_exact, yerr=[sub.bias_exact - sub.bias_exact_lo,
-                                                           sub.bias_exact_hi - sub.bias_exact],
+            # a percentile interval may leave the estimate outside it: no bar on that side, never a negative one
+            a.errorbar(sub["count"], sub.bias_exact, yerr=np.clip([sub.bias_exact - sub.bias_exact_lo,
+                                                                   sub.bias_exact_hi - sub.bias_exact], 0, None),
                        fmt=MARKERS.get(name, "o") + "-", ms=9, lw=2.2, capsize=3,
                        label=f"{name} ({res.level:.0%} interval)")
         else:

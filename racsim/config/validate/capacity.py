@@ -10,6 +10,7 @@ from racsim.config.validate.channel import channel_kind, pooled
 from racsim.config.validate.common import finite, int_at_least, need, need_one_of, nonneg, positive
 
 RUN_LENGTHS = ("auto", "fixed")
+MAX_COUNT = 1_000_000  # GPUs or workers in one pool: past it, a typo
 
 
 def validate_capacity(cfg: Any) -> None:
@@ -17,8 +18,9 @@ def validate_capacity(cfg: Any) -> None:
     c = cfg.capacity
     ch = _sized_channel(c, cfg.pipeline.channels)
     counts = list(c.counts)
-    need(len(counts) >= 1 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts),
-         "capacity.counts", counts, "a non-empty list of integers >= 1 (GPUs or workers)")
+    need(len(counts) >= 1 and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_COUNT
+                                  for n in counts),
+         "capacity.counts", counts, f"a non-empty list of integers in [1, {MAX_COUNT:,}] (GPUs or workers)")
     if channel_kind(ch) == "gpu_rm":
         bad = [n for n in counts if n % ch.rm.tp]
         need(not bad, "capacity.counts", bad, f"multiples of the channel's tp ({ch.rm.tp})")
@@ -56,8 +58,9 @@ def _targets(c: Any, corrector: Any) -> None:
         nonneg("capacity.price_per_unit_hour", c.price_per_unit_hour)
     need(finite(c.max_load) and 0 < c.max_load <= 1, "capacity.max_load", c.max_load,
          "a number in (0, 1]: the offered load from which a count is overloaded (default 0.95)")
-    need(finite(c.confidence) and 0 < c.confidence < 1, "capacity.confidence", c.confidence,
-         "a number in (0, 1): the level of each figure's interval (default 0.95)")
+    need(finite(c.confidence) and 0.5 <= c.confidence < 1, "capacity.confidence", c.confidence,
+         "a number in [0.5, 1): the level of each figure's interval (default 0.95); a target is met by the "
+         "interval's upper end, which below 0.5 would sit under the estimate itself")
     int_at_least("capacity.resamples", c.resamples, 20)
 
 
