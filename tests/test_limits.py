@@ -322,3 +322,11 @@ def test_a_bandit_response_space_past_int64_is_refused():
         with pytest.raises(ConfigError) as ex:
             validate_lm(ok.learner.lm)
         assert ex.value.key == "learner.lm.response_len" and f"at most {longest}" in str(ex.value)
+
+
+def test_a_capacity_search_with_too_many_resamples_is_refused_naming_them():
+    """capacity.resamples=1e8 was refused only once it ran out of memory, naming learner.horizon."""
+    with pytest.raises(ConfigError) as info:
+        V.check_limits(compose_config("scenario=capacity/code_verifier", "capacity.resamples=100000000", "limits.memory_gb=4"))
+    assert info.value.key == "capacity.resamples" and "limits.memory_gb" in str(info.value)
+    V.check_limits(compose_config("scenario=capacity/code_verifier", "limits.memory_gb=4"))  # its own 200: fine

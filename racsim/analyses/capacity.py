@@ -34,7 +34,7 @@ from racsim.analyses.bias_study import Known, corrector_names, run_bias_study
 from racsim.analyses.grid import expand
 from racsim.config.schema import RacsimConf, warmup_steps
 from racsim.config.spec import replace_at
-from racsim.config.validate import faults_on, validate
+from racsim.config.validate import check_limits, faults_on, validate
 from racsim.learner.bias import bootstrap_counts
 from racsim.learner.correctors import BLOCKING
 from racsim.pipeline.draws import draw, fault_timeline, stationary_slowdown, work_seconds
@@ -369,6 +369,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     if not isinstance(cfg, RacsimConf):
         raise TypeError(f"run_capacity takes a RacsimConf (racsim.config.spec.scenario), not {type(cfg).__name__}")
     validate(cfg)
+    check_limits(cfg)  # before the first count: a search too big for the machine is refused naming its knob
     cap = cfg.capacity
     name = channel_of(cfg)
     scaled = cfg if cfg.pipeline.channels[name].autoscale is not None else None
