@@ -330,3 +330,25 @@ def test_a_capacity_search_with_too_many_resamples_is_refused_naming_them():
         V.check_limits(compose_config("scenario=capacity/code_verifier", "capacity.resamples=100000000", "limits.memory_gb=4"))
     assert info.value.key == "capacity.resamples" and "limits.memory_gb" in str(info.value)
     V.check_limits(compose_config("scenario=capacity/code_verifier", "limits.memory_gb=4"))  # its own 200: fine
+
+
+@pytest.mark.parametrize("suffix, module", [(".gz", "gzip"), (".bz2", "bz2"), (".xz", "lzma")])
+def test_a_compressed_file_is_measured_by_what_it_expands_to(tmp_path, suffix, module):
+    """limits.file_mb held the compressed size: a 40 KB .gz of 40 MB passed. Now the contents count."""
+    import importlib
+
+    opener = importlib.import_module(module).open
+    big, small = tmp_path / f"big.csv{suffix}", tmp_path / f"small.csv{suffix}"
+    with opener(big, "wb") as f:
+        f.write(b"x\n" + b"1.0\n" * (3 << 20))  # 12 MB of text
+    with opener(small, "wb") as f:
+        f.write(b"x\n" + b"1.0\n" * 1000)
+    key = "pipeline.channels.judge.latency"
+    for path, refused in ((big, True), (small, False)):
+        cfg = compose_config(f"{key}.kind=empirical", f"{key}.path={path}", f"{key}.column=x", "limits.file_mb=5")
+        if refused:
+            with pytest.raises(ConfigError, match="once decompressed") as info:
+                V.check_data_files(cfg)
+            assert info.value.key == f"{key}.path"
+        else:
+            V.check_data_files(cfg)

@@ -4,6 +4,7 @@ before it starts; a data file must be a regular file within ``limits.file_mb``."
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import resource
@@ -178,3 +179,29 @@ def check_data_files(cfg: Any, keys: Optional[Sequence[str]] = None) -> None:
         need(stat.S_ISREG(st.st_mode), key, v, "a regular file (not a folder, FIFO or device)")
         need(st.st_size <= cap, key, v, f"a file of at most limits.file_mb = {cfg.limits.file_mb:g} MB "
                                         f"(it has {st.st_size / 1e6:.3g} MB)")
+        need(not _expands_past(v, cap), key, v, f"a file whose contents are at most limits.file_mb = "
+                                                f"{cfg.limits.file_mb:g} MB once decompressed (this one expands past it)")
+
+
+OPENERS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}  # what pandas decompresses by the file's name
+
+
+def _expands_past(path: str, cap: float) -> bool:
+    """Whether a compressed file (by its suffix, as pandas reads it) holds more than ``cap`` bytes once
+    decompressed: read through, a chunk at a time, never more than ``cap`` + one chunk (a bomb stays
+    cheap to refuse). A file that does not decompress is left to its reader's own error."""
+    module = OPENERS.get(os.path.splitext(path)[1].lower())
+    if module is None:
+        return False
+    opener = importlib.import_module(module).open
+    seen = 0
+    try:
+        with opener(path, "rb") as f:
+            while seen <= cap:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    return False
+                seen += len(chunk)
+    except (OSError, EOFError, ValueError):
+        return False
+    return True
