@@ -266,3 +266,15 @@ def test_a_value_to_quote_says_how(tmp_path, monkeypatch, capsys, value, hint):
 def test_a_malformed_override_gets_no_quoting_advice(tmp_path, monkeypatch, capsys):
     line = refused(tmp_path, monkeypatch, capsys, "pipeline.steps=[1")
     assert line.startswith("racsim: error: pipeline.steps=[1: Hydra cannot read this override") and "quote" not in line
+
+
+@pytest.mark.parametrize("args, key", [
+    (["learner.fast_noise_std=1e308"], "learner.fast_noise_std"),
+    (["learner.channel_noise_std=1e300"], "learner.channel_noise_std"),
+    (["learner.lm.lr=1e308"], "learner.lm.lr"),
+    (["scenario=capacity/code_verifier", "capacity.price_per_unit_hour=1e308"], "capacity.price_per_unit_hour"),
+])
+def test_a_value_that_cannot_give_a_finite_run_is_refused_before_it_runs(tmp_path, monkeypatch, capsys, args, key):
+    """These ran, wrote their files and then failed the finite-values check: refused up front now."""
+    line = refused(tmp_path, monkeypatch, capsys, *args)
+    assert line.startswith(f"racsim: error: {key} = ") and ("overflow" in line or "no number" in line)

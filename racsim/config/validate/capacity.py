@@ -11,6 +11,7 @@ from racsim.config.validate.common import finite, int_at_least, need, need_one_o
 
 RUN_LENGTHS = ("auto", "fixed")
 MAX_COUNT = 1_000_000  # GPUs or workers in one pool: past it, a typo
+MAX_PRICE = 1e9  # USD per unit-hour
 
 
 def validate_capacity(cfg: Any) -> None:
@@ -55,7 +56,8 @@ def _targets(c: Any, corrector: Any) -> None:
         if getattr(c, f) is not None:
             positive(f"capacity.{f}", getattr(c, f))
     if c.price_per_unit_hour is not None:
-        nonneg("capacity.price_per_unit_hour", c.price_per_unit_hour)
+        nonneg("capacity.price_per_unit_hour", c.price_per_unit_hour, MAX_PRICE, "USD per unit-hour: past it a "
+               "plan's cost is no number")
     need(finite(c.max_load) and 0 < c.max_load <= 1, "capacity.max_load", c.max_load,
          "a number in (0, 1]: the offered load from which a count is overloaded (default 0.95)")
     need(finite(c.confidence) and 0.5 <= c.confidence < 1, "capacity.confidence", c.confidence,

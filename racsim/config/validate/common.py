@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from typing import Any, Collection
+from typing import Any, Collection, Optional
 
 from racsim.errors import ConfigError
 
@@ -43,8 +43,11 @@ def positive(key: str, value: Any, *, allow_inf: bool = False) -> None:
     need(ok, key, value, "a positive number" + (" (or inf)" if allow_inf else ""))
 
 
-def nonneg(key: str, value: Any) -> None:
+def nonneg(key: str, value: Any, most: Optional[float] = None, why: str = "") -> None:
+    """A finite number >= 0, and at most ``most`` when a run past it cannot stay finite (``why``)."""
     need(finite(value) and value >= 0, key, value, "a finite number >= 0")
+    if most is not None:
+        need(value <= most, key, value, f"a number in [0, {most:g}] ({why})")
 
 
 def fraction(key: str, value: Any) -> None:

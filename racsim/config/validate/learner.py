@@ -10,7 +10,7 @@ from typing import Any
 
 from racsim.config.names import missing_extra
 from racsim.config.schema import LEARNERS, LM_BACKBONES, LM_POLICIES, OPTIMIZERS, REWARD_SPLITS, TOPOLOGIES
-from racsim.config.validate.common import INT64, MAX_GAIN, finite, int_at_least, need, need_one_of, nonneg, positive
+from racsim.config.validate.common import INT64, MAX_GAIN, finite, int_at_least, need, need_one_of, nonneg
 from racsim.errors import ConfigError
 
 
@@ -23,7 +23,7 @@ def validate_tabular(lr: Any) -> None:
     int_at_least("learner.horizon", lr.horizon, 1)
     nonneg("learner.theta_scale", lr.theta_scale)
     need(finite(lr.slow_bump), "learner.slow_bump", lr.slow_bump, "a finite number")
-    nonneg("learner.fast_noise_std", lr.fast_noise_std)
+    nonneg("learner.fast_noise_std", lr.fast_noise_std, MAX_GAIN, "a reward noise's std: past it its squares overflow")
     int_at_least("learner.trials", lr.trials, 2)
     int_at_least("learner.bootstrap", lr.bootstrap, 0)
     int_at_least("learner.train.lanes", lr.train.lanes, 1)
@@ -41,7 +41,8 @@ def validate_seeds(seed: Any, lr: Any) -> None:
 def validate_channel_rewards(lr: Any) -> None:
     """How the slow channels' rewards relate: their topology, noise and split."""
     need_one_of("learner.topology", lr.topology, TOPOLOGIES)
-    nonneg("learner.channel_noise_std", lr.channel_noise_std)
+    nonneg("learner.channel_noise_std", lr.channel_noise_std, MAX_GAIN,
+           "a reward noise's std: past it its squares overflow")
     need_one_of("learner.reward_split", lr.reward_split, REWARD_SPLITS)
 
 
@@ -61,7 +62,8 @@ def validate_lm(lm: Any) -> None:
     need_one_of(f"{key}.backbone", lm.backbone, LM_BACKBONES)
     need(lm.d_model % lm.heads == 0, f"{key}.heads", lm.heads, f"a divisor of learner.lm.d_model={lm.d_model}")
     need_one_of(f"{key}.optimizer", lm.optimizer, OPTIMIZERS)
-    positive(f"{key}.lr", lm.lr)
+    need(finite(lm.lr) and 0 < lm.lr <= MAX_GAIN, f"{key}.lr", lm.lr,
+         f"a positive number <= {MAX_GAIN:g} (a step size: past it the weights overflow)")
     nonneg(f"{key}.kl_coef", lm.kl_coef)
     dev = str(lm.device)
     need(dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit()), f"{key}.device",
