@@ -366,8 +366,8 @@ def test_generated_values_for_job_files_and_lm_lr_on_a_tabular_run(value):
     from racsim.config.defaults import compose_config
     from racsim.config.schema import JOB_FILES
 
-    def positive(v) -> bool:
-        return isinstance(v, float) and np.isfinite(v) and v > 0
+    def positive(v) -> bool:  # a step size: past 1e6 the weights overflow, refused up front
+        return isinstance(v, float) and np.isfinite(v) and 0 < v <= 1e6
 
     for key, allowed in (("output.job_files", lambda v: v in JOB_FILES), ("learner.lm.lr", positive)):
         cfg = compose_config()

@@ -10,7 +10,7 @@ from typing import Any
 
 from racsim.config.names import missing_extra
 from racsim.config.schema import LEARNERS, LM_BACKBONES, LM_POLICIES, OPTIMIZERS, REWARD_SPLITS, TOPOLOGIES
-from racsim.config.validate.common import INT64, MAX_GAIN, finite, int_at_least, need, need_one_of, nonneg
+from racsim.config.validate.common import INT64, MAX_GAIN, finite, int_at_least, need, need_one_of, nonneg, positive
 from racsim.errors import ConfigError
 
 
