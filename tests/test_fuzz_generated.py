@@ -88,7 +88,7 @@ def test_refused_cleanly_can_tell(monkeypatch):
 
 
 # ------------------------------------------------------------------ stage 1: through the command
-# Stages 1 and 2 (and their tally) run in the long stage: python -m pytest -q -n auto -m long
+# Stages 0, 1 and 2 (and their tally) run in the long stage: python -m pytest -q -n auto -m long
 LONG = pytest.mark.long
 
 
