@@ -27,6 +27,8 @@ SCENARIOS = ["k_sweep", "baselines_k2", "knob_ablation_k2", "cross_topology", "h
 
 
 LONG = pytest.mark.long  # the suite's one multirun takes minutes: the long stage (-m long)
+# Its tests in one xdist worker under --dist loadgroup (.ci/run's long stage), so the multirun runs once, not per worker.
+pytestmark = pytest.mark.xdist_group("paper_suite")
 
 
 @pytest.fixture(scope="module")
