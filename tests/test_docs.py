@@ -130,7 +130,7 @@ def case(block):
     return pytest.param(block, marks=[pytest.mark.xfail(strict=True, reason=why[0])] if why else [])
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("block", [case(b) for b in sorted(CASES)])
 def test_every_documented_command_runs(block, tmp_path):
     for name in ("scenarios", "docs"):  # as from the repository's root
@@ -189,7 +189,7 @@ def test_every_block_shows_the_commands_its_page_documents():
 FRESH = sorted({r.commands: None for r in docs.RECIPES.values() if r.fresh})
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("commands", FRESH, ids=lambda c: c[-1].split(" pipeline")[0])
 def test_deterministic_blocks_are_up_to_date(commands, tmp_path):
     """Rerun the commands of the quick, deterministic blocks once and compare every block they make."""

@@ -69,6 +69,7 @@ def test_the_keys_cover_every_group():
     assert {k.split(".")[0] for k in KEYS} >= {"pipeline", "corrector", "learner", "study", "capacity", "output"}
 
 
+@pytest.mark.long  # 100 generated compositions, a minute of CPU: the long stage (-m long), with stages 1 and 2
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(KEYS), VALUES)
 def test_any_value_of_any_key_is_accepted_or_refused_cleanly(key, value):
@@ -88,6 +89,8 @@ def test_refused_cleanly_can_tell(monkeypatch):
 
 
 # ------------------------------------------------------------------ stage 1: through the command
+# Stages 0, 1 and 2 (and their tally) run in the long stage: python -m pytest -q -n auto -m long
+LONG = pytest.mark.long
 
 
 TINY = ["learner.trials=4", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=3",
@@ -154,6 +157,7 @@ def names(line: str, key: str) -> bool:
 SCHEMA_KEYS = sorted(set(KEYS))
 
 
+@LONG
 @seeded(16)
 @given(st.sampled_from(SCHEMA_KEYS), BAD_VALUES)
 def test_generated_overrides_through_the_command(tmp_path_factory, monkeypatch, capsys, key, value):
@@ -169,6 +173,7 @@ EXTREMES = ["1e300", "-1e300", "1e-300", "5e-324", "1e-320", "0", "-0.0", "1e15"
             str(2**63 - 1)]  # finite, but far out
 
 
+@LONG
 @seeded(8)
 @given(st.sampled_from(FLOAT_KEYS), st.sampled_from(EXTREMES))
 def test_generated_extremes_give_an_error_or_finite_tables(tmp_path_factory, monkeypatch, capsys, key, value):
@@ -201,6 +206,7 @@ def test_the_capacity_keys_reach_every_new_knob():
         assert k in CAPACITY_KEYS, k
 
 
+@LONG
 @seeded(12)
 @given(st.sampled_from(CAPACITY_KEYS), BAD_VALUES)
 def test_generated_capacity_knobs_through_the_command(tmp_path_factory, monkeypatch, capsys, key, value):
@@ -246,6 +252,7 @@ def scenario_texts(draw):
     return (text.encode() + b"\xff\xfe") if breakage == "binary" else text.encode()
 
 
+@LONG
 @seeded(10)
 @given(scenario_texts())
 def test_generated_scenario_files(tmp_path_factory, monkeypatch, capsys, text):
@@ -282,6 +289,7 @@ def data_files(draw):
     return use, (",".join(cols) + "\n" + "\n".join(rows) + "\n").encode()
 
 
+@LONG
 @seeded(10)
 @given(data_files())
 def test_generated_data_files(tmp_path_factory, monkeypatch, capsys, case):
@@ -318,6 +326,7 @@ def schedule_files(draw):
     return (",".join(cols) + "\n" + "\n".join(rows) + "\n").encode()
 
 
+@LONG
 @seeded(8)
 @given(schedule_files())
 def test_generated_schedule_files(tmp_path_factory, monkeypatch, capsys, data):
@@ -336,7 +345,7 @@ def test_generated_schedule_files(tmp_path_factory, monkeypatch, capsys, data):
 # LM keys and a sweep (-m); per case: exit 0 or 2, on a refusal one stderr line and no folder left,
 # no file of the user's touched, no traceback. CI runs CAPPED_CASES of them (derandomized); the big
 # run is manual, every case tallied and the counts printed at the end (a bad one fails it there):
-# RACSIM_FUZZ_CASES=700 python -m pytest -p no:xdist -s tests/test_fuzz_generated.py -k "capped or zz"
+# RACSIM_FUZZ_CASES=700 python -m pytest -p no:xdist -s tests/test_fuzz_generated.py -m long -k "capped or zz"
 
 CAP_BYTES = 4 * 2**30
 CAP_TIMEOUT_S = 60
@@ -408,6 +417,7 @@ def outcome(code: int, out: str, err: str, touched: bool, left: bool) -> str:
 
 @settings(max_examples=CAPPED_CASES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
           database=None)
+@LONG
 @given(capped_cases())
 def test_capped_subprocesses(tmp_path_factory, case):
     kind, args, text = case
@@ -426,6 +436,7 @@ def test_capped_subprocesses(tmp_path_factory, case):
     assert result in CLEAN, (result, args)
 
 
+@LONG
 def test_the_outcome_classes_can_tell(tmp_path):
     one = "racsim: error: learner.trials = -1: an integer >= 2\n"
     assert outcome(2, "", one, False, False) == "clean refusal"
@@ -438,6 +449,7 @@ def test_the_outcome_classes_can_tell(tmp_path):
     assert run_capped(tmp_path, ["learner.trials=-1"], timeout=0.01) == "hang"
 
 
+@LONG
 def test_zz_outcomes_by_class(capsys):
     """Prints how many cases each stage generated, by outcome (run with -s to see it)."""
     with capsys.disabled():

@@ -15,6 +15,7 @@ def now():
     return golden.digest_all(workers=1)
 
 
+@pytest.mark.long  # the golden runs take minutes: the long stage (python -m pytest -q -n auto -m long)
 def test_golden_runs_reproduce_the_recorded_tables(now):
     recorded = json.loads(golden.DIGESTS.read_text())["runs"]
     assert golden.compare(recorded, now, raw=False) == []

@@ -26,6 +26,11 @@ SCENARIOS = ["k_sweep", "baselines_k2", "knob_ablation_k2", "cross_topology", "h
              "slack_sweep", "identity_kernel", "tv_bound", "advantage_probe"]
 
 
+LONG = pytest.mark.long  # the suite's one multirun takes minutes: the long stage (-m long)
+# Its tests in one xdist worker under --dist loadgroup (.ci/run's long stage), so the multirun runs once, not per worker.
+pytestmark = pytest.mark.xdist_group("paper_suite")
+
+
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory):
     out = tmp_path_factory.mktemp("paper")
@@ -68,6 +73,7 @@ def test_ratio_ci_resamples_numerator_and_denominator_cells_together():
     assert point == 2.0 and np.isnan(lo) and np.isnan(hi)
 
 
+@LONG
 def test_every_paper_section_has_a_comparison_table_beside_the_paper(tables):
     assert set(tables) == set(SECTIONS)
     paper = paper_values().set_index(["study", "row", "metric"])
@@ -91,6 +97,7 @@ def test_every_paper_section_has_a_comparison_table_beside_the_paper(tables):
     assert (tables["table1_top"].pipe(lambda t: t[t.metric == "reduction"]).ci_lo.notna()).all()
 
 
+@LONG
 def test_comparison_tables_check_what_theory_guarantees(tables):
     assert _metric(tables["identity"], "linf").tolist() == [0.0]  # bit-identical estimates
     slack = tables["appendix_b"]
@@ -115,6 +122,7 @@ def test_comparison_tables_check_what_theory_guarantees(tables):
     assert len(plain) >= 1 and ((plain.eta > 0) & (plain.eta < 0.01)).all()
 
 
+@LONG
 def test_report_renders_every_section_from_its_table(suite, tables):
     text = (suite / "report.md").read_text()
     prose = paper_sections()
@@ -128,6 +136,7 @@ def test_report_renders_every_section_from_its_table(suite, tables):
         assert " ".join(sec["reading"].split()) in " ".join(rendered[sec["title"]].split()), study
 
 
+@LONG
 def test_sweep_aggregate_has_one_row_per_job_and_corrector(suite):
     df = pd.read_parquet(suite / "results.parquet")
     assert set(df["study"]) >= set(SECTIONS)
@@ -135,6 +144,7 @@ def test_sweep_aggregate_has_one_row_per_job_and_corrector(suite):
     assert probe["linf_rac_vs_vtrace"].iloc[0] == 0.0
 
 
+@LONG
 def test_results_from_an_older_racsim_skip_a_section_instead_of_crashing(suite, tmp_path):
     df = pd.read_parquet(suite / "results.parquet").drop(columns=["bias_vs_sync_exact"])
     text = paper_report(df, tmp_path)

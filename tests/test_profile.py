@@ -123,11 +123,16 @@ def test_profile_arguments_are_checked():
     assert conf.rm.checkpoint == "/some/where" and conf.repeats == 2
 
 
-def test_missing_checkpoint_is_a_one_line_error(torch_stack, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "racsim.tools.profile", f"rm.checkpoint={tmp_path / 'nope'}",
-                        f"out={tmp_path / 'x.csv'}"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2
-    assert r.stderr.strip().startswith("racsim-profile: error: rm.checkpoint = ") and "local checkpoint" in r.stderr
+def test_missing_checkpoint_is_a_one_line_error(torch_stack, tmp_path, capsys):
+    # in-process (the console script's main): torch is imported already, a subprocess would import it again
+    from racsim.tools.profile import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ex:
+        main([f"rm.checkpoint={tmp_path / 'nope'}", f"out={tmp_path / 'x.csv'}"])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and err.count("\n") == 1 and not (tmp_path / "x.csv").exists()
+    assert err.strip().startswith("racsim-profile: error: rm.checkpoint = ") and "local checkpoint" in err
 
 
 def test_without_torch_the_command_says_what_to_install(tmp_path):

@@ -113,11 +113,17 @@ LAUNCHERS = {"racsim": [], "basic": ["hydra/launcher=basic"],
 QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 
+# The launchers that start processes of their own (loky workers, submitit jobs, a Ray node) take tens of
+# seconds a sweep: their cases run in the long stage (python -m pytest -q -n auto -m long).
+OTHER_PROCESSES = ("joblib", "submitit_local", "ray")
+
+
 def launchers(*names):
     needs_ray = pytest.mark.skipif(not _has("hydra_plugins.hydra_ray_launcher"),
                                    reason="the ray extra is not installed (pip install -e '.[test]')")
-    return pytest.mark.parametrize("launcher", [pytest.param(LAUNCHERS[n], id=n, marks=[needs_ray] * (n == "ray"))
-                                                for n in names])
+    return pytest.mark.parametrize("launcher", [
+        pytest.param(LAUNCHERS[n], id=n, marks=[needs_ray] * (n == "ray") + [pytest.mark.long] * (n in OTHER_PROCESSES))
+        for n in names])
 
 
 FAIL_AT_RUN_TIME = '''
@@ -408,6 +414,7 @@ def test_cell_columns_keep_one_type():
     assert cell_overrides(["a=1", "resume=true", "+resume=false", "b=2"]) == ["a=1", "b=2"]
 
 
+@pytest.mark.long  # two runs at a size where 1 and 2 BLAS threads sum differently: the long stage
 def test_blas_thread_count_does_not_change_results(tmp_path):
     """A joblib worker gets cores / n_jobs BLAS threads, a serial job all of them,
     a cluster node its own count; a bootstrap product of this size sums
@@ -481,6 +488,7 @@ def test_ctrl_c_says_one_line_and_the_sweep_resumes_to_the_same_bytes(serial, tm
     assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
 
 
+@pytest.mark.long  # submitit_local's job processes: the long stage, with the launcher matrix
 def test_ctrl_c_under_submitit_local_says_one_line_and_ends_its_jobs(tmp_path):
     """SIGINT to the sweep's process group with hydra/launcher=submitit_local: submitit's job
     controllers run in process groups of their own (racsim.sweep._OwnGroup), so the Ctrl-C

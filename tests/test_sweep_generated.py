@@ -13,10 +13,13 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from racsim.sweep.markers import is_complete
+
+pytestmark = pytest.mark.long  # a whole sweep per example, under joblib: the long stage (-m long)
 
 SMALL = ["learner.trials=20", "learner.bootstrap=20", "learner.train.enabled=false", "pipeline.steps=8",
          "output.plots=false", "output.progress=false"]
