@@ -516,7 +516,7 @@ def test_ctrl_c_under_submitit_local_says_one_line_and_ends_its_jobs(tmp_path):
     assert sorted((tmp_path / "sweep").glob("*/done.json")) == done  # nothing ran on
 
 
-@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+@pytest.mark.parametrize("launcher", ["basic", pytest.param("joblib", marks=pytest.mark.long)])  # launchers: long
 def test_sigterm_ends_a_sweep_as_ctrl_c_does_and_leaves_no_process(tmp_path, launcher):
     """SIGTERM to the sweep's process alone (what a scheduler or `kill` sends): one line with the
     resume hint, exit 143, no traceback, and no process of the sweep left (joblib's workers end with it)."""
