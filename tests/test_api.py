@@ -68,8 +68,9 @@ def test_a_capacity_plan_returns_its_curve(tmp_path, empty_cwd):
     pd.testing.assert_frame_equal(t.curve, pd.read_parquet(tmp_path / "cli" / "capacity.parquet"), check_exact=True)
     for name, got in (("results", t.results), ("channels", t.channels)):  # the run at the recommended count
         assert got.to_csv(index=False) == (tmp_path / "cli" / f"{name}.csv").read_text(), name
-    assert sorted(t.curve["count"].unique()) == [1, 8]
-    assert t.recommended in (None, 8) and t.recommended == t.raw.recommended
+    assert sorted(t.curve["count"].unique()) == sorted({1, 8} | set(t.raw.searched))  # and the counts between
+    assert t.raw.listed == [1, 8] and all(1 < n < 8 for n in t.raw.searched)
+    assert t.recommended == t.raw.recommended and (t.recommended is None or t.recommended <= 8)
 
 
 def test_out_writes_the_clis_folder(tmp_path, empty_cwd):
