@@ -261,20 +261,24 @@ def measure(conf: ProfileConf, log=None):
 
 
 SPREAD_NOTE = 0.25  # a cell whose slowest repeat is this much above its fastest is named as noisy
-SLACK = 0.25  # and beyond that much more: cells of little work are all overhead, nearly equal
+SLACK = 0.5  # and beyond that much more: cells of little work are all overhead, nearly equal
+MORE_WORK = 4  # a larger cell is compared with a smaller one when it holds at least this many times its tokens
 
 
 def check_rows(rows: List[dict]) -> Tuple[bool, str]:
     """(sound, one line) on what was measured. A profile is sound when the time grows with the batch
     and the length within the repeats' spread: no cell's fastest time exceeds the slowest time of a
-    cell at least as large in both (more work cannot be faster beyond the noise the repeats show).
+    cell at least as large in both, with :data:`MORE_WORK` times its tokens (more work cannot be
+    faster beyond the noise the repeats show).
     The line names the worst such pair, or the repeats' spread (median, and the worst cell's).
-    (Past :data:`SLACK` too: cells of little work cost about the same, their order is noise.)"""
+    (Past :data:`SLACK` too: cells of little work cost about the same, their order is noise on a busy
+    machine.)"""
     worst, spread = None, []
     for r in rows:
         spread.append((r["seconds_max"] / r["seconds"] - 1 if r["seconds"] > 0 else 0.0, r))
         for big in rows:
-            if big is not r and big["batch_size"] >= r["batch_size"] and big["seq_len"] >= r["seq_len"]:
+            if (big is not r and big["batch_size"] >= r["batch_size"] and big["seq_len"] >= r["seq_len"]
+                    and big["batch_size"] * big["seq_len"] >= MORE_WORK * r["batch_size"] * r["seq_len"]):
                 gap = r["seconds"] / big["seconds_max"] if big["seconds_max"] > 0 else float("inf")
                 if gap > 1 + SLACK and (worst is None or gap > worst[0]):
                     worst = (gap, r, big)
