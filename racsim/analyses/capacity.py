@@ -406,27 +406,15 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         return feasible(next(r for r in rows[n] if r["corrector"] == chosen), targets)
 
     if cap.search == "bisect":  # assumes feasibility is monotone in the count
-        lo, hi = 0, len(counts) - 1
-        if evaluate(counts[hi]):
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if evaluate(counts[mid]):
-                    hi = mid
-                else:
-                    lo = mid + 1
+        if evaluate(counts[-1]):
+            first_passing(counts[:-1], evaluate)
     else:
         for n in counts:
             evaluate(n)
     between = between_counts(rows, chosen, targets, units_per_server(cfg, name))
     if between:  # the fewest count meeting the targets, whatever the list: the counts the list skipped
         loads.update(channel_loads(cfg, name, key, between))
-        lo, hi = 0, len(between)  # bisect (feasibility is monotone in the count): the first that meets them
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if evaluate(between[mid]):
-                hi = mid
-            else:
-                lo = mid + 1
+        first_passing(between, evaluate)
     if scaled is not None:
         for n in (a.min * units, a.max * units):
             evaluate(n)
@@ -461,6 +449,19 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
                         if scaled is None else
                         benchmark(scaled, key, a.min * units, auto.requests, auto.pipeline_s))
     return result
+
+
+def first_passing(counts: List[int], passes) -> Optional[int]:
+    """The first of ``counts`` (ascending) for which ``passes`` holds, by bisection (``passes`` is
+    monotone in the count); None when none does."""
+    lo, hi = 0, len(counts)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if passes(counts[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return counts[lo] if lo < len(counts) else None
 
 
 def between_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int) -> List[int]:

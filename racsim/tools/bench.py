@@ -376,6 +376,13 @@ def plain_grpo_steps(model, prompts, task, steps: int, P: int, G: int, lr: float
         opt.step()
 
 
+def _lm_task(layers: int, width: int):
+    """(learner.lm, prompts per step, group size, task) of the default LM scenario at a model size, on the CPU."""
+    cfg = spec_of("learner=lm", f"learner.lm.layers={layers}", f"learner.lm.d_model={width}", "learner.lm.device=cpu")
+    validate(cfg)
+    return cfg.learner.lm, cfg.pipeline.batch_size, cfg.learner.lm.group_size, build_task(cfg.learner.lm)
+
+
 def bench_lm(steps: int, sizes=LM_SIZES, repeat: int = 3) -> Dict[str, float]:
     """Seconds per GRPO step (the default LM task and batch: learner.lm's prompts, responses
     and group, pipeline.batch_size prompts; sync_oracle, every slow result in its own step)
@@ -386,11 +393,7 @@ def bench_lm(steps: int, sizes=LM_SIZES, repeat: int = 3) -> Dict[str, float]:
     out: Dict[str, float] = {}
     params, per_step = [], []
     for layers, width in sizes:
-        cfg = spec_of("learner=lm", f"learner.lm.layers={layers}", f"learner.lm.d_model={width}",
-                      "learner.lm.device=cpu")
-        validate(cfg)
-        lm, P, G = cfg.learner.lm, cfg.pipeline.batch_size, cfg.learner.lm.group_size
-        task = build_task(lm)
+        lm, P, G, task = _lm_task(layers, width)
         zero = np.zeros((steps, P, 1), dtype=np.int64)
         land = np.broadcast_to(np.arange(steps)[:, None, None], zero.shape)
         policy = make_policy(lm, task, 0)  # the transformer (learner.lm.policy's default): torch loads here
@@ -440,18 +443,14 @@ def bench_lm_batch(steps: int, sizes=LM_BATCH_SIZES, seeds=LM_BATCH_SEEDS, repea
     out: Dict[str, float] = {}
     rows = []
     for layers, width in sizes:
-        cfg = compose_config("learner=lm", f"learner.lm.layers={layers}", f"learner.lm.d_model={width}",
-                             "learner.lm.device=cpu")
-        validate(cfg)
-        lm, P, G = cfg.learner.lm, cfg.pipeline.batch_size, cfg.learner.lm.group_size
-        task = build_task(lm)
+        lm, P, G, task = _lm_task(layers, width)
         scheds = [_lm_lane_schedule(steps, P, lane) for lane in range(max(seeds))]
         first = [(d[:1], st[:1], land[:1]) for d, st, land in scheds]
         single = TransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm, lm.init_seed)
         batches = {S: BatchedTransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm,
                                                [lm.init_seed + s for s in range(S)]) for S in seeds}
 
-        def run(S: int, sched) -> None:
+        def train(S: int, sched) -> None:
             if S == 0:
                 train_lane(single, task, *sched[0], "rac", CorrectorParams(), [1.0], G, 0.0, np.random.default_rng(0))
             else:
@@ -461,11 +460,11 @@ def bench_lm_batch(steps: int, sizes=LM_BATCH_SIZES, seeds=LM_BATCH_SEEDS, repea
         cpu = {S: np.inf for S in (0,) + tuple(seeds)}
         wall = dict(cpu)
         for S in cpu:
-            run(S, first)  # untimed: first-call costs
+            train(S, first)  # untimed: first-call costs
         for _ in range(repeat):  # alternated: the runs share the machine's load
             for S in cpu:
                 c0, w0 = time.process_time(), time.perf_counter()
-                run(S, scheds)
+                train(S, scheds)
                 per = steps * max(S, 1)
                 cpu[S] = min(cpu[S], (time.process_time() - c0) / per)
                 wall[S] = min(wall[S], (time.perf_counter() - w0) / per)
