@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -68,6 +68,7 @@ class CapacityResult:
     max_load: float = 0.95  # capacity.max_load: overloaded from this offered load on
     listed: List[int] = field(default_factory=list)  # the counts asked for (capacity.counts, an autoscale's bounds)
     searched: List[int] = field(default_factory=list)  # the counts between them tried for the fewest (between_counts)
+    sensitivity: Optional[pd.DataFrame] = None  # the answer with each guessed input moved (racsim/analyses/sensitivity.py)
 
 
 def channel_of(cfg: RacsimConf) -> str:
@@ -362,6 +363,25 @@ def feasible(row: Any, targets: Dict[str, Any]) -> bool:
     return bool(ok)
 
 
+def targets_of(cfg: RacsimConf) -> Dict[str, Any]:
+    """The capacity targets a count must meet (``capacity.max_bias``, ``max_bias_vs_naive``, ``max_step_s``)."""
+    return {k: getattr(cfg.capacity, k) for k in ("max_bias", "max_bias_vs_naive", "max_step_s")}
+
+
+def meets(rows: List[dict], chosen: str, targets: Dict[str, Any]) -> bool:
+    """Does a count (its curve rows) meet the targets with the ``chosen`` corrector?"""
+    return feasible(next(r for r in rows if r["corrector"] == chosen), targets)
+
+
+def count_rows(cfg: RacsimConf, name: str, key: str, n: int, load: dict) -> Tuple[Optional[Settled], List[dict]]:
+    """One count's settled run and curve rows; an overloaded count (its ``load`` reaches
+    ``capacity.max_load``) is not simulated: no run, and its rows of NaN (:func:`overloaded_rows`)."""
+    if load["load"] >= cfg.capacity.max_load:
+        return None, overloaded_rows(cfg, name, n, load)
+    run = settle(with_count(cfg, key, n), name)
+    return run, _rows(cfg, name, n, run, load)
+
+
 def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     """Evaluate the counts (all of them, or a bisection) and recommend one. The offered load
     of every count comes first; an overloaded count is never simulated nor recommended.
@@ -380,7 +400,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     if scaled is not None:  # the fixed pools of the rule's min and max are on the curve
         a, units = scaled.pipeline.channels[name].autoscale, units_per_server(scaled, name)
         counts = sorted(set(counts) | {a.min * units, a.max * units})
-    targets = {k: getattr(cap, k) for k in ("max_bias", "max_bias_vs_naive", "max_step_s")}
+    targets = targets_of(cfg)
     chosen = str(cap.corrector)
     runs: Dict[int, Any] = {}
     rows: Dict[int, List[dict]] = {}
@@ -392,18 +412,16 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
 
     def evaluate(n: int) -> bool:
         if n not in rows:
-            if loads[n]["load"] >= cap.max_load:
-                rows[n] = overloaded_rows(cfg, name, n, loads[n])
-            else:
-                t0 = time.perf_counter()
-                run = settle(with_count(cfg, key, n), name)
+            t0 = time.perf_counter()
+            run, rows[n] = count_rows(cfg, name, key, n, loads[n])
+            if run is not None:
                 timings["runs_s"] += time.perf_counter() - t0
                 timings["pipeline_s"] += run.pipeline_s
                 requests[0] += run.requests
-                runs[n], rows[n] = run.res, _rows(cfg, name, n, run, loads[n])
+                runs[n] = run.res
             if progress is not None:
                 progress(1)  # one more count evaluated
-        return feasible(next(r for r in rows[n] if r["corrector"] == chosen), targets)
+        return meets(rows[n], chosen, targets)
 
     if cap.search == "bisect":  # assumes feasibility is monotone in the count
         if evaluate(counts[-1]):
@@ -468,7 +486,7 @@ def between_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, 
     """The counts (multiples of ``step``: whole servers) strictly between the largest evaluated count that
     fails the targets and the fewest that meets them, above which every evaluated count does: where
     the fewest count may lie that the list skipped. Empty when they are neighbours, or none meets them."""
-    ok = {n: feasible(next(r for r in rs if r["corrector"] == chosen), targets) for n, rs in rows.items()}
+    ok = {n: meets(rs, chosen, targets) for n, rs in rows.items()}
     bad = [n for n in ok if not ok[n]]
     top = max(bad, default=None)
     above = [n for n in ok if ok[n] and (top is None or n > top)]

@@ -20,11 +20,12 @@ from typing import Any, List, Optional, Sequence, Union
 import pandas as pd
 
 from racsim.analyses.bias_study import run_bias_each, run_bias_study
-from racsim.analyses.capacity import CapacityResult, run_capacity
+from racsim.analyses.capacity import CapacityResult
 from racsim.analyses.grid import expand
 from racsim.analyses.lm_study import run_lm_study
 from racsim.analyses.probe import probe_study
 from racsim.analyses.result import RunResult
+from racsim.analyses.sensitivity import run_capacity_sensitivity
 from racsim.analyses.static_study import run_static_study
 from racsim.analyses.tvbound import tv_bound_study
 from racsim.config.schema import RacsimConf
@@ -34,10 +35,11 @@ ANALYSES = {"probe": probe_study, "tv_bound": tv_bound_study}  # study.kind -> a
 
 def compute(cfg: RacsimConf, progress: Optional[Any] = None) -> Union[RunResult, CapacityResult]:
     """The results of a scenario's spec (racsim.config.spec.scenario): the capacity search
-    when ``capacity.enabled``, else :func:`run`. ``progress(k)``: k more units of work done
+    when ``capacity.enabled`` (with its sensitivity table when ``capacity.sensitivity.enabled``:
+    racsim.analyses.sensitivity), else :func:`run`. ``progress(k)``: k more units of work done
     (trials of the bias benchmark, counts of a capacity search). Raises ConfigError on a user's mistake."""
     if cfg.capacity.enabled:
-        return run_capacity(cfg, progress)
+        return run_capacity_sensitivity(cfg, progress)
     return run(cfg, progress)
 
 

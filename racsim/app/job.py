@@ -12,7 +12,7 @@ from racsim.config.dump import config_yaml
 from racsim.config.validate import memory_error
 from racsim.config.spec import scenario
 from racsim.report import inputs as report_inputs
-from racsim.report.capacity import format_curve, recommendation_text, speed_line
+from racsim.report.capacity import format_curve, recommendation_text, sensitivity_text, speed_line
 from racsim.report.finite import failure
 from racsim.report.lm import format_paired, share_note, verdict_lines
 from racsim.report.tables import format_table, stationarity_warning, warmup_warning
@@ -59,6 +59,8 @@ def capacity_text(cfg, res) -> str:
 
     lines = [f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
              f"in {res.timings.get('runs_s', 0.0):.1f} s", format_curve(res), recommendation_text(res)]
+    if res.sensitivity is not None:
+        lines.append(sensitivity_text(res, cfg.capacity.sensitivity.spread))
     if res.speed:
         lines.append(f"racsim: {speed_line(res)}")
     return "\n".join(lines)

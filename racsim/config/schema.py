@@ -43,6 +43,10 @@ BATCH_POLICIES = ("static", "continuous")  # racsim/pipeline/batcher.py; racsim/
 
 
 CAPACITY_SEARCHES = ("grid", "bisect")
+# The inputs a capacity answer's sensitivity table varies (capacity.sensitivity.inputs;
+# racsim/analyses/sensitivity.py): the sized gpu_rm channel's MFU and token lengths, the arrival
+# rate (pipeline.batch_size), its failures' MTBF and MTTR, a queue channel's service-time scale.
+SENSITIVITY_INPUTS = ("mfu", "tokens", "batch_size", "mtbf_s", "mttr_s", "service")
 
 
 CORRECTORS = (
@@ -481,6 +485,18 @@ class StudyConf:
 
 
 @dataclass
+class SensitivityConf:
+    """How the capacity answer moves with its assumptions (racsim/analyses/sensitivity.py): each
+    of ``inputs`` (null: every one that applies to the sized channel, of
+    :data:`SENSITIVITY_INPUTS`) is moved ``spread`` down and up, the others as given, and the
+    fewest count meeting the same targets found for each (sensitivity.csv, one line in summary.md)."""
+
+    enabled: bool = False
+    spread: float = 0.2  # the relative change of each input, either way (0.2: -20% and +20%)
+    inputs: Optional[List[str]] = None
+
+
+@dataclass
 class CapacityConf:
     """Capacity planning (racsim/analyses/capacity.py): the scenario is run once per count
     in ``counts`` of ``channel``'s GPUs (gpu_rm) or workers (queue), all counts
@@ -511,6 +527,9 @@ class CapacityConf:
     run_length: str = "auto"
     max_steps: int = 640
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
+    # The answer again with each guessed input (MFU, token lengths, arrival rate, failures, service
+    # times) moved -spread and +spread: SensitivityConf.
+    sensitivity: SensitivityConf = field(default_factory=SensitivityConf)
 
 
 @dataclass

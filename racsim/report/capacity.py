@@ -130,6 +130,26 @@ def searched_text(res: CapacityResult) -> str:
             f"fewest count meeting the targets may lie between them.")
 
 
+# input -> how the summary names a variant's value (racsim/analyses/sensitivity.py)
+SENSITIVITY_PHRASES = {"mfu": "MFU is {:.3g}", "tokens": "sequences average {:.0f} tokens",
+                       "batch_size": "pipeline.batch_size is {:.0f}", "mtbf_s": "MTBF is {:.4g} s",
+                       "mttr_s": "MTTR is {:.4g} s", "service": "service averages {:.3g} s"}
+
+
+def sensitivity_text(res: CapacityResult, spread: float) -> str:
+    """The sensitivity table in one sentence: the answer, then the answer at each input moved
+    ("5 GPUs; 6 if MFU is 0.32, 4 if MFU is 0.48, ..."); '' without a table."""
+    t = res.sensitivity
+    if t is None or t.empty:
+        return ""
+    top = max(res.listed)
+    count = lambda v: f"more than {top}" if pd.isna(v) else str(int(v))  # noqa: E731
+    moved = [f"{count(r.recommended)} if {SENSITIVITY_PHRASES[r.input].format(r.value)}"
+             for r in t.itertuples() if r.change != 0]
+    return (f"How the answer moves with its assumptions (each input {spread:.0%} down and up, the others as given; "
+            f"sensitivity.csv): {count(res.recommended)} {res.unit}; " + ", ".join(moved) + ".")
+
+
 def method_text(res: CapacityResult, cfg: RacsimConf) -> str:
     """How the figures were found, for summary.md."""
     cap = cfg.capacity
@@ -197,6 +217,7 @@ def autoscale_section(cfg: RacsimConf, res: CapacityResult) -> List[str]:
 def capacity_summary_markdown(cfg: RacsimConf, res: CapacityResult, files: List[str]) -> str:
     lines = [f"# racsim capacity plan: {cfg.name}", "", str(cfg.description or ""), "",
              "## Recommendation", "", recommendation_text(res), "",
+             *([sensitivity_text(res, cfg.capacity.sensitivity.spread), ""] if res.sensitivity is not None else []),
              "## How the steady state was found, and how sure the answer is", "", method_text(res, cfg), ""]
     per = res.per_corrector
     lines += ["Fewest units meeting the same targets, per corrector (- : none of the evaluated counts):", "", "```",
@@ -244,6 +265,8 @@ def write_capacity(out_dir: Path, cfg: RacsimConf, res: CapacityResult, cfg_yaml
         tables += [("results", res.best.results), ("channels", res.best.channels)]
     if res.autoscale is not None:
         tables.append(("autoscale", res.autoscale))
+    if res.sensitivity is not None:
+        tables.append(("sensitivity", res.sensitivity))
     bad: List[Unwritable] = [] if found is None else found
     notes: List[str] = []
     for stem, df in tables:
@@ -255,6 +278,10 @@ def write_capacity(out_dir: Path, cfg: RacsimConf, res: CapacityResult, cfg_yaml
     p = out_dir / "capacity.parquet"
     atomic_write(p, lambda t: res.curve.to_parquet(t, index=False))
     written.append(p)
+    if res.sensitivity is not None:
+        p = out_dir / "sensitivity.parquet"
+        atomic_write(p, lambda t: res.sensitivity.to_parquet(t, index=False))
+        written.append(p)
     write_text(out_dir / "config.yaml", cfg_yaml)
     written.append(out_dir / "config.yaml")
     if plots:

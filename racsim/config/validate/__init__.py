@@ -13,7 +13,7 @@ leaf: unknown keys, NaN, MISSING, int64), ``latency`` (a duration law), ``rm`` (
 ``limits`` (the budgets), all written with ``common``'s ``need``.
 """
 
-from racsim.config.validate.capacity import RUN_LENGTHS, validate_capacity
+from racsim.config.validate.capacity import RUN_LENGTHS, sensitivity_inputs, validate_capacity
 from racsim.config.validate.channel import (
     FAILURE_POLICIES,
     FAULT_SECONDS,
@@ -70,7 +70,7 @@ __all__ = [
     "TRAJECTORY_STEPS_PER_S", "biggest_knob", "cauchy_window_mass", "check_data_files", "check_leaves",
     "check_limits", "check_name", "check_schema", "fault_events", "faults_on", "first_missing", "grid_cells",
     "leaves", "machine_memory_gb", "memory_error", "memory_terms", "missing_error", "process_memory",
-    "run_estimate", "run_sizes", "validate", "validate_arrivals", "validate_autoscale", "validate_capacity",
+    "run_estimate", "run_sizes", "sensitivity_inputs", "validate", "validate_arrivals", "validate_autoscale", "validate_capacity",
     "validate_changed", "validate_channel_kind", "validate_faults", "validate_latency", "validate_lm",
     "validate_rm", "validate_rules",
 ]

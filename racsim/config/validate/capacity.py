@@ -3,9 +3,9 @@ counts it tries, the targets a count must meet and how long each count runs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List
 
-from racsim.config.schema import CAPACITY_SEARCHES, CORRECTORS
+from racsim.config.schema import CAPACITY_SEARCHES, CORRECTORS, SENSITIVITY_INPUTS
 from racsim.config.validate.channel import channel_kind, pooled
 from racsim.config.validate.common import finite, int_at_least, need, need_one_of, nonneg, positive
 
@@ -27,6 +27,7 @@ def validate_capacity(cfg: Any) -> None:
         need(not bad, "capacity.counts", bad, f"multiples of the channel's tp ({ch.rm.tp})")
     _targets(c, cfg.corrector)
     _run_length(c, cfg.pipeline.steps)
+    _sensitivity(c, ch)
 
 
 def _sized_channel(c: Any, chans: Any) -> Any:
@@ -71,3 +72,40 @@ def _run_length(c: Any, steps: int) -> None:
     int_at_least("capacity.max_steps", c.max_steps, 1)
     need(c.run_length == "fixed" or c.max_steps >= steps, "capacity.max_steps", c.max_steps,
          f"at least pipeline.steps ({steps}): the auto run length starts there and doubles up to it")
+
+
+def scalable(law: Any) -> bool:
+    """Can a duration or length law be multiplied by a factor through its fields (every kind but an
+    empirical column used as measured, ``mean`` null)?"""
+    return not (law.kind == "empirical" and law.mean is None)
+
+
+def sensitivity_inputs(ch: Any) -> List[str]:
+    """The inputs of :data:`~racsim.config.schema.SENSITIVITY_INPUTS` that apply to the sized
+    channel ``ch``: a roofline's MFU and the token laws of a gpu_rm channel, the arrival rate,
+    the MTBF and MTTR of random failures, a queue channel's service times."""
+    gpu = channel_kind(ch) == "gpu_rm"
+    failing = getattr(getattr(ch, "faults", None), "mtbf_s", None) is not None
+    applies = {"mfu": gpu and ch.rm.service == "roofline",
+               "tokens": gpu and scalable(ch.rm.prompt_tokens) and scalable(ch.rm.response_tokens),
+               "batch_size": True, "mtbf_s": failing, "mttr_s": failing,
+               "service": not gpu and scalable(ch.latency)}
+    return [k for k in SENSITIVITY_INPUTS if applies[k]]
+
+
+def _sensitivity(c: Any, ch: Any) -> None:
+    """capacity.sensitivity: a spread in (0, 1), inputs by name; when on, each one applying to the channel."""
+    s = c.sensitivity
+    need(finite(s.spread) and 0 < s.spread < 1, "capacity.sensitivity.spread", s.spread,
+         "a number in (0, 1): each input is moved this share down and up (default 0.2)")
+    if s.inputs is None:
+        return
+    need(len(s.inputs) >= 1, "capacity.sensitivity.inputs", list(s.inputs),
+         "null (every input that applies) or a non-empty list of " + ", ".join(SENSITIVITY_INPUTS)
+         + " (capacity.sensitivity.enabled=false turns the table off)")
+    able = sensitivity_inputs(ch)
+    for x in s.inputs:
+        need_one_of("capacity.sensitivity.inputs", x, SENSITIVITY_INPUTS)
+        need(not s.enabled or x in able, "capacity.sensitivity.inputs", x,
+             "an input that applies to the sized channel: " + ", ".join(able)
+             + " (mfu, tokens: a gpu_rm roofline; mtbf_s, mttr_s: faults.mtbf_s set; service: a queue channel)")

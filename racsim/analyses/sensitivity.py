@@ -1,0 +1,212 @@
+"""How a capacity answer moves with its assumptions: the sensitivity table.
+
+A capacity answer rests on inputs a user guesses: the GPU's MFU, the token lengths, the arrival
+rate, the failures' MTBF and MTTR, a queue's service times. With ``capacity.sensitivity.enabled``,
+each input that applies to the sized channel (``capacity.sensitivity.inputs``, null: all of
+:func:`~racsim.config.validate.sensitivity_inputs`) is moved ``spread`` down and up, the others
+as given, and the fewest count meeting the same targets is found for each variant, over the same
+range of counts as the plain search (the listed counts' smallest to largest, whole servers).
+
+Cheaply: the base answer n and its offered load are known, so each variant's long-run loads
+(:func:`~racsim.analyses.capacity.channel_loads`, no simulation) rule out its overloaded counts
+and name where to start: the count whose load is nearest the base answer's. From there an
+exponential search (:func:`fewest_from`) brackets the variant's fewest passing count and
+bisects inside the bracket (:func:`~racsim.analyses.capacity.first_passing`); usually one or two
+counts are simulated per variant. Each count is evaluated exactly as the plain capacity run
+evaluates it (:func:`~racsim.analyses.capacity.count_rows`: the same seed, draws and settle), so
+where meeting the targets is monotone in the count, as the bisect search also assumes, a
+variant's answer is the plain run's of the varied spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
+
+import pandas as pd
+
+from racsim.analyses.capacity import (CapacityResult, channel_loads, channel_of, count_key, count_rows, first_passing,
+                                      fixed_pool, meets, run_capacity, targets_of, units_per_server)
+from racsim.config.schema import LatencyConf, RacsimConf
+from racsim.config.spec import replace_at
+from racsim.config.validate import sensitivity_inputs, validate
+from racsim.errors import ConfigError
+from racsim.pipeline.latency import build_latency
+
+# Location and scale fields of a LatencyConf: multiplied together they scale the law (shape kept).
+LAW_SCALES = ("mean", "std", "median", "scale", "low", "high")
+
+
+@dataclass
+class Variant:
+    """One input moved: its name, the spec with it moved, its value there and as given."""
+
+    input: str
+    spec: RacsimConf
+    value: float
+    base: float
+
+
+def scaled_law(law: LatencyConf, factor: float) -> LatencyConf:
+    """The law of ``factor`` x X for X ~ ``law``: its location and scale fields (:data:`LAW_SCALES`)
+    multiplied, its shape (sigma, alpha) kept; exact for every kind (a clipped or truncated law's
+    window scales with it) but a rounded one (``discrete``)."""
+    return dataclasses.replace(law, **{f: getattr(law, f) * factor for f in LAW_SCALES if getattr(law, f) is not None})
+
+
+def input_keys(name: str, what: str) -> str:
+    """The config key(s) input ``what`` of channel ``name`` sets."""
+    at = f"pipeline.channels.{name}"
+    return {"mfu": f"{at}.rm.mfu", "tokens": f"{at}.rm.prompt_tokens, {at}.rm.response_tokens",
+            "batch_size": "pipeline.batch_size", "mtbf_s": f"{at}.faults.mtbf_s", "mttr_s": f"{at}.faults.mttr_s",
+            "service": f"{at}.latency"}[what]
+
+
+def input_value(cfg: RacsimConf, name: str, what: str) -> float:
+    """The value the table shows for input ``what``: the MFU, mean tokens per sequence (prompt +
+    response), the batch size, the MTBF or MTTR in seconds, the mean service seconds."""
+    ch = cfg.pipeline.channels[name]
+    if what == "mfu":
+        return float(ch.rm.mfu)
+    if what == "tokens":
+        return float(build_latency(ch.rm.prompt_tokens).mean() + build_latency(ch.rm.response_tokens).mean())
+    if what == "batch_size":
+        return float(cfg.pipeline.batch_size)
+    if what in ("mtbf_s", "mttr_s"):
+        return float(getattr(ch.faults, what))
+    return float(build_latency(ch.latency).mean())
+
+
+def vary(cfg: RacsimConf, name: str, what: str, factor: float) -> RacsimConf:
+    """The spec with input ``what`` of channel ``name`` multiplied by ``factor``: the MFU (at most 1),
+    both token laws (:func:`scaled_law`), the batch size (the nearest integer, at least one away
+    from the given one, at least 1: the arrival rate, the step's clock unchanged), the MTBF or
+    MTTR, the queue's service law."""
+    at, ch = f"pipeline.channels.{name}", cfg.pipeline.channels[name]
+    if what == "mfu":
+        return replace_at(cfg, f"{at}.rm.mfu", min(1.0, ch.rm.mfu * factor))
+    if what == "tokens":
+        for law in ("prompt_tokens", "response_tokens"):
+            cfg = replace_at(cfg, f"{at}.rm.{law}", scaled_law(getattr(ch.rm, law), factor))
+        return cfg
+    if what == "batch_size":
+        b = int(cfg.pipeline.batch_size)
+        v = round(b * factor)
+        return replace_at(cfg, "pipeline.batch_size", max(b + 1, v) if factor > 1 else max(1, min(b - 1, v)))
+    if what in ("mtbf_s", "mttr_s"):
+        return replace_at(cfg, f"{at}.faults.{what}", getattr(ch.faults, what) * factor)
+    return replace_at(cfg, f"{at}.latency", scaled_law(ch.latency, factor))
+
+
+def variants(cfg: RacsimConf) -> List[Variant]:
+    """Every input of ``capacity.sensitivity`` moved down and up, each variant's spec validated
+    (before any count is simulated: a bad one is refused naming ``capacity.sensitivity.spread``);
+    a move that leaves the input as given (an MFU of 1 moved up, a batch of 1 down) is left out."""
+    validate(cfg)
+    name = channel_of(cfg)
+    s = cfg.capacity.sensitivity
+    out = []
+    for what in (s.inputs if s.inputs is not None else sensitivity_inputs(cfg.pipeline.channels[name])):
+        base = input_value(cfg, name, what)
+        for factor in (1.0 - s.spread, 1.0 + s.spread):
+            v = vary(cfg, name, what, factor)
+            try:
+                validate(v)
+            except ConfigError as e:
+                raise ConfigError("capacity.sensitivity.spread", s.spread,
+                                  f"a spread whose moved {what} is still a valid input ({e})") from e
+            value = input_value(v, name, what)
+            if value != base:
+                out.append(Variant(what, v, value, base))
+    return out
+
+
+def fewest_from(counts: List[int], start: int, passes: Callable[[int], bool]) -> Optional[int]:
+    """The fewest of ``counts`` (ascending) for which ``passes`` holds (monotone in the count), searched
+    from index ``start``: galloping away from it 1, 2, 4... places until the answer is bracketed,
+    then bisecting inside (:func:`first_passing`): exponential search (Bentley & Yao 1976), about
+    2 log2(d) evaluations for an answer d places from the start. None when none passes."""
+    lo, hi, step = -1, len(counts), 1  # counts[lo] fails, counts[hi] passes (-1, len: none known)
+    if passes(counts[start]):
+        hi = start
+        while hi > 0:
+            j = max(hi - step, 0)
+            if not passes(counts[j]):
+                lo = j
+                break
+            hi, step = j, 2 * step
+    else:
+        lo = start
+        while lo < len(counts) - 1:
+            j = min(lo + step, len(counts) - 1)
+            if passes(counts[j]):
+                hi = j
+                break
+            lo, step = j, 2 * step
+    inside = first_passing(counts[lo + 1:hi], passes)
+    return inside if inside is not None else (counts[hi] if hi < len(counts) else None)
+
+
+def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen: str,
+                   progress=None) -> Tuple[Optional[int], List[int]]:
+    """The fewest of ``counts`` meeting the capacity targets for the spec ``cfg`` (with ``chosen``),
+    and the counts simulated to find it: overloaded counts (long-run load, no simulation) fail;
+    the search starts at the count whose load is nearest ``start_load`` (the fewest of two as near;
+    :func:`fewest_from`)."""
+    name = channel_of(cfg)
+    key, targets = count_key(cfg, name), targets_of(cfg)
+    loads = channel_loads(cfg, name, key, counts)
+    able = [n for n in counts if loads[n]["load"] < cfg.capacity.max_load]
+    if not able:
+        return None, []
+    seen = {}
+
+    def passes(n: int) -> bool:
+        if n not in seen:
+            seen[n] = meets(count_rows(cfg, name, key, n, loads[n])[1], chosen, targets)
+            if progress is not None:
+                progress(1)  # one more count evaluated
+        return seen[n]
+
+    start = min(range(len(able)), key=lambda i: abs(loads[able[i]]["load"] - start_load))
+    return fewest_from(able, start, passes), sorted(seen)
+
+
+def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None) -> pd.DataFrame:
+    """Per input, by change: the answer with the input moved (each of ``planned``) and as given
+    (change 0): the input, the key(s) it sets, the relative change, its value, the recommended
+    count, its difference from the base answer and the counts simulated for it."""
+    name, chosen = res.channel, res.targets["corrector"]
+    base_load = res.loads[res.recommended]["load"] if res.recommended is not None else 0.0  # none: from the top
+    rows = []
+    for what in dict.fromkeys(v.input for v in planned):
+        moved = [v for v in planned if v.input == what]
+        group = [{"change": 0.0, "value": moved[0].base, "recommended": res.recommended, "simulated": ""}]
+        for v in moved:
+            spec = fixed_pool(v.spec, name) if v.spec.pipeline.channels[name].autoscale is not None else v.spec
+            units = units_per_server(spec, name)
+            counts = [n for n in range(min(res.listed), max(res.listed) + 1) if n % units == 0]
+            rec, tried = variant_fewest(spec, counts, base_load, chosen, progress)
+            group.append({"change": round(v.value / v.base - 1.0, 12), "value": v.value, "recommended": rec,
+                          "simulated": " ".join(map(str, tried))})
+        rows += [{"input": what, "key": input_keys(name, what), **r} for r in sorted(group, key=lambda r: r["change"])]
+    out = pd.DataFrame(rows, columns=["input", "key", "change", "value", "recommended", "simulated"])
+    out["recommended"] = out["recommended"].astype("Int64")
+    out.insert(5, "delta", (out["recommended"] - res.recommended) if res.recommended is not None
+               else pd.Series(pd.NA, index=out.index, dtype="Int64"))
+    return out
+
+
+def run_capacity_sensitivity(cfg: RacsimConf, progress=None) -> CapacityResult:
+    """:func:`~racsim.analyses.capacity.run_capacity`, then, with ``capacity.sensitivity.enabled``,
+    the answer with each guessed input moved (``result.sensitivity``, :func:`sensitivity_table`;
+    its seconds in ``timings['sensitivity_s']``). The variants are checked before the search."""
+    planned = variants(cfg) if cfg.capacity.sensitivity.enabled else []
+    res = run_capacity(cfg, progress)
+    if planned:
+        t0 = time.perf_counter()
+        res.sensitivity = sensitivity_table(res, planned, progress)
+        res.timings["sensitivity_s"] = time.perf_counter() - t0
+    return res
