@@ -1,0 +1,181 @@
+"""The capacity answer's sensitivity table (racsim/analyses/sensitivity.py): the search it uses
+against an obvious loop, the scaled laws against their exact means, the knob's bad values, and on
+small versions of the judge scenario (seconds): the table's directions, its base rows, and each
+variant's answer against a plain capacity run of the varied spec."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_module
+
+from racsim.analyses.capacity import run_capacity
+from racsim.analyses.sensitivity import fewest_from, run_capacity_sensitivity, scaled_law, vary
+from racsim.config.schema import LatencyConf, register_configs
+from racsim.config.spec import scenario as spec_of
+from racsim.config.validate import validate
+from racsim.errors import ConfigError
+from racsim.pipeline.latency import build_latency
+from racsim.report.capacity import sensitivity_text
+
+from test_capacity import SMALL, SMALL_JUDGE
+
+JUDGE = ["scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[1,2,3,4,6,8,16]",
+         "capacity.sensitivity.enabled=true"]
+# more load on the harder side: the answer never falls; on the easier side never rises
+HARDER = {"mfu": -1, "tokens": +1, "batch_size": +1, "mtbf_s": -1, "mttr_s": +1, "service": +1}
+
+
+@pytest.fixture(scope="module")
+def hydra_ctx():
+    register_configs()
+    with initialize_config_module(version_base="1.3", config_module="racsim.conf"):
+        yield
+
+
+def spec(*overrides):
+    return spec_of(compose("config", overrides=list(overrides)))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fewest_from_is_the_fewest_passing_count(seed):
+    """Against a loop over every count, from any start, with every answer (the first, inside, none)."""
+    rng = np.random.default_rng(seed)
+    counts = sorted(rng.choice(200, size=int(rng.integers(1, 40)), replace=False).tolist())
+    t = int(rng.integers(0, len(counts) + 1))  # counts[t:] pass; t = len: none does
+    start = int(rng.integers(0, len(counts)))
+    asked = []
+
+    def passes(n):
+        asked.append(n)
+        return counts.index(n) >= t
+
+    want = next((n for n in counts if passes(n)), None)
+    asked.clear()
+    assert fewest_from(counts, start, passes) == want
+    assert len(asked) == len(set(asked))  # no count asked twice
+    d = abs(t - start) + 1
+    assert len(asked) <= 2 * int(np.ceil(np.log2(d))) + 2  # exponential search: O(log distance), not O(len)
+
+
+LAWS = [LatencyConf(kind="deterministic", mean=7.0),
+        LatencyConf(kind="gaussian", mean=10.0, std=4.0, low=2.0),
+        LatencyConf(kind="lognormal", mean=150.0, sigma=0.5, low=1.0),
+        LatencyConf(kind="lognormal", mean=300.0, sigma=0.6, low=1.0, high=900.0),
+        LatencyConf(kind="pareto", mean=20.0, alpha=2.5),
+        LatencyConf(kind="exponential", mean=5.0, high=30.0),
+        LatencyConf(kind="uniform", mean=None, low=1.0, high=40.0),
+        LatencyConf(kind="cauchy", mean=21.0, scale=4.0, low=1.0, high=200.0),
+        LatencyConf(kind="cauchy", mean=None, median=18.0, scale=4.0, low=1.0, high=200.0, cauchy_bounds="clip")]
+
+
+@pytest.mark.parametrize("law", LAWS, ids=lambda law: law.kind)
+@pytest.mark.parametrize("factor", [0.8, 1.25])
+def test_a_scaled_law_is_the_law_of_factor_times_x(law, factor):
+    """Its exact mean is factor x the law's, and its CDF at factor x x is the law's at x."""
+    base, moved = build_latency(law), build_latency(scaled_law(law, factor))
+    assert moved.mean() == pytest.approx(factor * base.mean(), rel=1e-7)
+    x = np.asarray(base.quantile(np.linspace(0.05, 0.95, 7)), float)
+    np.testing.assert_allclose(moved.cdf(factor * x), base.cdf(x), atol=1e-7)
+
+
+@pytest.mark.parametrize("over,key", [
+    (["capacity.sensitivity.spread=0"], "capacity.sensitivity.spread"),
+    (["capacity.sensitivity.spread=1"], "capacity.sensitivity.spread"),
+    (["capacity.sensitivity.spread=-0.2"], "capacity.sensitivity.spread"),
+    (["capacity.sensitivity.spread=nan"], "capacity.sensitivity.spread"),
+    (["capacity.sensitivity.inputs=[gpu_speed]"], "capacity.sensitivity.inputs"),
+    (["capacity.sensitivity.inputs=[]"], "capacity.sensitivity.inputs"),
+    (["capacity.sensitivity.enabled=true", "capacity.sensitivity.inputs=[mtbf_s]"], "capacity.sensitivity.inputs"),
+    (["capacity.sensitivity.enabled=true", "capacity.sensitivity.inputs=[service]"], "capacity.sensitivity.inputs"),
+])
+def test_sensitivity_config_errors(hydra_ctx, over, key):
+    with pytest.raises(ConfigError) as info:
+        validate(compose("config", overrides=["scenario=capacity/judge_rm_h100", *over]))
+    assert info.value.key == key, info.value
+
+
+def test_an_input_that_does_not_apply_is_refused_only_when_on(hydra_ctx):
+    validate(compose("config", overrides=["scenario=capacity/judge_rm_h100", "capacity.sensitivity.enabled=false",
+                                          "capacity.sensitivity.inputs=[mtbf_s]"]))
+
+
+def test_a_variant_that_is_no_valid_input_is_refused_before_the_search(hydra_ctx):
+    """An MTBF moved past faults.mtbf_s's range: the spread is named, before any count is run."""
+    cfg = spec(*JUDGE, "capacity.sensitivity.inputs=[mtbf_s]", "capacity.sensitivity.spread=0.5",
+               "pipeline.channels.judge.faults.mtbf_s=9e11", "pipeline.channels.judge.faults.mttr_s=30")
+    with pytest.raises(ConfigError) as info:
+        run_capacity_sensitivity(cfg)
+    assert info.value.key == "capacity.sensitivity.spread"
+
+
+def check_table(res, cfg, plain_overrides):
+    """The table's base rows, directions and each variant against a plain run of its spec."""
+    t = res.sensitivity
+    assert set(t.columns) >= {"input", "key", "change", "value", "recommended", "delta", "simulated"}
+    assert (t[t.change == 0].recommended == res.recommended).all()  # the base rows: the plain run's answer
+    big = max(res.listed) + 1  # none: more than the largest count
+    for what, rows in t.groupby("input", sort=False):
+        rec = rows.sort_values("change").recommended.fillna(big).astype(int).to_numpy()
+        assert len(rec) == 3 and rows.change.is_monotonic_increasing, what
+        if HARDER[what] > 0:
+            assert rec[0] <= rec[1] <= rec[2], (what, rec)
+        else:
+            assert rec[0] >= rec[1] >= rec[2], (what, rec)
+        np.testing.assert_array_equal(rows.delta.fillna(0).to_numpy(), (rows.recommended - res.recommended)
+                                      .fillna(0).to_numpy())
+    s = cfg.capacity.sensitivity.spread
+    name = res.channel
+    for r in t[t.change != 0].itertuples():  # the cheap search agrees with the full one
+        v = vary(cfg, name, r.input, 1 - s if r.change < 0 else 1 + s)
+        plain = run_capacity(dataclasses.replace(v, capacity=dataclasses.replace(
+            v.capacity, sensitivity=dataclasses.replace(v.capacity.sensitivity, enabled=False))))
+        want = plain.recommended
+        assert (pd.isna(r.recommended) and want is None) or r.recommended == want, (r.input, r.change, want)
+        tried = [int(n) for n in r.simulated.split()]
+        simulated = plain.curve[~plain.curve.status.str.startswith("overloaded")]["count"].unique()
+        assert set(tried) <= set(range(min(res.listed), max(res.listed) + 1)) and len(tried) <= len(simulated)
+
+
+def test_judge_sensitivity(hydra_ctx):
+    cfg = spec(*JUDGE)
+    res = run_capacity_sensitivity(cfg)
+    plain = run_capacity(spec(*JUDGE[:-1]))
+    pd.testing.assert_frame_equal(res.curve, plain.curve)  # the table leaves the plain answer as it is
+    assert res.recommended == plain.recommended == 5
+    t = res.sensitivity
+    assert list(dict.fromkeys(t.input)) == ["mfu", "tokens", "batch_size"]  # every input a gpu_rm roofline has
+    assert t[t.input == "batch_size"].value.tolist() == [13, 16, 19]  # the nearest integers to 16 x 0.8 and x 1.2
+    np.testing.assert_allclose(t[t.input == "mfu"].value, [0.32, 0.4, 0.48])
+    assert res.timings["sensitivity_s"] > 0
+    assert len(t[t.change != 0].simulated.str.split().explode()) <= 3 * 6  # at most three counts a variant
+    check_table(res, cfg, JUDGE)
+    text = sensitivity_text(res, 0.2)
+    assert text.startswith("How the answer moves") and "5 GPUs; " in text and "if MFU is 0.32" in text
+
+
+def test_judge_with_faults_sensitivity(hydra_ctx):
+    """MTBF and MTTR of random failures (up a third to three quarters of the time: the answer moves by
+    the load, beyond the outage timelines' noise); the other inputs left out."""
+    cfg = spec(*JUDGE, "capacity.counts=[4,6,8,12]", "capacity.max_steps=96", "pipeline.channels.judge.faults.mtbf_s=100",
+               "pipeline.channels.judge.faults.mttr_s=50", "capacity.sensitivity.inputs=[mtbf_s,mttr_s]",
+               "capacity.sensitivity.spread=0.5")
+    res = run_capacity_sensitivity(cfg)
+    t = res.sensitivity
+    assert list(dict.fromkeys(t.input)) == ["mtbf_s", "mttr_s"]
+    np.testing.assert_allclose(t[t.input == "mttr_s"].value, [25, 50, 75])
+    check_table(res, cfg, None)
+
+
+def test_queue_service_sensitivity(hydra_ctx):
+    """A queue channel: its service-time scale (and the arrival rate)."""
+    cfg = spec("scenario=capacity/code_verifier", *SMALL, "capacity.counts=[8,128]", "capacity.max_steps=96",
+               "pipeline.batch_size=8", "capacity.sensitivity.enabled=true")
+    res = run_capacity_sensitivity(cfg)
+    t = res.sensitivity
+    assert list(dict.fromkeys(t.input)) == ["batch_size", "service"]
+    np.testing.assert_allclose(t[t.input == "service"].value, [16.4, 20.5, 24.6])  # U[1, 40] x 0.8, x 1, x 1.2
+    check_table(res, cfg, None)
