@@ -151,7 +151,7 @@ def test_judge_sensitivity(hydra_ctx):
     assert t[t.input == "batch_size"].value.tolist() == [13, 16, 19]  # the nearest integers to 16 x 0.8 and x 1.2
     np.testing.assert_allclose(t[t.input == "mfu"].value, [0.32, 0.4, 0.48])
     assert res.timings["sensitivity_s"] > 0
-    assert len(t[t.change != 0].simulated.str.split().explode()) <= 3 * 6  # at most three counts a variant
+    assert len(t[t.change != 0].simulated.str.split().explode()) <= 2 * 6  # at most two counts a variant
     check_table(res, cfg, JUDGE)
     text = sensitivity_text(res, 0.2)
     assert text.startswith("How the answer moves") and "5 GPUs; " in text and "if MFU is 0.32" in text

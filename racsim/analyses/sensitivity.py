@@ -11,9 +11,10 @@ Cheaply: the base answer n and its offered load are known, so each variant's lon
 (:func:`~racsim.analyses.capacity.channel_loads`, no simulation) rule out its overloaded counts
 and name where to start: the count whose load is nearest the base answer's. From there an
 exponential search (:func:`fewest_from`) brackets the variant's fewest passing count and
-bisects inside the bracket (:func:`~racsim.analyses.capacity.first_passing`), and the largest
-count is checked as the plain search checks it (an answer needs every count above it to pass);
-usually two or three counts are simulated per variant. Each count is evaluated exactly as the plain capacity run
+bisects inside the bracket (:func:`~racsim.analyses.capacity.first_passing`); usually one or two
+counts are simulated per variant, all near its answer. The counts above are not simulated: where
+one of them fails (not stationary within ``capacity.max_steps``, say), a plain run, which needs
+every count it evaluated above its answer to pass, may answer otherwise. Each count is evaluated exactly as the plain capacity run
 evaluates it (:func:`~racsim.analyses.capacity.count_rows`: the same seed, draws and settle), so
 where meeting the targets is monotone in the count, as the bisect search also assumes, a
 variant's answer is the plain run's of the varied spec.
@@ -153,9 +154,7 @@ def fewest_from(counts: List[int], start: int, passes: Callable[[int], bool]) ->
 def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen: str,
                    progress=None) -> Tuple[Optional[int], List[int]]:
     """The fewest of ``counts`` meeting the capacity targets for the spec ``cfg`` (with ``chosen``),
-    and the counts simulated to find it: overloaded counts (long-run load, no simulation) fail, and
-    so does the answer when the largest count does (not stationary there, say: no answer, as in the
-    plain search, which needs every evaluated count above its answer to pass);
+    and the counts simulated to find it: overloaded counts (long-run load, no simulation) fail;
     the search starts at the count whose load is nearest ``start_load`` (the fewest of two as near;
     :func:`fewest_from`)."""
     name = channel_of(cfg)
@@ -174,10 +173,7 @@ def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen
         return seen[n]
 
     start = min(range(len(able)), key=lambda i: abs(loads[able[i]]["load"] - start_load))
-    rec = fewest_from(able, start, passes)
-    if rec is not None and not (counts[-1] in able and passes(counts[-1])):
-        rec = None  # as the plain search: an answer needs the largest count to meet the targets too
-    return rec, sorted(seen)
+    return fewest_from(able, start, passes), sorted(seen)
 
 
 def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None) -> pd.DataFrame:
