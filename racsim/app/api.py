@@ -37,6 +37,7 @@ class Tables:
     channels: "pd.DataFrame"  # one row per slow channel (capacity: at the recommended count)
     curve: "Optional[pd.DataFrame]" = None  # capacity planning: one row per count and corrector (capacity.csv)
     recommended: Optional[int] = None  # capacity planning: the fewest units meeting the targets (None: no count)
+    sensitivity: "Optional[pd.DataFrame]" = None  # capacity: the answer with each guessed input moved (sensitivity.csv)
     config: Any = None  # the composed config (an OmegaConf DictConfig)
     raw: Any = None  # everything computed: a RunResult (schedules, training curves...) or a CapacityResult
     files: List[Path] = field(default_factory=list)  # what ``out`` received
@@ -60,7 +61,7 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
     files = _write(Path(out), cfg, spec, res, given, time.perf_counter() - t0) if out is not None else []
     if isinstance(res, J.CapacityResult):  # its results and channels: the run at the recommended (or largest) count
         return Tables(results=res.best.results, channels=res.best.channels, curve=res.curve,
-                      recommended=res.recommended, config=cfg, raw=res, files=files)
+                      recommended=res.recommended, sensitivity=res.sensitivity, config=cfg, raw=res, files=files)
     return Tables(results=res.results, channels=res.channels, config=cfg, raw=res, files=files)
 
 
