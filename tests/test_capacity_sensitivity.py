@@ -112,7 +112,7 @@ def test_a_variant_that_is_no_valid_input_is_refused_before_the_search(hydra_ctx
     assert info.value.key == "capacity.sensitivity.spread"
 
 
-def check_table(res, cfg, plain_overrides):
+def check_table(res, cfg):
     """The table's base rows, directions and each variant against a plain run of its spec."""
     t = res.sensitivity
     assert set(t.columns) >= {"input", "key", "change", "value", "recommended", "delta", "simulated"}
@@ -152,7 +152,9 @@ def test_judge_sensitivity(hydra_ctx):
     np.testing.assert_allclose(t[t.input == "mfu"].value, [0.32, 0.4, 0.48])
     assert res.timings["sensitivity_s"] > 0
     assert len(t[t.change != 0].simulated.str.split().explode()) <= 2 * 6  # at most two counts a variant
-    check_table(res, cfg, JUDGE)
+    check_table(res, cfg)
+    typed = run_capacity(spec(*JUDGE[:-1], "pipeline.channels.judge.rm.mfu=0.32"))  # as a user would type it
+    assert typed.recommended == t[(t.input == "mfu") & (t.change < 0)].recommended.iloc[0]
     text = sensitivity_text(res, 0.2)
     assert text.startswith("How the answer moves") and "5 GPUs; " in text and "if MFU is 0.32" in text
 
@@ -167,7 +169,7 @@ def test_judge_with_faults_sensitivity(hydra_ctx):
     t = res.sensitivity
     assert list(dict.fromkeys(t.input)) == ["mtbf_s", "mttr_s"]
     np.testing.assert_allclose(t[t.input == "mttr_s"].value, [25, 50, 75])
-    check_table(res, cfg, None)
+    check_table(res, cfg)
 
 
 def test_queue_service_sensitivity(hydra_ctx):
@@ -178,4 +180,4 @@ def test_queue_service_sensitivity(hydra_ctx):
     t = res.sensitivity
     assert list(dict.fromkeys(t.input)) == ["batch_size", "service"]
     np.testing.assert_allclose(t[t.input == "service"].value, [16.4, 20.5, 24.6])  # U[1, 40] x 0.8, x 1, x 1.2
-    check_table(res, cfg, None)
+    check_table(res, cfg)

@@ -53,11 +53,17 @@ class Variant:
     base: float
 
 
+def times(x: float, factor: float) -> float:
+    """``x * factor`` to 12 significant digits: 0.4 x 0.8 is 0.32, as a user would type it."""
+    return float(f"{x * factor:.12g}")
+
+
 def scaled_law(law: LatencyConf, factor: float) -> LatencyConf:
     """The law of ``factor`` x X for X ~ ``law``: its location and scale fields (:data:`LAW_SCALES`)
     multiplied, its shape (sigma, alpha) kept; exact for every kind (a clipped or truncated law's
     window scales with it) but a rounded one (``discrete``)."""
-    return dataclasses.replace(law, **{f: getattr(law, f) * factor for f in LAW_SCALES if getattr(law, f) is not None})
+    return dataclasses.replace(law, **{f: times(getattr(law, f), factor) for f in LAW_SCALES
+                                       if getattr(law, f) is not None})
 
 
 def input_keys(name: str, what: str) -> str:
@@ -90,7 +96,7 @@ def vary(cfg: RacsimConf, name: str, what: str, factor: float) -> RacsimConf:
     MTTR, the queue's service law."""
     at, ch = f"pipeline.channels.{name}", cfg.pipeline.channels[name]
     if what == "mfu":
-        return replace_at(cfg, f"{at}.rm.mfu", min(1.0, ch.rm.mfu * factor))
+        return replace_at(cfg, f"{at}.rm.mfu", min(1.0, times(ch.rm.mfu, factor)))
     if what == "tokens":
         for law in ("prompt_tokens", "response_tokens"):
             cfg = replace_at(cfg, f"{at}.rm.{law}", scaled_law(getattr(ch.rm, law), factor))
@@ -100,7 +106,7 @@ def vary(cfg: RacsimConf, name: str, what: str, factor: float) -> RacsimConf:
         v = round(b * factor)
         return replace_at(cfg, "pipeline.batch_size", max(b + 1, v) if factor > 1 else max(1, min(b - 1, v)))
     if what in ("mtbf_s", "mttr_s"):
-        return replace_at(cfg, f"{at}.faults.{what}", getattr(ch.faults, what) * factor)
+        return replace_at(cfg, f"{at}.faults.{what}", times(getattr(ch.faults, what), factor))
     return replace_at(cfg, f"{at}.latency", scaled_law(ch.latency, factor))
 
 
