@@ -13,9 +13,9 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from racsim.analyses.capacity import run_capacity
-from racsim.analyses.sensitivity import fewest_from, run_capacity_sensitivity, scaled_law, vary
+from racsim.analyses.sensitivity import fewest_from, run_capacity_sensitivity, scaled_law, variants, vary
 from racsim.config.schema import LatencyConf, register_configs
-from racsim.config.spec import scenario as spec_of
+from racsim.config.spec import replace_at, scenario as spec_of
 from racsim.config.validate import validate
 from racsim.errors import ConfigError
 from racsim.pipeline.latency import build_latency
@@ -89,6 +89,7 @@ def test_a_scaled_law_is_the_law_of_factor_times_x(law, factor):
     (["capacity.sensitivity.spread=nan"], "capacity.sensitivity.spread"),
     (["capacity.sensitivity.inputs=[gpu_speed]"], "capacity.sensitivity.inputs"),
     (["capacity.sensitivity.inputs=[]"], "capacity.sensitivity.inputs"),
+    (["capacity.sensitivity.inputs=[mfu,mfu]"], "capacity.sensitivity.inputs"),
     (["capacity.sensitivity.enabled=true", "capacity.sensitivity.inputs=[mtbf_s]"], "capacity.sensitivity.inputs"),
     (["capacity.sensitivity.enabled=true", "capacity.sensitivity.inputs=[service]"], "capacity.sensitivity.inputs"),
 ])
@@ -110,6 +111,19 @@ def test_a_variant_that_is_no_valid_input_is_refused_before_the_search(hydra_ctx
     with pytest.raises(ConfigError) as info:
         run_capacity_sensitivity(cfg)
     assert info.value.key == "capacity.sensitivity.spread"
+
+
+def test_the_batch_moves_to_the_nearest_other_integer(hydra_ctx):
+    """At least one away from the batch as given, at least 1; a move that changes nothing is left out."""
+    cfg = spec(*JUDGE)
+    for b, down, up in ((32, 26, 38), (16, 13, 19), (2, 1, 3), (1, 1, 2)):
+        c = replace_at(cfg, "pipeline.batch_size", b)
+        moved = [vary(c, "judge", "batch_size", f).pipeline.batch_size for f in (0.8, 1.2, 1.0)]
+        assert moved == [down, up, b + 1]  # a spread too small to move it (1 + 1e-300 is 1.0): up by one
+    one = [v for v in variants(replace_at(cfg, "pipeline.batch_size", 1)) if v.input == "batch_size"]
+    assert [(v.value, v.base) for v in one] == [(2.0, 1.0)]
+    top = [v.value for v in variants(replace_at(cfg, "pipeline.channels.judge.rm.mfu", 0.9)) if v.input == "mfu"]
+    assert top == [0.72, 1.0]  # moved up at most to 1
 
 
 def check_table(res, cfg):

@@ -104,7 +104,7 @@ def vary(cfg: RacsimConf, name: str, what: str, factor: float) -> RacsimConf:
     if what == "batch_size":
         b = int(cfg.pipeline.batch_size)
         v = round(b * factor)
-        return replace_at(cfg, "pipeline.batch_size", max(b + 1, v) if factor > 1 else max(1, min(b - 1, v)))
+        return replace_at(cfg, "pipeline.batch_size", max(b + 1, v) if factor >= 1 else max(1, min(b - 1, v)))
     if what in ("mtbf_s", "mttr_s"):
         return replace_at(cfg, f"{at}.faults.{what}", times(getattr(ch.faults, what), factor))
     return replace_at(cfg, f"{at}.latency", scaled_law(ch.latency, factor))

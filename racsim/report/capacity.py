@@ -146,7 +146,7 @@ def sensitivity_text(res: CapacityResult, spread: float) -> str:
     count = lambda v: f"more than {top}" if pd.isna(v) else str(int(v))  # noqa: E731
     moved = [f"{count(r.recommended)} if {SENSITIVITY_PHRASES[r.input].format(r.value)}"
              for r in t.itertuples() if r.change != 0]
-    return (f"How the answer moves with its assumptions (each input {spread:.0%} down and up, the others as given; "
+    return (f"How the answer moves with its assumptions (each input {100 * spread:.3g}% down and up, the others as given; "
             f"sensitivity.csv): {count(res.recommended)} {res.unit}; " + ", ".join(moved) + ".")
 
 

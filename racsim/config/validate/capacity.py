@@ -103,6 +103,7 @@ def _sensitivity(c: Any, ch: Any) -> None:
     need(len(s.inputs) >= 1, "capacity.sensitivity.inputs", list(s.inputs),
          "null (every input that applies) or a non-empty list of " + ", ".join(SENSITIVITY_INPUTS)
          + " (capacity.sensitivity.enabled=false turns the table off)")
+    need(len(set(s.inputs)) == len(s.inputs), "capacity.sensitivity.inputs", list(s.inputs), "each input once")
     able = sensitivity_inputs(ch)
     for x in s.inputs:
         need_one_of("capacity.sensitivity.inputs", x, SENSITIVITY_INPUTS)
