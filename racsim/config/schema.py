@@ -43,6 +43,9 @@ BATCH_POLICIES = ("static", "continuous")  # racsim/pipeline/batcher.py; racsim/
 
 
 CAPACITY_SEARCHES = ("grid", "bisect")
+# The capacity targets (capacity.<name>; null: not a target), each met by the upper end of its figure's interval.
+CAPACITY_TARGETS = ("max_bias", "max_bias_vs_naive", "max_step_s", "max_dropped", "max_sojourn_p95_s",
+                    "max_sojourn_p99_s", "max_delay_p95_steps")
 
 
 CORRECTORS = (
@@ -487,7 +490,8 @@ class CapacityConf:
     (``grid``) or a bisection for the fewest that meets the targets (``bisect``):
     ``corrector``'s exact bias at most ``max_bias`` (and at most
     ``max_bias_vs_naive`` times naive's), its mean wall-clock per step at most
-    ``max_step_s``. Cost: the GPU's price (gpu_rm) or ``price_per_unit_hour``."""
+    ``max_step_s``, and the channel's service targets (:data:`CAPACITY_TARGETS`). Cost: the
+    GPU's price (gpu_rm) or ``price_per_unit_hour``."""
 
     enabled: bool = False
     channel: Optional[str] = None
@@ -497,6 +501,13 @@ class CapacityConf:
     max_bias: Optional[float] = None
     max_bias_vs_naive: Optional[float] = None
     max_step_s: Optional[float] = None
+    # Service targets a serving team names for the sized channel, measured after the warm-up
+    # (null: not a target): the share of its results dropped (in [0, 1]; default 1%), its
+    # sojourn (submit to result, seconds) p95 and p99, its delay in optimizer steps p95.
+    max_dropped: Optional[float] = 0.01
+    max_sojourn_p95_s: Optional[float] = None
+    max_sojourn_p99_s: Optional[float] = None
+    max_delay_p95_steps: Optional[float] = None
     price_per_unit_hour: Optional[float] = None
     # Offered load (work arriving per second over the capacity up) from which a count is
     # overloaded: its queue has no steady state, so it is not simulated and never recommended.
