@@ -211,7 +211,7 @@ def settle(cfg: RacsimConf, name: str, tell=None) -> Settled:
         if v.stationary or not auto or steps * 2 > cap.max_steps:
             break
         if tell is not None:
-            tell(f"not stationary at {steps} steps ({v.reason}); running {2 * steps}")
+            tell(f"not stationary at {steps} steps ({v.reason}), running {2 * steps}")
         steps *= 2
     c = replace_at(c, "pipeline.warmup_steps", v.warmup)
     res = run_bias_study(expand(c), known=Known(draws, sched))

@@ -151,7 +151,7 @@ class _Lines:
         tenth = min(10, 10 * self.done // max(1, self.total))
         if tenth > self.shown or self.done > self.total or note:  # past the total: a search that added counts
             self.shown, self.total = max(tenth, self.shown), max(self.total, self.done)
-            print(f"racsim: {self.desc}: {self.done}/{self.total} {self.unit}s" + (f" ({note})" if note else ""),
+            print(f"racsim: {self.desc}: {self.done}/{self.total} {self.unit}s" + (f" - {note}" if note else ""),
                   file=sys.stderr, flush=True)
 
     def close(self) -> None:
