@@ -134,8 +134,8 @@ def autoscale_whatif(cfg: RacsimConf, name: str, fixed_rows: Dict[int, List[dict
 
 
 def _whatif(r: dict, targets: dict) -> dict:
-    keys = ("corrector", "status", "bias_exact", "bias_exact_hi", "bias_vs_naive", "bias_vs_naive_hi", "step_s",
-            "step_s_hi", "delay_p95_steps", "sojourn_p95_s", "sojourn_p99_s", "dropped_frac", "cost_per_1000_steps")
+    keys = ("corrector", "status", *(k for fig in TARGET_FIGURES.values() for k in (fig, f"{fig}_hi")),
+            "cost_per_1000_steps")
     return {**{k: r.get(k, np.nan) for k in keys}, "meets": feasible(r, targets), "fails": fails_text(r, targets)}
 
 

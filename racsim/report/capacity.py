@@ -212,8 +212,9 @@ def autoscale_section(cfg: RacsimConf, res: CapacityResult) -> List[str]:
         "servers": "servers (mean billed)", "bias_exact": "bias", "bias_exact_hi": "bias (upper)",
         "bias_vs_naive": "x naive", "bias_vs_naive_hi": "x naive (upper)", "step_s": "s/step",
         "step_s_hi": "s/step (upper)",
-        "delay_p95_steps": "delay p95", "sojourn_p95_s": "sojourn p95 s", "sojourn_p99_s": "sojourn p99 s",
-        "dropped_frac": "dropped",
+        "delay_p95_steps": "delay p95", "delay_p95_steps_hi": "delay p95 (upper)", "sojourn_p95_s": "sojourn p95 s",
+        "sojourn_p95_s_hi": "sojourn p95 s (upper)", "sojourn_p99_s": "sojourn p99 s",
+        "sojourn_p99_s_hi": "sojourn p99 s (upper)", "dropped_frac": "dropped", "dropped_frac_hi": "dropped (upper)",
         "cost_per_1000_steps": "$/1000 steps"})
     return ["## Autoscaling what-if", "",
             f"{res.channel}'s pool sized by its rule (from {a.min} to {a.max} servers; one more after more than "
@@ -222,9 +223,9 @@ def autoscale_section(cfg: RacsimConf, res: CapacityResult) -> List[str]:
             "on the same draws. `servers`: "
             "servers billed on average over the measured steps (a server counts from its request to its release); "
             "`bias` the exact bias, `x naive` its ratio to naive's, `s/step` the wall-clock per step, delays "
-            "in steps and sojourn in seconds of the asynchronous pipeline, `$/1000 steps` the pool's cost per "
-            "1000 optimizer steps (autoscaled: billed server-seconds of the asynchronous pipeline, so - for "
-            "blocking correctors), `meets` whether the row meets the capacity targets and `fails` which it misses.", "",
+            "in steps and sojourn in seconds of the asynchronous pipeline (each figure a target reads with its "
+            "interval's upper end), `$/1000 steps` the pool's cost per 1000 optimizer steps (autoscaled: billed "
+            "server-seconds of the asynchronous pipeline, so - for blocking correctors), `meets` whether the row meets the capacity targets and `fails` which it misses.", "",
             autoscale_verdict(res.autoscale, res.targets["corrector"]), "",
             "```", table.map(fmt).to_string(index=False), "```", ""]
 
