@@ -387,7 +387,7 @@ def binding(curve: pd.DataFrame, corrector: str, n: Optional[int]) -> List[str]:
     """What makes ``n`` the fewest count for ``corrector``: the ``fails`` of the next smaller
     evaluated count (a target's key, "load" or "stationarity"); empty when ``n`` is None or the
     smallest count evaluated."""
-    sub = curve[(curve.corrector == corrector) & (curve["count"] < (n if n is not None else -1))]
+    sub = curve[(curve.corrector == corrector) & (curve["count"] < n)] if n is not None else curve.iloc[:0]
     if sub.empty:
         return []
     return [f for f in sub.loc[sub["count"].idxmax(), "fails"].split(", ") if f]
@@ -440,7 +440,8 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
             if progress is not None:  # one more count evaluated
                 r = next(r for r in rows[n] if r["corrector"] == chosen)
                 fails, steps = fails_text(r, targets), f"{r['steps']} steps, " if "steps" in r else ""
-                tell(f"{n} {unit}", 1)(f"load {r['load']:.3g}, {steps}" + (f"fails {fails}" if fails else "meets the targets"))
+                tell(f"{n} {unit}", 1)(f"load {r['load']:.3g}, {steps}"
+                                       + (f"fails {fails}" if fails else "meets the targets"))
         return feasible(next(r for r in rows[n] if r["corrector"] == chosen), targets)
 
     if cap.search == "bisect":  # assumes feasibility is monotone in the count

@@ -225,7 +225,8 @@ def autoscale_section(cfg: RacsimConf, res: CapacityResult) -> List[str]:
             "`bias` the exact bias, `x naive` its ratio to naive's, `s/step` the wall-clock per step, delays "
             "in steps and sojourn in seconds of the asynchronous pipeline (each figure a target reads with its "
             "interval's upper end), `$/1000 steps` the pool's cost per 1000 optimizer steps (autoscaled: billed "
-            "server-seconds of the asynchronous pipeline, so - for blocking correctors), `meets` whether the row meets the capacity targets and `fails` which it misses.", "",
+            "server-seconds of the asynchronous pipeline, so - for blocking correctors), `meets` whether the row "
+            "meets the capacity targets and `fails` which it misses.", "",
             autoscale_verdict(res.autoscale, res.targets["corrector"]), "",
             "```", table.map(fmt).to_string(index=False), "```", ""]
 

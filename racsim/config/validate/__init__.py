@@ -36,8 +36,8 @@ from racsim.config.validate.estimate import (
     TRAJECTORY_STEPS_PER_S,
     biggest_knob,
     fault_events,
-    memory_terms,
     longest_steps,
+    memory_terms,
     run_estimate,
     run_sizes,
 )
@@ -70,8 +70,8 @@ __all__ = [
     "MISSING_ALLOWED", "PROBE_DRAWS", "RM_PICKS", "ROLLOUT_CHUNK", "RUN_LENGTHS", "SIZE_KEYS",
     "TRAJECTORY_STEPS_PER_S", "biggest_knob", "cauchy_window_mass", "check_data_files", "check_leaves",
     "check_limits", "check_name", "check_schema", "fault_events", "faults_on", "first_missing", "grid_cells",
-    "leaves", "longest_steps", "machine_memory_gb", "memory_error", "memory_terms", "missing_error", "process_memory",
-    "run_estimate", "run_sizes", "validate", "validate_arrivals", "validate_autoscale", "validate_capacity",
-    "validate_changed", "validate_channel_kind", "validate_faults", "validate_latency", "validate_lm",
-    "validate_rm", "validate_rules",
+    "leaves", "longest_steps", "machine_memory_gb", "memory_error", "memory_terms", "missing_error",
+    "process_memory", "run_estimate", "run_sizes", "validate", "validate_arrivals", "validate_autoscale",
+    "validate_capacity", "validate_changed", "validate_channel_kind", "validate_faults", "validate_latency",
+    "validate_lm", "validate_rm", "validate_rules",
 ]
