@@ -67,7 +67,7 @@ LEARNERS = ("tabular", "lm")
 
 
 # pipeline.arrivals.mode (racsim/pipeline/arrivals.py): when a step's samples reach the slow channels.
-ARRIVAL_MODES = ("batch", "stream", "poisson", "uniform", "trace")
+ARRIVAL_MODES = ("batch", "stream", "poisson", "uniform", "trace", "open_poisson")
 
 
 # learner.kind=lm (racsim/learner/grpo.py): the policy, its model and its optimizer.

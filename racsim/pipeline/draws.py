@@ -95,8 +95,8 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
                 service[n] = service[n] * factor[..., None]
     arrivals, offset = pcfg.arrivals, None
     if arrivals.mode != "batch":  # drawn last too, and only when on
-        offset, gen = draw_offsets(arrivals, phase, pcfg.batch_size, rng)
-        if arrivals.mode not in ("poisson", "uniform"):  # stream, trace: the generate phase ends with the last rollout
+        offset, gen = draw_offsets(arrivals, phase, pcfg.batch_size, rng, nominal)
+        if arrivals.mode not in ("poisson", "uniform"):  # stream, trace, open_poisson: the generate phase ends with the last rollout
             nominal += float(gen.mean()) - phase_lat[0].mean()
             phase[0] = gen
     faults = {}  # drawn last, and only with faults on: every other run draws what it drew before

@@ -247,7 +247,8 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         for nm in names:
             arr = np.repeat(now[:, None], batch, axis=1)
             if draws.offset is not None:  # each sample sent when it is ready (pipeline.arrivals)
-                arr = step_start[:, t, None] + draws.offset[:, t]
+                off = draws.offset[:, t]  # open_poisson: < 0 if ready before its step began; a blocking optimizer holds it
+                arr = step_start[:, t, None] + (np.maximum(off, 0.0) if blocking else off)
             if nm in gpus:
                 submit[nm][:, t] = arr
                 land[nm][:, t] = 0
