@@ -235,6 +235,19 @@ class FaultsConf:
 
 
 @dataclass
+class BackgroundConf:
+    """Other tenants' requests on a shared queue channel (racsim/pipeline/background.py): an
+    independent Poisson stream of ``rate_per_s`` requests a second over the whole run, each
+    served ``latency`` seconds (null: the channel's own latency law) by the channel's workers,
+    FIFO with the learner's samples. Never injected into training; the channel table counts
+    them apart (background_jobs, background_wait_mean_s, background_wait_p95_s) and their busy
+    seconds count in its utilisation."""
+
+    rate_per_s: float = MISSING
+    latency: Optional[LatencyConf] = None
+
+
+@dataclass
 class ChannelConf:
     """One slow reward channel (code verifier, judge RM, human review...).
 
@@ -274,6 +287,8 @@ class ChannelConf:
 
     # gpu_rm replicas or queue workers fail and are repaired (faults.mtbf_s null: never); see FaultsConf.
     faults: FaultsConf = field(default_factory=FaultsConf)
+    # Other tenants' requests sharing a queue channel's workers (null: none); see BackgroundConf.
+    background: Optional[BackgroundConf] = None
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from racsim.pipeline.arrivals import async_starts, ready_pool
+from racsim.pipeline.background import BackgroundStream, background_log
 from racsim.pipeline.autoscale import SimpyAutoPool, logs, sample_times
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
@@ -149,6 +150,8 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     # offsets < 0 (open_poisson): an asynchronous run's step starts are known in advance, every
     # sample's process starts at 0 and is sent at its instant, before its step began or after
     early = not blocking and draws.offset is not None and bool((draws.offset < 0).any())
+    streams = {nm: BackgroundStream(spec, n) for nm, spec in draws.background.items()}  # other tenants
+    bg_log = {nm: ([], [], [], []) for nm in streams}  # lane, arrival, start, end
 
     for i in range(n):
         env = simpy.Environment()
@@ -192,6 +195,25 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                         return
                 end[nm][i, t, b] = env.now  # the worker (if it had one) is free from now on
                 cut[nm][i, t, b] = True
+
+        def background(nm, opt):
+            """Other tenants' requests on pool ``nm``, each sent at its instant while the run (``opt``) lasts."""
+            k = 0
+            while True:
+                a, service = streams[nm].first(i, k)
+                yield _at(env, a)
+                if opt.triggered and a > step_start[i, steps]:
+                    return
+                env.process(background_job(nm, a, service))
+                k += 1
+
+        def background_job(nm, a, service):
+            with pools[nm].request() as req:
+                yield req
+                s = env.now
+                yield env.timeout(service)
+                for col, x in zip(bg_log[nm], (i, a, s, env.now)):
+                    col.append(np.array([x]))
 
         def streamed(t, s0=None):
             """pipeline.arrivals: one process per sample and channel, sent the second it is ready
@@ -287,7 +309,9 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
 
         resumed = np.empty(steps)  # when the blocking optimizer stopped waiting
         begin = [env.event() for _ in range(steps)] if draws.cancel else None  # step t begins
-        env.process(optimizer())
+        opt = env.process(optimizer())
+        for nm in streams:
+            env.process(background(nm, opt))
         if early:  # open_poisson, asynchronous: samples ready before their step began are sent then
             for t, s0 in enumerate(async_starts(draws.phase[:, i:i + 1])[0]):
                 streamed(t, s0)
@@ -325,4 +349,5 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         blog, pool_log[nm] = logs(draws, nm, pools, feed)
         if blog is not None:
             gpu_log[nm] = blog
-    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log, failed)
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log, failed,
+                     {nm: background_log(*cols) for nm, cols in bg_log.items()})
