@@ -38,6 +38,15 @@ def background_spec(ch: Any, name: str, seed: int) -> BackgroundSpec:
     return BackgroundSpec(seed, float(b.rate_per_s), build_latency(b.latency or ch.latency, key))
 
 
+def background_work(ch: Any, name: str) -> float:
+    """Server-seconds a second that channel ``name``'s background brings its workers, rate x mean
+    service time (0 without background): its part of the offered load, rho = lambda E[S] / c."""
+    if getattr(ch, "background", None) is None:
+        return 0.0
+    spec = background_spec(ch, name, 0)
+    return spec.rate * float(spec.latency.mean())
+
+
 class BackgroundStream:
     """Every lane's requests of one :class:`BackgroundSpec`, drawn as far as asked, and handed
     out once each, in arrival order (:meth:`take`)."""

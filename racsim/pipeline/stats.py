@@ -57,6 +57,11 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
         for q, v in zip((50, 95, 99), _quantiles(soj)):
             row[f"sojourn_p{q}_s"] = v
         busy = busy_seconds(sched, k, workers.get(name), t0, t1)
+        bg = (sched.background or {}).get(name)
+        if bg is not None:  # other tenants' requests: counted apart, busy on the same workers
+            row.update(background_row(bg, t0, t1))
+            busy = (busy[0] + np.bincount(bg["lane"], weights=_inside(bg["start"], bg["end"], t0[bg["lane"]],
+                                                                       t1[bg["lane"]]), minlength=len(t0)), busy[1])
         row["workers"] = workers.get(name) if busy is None else busy[1]
         # Busy seconds inside the measured window over server-seconds (NaN: no worker limit)
         row["utilisation"] = float("nan") if busy is None else float(np.mean(busy[0] / (busy[1] * span)))
@@ -66,6 +71,17 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
         row.update(stationarity(sched, k, w, queued=row["workers"] is not None))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def background_row(bg: Dict[str, np.ndarray], t0: np.ndarray, t1: np.ndarray) -> dict:
+    """A channel's background requests that arrived inside the measured window [t0, t1] of their
+    lane: their count (all trials) and queue wait (mean, p95, s)."""
+    lane = bg["lane"]
+    inside = (bg["arrival"] >= t0[lane]) & (bg["arrival"] <= t1[lane])
+    wait = (bg["start"] - bg["arrival"])[inside]
+    return {"background_jobs": int(np.count_nonzero(inside)),
+            "background_wait_mean_s": float(wait.mean()) if wait.size else float("nan"),
+            "background_wait_p95_s": _quantiles(wait)[1]}
 
 
 def stationarity(sched: ArrivalSchedule, k: int, warmup: int, queued: bool = True) -> dict:
