@@ -66,7 +66,8 @@ PHASES = ("generate", "fast_score", "submit", "update")  # one optimizer step, i
 LEARNERS = ("tabular", "lm")
 
 
-# pipeline.arrivals.mode (racsim/pipeline/arrivals.py): when a step's samples reach the slow channels.
+# pipeline.arrivals.mode (racsim/pipeline/arrivals.py): when a step's samples reach the slow channels
+# (open_poisson: an open stream across steps, the count per step random).
 ARRIVAL_MODES = ("batch", "stream", "poisson", "uniform", "trace", "open_poisson")
 
 
@@ -305,7 +306,12 @@ class ArrivalsConf:
     ``uniform``: each uniform on the drawn generate phase alone (no arrivals while the
     optimizer scores and updates: burstier than Poisson); ``trace``: the
     offsets (seconds from the step's start) of the CSV ``path``'s ``column``, read in order
-    over steps x samples and cycled, the generate phase ending at the step's last one."""
+    over steps x samples and cycled, the generate phase ending at the step's last one;
+    ``open_poisson``: an open Poisson stream of rate B / nominal step that never waits for the
+    optimizer (a random count per stretch of clock, where ``poisson`` holds B a step); the
+    learner takes its samples in order, B a step, the generate phase lasting until the step's
+    last one is ready, and a sample ready before its step begins is sent then (a blocking
+    optimizer sends it at the step's start)."""
 
     mode: str = "batch"
     length: LatencyConf = field(default_factory=lambda: LatencyConf(kind="lognormal", mean=6.0, sigma=0.5))
