@@ -98,3 +98,9 @@ def mmc_mean_wait(c, lam, mean_service):
 def mg1_mean_wait(lam, mean_service, second_moment):
     """M/G/1 mean queue wait (Pollaczek-Khinchine): lambda E[S^2] / (2 (1 - lambda E[S]))."""
     return lam * second_moment / (2.0 * (1.0 - lam * mean_service))
+
+
+def allen_cunneen_mean_wait(c, lam, mean_service, cs2):
+    """M/G/c mean queue wait by the Allen-Cunneen approximation: the M/M/c wait x (1 + cs^2) / 2,
+    cs^2 the service time's squared coefficient of variation (Poisson arrivals: ca^2 = 1)."""
+    return mmc_mean_wait(c, lam, mean_service) * (1.0 + cs2) / 2.0

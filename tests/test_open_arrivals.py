@@ -7,7 +7,7 @@ other tenants' Poisson stream on a queue channel's workers. Oracles written apar
 * queueing closed forms (tests/oracles.py): Erlang C's P(wait > 0) and mean wait for M/M/c, at
   rho 0.7 and 0.95, the learner's stream alone and with background traffic at the combined rate;
   Pollaczek-Khinchine for M/G/1 with a mixture of the two streams' service laws; each within 4
-  standard errors of the mean over independent lanes;
+  standard errors of the mean over independent lanes; M/G/c by Allen-Cunneen, loosely (10%);
 * the Kiefer-Wolfowitz workload recursion of a FIFO c-server queue fed the learner's samples at
   their ready times and the background's requests at theirs, merged: every job's wait;
 * the clock: a step lasts its generate phase (until its last sample is ready, 0 if that was before
@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from helpers import assert_same_schedule, det
-from oracles import erlang_c, mg1_mean_wait, mmc_mean_wait
+from oracles import allen_cunneen_mean_wait, erlang_c, mg1_mean_wait, mmc_mean_wait
 from test_arrivals import _compose, arrivals_pcfg
 from test_arrivals_gpu import arrivals_gpu_pcfg
 from test_routing import kiefer_wolfowitz_waits
@@ -119,6 +119,19 @@ def test_pollaczek_khinchine_with_a_background_of_another_law():
     exact = mg1_mean_wait(lam, m1, m2)
     near([x.mean() for x in learner], exact, "M/G/1 learner's wait")
     near([x.mean() for x in other], exact, "M/G/1 background's wait")
+
+
+@pytest.mark.parametrize("c,rho", [(4, 0.8), (8, 0.9)])
+def test_general_service_is_near_allen_cunneen(c, rho):
+    """Uniform[0, 2 E[S]] service (cs^2 = 1/3): M/G/c has no closed form; the Allen-Cunneen
+    approximation is within a few percent here (a loose 10%)."""
+    mean = rho * c * STEP / B
+    lat = LatencyConf(kind="uniform", low=0.0, high=2 * mean, mean=mean)
+    sched = run_lanes(draw(queue_pcfg("open_poisson", rho, c, 800, service=lat), 32, np.random.default_rng(4)), False)
+    w, _ = lane_waits(sched, 160)
+    per = np.array([x.mean() for x in w])
+    exact = allen_cunneen_mean_wait(c, B / STEP, mean, 1 / 3)
+    assert abs(per.mean() - exact) < 0.1 * exact + 4 * per.std(ddof=1) / np.sqrt(per.size), (per.mean(), exact)
 
 
 @pytest.mark.parametrize("seed", range(6))
