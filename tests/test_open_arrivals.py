@@ -196,6 +196,43 @@ def test_engines_agree_on_gpu_pools_fed_by_an_open_stream(seed):
         assert_same_schedule(run_lanes(draws, blocking, timeout, gpu_loop=True), sim, f"loop, seed {seed}")
 
 
+@pytest.mark.parametrize("case", range(6))
+def test_engines_agree_on_autoscaled_and_failing_pools_fed_by_an_open_stream(case):
+    """tests/test_autoscale.py's autoscaled queue and judge, tests/test_faults.py's failing workers."""
+    from test_autoscale import judge_pcfg, queue_pcfg, random_rule
+    from test_faults import random_queue_pcfg
+
+    if case < 2:
+        pcfg = queue_pcfg(case)
+    elif case < 4:
+        rule = random_rule(np.random.default_rng(case))
+        pcfg = judge_pcfg(case, replace(rule, max=rule.min + 2))
+    else:
+        pcfg = random_queue_pcfg(case)
+    pcfg = replace(pcfg, arrivals=ArrivalsConf(mode="open_poisson"))
+    draws = draw(pcfg, 3, np.random.default_rng(case))
+    for blocking, timeout in ((False, None), (True, None), (True, 2.0)):
+        assert_same_schedule(run_lanes(draws, blocking, timeout), run_simpy(draws, blocking, timeout),
+                             f"case {case} blocking {blocking} timeout {timeout}")
+
+
+def test_the_capacity_load_counts_the_background():
+    """The capacity search's offered load of a count: the learner's work plus rate x mean service."""
+    from racsim.analyses.capacity import channel_loads
+    from racsim.config.spec import scenario
+
+    cfg = scenario(_compose("scenario=capacity/code_verifier"))
+    key = "pipeline.channels.verifier.workers"
+    base = channel_loads(cfg, "verifier", key, [64, 96])
+    ch = cfg.pipeline.channels["verifier"]
+    cfg.pipeline.channels["verifier"] = replace(ch, background=BackgroundConf(
+        rate_per_s=0.5, latency=LatencyConf(kind="exponential", mean=6.0)))
+    more = channel_loads(cfg, "verifier", key, [64, 96])
+    for n in (64, 96):
+        assert more[n]["load"] == pytest.approx(base[n]["load"] + 0.5 * 6.0 / n, rel=1e-12)
+        assert more[n]["load_sampled"] == pytest.approx(base[n]["load_sampled"] + 0.5 * 6.0 / n, rel=1e-12)
+
+
 def test_open_poisson_and_background_draw_nothing_else_anew():
     """Both are drawn last: a run without them draws what it drew before."""
     pcfg = arrivals_pcfg(3, "open_poisson")
