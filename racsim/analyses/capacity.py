@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from racsim.pipeline import steady
+from racsim.pipeline.background import background_work
 from racsim.analyses.bias_study import Known, corrector_names, run_bias_study
 from racsim.analyses.grid import expand
 from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
@@ -151,7 +152,8 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
     without bursts (:data:`LOAD_TRIALS` trials; the same for every count: common random numbers),
     and random failures' availability mtbf / (mtbf + mttr) of a server (a replica fails when any of
     its tp GPUs does); a schedule of known outages by its up-time over the sampled clock. The
-    sampled load takes the bursts and outages the draws happened to hold."""
+    sampled load takes the bursts and outages the draws happened to hold. Background traffic
+    (other tenants') adds its long-run work, rate x mean service, to both."""
     trials = min(int(cfg.learner.trials), LOAD_TRIALS)
     ch = cfg.pipeline.channels[name]
     sampled = draw(cfg.pipeline, trials, rng_for(cfg.seed, "pipeline"))
@@ -161,6 +163,8 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
     slow = stationary_slowdown(ch.degraded_factor, ch.p_degrade, ch.p_recover)
     work, clock = work_seconds(calm, name) * slow, calm.phase.sum(axis=0)
     work_s, clock_s = work_seconds(sampled, name), sampled.phase.sum(axis=0)
+    other = background_work(ch, name)  # other tenants' server-seconds a second (its long-run mean: both loads)
+    work, work_s = work + other * clock, work_s + other * clock_s
     units = units_per_server(cfg, name)
     out = {}
     for n in counts:

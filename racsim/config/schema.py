@@ -69,8 +69,9 @@ PHASES = ("generate", "fast_score", "submit", "update")  # one optimizer step, i
 LEARNERS = ("tabular", "lm")
 
 
-# pipeline.arrivals.mode (racsim/pipeline/arrivals.py): when a step's samples reach the slow channels.
-ARRIVAL_MODES = ("batch", "stream", "poisson", "uniform", "trace")
+# pipeline.arrivals.mode (racsim/pipeline/arrivals.py): when a step's samples reach the slow channels
+# (open_poisson: an open stream across steps, the count per step random).
+ARRIVAL_MODES = ("batch", "stream", "poisson", "uniform", "trace", "open_poisson")
 
 
 # learner.kind=lm (racsim/learner/grpo.py): the policy, its model and its optimizer.
@@ -238,6 +239,19 @@ class FaultsConf:
 
 
 @dataclass
+class BackgroundConf:
+    """Other tenants' requests on a shared queue channel (racsim/pipeline/background.py): an
+    independent Poisson stream of ``rate_per_s`` requests a second over the whole run, each
+    served ``latency`` seconds (null: the channel's own latency law) by the channel's workers,
+    FIFO with the learner's samples. Never injected into training; the channel table counts
+    them apart (background_jobs, background_wait_mean_s, background_wait_p95_s) and their busy
+    seconds count in its utilisation."""
+
+    rate_per_s: float = MISSING
+    latency: Optional[LatencyConf] = None
+
+
+@dataclass
 class ChannelConf:
     """One slow reward channel (code verifier, judge RM, human review...).
 
@@ -277,6 +291,8 @@ class ChannelConf:
 
     # gpu_rm replicas or queue workers fail and are repaired (faults.mtbf_s null: never); see FaultsConf.
     faults: FaultsConf = field(default_factory=FaultsConf)
+    # Other tenants' requests sharing a queue channel's workers (null: none); see BackgroundConf.
+    background: Optional[BackgroundConf] = None
 
 
 @dataclass
@@ -293,7 +309,12 @@ class ArrivalsConf:
     ``uniform``: each uniform on the drawn generate phase alone (no arrivals while the
     optimizer scores and updates: burstier than Poisson); ``trace``: the
     offsets (seconds from the step's start) of the CSV ``path``'s ``column``, read in order
-    over steps x samples and cycled, the generate phase ending at the step's last one."""
+    over steps x samples and cycled, the generate phase ending at the step's last one;
+    ``open_poisson``: an open Poisson stream of rate B / nominal step that never waits for the
+    optimizer (a random count per stretch of clock, where ``poisson`` holds B a step); the
+    learner takes its samples in order, B a step, the generate phase lasting until the step's
+    last one is ready, and a sample ready before its step begins is sent then (a blocking
+    optimizer sends it at the step's start)."""
 
     mode: str = "batch"
     length: LatencyConf = field(default_factory=lambda: LatencyConf(kind="lognormal", mean=6.0, sigma=0.5))
