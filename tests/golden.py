@@ -74,6 +74,9 @@ RUNS = {
 PAPER = ["k_sweep", "baselines_k2", "knob_ablation_k2", "cross_topology", "heavy_tail", "mdp_scaling",
          "slack_sweep", "identity_kernel", "tv_bound", "advantage_probe"]
 RUNS.update({f"paper/{s}": [f"scenario=paper/{s}", "study.fast=true"] for s in PAPER})
+# The paper runs' tables are also made by tests/test_paper.py's one multirun of the suite (the same overrides,
+# on the same profile): the test suite compares them there (test_paper_jobs_reproduce_the_golden_tables), not twice.
+SUITE_RUNS = [f"paper/{s}" for s in PAPER]
 TABLES = ("results.parquet", "channels.csv", "identity.parquet", "slack.parquet")
 
 
@@ -106,6 +109,11 @@ def digest_run(name: str, overrides: list, root: Path) -> dict:
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, timeout=900, env={**os.environ, **PINNED})
     if done.returncode != 0:
         raise RuntimeError(f"golden run {name} failed:\n{done.stderr[-3000:]}")
+    return digest_folder(out)
+
+
+def digest_folder(out: Path) -> dict:
+    """Digests of every golden table a run wrote in ``out`` (a run's folder, or a sweep job's written in full)."""
     tables = {}
     for f in TABLES:
         p = out / f

@@ -79,3 +79,28 @@ def oracle_score(states, actions, returns, pi):
         for b in range(A):
             g[s][b] += ((1.0 if b == a else 0.0) - float(pi[s][b])) * float(returns[t]) / T
     return g
+
+
+def erlang_c(c, a):
+    """Erlang C: P(wait > 0) in an M/M/c queue of offered load a = lambda / mu < c, from the
+    Erlang B recursion B(0) = 1, B(k) = a B(k-1) / (k + a B(k-1)), C = B / (1 - (a / c)(1 - B))."""
+    b = 1.0
+    for k in range(1, c + 1):
+        b = a * b / (k + a * b)
+    return b / (1.0 - (a / c) * (1.0 - b))
+
+
+def mmc_mean_wait(c, lam, mean_service):
+    """M/M/c mean queue wait: C(c, a) / (c mu - lambda), a = lambda E[S], mu = 1 / E[S]."""
+    return erlang_c(c, lam * mean_service) / (c / mean_service - lam)
+
+
+def mg1_mean_wait(lam, mean_service, second_moment):
+    """M/G/1 mean queue wait (Pollaczek-Khinchine): lambda E[S^2] / (2 (1 - lambda E[S]))."""
+    return lam * second_moment / (2.0 * (1.0 - lam * mean_service))
+
+
+def allen_cunneen_mean_wait(c, lam, mean_service, cs2):
+    """M/G/c mean queue wait by the Allen-Cunneen approximation: the M/M/c wait x (1 + cs^2) / 2,
+    cs^2 the service time's squared coefficient of variation (Poisson arrivals: ca^2 = 1)."""
+    return mmc_mean_wait(c, lam, mean_service) * (1.0 + cs2) / 2.0

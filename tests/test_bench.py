@@ -48,6 +48,18 @@ def test_capacity_knobs_compose_and_count_what_the_capacity_run_simulates():
     assert f["count"] == counts[len(counts) // 2]
 
 
+def test_scale_grows_the_judge_batch_and_count_together(capsys):
+    """racsim-bench --scale: scale k simulates k times the sequences on k times the GPUs (the count
+    is 5 k, the requests k times scale 1's), a table row per scale."""
+    from racsim.tools.bench import bench_capacity_scale
+
+    f = bench_capacity_scale((1, 3), trials=2)
+    assert (f["scale_1_count"], f["scale_3_count"]) == (5.0, 15.0)
+    assert f["scale_3_requests"] == 3 * f["scale_1_requests"] > 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[0] for r in rows] == ["1", "3"] and rows[1][1] == f"{3 * 32 * 32:,}"
+
+
 def _int_at_least_2(text: str) -> bool:
     try:
         return int(text) >= 2

@@ -6,6 +6,7 @@ run/sweep folders inside tmp_path, so nothing is written to the repository.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -299,14 +300,21 @@ def test_a_grid_cell_reads_as_a_law_not_a_dict_and_long_tables_are_cut():
 
 def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
     """stderr is a pipe here: a capacity search says each count it evaluates on a line of its own (the
-    search adds the counts the list skips, and the total follows); a GRPO run's header names it."""
+    search adds the counts the list skips, and the total follows), and each doubling of a count's run
+    on one more; a GRPO run's header names it."""
     p = ok(racsim(tmp_path, "scenario=capacity/judge_rm_h100", "learner.trials=4", "learner.bootstrap=0",
                   "pipeline.steps=12", "capacity.benchmark=false", "capacity.resamples=20", "capacity.counts=[4,8]",
                   *NOPLOTS, *run_dir_args(tmp_path / "cap")))
-    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("racsim: capacity search (counts): ")]
-    done = [int(ln.rsplit(": ", 1)[1].split("/")[0]) for ln in lines]
-    evaluated = pd.read_parquet(tmp_path / "cap" / "capacity.parquet")["count"].nunique()
+    lines = [ln.split("racsim: capacity search (counts): ", 1)[1] for ln in p.stderr.splitlines()
+             if ln.startswith("racsim: capacity search (counts): ")]
+    counted = [ln for ln in lines if "not stationary" not in ln]
+    done = [int(ln.split("/")[0]) for ln in counted]
+    curve = pd.read_parquet(tmp_path / "cap" / "capacity.parquet").drop_duplicates("count")
+    evaluated = len(curve)
     assert done == list(range(1, evaluated + 1)) and evaluated > 2
+    assert sorted(int(ln.split(" - ")[1].split(" ")[0]) for ln in counted) == sorted(curve["count"])
+    doublings = sum(round(math.log2(s / 12)) for s in curve.steps.dropna())
+    assert len(lines) - len(counted) == doublings > 0
     p = ok(racsim(tmp_path, "learner=lm", "learner.lm.policy=bandit", "pipeline.steps=6", *NOPLOTS,
                   *run_dir_args(tmp_path / "lm")))
     assert p.stdout.startswith("racsim: default: GRPO (bandit), 4 seeds per corrector in ")

@@ -31,6 +31,7 @@ SUITE = "python -m pytest -q -n auto"
 NOT_RUN = {
     "mutmut run": "mutation testing takes hours",
     "racsim-bench --capacity": "times every capacity knob at full size (tests/test_bench.py covers it reduced)",
+    "racsim-bench --scale": "simulates up to 65,536 sequences a step (tests/test_bench.py covers it reduced)",
     "racsim-bench --sweep": "times two sweeps of 64 jobs (tests/test_bench.py covers it reduced)",
     "racsim-bench --paper": "the paper's full heavy-tail grid (tests/test_bench.py covers --paper's parts)",
     "python tests/golden.py check": "tests/test_golden.py runs the golden runs",

@@ -7,18 +7,24 @@ import golden
 import pytest
 
 
-@pytest.fixture(scope="module")
-def now():
-    why = golden.unreachable(json.loads(golden.DIGESTS.read_text()))
+# One case per run, so that the long stage's workers share them; the paper runs are compared with the
+# jobs of tests/test_paper.py's multirun of the same scenarios (golden.SUITE_RUNS), which is run anyway.
+@pytest.mark.long  # the golden runs take minutes: the long stage (python -m pytest -q -n auto -m long)
+@pytest.mark.parametrize("name", [n for n in golden.RUNS if n not in golden.SUITE_RUNS])
+def test_golden_runs_reproduce_the_recorded_tables(name, tmp_path):
+    recorded = json.loads(golden.DIGESTS.read_text())
+    why = golden.unreachable(recorded)
     if why:
         pytest.skip(why)
-    return golden.digest_all(workers=1)
+    now = {name: golden.digest_run(name, golden.RUNS[name], tmp_path)}
+    assert golden.compare({name: recorded["runs"][name]}, now, raw=False) == []
 
 
-@pytest.mark.long  # the golden runs take minutes: the long stage (python -m pytest -q -n auto -m long)
-def test_golden_runs_reproduce_the_recorded_tables(now):
-    recorded = json.loads(golden.DIGESTS.read_text())["runs"]
-    assert golden.compare(recorded, now, raw=False) == []
+def test_every_golden_run_is_compared_by_a_test():
+    assert set(golden.SUITE_RUNS) <= set(golden.RUNS)
+    from test_paper import SCENARIOS
+
+    assert [f"paper/{s}" for s in SCENARIOS] == golden.SUITE_RUNS  # the multirun's jobs, in order
 
 
 def test_canonical_form_tells_apart_the_last_bit():

@@ -3,12 +3,15 @@ then the comparison tables (racsim.report.paper.comparison_tables, the frames
 report.md renders) checked against the paper's numbers and what the theory
 guarantees."""
 
+import json
+import os
 import re
 import subprocess
 import sys
 
 import numpy as np
 import pandas as pd
+import golden
 import pytest
 
 from racsim.learner.theory import kl_crossover
@@ -31,14 +34,29 @@ LONG = pytest.mark.long  # the suite's one multirun takes minutes: the long stag
 pytestmark = pytest.mark.xdist_group("paper_suite")
 
 
-@pytest.fixture(scope="module")
+# Session scope: once per worker, even when the worker runs other modules' tests between this one's.
+# On the golden runs' CPU profile, with every job's tables written, so that the jobs are compared with
+# the golden digests of the same scenarios (tests/golden.py SUITE_RUNS) rather than run twice.
+@pytest.fixture(scope="session")
 def suite(tmp_path_factory):
     out = tmp_path_factory.mktemp("paper")
     cmd = [sys.executable, "-m", "racsim", "-m", "scenario=" + ",".join(f"paper/{s}" for s in SCENARIOS),
-           "study.fast=true", "output.plots=false", "output.progress=false", f"hydra.sweep.dir={out}"]
-    done = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=600)
+           "study.fast=true", "output.plots=false", "output.progress=false", "output.job_files=full",
+           f"hydra.sweep.dir={out}"]
+    done = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=1500,
+                          env={**os.environ, **golden.PINNED})
     assert done.returncode == 0, done.stderr[-3000:]
     return out
+
+
+@LONG
+def test_paper_jobs_reproduce_the_golden_tables(suite):
+    recorded = json.loads(golden.DIGESTS.read_text())
+    why = golden.unreachable(recorded)
+    if why:
+        pytest.skip(why)
+    now = {f"paper/{s}": golden.digest_folder(suite / str(i)) for i, s in enumerate(SCENARIOS)}
+    assert golden.compare({n: recorded["runs"][n] for n in now}, now, raw=False) == []
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,10 @@ optimizer steps (p50/p95) and the sojourn in seconds (p95), measured after
 ``pipeline.warmup_steps`` (the steady state), the slack eta, the exact and Monte-Carlo bias, the
 wall-clock per step, the pool's utilisation and its cost. It then recommends
 the fewest units for which the chosen corrector meets the targets
-(``capacity.max_bias``, ``capacity.max_bias_vs_naive``, ``capacity.max_step_s``).
+(``capacity.max_bias``, ``capacity.max_bias_vs_naive``, ``capacity.max_step_s``, and the
+channel's service targets ``capacity.max_dropped``, ``capacity.max_sojourn_p95_s``,
+``capacity.max_sojourn_p99_s``, ``capacity.max_delay_p95_steps``), and names the target that
+binds: the one the next smaller count fails.
 
 Why one run that loops, rather than a Hydra multirun: the answer is a
 comparison across counts (a curve, a minimum), which a single process can
@@ -30,9 +33,10 @@ import numpy as np
 import pandas as pd
 
 from racsim.pipeline import steady
+from racsim.pipeline.background import background_work
 from racsim.analyses.bias_study import Known, corrector_names, run_bias_study
 from racsim.analyses.grid import expand
-from racsim.config.schema import RacsimConf, warmup_steps
+from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
 from racsim.config.spec import replace_at
 from racsim.config.validate import check_limits, faults_on, validate
 from racsim.learner.bias import bootstrap_counts
@@ -68,6 +72,7 @@ class CapacityResult:
     max_load: float = 0.95  # capacity.max_load: overloaded from this offered load on
     listed: List[int] = field(default_factory=list)  # the counts asked for (capacity.counts, an autoscale's bounds)
     searched: List[int] = field(default_factory=list)  # the counts between them tried for the fewest (between_counts)
+    binding: List[str] = field(default_factory=list)  # what the count below the recommended one fails (binding)
     sensitivity: Optional[pd.DataFrame] = None  # the answer with each guessed input moved (racsim/analyses/sensitivity.py)
 
 
@@ -131,9 +136,9 @@ def autoscale_whatif(cfg: RacsimConf, name: str, fixed_rows: Dict[int, List[dict
 
 
 def _whatif(r: dict, targets: dict) -> dict:
-    keys = ("corrector", "status", "bias_exact", "bias_exact_hi", "bias_vs_naive", "bias_vs_naive_hi", "step_s",
-            "step_s_hi", "delay_p95_steps", "sojourn_p95_s", "dropped_frac", "cost_per_1000_steps")
-    return {**{k: r.get(k, np.nan) for k in keys}, "meets": feasible(r, targets)}
+    keys = ("corrector", "status", *(k for fig in TARGET_FIGURES.values() for k in (fig, f"{fig}_hi")),
+            "cost_per_1000_steps")
+    return {**{k: r.get(k, np.nan) for k in keys}, "meets": feasible(r, targets), "fails": fails_text(r, targets)}
 
 
 LOAD_TRIALS = 10  # trials of the scenario's draws the offered load is measured on
@@ -148,7 +153,8 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
     without bursts (:data:`LOAD_TRIALS` trials; the same for every count: common random numbers),
     and random failures' availability mtbf / (mtbf + mttr) of a server (a replica fails when any of
     its tp GPUs does); a schedule of known outages by its up-time over the sampled clock. The
-    sampled load takes the bursts and outages the draws happened to hold."""
+    sampled load takes the bursts and outages the draws happened to hold. Background traffic
+    (other tenants') adds its long-run work, rate x mean service, to both."""
     trials = min(int(cfg.learner.trials), LOAD_TRIALS)
     ch = cfg.pipeline.channels[name]
     sampled = draw(cfg.pipeline, trials, rng_for(cfg.seed, "pipeline"))
@@ -158,6 +164,8 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
     slow = stationary_slowdown(ch.degraded_factor, ch.p_degrade, ch.p_recover)
     work, clock = work_seconds(calm, name) * slow, calm.phase.sum(axis=0)
     work_s, clock_s = work_seconds(sampled, name), sampled.phase.sum(axis=0)
+    other = background_work(ch, name)  # other tenants' server-seconds a second (its long-run mean: both loads)
+    work, work_s = work + other * clock, work_s + other * clock_s
     units = units_per_server(cfg, name)
     out = {}
     for n in counts:
@@ -185,13 +193,14 @@ class Settled:
     requests: int
 
 
-def settle(cfg: RacsimConf, name: str) -> Settled:
+def settle(cfg: RacsimConf, name: str, tell=None) -> Settled:
     """Run one count at a length that shows its steady state.
     ``capacity.run_length=auto``: from ``pipeline.steps``, doubled up to ``capacity.max_steps``
     until the series of requests in the channel at each step's start (mean over trials) is
     stationary after its warm-up (MSER-5 unless ``pipeline.warmup_steps`` is set;
     :func:`racsim.pipeline.steady.verdict`); ``fixed``: the length and warm-up as given. The
-    bias study then reuses the simulated asynchronous schedule."""
+    bias study then reuses the simulated asynchronous schedule. ``tell(note)``: called before
+    each doubling (a long run says why it goes on)."""
     cap, p = cfg.capacity, cfg.pipeline
     auto = cap.run_length == "auto"
     steps, spent, requests = int(p.steps), 0.0, 0
@@ -206,6 +215,8 @@ def settle(cfg: RacsimConf, name: str) -> Settled:
         v = steady.verdict(steady.in_system(sched, sched.channel_names.index(name)).mean(axis=0), given)
         if v.stationary or not auto or steps * 2 > cap.max_steps:
             break
+        if tell is not None:
+            tell(f"not stationary at {steps} steps ({v.reason}), running {2 * steps}")
         steps *= 2
     c = replace_at(c, "pipeline.warmup_steps", v.warmup)
     res = run_bias_study(expand(c), known=Known(draws, sched))
@@ -255,6 +266,7 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
             "pending_frac": float(ch["pending"]) / float(ch["emitted"]),
             "wait_p95_s": float(ch["wait_p95_s"]),
             "sojourn_p95_s": float(ch["sojourn_p95_s"]),
+            "sojourn_p99_s": float(ch["sojourn_p99_s"]),
             "utilisation": float(ch["utilisation"]),  # busy: server-seconds holding work
             **chan,
             # useful: the work the requests need (full batches), per server-second; available: up
@@ -275,7 +287,7 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
 CURVE_COLUMNS = ("steps", "warmup_steps", "bias_exact", "bias_exact_lo", "bias_exact_hi", "bias_mc", "mc_se",
                  "bias_vs_naive", "bias_vs_naive_lo", "bias_vs_naive_hi", "step_s", "step_s_lo", "step_s_hi", "eta",
                  "delay_p50_steps", "delay_p95_steps", "dropped_frac", "pending_frac", "wait_p95_s", "sojourn_p95_s",
-                 "utilisation", "useful", "available", "cost_per_1000_steps")
+                 "sojourn_p99_s", "utilisation", "useful", "available", "cost_per_1000_steps")
 
 
 def overloaded_rows(cfg: RacsimConf, name: str, n: int, load: dict) -> List[dict]:
@@ -304,7 +316,7 @@ def step_seconds(sched, warmup: int) -> np.ndarray:
 
 def channel_intervals(sched, k: int, workers, w: int, counts: np.ndarray, level: float) -> Dict[str, float]:
     """Intervals of channel ``k``'s figures measured from step ``w`` on, the trials resampled by
-    ``counts``: delay p50/p95 (steps), sojourn p95 (s), dropped share and utilisation."""
+    ``counts``: delay p50/p95 (steps), sojourn p95/p99 (s), dropped share and utilisation."""
     T = sched.n_trials
     trial = np.broadcast_to(np.arange(T)[:, None, None], sched.status[:, w:, :, k].shape)
     st = sched.status[:, w:, :, k]
@@ -319,8 +331,10 @@ def channel_intervals(sched, k: int, workers, w: int, counts: np.ndarray, level:
     for q in (50, 95):
         out[f"delay_p{q}_steps_lo"], out[f"delay_p{q}_steps_hi"] = steady.percentile_interval(
             steady.boot_weighted_quantile(delay, d_trial, q / 100, counts), level)
-    out["sojourn_p95_s_lo"], out["sojourn_p95_s_hi"] = steady.percentile_interval(
-        steady.boot_weighted_quantile(soj[back], trial[back], 0.95, counts), level)
+    soj, soj_trial = soj[back], trial[back]
+    for q in (95, 99):
+        out[f"sojourn_p{q}_s_lo"], out[f"sojourn_p{q}_s_hi"] = steady.percentile_interval(
+            steady.boot_weighted_quantile(soj, soj_trial, q / 100, counts), level)
     out["dropped_frac_lo"], out["dropped_frac_hi"] = steady.percentile_interval(
         steady.boot_ratio((st == DROPPED).sum(axis=(1, 2)), sent.sum(axis=(1, 2)), counts), level)
     t0, t1 = sched.step_start[:, w], sched.step_start[:, -1]
@@ -347,25 +361,46 @@ def bias_intervals(run, counts: np.ndarray, level: float) -> Dict[str, tuple]:
     return out
 
 
+# Each target (capacity.<key>) and the figure whose interval's upper end must meet it.
+TARGET_FIGURES = {"max_bias": "bias_exact", "max_bias_vs_naive": "bias_vs_naive", "max_step_s": "step_s",
+                  "max_dropped": "dropped_frac", "max_sojourn_p95_s": "sojourn_p95_s",
+                  "max_sojourn_p99_s": "sojourn_p99_s", "max_delay_p95_steps": "delay_p95_steps"}
+
+
+def failed(row: Any, targets: Dict[str, Any]) -> List[str]:
+    """What one (count, corrector) row fails: "load" when it is overloaded and "stationarity" when
+    it is not stationary (no steady-state figure, so no target is read), else each target that is
+    set whose figure's interval's upper end exceeds it, or is undefined (NaN: not measured)."""
+    st = row.get("status", "ok")
+    if st != "ok":
+        return ["load" if st.startswith("overloaded") else "stationarity"]
+    return [k for k, fig in TARGET_FIGURES.items()
+            if targets.get(k) is not None and not row[f"{fig}_hi"] <= targets[k]]
+
+
 def feasible(row: Any, targets: Dict[str, Any]) -> bool:
-    """Does one (count, corrector) row meet every target that is set? Its figures must be
-    steady-state ones (status ok), and each target is met by the upper end of the figure's
-    interval, not by the point estimate."""
-    if row.get("status", "ok") != "ok":
-        return False
-    ok = True
-    if targets.get("max_bias") is not None:
-        ok &= row["bias_exact_hi"] <= targets["max_bias"]
-    if targets.get("max_bias_vs_naive") is not None:
-        ok &= row["bias_vs_naive_hi"] <= targets["max_bias_vs_naive"]
-    if targets.get("max_step_s") is not None:
-        ok &= row["step_s_hi"] <= targets["max_step_s"]
-    return bool(ok)
+    """Does one (count, corrector) row meet every target that is set? (:func:`failed` is empty.)"""
+    return not failed(row, targets)
+
+
+def fails_text(row: Any, targets: Dict[str, Any]) -> str:
+    """:func:`failed` as the curve's ``fails`` column writes it ("" when the row meets the targets)."""
+    return ", ".join(failed(row, targets))
+
+
+def binding(curve: pd.DataFrame, corrector: str, n: Optional[int]) -> List[str]:
+    """What makes ``n`` the fewest count for ``corrector``: the ``fails`` of the next smaller
+    evaluated count (a target's key, "load" or "stationarity"); empty when ``n`` is None or the
+    smallest count evaluated."""
+    sub = curve[(curve.corrector == corrector) & (curve["count"] < n)] if n is not None else curve.iloc[:0]
+    if sub.empty:
+        return []
+    return [f for f in sub.loc[sub["count"].idxmax(), "fails"].split(", ") if f]
 
 
 def targets_of(cfg: RacsimConf) -> Dict[str, Any]:
-    """The capacity targets a count must meet (``capacity.max_bias``, ``max_bias_vs_naive``, ``max_step_s``)."""
-    return {k: getattr(cfg.capacity, k) for k in ("max_bias", "max_bias_vs_naive", "max_step_s")}
+    """The capacity targets a count must meet (``capacity.<name>`` of :data:`CAPACITY_TARGETS`; null: not one)."""
+    return {k: getattr(cfg.capacity, k) for k in CAPACITY_TARGETS}
 
 
 def meets(rows: List[dict], chosen: str, targets: Dict[str, Any]) -> bool:
@@ -373,12 +408,21 @@ def meets(rows: List[dict], chosen: str, targets: Dict[str, Any]) -> bool:
     return feasible(next(r for r in rows if r["corrector"] == chosen), targets)
 
 
-def count_rows(cfg: RacsimConf, name: str, key: str, n: int, load: dict) -> Tuple[Optional[Settled], List[dict]]:
+def count_note(rows: List[dict], chosen: str, targets: Dict[str, Any]) -> str:
+    """A count's progress note: its load, run length and what it fails (or that it meets the targets)."""
+    r = next(r for r in rows if r["corrector"] == chosen)
+    fails, steps = fails_text(r, targets), f"{r['steps']} steps, " if "steps" in r else ""
+    return f"load {r['load']:.3g}, {steps}" + (f"fails {fails}" if fails else "meets the targets")
+
+
+def count_rows(cfg: RacsimConf, name: str, key: str, n: int, load: dict,
+               tell=None) -> Tuple[Optional[Settled], List[dict]]:
     """One count's settled run and curve rows; an overloaded count (its ``load`` reaches
-    ``capacity.max_load``) is not simulated: no run, and its rows of NaN (:func:`overloaded_rows`)."""
+    ``capacity.max_load``) is not simulated: no run, and its rows of NaN (:func:`overloaded_rows`).
+    ``tell``: as :func:`settle`'s."""
     if load["load"] >= cfg.capacity.max_load:
         return None, overloaded_rows(cfg, name, n, load)
-    run = settle(with_count(cfg, key, n), name)
+    run = settle(with_count(cfg, key, n), name, tell)
     return run, _rows(cfg, name, n, run, load)
 
 
@@ -409,18 +453,23 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     t0 = time.perf_counter()
     loads = channel_loads(cfg, name, key, counts)
     timings["load_s"] = time.perf_counter() - t0
+    unit = "GPUs" if _is_gpu(cfg, name) else "workers"
+
+    def tell(what: str, k: int = 0):
+        """One progress tick (k counts more evaluated) with a note on the count or phase ``what``."""
+        return None if progress is None else lambda note: progress(k, f"{what}: {note}")
 
     def evaluate(n: int) -> bool:
         if n not in rows:
             t0 = time.perf_counter()
-            run, rows[n] = count_rows(cfg, name, key, n, loads[n])
+            run, rows[n] = count_rows(cfg, name, key, n, loads[n], tell(f"{n} {unit}"))
             if run is not None:
                 timings["runs_s"] += time.perf_counter() - t0
                 timings["pipeline_s"] += run.pipeline_s
                 requests[0] += run.requests
                 runs[n] = run.res
-            if progress is not None:
-                progress(1)  # one more count evaluated
+            if progress is not None:  # one more count evaluated
+                tell(f"{n} {unit}", 1)(count_note(rows[n], chosen, targets))
         return meets(rows[n], chosen, targets)
 
     if cap.search == "bisect":  # assumes feasibility is monotone in the count
@@ -440,23 +489,29 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     curve = pd.DataFrame([r for n in sorted(rows) for r in rows[n]])
     curve = curve.reindex(columns=list(curve.columns) + [c for c in CURVE_COLUMNS if c not in curve])  # none simulated
     curve.insert(0, "channel", name)
-    curve["feasible"] = [feasible(r, targets) for _, r in curve.iterrows()]
+    curve["fails"] = [fails_text(r, targets) for _, r in curve.iterrows()]
+    curve["feasible"] = curve["fails"] == ""
     recommended = fewest(curve, chosen)
     names = [c for c in curve.corrector.unique() if c != "sync_oracle"]  # a reference, not a pipeline
-    per = pd.DataFrame({"corrector": names, "fewest": pd.Series([fewest(curve, c) for c in names], dtype=object)})
+    least = [fewest(curve, c) for c in names]
+    per = pd.DataFrame({"corrector": names, "fewest": pd.Series(least, dtype=object),
+                        "binds": [", ".join(binding(curve, c, n)) for c, n in zip(names, least)]})
     simulated = sorted(runs)
     best_n = recommended if recommended is not None else (max(simulated) if simulated else None)
     if best_n is not None:  # channels.csv of the run at that count: the sized channel's offered load
         chans = runs[best_n].channels
         chans.loc[chans.channel == name, "offered_load"] = loads[best_n]["load"]
-    result = CapacityResult(curve=curve, channel=name, unit="GPUs" if _is_gpu(cfg, name) else "workers", key=key,
+    result = CapacityResult(curve=curve, channel=name, unit=unit, key=key,
                             recommended=recommended, per_corrector=per, targets={**targets, "corrector": chosen},
                             best=runs.get(best_n), best_count=best_n, timings=timings, loads=loads, level=float(cap.confidence),
                             max_load=float(cap.max_load), listed=counts,
-                            searched=sorted(n for n in rows if n not in counts))
+                            searched=sorted(n for n in rows if n not in counts),
+                            binding=binding(curve, chosen, recommended))
     if scaled is not None:
         t0 = time.perf_counter()
-        auto = settle(with_count(scaled, key, a.min * units), name)
+        if progress is not None:
+            tell("autoscaled pool")(f"running from {a.min} servers")
+        auto = settle(with_count(scaled, key, a.min * units), name, tell("autoscaled pool"))
         timings["runs_s"] += time.perf_counter() - t0
         whole = loads[a.min * units]
         pool = {**whole, "load": whole["work_per_s"] / (a.max * whole["availability"]),  # at most a.max servers

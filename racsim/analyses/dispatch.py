@@ -37,7 +37,8 @@ def compute(cfg: RacsimConf, progress: Optional[Any] = None) -> Union[RunResult,
     """The results of a scenario's spec (racsim.config.spec.scenario): the capacity search
     when ``capacity.enabled`` (with its sensitivity table when ``capacity.sensitivity.enabled``:
     racsim.analyses.sensitivity), else :func:`run`. ``progress(k)``: k more units of work done
-    (trials of the bias benchmark, counts of a capacity search). Raises ConfigError on a user's mistake."""
+    (trials of the bias benchmark, counts of a capacity search, which passes a second argument: a
+    note on the count just evaluated, or on a long phase with k = 0). Raises ConfigError on a user's mistake."""
     if cfg.capacity.enabled:
         return run_capacity_sensitivity(cfg, progress)
     return run(cfg, progress)

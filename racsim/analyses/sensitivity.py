@@ -31,8 +31,8 @@ from typing import Callable, List, Optional, Tuple
 import pandas as pd
 
 from racsim.analyses.bias_study import corrector_names
-from racsim.analyses.capacity import (CapacityResult, channel_loads, channel_of, count_key, count_rows, first_passing,
-                                      fixed_pool, meets, run_capacity, targets_of, units_per_server)
+from racsim.analyses.capacity import (CapacityResult, channel_loads, channel_of, count_key, count_note, count_rows,
+                                      first_passing, fixed_pool, meets, run_capacity, targets_of, units_per_server)
 from racsim.config.schema import LatencyConf, RacsimConf
 from racsim.config.spec import replace_at
 from racsim.config.validate import check_limits, sensitivity_inputs, validate
@@ -170,11 +170,11 @@ def judged_only(cfg: RacsimConf, chosen: str) -> RacsimConf:
 
 
 def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen: str,
-                   progress=None) -> Tuple[Optional[int], List[int]]:
+                   tell: Optional[Callable[[int, List[dict]], None]] = None) -> Tuple[Optional[int], List[int]]:
     """The fewest of ``counts`` meeting the capacity targets for the spec ``cfg`` (with ``chosen``),
     and the counts simulated to find it: overloaded counts (long-run load, no simulation) fail;
     the search starts at the count whose load is nearest ``start_load`` (the fewest of two as near;
-    :func:`fewest_from`)."""
+    :func:`fewest_from`). ``tell(n, rows)``: after each count evaluated, with its curve rows."""
     name = channel_of(cfg)
     key, targets = count_key(cfg, name), targets_of(cfg)
     loads = channel_loads(cfg, name, key, counts)
@@ -185,9 +185,10 @@ def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen
 
     def passes(n: int) -> bool:
         if n not in seen:
-            seen[n] = meets(count_rows(cfg, name, key, n, loads[n])[1], chosen, targets)
-            if progress is not None:
-                progress(1)  # one more count evaluated
+            rows = count_rows(cfg, name, key, n, loads[n])[1]
+            seen[n] = meets(rows, chosen, targets)
+            if tell is not None:
+                tell(n, rows)
         return seen[n]
 
     start = min(range(len(able)), key=lambda i: abs(loads[able[i]]["load"] - start_load))
@@ -208,8 +209,15 @@ def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None
             spec = fixed_pool(v.spec, name) if v.spec.pipeline.channels[name].autoscale is not None else v.spec
             units = units_per_server(spec, name)
             counts = [n for n in range(min(res.listed), max(res.listed) + 1) if n % units == 0]
-            rec, tried = variant_fewest(judged_only(spec, chosen), counts, base_load, chosen, progress)
-            group.append({"change": round(v.value / v.base - 1.0, 12), "value": v.value, "recommended": rec,
+            change = round(v.value / v.base - 1.0, 12)
+
+            def tell(n: int, rows: List[dict], what=what, change=change) -> None:
+                if progress is not None:  # one more count evaluated
+                    progress(1, f"sensitivity, {what} {change:+.1%}: {n} {res.unit}: "
+                                + count_note(rows, chosen, targets_of(spec)))
+
+            rec, tried = variant_fewest(judged_only(spec, chosen), counts, base_load, chosen, tell)
+            group.append({"change": change, "value": v.value, "recommended": rec,
                           "simulated": " ".join(map(str, tried))})
         rows += [{"input": what, "key": input_keys(name, what), **r} for r in sorted(group, key=lambda r: r["change"])]
     out = pd.DataFrame(rows, columns=["input", "key", "change", "value", "recommended", "simulated"])

@@ -140,20 +140,40 @@ def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
 
 
 class _Lines:
-    """Progress through a pipe (stderr not a terminal): one line at each tenth of the work."""
+    """Progress through a pipe (stderr not a terminal): one line at each tenth of the work, and one
+    for each update with a note (a capacity search's count, or a long phase of it)."""
 
     def __init__(self, total: int, desc: str, unit: str):
         self.total, self.desc, self.unit, self.done, self.shown = total, desc, unit, 0, 0
 
-    def update(self, k: int = 1) -> None:
+    def update(self, k: int = 1, note: str = "") -> None:
         self.done += k
         tenth = min(10, 10 * self.done // max(1, self.total))
-        if tenth > self.shown or self.done > self.total:  # past the total: a search that added counts
-            self.shown, self.total = tenth, max(self.total, self.done)
-            print(f"racsim: {self.desc}: {self.done}/{self.total} {self.unit}s", file=sys.stderr, flush=True)
+        if tenth > self.shown or self.done > self.total or note:  # past the total: a search that added counts
+            self.shown, self.total = max(tenth, self.shown), max(self.total, self.done)
+            print(f"racsim: {self.desc}: {self.done}/{self.total} {self.unit}s" + (f" - {note}" if note else ""),
+                  file=sys.stderr, flush=True)
 
     def close(self) -> None:
         pass
+
+
+class _Bar:
+    """Progress on a terminal: a tqdm bar whose total follows a search that adds counts, the last note
+    beside it."""
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def update(self, k: int = 1, note: str = "") -> None:
+        self.bar.total = max(self.bar.total, self.bar.n + k)
+        if note:
+            self.bar.set_postfix_str(note, refresh=not k)
+        if k:
+            self.bar.update(k)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _progress_bar(cfg):
@@ -169,7 +189,7 @@ def _progress_bar(cfg):
         return _Lines(total, desc, unit)
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, leave=False)
+    return _Bar(tqdm(total=total, desc=desc, unit=unit, leave=False))
 
 
 def error_line(ex: BaseException) -> "str | None":

@@ -186,7 +186,9 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.arrivals": Recipe((JUDGE + " pipeline.arrivals.mode=poisson",
                                  JUDGE + " pipeline.arrivals.mode=stream pipeline.arrivals.length.mean=4 "
                                          "pipeline.arrivals.length.sigma=0.3",
-                                 "racsim scenario=capacity/code_verifier pipeline.arrivals.mode=poisson"), recommendations),
+                                 "racsim scenario=capacity/code_verifier pipeline.arrivals.mode=poisson",
+                                 "racsim scenario=capacity/code_verifier pipeline.arrivals.mode=open_poisson"),
+                                recommendations),
     "capacity.autoscale": Recipe(("racsim scenario=capacity/judge_rm_autoscale",
                                   "racsim scenario=capacity/judge_rm_autoscale pipeline.arrivals.mode=poisson"),
                                  recommendations),

@@ -43,6 +43,9 @@ BATCH_POLICIES = ("static", "continuous")  # racsim/pipeline/batcher.py; racsim/
 
 
 CAPACITY_SEARCHES = ("grid", "bisect")
+# The capacity targets (capacity.<name>; null: not a target), each met by the upper end of its figure's interval.
+CAPACITY_TARGETS = ("max_bias", "max_bias_vs_naive", "max_step_s", "max_dropped", "max_sojourn_p95_s",
+                    "max_sojourn_p99_s", "max_delay_p95_steps")
 # The inputs a capacity answer's sensitivity table varies (capacity.sensitivity.inputs;
 # racsim/analyses/sensitivity.py): the sized gpu_rm channel's MFU and token lengths, the arrival
 # rate (pipeline.batch_size), its failures' MTBF and MTTR, a queue channel's service-time scale.
@@ -70,8 +73,9 @@ PHASES = ("generate", "fast_score", "submit", "update")  # one optimizer step, i
 LEARNERS = ("tabular", "lm")
 
 
-# pipeline.arrivals.mode (racsim/pipeline/arrivals.py): when a step's samples reach the slow channels.
-ARRIVAL_MODES = ("batch", "stream", "poisson", "uniform", "trace")
+# pipeline.arrivals.mode (racsim/pipeline/arrivals.py): when a step's samples reach the slow channels
+# (open_poisson: an open stream across steps, the count per step random).
+ARRIVAL_MODES = ("batch", "stream", "poisson", "uniform", "trace", "open_poisson")
 
 
 # learner.kind=lm (racsim/learner/grpo.py): the policy, its model and its optimizer.
@@ -239,6 +243,19 @@ class FaultsConf:
 
 
 @dataclass
+class BackgroundConf:
+    """Other tenants' requests on a shared queue channel (racsim/pipeline/background.py): an
+    independent Poisson stream of ``rate_per_s`` requests a second over the whole run, each
+    served ``latency`` seconds (null: the channel's own latency law) by the channel's workers,
+    FIFO with the learner's samples. Never injected into training; the channel table counts
+    them apart (background_jobs, background_wait_mean_s, background_wait_p95_s) and their busy
+    seconds count in its utilisation."""
+
+    rate_per_s: float = MISSING
+    latency: Optional[LatencyConf] = None
+
+
+@dataclass
 class ChannelConf:
     """One slow reward channel (code verifier, judge RM, human review...).
 
@@ -278,6 +295,8 @@ class ChannelConf:
 
     # gpu_rm replicas or queue workers fail and are repaired (faults.mtbf_s null: never); see FaultsConf.
     faults: FaultsConf = field(default_factory=FaultsConf)
+    # Other tenants' requests sharing a queue channel's workers (null: none); see BackgroundConf.
+    background: Optional[BackgroundConf] = None
 
 
 @dataclass
@@ -294,7 +313,12 @@ class ArrivalsConf:
     ``uniform``: each uniform on the drawn generate phase alone (no arrivals while the
     optimizer scores and updates: burstier than Poisson); ``trace``: the
     offsets (seconds from the step's start) of the CSV ``path``'s ``column``, read in order
-    over steps x samples and cycled, the generate phase ending at the step's last one."""
+    over steps x samples and cycled, the generate phase ending at the step's last one;
+    ``open_poisson``: an open Poisson stream of rate B / nominal step that never waits for the
+    optimizer (a random count per stretch of clock, where ``poisson`` holds B a step); the
+    learner takes its samples in order, B a step, the generate phase lasting until the step's
+    last one is ready, and a sample ready before its step begins is sent then (a blocking
+    optimizer sends it at the step's start)."""
 
     mode: str = "batch"
     length: LatencyConf = field(default_factory=lambda: LatencyConf(kind="lognormal", mean=6.0, sigma=0.5))
@@ -503,7 +527,8 @@ class CapacityConf:
     (``grid``) or a bisection for the fewest that meets the targets (``bisect``):
     ``corrector``'s exact bias at most ``max_bias`` (and at most
     ``max_bias_vs_naive`` times naive's), its mean wall-clock per step at most
-    ``max_step_s``. Cost: the GPU's price (gpu_rm) or ``price_per_unit_hour``."""
+    ``max_step_s``, and the channel's service targets (:data:`CAPACITY_TARGETS`). Cost: the
+    GPU's price (gpu_rm) or ``price_per_unit_hour``."""
 
     enabled: bool = False
     channel: Optional[str] = None
@@ -513,6 +538,13 @@ class CapacityConf:
     max_bias: Optional[float] = None
     max_bias_vs_naive: Optional[float] = None
     max_step_s: Optional[float] = None
+    # Service targets a serving team names for the sized channel, measured after the warm-up
+    # (null: not a target): the share of its results dropped (in [0, 1]; default 1%), its
+    # sojourn (submit to result, seconds) p95 and p99, its delay in optimizer steps p95.
+    max_dropped: Optional[float] = 0.01
+    max_sojourn_p95_s: Optional[float] = None
+    max_sojourn_p99_s: Optional[float] = None
+    max_delay_p95_steps: Optional[float] = None
     price_per_unit_hour: Optional[float] = None
     # Offered load (work arriving per second over the capacity up) from which a count is
     # overloaded: its queue has no steady state, so it is not simulated and never recommended.

@@ -16,7 +16,17 @@ optimizer's clock is a step of generate + fast_score + submit (+ wait) + update 
 * ``uniform``: offset = G_t x U, each uniform on the drawn generate phase G_t alone (no arrival
   while the optimizer scores and updates: gaps' variance ratio well above 1);
 * ``trace``: the CSV column's offsets in order over (step, sample), cycled, the same in
-  every trial; the generate phase is the step's largest offset.
+  every trial; the generate phase is the step's largest offset;
+* ``open_poisson``: an open Poisson stream of rate B / E[L] (E[L] the nominal step) that never
+  waits for the optimizer (:func:`open_stream`): the count in a stretch of clock is random, not
+  B a step. The learner takes the stream's samples in order, B a step (samples t B ... t B + B - 1
+  are step t's); the step's generate phase lasts until its last one is ready (0 if that was
+  before the step began), so the optimizer's clock follows the stream. A sample beyond the batch
+  belongs to the next step: one that is ready while the optimizer still scores or updates the
+  step before is sent at once (a negative offset) and counts as its own step's, like any other
+  (injected, dropped or pending), so every request of the stream is one sample of the learner.
+  A blocking optimizer holds the stream while it waits: a sample ready before its step begins
+  is sent at the step's start.
 
 The queue then sees the samples in the order they are ready (ties in sample order). A
 gpu_rm pool's batcher takes each sample's requests as one group the second it is ready
@@ -35,14 +45,18 @@ from racsim.pipeline.latency import _read_column, build_latency
 
 
 def draw_offsets(arrivals: Any, phase: np.ndarray, batch: int,
-                 rng: np.random.Generator) -> Tuple[Optional[np.ndarray], np.ndarray]:
+                 rng: np.random.Generator, mean_step: float = 0.0) -> Tuple[Optional[np.ndarray], np.ndarray]:
     """(offset, generate phase): offset (trials, steps, batch) seconds from the step's start at
     which each sample is ready (None in batch mode), and the generate phase (trials, steps)
-    that goes with it. ``phase``: the drawn phases (4, trials, steps), generate first. Draws
-    only in stream, poisson and uniform mode."""
+    that goes with it. ``phase``: the drawn phases (4, trials, steps), generate first;
+    ``mean_step``: the nominal step (open_poisson's rate is batch / mean_step). Draws only in
+    stream, poisson, uniform and open_poisson mode."""
     mode, gen = arrivals.mode, phase[0]
     if mode == "batch":
         return None, gen
+    if mode == "open_poisson":
+        gaps = rng.exponential(mean_step / batch, gen.shape + (batch,))
+        return open_stream(np.cumsum(gaps.reshape(gen.shape[0], -1), axis=1).reshape(gaps.shape), phase)
     if mode in ("poisson", "uniform"):
         span = phase.sum(axis=0) if mode == "poisson" else gen
         return span[..., None] * rng.random(gen.shape + (batch,)), gen
@@ -51,6 +65,32 @@ def draw_offsets(arrivals: Any, phase: np.ndarray, batch: int,
     else:
         offset = trace_offsets(_read_column(arrivals, "pipeline.arrivals"), gen.shape, batch)
     return offset, offset.max(axis=2)
+
+
+def open_stream(ready: np.ndarray, phase: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(offset, generate phase) of samples ready at the absolute seconds ``ready`` (trials, steps,
+    batch; non-decreasing over (step, sample)) on the asynchronous clock that follows them: step
+    t begins at S_t (S_0 = 0), its generate phase G_t = max(last ready - S_t, 0), and
+    S_{t+1} = S_t + G_t + fast_score + submit + update, summed in the engines' order so that
+    their step starts are these S_t to the bit. offset = ready - S_t (negative: ready before
+    its step began). A Lindley recursion: S_{t+1} - F_t = max(last ready, S_t)."""
+    gen = np.empty(phase.shape[1:])
+    offset = np.empty_like(ready)
+    start = np.zeros(ready.shape[0])
+    for t in range(ready.shape[1]):
+        offset[:, t] = ready[:, t] - start[:, None]
+        gen[:, t] = np.maximum(offset[:, t, -1], 0.0)
+        start = start + gen[:, t] + phase[1, :, t] + phase[2, :, t] + phase[3, :, t]
+    return offset, gen
+
+
+def async_starts(phase: np.ndarray) -> np.ndarray:
+    """(trials, steps) start S_t of each step on the asynchronous clock: S_0 = 0, S_{t+1} = S_t +
+    generate + fast_score + submit + update, added in that order, as the engines add them."""
+    out = np.zeros(phase.shape[1:])
+    for t in range(1, out.shape[1]):
+        out[:, t] = out[:, t - 1] + phase[0, :, t - 1] + phase[1, :, t - 1] + phase[2, :, t - 1] + phase[3, :, t - 1]
+    return out
 
 
 def trace_offsets(values: np.ndarray, shape: Tuple[int, int], batch: int) -> np.ndarray:

@@ -13,6 +13,7 @@ from racsim.config.schema import PHASES, PipelineConf, phase_conf
 from racsim.config.validate import faults_on
 from racsim.pipeline.arrivals import draw_offsets
 from racsim.pipeline.autoscale import scale_rule
+from racsim.pipeline.background import BackgroundSpec, background_spec
 from racsim.pipeline.batcher import GpuSpec
 from racsim.pipeline.cbatch import drain_seconds, serving_spec
 from racsim.pipeline.faults import Timeline, fault_spec, read_schedule
@@ -52,6 +53,8 @@ class PipelineDraws:
     autoscale: Dict[str, Any] = field(default_factory=dict)
     # channels with ``faults``: each gpu_rm replica's or queue worker's outages per lane (racsim/pipeline/faults.py).
     faults: Dict[str, Timeline] = field(default_factory=dict)
+    # queue channels with ``background``: other tenants' stream (racsim/pipeline/background.py).
+    background: Dict[str, BackgroundSpec] = field(default_factory=dict)
 
     def slowdown_row(self, name: str, lane: int) -> Optional[np.ndarray]:
         """Lane ``lane``'s per-step factor on channel ``name``'s batch seconds (bursts), or None."""
@@ -95,8 +98,8 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
                 service[n] = service[n] * factor[..., None]
     arrivals, offset = pcfg.arrivals, None
     if arrivals.mode != "batch":  # drawn last too, and only when on
-        offset, gen = draw_offsets(arrivals, phase, pcfg.batch_size, rng)
-        if arrivals.mode not in ("poisson", "uniform"):  # stream, trace: the generate phase ends with the last rollout
+        offset, gen = draw_offsets(arrivals, phase, pcfg.batch_size, rng, nominal)
+        if arrivals.mode not in ("poisson", "uniform"):  # stream, trace, open_poisson: the generate phase ends with the last rollout
             nominal += float(gen.mean()) - phase_lat[0].mean()
             phase[0] = gen
     faults = {}  # drawn last, and only with faults on: every other run draws what it drew before
@@ -105,6 +108,8 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
             servers = gpu[n].replicas if n in gpu else ch.workers  # a queue's workers
             seed = 0 if ch.faults.schedule is not None else int(rng.integers(2**62))  # known outages: nothing drawn
             faults[n] = fault_timeline(ch, n, n_trials, servers, seed)
+    background = {n: background_spec(ch, n, int(rng.integers(2**62)))  # drawn last, and only when on
+                  for n, ch in pcfg.channels.items() if ch.background is not None}
     return PipelineDraws(
         phase=phase,
         service=service,
@@ -119,6 +124,7 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         offset=offset,
         autoscale={n: scale_rule(ch) for n, ch in pcfg.channels.items() if ch.autoscale is not None},
         faults=faults,
+        background=background,
     )
 
 

@@ -83,7 +83,7 @@ def classify(land: np.ndarray, max_delay: Optional[int], n_steps: int):
 
 
 def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log=None, cut=None,
-              pool_log=None, failed=None) -> ArrivalSchedule:
+              pool_log=None, failed=None, background=None) -> ArrivalSchedule:
     steps = step_start.shape[1] - 1
     delays, statuses = [], []
     for name in names:
@@ -114,4 +114,5 @@ def _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_
         failed=np.stack([failed.get(nm, np.zeros(land[nm].shape, dtype=bool)) for nm in names], axis=-1)
         if failed else None,
         faults=dict(draws.faults) or None,
+        background=background or None,
     )

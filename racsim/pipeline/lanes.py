@@ -19,6 +19,7 @@ from racsim.pipeline.batcher import (
 )
 from racsim.pipeline.arrivals import group_arrivals, groups_per_step, in_ready_order, ready_pool, step_arrivals
 from racsim.pipeline.autoscale import AutoLanes
+from racsim.pipeline.background import BackgroundStream, background_log
 from racsim.pipeline.cbatch import fifo_lanes, lanes_state, waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.landing import _assemble, _async_landing, drop_deadline
@@ -239,6 +240,7 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     cursors = {nm: Cursor(draws.faults[nm]) for nm in free if nm in draws.faults}  # workers that fail
     lost_q = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in cursors}  # lost to a worker's failure
     timeout = np.inf if wait_timeout is None else wait_timeout
+    bg = {nm: _Background(BackgroundStream(spec, n)) for nm, spec in draws.background.items()}  # other tenants
     for t in range(steps):
         now = step_start[:, t] + gen[:, t]
         now = now + fast[:, t]
@@ -247,7 +249,8 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         for nm in names:
             arr = np.repeat(now[:, None], batch, axis=1)
             if draws.offset is not None:  # each sample sent when it is ready (pipeline.arrivals)
-                arr = step_start[:, t, None] + draws.offset[:, t]
+                off = draws.offset[:, t]  # open_poisson: < 0 if ready before its step began; a blocking optimizer holds it
+                arr = step_start[:, t, None] + (np.maximum(off, 0.0) if blocking else off)
             if nm in gpus:
                 submit[nm][:, t] = arr
                 land[nm][:, t] = 0
@@ -266,7 +269,7 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 land[nm][:, t] = np.where(lost_q[nm][:, t], -1, 0)
                 continue
             dl = arr + timeout if nm in draws.cancel else None  # a timed-out result frees its worker
-            s, e, lost, cut[nm][:, t] = _serve(draws, nm, t, arr, free.get(nm), dl)
+            s, e, lost, cut[nm][:, t] = _serve(draws, nm, t, arr, free.get(nm), dl, bg.get(nm))
             start[nm][:, t], end[nm][:, t] = s, e
             if blocking:
                 done = np.maximum(done, np.where(lost, arr, e).max(axis=1))
@@ -291,6 +294,8 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             start[nm], end[nm], gpu_log[nm] = g.finish()
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             land[nm] = np.where(end[nm] > resumed[:, :, None], -1, 0)
+    for nm, b in bg.items():  # the background's requests after the learner's last, until the run's end
+        b.serve(np.empty((n, 0)), np.empty((n, 0)), free[nm], step_start[:, -1])
     failed = {nm: gpus[nm].failed for nm in draws.faults if nm in gpus}  # results lost to a server failure
     for nm, f in lost_q.items():
         failed[nm], end[nm] = f, np.where(f, np.inf, end[nm])
@@ -300,13 +305,46 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 dl = np.repeat(drop_deadline(step_start, t, draws.max_delay[nm])[:, None], batch, axis=1)
                 start[nm][:, t], end[nm][:, t], _, cut[nm][:, t] = _serve(draws, nm, t, submit[nm][:, t], free[nm], dl)
         land.update(_async_landing(draws, names, step_start, end, cut, failed))
-    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log, failed)
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log, failed,
+                     {nm: background_log(*b.log) for nm, b in bg.items()})
 
 
-def _serve(draws, name, t, arrival, free, deadline=None):
-    """Step t's jobs of a clock channel: (start, completion, lost, cancelled)."""
+class _Background:
+    """A queue channel's background stream in the lanes engine, and the log of its requests served."""
+
+    def __init__(self, stream: BackgroundStream):
+        self.stream = stream
+        self.log: tuple = ([], [], [], [])  # lane, arrival, start, end
+
+    def serve(self, arrival: np.ndarray, service: np.ndarray, free: np.ndarray,
+              until: Optional[np.ndarray] = None):
+        """FIFO service (:func:`fifo_assign` on ``free``) of the step's jobs (lanes, jobs) and of the
+        background requests that arrive by each lane's last job (or by ``until``), in arrival
+        order (ties: the step's jobs first). A lane with fewer background requests than another
+        is padded with jobs of 0 s at its last arrival, which delay nobody (every later job
+        arrives after it). Returns (start, completion, cancelled) of the step's jobs."""
+        n, m = arrival.shape
+        cut = arrival.max(axis=1) if until is None else until
+        taken = [self.stream.take(i, cut[i]) for i in range(n)]
+        k = max(len(a) for a, _ in taken)
+        arr = np.concatenate([arrival, np.repeat(cut[:, None], k, axis=1)], axis=1)
+        svc = np.concatenate([service, np.zeros((n, k))], axis=1)
+        for i, (a, sv) in enumerate(taken):
+            arr[i, m:m + len(a)], svc[i, m:m + len(a)] = a, sv
+        start, end, _ = in_ready_order(lambda a, sv: fifo_assign(a, sv, free), arr, svc)
+        for i, (a, _) in enumerate(taken):
+            for col, x in zip(self.log, (np.full(len(a), i), a, start[i, m:m + len(a)], end[i, m:m + len(a)])):
+                col.append(x)
+        return start[:, :m], end[:, :m], np.zeros(arrival.shape, dtype=bool)
+
+
+def _serve(draws, name, t, arrival, free, deadline=None, background=None):
+    """Step t's jobs of a clock channel: (start, completion, lost, cancelled); ``background``: a
+    :class:`_Background` whose requests share the workers."""
     service, lost = _service_seconds(draws, name, t)
-    if free is None:
+    if background is not None:  # validated: a fixed queue without faults or cancelling
+        start, end, cut = background.serve(arrival, service, free)
+    elif free is None:
         start = arrival.copy()
         end = arrival + service
         cut = np.zeros(lost.shape, dtype=bool)

@@ -66,6 +66,9 @@ class ArrivalSchedule:
     # batch, K); and each such channel's outage timeline (racsim.pipeline.faults.Timeline).
     failed: Optional[np.ndarray] = None
     faults: Optional[Dict[str, Any]] = None
+    # Queue channels with background traffic: per channel, its served requests (never injected),
+    # arrays lane, arrival, start, end (racsim/pipeline/background.py).
+    background: Optional[Dict[str, Dict[str, np.ndarray]]] = None
 
     @property
     def n_trials(self) -> int:

@@ -11,7 +11,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from racsim.pipeline.arrivals import ready_pool
+from racsim.pipeline.arrivals import async_starts, ready_pool
+from racsim.pipeline.background import BackgroundStream, background_log
 from racsim.pipeline.autoscale import SimpyAutoPool, logs, sample_times
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
@@ -146,6 +147,11 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     failed = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in draws.faults}  # lost to a server failure
     # pipeline.arrivals other than batch: a gpu_rm pool takes one group per sample, in ready order
     feed = None if draws.offset is None else ready_pool(draws.offset)
+    # offsets < 0 (open_poisson): an asynchronous run's step starts are known in advance, every
+    # sample's process starts at 0 and is sent at its instant, before its step began or after
+    early = not blocking and draws.offset is not None and bool((draws.offset < 0).any())
+    streams = {nm: BackgroundStream(spec, n) for nm, spec in draws.background.items()}  # other tenants
+    bg_log = {nm: ([], [], [], []) for nm in streams}  # lane, arrival, start, end
 
     for i in range(n):
         env = simpy.Environment()
@@ -190,22 +196,46 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 end[nm][i, t, b] = env.now  # the worker (if it had one) is free from now on
                 cut[nm][i, t, b] = True
 
-        def streamed(t):
+        def background(nm, opt):
+            """Other tenants' requests on pool ``nm``, each sent at its instant while the run (``opt``) lasts."""
+            k = 0
+            while True:
+                a, service = streams[nm].first(i, k)
+                yield _at(env, a)
+                if opt.triggered and a > step_start[i, steps]:
+                    return
+                env.process(background_job(nm, a, service))
+                k += 1
+
+        def background_job(nm, a, service):
+            with pools[nm].request() as req:
+                yield req
+                s = env.now
+                yield env.timeout(service)
+                for col, x in zip(bg_log[nm], (i, a, s, env.now)):
+                    col.append(np.array([x]))
+
+        def streamed(t, s0=None):
             """pipeline.arrivals: one process per sample and channel, sent the second it is ready
-            (a gpu_rm pool: one process per step that hands its samples over in ready order)."""
+            (a gpu_rm pool: one process per step that hands its samples over in ready order).
+            ``s0``: the step's start, known before it (open_poisson, asynchronous: see ``early``)."""
             procs = []
             for nm in names:
                 if nm in servers:
-                    procs.append(env.process(to_pool(nm, t)))
+                    procs.append(env.process(to_pool(nm, t, s0)))
                     continue
                 service, lost = _service_seconds(draws, nm, t)
                 land[nm][i, t] = np.where(lost[i], -1, 0)
                 sent = draws.routed[nm][i, t] if nm in draws.routed else np.ones(batch, dtype=bool)
-                procs += [env.process(ready(nm, t, b, service[i, b], lost[i, b], sent[b])) for b in range(batch)]
+                procs += [env.process(ready(nm, t, b, service[i, b], lost[i, b], sent[b], s0)) for b in range(batch)]
             return procs
 
-        def ready(nm, t, b, service, lost, sent):
-            yield env.timeout(draws.offset[i, t, b])
+        def ready(nm, t, b, service, lost, sent, s0):
+            off = draws.offset[i, t, b]
+            if s0 is None:  # a blocking optimizer holds a sample ready before its step (open_poisson)
+                yield env.timeout(max(off, 0.0) if blocking else off)
+            else:
+                yield _at(env, s0 + off)
             submit[nm][i, t, b] = start[nm][i, t, b] = end[nm][i, t, b] = env.now  # what an unrouted one keeps
             if nm in pools:
                 if sent:
@@ -216,10 +246,10 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 end[nm][i, t, b] = env.now + service
                 yield env.timeout(service)
 
-        def to_pool(nm, t):
+        def to_pool(nm, t, s0=None):
             """Step t's samples join pool ``nm``'s batcher, each at its step's start + its offset, in
             ready order (groups t * batch ... of :class:`ReadyPool`); done when all are scored."""
-            srv, s0 = servers[nm], env.now
+            srv, s0 = servers[nm], env.now if s0 is None else s0
             for g in range(t * batch, (t + 1) * batch):
                 b = feed.order[i, g] - t * batch
                 when = s0 + draws.offset[i, t, b]
@@ -243,7 +273,7 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 step_start[i, t] = env.now
                 if begin:
                     begin[t].succeed()
-                ready_now = [] if draws.offset is None else streamed(t)
+                ready_now = [] if draws.offset is None or early else streamed(t)
                 yield env.timeout(gen[i, t])
                 yield env.timeout(fast[i, t])
                 yield env.timeout(sub[i, t])
@@ -279,7 +309,12 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
 
         resumed = np.empty(steps)  # when the blocking optimizer stopped waiting
         begin = [env.event() for _ in range(steps)] if draws.cancel else None  # step t begins
-        env.process(optimizer())
+        opt = env.process(optimizer())
+        for nm in streams:
+            env.process(background(nm, opt))
+        if early:  # open_poisson, asynchronous: samples ready before their step began are sent then
+            for t, s0 in enumerate(async_starts(draws.phase[:, i:i + 1])[0]):
+                streamed(t, s0)
         env.run()  # runs on until every job is served, after the last step too
         for nm in pools:
             if nm in draws.faults:
@@ -314,4 +349,5 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         blog, pool_log[nm] = logs(draws, nm, pools, feed)
         if blog is not None:
             gpu_log[nm] = blog
-    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log, failed)
+    return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log, failed,
+                     {nm: background_log(*cols) for nm, cols in bg_log.items()})

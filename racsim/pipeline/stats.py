@@ -57,6 +57,9 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
         for q, v in zip((50, 95, 99), _quantiles(soj)):
             row[f"sojourn_p{q}_s"] = v
         busy = busy_seconds(sched, k, workers.get(name), t0, t1)
+        bg = (sched.background or {}).get(name)
+        if bg is not None:  # other tenants' requests: counted apart (busy_seconds counts their busy seconds)
+            row.update(background_row(bg, t0, t1))
         row["workers"] = workers.get(name) if busy is None else busy[1]
         # Busy seconds inside the measured window over server-seconds (NaN: no worker limit)
         row["utilisation"] = float("nan") if busy is None else float(np.mean(busy[0] / (busy[1] * span)))
@@ -66,6 +69,17 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
         row.update(stationarity(sched, k, w, queued=row["workers"] is not None))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def background_row(bg: Dict[str, np.ndarray], t0: np.ndarray, t1: np.ndarray) -> dict:
+    """A channel's background requests that arrived inside the measured window [t0, t1] of their
+    lane: their count (all trials) and queue wait (mean, p95, s)."""
+    lane = bg["lane"]
+    inside = (bg["arrival"] >= t0[lane]) & (bg["arrival"] <= t1[lane])
+    wait = (bg["start"] - bg["arrival"])[inside]
+    return {"background_jobs": int(np.count_nonzero(inside)),
+            "background_wait_mean_s": float(wait.mean()) if wait.size else float("nan"),
+            "background_wait_p95_s": _quantiles(wait)[1]}
 
 
 def stationarity(sched: ArrivalSchedule, k: int, warmup: int, queued: bool = True) -> dict:
@@ -84,7 +98,8 @@ def busy_seconds(sched: ArrivalSchedule, k: int, workers: Optional[int], t0: np.
                  t1: np.ndarray) -> Optional[Tuple[np.ndarray, int]]:
     """(busy seconds per trial inside the window [t0, t1], servers) of channel ``k``: a gpu_rm
     pool's replica-seconds busy with batches, a queue's worker-seconds busy with jobs (a job
-    lost to a worker's failure keeps no end: no busy seconds counted); None without a worker limit."""
+    lost to a worker's failure keeps no end: no busy seconds counted), other tenants' requests
+    (background) included; None without a worker limit."""
     gpu = (sched.gpu_batches or {}).get(sched.channel_names[k])
     if gpu is not None:
         lane = gpu["lane"]
@@ -96,7 +111,13 @@ def busy_seconds(sched: ArrivalSchedule, k: int, workers: Optional[int], t0: np.
     done = sched.completion[..., k]
     if sched.failed is not None:
         done = np.where(sched.failed[..., k], sched.service_start[..., k], done)
-    return _inside(sched.service_start[..., k], done, t0[:, None, None], t1[:, None, None]).sum(axis=(1, 2)), workers
+    busy = _inside(sched.service_start[..., k], done, t0[:, None, None], t1[:, None, None]).sum(axis=(1, 2))
+    bg = (sched.background or {}).get(sched.channel_names[k])
+    if bg is not None:
+        lane = bg["lane"]
+        busy = busy + np.bincount(lane, weights=_inside(bg["start"], bg["end"], t0[lane], t1[lane]),
+                                  minlength=sched.n_trials)
+    return busy, workers
 
 
 def pool_row(sched: ArrivalSchedule, k: int, pool: Dict[str, np.ndarray], t0: np.ndarray, t1: np.ndarray,

@@ -59,6 +59,7 @@ def format_curve(res: CapacityResult) -> str:
         "s/step (upper)": base.get("step_s_hi", base.step_s).values,
         "delay p95 (steps)": base.delay_p95_steps.values,
         "sojourn p95 (s)": base.sojourn_p95_s.values,
+        "sojourn p99 (s)": base.sojourn_p99_s.values,
         "dropped (%)": pct(base.dropped_frac.values),
         "busy (%)": pct(base.utilisation.values),
         "useful (%)": pct(base.useful.values) if "useful" in base else np.nan,
@@ -75,6 +76,7 @@ def format_curve(res: CapacityResult) -> str:
         sub = c[c.corrector == "wait_for_slow"].set_index("count").reindex(base.index)
         table["s/step wait_for_slow"] = sub.step_s.values
     table["meets"] = ["yes" if v else "no" for v in base.feasible.values]
+    table["fails"] = [f or "-" for f in base.fails.values]
     return table.map(fmt).to_string(index=False)
 
 
@@ -88,6 +90,13 @@ def goals_text(res: CapacityResult) -> str:
         goals.append(f"bias <= {t['max_bias_vs_naive']:g} x naive's")
     if t.get("max_step_s") is not None:
         goals.append(f"<= {t['max_step_s']:g} s per step")
+    if t.get("max_dropped") is not None:
+        goals.append(f"<= {100 * t['max_dropped']:g}% dropped")
+    for q in (95, 99):
+        if t.get(f"max_sojourn_p{q}_s") is not None:
+            goals.append(f"sojourn p{q} <= {t[f'max_sojourn_p{q}_s']:g} s")
+    if t.get("max_delay_p95_steps") is not None:
+        goals.append(f"delay p95 <= {t['max_delay_p95_steps']:g} steps")
     return " and ".join(goals) or "no target set (every steady count qualifies)"
 
 
@@ -105,7 +114,8 @@ def recommendation_text(res: CapacityResult) -> str:
     why = "; ".join(f"{int(r['count'])}: {r['status']}" for _, r in over.iterrows())
     if res.recommended is None:
         return (f"No evaluated count of {res.channel}'s {res.unit} meets the targets for {chosen} ({goal}, each by "
-                f"the upper end of its {res.level:.0%} interval); evaluate larger counts or relax the targets."
+                f"the upper end of its {res.level:.0%} interval); evaluate larger counts or relax the targets"
+                + _largest_fails(res) + "."
                 + (f" Without a steady state: {why}." if why else ""))
     row = res.curve[(res.curve.corrector == chosen) & (res.curve["count"] == res.recommended)].iloc[0]
     pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
@@ -113,12 +123,36 @@ def recommendation_text(res: CapacityResult) -> str:
             f"upper end of its {res.level:.0%} interval): offered load {row.load:.3g} (headroom {pct(row.headroom)}), "
             f"bias {_ci(row, 'bias_exact', lambda v: f'{v:.4g}')} ({_ci(row, 'bias_vs_naive')} x naive's), "
             f"{_ci(row, 'step_s')} s per step, delay p95 {_ci(row, 'delay_p95_steps', lambda v: f'{v:g}')} steps, "
-            f"sojourn p95 {_ci(row, 'sojourn_p95_s')} s, dropped {_ci(row, 'dropped_frac', pct)}, "
+            f"sojourn p95 {_ci(row, 'sojourn_p95_s')} s, p99 {_ci(row, 'sojourn_p99_s')} s, "
+            f"dropped {_ci(row, 'dropped_frac', pct)}, "
             f"busy {_ci(row, 'utilisation', pct)}, ${row.cost_per_hour:.2f} per training hour "
             f"(${row.cost_per_1000_steps:.2f} per 1000 steps). Steady state: warm-up {int(row.warmup_steps)} of "
-            f"{int(row.steps)} steps, stationary."
+            f"{int(row.steps)} steps, stationary. " + binding_text(res)
             + (f" Fewer {res.unit} have no steady state: {why}." if why else "")
             + searched_text(res))
+
+
+def _largest_fails(res: CapacityResult) -> str:
+    """' (the largest count evaluated fails ...)' when no count qualifies ('' when none was evaluated)."""
+    rows = res.curve[res.curve.corrector == res.targets["corrector"]]
+    if rows.empty:
+        return ""
+    top = rows.loc[rows["count"].idxmax()]
+    return f" ({int(top['count'])} {res.unit} fail {top.fails.replace(', ', ' and ')})"
+
+
+
+
+def binding_text(res: CapacityResult) -> str:
+    """Which target binds the recommended count, in one sentence: what the next smaller count evaluated
+    fails (a target's key, or its load, or its stationarity)."""
+    below = res.curve[(res.curve.corrector == res.targets["corrector"]) & (res.curve["count"] < res.recommended)]
+    if below.empty:
+        return f"Binding: none (no fewer {res.unit} were evaluated)."
+    binds = {"load": f"load (an offered load under capacity.max_load = {res.max_load:g})",
+             "stationarity": "stationarity (a steady state within capacity.max_steps)"}
+    what = " and ".join(binds.get(b) or f"capacity.{b} = {res.targets[b]:g}" for b in res.binding)
+    return f"Binding: {what}, which {int(below['count'].max())} {res.unit}, the next fewer evaluated, fail."
 
 
 def searched_text(res: CapacityResult) -> str:
@@ -198,7 +232,9 @@ def autoscale_section(cfg: RacsimConf, res: CapacityResult) -> List[str]:
         "servers": "servers (mean billed)", "bias_exact": "bias", "bias_exact_hi": "bias (upper)",
         "bias_vs_naive": "x naive", "bias_vs_naive_hi": "x naive (upper)", "step_s": "s/step",
         "step_s_hi": "s/step (upper)",
-        "delay_p95_steps": "delay p95", "sojourn_p95_s": "sojourn p95 s", "dropped_frac": "dropped",
+        "delay_p95_steps": "delay p95", "delay_p95_steps_hi": "delay p95 (upper)", "sojourn_p95_s": "sojourn p95 s",
+        "sojourn_p95_s_hi": "sojourn p95 s (upper)", "sojourn_p99_s": "sojourn p99 s",
+        "sojourn_p99_s_hi": "sojourn p99 s (upper)", "dropped_frac": "dropped", "dropped_frac_hi": "dropped (upper)",
         "cost_per_1000_steps": "$/1000 steps"})
     return ["## Autoscaling what-if", "",
             f"{res.channel}'s pool sized by its rule (from {a.min} to {a.max} servers; one more after more than "
@@ -207,9 +243,10 @@ def autoscale_section(cfg: RacsimConf, res: CapacityResult) -> List[str]:
             "on the same draws. `servers`: "
             "servers billed on average over the measured steps (a server counts from its request to its release); "
             "`bias` the exact bias, `x naive` its ratio to naive's, `s/step` the wall-clock per step, delays "
-            "in steps and sojourn in seconds of the asynchronous pipeline, `$/1000 steps` the pool's cost per "
-            "1000 optimizer steps (autoscaled: billed server-seconds of the asynchronous pipeline, so - for "
-            "blocking correctors), `meets` whether the row meets the capacity targets.", "",
+            "in steps and sojourn in seconds of the asynchronous pipeline (each figure a target reads with its "
+            "interval's upper end), `$/1000 steps` the pool's cost per 1000 optimizer steps (autoscaled: billed "
+            "server-seconds of the asynchronous pipeline, so - for blocking correctors), `meets` whether the row "
+            "meets the capacity targets and `fails` which it misses.", "",
             autoscale_verdict(res.autoscale, res.targets["corrector"]), "",
             "```", table.map(fmt).to_string(index=False), "```", ""]
 
@@ -220,8 +257,10 @@ def capacity_summary_markdown(cfg: RacsimConf, res: CapacityResult, files: List[
              *([sensitivity_text(res, cfg.capacity.sensitivity.spread), ""] if res.sensitivity is not None else []),
              "## How the steady state was found, and how sure the answer is", "", method_text(res, cfg), ""]
     per = res.per_corrector
-    lines += ["Fewest units meeting the same targets, per corrector (- : none of the evaluated counts):", "", "```",
-              per.assign(fewest=per.fewest.map(lambda v: "-" if v is None or pd.isna(v) else str(int(v))))
+    lines += ["Fewest units meeting the same targets, per corrector (- : none of the evaluated counts), and what "
+              "binds it (what the next smaller count fails):", "", "```",
+              per.assign(fewest=per.fewest.map(lambda v: "-" if v is None or pd.isna(v) else str(int(v))),
+                         binds=per.binds.map(lambda v: v or "-"))
               .to_string(index=False), "```", ""]
     lines += ["## Capacity curve", "",
               f"Per count of {res.channel}'s {res.unit} ({res.key}): `load` the offered load, `steady` ok with the "
@@ -231,7 +270,8 @@ def capacity_summary_markdown(cfg: RacsimConf, res: CapacityResult, files: List[
               "(submit to result) in seconds, `dropped` the share of results dropped, `busy` the share of server-"
               "seconds holding work (waiting out a failure or a partly filled batch included), `useful` the share "
               "the requests' own work needs (full batches; = load x the share up), `$/h` the pool's price per training hour, then each other corrector's exact bias "
-              "(sync_oracle: the synchronous reference, not a pipeline)"
+              "(sync_oracle: the synchronous reference, not a pipeline), `meets` whether the count meets every target "
+              "and `fails` what it misses (a target's key; `load`: overloaded; `stationarity`: no steady state)"
               + ("; `up` the share of server-seconds up (the outage timeline over the whole run) and `lost to "
                  "failure` the share of results lost to failures." if "availability" in res.curve else "."),
               "", "```", format_curve(res), "```", ""]

@@ -45,6 +45,8 @@ MAY_BE_NAN = {
     "delay_*_steps": _NONE_LANDED,
     "sojourn_*_s": "no result of that channel came back in the measured window",
     "wait_*_s": "no sample was sent to that channel in the measured window (route_prob: none was routed to it)",
+    "background_*": "that channel has no background traffic (no background block), beside one that has; or "
+                    "none of its background requests arrived in the measured window",
     "workers": "the channel has no worker limit (workers=null: as many servers as needed)",
     "utilisation": "the channel has no worker limit (workers=null), so it has no utilisation",
     "autoscale:*": "a fixed pool whose offered load reaches capacity.max_load is not simulated (no steady state)",

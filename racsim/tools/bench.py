@@ -15,6 +15,8 @@
    (sequences) per second, lanes vs SimPy on the same draws.
 6. ``--capacity`` (alone): the capacity search's speed with each capacity knob on (the
    README's capacity commands), lanes requests/s against raw SimPy timed in the same run.
+   ``--scale`` (alone): how one count grows with the deployment, the judge with its batch and
+   its GPUs times 1, 4, 16 and 64 (the same load): seconds and requests/s against raw SimPy.
 7. ``--lm`` (alone): seconds per GRPO step of learner=lm's transformer on CPU at several
    sizes, racsim's loop against a plain PyTorch loop of the same update timed in the same
    run (the ratio), and time per step against parameters fitted and projected to a
@@ -217,6 +219,28 @@ def bench_capacity_knobs(trials: int = None) -> Dict[str, float]:
               f"{'yes' if rate >= 1e6 else 'no'}", flush=True)
         tag = label.replace(", ", "_").replace(" ", "_")
         out.update({f"capacity_{tag}_{k}": v for k, v in f.items()})
+    return out
+
+
+SCALES = (1, 4, 16, 64)  # --scale: the judge's deployment times these (sequences per step and GPUs)
+
+
+def bench_capacity_scale(scales=SCALES, trials: int = 10) -> Dict[str, float]:
+    """How a capacity count's simulation grows with the deployment: the judge scenario with
+    ``pipeline.batch_size`` and the count (5 GPUs, its answer) both times each of ``scales``, so that
+    the load stays the same; per scale :func:`bench_capacity`'s figures (lanes requests/s against raw
+    SimPy timed in the same call) and the seconds one count takes, a table row each as it goes."""
+    base = spec_of(JUDGE)
+    batch, per = int(base.pipeline.batch_size), int(base.pipeline.channels["judge"].rm.sequences_per_sample)
+    out: Dict[str, float] = {}
+    print(f"{'scale':>5} {'sequences/step':>14} {'GPUs':>5} {'requests':>10} {'lanes s':>8} {'lanes req/s':>12} "
+          f"{'raw SimPy':>10} {'x raw':>6}")
+    for k in scales:
+        f = bench_capacity([JUDGE, f"pipeline.batch_size={batch * k}", f"capacity.counts=[{5 * k}]"], trials)
+        rate, raw = f["lanes_requests_per_s"], f["raw_simpy_requests_per_s"]
+        print(f"{k:>5} {batch * per * k:>14,} {f['count']:>5.0f} {f['requests']:>10.3g} {f['lanes_s']:>8.2f} "
+              f"{rate:>12.3g} {raw:>10.3g} {rate / raw:>6.1f}", flush=True)
+        out.update({f"scale_{k}_{key}": v for key, v in f.items()})
     return out
 
 
@@ -536,6 +560,10 @@ def main(argv=None) -> None:
                     help="only the capacity search's speed on every capacity knob of the README (each at the "
                          "middle of its scenario's counts): lanes requests/s vs raw SimPy timed in the same run; "
                          "run from the repository's root; --trials N: trials per knob (default: the scenario's)")
+    ap.add_argument("--scale", action="store_true",
+                    help="only how one capacity count's simulation grows: the judge with its batch and GPUs times "
+                         f"{', '.join(map(str, SCALES))} (--quick: 1, 4), seconds and requests/s against raw SimPy "
+                         "timed in the same run; --trials N: trials per scale (default 10)")
     ap.add_argument("--lm", action="store_true",
                     help="only learner=lm's GRPO step on CPU: racsim's loop vs a plain PyTorch loop of the same "
                          "update at several model sizes, and the time per step fitted against parameters and "
@@ -566,6 +594,8 @@ def main(argv=None) -> None:
             ap.error(f"--token-budget {args.token_budget}: {e}")
     elif args.capacity:
         figures.update(bench_capacity_knobs(args.trials or (5 if args.quick else None)))
+    elif args.scale:
+        figures.update(bench_capacity_scale(SCALES[:2] if args.quick else SCALES, args.trials or 10))
     elif args.lm:
         try:
             figures.update(bench_lm(3, LM_SIZES[:3], repeat=1) if args.quick else bench_lm(10))
@@ -586,10 +616,10 @@ def main(argv=None) -> None:
         figures.update(bench_bias(n_vec, n_loop))
         figures.update(bench_pipeline(trials))
     if not args.quick and not args.sweep and not args.paper and not args.set and not args.gpu_rm \
-            and not args.capacity and not args.lm:
+            and not args.capacity and not args.scale and not args.lm:
         figures.update(bench_default())
     width = max(map(len, figures))
-    for k, v in figures.items() if not args.capacity else ():  # --capacity printed its table
+    for k, v in figures.items() if not (args.capacity or args.scale) else ():  # they printed their tables
         print(f"{k:<{width}}  {v:,.3f}")
     if args.json:
         with open(args.json, "w") as f:

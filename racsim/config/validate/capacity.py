@@ -53,9 +53,14 @@ def _targets(c: Any, corrector: Any) -> None:
     need_one_of("capacity.corrector", c.corrector, CORRECTORS)
     need(c.corrector in list(corrector.names), "capacity.corrector", c.corrector,
          "one of corrector.names (" + ", ".join(corrector.names) + ")")
-    for f in ("max_bias", "max_bias_vs_naive", "max_step_s"):
+    for f in ("max_bias", "max_bias_vs_naive", "max_step_s", "max_sojourn_p95_s", "max_sojourn_p99_s"):
         if getattr(c, f) is not None:
             positive(f"capacity.{f}", getattr(c, f))
+    if c.max_dropped is not None:
+        need(finite(c.max_dropped) and 0 <= c.max_dropped <= 1, "capacity.max_dropped", c.max_dropped,
+             "a share in [0, 1] of the channel's results dropped (default 0.01), or null for no target")
+    if c.max_delay_p95_steps is not None:
+        nonneg("capacity.max_delay_p95_steps", c.max_delay_p95_steps)
     if c.price_per_unit_hour is not None:
         nonneg("capacity.price_per_unit_hour", c.price_per_unit_hour, MAX_PRICE, "USD per unit-hour: past it a "
                "plan's cost is no number")

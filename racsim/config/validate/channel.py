@@ -56,6 +56,21 @@ def validate_channel(ch: Any, key: str) -> None:
         validate_autoscale(ch, f"{key}.autoscale")
     if faults_on(ch):
         validate_faults(ch, f"{key}.faults")
+    if getattr(ch, "background", None) is not None:
+        validate_background(ch, f"{key}.background")
+
+
+def validate_background(ch: Any, key: str) -> None:
+    """A background block: a fixed queue channel with workers (not a kernel, not gpu_rm, not
+    autoscaled, no faults, no cancel_on_drop); a finite rate > 0; its latency law, if any."""
+    b = ch.background
+    need(channel_kind(ch) == "queue" and has_workers(ch) and getattr(ch, "autoscale", None) is None
+         and not faults_on(ch) and not getattr(ch, "cancel_on_drop", False), key, "{...}",
+         "null here: background traffic is modelled on a queue channel with a fixed number of workers "
+         "(not a kernel, gpu_rm, autoscale, faults or cancel_on_drop)")
+    positive(f"{key}.rate_per_s", b.rate_per_s)
+    if b.latency is not None:
+        validate_latency(b.latency, f"{key}.latency")
 
 
 def _queue(ch: Any, key: str) -> None:

@@ -40,6 +40,20 @@ def _capacity_runs(cfg: Any) -> int:
     return max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1
 
 
+def longest_steps(steps: int, max_steps: int) -> int:
+    """The longest run of a capacity search with ``capacity.run_length=auto``: ``pipeline.steps``
+    doubled while the double is at most ``capacity.max_steps`` (racsim.analyses.capacity.settle)."""
+    while 1 <= steps and steps * 2 <= max_steps:
+        steps *= 2
+    return steps
+
+
+def steps_key(sizes: dict) -> str:
+    """The key that sets a run's steps: ``capacity.max_steps`` when a capacity search may double its
+    runs past ``pipeline.steps`` (:func:`run_sizes` then holds its longest run), else ``pipeline.steps``."""
+    return "capacity.max_steps" if "capacity.max_steps" in sizes else "pipeline.steps"
+
+
 def _blame(sizes: dict, *keys: str) -> str:
     """Of ``keys``, the one whose value in ``sizes`` is largest: the knob an array's size is charged to."""
     return max(keys, key=lambda k: sizes[k])
@@ -52,13 +66,15 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     peak): the arrival schedules (trials x steps x batch x (K + 1)), a queue channel's workers and
     a gpu_rm channel's replicas, tokens and sequences per lane, the MDP (S x A x S transitions;
     S x A tables per trial and per sampled trajectory), the bootstrap's counts, the training lanes
-    and the probe's pairs. ``sizes``: every such key's value (largest over study.grid)."""
+    and the probe's pairs. ``sizes``: every such key's value (largest over study.grid); a capacity
+    search's steps are its longest run's (:func:`steps_key`)."""
     S, A = sizes["learner.n_states"], sizes["learner.n_actions"]
     if cfg.study.kind == "probe":
         return {"study.probe.n": F8 * sizes["study.probe.n"] * (4 * PROBE_DRAWS + 12)}
     if cfg.study.kind != "bias" or cfg.learner.kind != "tabular":
         return {}
-    trials, steps, batch, horizon = (sizes[k] for k in ("learner.trials", "pipeline.steps", "pipeline.batch_size",
+    long = steps_key(sizes)
+    trials, steps, batch, horizon = (sizes[k] for k in ("learner.trials", long, "pipeline.batch_size",
                                                          "learner.horizon"))
     p = cfg.pipeline
     K = max(len(p.channels or {}), len(p.delay_steps or []), 1)
@@ -68,7 +84,7 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     def add(key: str, n: float) -> None:
         terms[key] = terms.get(key, 0.0) + n
 
-    sched = ("learner.trials", "pipeline.steps", "pipeline.batch_size")
+    sched = ("learner.trials", long, "pipeline.batch_size")
     add(_blame(sizes, *sched), 200.0 * trials * steps * batch * (K + 1))
     for name, ch in (p.channels or {}).items():
         key = f"pipeline.channels.{name}"
@@ -103,7 +119,7 @@ def fault_events(cfg: Any, sizes: dict) -> dict:
     nominal time plus, for each of the server's requests, the expected retries (at most
     ``max_retries``) each waiting a repair; a request's attempt fails with probability
     1 - exp(-seconds / MTBF), its seconds the channel's mean latency, or a step's for a gpu_rm
-    batch. Lanes: trials and training lanes, once per capacity count."""
+    batch. Lanes: trials and training lanes, once per capacity count (each at its longest run)."""
     p, out = cfg.pipeline, {}
     step = nominal_step(p)
     lanes = sizes["learner.trials"] + (sizes["learner.train.lanes"] if cfg.learner.train.enabled else 0)
@@ -118,14 +134,15 @@ def fault_events(cfg: Any, sizes: dict) -> dict:
             continue
         tp = max(int(ch.rm.tp), 1) if gpu else 1
         servers = max(sizes.get(f"{key}.rm.gpus" if gpu else f"{key}.workers", 1) // tp, 1)
-        requests = sizes["pipeline.steps"] * sizes["pipeline.batch_size"]
+        steps = sizes[steps_key(sizes)]
+        requests = steps * sizes["pipeline.batch_size"]
         if gpu:
             requests *= sizes.get(f"{key}.rm.sequences_per_sample", 1) / max(int(ch.rm.max_batch), 1)
         mtbf, mttr = f.mtbf_s / tp, f.mttr_s
         seconds = step if gpu else (mean_seconds(ch.latency.mean) or step)
         fail = -math.expm1(-min(seconds / mtbf, 700.0))
         retries = min(float(f.max_retries), fail / max(1.0 - fail, 1e-300)) if f.on_failure == "retry" else 0.0
-        span = sizes["pipeline.steps"] * step + requests / servers * retries * mttr
+        span = steps * step + requests / servers * retries * mttr
         per_server = span / (mtbf + mttr) + requests / servers * retries
         out[f"{key}.faults.mtbf_s"] = runs * lanes * servers * per_server
     return out
@@ -133,7 +150,8 @@ def fault_events(cfg: Any, sizes: dict) -> dict:
 
 def run_sizes(cfg: Any) -> dict:
     """Every key that sets an array's size, at its largest value (over study.grid; a capacity search's
-    channel at its largest count), null ones left out."""
+    channel at its largest count; ``capacity.max_steps``: the longest run of a search that doubles its
+    runs, :func:`longest_steps`), null ones left out."""
     keys = [(k, node(cfg, k)) for k in SIZE_KEYS]
     cap = cfg.capacity
     counts = [n for n in cap.counts if isinstance(n, int)] if cap.enabled else []
@@ -144,7 +162,12 @@ def run_sizes(cfg: Any) -> dict:
             if at is not None and getattr(at, leaf, None) is not None:
                 sized = counts and k in ("workers", "rm.gpus") and cap.channel in (None, name)
                 keys.append((f"pipeline.channels.{name}.{k}", max(counts) if sized else getattr(at, leaf)))
-    return {k: _largest(cfg, k, v) for k, v in keys}
+    sizes = {k: _largest(cfg, k, v) for k, v in keys}
+    if cap.enabled and cap.run_length == "auto" and finite(cap.max_steps):
+        longest = longest_steps(sizes["pipeline.steps"], _largest(cfg, "capacity.max_steps", cap.max_steps))
+        if longest > sizes["pipeline.steps"]:
+            sizes["capacity.max_steps"] = longest
+    return sizes
 
 
 def run_estimate(cfg: Any) -> dict:

@@ -128,7 +128,9 @@ def _memory(cfg: Any, est: dict, knob: str, mem_gb: float) -> None:
     """The estimate's bytes within limits.memory_gb and within what this process can have."""
     have, what = process_memory()
     way = "larger (or a smaller faults.mttr_s or faults.max_retries)" if knob.endswith(".mtbf_s") else "smaller"
-    needs = f"{way}: the run needs about {est['memory'] / 1e9:.3g} GB (its largest arrays: {knob})"
+    longest = (f", at a capacity search's longest run of {est['all_sizes'][knob]} steps"
+               if knob == "capacity.max_steps" else "")
+    needs = f"{way}: the run needs about {est['memory'] / 1e9:.3g} GB (its largest arrays: {knob}{longest})"
     need(est["memory"] <= mem_gb * 1e9, knob, node(cfg, knob),
          f"{needs} and limits.memory_gb is {mem_gb:.3g} (raise it to run anyway)")
     need(est["memory"] <= have, knob, node(cfg, knob),

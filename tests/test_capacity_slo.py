@@ -1,0 +1,197 @@
+"""Capacity targets a serving team names (issue 28, point 4) and a capacity search's memory and
+progress (point 9): every target met by the upper end of its interval, checked against a slow
+loop oracle; the binding target named; bad values refused in one line; the memory estimate
+covering the longest run a search may make, held to a measured peak; one progress note per
+count and per doubling of a run."""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from racsim.analyses import capacity as C
+from racsim.analyses.capacity import TARGET_FIGURES, binding, failed, feasible, fewest, run_capacity
+from racsim.app.cli import error_line
+from racsim.config import validate as V
+from racsim.config.defaults import compose_config
+from racsim.config.schema import CAPACITY_TARGETS
+from racsim.config.spec import replace_at, scenario
+from racsim.errors import ConfigError
+from racsim.pipeline import steady
+from racsim.report.capacity import recommendation_text
+
+# the oracle's own table: target key, the column of its figure's interval's upper end
+ORACLE_COLUMNS = [("max_bias", "bias_exact_hi"), ("max_bias_vs_naive", "bias_vs_naive_hi"),
+                  ("max_step_s", "step_s_hi"), ("max_dropped", "dropped_frac_hi"),
+                  ("max_sojourn_p95_s", "sojourn_p95_s_hi"), ("max_sojourn_p99_s", "sojourn_p99_s_hi"),
+                  ("max_delay_p95_steps", "delay_p95_steps_hi")]
+STATUSES = ["ok", "ok", "ok", "overloaded: load 1.2 >= capacity.max_load 0.95",
+            "not stationary at 640 steps (capacity.max_steps 640)"]
+
+
+def oracle_fails(row: dict, targets: dict) -> list:
+    """What a row fails, written out one target at a time."""
+    if row["status"].startswith("overloaded"):
+        return ["load"]
+    if row["status"].startswith("not stationary"):
+        return ["stationarity"]
+    out = []
+    for key, col in ORACLE_COLUMNS:
+        limit = targets[key]
+        if limit is None:
+            continue
+        hi = row[col]
+        if math.isnan(hi) or hi > limit:
+            out.append(key)
+    return out
+
+
+def test_every_target_has_an_interval_column():
+    assert tuple(TARGET_FIGURES) == CAPACITY_TARGETS
+    assert [(k, f"{v}_hi") for k, v in TARGET_FIGURES.items()] == ORACLE_COLUMNS
+
+
+def test_feasible_matches_a_loop_oracle_on_random_rows():
+    rng = np.random.default_rng(28)
+    seen = set()
+    for _ in range(3000):
+        targets = {k: (None if rng.random() < 0.4 else float(rng.choice([0.0, 0.01, 0.5, 1.0, 12.0])))
+                   for k, _ in ORACLE_COLUMNS}
+        row = {"status": str(rng.choice(STATUSES))}
+        for key, col in ORACLE_COLUMNS:
+            t = targets[key] if targets[key] is not None else 1.0
+            u = rng.random()
+            # NaN, exactly on the target, a little under, a little over
+            row[col] = np.nan if u < 0.1 else t if u < 0.3 else t * (0.9 if u < 0.65 else 1.1) + (u >= 0.65) * 1e-3
+            row[col[:-3]] = t * 2 + 1  # the point estimate, always past the target: only the upper end counts
+        want = oracle_fails(row, targets)
+        assert failed(row, targets) == want, (row, targets)
+        assert feasible(row, targets) == (not want)
+        seen.update(want if want else ["none"])
+        if row["status"] == "ok":
+            seen.update(f"nan {k}" for k, c in ORACLE_COLUMNS if targets[k] is not None and math.isnan(row[c]))
+            seen.update(f"tie {k}" for k, c in ORACLE_COLUMNS if targets[k] is not None and row[c] == targets[k])
+    assert seen >= {"none", "load", "stationarity", *CAPACITY_TARGETS, *(f"nan {k}" for k in CAPACITY_TARGETS),
+                    *(f"tie {k}" for k in CAPACITY_TARGETS)}
+
+
+def test_the_binding_target_is_what_the_next_fewer_count_fails():
+    targets = {k: None for k in CAPACITY_TARGETS} | {"max_dropped": 0.01, "max_sojourn_p95_s": 60.0}
+    base = {"corrector": "rac", "status": "ok", **{f"{c}_hi": 0.0 for c in TARGET_FIGURES.values()}}
+    rows = [{**base, "count": 3, "status": "overloaded: load 1.1 >= capacity.max_load 0.95"},
+            {**base, "count": 4, "status": "not stationary at 640 steps"},
+            {**base, "count": 5, "dropped_frac_hi": 0.03, "sojourn_p95_s_hi": 130.0},
+            {**base, "count": 6, "dropped_frac_hi": 0.012},
+            {**base, "count": 7, "dropped_frac_hi": 0.004},
+            {**base, "count": 8}]
+    curve = pd.DataFrame(rows)
+    curve["fails"] = [C.fails_text(r, targets) for _, r in curve.iterrows()]
+    curve["feasible"] = curve.fails == ""
+    assert fewest(curve, "rac") == 7
+    assert binding(curve, "rac", 7) == ["max_dropped"]
+    assert binding(curve, "rac", 6) == ["max_dropped", "max_sojourn_p95_s"]
+    assert binding(curve, "rac", 5) == ["stationarity"] and binding(curve, "rac", 4) == ["load"]
+    assert binding(curve, "rac", 3) == [] and binding(curve, "rac", None) == []
+
+
+def test_the_autoscale_whatif_meets_by_the_same_targets():
+    targets = {k: None for k in CAPACITY_TARGETS} | {"max_dropped": 0.01}
+    row = {"corrector": "rac", "status": "ok", **{f"{c}_hi": 0.0 for c in TARGET_FIGURES.values()}}
+    assert C._whatif(row, targets)["meets"] and C._whatif(row, targets)["fails"] == ""
+    over = C._whatif({**row, "dropped_frac_hi": 0.02}, targets)
+    assert not over["meets"] and over["fails"] == "max_dropped"
+
+
+SMALL = ["learner.trials=6", "learner.bootstrap=0", "pipeline.steps=12", "capacity.benchmark=false",
+         "capacity.resamples=40", "capacity.max_steps=48", "capacity.counts=[4,8]"]
+
+
+def test_a_search_names_its_binding_target_and_ticks_once_per_count():
+    """A sojourn p99 target binds the small judge; the search reports one tick per count it evaluates
+    (the counts between the listed ones included) and a note per doubling of a run."""
+    ticks = []
+    res = run_capacity(scenario(compose_config("scenario=capacity/judge_rm_h100", *SMALL,
+                                               "capacity.max_sojourn_p99_s=6")),
+                       lambda k, note="": ticks.append((k, note)))
+    rac = res.curve[res.curve.corrector == "rac"].set_index("count")
+    assert rac.feasible.tolist() == [not f for f in rac.fails] and res.recommended == fewest(res.curve, "rac")
+    below = rac.index[rac.index < res.recommended].max()
+    assert res.binding == rac.fails[below].split(", ") and "max_sojourn_p99_s" in res.binding
+    assert f"Binding: capacity.max_sojourn_p99_s = 6, which {below} GPUs" in recommendation_text(res)
+    assert "sojourn p99 <= 6 s" in recommendation_text(res)
+    counted = [note.split(" GPUs")[0] for k, note in ticks if k == 1]
+    assert sorted(map(int, counted)) == sorted(rac.index) and sum(k for k, _ in ticks) == len(rac)
+    for n, r in rac[rac.status == "ok"].iterrows():  # a note before each doubling: log2(steps / pipeline.steps)
+        doubled = [note for k, note in ticks if k == 0 and note.startswith(f"{n} GPUs: not stationary")]
+        assert len(doubled) == round(math.log2(r.steps / 12)), (n, doubled)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("max_dropped", -0.01), ("max_dropped", 1.01), ("max_dropped", "abc"), ("max_dropped", float("nan")),
+    ("max_dropped", True), ("max_sojourn_p95_s", 0.0), ("max_sojourn_p95_s", -1.0),
+    ("max_sojourn_p95_s", float("inf")), ("max_sojourn_p99_s", "1 minute"), ("max_sojourn_p99_s", -5.0),
+    ("max_delay_p95_steps", -1.0), ("max_delay_p95_steps", "x"),
+])
+def test_a_bad_target_is_refused_in_one_line(key, value):
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_h100"))
+    with pytest.raises(ConfigError) as info:
+        V.validate(replace_at(cfg, f"capacity.{key}", value))
+    assert info.value.key == f"capacity.{key}" and "\n" not in str(info.value)
+
+
+def test_the_target_edges_and_null_are_accepted_and_a_word_is_refused_at_composition():
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_h100"))
+    assert cfg.capacity.max_dropped == 0.01 and cfg.capacity.max_sojourn_p95_s is None
+    for key, value in [("max_dropped", 0.0), ("max_dropped", 1.0), ("max_dropped", None),
+                       ("max_delay_p95_steps", 0.0), ("max_sojourn_p99_s", 0.5)]:
+        V.validate(replace_at(cfg, f"capacity.{key}", value))
+    with pytest.raises(Exception) as info:
+        compose_config("scenario=capacity/judge_rm_h100", "capacity.max_dropped=abc")
+    line = error_line(info.value)
+    assert line.startswith("capacity.max_dropped") and "\n" not in line
+
+
+# ---------------------------------------------------------------- memory of the longest run (point 9)
+
+FACTOR = 2.0  # as tests/test_limits.py: the estimate within [peak / FACTOR, peak * FACTOR]
+VERIFIER = ["scenario=capacity/code_verifier", "learner.trials=20", "learner.bootstrap=0", "pipeline.steps=10",
+            "capacity.max_steps=160", "capacity.resamples=20"]
+
+
+def test_the_estimate_covers_a_search_doubled_to_its_longest_run(monkeypatch):
+    """settle made to double every time (no verdict stationary) runs 10 -> 160 steps; the capacity
+    estimate holds its measured peak, which the estimate at pipeline.steps would miss by 4x."""
+    cfg = scenario(compose_config(*VERIFIER))
+    est = V.run_estimate(cfg)
+    assert V.biggest_knob(est) == "capacity.max_steps" and est["all_sizes"]["capacity.max_steps"] == 160
+    short = V.run_estimate(scenario(compose_config(*VERIFIER, "capacity.run_length=fixed")))
+    monkeypatch.setattr(steady, "verdict", lambda x, w=None: steady.Verdict(len(x) // 2, False, "forced"))
+    name = C.channel_of(cfg)
+    tracemalloc.start()
+    try:
+        run = C.settle(C.with_count(cfg, C.count_key(cfg, name), 128), name)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert run.steps == 160
+    assert peak / FACTOR <= est["memory"] <= peak * FACTOR, (est["memory"] / 1e6, peak / 1e6)
+    assert short["memory"] < peak / FACTOR  # charged to pipeline.steps alone, the estimate missed the long run
+
+
+def test_the_issue_case_is_refused_before_the_first_count(monkeypatch):
+    """50 trials up to 1,600 steps (the longest run 40 x 2^5 = 1,280) need about 4 GB: refused
+    naming capacity.max_steps before anything is simulated."""
+    monkeypatch.setattr(C, "settle", lambda *a, **k: pytest.fail("a count was simulated"))
+    monkeypatch.setattr(C, "channel_loads", lambda *a, **k: pytest.fail("the loads were drawn"))
+    over = ["scenario=capacity/judge_rm_h100", "learner.trials=50", "capacity.max_steps=1600", "limits.memory_gb=3"]
+    with pytest.raises(ConfigError) as info:
+        run_capacity(scenario(compose_config(*over)))
+    assert info.value.key == "capacity.max_steps" and "1280 steps" in str(info.value)
+    est = V.run_estimate(compose_config(*over))
+    at_longest = V.run_estimate(compose_config(*over, "capacity.run_length=fixed", "pipeline.steps=1280"))
+    assert est["memory"] == at_longest["memory"] and "capacity.max_steps" not in at_longest["terms"]
+    assert V.longest_steps(40, 1600) == 1280 and V.longest_steps(40, 79) == 40 and V.longest_steps(40, 80) == 80
