@@ -307,6 +307,8 @@ def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
                   *NOPLOTS, *run_dir_args(tmp_path / "cap")))
     lines = [ln.split("racsim: capacity search (counts): ", 1)[1] for ln in p.stderr.splitlines()
              if ln.startswith("racsim: capacity search (counts): ")]
+    sens = [ln for ln in lines if " - sensitivity, " in ln]  # the scenario's sensitivity table, after the search
+    lines = lines[:len(lines) - len(sens)]
     counted = [ln for ln in lines if "not stationary" not in ln]
     done = [int(ln.split("/")[0]) for ln in counted]
     curve = pd.read_parquet(tmp_path / "cap" / "capacity.parquet").drop_duplicates("count")
@@ -315,6 +317,9 @@ def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
     assert sorted(int(ln.split(" - ")[1].split(" ")[0]) for ln in counted) == sorted(curve["count"])
     doublings = sum(round(math.log2(s / 12)) for s in curve.steps.dropna())
     assert len(lines) - len(counted) == doublings > 0
+    simulated = pd.read_csv(tmp_path / "cap" / "sensitivity.csv").simulated.dropna().astype(str).str.split().explode()
+    sens_done = [int(ln.split("/")[0]) for ln in sens if "not stationary" not in ln]
+    assert sens_done == list(range(evaluated + 1, evaluated + 1 + len(simulated))) and len(simulated) >= 6
     p = ok(racsim(tmp_path, "learner=lm", "learner.lm.policy=bandit", "pipeline.steps=6", *NOPLOTS,
                   *run_dir_args(tmp_path / "lm")))
     assert p.stdout.startswith("racsim: default: GRPO (bandit), 4 seeds per corrector in ")

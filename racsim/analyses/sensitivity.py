@@ -170,11 +170,12 @@ def judged_only(cfg: RacsimConf, chosen: str) -> RacsimConf:
 
 
 def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen: str,
-                   tell: Optional[Callable[[int, List[dict]], None]] = None) -> Tuple[Optional[int], List[int]]:
+                   say: Optional[Callable[[int, str, int], None]] = None) -> Tuple[Optional[int], List[int]]:
     """The fewest of ``counts`` meeting the capacity targets for the spec ``cfg`` (with ``chosen``),
     and the counts simulated to find it: overloaded counts (long-run load, no simulation) fail;
     the search starts at the count whose load is nearest ``start_load`` (the fewest of two as near;
-    :func:`fewest_from`). ``tell(n, rows)``: after each count evaluated, with its curve rows."""
+    :func:`fewest_from`). ``say(n, note, k)``: progress on count ``n`` (k = 1: evaluated, its
+    :func:`~racsim.analyses.capacity.count_note`; k = 0: its run doubled)."""
     name = channel_of(cfg)
     key, targets = count_key(cfg, name), targets_of(cfg)
     loads = channel_loads(cfg, name, key, counts)
@@ -185,10 +186,10 @@ def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen
 
     def passes(n: int) -> bool:
         if n not in seen:
-            rows = count_rows(cfg, name, key, n, loads[n])[1]
+            rows = count_rows(cfg, name, key, n, loads[n], None if say is None else lambda note: say(n, note, 0))[1]
             seen[n] = meets(rows, chosen, targets)
-            if tell is not None:
-                tell(n, rows)
+            if say is not None:
+                say(n, count_note(rows, chosen, targets), 1)
         return seen[n]
 
     start = min(range(len(able)), key=lambda i: abs(loads[able[i]]["load"] - start_load))
@@ -211,12 +212,11 @@ def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None
             counts = [n for n in range(min(res.listed), max(res.listed) + 1) if n % units == 0]
             change = round(v.value / v.base - 1.0, 12)
 
-            def tell(n: int, rows: List[dict], what=what, change=change) -> None:
-                if progress is not None:  # one more count evaluated
-                    progress(1, f"sensitivity, {what} {change:+.1%}: {n} {res.unit}: "
-                                + count_note(rows, chosen, targets_of(spec)))
+            def say(n: int, note: str, k: int, what=what, change=change) -> None:
+                progress(k, f"sensitivity, {what} {change:+.1%}: {n} {res.unit}: {note}")
 
-            rec, tried = variant_fewest(judged_only(spec, chosen), counts, base_load, chosen, tell)
+            rec, tried = variant_fewest(judged_only(spec, chosen), counts, base_load, chosen,
+                                        say if progress is not None else None)
             group.append({"change": change, "value": v.value, "recommended": rec,
                           "simulated": " ".join(map(str, tried))})
         rows += [{"input": what, "key": input_keys(name, what), **r} for r in sorted(group, key=lambda r: r["change"])]
