@@ -247,7 +247,8 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         st.comp[act[rr], win[rr, cc]] = e[rr]
         if faults is not None:
             st.lost[act[rr], win[rr, cc]] = lost[rr]
-        st.log.append((act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G))
+        st.log.append((act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G,
+                       seconds if faults is None else np.where(lost, 0.0, seconds)))
         st.head[act] = h + n
         st.last[act] = tau
 
@@ -258,17 +259,23 @@ def _prefix(tok: np.ndarray):
 
 
 def _batch_log(rows: list, replicas: int) -> Dict[str, np.ndarray]:
-    """Columns of a batch log, sorted by (lane, start, replica); ``replicas`` the pool's size."""
+    """Columns of a batch log, sorted by (lane, start, replica); ``replicas`` the pool's size.
+    A row (one attempt of a batch on a replica) is (lane, replica, start, end, size, tokens,
+    step[, work]): ``work`` the seconds of service that delivered the batch's results, the last
+    ``work`` seconds before ``end`` (0 for an attempt cut or lost by a failure; ``end - start``
+    where the row has none: nothing fails)."""
     if rows:
         lane, rep, start, end, size, tokens, step = (np.concatenate([np.asarray(r[k]) for r in rows]) for k in range(7))
+        work = np.concatenate([np.asarray(r[7] if len(r) > 7 else np.asarray(r[3]) - np.asarray(r[2]))
+                               for r in rows])
     else:
         lane = rep = size = step = np.zeros(0, dtype=np.int64)
-        start = end = tokens = np.zeros(0)
+        start = end = tokens = work = np.zeros(0)
     order = _log_order(lane, start, rep)
     return {"lane": lane.astype(np.int64)[order], "replica": rep.astype(np.int64)[order],
             "start": start.astype(np.float64)[order], "end": end.astype(np.float64)[order],
             "size": size.astype(np.int64)[order], "tokens": tokens.astype(np.float64)[order],
-            "step": step.astype(np.int64)[order],
+            "step": step.astype(np.int64)[order], "work": work.astype(np.float64)[order],
             "replicas": np.array(replicas, dtype=np.int64)}
 
 
