@@ -109,8 +109,9 @@ def test_resend_on_a_failure_schedule_matches_the_oracle(seed):
         sched[-1] = (np.concatenate([sched[0][0][:3], [1e6]]), np.concatenate([sched[0][0][:3] + 0.5, [1e6 + 1]]))
     draws = resend_draws(gen, tokens, c, sched, retries)
     got = run_lanes(draws, False)
-    assert not _GpuLanes(draws, "g", False, None, False).vector  # resend runs the per-lane event loop
+    assert _GpuLanes(draws, "g", False, None, False).vector  # the vectorised recursion, beside the loop and SimPy
     assert_same_schedule(got, run_simpy(draws, False), f"seed {seed}")
+    assert_same_schedule(got, run_lanes(draws, False, gpu_loop=True), f"seed {seed} loop")
     resent = lost_any = 0
     for i in range(lanes):
         arrival = [float(a) for a in np.repeat(np.cumsum(gen[i]), batch)]
@@ -137,13 +138,16 @@ def test_engines_agree_and_every_result_is_accounted_for_with_resend(seed):
     assert_engines_agree_and_failures_accounted(pcfg, "g", seed)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(8))
 def test_resend_with_bursts_continuous_batches_and_blocking_agrees(seed):
     pcfg = scheduled_pcfg(seed)
     pcfg.channels["g"].faults.on_failure = "resend"
     draws = draw(pcfg, 4, np.random.default_rng(seed))
+    assert _GpuLanes(draws, "g", False, None, False).vector
     for blocking in (False, True):
-        assert_same_schedule(run_lanes(draws, blocking), run_simpy(draws, blocking), f"seed {seed} {blocking}")
+        vec = run_lanes(draws, blocking)
+        assert_same_schedule(vec, run_simpy(draws, blocking), f"seed {seed} {blocking}: vector vs simpy")
+        assert_same_schedule(vec, run_lanes(draws, blocking, gpu_loop=True), f"seed {seed} {blocking}: vs loop")
 
 
 def test_the_default_re_sends_on_gpu_rm_and_retries_on_workers():

@@ -163,8 +163,7 @@ class _GpuLanes:
         if self.ready is not None:
             self.tok = self.ready.to_ready(self.tok)
         self.faults = faults = draws.faults.get(name)
-        self.vector = (not loop and spec.order == "fifo" and (not blocking or timeout is None)
-                       and (faults is None or not faults.spec.resend))  # re-sent batches: the event loop
+        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
         self.slow = draws.slowdown.get(name)  # bursts: (lanes, steps) factor on batch seconds
         if self.ready is not None:
             self.slow = self.ready.slow(self.slow)  # per group
