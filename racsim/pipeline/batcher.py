@@ -362,8 +362,8 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         st.comp[act[rr], win[rr, cc]] = e[rr]
         if faults is not None:
             st.lost[act[rr], win[rr, cc]] = lost[rr]
-        st.log.append((act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G,
-                       seconds if faults is None else np.where(lost, 0.0, seconds)))
+        row = (act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G)
+        st.log.append(row if faults is None else (*row, np.where(lost, 0.0, seconds)))
         st.head[act] = h + n
         st.last[act] = tau
 
@@ -377,8 +377,8 @@ def _batch_log(rows: list, replicas: int) -> Dict[str, np.ndarray]:
     """Columns of a batch log, sorted by (lane, start, replica); ``replicas`` the pool's size.
     A row (one attempt of a batch on a replica) is (lane, replica, start, end, size, tokens,
     step[, work]): ``work`` the seconds of service that delivered the batch's results, the last
-    ``work`` seconds before ``end`` (0 for an attempt cut or lost by a failure; ``end - start``
-    where the row has none: nothing fails)."""
+    ``work`` seconds before ``end``: a pool with faults logs its batches' seconds (0 for an attempt
+    cut or lost by a failure); without, every row's is ``end - start``."""
     if rows:
         lane, rep, start, end, size, tokens, step = (np.concatenate([np.asarray(r[k]) for r in rows]) for k in range(7))
         work = np.concatenate([np.asarray(r[7] if len(r) > 7 else np.asarray(r[3]) - np.asarray(r[2]))

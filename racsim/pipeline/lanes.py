@@ -136,7 +136,8 @@ class _LaneServer:
         for j in b.ends:
             self.comp[j], self.lost[j] = end, lost
             self.left[j // self.G] -= 1
-        self.batches.append((b.replica, tau, end, len(b.ids), b.billed, b.group, 0.0 if lost else b.seconds))
+        row = (b.replica, tau, end, len(b.ids), b.billed, b.group)
+        self.batches.append(row if self.faults is None else (*row, 0.0 if lost else b.seconds))
 
     def run(self, stop=None) -> None:
         """Process decision instants in time order until ``stop(instant)`` or none is left."""

@@ -113,8 +113,8 @@ class _SimpyServer(EndOfInstant):
             return
         self.comp[b.ends] = self.env.now
         self.lost[b.ends] = lost
-        self.batches.append((self.lane, b.replica, start, self.env.now, len(b.ids), b.billed, b.group,
-                             0.0 if lost else b.seconds))
+        row = (self.lane, b.replica, start, self.env.now, len(b.ids), b.billed, b.group)
+        self.batches.append(row if self.faults is None else (*row, 0.0 if lost else b.seconds))
         for j in b.ends:
             g = j // self.G
             self.left[g] -= 1
