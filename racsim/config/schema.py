@@ -225,9 +225,10 @@ class FaultsConf:
     do), or restarts on its own replica once repaired (``retry``), at most ``max_retries``
     times, or is lost (``lose``, or past the cap). On a queue channel with ``workers``, each
     worker fails so, and so do its requests (racsim/pipeline/workers.py; ``retry`` or ``lose``
-    there). ``on_failure`` null (the default): resend on a gpu_rm channel, retry on workers. ``mtbf_s`` null (the default): no failures. ``schedule``: a
-    CSV of known outages (columns server, down_s, up_s; the same in every lane), used instead
-    of random ones (with ``mtbf_s`` and ``mttr_s`` null)."""
+    there). ``on_failure`` null (the default): resend on a gpu_rm channel, retry on workers.
+    ``mtbf_s`` null (the default): no failures. ``schedule``: a CSV of known outages (columns
+    server, down_s, up_s; the same in every lane), used instead of random ones (with
+    ``mtbf_s`` and ``mttr_s`` null)."""
 
     mtbf_s: Optional[float] = None
     mttr_s: Optional[float] = None

@@ -256,7 +256,7 @@ def _candidates(spec: GpuSpec, tok: np.ndarray, group_time: np.ndarray, G: int, 
                 faults, act: np.ndarray, offs: np.ndarray):
     """The next new batch of each lane of ``act`` by :func:`_fifo_lanes`'s rule, per lane: its head,
     window (indices, valid, running longest, how many fit, arrivals), the replicas' free times,
-    when each replica could take it (with faults; else None) and its instant tau."""
+    when each replica could take it (with faults; else their free times, unused) and its instant tau."""
     N, M = tok.shape[1], spec.max_batch
     rows = np.arange(act.size)
     h = st.head[act]
@@ -277,7 +277,7 @@ def _candidates(spec: GpuSpec, tok: np.ndarray, group_time: np.ndarray, G: int, 
     deadline = t_win[:, 0] + spec.max_wait
     free = st.free[act]
     if faults is None:
-        avail = free  # unused
+        avail = free
         tau = np.maximum(np.maximum(st.last[act], free.min(axis=1)), np.minimum(t_full, deadline))
     else:
         ready = np.maximum(st.last[act], np.minimum(t_full, deadline))
