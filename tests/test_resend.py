@@ -192,3 +192,30 @@ def test_useful_never_exceeds_busy(seed):
             assert useful < busy - 1e-9  # an attempt a failure cut or lost in the window: busy, delivered nothing
         if sched.faults is None or name not in sched.faults:
             assert useful == pytest.approx(busy, rel=1e-12)  # nothing fails: all of it
+
+
+def test_a_capacity_run_with_failures_prints_up_and_useful_from_the_run():
+    """`up (%)` is the simulated run's share of replica-seconds up (not the load's long-run
+    figure) and `useful` <= `busy`, both from the run, at every simulated count."""
+    from racsim.analyses.capacity import run_capacity
+    from racsim.config.spec import scenario
+    from racsim.report.capacity import format_curve
+    from racsim.io import fmt
+
+    J = "pipeline.channels.judge"
+    cfg = scenario(compose_config(
+        "scenario=capacity/judge_rm_faults", "capacity.counts=[6,8]", "learner.trials=4", "learner.bootstrap=0",
+        "pipeline.steps=12", "capacity.benchmark=false", "capacity.run_length=fixed", "capacity.resamples=20",
+        "pipeline.warmup_steps=2", f"{J}.rm.sequences_per_sample=16", "pipeline.batch_size=16",
+        "pipeline.generate.mean=1.5", "pipeline.fast_score.mean=0.25", "pipeline.update.mean=0.375",
+        f"{J}.faults.mtbf_s=40", f"{J}.faults.mttr_s=10", f"{J}.max_delay=6"))
+    res = run_capacity(cfg)
+    c = res.curve[(res.curve.corrector == res.targets["corrector"]) & res.curve.utilisation.notna()]  # simulated
+    assert len(c) == 2
+    assert np.all((0 <= c.useful) & (c.useful < c.utilisation) & (c.utilisation <= 1))  # cut attempts: busy, not useful
+    assert np.all(c.availability != c.available) and np.all((0 < c.availability) & (c.availability < 1))
+    table = format_curve(res).splitlines()
+    assert "up (%)" in table[0]
+    for _, r in c.iterrows():
+        line = next(ln for ln in table[1:] if ln.split()[0] == str(int(r["count"])))
+        assert fmt(100 * r.availability) in line and fmt(100 * r.available) not in line, (line, r.availability)
