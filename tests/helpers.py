@@ -10,7 +10,7 @@ from racsim.config.schema import GpuConf, LatencyConf, RMModelConf
 GPU_CATALOG, RM_CATALOG = catalog("gpu"), catalog("model")  # conf/rm/*/*.yaml
 
 ARRAYS = ("delay", "status", "step_start", "submit_time", "service_start", "completion")
-GPU_LOG = ("lane", "replica", "start", "end", "size", "tokens", "step", "replicas")
+GPU_LOG = ("lane", "replica", "start", "end", "size", "tokens", "step", "work", "replicas")
 
 
 def det(x: float) -> LatencyConf:

@@ -270,7 +270,7 @@ def arrivals_gpu_pcfg(seed: int, trace_csv: str):
     """tests/test_gpu_rm.py's random gpu_rm config (FIFO / shortest, padded or packed, flush or
     none, bursts on seeds 2 mod 3, a second pool, a fast scorer on GPUs), fed by stream, poisson,
     uniform or trace arrivals (seed mod 4); continuous batching on seeds 3, 4 mod 6 (chunked on 4, without bursts),
-    failures on seeds 1 mod 4 and a cancel_on_drop queue beside on seeds 2 mod 4."""
+    failures on seeds 1 mod 4 (re-sent, retried, lost) and a cancel_on_drop queue beside on seeds 2 mod 4."""
     pcfg = random_pcfg(seed)
     mode = ARRIVAL_MODES[seed % 4]
     pcfg.arrivals = ArrivalsConf(mode=mode, length=LatencyConf(kind="lognormal", mean=1.0, sigma=0.6),
@@ -280,7 +280,8 @@ def arrivals_gpu_pcfg(seed: int, trace_csv: str):
         g.rm.batching, g.rm.chunked_prefill = "continuous", seed % 6 == 4 and g.degraded_factor == 1
         g.rm.token_budget = min(g.rm.token_budget, 900)
     if seed % 4 == 1:
-        g.faults = FaultsConf(mtbf_s=20.0, mttr_s=2.0, on_failure=["retry", "lose"][seed % 8 // 4], max_retries=1)
+        g.faults = FaultsConf(mtbf_s=20.0, mttr_s=2.0, on_failure=["resend", "retry", "lose"][seed % 12 // 4],
+                              max_retries=1)
     if seed % 4 == 2:
         pcfg.channels["q"] = ChannelConf(latency=LatencyConf(kind="exponential", mean=1.5), workers=2, max_delay=2,
                                          cancel_on_drop=True)

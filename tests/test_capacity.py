@@ -102,6 +102,8 @@ def test_capacity_curve_shape(judge_grid):
     assert wait.step_s.iloc[0] > wait.step_s.iloc[-1]
     np.testing.assert_allclose(rac.cost_per_hour, rac["count"] * 2.5)
     assert np.all((ok.utilisation > 0) & (ok.utilisation <= 1))
+    # useful from the same run as busy: the batches' own seconds, all of busy when nothing fails
+    np.testing.assert_allclose(ok.useful, ok.utilisation, rtol=1e-12)
 
 
 def test_recommendation_is_the_fewest_feasible(judge_grid):

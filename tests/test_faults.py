@@ -258,7 +258,7 @@ def test_capacity_search_runs_every_count_with_the_faults_on():
     key = count_key(cfg, "judge")
     for n in (2, 6):
         d = draw(with_count(cfg, key, n).pipeline, 1, np.random.default_rng(0))
-        assert d.faults["judge"].servers == n and d.faults["judge"].spec == FaultSpec(1800.0, 300.0, 3)
+        assert d.faults["judge"].servers == n and d.faults["judge"].spec == FaultSpec(1800.0, 300.0, 3, resend=True)
 
 
 

@@ -46,7 +46,7 @@ from racsim.pipeline.faults import availability, fault_spec
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, INJECTED, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
-from racsim.pipeline.stats import busy_seconds
+from racsim.pipeline.stats import busy_seconds, useful_share
 from racsim.seeds import rng_for
 
 
@@ -237,6 +237,8 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
     lvl = float(cap.confidence)
     chan = channel_intervals(sched, sched.channel_names.index(name), ch["workers"], v.warmup, counts, lvl)
     bias = bias_intervals(res.bias, counts, lvl)
+    useful = useful_share(sched, sched.channel_names.index(name), _workers(ch["workers"]),
+                          sched.step_start[:, v.warmup], sched.step_start[:, -1])
     out = []
     for _, r in res.results.iterrows():
         step_s = float(r["step_s"])
@@ -269,8 +271,9 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
             "sojourn_p99_s": float(ch["sojourn_p99_s"]),
             "utilisation": float(ch["utilisation"]),  # busy: server-seconds holding work
             **chan,
-            # useful: the work the requests need (full batches), per server-second; available: up
-            "useful": load["work_per_s"] / (n // units_per_server(cfg, name)) if n else np.nan,
+            # useful: the share of server-seconds whose work delivered results, from the run (<= busy);
+            # available: the long-run share up the load assumes
+            "useful": useful,
             "available": load["availability"],
             "cost_per_hour": n * price,
             "cost_per_1000_steps": n * price * step_s * 1000.0 / 3600.0,
@@ -314,6 +317,11 @@ def step_seconds(sched, warmup: int) -> np.ndarray:
     return (sched.step_start[:, -1] - sched.step_start[:, warmup]) / (sched.n_steps - warmup)
 
 
+def _workers(workers) -> Optional[int]:
+    """A channel table's ``workers`` cell as :func:`busy_seconds` takes it (None: no worker limit)."""
+    return None if workers is None or pd.isna(workers) else int(workers)
+
+
 def channel_intervals(sched, k: int, workers, w: int, counts: np.ndarray, level: float) -> Dict[str, float]:
     """Intervals of channel ``k``'s figures measured from step ``w`` on, the trials resampled by
     ``counts``: delay p50/p95 (steps), sojourn p95/p99 (s), dropped share and utilisation."""
@@ -338,7 +346,7 @@ def channel_intervals(sched, k: int, workers, w: int, counts: np.ndarray, level:
     out["dropped_frac_lo"], out["dropped_frac_hi"] = steady.percentile_interval(
         steady.boot_ratio((st == DROPPED).sum(axis=(1, 2)), sent.sum(axis=(1, 2)), counts), level)
     t0, t1 = sched.step_start[:, w], sched.step_start[:, -1]
-    busy = busy_seconds(sched, k, None if workers is None or pd.isna(workers) else int(workers), t0, t1)
+    busy = busy_seconds(sched, k, _workers(workers), t0, t1)
     out["utilisation_lo"], out["utilisation_hi"] = (steady.percentile_interval(
         steady.boot_mean(busy[0] / (busy[1] * (t1 - t0)), counts), level) if busy is not None else (np.nan, np.nan))
     return out

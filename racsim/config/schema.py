@@ -228,17 +228,20 @@ class AutoscaleConf:
 class FaultsConf:
     """Server failures of a gpu_rm channel (racsim/pipeline/faults.py): each GPU fails after
     Exp(``mtbf_s``) seconds up (a replica of tp GPUs when any of them does) and is repaired
-    after Exp(``mttr_s``); a batch cut by a failure restarts on its replica once repaired, at
-    most ``max_retries`` times (``on_failure: retry``), or is lost (``lose``, or past the cap).
-    On a queue channel with ``workers``, each worker fails so, and so do its requests
-    (racsim/pipeline/workers.py). ``mtbf_s`` null (the default): no failures. ``schedule``: a
-    CSV of known outages (columns server, down_s, up_s; the same in every lane), used instead
-    of random ones (with ``mtbf_s`` and ``mttr_s`` null)."""
+    after Exp(``mttr_s``); a batch cut by a failure loses its work and is re-sent at once to the
+    first replica free and up, ahead of the queue (``on_failure: resend``, as serving stacks
+    do), or restarts on its own replica once repaired (``retry``), at most ``max_retries``
+    times, or is lost (``lose``, or past the cap). On a queue channel with ``workers``, each
+    worker fails so, and so do its requests (racsim/pipeline/workers.py; ``retry`` or ``lose``
+    there). ``on_failure`` null (the default): resend on a gpu_rm channel, retry on workers.
+    ``mtbf_s`` null (the default): no failures. ``schedule``: a CSV of known outages (columns
+    server, down_s, up_s; the same in every lane), used instead of random ones (with
+    ``mtbf_s`` and ``mttr_s`` null)."""
 
     mtbf_s: Optional[float] = None
     mttr_s: Optional[float] = None
-    on_failure: str = "retry"
-    max_retries: int = 3
+    on_failure: Optional[str] = None  # resend | retry | lose; null: resend (gpu_rm), retry (workers)
+    max_retries: int = 3  # restarts of a cut batch (resend or retry) before its results are lost
     schedule: Optional[str] = None
 
 

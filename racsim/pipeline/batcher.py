@@ -166,11 +166,124 @@ class _FifoLanes:
     comp: np.ndarray
     log: list
     lost: Optional[np.ndarray] = None  # (lanes, requests) lost to a failure (a pool with faults)
+    again: Optional["_Again"] = None  # batches cut by a failure, to re-send (on_failure: resend)
 
     @classmethod
     def new(cls, lanes: int, requests: int, replicas: int) -> "_FifoLanes":
         return cls(np.zeros(lanes, dtype=np.int64), np.zeros((lanes, replicas)), np.zeros(lanes),
                    np.full((lanes, requests), np.nan), np.full((lanes, requests), np.inf), [])
+
+
+@dataclass
+class _Again:
+    """Per lane, the batches a failure cut that wait to be re-sent (``on_failure: resend``), in
+    slots (lanes, P): the cut instant (inf: an empty slot), the replica it was cut on, its
+    requests [head, head + n), seconds, billed tokens, group and re-sends made so far."""
+
+    d: np.ndarray
+    r: np.ndarray
+    h: np.ndarray
+    n: np.ndarray
+    sec: np.ndarray
+    billed: np.ndarray
+    group: np.ndarray
+    tries: np.ndarray
+
+    @classmethod
+    def new(cls, lanes: int) -> "_Again":
+        i, f = np.zeros((lanes, 1), dtype=np.int64), np.zeros((lanes, 1))
+        return cls(np.full((lanes, 1), np.inf), i, i.copy(), i.copy(), f, f.copy(), i.copy(), i.copy())
+
+    def first(self, lanes: np.ndarray) -> np.ndarray:
+        """Each lane's next batch to re-send: the earliest cut, then the lowest replica (a slot index)."""
+        d = self.d[lanes]
+        return np.where(d == d.min(axis=1)[:, None], self.r[lanes], np.iinfo(np.int64).max).argmin(axis=1)
+
+    def put(self, lanes: np.ndarray, d, r, h, n, sec, billed, group, tries) -> None:
+        """Queue a cut batch on each of ``lanes`` (distinct) in an empty slot (one more column if none)."""
+        empty = np.isinf(self.d[lanes])
+        if not empty.any(axis=1).all():
+            for k in ("d", "r", "h", "n", "sec", "billed", "group", "tries"):
+                a = getattr(self, k)
+                setattr(self, k, np.hstack([a, np.full((a.shape[0], 1), np.inf if k == "d" else 0, dtype=a.dtype)]))
+            empty = np.isinf(self.d[lanes])
+        j = empty.argmax(axis=1)
+        for k, v in zip(("d", "r", "h", "n", "sec", "billed", "group", "tries"), (d, r, h, n, sec, billed, group, tries)):
+            getattr(self, k)[lanes, j] = v
+
+
+def _resend_lanes(spec: GpuSpec, st: "_FifoLanes", faults, lanes: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Re-send, on each of ``lanes`` (with a cut batch waiting), its next cut batch if a replica
+    takes it at or before ``before`` (the instant the lane's next new batch would leave): at
+    tau = the first instant >= its cut at which a replica is free and up (the lowest index on a
+    tie), ahead of new batches, from scratch (:func:`_attempt`). Returns the lanes that did."""
+    ag = st.again
+    j = ag.first(lanes)
+    avail = faults.next_up_lanes(lanes, np.maximum(st.free[lanes], ag.d[lanes, j][:, None]))
+    tau = avail.min(axis=1)
+    go = tau <= before
+    lanes, j, avail, tau = lanes[go], j[go], avail[go], tau[go]
+    if lanes.size:
+        r = np.argmax(avail == tau[:, None], axis=1)
+        h, n, tries = ag.h[lanes, j], ag.n[lanes, j], ag.tries[lanes, j]
+        ag.d[lanes, j] = np.inf  # the slot is free again (refilled if cut once more)
+        _attempt(spec, st, faults, lanes, r, tau, h, n, ag.sec[lanes, j], ag.billed[lanes, j], ag.group[lanes, j],
+                 tries)
+    return lanes
+
+
+def _attempt(spec: GpuSpec, st: "_FifoLanes", faults, lanes, r, tau, h, n, seconds, billed, group, tries) -> None:
+    """Batches [h, h + n) of ``lanes`` start on replicas ``r`` at ``tau`` under ``on_failure: resend``:
+    each completes, or is cut at its replica's next failure d (its work lost, the replica free
+    there) and queued to re-send from d, or past ``retries`` re-sends lost at d. Logs the attempt."""
+    d, _ = faults.outage_lanes(lanes, r, tau)
+    fin = tau + seconds
+    ok = fin <= d
+    e = np.where(ok, fin, d)
+    lost = ~ok & (tries == faults.spec.retries)
+    st.free[lanes, r] = e
+    done = ok | lost
+    rr, cc = np.nonzero((np.arange(spec.max_batch)[None, :] < n[:, None]) & done[:, None])
+    st.comp[lanes[rr], h[rr] + cc] = e[rr]
+    st.lost[lanes[rr], h[rr] + cc] = lost[rr]
+    cut = ~done
+    if cut.any():
+        st.again.put(lanes[cut], d[cut], r[cut], h[cut], n[cut], seconds[cut], billed[cut], group[cut], tries[cut] + 1)
+    st.log.append((lanes, r, tau, e, n, billed, group, np.where(ok, seconds, 0.0)))
+
+
+def _candidates(spec: GpuSpec, tok: np.ndarray, group_time: np.ndarray, G: int, end: int, st: "_FifoLanes",
+                faults, act: np.ndarray, offs: np.ndarray):
+    """The next new batch of each lane of ``act`` by :func:`_fifo_lanes`'s rule, per lane: its head,
+    window (indices, valid, running longest, how many fit, arrivals), the replicas' free times,
+    when each replica could take it (with faults; else their free times, unused) and its instant tau."""
+    N, M = tok.shape[1], spec.max_batch
+    rows = np.arange(act.size)
+    h = st.head[act]
+    win = h[:, None] + offs
+    valid = win < end
+    L = tok[act[:, None], np.minimum(win, N - 1)]
+    mx = np.maximum.accumulate(L, axis=1)
+    cost = (offs + 1.0) * mx if spec.padded else np.cumsum(L, axis=1)
+    fits = valid & (cost <= spec.budget)
+    fits[:, 0] = True
+    n_lim = fits.sum(axis=1)
+    nxt = np.minimum(n_lim, M - 1)
+    limited = (n_lim == M) | ((n_lim < M) & valid[rows, nxt])
+    t_win = group_time[act[:, None], np.minimum(win, N - 1) // G]  # arrival of each request of the window
+    t_max = t_win[:, M - 1]
+    t_next = t_win[rows, nxt]
+    t_full = np.where(n_lim == M, t_max, np.where(limited, t_next, np.inf))
+    deadline = t_win[:, 0] + spec.max_wait
+    free = st.free[act]
+    if faults is None:
+        avail = free
+        tau = np.maximum(np.maximum(st.last[act], free.min(axis=1)), np.minimum(t_full, deadline))
+    else:
+        ready = np.maximum(st.last[act], np.minimum(t_full, deadline))
+        avail = faults.next_up_lanes(act, np.maximum(free, ready[:, None]))  # (lanes, replicas)
+        tau = avail.min(axis=1)
+    return h, win, valid, mx, n_lim, t_win, free, avail, tau
 
 
 def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
@@ -195,38 +308,31 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
     instant >= its free time and the batch's ready time min(T_full, a_h + max_wait) at which
     it is up (tau_k is the earliest over replicas, the lowest-indexed on a tie), and the
     batch runs through its replica's outages (``Timeline.serve``); ``st.lost`` says what a failure lost.
+    With ``on_failure: resend`` a batch cut by a failure waits in ``st.again`` and is re-sent
+    (:func:`_resend_lanes`) before a new batch that would leave at the same instant or later.
     """
-    N = tok.shape[1]
-    M = spec.max_batch
-    offs = np.arange(M)
+    offs = np.arange(spec.max_batch)
+    resend = faults is not None and faults.spec.resend
+    if resend and st.again is None:
+        st.again = _Again.new(st.head.size)
     while True:
         act = np.flatnonzero(st.head < end)
-        if act.size == 0:
+        wait = np.flatnonzero(np.isfinite(st.again.d).any(axis=1)) if resend else act[:0]
+        if act.size == 0 and wait.size == 0:
             return
+        if act.size:
+            cand = _candidates(spec, tok, group_time, G, end, st, faults, act, offs)
+        if wait.size:  # lanes with a cut batch waiting: it leaves first if a replica takes it by their new batch's tau
+            before = np.full(st.head.size, np.inf)
+            if act.size:
+                before[act] = cand[-1]
+            keep = ~np.isin(act, _resend_lanes(spec, st, faults, wait, before[wait]))
+            act = act[keep]
+            if act.size == 0:
+                continue
+            cand = tuple(x[keep] for x in cand)
         rows = np.arange(act.size)
-        h = st.head[act]
-        win = h[:, None] + offs
-        valid = win < end
-        L = tok[act[:, None], np.minimum(win, N - 1)]
-        mx = np.maximum.accumulate(L, axis=1)
-        cost = (offs + 1.0) * mx if spec.padded else np.cumsum(L, axis=1)
-        fits = valid & (cost <= spec.budget)
-        fits[:, 0] = True
-        n_lim = fits.sum(axis=1)
-        nxt = np.minimum(n_lim, M - 1)
-        limited = (n_lim == M) | ((n_lim < M) & valid[rows, nxt])
-        t_win = group_time[act[:, None], np.minimum(win, N - 1) // G]  # arrival of each request of the window
-        t_max = t_win[:, M - 1]
-        t_next = t_win[rows, nxt]
-        t_full = np.where(n_lim == M, t_max, np.where(limited, t_next, np.inf))
-        deadline = t_win[:, 0] + spec.max_wait
-        free = st.free[act]
-        if faults is None:
-            tau = np.maximum(np.maximum(st.last[act], free.min(axis=1)), np.minimum(t_full, deadline))
-        else:
-            ready = np.maximum(st.last[act], np.minimum(t_full, deadline))
-            avail = faults.next_up_lanes(act, np.maximum(free, ready[:, None]))  # (lanes, replicas)
-            tau = avail.min(axis=1)
+        h, win, valid, mx, n_lim, t_win, free, avail, tau = cand
         # arrived by tau: a prefix of the window (arrival times do not decrease along the requests)
         n = np.minimum(n_lim, (valid & (t_win <= tau[:, None])).sum(axis=1))
         ts = cum[act, h + n] - cum[act, h]
@@ -237,6 +343,15 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         if faults is None:
             e = tau + seconds
             r = np.argmax(free <= tau[:, None], axis=1)
+        elif resend:
+            r = np.argmax(avail == tau[:, None], axis=1)
+            rr, cc = np.nonzero(offs[None, :] < n[:, None])
+            st.disp[act[rr], win[rr, cc]] = tau[rr]
+            st.head[act] = h + n
+            st.last[act] = tau
+            _attempt(spec, st, faults, act, r, tau, h, n, seconds, _billed(spec, n.astype(np.float64), ts, m), h // G,
+                     np.zeros(act.size, dtype=np.int64))
+            continue
         else:
             r = np.argmax(avail == tau[:, None], axis=1)
             e, lost = faults.serve_lanes(act, r, tau, seconds)
@@ -247,7 +362,8 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         st.comp[act[rr], win[rr, cc]] = e[rr]
         if faults is not None:
             st.lost[act[rr], win[rr, cc]] = lost[rr]
-        st.log.append((act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G))
+        row = (act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G)
+        st.log.append(row if faults is None else (*row, np.where(lost, 0.0, seconds)))
         st.head[act] = h + n
         st.last[act] = tau
 
@@ -258,17 +374,23 @@ def _prefix(tok: np.ndarray):
 
 
 def _batch_log(rows: list, replicas: int) -> Dict[str, np.ndarray]:
-    """Columns of a batch log, sorted by (lane, start, replica); ``replicas`` the pool's size."""
+    """Columns of a batch log, sorted by (lane, start, replica); ``replicas`` the pool's size.
+    A row (one attempt of a batch on a replica) is (lane, replica, start, end, size, tokens,
+    step[, work]): ``work`` the seconds of service that delivered the batch's results, the last
+    ``work`` seconds before ``end``: a pool with faults logs its batches' seconds (0 for an attempt
+    cut or lost by a failure); without, every row's is ``end - start``."""
     if rows:
         lane, rep, start, end, size, tokens, step = (np.concatenate([np.asarray(r[k]) for r in rows]) for k in range(7))
+        work = np.concatenate([np.asarray(r[7] if len(r) > 7 else np.asarray(r[3]) - np.asarray(r[2]))
+                               for r in rows])
     else:
         lane = rep = size = step = np.zeros(0, dtype=np.int64)
-        start = end = tokens = np.zeros(0)
+        start = end = tokens = work = np.zeros(0)
     order = _log_order(lane, start, rep)
     return {"lane": lane.astype(np.int64)[order], "replica": rep.astype(np.int64)[order],
             "start": start.astype(np.float64)[order], "end": end.astype(np.float64)[order],
             "size": size.astype(np.int64)[order], "tokens": tokens.astype(np.float64)[order],
-            "step": step.astype(np.int64)[order],
+            "step": step.astype(np.int64)[order], "work": work.astype(np.float64)[order],
             "replicas": np.array(replicas, dtype=np.int64)}
 
 

@@ -132,7 +132,7 @@ def fault_timeline(ch: Any, name: str, n_trials: int, servers: int, seed: int) -
     """The outages of channel ``name``'s ``servers`` (gpu_rm replicas of ``rm.tp`` GPUs, or queue
     workers) in every lane: its ``faults.schedule``'s known ones, or drawn from ``seed``."""
     tp = int(ch.rm.tp) if ch.kind == "gpu_rm" else 1
-    spec = fault_spec(ch.faults, tp)
+    spec = fault_spec(ch.faults, tp, gpu=ch.kind == "gpu_rm")
     if ch.faults.schedule is not None:
         return Timeline(0, n_trials, servers, spec,
                         read_schedule(ch.faults.schedule, f"pipeline.channels.{name}.faults.schedule", servers))

@@ -9,14 +9,17 @@ timeline is a pure function of (seed, server, lane): chunk c of server r's cycle
 from ``numpy.random.default_rng([seed, r, c])`` for every lane at once, generated when an
 engine first looks past the end of what exists, so both engines read the same outages
 whatever order they ask in. A down server takes no work. A batch in service when its
-server fails is interrupted there; with ``on_failure: retry`` it keeps the server and
-restarts from scratch when the server is repaired, at most ``max_retries`` times; past
-the cap, or with ``on_failure: lose``, its results are lost at the failure instant (the
-server is then free, and down until its repair).
+server fails is interrupted there (the work done is lost); with ``on_failure: resend`` (a
+gpu_rm channel's default, as serving stacks do) it goes back to the front of the queue at the failure instant
+and restarts from scratch on the first replica free and up, at most ``max_retries`` times
+(a gpu_rm channel; racsim/pipeline/lanes.py and simpy_engine.py); with ``retry`` it keeps
+the server and restarts from scratch when the server is repaired, at most ``max_retries``
+times; past the cap, or with ``on_failure: lose``, its results are lost at the failure
+instant (the server is then free, and down until its repair).
 
 With ``faults.schedule`` (a CSV of known outages: columns server, down_s, up_s; see
 :func:`read_schedule`) the outages are the schedule's, the same in every lane, instead of
-random ones (``mtbf_s`` null); the retry/lose rule is the same.
+random ones (``mtbf_s`` null); the resend/retry/lose rule is the same.
 """
 
 from __future__ import annotations
@@ -39,20 +42,34 @@ class FaultSpec:
     mtbf: float  # seconds, per server (mtbf_s / tp for a gpu_rm replica)
     mttr: float
     retries: int  # restarts allowed after an interruption (0 with on_failure: lose)
+    resend: bool = False  # on_failure: resend: a restart goes to the first replica free and up, not its own
 
 
-def fault_spec(faults: Any, tp: int = 1) -> FaultSpec:
-    """The spec of a channel's ``faults`` config; ``tp`` GPUs per server."""
-    retries = int(faults.max_retries) if faults.on_failure == "retry" else 0
+def fault_spec(faults: Any, tp: int = 1, gpu: bool = True) -> FaultSpec:
+    """The spec of a channel's ``faults`` config; ``tp`` GPUs per server; ``gpu``: a gpu_rm channel's
+    replicas (``on_failure`` null: resend), else a queue's workers (null: retry)."""
+    retries = 0 if faults.on_failure == "lose" else int(faults.max_retries)
+    resend = (faults.on_failure or ("resend" if gpu else "retry")) == "resend"
     if faults.mtbf_s is None:  # a schedule alone (``faults.schedule``): no random outages
-        return FaultSpec(mtbf=math.inf, mttr=0.0, retries=retries)
-    return FaultSpec(mtbf=float(faults.mtbf_s) / tp, mttr=float(faults.mttr_s), retries=retries)
+        return FaultSpec(mtbf=math.inf, mttr=0.0, retries=retries, resend=resend)
+    return FaultSpec(mtbf=float(faults.mtbf_s) / tp, mttr=float(faults.mttr_s), retries=retries, resend=resend)
 
 
 def availability(spec: FaultSpec) -> float:
     """The long-run share of time a server of ``spec`` is up: mtbf / (mtbf + mttr) of its alternating
     exponential up and repair times (1 without random failures)."""
     return 1.0 if math.isinf(spec.mtbf) else spec.mtbf / (spec.mtbf + spec.mttr)
+
+
+def resend_attempt(tl: "Timeline", lane: int, server: int, start: float, seconds: float, tries: int):
+    """One attempt of a batch of ``seconds`` started at ``start`` on an up server under
+    ``on_failure: resend``: (end, False) if it completes before the server's next failure;
+    else the failure instant d and None (cut: re-sent from d) while fewer than the spec's
+    ``retries`` re-sends were made (``tries``), or True (lost at d) past the cap."""
+    d, _ = tl.outage(lane, server, start)
+    if start + seconds <= d:
+        return start + seconds, False
+    return d, (True if tries == tl.spec.retries else None)
 
 
 def cycles(seed: int, server: int, chunk: int, lanes: int, spec: FaultSpec, start: np.ndarray):

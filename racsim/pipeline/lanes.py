@@ -5,7 +5,9 @@ event loop. Bit-identical to the SimPy engine on the same draws (tests say so).
 
 from __future__ import annotations
 
+import heapq
 import math
+from dataclasses import replace
 from typing import List, Optional
 
 import numpy as np
@@ -22,6 +24,7 @@ from racsim.pipeline.autoscale import AutoLanes
 from racsim.pipeline.background import BackgroundStream, background_log
 from racsim.pipeline.cbatch import fifo_lanes, lanes_state, waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
+from racsim.pipeline.faults import resend_attempt
 from racsim.pipeline.landing import _assemble, _async_landing, drop_deadline
 from racsim.pipeline.schedule import ArrivalSchedule
 from racsim.pipeline.workers import Cursor, fifo_assign_faults
@@ -62,7 +65,10 @@ class _LaneServer:
     """One trial's gpu_rm channel as a plain event loop (the lanes engine's general
     path): decision instants are arrivals, batch completions, flush deadlines and, with
     faults, repairs of idle replicas;
-    at each, the batcher's rule (:meth:`_Waiting.dispatch`) says what leaves."""
+    at each, the batcher's rule (:meth:`_Waiting.dispatch`) says what leaves. With
+    ``on_failure: resend`` a batch cut by its replica's failure at d waits in ``again``
+    (ordered by (d, replica)) and, from d on, takes the first idle replica that is up,
+    ahead of the batcher (lowest index first), restarting from scratch."""
 
     def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int, slow: Optional[np.ndarray] = None,
                  faults=None, lane: int = 0):
@@ -78,6 +84,7 @@ class _LaneServer:
         self.disp = np.full(tokens.size, np.nan)
         self.comp = np.full(tokens.size, np.inf)
         self.batches: list = []
+        self.again: list = []  # heap of batches cut by a failure, to re-send: (cut instant, replica, tries, batch)
 
     def add_group(self, time: float) -> None:
         self.arr.append(float(time))
@@ -85,12 +92,13 @@ class _LaneServer:
 
     def _next(self) -> float:
         c = self.arr[self.admitted] if self.admitted < len(self.arr) else math.inf
-        if self.q:
+        if self.q or self.again:  # a cut batch's instant is its replica's free
             for r, f in enumerate(self.free):
                 if f <= self.now and self.faults is not None:  # idle: back when repaired
                     f = self.faults.next_up(self.lane, r, self.now)
                 if self.now < f < c:
                     c = f
+        if self.q:
             d = self.q.deadline(self.arr)
             if self.now < d < c:
                 c = d
@@ -103,18 +111,34 @@ class _LaneServer:
         idle = [r for r, f in enumerate(self.free) if f <= tau]
         if self.faults is not None:
             idle = [r for r in idle if self.faults.next_up(self.lane, r, tau) == tau]
+        while self.again and self.again[0][0] <= tau and idle:  # re-sent batches first
+            _, _, tries, b = heapq.heappop(self.again)
+            self._start(replace(b, replica=idle.pop(0)), tau, tries)
         for b in self.q.dispatch(idle, tau, self.arr):
-            end, lost = tau + b.seconds, False
-            if self.faults is not None:
-                end, lost = self.faults.serve(self.lane, b.replica, tau, b.seconds)
-            self.free[b.replica] = end
             for j in b.starts:
                 self.disp[j] = tau
-            for j in b.ends:
-                self.comp[j], self.lost[j] = end, lost
-                self.left[j // self.G] -= 1
-            self.batches.append((b.replica, tau, end, len(b.ids), b.billed, b.group))
+            self._start(b, tau, 0)
         self.now = tau
+
+    def _start(self, b, tau: float, tries: int) -> None:
+        """Batch ``b`` starts on its replica at ``tau`` (its ``tries``-th re-send): it completes, or
+        a failure cuts it (:meth:`Timeline.serve`'s rule; with resend, one attempt, then ``again``)."""
+        end, lost = tau + b.seconds, False
+        if self.faults is not None and self.faults.spec.resend:
+            end, lost = resend_attempt(self.faults, self.lane, b.replica, tau, b.seconds, tries)
+            if lost is None:  # cut: its replica free (down) at the failure, the batch re-sent from then
+                self.free[b.replica] = end
+                self.batches.append((b.replica, tau, end, len(b.ids), b.billed, b.group, 0.0))
+                heapq.heappush(self.again, (end, b.replica, tries + 1, b))
+                return
+        elif self.faults is not None:
+            end, lost = self.faults.serve(self.lane, b.replica, tau, b.seconds)
+        self.free[b.replica] = end
+        for j in b.ends:
+            self.comp[j], self.lost[j] = end, lost
+            self.left[j // self.G] -= 1
+        row = (b.replica, tau, end, len(b.ids), b.billed, b.group)
+        self.batches.append(row if self.faults is None else (*row, 0.0 if lost else b.seconds))
 
     def run(self, stop=None) -> None:
         """Process decision instants in time order until ``stop(instant)`` or none is left."""
@@ -213,7 +237,7 @@ class _GpuLanes:
         if self.ready is not None:  # back to sample order; a batch's group to its step
             disp, comp = self.ready.from_ready(disp), self.ready.from_ready(comp)
             lost = None if lost is None else self.ready.from_ready(lost)
-            rows = [(*r[:6], np.asarray(r[6]) // self.per) for r in rows]
+            rows = [(*r[:6], np.asarray(r[6]) // self.per, *r[7:]) for r in rows]
         start, end = _per_sample(disp, comp, self.shape)
         self.failed = None if lost is None else lost.reshape(self.shape).any(axis=-1)  # (lanes, steps, batch)
         return start, end, _batch_log(rows, self.spec.replicas)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import replace
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -17,6 +18,7 @@ from racsim.pipeline.autoscale import SimpyAutoPool, logs, sample_times
 from racsim.pipeline.batcher import GpuSpec, _Batch, _batch_log, _per_sample
 from racsim.pipeline.cbatch import waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
+from racsim.pipeline.faults import resend_attempt
 from racsim.pipeline.instant import EndOfInstant
 from racsim.pipeline.landing import _assemble, _async_landing
 from racsim.pipeline.schedule import ArrivalSchedule
@@ -73,6 +75,7 @@ class _SimpyServer(EndOfInstant):
         self.disp = np.full(tokens.size, np.nan)
         self.comp = np.full(tokens.size, np.inf)
         self.batches: list = []
+        self.again: list = []  # heap of batches cut by a failure, to re-send: (cut instant, replica, tries, batch)
         self._start_decider(env, late_cls)  # decide once the instant's arrivals and completions are in
 
     def arrive(self, g: int) -> None:
@@ -84,22 +87,35 @@ class _SimpyServer(EndOfInstant):
     def _decide(self, tau: float) -> None:
         idle = [r for r, res in enumerate(self.gpus) if res.count == 0]
         down = [r for r in idle if self.faults is not None and self.faults.next_up(self.lane, r, tau) > tau]
-        for b in self.q.dispatch([r for r in idle if r not in down], tau, self.arr):
+        up = [r for r in idle if r not in down]
+        while self.again and up:  # batches cut by a failure (resend) first: their cut instants have come
+            _, _, tries, b = heapq.heappop(self.again)
+            b = replace(b, replica=up.pop(0))
+            self.env.process(self._serve(b, self.gpus[b.replica].request(), tries))
+        for b in self.q.dispatch(up, tau, self.arr):
             req = self.gpus[b.replica].request()  # granted at once: the replica is idle
             self.disp[b.starts] = tau
             self.env.process(self._serve(b, req))
-        if self.q and down:  # wake when the first idle replica that is down is repaired
+        if (self.q or self.again) and down:  # wake when the first idle replica that is down is repaired
             back = min(self.faults.next_up(self.lane, r, tau) for r in down)
             _at(self.env, back).callbacks.append(self._poke)
 
-    def _serve(self, b: _Batch, req):
+    def _serve(self, b: _Batch, req, tries: int = 0):
+        """Batch ``b`` (its ``tries``-th re-send) on its replica: completed, lost, or (resend) cut
+        and queued in ``again`` at the failure instant, its replica released."""
         yield req
         start = self.env.now
-        lost = yield from self._attempts(b)
+        lost = yield from self._attempts(b, tries)
         self.gpus[b.replica].release(req)
+        if lost is None:  # cut, to re-send
+            self.batches.append((self.lane, b.replica, start, self.env.now, len(b.ids), b.billed, b.group, 0.0))
+            heapq.heappush(self.again, (self.env.now, b.replica, tries + 1, b))
+            self._poke()
+            return
         self.comp[b.ends] = self.env.now
         self.lost[b.ends] = lost
-        self.batches.append((self.lane, b.replica, start, self.env.now, len(b.ids), b.billed, b.group))
+        row = (self.lane, b.replica, start, self.env.now, len(b.ids), b.billed, b.group)
+        self.batches.append(row if self.faults is None else (*row, 0.0 if lost else b.seconds))
         for j in b.ends:
             g = j // self.G
             self.left[g] -= 1
@@ -107,13 +123,17 @@ class _SimpyServer(EndOfInstant):
                 self.done[g].succeed()
         self._poke()
 
-    def _attempts(self, b: _Batch):
+    def _attempts(self, b: _Batch, tries: int):
         """Serve batch ``b`` on its replica through the replica's outages: interrupted at a
-        failure, restarted at the repair while retries are left, else lost. Returns lost."""
+        failure, restarted at the repair while retries are left, else lost. Returns lost;
+        with resend one attempt (:func:`resend_attempt`): None when cut, to be re-sent."""
         if self.faults is None:
             yield self.env.timeout(b.seconds)
             return False
-        tries = 0
+        if self.faults.spec.resend:
+            end, lost = resend_attempt(self.faults, self.lane, b.replica, self.env.now, b.seconds, tries)
+            yield (self.env.timeout(b.seconds) if lost is False else _at(self.env, end))
+            return lost
         while True:
             down, up = self.faults.outage(self.lane, b.replica, self.env.now)
             if self.env.now + b.seconds <= down:
@@ -331,7 +351,7 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             if feed is not None:  # back to sample order; a batch's group to its step
                 lane = slice(i, i + 1)
                 disp, comp, lost = (feed.from_ready(x[None], lane)[0] for x in (disp, comp, lost))
-                rows[6:] = [r // batch for r in rows[6:]]
+                rows[6] = rows[6] // batch
             start[nm][i], end[nm][i] = _per_sample(disp, np.where(lost, np.inf, comp), shape)
             if nm in draws.faults:
                 failed[nm][i] = lost.reshape(shape).any(axis=-1)

@@ -120,6 +120,27 @@ def busy_seconds(sched: ArrivalSchedule, k: int, workers: Optional[int], t0: np.
     return busy, workers
 
 
+def useful_share(sched: ArrivalSchedule, k: int, workers: Optional[int], t0: np.ndarray, t1: np.ndarray) -> float:
+    """Channel ``k``'s useful share over the window [t0, t1] (mean over trials), on the same
+    server-seconds as its utilisation (servers x window; an autoscaled pool's billed seconds):
+    the seconds of service that delivered results, a gpu_rm batch's last ``work`` seconds (the
+    batch log's: not an attempt a failure cut or lost, nor a batch's wait on its replica's
+    repair), a queue's busy seconds (:func:`busy_seconds`: a lost job counts none). A subset of
+    the busy seconds, so useful <= busy by construction. NaN without a worker limit."""
+    busy = busy_seconds(sched, k, workers, t0, t1)
+    if busy is None:
+        return float("nan")
+    work = busy[0]
+    gpu = (sched.gpu_batches or {}).get(sched.channel_names[k])
+    if gpu is not None:
+        lane = gpu["lane"]
+        work = np.bincount(lane, weights=_inside(gpu["end"] - gpu["work"], gpu["end"], t0[lane], t1[lane]),
+                           minlength=sched.n_trials)
+    pool = (sched.pools or {}).get(sched.channel_names[k])
+    per = billed_seconds(pool, t0, t1) if pool is not None else busy[1] * (t1 - t0)
+    return float(np.mean(work / per))
+
+
 def pool_row(sched: ArrivalSchedule, k: int, pool: Dict[str, np.ndarray], t0: np.ndarray, t1: np.ndarray,
              w: int) -> dict:
     """An autoscaled channel's pool over the measured window [t0, t1] (mean over trials):

@@ -65,7 +65,7 @@ def format_curve(res: CapacityResult) -> str:
         "useful (%)": pct(base.useful.values) if "useful" in base else np.nan,
     })
     if "availability" in base:  # faults: fraction of replica-seconds up, share of results lost to failures
-        table["up (%)"] = pct(base.available.values)
+        table["up (%)"] = pct(base.availability.values)  # the simulated run's, not the load's assumption
         table["lost to failure (%)"] = pct(base.lost_to_failure_frac.values)
     table["$/h"] = base.cost_per_hour.values
     for name in c.corrector.unique():
@@ -269,10 +269,11 @@ def capacity_summary_markdown(cfg: RacsimConf, res: CapacityResult, files: List[
               "step at the interval's upper end, delays in optimizer steps of the asynchronous pipeline, sojourn "
               "(submit to result) in seconds, `dropped` the share of results dropped, `busy` the share of server-"
               "seconds holding work (waiting out a failure or a partly filled batch included), `useful` the share "
-              "the requests' own work needs (full batches; = load x the share up), `$/h` the pool's price per training hour, then each other corrector's exact bias "
+              "whose work delivered results (the batches' service seconds in the same run, not an attempt a "
+              "failure cut; never above `busy`), `$/h` the pool's price per training hour, then each other corrector's exact bias "
               "(sync_oracle: the synchronous reference, not a pipeline), `meets` whether the count meets every target "
               "and `fails` what it misses (a target's key; `load`: overloaded; `stationarity`: no steady state)"
-              + ("; `up` the share of server-seconds up (the outage timeline over the whole run) and `lost to "
+              + ("; `up` the share of server-seconds up in the simulated run (its outage timeline over the measured window) and `lost to "
                  "failure` the share of results lost to failures." if "availability" in res.curve else "."),
               "", "```", format_curve(res), "```", ""]
     if res.autoscale is not None:

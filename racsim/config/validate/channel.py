@@ -11,7 +11,7 @@ from racsim.config.validate.common import MAX_GAIN, finite, int_at_least, need, 
 from racsim.config.validate.latency import validate_latency
 from racsim.config.validate.rm import validate_rm
 
-FAILURE_POLICIES = ("retry", "lose")
+FAILURE_POLICIES = ("resend", "retry", "lose")
 FAULT_SECONDS = (1e-6, 1e12)  # faults.mtbf_s and mttr_s: a microsecond to 30,000 years
 MIN_UP_VS_REPAIR = 1e-7  # a server's mean up time over its mean repair time, at least
 
@@ -164,7 +164,11 @@ def validate_faults(ch: Any, key: str) -> None:
         _fault_schedule(f, key)
     else:
         _fault_rates(ch, key)
-    need_one_of(f"{key}.on_failure", f.on_failure, FAILURE_POLICIES)
+    need(f.on_failure is None or f.on_failure in FAILURE_POLICIES, f"{key}.on_failure", f.on_failure,
+         "one of " + ", ".join(FAILURE_POLICIES) + ", or null (resend on a gpu_rm channel, retry on workers)")
+    need(gpu_rm or f.on_failure != "resend", f"{key}.on_failure", f.on_failure,
+         "retry, lose or null on a queue channel's workers (resend re-sends a gpu_rm channel's batches; "
+         "a worker keeps its request)")
     int_at_least(f"{key}.max_retries", f.max_retries, 0)
     need(getattr(ch, "autoscale", None) is None, f"{key}.{on}", getattr(f, on),
          "null on an autoscaled channel (failures are modelled for fixed pools)")

@@ -117,9 +117,10 @@ def fault_events(cfg: Any, sizes: dict) -> dict:
     """Outages and retried attempts a run's failing channels generate, by ``faults.mtbf_s`` key: per
     lane and server, the span it covers over (MTBF + MTTR), where the span is the run's steps of
     nominal time plus, for each of the server's requests, the expected retries (at most
-    ``max_retries``) each waiting a repair; a request's attempt fails with probability
-    1 - exp(-seconds / MTBF), its seconds the channel's mean latency, or a step's for a gpu_rm
-    batch. Lanes: trials and training lanes, once per capacity count (each at its longest run)."""
+    ``max_retries``) each waiting a repair (``retry``; a ``resend`` waits none); a request's
+    attempt fails with probability 1 - exp(-seconds / MTBF), its seconds the channel's mean
+    latency, or a step's for a gpu_rm batch. Lanes: trials and training lanes, once per capacity
+    count (each at its longest run)."""
     p, out = cfg.pipeline, {}
     step = nominal_step(p)
     lanes = sizes["learner.trials"] + (sizes["learner.train.lanes"] if cfg.learner.train.enabled else 0)
@@ -141,8 +142,10 @@ def fault_events(cfg: Any, sizes: dict) -> dict:
         mtbf, mttr = f.mtbf_s / tp, f.mttr_s
         seconds = step if gpu else (mean_seconds(ch.latency.mean) or step)
         fail = -math.expm1(-min(seconds / mtbf, 700.0))
-        retries = min(float(f.max_retries), fail / max(1.0 - fail, 1e-300)) if f.on_failure == "retry" else 0.0
-        span = steps * step + requests / servers * retries * mttr
+        retries = min(float(f.max_retries), fail / max(1.0 - fail, 1e-300)) if f.on_failure != "lose" else 0.0
+        resend = f.on_failure == "resend" or (gpu and f.on_failure is None)
+        wait = 0.0 if resend else mttr  # a re-sent batch waits for no repair
+        span = steps * step + requests / servers * retries * wait
         per_server = span / (mtbf + mttr) + requests / servers * retries
         out[f"{key}.faults.mtbf_s"] = runs * lanes * servers * per_server
     return out
