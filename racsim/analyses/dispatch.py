@@ -37,7 +37,8 @@ def compute(cfg: RacsimConf, progress: Optional[Any] = None) -> Union[RunResult,
     when ``capacity.enabled``, else :func:`run`. ``progress(k)``: k more units of work done
     (trials of the bias benchmark, counts of a capacity search, which passes a second argument: a
     note on the count just evaluated, or on a long phase with k = 0; seed-steps of the LM learner's GRPO,
-    which passes a third: ``more`` work added to the total, all of it at first). Raises ConfigError on a user's mistake."""
+    which passes a third: ``more`` work added to the total, all of it at first). Raises ConfigError on a
+    user's mistake."""
     if cfg.capacity.enabled:
         return run_capacity(cfg, progress)
     return run(cfg, progress)
