@@ -301,7 +301,7 @@ def test_a_grid_cell_reads_as_a_law_not_a_dict_and_long_tables_are_cut():
 def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
     """stderr is a pipe here: a capacity search says each count it evaluates on a line of its own (the
     search adds the counts the list skips, and the total follows), and each doubling of a count's run
-    on one more; a GRPO run's header names it."""
+    on one more; a GRPO run's header names it, and its seed-steps move."""
     p = ok(racsim(tmp_path, "scenario=capacity/judge_rm_h100", "learner.trials=4", "learner.bootstrap=0",
                   "pipeline.steps=12", "capacity.benchmark=false", "capacity.resamples=20", "capacity.counts=[4,8]",
                   *NOPLOTS, *run_dir_args(tmp_path / "cap")))
@@ -323,4 +323,8 @@ def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
     p = ok(racsim(tmp_path, "learner=lm", "learner.lm.policy=bandit", "pipeline.steps=6", *NOPLOTS,
                   *run_dir_args(tmp_path / "lm")))
     assert p.stdout.startswith("racsim: default: GRPO (bandit), 4 seeds per corrector in ")
-    assert "bias benchmark" not in p.stderr  # no bar that would not move
+    assert "bias benchmark" not in p.stderr  # no bar that would not move: GRPO's seed-steps, each corrector noted
+    grpo = [ln for ln in p.stderr.splitlines() if ln.startswith("racsim: GRPO (seed-steps): ")]
+    names = pd.read_csv(tmp_path / "lm" / "results.csv").corrector
+    assert [ln.split(" - ")[1] for ln in grpo if " - " in ln] == [f"{n}: seeds 0..3" for n in names]
+    assert grpo[-1] == f"racsim: GRPO (seed-steps): {6 * len(names) * 4}/{6 * len(names) * 4} seed-steps"

@@ -38,7 +38,9 @@ def compute(cfg: RacsimConf, progress: Optional[Any] = None) -> Union[RunResult,
     when ``capacity.enabled`` (with its sensitivity table when ``capacity.sensitivity.enabled``:
     racsim.analyses.sensitivity), else :func:`run`. ``progress(k)``: k more units of work done
     (trials of the bias benchmark, counts of a capacity search, which passes a second argument: a
-    note on the count just evaluated, or on a long phase with k = 0). Raises ConfigError on a user's mistake."""
+    note on the count just evaluated, or on a long phase with k = 0; seed-steps of the LM learner's GRPO,
+    which passes a third: ``more`` work added to the total, all of it at first). Raises ConfigError on a
+    user's mistake."""
     if cfg.capacity.enabled:
         return run_capacity_sensitivity(cfg, progress)
     return run(cfg, progress)
@@ -52,7 +54,7 @@ def run(cfg: RacsimConf, progress: Optional[Any] = None) -> RunResult:
     if kind != "bias":
         return ANALYSES[kind](cells[0][1])
     if cells[0][1].learner.kind == "lm":
-        return run_lm_study(cells)
+        return run_lm_study(cells, progress)
     mode = cells[0][1].study.mode
     res = run_bias_study(cells, progress) if mode != "static" else RunResult(results=pd.DataFrame())
     if mode == "pipeline":

@@ -16,7 +16,7 @@ seed count a pilot's variance decides (:func:`seed_rule`) when
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import pandas as pd
@@ -191,10 +191,22 @@ def paired_table(out: Dict[str, Any], seeds: int, window: int, effect_size: floa
     return df[["metric"] + [c for c in df.columns if c != "metric"]]
 
 
-def run_cell(cfg: Any) -> Dict[str, Any]:
+def first_seeds(lm: Any) -> int:
+    """The seeds a cell trains before any seed rule: the pilot's, or ``learner.lm.seeds``."""
+    return lm.pilot_seeds if lm.pilot_seeds > 0 else lm.seeds
+
+
+def seed_steps(cfg: Any, seeds: int) -> int:
+    """The GRPO steps of ``seeds`` seeds of every corrector of a cell (the unit of an LM run's progress)."""
+    return cfg.pipeline.steps * len(corrector_names(cfg)) * seeds
+
+
+def run_cell(cfg: Any, progress: Optional[Callable[..., None]] = None) -> Dict[str, Any]:
     """Every corrector's GRPO runs on one cell: results rows, curves and gradient records.
     With ``learner.lm.pilot_seeds`` > 0 (and rac among the correctors) the pilot's seeds
-    run first and :func:`seed_rule` sets how many run in all."""
+    run first and :func:`seed_rule` sets how many run in all. ``progress(k)`` after each step of
+    each seed batch (k seed-steps), ``progress(0, note)`` as each corrector's batch starts, and
+    ``progress(0, note, more)`` when the rule adds ``more`` seed-steps."""
     lm = cfg.learner.lm
     p = cfg.pipeline
     names = corrector_names(cfg)
@@ -229,6 +241,8 @@ def run_cell(cfg: Any) -> Dict[str, Any]:
             return
         rngs = lambda streams: [np.random.default_rng(streams[lane]) for lane in range(first, last)]  # noqa: E731
         for name in names:
+            if progress is not None:
+                progress(0, f"{name}: seeds {first}..{last - 1}")
             if lm.policy != "bandit":
                 from racsim.learner.lm import BatchedTransformerPolicy  # lazy: torch loads only for this learner
 
@@ -239,18 +253,19 @@ def run_cell(cfg: Any) -> Dict[str, Any]:
                 d, s, land = zip(*slices[name][first:last])
                 curves[name].extend(train_lanes(batch, task, d, s, land, name, params, shares, lm.group_size,
                                                 lm.kl_coef, rngs(stream), rngs(grad_stream), checkpoints,
-                                                lm.sync_batch))
+                                                lm.sync_batch, progress))
                 continue
             for lane, (d, s, land) in enumerate(slices[name][first:last], start=first):
                 policy = make_policy(lm, task, lm.init_seed + lane)
                 out["params"] = policy.n_params
                 curves[name].append(train_lane(policy, task, d, s, land, name, params, shares, lm.group_size,
                                                lm.kl_coef, np.random.default_rng(stream[lane]),
-                                               np.random.default_rng(grad_stream[lane]), checkpoints, lm.sync_batch))
+                                               np.random.default_rng(grad_stream[lane]), checkpoints, lm.sync_batch,
+                                               progress))
 
     window = max(1, (p.steps + 1) // 10)
     t0 = time.perf_counter()
-    seeds = lm.pilot_seeds if power else lm.seeds
+    seeds = first_seeds(lm)
     train(0, seeds)
     if power:  # the pilot, then the rule on every seed run so far until it asks for no more (at most 3 stages)
         rules = []
@@ -261,6 +276,8 @@ def run_cell(cfg: Any) -> Dict[str, Any]:
             print(f"racsim: {cfg.name}: " + rule_text(rule, lm.max_seeds), flush=True)
             if more <= seeds:
                 break
+            if progress is not None:
+                progress(0, f"the seed rule asks for {more} seeds", seed_steps(cfg, more - seeds))
             train(seeds, more)
             seeds = more
         out["paired"] = paired_table(out, seeds, window, lm.effect_size)
@@ -359,15 +376,19 @@ def gradients_table(out: Dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_lm_study(cells: list) -> RunResult:
+def run_lm_study(cells: list, progress: Optional[Callable[..., None]] = None) -> RunResult:
     """Every cell of the grid; a single cell also keeps its curves, gradient records and
     schedules; with rac and another corrector, the paired differences (``lm_paired``) and the
-    seed rule on them (``lm_seed_rule``: a power study's stages, or what the rule would ask)."""
+    seed rule on them (``lm_seed_rule``: a power study's stages, or what the rule would ask).
+    ``progress``: as :func:`run_cell`'s, told first the seed-steps every cell will run before any seed rule
+    (``progress(0, "", total)``)."""
+    if progress is not None:
+        progress(0, "", sum(seed_steps(c, first_seeds(c.learner.lm)) for _, c in cells))
     tables: Dict[str, list] = {"results": [], "lm_paired": [], "lm_seed_rule": []}
     timings = {"pipeline_s": 0.0, "training_s": 0.0}
     out: Dict[str, Any] = {}
     for values, ccfg in cells:
-        out = run_cell(ccfg)
+        out = run_cell(ccfg, progress)
         timings["pipeline_s"] += out["pipeline_s"]
         timings["training_s"] += out["training_s"]
         vals = {"cell": len(tables["results"]), **values} if len(cells) > 1 else values

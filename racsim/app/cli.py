@@ -141,13 +141,17 @@ def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
 
 class _Lines:
     """Progress through a pipe (stderr not a terminal): one line at each tenth of the work, and one
-    for each update with a note (a capacity search's count, or a long phase of it)."""
+    for each update with a note (a capacity search's count, or a long phase of it; an LM run's
+    corrector batch). ``more``: work added to the total (an LM run's, and its seed rule's)."""
 
     def __init__(self, total: int, desc: str, unit: str):
         self.total, self.desc, self.unit, self.done, self.shown = total, desc, unit, 0, 0
 
-    def update(self, k: int = 1, note: str = "") -> None:
+    def update(self, k: int = 1, note: str = "", more: int = 0) -> None:
         self.done += k
+        self.total += more
+        if more:
+            self.shown = min(self.shown, 10 * self.done // max(1, self.total))
         tenth = min(10, 10 * self.done // max(1, self.total))
         if tenth > self.shown or self.done > self.total or note:  # past the total: a search that added counts
             self.shown, self.total = max(tenth, self.shown), max(self.total, self.done)
@@ -165,8 +169,8 @@ class _Bar:
     def __init__(self, bar):
         self.bar = bar
 
-    def update(self, k: int = 1, note: str = "") -> None:
-        self.bar.total = max(self.bar.total, self.bar.n + k)
+    def update(self, k: int = 1, note: str = "", more: int = 0) -> None:
+        self.bar.total = max(self.bar.total + more, self.bar.n + k)
         if note:
             self.bar.set_postfix_str(note, refresh=not k)
         if k:
@@ -177,12 +181,15 @@ class _Bar:
 
 
 def _progress_bar(cfg):
-    """What moves while a run computes: the bias benchmark's trials, or a capacity search's counts (the
-    search may add counts between the listed ones); none for learner=lm (its seeds say when they run)."""
-    if not cfg.output.progress or in_multirun() or cfg.learner.kind == "lm":  # a sweep shows its own job counter
+    """What moves while a run computes: the bias benchmark's trials, a capacity search's counts (the
+    search may add counts between the listed ones), or learner=lm's GRPO steps of each seed (the study
+    gives their total, and adds the seeds its rule asks for)."""
+    if not cfg.output.progress or in_multirun():  # a sweep shows its own job counter
         return None
     if cfg.capacity.enabled:
         total, desc, unit = len(set(cfg.capacity.counts)), "capacity search (counts)", "count"
+    elif cfg.learner.kind == "lm":
+        total, desc, unit = 0, "GRPO (seed-steps)", "seed-step"
     else:
         total, desc, unit = int(cfg.learner.trials), "bias benchmark (trials)", "trial"
     if not sys.stderr.isatty():

@@ -272,7 +272,8 @@ class _Lane:
 def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.ndarray, land: np.ndarray,
                name: str, params: CorrectorParams, shares: Sequence[float], group: int, kl_coef: float,
                rng: np.random.Generator, bias_rng: Optional[np.random.Generator] = None,
-               checkpoints: Sequence[int] = (), sync_batch: int = 8) -> LaneCurve:
+               checkpoints: Sequence[int] = (), sync_batch: int = 8,
+               progress: Optional[Callable[[int], None]] = None) -> LaneCurve:
     """Train ``policy`` for ``delay.shape[0]`` steps with corrector ``name``: :func:`train_lanes`
     on one lane.
 
@@ -285,20 +286,21 @@ def train_lane(policy: Policy, task: RewardTask, delay: np.ndarray, status: np.n
     term's gradient counts among the late part.)
     """
     return train_lanes(OneLane(policy), task, [delay], [status], [land], name, params, shares, group, kl_coef,
-                       [rng], None if bias_rng is None else [bias_rng], checkpoints, sync_batch)[0]
+                       [rng], None if bias_rng is None else [bias_rng], checkpoints, sync_batch, progress)[0]
 
 
 def train_lanes(policy: Lanes, task: RewardTask, delays: Sequence[np.ndarray], statuses: Sequence[np.ndarray],
                 lands: Sequence[np.ndarray], name: str, params: CorrectorParams, shares: Sequence[float],
                 group: int, kl_coef: float, rngs: Sequence[np.random.Generator],
                 bias_rngs: Optional[Sequence[np.random.Generator]] = None, checkpoints: Sequence[int] = (),
-                sync_batch: int = 8) -> List[LaneCurve]:
+                sync_batch: int = 8, progress: Optional[Callable[[int], None]] = None) -> List[LaneCurve]:
     """:func:`train_lane` on S lanes at once: lane s trains ``policy``'s lane s on
     ``delays[s]``, ``statuses[s]``, ``lands[s]`` (each (steps, P, K)) with ``rngs[s]`` (and
     ``bias_rngs[s]``), exactly as train_lane would alone; one :class:`Lanes` call per step
     serves every lane. An update's rows differ in number between lanes (the late groups
     that land): each lane's rows are padded to the widest with rows of coefficient 0
-    (prompt 0, response of token 0), which contribute exactly 0 to its gradient."""
+    (prompt 0, response of token 0), which contribute exactly 0 to its gradient.
+    ``progress(S)`` after each step's update (S lane-steps done), when given."""
     S = len(rngs)
     if not len(delays) == len(statuses) == len(lands) == S == policy.n_lanes:
         raise ValueError(f"{policy.n_lanes} policy lanes, {len(delays)} delays, {len(statuses)} statuses, "
@@ -347,6 +349,8 @@ def train_lanes(policy: Lanes, task: RewardTask, delays: Sequence[np.ndarray], s
                     "late_dot": float((grad[s] - g_cur[s]) @ (g_res_a[s] + g_res_b[s]) / 2),
                     "res_dot": float(g_res_a[s] @ g_res_b[s]),
                     "cosine": float(grad[s] @ g_sync[s] / den) if den > 0 else np.nan})
+        if progress is not None:
+            progress(S)
     pidx = draw_prompts(rngs)
     resp = policy.sample(pidx, rngs)
     for s, lane in enumerate(lanes):

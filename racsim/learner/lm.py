@@ -68,7 +68,30 @@ def build_model(conf: Any, vocab: int, max_len: int, seed: int) -> torch.nn.Modu
     return LlamaForCausalLM(cfg)
 
 
-class TransformerPolicy:
+def response_logprob(logits: torch.Tensor, tokens: torch.Tensor, prompt_len: int, vocab: int) -> torch.Tensor:
+    """Teacher-forced log pi(y | x) = sum_t log softmax(logits_{t-1})[y_t] over the response tokens
+    (``tokens[..., prompt_len:]``), the logits restricted to the first ``vocab`` ids; any leading axes
+    (rows, or seeds x rows); float32."""
+    lp = torch.log_softmax(logits[..., prompt_len - 1 : -1, :vocab].float(), dim=-1)
+    return lp.gather(-1, tokens[..., prompt_len:, None]).squeeze(-1).sum(dim=-1)
+
+
+class _Scores:
+    """log pi(y | x) and log pi_ref(y | x) of rows as float64 arrays, for both policies: their
+    ``_logp(weights, prompt_idx, responses)`` on the trained ``weights`` or the frozen ``ref``."""
+
+    @torch.no_grad()
+    def logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        return self._logp(self.weights, prompt_idx, responses).double().cpu().numpy()
+
+    @torch.no_grad()
+    def ref_logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        if self.ref is None:
+            raise ValueError("no reference model: build the policy with reference=True for a KL term")
+        return self._logp(self.ref, prompt_idx, responses).double().cpu().numpy()
+
+
+class TransformerPolicy(_Scores):
     """pi(y | x) of a causal LM over the task's prompts (tokens (n_prompts, prompt_len)),
     responses of ``response_len`` tokens among the first ``vocab`` ids; ``optimizer``
     (sgd or adam) with learning rate ``lr``; a frozen copy as the KL reference when
@@ -87,6 +110,7 @@ class TransformerPolicy:
         opt = torch.optim.Adam if conf.optimizer == "adam" else torch.optim.SGD
         self.opt = opt(self.params, lr=conf.lr)
         self.ref = copy.deepcopy(self.model).requires_grad_(False) if reference else None
+        self.weights = self.model
 
     def _tokens(self, prompt_idx: np.ndarray, responses: np.ndarray) -> torch.Tensor:
         x = np.concatenate([self.prompts[np.asarray(prompt_idx)], np.asarray(responses, dtype=np.int64)], axis=1)
@@ -95,9 +119,7 @@ class TransformerPolicy:
     def _logp(self, model: torch.nn.Module, prompt_idx: np.ndarray, responses: np.ndarray) -> torch.Tensor:
         """Teacher-forced sum over the response of log pi(y_t | x, y_<t), (n,) float32."""
         x = self._tokens(prompt_idx, responses)
-        lp0 = self.prompts.shape[1]
-        logits = model(input_ids=x).logits[:, lp0 - 1 : -1, : self.vocab].float()
-        return torch.log_softmax(logits, dim=-1).gather(-1, x[:, lp0:, None]).squeeze(-1).sum(dim=-1)
+        return response_logprob(model(input_ids=x).logits, x, self.prompts.shape[1], self.vocab)
 
     @torch.no_grad()
     def sample(self, prompt_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -112,16 +134,6 @@ class TransformerPolicy:
                 tok = torch.as_tensor(out[:, j : j + 1], device=self.device)
                 step = self.model(input_ids=tok, past_key_values=step.past_key_values, use_cache=True)
         return out
-
-    @torch.no_grad()
-    def logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
-        return self._logp(self.model, prompt_idx, responses).double().cpu().numpy()
-
-    @torch.no_grad()
-    def ref_logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
-        if self.ref is None:
-            raise ValueError("no reference model: build the policy with reference=True for a KL term")
-        return self._logp(self.ref, prompt_idx, responses).double().cpu().numpy()
 
     def _backward(self, logp: torch.Tensor, coef: np.ndarray, norm: float) -> None:
         c = torch.as_tensor(coef, dtype=logp.dtype, device=self.device)
@@ -168,7 +180,7 @@ def fuse_gelu(model: torch.nn.Module) -> None:
                 setattr(mod, child_name, _GeluTanh())
 
 
-class BatchedTransformerPolicy:
+class BatchedTransformerPolicy(_Scores):
     """S :class:`TransformerPolicy` runs at once: seed s's model is
     ``build_model(conf, vocab, max_len, seeds[s])``, its parameters slice s of stacked
     leaf tensors (S, ...), and one optimizer (``conf.optimizer``: Adam and SGD act
@@ -205,6 +217,7 @@ class BatchedTransformerPolicy:
         opt = torch.optim.Adam if conf.optimizer == "adam" else torch.optim.SGD
         self.opt = opt(self.leaves, lr=conf.lr)
         self.ref = {k: v.detach().clone() for k, v in params.items()} if reference else None
+        self.weights = params
         model = self.model
 
         def logits(p, b, x):
@@ -230,34 +243,22 @@ class BatchedTransformerPolicy:
     def _logp(self, params: dict, prompt_idx: np.ndarray, responses: np.ndarray) -> torch.Tensor:
         """Teacher-forced sum over the response of log pi(y_t | x, y_<t), (S, n) float32."""
         x = self._tokens(prompt_idx, responses)
-        lp0 = self.prompts.shape[1]
-        logits = self._logits(params, self.buffers, x)[:, :, lp0 - 1 : -1, : self.vocab].float()
-        return torch.log_softmax(logits, dim=-1).gather(-1, x[:, :, lp0:, None]).squeeze(-1).sum(dim=-1)
+        return response_logprob(self._logits(params, self.buffers, x), x, self.prompts.shape[1], self.vocab)
 
     @torch.no_grad()
     def sample(self, prompt_idx: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
         S, n = np.shape(prompt_idx)
         out = np.empty((S, n, self.response_len), dtype=np.int64)
         logits, kv = self._first(self.params, self.buffers, self._tokens(prompt_idx, np.zeros((S, n, 0), np.int64)))
-        rows = np.arange(n)
-        for j in range(self.response_len):
-            p = torch.softmax(logits[:, :, : self.vocab].double(), dim=-1).cpu().numpy()
-            for s in range(S):
-                out[s, :, j] = _inverse_cdf(_search_table(p[s]), rows, rngs[s].random(n))
+        rows = np.arange(S * n)
+        for j in range(self.response_len):  # every seed's rows at once (row by row: seed s's as alone)
+            p = torch.softmax(logits[:, :, : self.vocab].double(), dim=-1).cpu().numpy().reshape(S * n, -1)
+            u = np.concatenate([rng.random(n) for rng in rngs])
+            out[:, :, j] = _inverse_cdf(_search_table(p), rows, u).reshape(S, n)
             if j + 1 < self.response_len:
                 tok = torch.as_tensor(out[:, :, j : j + 1], device=self.device)
                 logits, kv = self._step(self.params, self.buffers, tok, kv)
         return out
-
-    @torch.no_grad()
-    def logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
-        return self._logp(self.params, prompt_idx, responses).double().cpu().numpy()
-
-    @torch.no_grad()
-    def ref_logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
-        if self.ref is None:
-            raise ValueError("no reference model: build the policy with reference=True for a KL term")
-        return self._logp(self.ref, prompt_idx, responses).double().cpu().numpy()
 
     def _backward(self, logp: torch.Tensor, coef: np.ndarray, norm: float) -> None:
         c = torch.as_tensor(np.asarray(coef), dtype=logp.dtype, device=self.device)
@@ -286,10 +287,8 @@ class BatchedTransformerPolicy:
             params = {name: v.index_select(0, it) for name, v in self.params.items()}
             buffers = self.buffers
             x = self._tokens(prompt_idx[idx, :w], responses[idx, :w])
-            lp0 = self.prompts.shape[1]
             logits = self._logits(params, {name: b.index_select(0, it) for name, b in buffers.items()}, x)
-            lp = torch.log_softmax(logits[:, :, lp0 - 1 : -1, : self.vocab].float(), dim=-1)
-            lp = lp.gather(-1, x[:, :, lp0:, None]).squeeze(-1).sum(dim=-1)
+            lp = response_logprob(logits, x, self.prompts.shape[1], self.vocab)
             parts.append(torch.nn.functional.pad(lp, (0, m - w)))
         inverse = torch.as_tensor(np.argsort(order), device=self.device)
         return torch.cat(parts).index_select(0, inverse)
