@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from racsim.analyses.capacity import (batch_units, channel_figures, regime_cycle, regime_scales, regime_window,
-                                      sized_run)
+                                      run_capacity, sized_run)
 from racsim.config.defaults import compose_config
 from racsim.config.spec import replace_at, scenario
 from racsim.learner.bias import bootstrap_counts
@@ -18,7 +18,7 @@ from racsim.pipeline.draws import draw
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, UNROUTED
 from racsim.seeds import rng_for
-from racsim.tools.seeds import seed_statement
+from racsim.tools.seeds import seed_answers, seed_statement
 
 JUDGE_STEP = 6.0 + 1.0 + 0.1 + 1.5  # capacity/judge_rm_h100's phases: generate, fast_score, submit, update (s)
 
@@ -152,10 +152,10 @@ def coverage(cfg, seeds):
 @pytest.mark.long
 @pytest.mark.parametrize("kind", ["faults", "bursts"])
 def test_intervals_cover_the_long_run_under_slow_regimes(kind):
-    # Measured over 40 seeds (capacity.regime_cycles 0 -> 100): faults dropped 55% -> 85%,
-    # sojourn p95 65% -> 90%; bursts 68% -> 97%, 50% -> 90%. 60 seeds: a binomial sd of 4%.
+    # Measured over these 60 seeds (capacity.regime_cycles 0 -> 100): faults dropped 42% -> 82%,
+    # sojourn p95 55% -> 83%; bursts 67% -> 95%, 53% -> 88% (a binomial sd of 4%).
     got = coverage(small(kind), range(60))
-    assert (got >= 0.8).all() and (got <= 1.0).all(), got
+    assert (got >= 0.75).all(), got
     before = coverage(small(kind, "capacity.regime_cycles=0"), range(60))
     assert (before < got).any(), (before, got)
 
@@ -175,3 +175,14 @@ def test_seed_statement():
                                                        "6 meets the targets in 1 of 4 seeds")
     assert seed_statement([None, 7], "GPUs") == "no count meets the targets in 1 of 2 seeds; 7 GPUs in the others"
     assert seed_statement([None, None], "GPUs") == "no count meets the targets in any of 2 seeds"
+
+
+def test_seed_answers_are_the_runs_answers():
+    cfg = spec("scenario=capacity/judge_rm_faults", "learner.trials=6", "learner.bootstrap=0", "pipeline.steps=12",
+               "capacity.benchmark=false", "capacity.max_steps=48", "capacity.resamples=40",
+               "capacity.counts=[4,6,8]", "pipeline.channels.judge.rm.sequences_per_sample=4")
+    table = seed_answers(cfg, [3, 5])
+    assert list(table.seed) == [3, 5] and (table.unit == "GPUs").all()
+    for s, got in zip((3, 5), table.recommended):
+        want = run_capacity(replace_at(cfg, "seed", s)).recommended
+        assert (got is None and want is None) or got == want
