@@ -165,6 +165,7 @@ def test_queue_channel_capacity(hydra_ctx):
     (["capacity.counts=[1000001]"], "capacity.counts"),
     (["capacity.run_length=forever"], "capacity.run_length"),
     (["capacity.max_steps=10"], "capacity.max_steps"),  # below pipeline.steps
+    (["capacity.regime_cycles=-1"], "capacity.regime_cycles"),
     (["pipeline.channels.judge.rm.tp=2", "pipeline.channels.judge.rm.gpus=2"], "capacity.counts"),  # odd counts
 ])
 def test_capacity_config_errors(hydra_ctx, over, key):

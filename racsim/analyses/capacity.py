@@ -39,10 +39,11 @@ from racsim.analyses.grid import expand
 from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
 from racsim.config.spec import replace_at
 from racsim.config.validate import check_limits, faults_on, validate
+from racsim.config.validate.pipeline import nominal_step
 from racsim.learner.bias import bootstrap_counts
 from racsim.learner.correctors import BLOCKING
 from racsim.pipeline.draws import draw, fault_timeline, stationary_slowdown, work_seconds
-from racsim.pipeline.faults import availability, fault_spec
+from racsim.pipeline.faults import availability, fault_spec, read_schedule
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, INJECTED, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
@@ -181,6 +182,59 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
     return out
 
 
+def regime_scales(cfg: RacsimConf, name: str) -> Dict[str, float]:
+    """The time scales of channel ``name``'s slow regimes, in optimizer steps of the scenario's
+    nominal step (its phases' means, s), one key per regime it has:
+
+    * ``faults`` (random outages): one server's cycle, (mtbf_s / tp + mttr_s) / s. The pool's up
+      count is a sum of independent alternating up/repair processes, each with autocorrelation
+      exp(-t (1/mtbf + 1/mttr)), so the pool moves on one server's scale whatever its size (its
+      failures, n times as frequent, overlap within it); the cycle is at least 4 of those
+      relaxation times mtbf mttr / (mtbf + mttr) (AM-GM), so batches of one cycle are nearly
+      independent.
+    * ``bursts`` (the degrade/recover chain): a normal and a degraded spell, 1/p_degrade +
+      1/p_recover steps (the chain's correlation time 1/(p_degrade + p_recover) is at most a
+      quarter of it).
+    * ``autoscale``: a scale-up and back down, (for_s + startup_s + idle_s) / s.
+    * ``schedule`` (known outages, once): its span, up to the last outage's end, / s."""
+    ch, step = cfg.pipeline.channels[name], nominal_step(cfg.pipeline)
+    out = {}
+    if ch.faults.mtbf_s is not None:
+        spec = fault_spec(ch.faults, units_per_server(cfg, name))
+        out["faults"] = (spec.mtbf + spec.mttr) / step
+    if ch.faults.schedule is not None:
+        key = f"pipeline.channels.{name}.faults.schedule"
+        units = units_per_server(cfg, name)
+        pool = max([int(ch.rm.gpus if _is_gpu(cfg, name) else ch.workers or 0), *cfg.capacity.counts]) // units
+        ends = [u.max() for _, u in read_schedule(ch.faults.schedule, key, pool) if u.size]
+        out["schedule"] = float(max(ends, default=0.0)) / step
+    if ch.degraded_factor != 1 and ch.p_degrade > 0:
+        out["bursts"] = 1.0 / ch.p_degrade + 1.0 / ch.p_recover
+    if ch.autoscale is not None:
+        a = ch.autoscale
+        out["autoscale"] = (a.for_s + a.startup_s + a.idle_s) / step
+    return out
+
+
+def regime_cycle(cfg: RacsimConf, name: str) -> int:
+    """The slowest recurring regime's cycle (:func:`regime_scales` but a schedule's span), in
+    whole steps (a batch of the intervals' batch means holds :data:`BATCH_CYCLES` of them); 0 when
+    there is none or ``capacity.regime_cycles`` is 0."""
+    scales = [v for k, v in regime_scales(cfg, name).items() if k != "schedule"]
+    return int(np.ceil(max(scales))) if scales and cfg.capacity.regime_cycles else 0
+
+
+def regime_window(cfg: RacsimConf, name: str) -> int:
+    """Steps each trial's measured window needs (0: no slow regime): together the trials'
+    windows hold ``capacity.regime_cycles`` cycles (:func:`regime_cycle`), each trial's at least
+    one, max(c, ceil(K c / trials)); and a schedule's span, all of it."""
+    if not cfg.capacity.regime_cycles:
+        return 0
+    c = regime_cycle(cfg, name)
+    span = regime_scales(cfg, name).get("schedule", 0.0)
+    return int(max(c, np.ceil(cfg.capacity.regime_cycles * c / int(cfg.learner.trials)), np.ceil(span)))
+
+
 @dataclass
 class Settled:
     """One count's run at the length that shows its steady state: the run, the verdict on its
@@ -193,17 +247,43 @@ class Settled:
     requests: int
 
 
-def settle(cfg: RacsimConf, name: str, tell=None) -> Settled:
-    """Run one count at a length that shows its steady state.
+# Cycles of the slowest regime a batch of the intervals' batch means holds at least: adjacent
+# batches of a trial share a backlog across their boundary; two cycles keep that correlation small.
+BATCH_CYCLES = 2
+
+
+@dataclass
+class Sized:
+    """One count's asynchronous pipeline at the length that shows its steady state
+    (:func:`sized_run`): its spec at that length, draws, schedule, verdict, and the seconds and
+    requests of every pipeline simulated on the way."""
+
+    cfg: RacsimConf
+    draws: Any
+    sched: Any
+    verdict: steady.Verdict
+    steps: int
+    pipeline_s: float
+    requests: int
+
+
+def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
+    """Simulate one count's asynchronous pipeline at a length that shows its steady state.
     ``capacity.run_length=auto``: from ``pipeline.steps``, doubled up to ``capacity.max_steps``
     until the series of requests in the channel at each step's start (mean over trials) is
     stationary after its warm-up (MSER-5 unless ``pipeline.warmup_steps`` is set;
-    :func:`racsim.pipeline.steady.verdict`); ``fixed``: the length and warm-up as given. The
-    bias study then reuses the simulated asynchronous schedule. ``tell(note)``: called before
-    each doubling (a long run says why it goes on)."""
+    :func:`racsim.pipeline.steady.verdict`); ``fixed``: the length and warm-up as given. With
+    slow regimes (:func:`regime_window`) the run starts at the window they need (up to
+    ``capacity.max_steps``, within the ``limits``), doubles until the window after the warm-up
+    holds it too, and is judged by the trials' slopes (:func:`racsim.pipeline.steady.trials_verdict`).
+    ``tell(note)``: called before each doubling (a long run says why it goes on)."""
     cap, p = cfg.capacity, cfg.pipeline
     auto = cap.run_length == "auto"
+    need = regime_window(cfg, name) if auto else 0
     steps, spent, requests = int(p.steps), 0.0, 0
+    if need > steps:
+        steps = min(need, int(cap.max_steps))
+        check_limits(replace_at(cfg, "pipeline.steps", steps))  # refused before it runs when too big
     while True:
         c = replace_at(cfg, "pipeline.steps", steps)
         given = None if auto and p.warmup_steps is None else warmup_steps(c.pipeline)
@@ -212,17 +292,42 @@ def settle(cfg: RacsimConf, name: str, tell=None) -> Settled:
         sched = simulate(c.pipeline, int(c.learner.trials), None, draws=draws)
         spent += time.perf_counter() - t0
         requests += requests_per_schedule(c)
-        v = steady.verdict(steady.in_system(sched, sched.channel_names.index(name)).mean(axis=0), given)
-        if v.stationary or not auto or steps * 2 > cap.max_steps:
-            break
+        series = steady.in_system(sched, sched.channel_names.index(name))
+        v = steady.trials_verdict(series, given) if need else steady.verdict(series.mean(axis=0), given)
+        if (v.stationary and steps - v.warmup >= need) or not auto or steps * 2 > cap.max_steps:
+            return Sized(c, draws, sched, v, steps, spent, requests)
         if tell is not None:
-            tell(f"not stationary at {steps} steps ({v.reason}), running {2 * steps}")
+            tell(f"not stationary at {steps} steps ({v.reason}), running {2 * steps}" if not v.stationary else
+                 f"{steps - v.warmup} steps after the warm-up at {steps} steps, short of the {need} the slow "
+                 f"regimes need, running {2 * steps}")
         steps *= 2
-    c = replace_at(c, "pipeline.warmup_steps", v.warmup)
-    res = run_bias_study(expand(c), known=Known(draws, sched))
+
+
+def settle(cfg: RacsimConf, name: str, tell=None) -> Settled:
+    """Run one count at a length that shows its steady state (:func:`sized_run`; ``tell``: its
+    note before each doubling); the bias study then reuses the simulated asynchronous schedule."""
+    run = sized_run(cfg, name, tell)
+    c = replace_at(run.cfg, "pipeline.warmup_steps", run.verdict.warmup)
+    res = run_bias_study(expand(c), known=Known(run.draws, run.sched))
+    requests = run.requests
     if any(n in BLOCKING for n in corrector_names(c)):  # the study simulated the blocking pipeline
         requests += requests_per_schedule(c)
-    return Settled(res, v, steps, spent + float(res.timings.get("pipeline_s", 0.0)), requests)
+    return Settled(res, run.verdict, run.steps, run.pipeline_s + float(res.timings.get("pipeline_s", 0.0)), requests)
+
+
+def channel_figures(cfg: RacsimConf, name: str, sched, warmup: int, steps: int, workers,
+                    trial_counts: np.ndarray) -> Dict[str, float]:
+    """The intervals of channel ``name``'s figures (:func:`channel_intervals`) from step
+    ``warmup`` of a ``steps``-step schedule: its trials resampled by ``trial_counts`` or, with a
+    slow regime (:func:`regime_cycle`), batches of at least :data:`BATCH_CYCLES` cycles, as many
+    as each trial's window holds (one, the whole window, when it holds fewer)."""
+    cap = cfg.capacity
+    cycle = regime_cycle(cfg, name) * BATCH_CYCLES
+    per = max(1, (steps - warmup) // cycle) if cycle else 1
+    units = trial_counts if per == 1 else bootstrap_counts(sched.n_trials * per, int(cap.resamples),
+                                                           rng_for(cfg.seed, "capacity_batches"))
+    return channel_intervals(sched, sched.channel_names.index(name), workers, warmup, units,
+                             float(cap.confidence), per)
 
 
 def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[dict]:
@@ -235,7 +340,7 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
     sched = res.schedules["async"]
     counts = bootstrap_counts(sched.n_trials, int(cap.resamples), rng_for(cfg.seed, "capacity_intervals"))
     lvl = float(cap.confidence)
-    chan = channel_intervals(sched, sched.channel_names.index(name), ch["workers"], v.warmup, counts, lvl)
+    chan = channel_figures(cfg, name, sched, v.warmup, steps, ch["workers"], counts)
     bias = bias_intervals(res.bias, counts, lvl)
     useful = useful_share(sched, sched.channel_names.index(name), _workers(ch["workers"]),
                           sched.step_start[:, v.warmup], sched.step_start[:, -1])
@@ -322,11 +427,26 @@ def _workers(workers) -> Optional[int]:
     return None if workers is None or pd.isna(workers) else int(workers)
 
 
-def channel_intervals(sched, k: int, workers, w: int, counts: np.ndarray, level: float) -> Dict[str, float]:
-    """Intervals of channel ``k``'s figures measured from step ``w`` on, the trials resampled by
-    ``counts``: delay p50/p95 (steps), sojourn p95/p99 (s), dropped share and utilisation."""
+def batch_units(n_trials: int, steps: int, batches: int) -> np.ndarray:
+    """(n_trials, steps) the batch-means unit of each (trial, step) of a window: trial t's
+    ``batches`` consecutive equal batches are units t * batches .. t * batches + batches - 1 (the
+    first steps mod ``batches`` go to the first batch)."""
+    size = steps // batches
+    b = np.maximum(np.arange(steps) - steps % batches, 0) // size
+    return np.arange(n_trials)[:, None] * batches + b[None, :]
+
+
+def channel_intervals(sched, k: int, workers, w: int, counts: np.ndarray, level: float,
+                      batches: int = 1) -> Dict[str, float]:
+    """Intervals of channel ``k``'s figures measured from step ``w`` on, the units resampled by
+    ``counts`` (R, trials x batches): delay p50/p95 (steps), sojourn p95/p99 (s), dropped share
+    and utilisation. A unit is a trial, or with ``batches`` > 1 one of its window's batches
+    (:func:`batch_units`; batch means, each batch at least one slow regime's cycle, so that
+    the units are nearly independent); a request belongs to the batch of its step, and the
+    utilisation resamples whole trials (each weighing its batches' counts)."""
     T = sched.n_trials
-    trial = np.broadcast_to(np.arange(T)[:, None, None], sched.status[:, w:, :, k].shape)
+    unit = batch_units(T, sched.n_steps - w, batches)
+    trial = np.broadcast_to(unit[:, :, None], sched.status[:, w:, :, k].shape)
     st = sched.status[:, w:, :, k]
     ok = st == INJECTED
     delay, d_trial = sched.delay[:, w:, :, k][ok], trial[ok]
@@ -343,12 +463,14 @@ def channel_intervals(sched, k: int, workers, w: int, counts: np.ndarray, level:
     for q in (95, 99):
         out[f"sojourn_p{q}_s_lo"], out[f"sojourn_p{q}_s_hi"] = steady.percentile_interval(
             steady.boot_weighted_quantile(soj, soj_trial, q / 100, counts), level)
+    per_unit = np.bincount(unit.ravel(), (st == DROPPED).sum(axis=2).ravel(), T * batches)
     out["dropped_frac_lo"], out["dropped_frac_hi"] = steady.percentile_interval(
-        steady.boot_ratio((st == DROPPED).sum(axis=(1, 2)), sent.sum(axis=(1, 2)), counts), level)
+        steady.boot_ratio(per_unit, np.bincount(unit.ravel(), sent.sum(axis=2).ravel(), T * batches), counts), level)
     t0, t1 = sched.step_start[:, w], sched.step_start[:, -1]
     busy = busy_seconds(sched, k, _workers(workers), t0, t1)
+    by_trial = counts.reshape(counts.shape[0], T, batches).sum(axis=2) / batches
     out["utilisation_lo"], out["utilisation_hi"] = (steady.percentile_interval(
-        steady.boot_mean(busy[0] / (busy[1] * (t1 - t0)), counts), level) if busy is not None else (np.nan, np.nan))
+        steady.boot_mean(busy[0] / (busy[1] * (t1 - t0)), by_trial), level) if busy is not None else (np.nan, np.nan))
     return out
 
 

@@ -561,6 +561,12 @@ class CapacityConf:
     # fixed: pipeline.steps and pipeline.warmup_steps as given (racsim/pipeline/steady.py).
     run_length: str = "auto"
     max_steps: int = 640
+    # Slow regimes (random outages, a burst chain, an autoscaler, a preemption schedule): with
+    # run_length auto, the trials' measured windows together hold at least this many cycles of
+    # the slowest one (a schedule's whole span), each trial's at least one (up to max_steps);
+    # the stationarity check tests the trials' slopes and the channel's intervals resample
+    # batches of at least two cycles (racsim/analyses/capacity.py regime_scales); 0: off.
+    regime_cycles: int = 100
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
     # The answer again with each guessed input (MFU, token lengths, arrival rate, failures, service
     # times) moved -spread and +spread: SensitivityConf.

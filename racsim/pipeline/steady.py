@@ -115,6 +115,36 @@ def verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCHES) -> 
     return Verdict(d, True)
 
 
+def trials_verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCHES) -> Verdict:
+    """The steady-state verdict on a (trials, steps) series whose trials are independent
+    replications, for a system with slow regimes: the warm-up by MSER-5 on the mean over trials
+    unless ``warmup`` is given, at least 2k steps after it, and no trend: each trial's
+    least-squares slope over the window, their mean tested against 0 by a one-sample t-test
+    over the trials (p >= :data:`TREND_P`). The trials are independent whatever the regimes'
+    autocorrelation within a trial, so a window short against a regime's cycle is not taken for a
+    trend (batch means of one series would be: a slow regime's excursion reads as a slope); with
+    fewer than 3 trials, :func:`verdict` on their mean."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.shape[0] < 3:
+        return verdict(x.mean(axis=0), warmup, k)
+    d = mser(x.mean(axis=0)) if warmup is None else int(warmup)
+    if d is None:
+        return Verdict(x.shape[1] // 2, False, "warm-up not over by the middle of the run (MSER-5)")
+    window = x[:, d:]
+    if window.shape[1] < 2 * k:
+        return Verdict(d, False, f"{window.shape[1]} steps after the warm-up: fewer than {2 * k}")
+    t = np.arange(window.shape[1]) - (window.shape[1] - 1) / 2.0
+    slopes = window @ t / (t @ t)  # (trials,) least-squares slopes
+    tol = 1e-12 * max(1.0, float(np.abs(window).max()))
+    if np.ptp(slopes) <= tol:  # the same slope in every trial: a trend unless it is none
+        p = 1.0 if abs(slopes.mean()) <= tol else 0.0
+    else:
+        p = float(stats.ttest_1samp(slopes, 0.0).pvalue)
+    if p < TREND_P:
+        return Verdict(d, False, f"trend in the trials' slopes (mean slope p = {p:.2g})")
+    return Verdict(d, True)
+
+
 def in_system(sched, k: int) -> np.ndarray:
     """(trials, steps) requests of channel ``k`` in the system (waiting or in service) at each
     step's start: submitted by then and not yet gone. A job leaves at its completion; one lost

@@ -75,6 +75,9 @@ def _targets(c: Any, corrector: Any) -> None:
 def _run_length(c: Any, steps: int) -> None:
     need_one_of("capacity.run_length", c.run_length, RUN_LENGTHS)
     int_at_least("capacity.max_steps", c.max_steps, 1)
+    need(isinstance(c.regime_cycles, int) and not isinstance(c.regime_cycles, bool) and c.regime_cycles >= 0,
+         "capacity.regime_cycles", c.regime_cycles, "an integer >= 0: cycles of the slowest regime the measured "
+         "windows hold together (default 100; 0: runs and intervals that ignore slow regimes)")
     need(c.run_length == "fixed" or c.max_steps >= steps, "capacity.max_steps", c.max_steps,
          f"at least pipeline.steps ({steps}): the auto run length starts there and doubles up to it")
 
