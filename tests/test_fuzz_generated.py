@@ -585,3 +585,14 @@ def test_a_null_block_can_be_set_whole_from_the_command_line():
     assert cfg.pipeline.channels.judge.background.latency.mean == 20.0
     assert refused_cleanly("pipeline.channels.judge.background={}")  # its rate has no default: named, one line
     assert compose_config().pipeline.channels.judge.background is None
+
+
+def test_the_fast_scorers_gpus_are_charged_to_memory():
+    """Found by stage 3: ``pipeline.fast_rm.gpus=2**63-1`` passed the memory check and ended in NumPy's
+    "array is too big" traceback; its replicas and sequences are charged to their keys as a channel's are."""
+    base = ["+rm/model@pipeline.fast_rm.model=8b", "+rm/gpu@pipeline.fast_rm.gpu=H100"]
+    for key, value in (("gpus", 2**63 - 1), ("sequences_per_sample", 10**8)):
+        with pytest.raises(ConfigError, match=f"pipeline.fast_rm.{key} = {value}: smaller: .*largest arrays: "
+                                              f"pipeline.fast_rm.{key}"):
+            expand(scenario(compose_config(*base, f"pipeline.fast_rm.{key}={value}")))
+    assert len(expand(scenario(compose_config(*base, "pipeline.fast_rm.gpus=2")))) == 1
