@@ -10,8 +10,11 @@ generates overrides for every key of the schema (wrong types, extremes, NaN/inf,
 negatives, huge ints), malformed scenario files (YAML) and malformed data files (CSV:
 latency samples, RM profiles, probe pairs), and asserts per case: exit 0, or exit 2 with
 one stderr line naming the key or the file, no traceback, no folder left, no pre-existing
-file touched. Stage 2 runs a sample of generated cases as real subprocesses. Fixed seed
-(derandomized), fixed budgets; the outcomes by class are printed at the end (-s)."""
+file touched. Stage 2 runs a sample of generated cases as real subprocesses. Stage 3 (issue 27)
+sets every numeric field of every spec (derived from the dataclasses of racsim/config/schema.py)
+to 0, -1, a huge value, NaN and inf: accepted or refused in one line, and a budget of the accepted
+run through the command. Fixed seed (derandomized), fixed budgets; the outcomes by class are
+printed at the end (-s)."""
 
 import collections
 import math
