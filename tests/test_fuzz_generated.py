@@ -10,8 +10,11 @@ generates overrides for every key of the schema (wrong types, extremes, NaN/inf,
 negatives, huge ints), malformed scenario files (YAML) and malformed data files (CSV:
 latency samples, RM profiles, probe pairs), and asserts per case: exit 0, or exit 2 with
 one stderr line naming the key or the file, no traceback, no folder left, no pre-existing
-file touched. Stage 2 runs a sample of generated cases as real subprocesses. Fixed seed
-(derandomized), fixed budgets; the outcomes by class are printed at the end (-s)."""
+file touched. Stage 2 runs a sample of generated cases as real subprocesses. Stage 3 (issue 27)
+sets every numeric field of every spec (derived from the dataclasses of racsim/config/schema.py)
+to 0, -1, a huge value, NaN and inf: accepted or refused in one line, and a budget of the accepted
+run through the command. Fixed seed (derandomized), fixed budgets; the outcomes by class are
+printed at the end (-s)."""
 
 import collections
 import math
@@ -458,3 +461,141 @@ def test_zz_outcomes_by_class(capsys):
         print("\nfuzz outcomes:", dict(sorted(OUTCOMES.items())), "total", sum(OUTCOMES.values()))
     bad = {k: v for k, v in OUTCOMES.items() if k.startswith("capped: ") and k[len("capped: "):] not in CLEAN}
     assert not bad, bad
+
+
+# ------------------------------------------------------------------ stage 3: every numeric field at its bounds
+# Issue 27, point 9: the cases come from the specs themselves. Every numeric field (int or float, optional or not)
+# of every dataclass reachable from RacsimConf (racsim/config/schema.py), at every path it takes in a config
+# (each channel's and phase's latency law, the rm blocks...), set to 0, -1, a huge value, NaN and inf on a composed
+# config, then through the config boundary (scenario, expand): accepted, or refused with one short line naming the
+# key (racsim.app.cli.error_line), never another exception. A budget of the accepted cases then runs through the
+# command. The outcomes by class are printed with the others (test_zz_outcomes_by_class).
+
+import dataclasses  # noqa: E402
+import typing  # noqa: E402
+
+from racsim.app.cli import error_line  # noqa: E402
+from racsim.config import schema  # noqa: E402
+
+BOUND_VALUES = {float: [0.0, -1.0, 1e308, math.nan, math.inf], int: [0, -1, 2**63 - 1, math.nan, math.inf]}
+# how a user switches on an optional block that the default config leaves out (None): the first of these whose
+# composed config has a field's block is the base its cases are set on
+BLOCK_BASES = [(), ("channel@pipeline.channels.judge=judge_gpu_rm",), ("scenario=capacity/judge_rm_autoscale",),
+               ("scenario=adaptive_tau",), ("channel@pipeline.channels.judge=judge_gpu_rm",
+                                            "+rm/model@pipeline.fast_rm.model=8b", "+rm/gpu@pipeline.fast_rm.gpu=H100"),
+               ("+pipeline.channels.judge.background={rate_per_s: 3.0, latency: {kind: lognormal, mean: 20.0}}",)]
+
+
+def _bare(t):
+    """``t`` less an Optional around it."""
+    if typing.get_origin(t) is typing.Union:
+        return next(a for a in typing.get_args(t) if a is not type(None))
+    return t
+
+
+def numeric_fields(dc=schema.RacsimConf, prefix="", channels=("judge",)):
+    """(key, type, dataclass name) of every int or float field under ``dc``, at every path: nested dataclasses
+    (optional ones too) followed, a dict of dataclasses (``pipeline.channels``) at each of ``channels``."""
+    hints = typing.get_type_hints(dc)
+    for f in dataclasses.fields(dc):
+        t = _bare(hints[f.name])
+        if dataclasses.is_dataclass(t):
+            yield from numeric_fields(t, f"{prefix}{f.name}.", channels)
+        elif typing.get_origin(t) is dict and dataclasses.is_dataclass(typing.get_args(t)[1]):
+            for name in channels:
+                yield from numeric_fields(typing.get_args(t)[1], f"{prefix}{f.name}.{name}.", channels)
+        elif t in (int, float):
+            yield f"{prefix}{f.name}", t, dc.__name__
+
+
+BOUND_FIELDS = list(numeric_fields())
+
+
+def test_the_bound_fields_are_every_numeric_field_of_every_spec():
+    """Derived, not listed: each dataclass of schema.py with an int or float field has each of them here,
+    nested and optional blocks included."""
+    classes = [c for c in vars(schema).values() if dataclasses.is_dataclass(c) and c.__module__ == schema.__name__]
+    for c in classes:
+        hints = typing.get_type_hints(c)
+        want = {f.name for f in dataclasses.fields(c) if _bare(hints[f.name]) in (int, float)}
+        got = {k.rsplit(".", 1)[-1] for k, _, owner in BOUND_FIELDS if owner == c.__name__}
+        assert got == want, c.__name__
+    keys = [k for k, _, _ in BOUND_FIELDS]
+    for k in ("learner.trials", "pipeline.channels.judge.rm.model.params_b", "pipeline.fast_rm.gpu.tflops",
+              "pipeline.channels.judge.background.latency.mean", "pipeline.generate.mean", "limits.memory_gb"):
+        assert any(key.startswith(k.rsplit(".", 1)[0]) for key in keys), k
+    assert len(keys) == len(set(keys)) > 200
+
+
+def _bases():
+    return [(b, compose_config(*b)) for b in BLOCK_BASES]
+
+
+def has_block(cfg, key: str) -> bool:
+    """Whether the composed ``cfg`` has the block ``key`` (every block above it set, not None)."""
+    node = cfg
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, DictConfig) else None
+        if node is None:
+            return False
+    return True
+
+
+def bound_outcome(cfg, key: str, value) -> tuple:
+    """(accepted | refused, the error line): ``key`` set to ``value`` on the composed ``cfg`` (a copy), through
+    the config boundary. Anything but a user's mistake propagates."""
+    c = cfg.copy()
+    try:
+        OmegaConf.update(c, key, value, merge=False)
+        expand(scenario(c))
+    except (ConfigError, OmegaConfBaseException, HydraException) as ex:
+        return "refused", error_line(ex)
+    return "accepted", ""
+
+
+BOUND_RUNS = 12  # accepted cases run through the command (about a second each)
+
+
+@LONG
+def test_every_numeric_field_at_its_bounds(tmp_path_factory, monkeypatch, capsys):
+    bases = _bases()
+    accepted = []
+    for key, kind, _ in BOUND_FIELDS:
+        parent = key.rsplit(".", 1)[0]
+        base, cfg = next(((b, c) for b, c in bases if has_block(c, parent)), (None, None))
+        assert cfg is not None, f"no base has {parent}: add one to BLOCK_BASES"
+        for value in BOUND_VALUES[kind]:
+            result, line = bound_outcome(cfg, key, value)
+            OUTCOMES[f"bounds: {result}"] += 1
+            if result == "refused":
+                assert line and "\n" not in line and len(line) < 600, (key, value, line)
+                assert names(f"error: {line}", key) or key in line, (key, value, line)
+            else:
+                accepted.append((base, key, value))
+    # the accepted values that are not 0 first (extremes): every k-th, a budget of them through the command
+    far = [a for a in accepted if a[2] != 0] or accepted
+    for base, key, value in far[:: max(1, len(far) // BOUND_RUNS)][:BOUND_RUNS]:
+        text = "nan" if value != value else repr(value)
+        code, lines = the_command(tmp_path_factory.mktemp("b"), monkeypatch, capsys, [*base, f"{key}={text}"])
+        OUTCOMES["bounds, run: accepted" if code == 0 else "bounds, run: refused"] += 1
+
+
+def test_a_null_block_can_be_set_whole_from_the_command_line():
+    """Found by stage 3: ``pipeline.channels.judge.background={...}`` (what racsim's own error asks
+    for, when a key under the null block is set alone) failed with OmegaConf's AttributeError on 4 lines."""
+    cfg = compose_config("pipeline.channels.judge.background={rate_per_s: 3.0, latency: {kind: lognormal, mean: 20.0}}")
+    assert cfg.pipeline.channels.judge.background.rate_per_s == 3.0
+    assert cfg.pipeline.channels.judge.background.latency.mean == 20.0
+    assert refused_cleanly("pipeline.channels.judge.background={}")  # its rate has no default: named, one line
+    assert compose_config().pipeline.channels.judge.background is None
+
+
+def test_the_fast_scorers_gpus_are_charged_to_memory():
+    """Found by stage 3: ``pipeline.fast_rm.gpus=2**63-1`` passed the memory check and ended in NumPy's
+    "array is too big" traceback; its replicas and sequences are charged to their keys as a channel's are."""
+    base = ["+rm/model@pipeline.fast_rm.model=8b", "+rm/gpu@pipeline.fast_rm.gpu=H100"]
+    for key, value in (("gpus", 2**63 - 1), ("sequences_per_sample", 10**8)):
+        with pytest.raises(ConfigError, match=f"pipeline.fast_rm.{key} = {value}: smaller: .*largest arrays: "
+                                              f"pipeline.fast_rm.{key}"):
+            expand(scenario(compose_config(*base, f"pipeline.fast_rm.{key}={value}")))
+    assert len(expand(scenario(compose_config(*base, "pipeline.fast_rm.gpus=2")))) == 1

@@ -15,6 +15,7 @@ seed count a pilot's variance decides (:func:`seed_rule`) when
 
 from __future__ import annotations
 
+import textwrap
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -157,15 +158,17 @@ def seed_rule(pilot: pd.DataFrame, effect_size: float, max_seeds: int) -> tuple:
 
 
 def rule_text(table: pd.DataFrame, max_seeds: int) -> str:
-    """The seed rule and its inputs, one line per pair, as the study prints them."""
+    """The seed rule and its inputs, one line per pair, as the study prints them (within 120 columns
+    after a ``racsim: NAME: `` of up to 20)."""
     first = table.iloc[0]
-    lines = [f"seed rule on {first.pilot_seeds} seeds: per pair n = min(n_precision: 2 t_0.975 sd / sqrt(n) < "
-             f"{first.effect_size:g}, n_separation: (t_0.975 + t_0.8) sd / sqrt(n) <= |diff| - the seeds' own "
-             f"95% half-width); seeds = the largest n, at most learner.lm.max_seeds={max_seeds}"]
+    lines = [f"seed rule on {first.pilot_seeds} seeds: per pair n = min(n_precision, n_separation); seeds = the "
+             f"largest n, at most learner.lm.max_seeds={max_seeds}",
+             f"  n_precision: 2 t_0.975 sd / sqrt(n) < {first.effect_size:g}; n_separation: (t_0.975 + t_0.8) sd / "
+             "sqrt(n) <= |diff| - the seeds' own 95% half-width"]
     lines += [f"  {r.pair:<28} diff {r.pilot_diff:+.4f} sd {r.pilot_sd:.4f}: n_precision {r.n_precision}, "
               f"n_separation {r.n_separation} -> {r.n_pair}" for r in table.itertuples()]
     lines.append(f"  seeds = {first.seeds}" + (" (capped: some pair needs more)" if first.capped else ""))
-    return "\n".join(lines)
+    return "\n".join(textwrap.fill(line, 100, subsequent_indent="    ", break_long_words=False) for line in lines)
 
 
 def lane_metrics(out: Dict[str, Any], name: str, seeds: int, window: int) -> Dict[str, np.ndarray]:

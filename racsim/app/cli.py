@@ -17,6 +17,7 @@ import contextlib
 import functools
 import os
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -142,7 +143,8 @@ def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
 class _Lines:
     """Progress through a pipe (stderr not a terminal): one line at each tenth of the work, and one
     for each update with a note (a capacity search's count, or a long phase of it; an LM run's
-    corrector batch). ``more``: work added to the total (an LM run's, and its seed rule's)."""
+    corrector batch); an update longer than 120 columns goes on indented lines below it. ``more``:
+    work added to the total (an LM run's, and its seed rule's)."""
 
     def __init__(self, total: int, desc: str, unit: str):
         self.total, self.desc, self.unit, self.done, self.shown = total, desc, unit, 0, 0
@@ -155,8 +157,9 @@ class _Lines:
         tenth = min(10, 10 * self.done // max(1, self.total))
         if tenth > self.shown or self.done > self.total or note:  # past the total: a search that added counts
             self.shown, self.total = max(tenth, self.shown), max(self.total, self.done)
-            print(f"racsim: {self.desc}: {self.done}/{self.total} {self.unit}s" + (f" - {note}" if note else ""),
-                  file=sys.stderr, flush=True)
+            line = f"racsim: {self.desc}: {self.done}/{self.total} {self.unit}s" + (f" - {note}" if note else "")
+            print(textwrap.fill(line, 120, subsequent_indent="    ", break_long_words=False), file=sys.stderr,
+                  flush=True)
 
     def close(self) -> None:
         pass

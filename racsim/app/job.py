@@ -12,10 +12,10 @@ from racsim.config.dump import config_yaml
 from racsim.config.validate import memory_error
 from racsim.config.spec import scenario
 from racsim.report import inputs as report_inputs
-from racsim.report.capacity import format_curve, recommendation_text, sensitivity_text, speed_line
+from racsim.report.capacity import recommendation_text, sensitivity_text, speed_line, terminal_curve
 from racsim.report.finite import failure
 from racsim.report.lm import format_paired, share_note, verdict_lines
-from racsim.report.tables import format_table, stationarity_warning, warmup_warning
+from racsim.report.tables import format_table, stationarity_warning, warmup_warning, wrapped
 from racsim.report.writers import write_run
 from racsim.sweep.callback import check_writable, publish_run
 from racsim.sweep.markers import DONE, cell_overrides, cell_values, override_key, write_marker
@@ -51,19 +51,21 @@ def run_text(cfg, res) -> str:
         verdicts = [f"racsim: {v}" for v in verdict_lines(res.extra["lm_paired"], res.extra.get("lm_seed_rule"))]
         paired = [format_paired(res.extra["lm_paired"])]
     table = format_table(res.results, width=TERMINAL_WIDTH, max_rows=TERMINAL_ROWS)
-    return "\n".join([head, *verdicts, table] + paired + [f"racsim: {w}" for w in warnings if w])
+    return wrapped("\n".join([head, *verdicts, table] + paired + [f"racsim: {w}" for w in warnings if w]),
+                   TERMINAL_WIDTH)
 
 
 def capacity_text(cfg, res) -> str:
-    """What a capacity plan prints: the curve, the recommendation and the simulator's speed."""
+    """What a capacity plan prints: the curve's essential columns, the recommendation and the simulator's speed,
+    each line at most TERMINAL_WIDTH wide (the files hold every column)."""
 
     lines = [f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
-             f"in {res.timings.get('runs_s', 0.0):.1f} s", format_curve(res), recommendation_text(res)]
+             f"in {res.timings.get('runs_s', 0.0):.1f} s", terminal_curve(res, TERMINAL_WIDTH), recommendation_text(res)]
     if res.sensitivity is not None:
         lines.append(sensitivity_text(res, cfg.capacity.sensitivity.spread))
     if res.speed:
         lines.append(f"racsim: {speed_line(res)}")
-    return "\n".join(lines)
+    return wrapped("\n".join(lines), TERMINAL_WIDTH)
 
 
 def inputs_of(cfg, hc) -> tuple:

@@ -653,7 +653,9 @@ def _rm_blocks_settable() -> None:
     the schema's defaults, as ``+rm/model@pipeline.fast_rm.model=8b`` does: OmegaConf
     cannot set a key under a null typed node, so Hydra's override step first merges an
     empty block into its parent. Its ``model`` and ``gpu`` stay MISSING until picked, and
-    racsim.config.validate names them (one line) if they never are."""
+    racsim.config.validate names them (one line) if they never are. A null block set whole
+    (``pipeline.channels.judge.background={rate_per_s: 3}``) is made an empty one first, for the same
+    reason."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from omegaconf import OmegaConf
 
@@ -664,6 +666,9 @@ def _rm_blocks_settable() -> None:
     def apply_in_order(overrides: List[Any], cfg: Any) -> None:
         for o in overrides:
             block = None if o.package is not None or o.is_delete() else null_rm_block(cfg, o.key_or_group)
+            if block is None and o.package is None and not o.is_delete() and isinstance(o.value(), dict) \
+                    and OmegaConf.select(cfg, o.key_or_group, default=0) is None:
+                block = o.key_or_group  # a null block set whole (background={...}): OmegaConf cannot merge into None
             if block is not None:
                 parent, _, name = block.rpartition(".")
                 OmegaConf.update(cfg, parent, {name: {}}, merge=True)

@@ -6,7 +6,9 @@ A seed axis is every override or study-grid key named ``seed`` or ending in ``se
 cell. The other axes (overrides, grid keys), with the descriptors that vary (scenario,
 paper study, mode, K), tell the cells apart. Each figure is the mean over the cell's seeds
 with its 95% t interval over them: mean +- t(0.975, n-1) s / sqrt(n), s the sample standard
-deviation of the n seeds' values (NaNs left out; no interval for a single seed).
+deviation of the n seeds' values (NaNs left out; no interval for a single seed), cut to the
+range of a bounded figure (BOUNDS: eta and the dropped share within [0, 1], durations and loads
+at least 0).
 """
 
 from __future__ import annotations
@@ -34,9 +36,15 @@ HEADERS = {**dict(TABLE), "wallclock_s": "clock s", "recommended": "fewest count
            "recommended_dropped": "dropped there"}
 PLOTTED = ["bias_exact", "wallclock_s", "recommended", "recommended_bias"]  # against each swept knob
 DESCRIPTORS = ["scenario", "study", "mode", "K"]  # columns that tell cells apart where they vary
+# The range a figure lies in where it is bounded (a share, a duration, a ratio of durations, a load): its
+# interval is the t interval intersected with it, so a share's never reaches below 0 or above 1.
+BOUNDS = {"slack_eta": (0.0, 1.0), "recommended_dropped": (0.0, 1.0), "wallclock_ratio": (0.0, math.inf),
+          "wallclock_s": (0.0, math.inf), "recommended_load": (0.0, math.inf),
+          "recommended_step_s": (0.0, math.inf)}
 LEVEL = 0.95
 INTERVAL_NOTE = (f"mean over seeds with its {LEVEL:.0%} t interval [lo, hi] over them "
-                 f"(mean +- t({(1 + LEVEL) / 2:g}, n-1) s / sqrt(n), n seeds)")
+                 f"(mean +- t({(1 + LEVEL) / 2:g}, n-1) s / sqrt(n), n seeds; cut to [0, 1] for a share such as "
+                 "eta, to >= 0 for a duration or a load)")
 
 
 def is_seed(column: str) -> bool:
@@ -44,8 +52,10 @@ def is_seed(column: str) -> bool:
     return column.split(":", 1)[-1].endswith("seed")
 
 
-def t_interval(values: np.ndarray) -> Tuple[float, float, float]:
-    """(mean, lo, hi) of the values that are not NaN: the 95% t interval of their mean (NaN bounds for one)."""
+def t_interval(values: np.ndarray, bounds: Tuple[float, float] = (-math.inf, math.inf)) -> Tuple[float, float, float]:
+    """(mean, lo, hi) of the values that are not NaN: the 95% t interval of their mean (NaN bounds for one),
+    intersected with ``bounds``, the range the mean lies in (a share's [0, 1]: the intersection covers
+    the mean at least as often as the t interval does)."""
     x = np.asarray(values, dtype=float)
     x = x[~np.isnan(x)]
     if not len(x):
@@ -54,7 +64,7 @@ def t_interval(values: np.ndarray) -> Tuple[float, float, float]:
     if len(x) < 2:
         return mean, math.nan, math.nan
     half = float(stats.t.ppf((1 + LEVEL) / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-    return mean, mean - half, mean + half
+    return mean, max(mean - half, bounds[0]), min(mean + half, bounds[1])
 
 
 def _varies(df: pd.DataFrame, column: str) -> bool:
@@ -86,7 +96,8 @@ def aggregate(df: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
         row: Dict[str, object] = dict(zip(keys, values))
         row["n"] = len(group)
         for m in metrics:
-            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = t_interval(group[m].to_numpy(dtype=float))
+            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = t_interval(group[m].to_numpy(dtype=float),
+                                                                 BOUNDS.get(m, (-math.inf, math.inf)))
         rows.append(row)
     return pd.DataFrame(rows)
 

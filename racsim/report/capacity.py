@@ -14,6 +14,7 @@ from racsim.pipeline.steady import N_BATCHES, TREND_P
 from racsim.io import atomic_write, fmt, write_text
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
 from racsim.report.plots import capacity_curve
+from racsim.report.tables import fitted, wrapped
 from racsim.report.trace import write_timeline
 
 
@@ -78,6 +79,54 @@ def format_curve(res: CapacityResult) -> str:
     table["meets"] = ["yes" if v else "no" for v in base.feasible.values]
     table["fails"] = [f or "-" for f in base.fails.values]
     return table.map(fmt).to_string(index=False)
+
+
+# The terminal's capacity table drops these columns first, in this order, when it is wider than the terminal
+# (curve.csv and summary.md's table keep every column).
+CURVE_LEAST_ESSENTIAL = ("lost %", "up %", "p95 s", "busy %", "drop %", "$/h")
+CURVE_SHORT = {"p95 s": "p95 s: sojourn p95", "drop %": "drop %: dropped", "lost %": "lost %: lost to failure",
+               "up %": "up %: share of server-seconds up"}
+# the terminal's `fails` column names a missed target by its figure
+FAILS_SHORT = {"max_bias": "bias", "max_bias_vs_naive": "xnaive", "max_step_s": "step", "max_dropped": "drop",
+               "max_sojourn_p95_s": "p95", "max_sojourn_p99_s": "p99", "max_delay_p95_steps": "delay"}
+
+
+def terminal_curve(res: CapacityResult, width: int) -> str:
+    """The capacity curve for a terminal at most ``width`` wide: per count the offered load, the steady
+    state, the chosen corrector's bias with its interval, seconds per step, sojourn p95, dropped, busy,
+    (under faults) up and lost to failure, price per hour and what the count fails (a target by its
+    figure); less of these (:data:`CURVE_LEAST_ESSENTIAL`) if it is still wider, and a line saying
+    where the rest is."""
+    c = res.curve
+    chosen = res.targets["corrector"]
+    base = c[c.corrector == chosen].set_index("count")
+    pct = lambda v: v * 100.0  # noqa: E731
+    lo, hi = base.get("bias_exact_lo", base.bias_exact), base.get("bias_exact_hi", base.bias_exact)
+    table = pd.DataFrame({
+        res.unit: base.index,
+        "load": base.load.values,
+        "steady": [_steady(r).split(" at ")[0] for r in base.itertuples()],
+        f"bias {chosen} [{res.level:.0%}]": [f"{fmt(b)} [{fmt(a)}, {fmt(z)}]" if pd.notna(a) else fmt(b)
+                                             for b, a, z in zip(base.bias_exact, lo, hi)],
+        "s/step": base.step_s.values,
+        "p95 s": base.sojourn_p95_s.values,
+        "drop %": pct(base.dropped_frac.values),
+        "busy %": pct(base.utilisation.values),
+    })
+    if "availability" in base:
+        table["up %"] = pct(base.available.values)
+        table["lost %"] = pct(base.lost_to_failure_frac.values)
+    table["$/h"] = base.cost_per_hour.values
+    fails = [f.split(", ") if f else [] for f in base.fails.values]
+    table["fails"] = [",".join(FAILS_SHORT.get(k, k) for k in f) or "-" for f in fails]
+    table, dropped = fitted(table.map(fmt), width, CURVE_LEAST_ESSENTIAL)
+    shown = [CURVE_SHORT.get(h, h) for h in table.columns[4:] if h not in ("$/h", "fails")]
+    named = sorted({k for f in fails for k in f if k in FAILS_SHORT}, key=list(FAILS_SHORT).index)
+    left = ", ".join(dropped + ["the intervals' upper ends", "every other corrector"])
+    note = (f"({', '.join(shown)}: point estimates; the targets are met by the intervals' upper ends"
+            + (f"; fails: {', '.join(f'{FAILS_SHORT[k]} = capacity.{k}' for k in named)}" if named else "")
+            + f". Left out here: {left}; in capacity.csv and summary.md)")
+    return "\n".join([table.to_string(index=False), wrapped(note, width)])
 
 
 def goals_text(res: CapacityResult) -> str:

@@ -126,6 +126,18 @@ def _legend(a, b, **kw) -> None:
     a.legend(h1 + h2, l1 + l2, **kw)
 
 
+def target_line(ax, y: float, data, log: bool = False, **kw) -> None:
+    """A target's horizontal line at ``y`` on ``ax``, drawn where it lies near the plotted ``data`` (at
+    most 10x their largest value, and above 0 on a log axis); a target far above (capacity.max_step_s
+    = 1e308) only gets its legend entry, marked off the plot, since drawing it would stretch the axis
+    until matplotlib overflows and the curve flattens."""
+    top = np.nanmax(np.asarray(data, dtype=float), initial=-np.inf)
+    if np.isfinite(y) and (not log or y > 0) and (not np.isfinite(top) or y <= 10 * top):
+        ax.axhline(y, **kw)
+    else:
+        ax.plot([], [], **{**kw, "label": f"{kw.get('label', 'target')} (off the plot)"})
+
+
 def capacity_curve(res, path: Path) -> bool:
     """Capacity curve: units vs delay (p50/p95, steps), bias per corrector (the chosen one with its
     interval), wall-clock per step with the slack eta, the offered load with utilisation and cost
@@ -161,10 +173,13 @@ def capacity_curve(res, path: Path) -> bool:
     t = res.targets
     naive = c[c.corrector == "naive"].sort_values("count").bias_exact.to_numpy()
     if t.get("max_bias_vs_naive") is not None and np.isfinite(naive).any():
-        a.axhline(t["max_bias_vs_naive"] * np.nanmean(naive), color="red", ls="--", lw=1,
-                  label=f"target: {t['max_bias_vs_naive']:g} x naive")
+        with np.errstate(over="ignore"):  # a target of 1e308 x naive's: inf, off the plot
+            y = t["max_bias_vs_naive"] * np.nanmean(naive)
+        target_line(a, y, c.bias_exact, log=True, color="red", ls="--", lw=1,
+                    label=f"target: {t['max_bias_vs_naive']:g} x naive")
     if t.get("max_bias") is not None:
-        a.axhline(t["max_bias"], color="red", ls=":", lw=1, label=f"target: {t['max_bias']:g}")
+        target_line(a, t["max_bias"], c.bias_exact, log=True, color="red", ls=":", lw=1,
+                    label=f"target: {t['max_bias']:g}")
     a.set_yscale("log")
     a.set_ylabel("bias (exact), || E[g] - g* ||")
     a.set_title("Bias per corrector")
@@ -174,7 +189,7 @@ def capacity_curve(res, path: Path) -> bool:
         sub = c[c.corrector == name].sort_values("count")
         a.plot(sub["count"], sub.step_s, MARKERS.get(name, "o") + "-", ms=6, label=f"s/step {name}")
     if t.get("max_step_s") is not None:
-        a.axhline(t["max_step_s"], color="red", ls="--", lw=1, label=f"target: {t['max_step_s']:g} s")
+        target_line(a, t["max_step_s"], c.step_s, color="red", ls="--", lw=1, label=f"target: {t['max_step_s']:g} s")
     a.set_ylabel("wall-clock per optimizer step (s)")
     a3 = a.twinx()
     a3.plot(x, base.eta, "k^:", label=f"slack eta ({chosen}, right)")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import Any, List, Optional
+import textwrap
+from typing import Any, List, Optional, Sequence
 
 import pandas as pd
 
@@ -84,11 +85,11 @@ def cell_text(value: Any) -> str:
     return f"{value.get('kind', '')}({', '.join(parts)})"
 
 
-def fitted(table: pd.DataFrame, width: int) -> tuple:
-    """(the table less its least essential columns (:data:`LEAST_ESSENTIAL`) until its text is at
-    most ``width`` wide, the names of those left out)."""
+def fitted(table: pd.DataFrame, width: int, order: Sequence[str] = LEAST_ESSENTIAL) -> tuple:
+    """(the table less its least essential columns (``order``, by default :data:`LEAST_ESSENTIAL`)
+    until its text is at most ``width`` wide, the names of those left out)."""
     dropped: List[str] = []
-    for name in LEAST_ESSENTIAL:
+    for name in order:
         if len(table.to_string(index=False).splitlines()[0]) <= width:
             break
         if name in table:
@@ -121,7 +122,16 @@ def format_table(results: pd.DataFrame, width: Optional[int] = None, max_rows: O
         out, dropped = fitted(out, width)
         if dropped:
             notes.append(f"(to fit {width} columns, left out here: {', '.join(dropped)}; in results.csv and summary.md)")
+        notes = [wrapped(n, width) for n in notes]
     return "\n".join([out.to_string(index=False), *notes])
+
+
+def wrapped(text: str, width: int) -> str:
+    """``text`` with each line longer than ``width`` broken at spaces (prose for a terminal: a note, a
+    recommendation); the continuation lines indented by two spaces."""
+    return "\n".join(textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False,
+                                    break_long_words=False) if len(line) > width else line
+                      for line in text.splitlines())
 
 
 def grid_columns(results: pd.DataFrame) -> list:

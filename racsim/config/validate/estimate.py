@@ -64,7 +64,7 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     array: the largest factor of its shape). Each term is a count of float64 arrays of one shape
     as the code allocates them at its peak (tests/test_limits.py holds the sum to the measured
     peak): the arrival schedules (trials x steps x batch x (K + 1)), a queue channel's workers and
-    a gpu_rm channel's replicas, tokens and sequences per lane, the MDP (S x A x S transitions;
+    a gpu_rm channel's (and the fast scorer's, pipeline.fast_rm) replicas, tokens and sequences per lane, the MDP (S x A x S transitions;
     S x A tables per trial and per sampled trajectory), the bootstrap's counts, the training lanes
     and the probe's pairs. ``sizes``: every such key's value (largest over study.grid); a capacity
     search's steps are its longest run's (:func:`steps_key`)."""
@@ -96,6 +96,10 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
             add(f"{key}.workers", 1.5 * F8 * lanes * sizes[f"{key}.workers"])
         if getattr(ch, "autoscale", None) is not None:
             add(f"{key}.autoscale.max", 2 * F8 * lanes * sizes[f"{key}.autoscale.max"])
+    if p.fast_rm is not None:  # its tokens per sequence and its replicas, as a gpu_rm channel's
+        seqs = "pipeline.fast_rm.sequences_per_sample"
+        add(_blame(sizes, *sched, seqs), 6 * F8 * lanes * steps * batch * sizes[seqs])
+        add("pipeline.fast_rm.gpus", 2 * F8 * lanes * sizes["pipeline.fast_rm.gpus"] / max(int(p.fast_rm.tp), 1))
     # rollouts sampled at once: every trial's, at most racsim.learner.bias's budget (a trial at least)
     traj = min(trials * steps * batch, max(steps * batch, 3 * ROLLOUT_CHUNK // max(3, K + 1)))
     add(_blame(sizes, "learner.horizon", *sched), F8 * traj * horizon * (2 + 2 * (K + 1)))
@@ -165,6 +169,8 @@ def run_sizes(cfg: Any) -> dict:
             if at is not None and getattr(at, leaf, None) is not None:
                 sized = counts and k in ("workers", "rm.gpus") and cap.channel in (None, name)
                 keys.append((f"pipeline.channels.{name}.{k}", max(counts) if sized else getattr(at, leaf)))
+    if cfg.pipeline.fast_rm is not None:  # the fast scorer's GPUs (a phase of the step, not a channel)
+        keys += [(f"pipeline.fast_rm.{k}", getattr(cfg.pipeline.fast_rm, k)) for k in ("gpus", "sequences_per_sample")]
     sizes = {k: _largest(cfg, k, v) for k, v in keys}
     if cap.enabled and cap.run_length == "auto" and finite(cap.max_steps):
         longest = longest_steps(sizes["pipeline.steps"], _largest(cfg, "capacity.max_steps", cap.max_steps))
