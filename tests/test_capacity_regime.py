@@ -152,11 +152,13 @@ def coverage(cfg, seeds):
 @pytest.mark.long
 @pytest.mark.parametrize("kind", ["faults", "bursts"])
 def test_intervals_cover_the_long_run_under_slow_regimes(kind):
-    # Measured over these 60 seeds (capacity.regime_cycles 0 -> 100): faults dropped 42% -> 82%,
-    # sojourn p95 55% -> 83%; bursts 67% -> 95%, 53% -> 88% (a binomial sd of 4%).
-    got = coverage(small(kind), range(60))
+    # Measured over seeds 0-59 (capacity.regime_cycles 0 -> 100): faults dropped 42% -> 82%,
+    # sojourn p95 55% -> 83%; bursts 67% -> 95%, 53% -> 88% (a binomial sd of 4%). Over seeds
+    # 0-29, which this test runs (a third of the time): faults 57% -> 90%, 67% -> 93%; bursts
+    # 67% -> 97%, 50% -> 87%.
+    got = coverage(small(kind), range(30))
     assert (got >= 0.75).all(), got
-    before = coverage(small(kind, "capacity.regime_cycles=0"), range(60))
+    before = coverage(small(kind, "capacity.regime_cycles=0"), range(30))
     assert (before < got).any(), (before, got)
 
 

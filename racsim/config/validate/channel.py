@@ -117,7 +117,10 @@ def _bursts(ch: Any, key: str) -> None:
     """degraded_factor and, when it is not 1, the two-state chain's p_degrade and p_recover."""
     f = getattr(ch, "degraded_factor", 1.0)
     need(finite(f) and f > 0, f"{key}.degraded_factor", f, "a finite number > 0 (1: no bursts)")
-    if f == 1:
+    if f == 1:  # the chain is off, but its probabilities are still probabilities
+        for k in ("p_degrade", "p_recover"):
+            p = getattr(ch, k)
+            need(finite(p) and 0 <= p <= 1, f"{key}.{k}", p, "a probability in [0, 1] per step")
         return
     need(ch.kernel is None, f"{key}.degraded_factor", f,
          "1 for a kernel channel (bursts scale a queue channel's latency or a gpu_rm channel's batch seconds)")

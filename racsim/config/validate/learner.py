@@ -22,7 +22,8 @@ def validate_tabular(lr: Any) -> None:
     need(finite(lr.gamma) and 0 <= lr.gamma < 1, "learner.gamma", lr.gamma, "a number in [0, 1)")
     int_at_least("learner.horizon", lr.horizon, 1)
     nonneg("learner.theta_scale", lr.theta_scale)
-    need(finite(lr.slow_bump), "learner.slow_bump", lr.slow_bump, "a finite number")
+    need(finite(lr.slow_bump) and abs(lr.slow_bump) <= MAX_GAIN, "learner.slow_bump", lr.slow_bump,
+         f"a number in [-{MAX_GAIN:g}, {MAX_GAIN:g}] (a reward: past it its squares overflow)")
     nonneg("learner.fast_noise_std", lr.fast_noise_std, MAX_GAIN, "a reward noise's std: past it its squares overflow")
     int_at_least("learner.trials", lr.trials, 2)
     int_at_least("learner.bootstrap", lr.bootstrap, 0)
