@@ -12,8 +12,9 @@ from hydra import compose, initialize_config_module
 from racsim.analyses.capacity import channel_loads, count_key
 from racsim.config.schema import register_configs
 from racsim.config.spec import scenario
-from racsim.pipeline.draws import regime_path, stationary_slowdown
+from racsim.pipeline.draws import PHASES, phase_conf, regime_path, stationary_slowdown
 from racsim.pipeline.faults import FaultSpec, Timeline, availability
+from racsim.pipeline.latency import build_latency
 
 
 @pytest.mark.parametrize("factor, p_degrade, p_recover", [(2.0, 0.05, 0.2), (3.5, 0.01, 0.5), (1.5, 0.3, 0.3),
@@ -56,3 +57,34 @@ def test_a_counts_load_does_not_move_with_the_seed(scenario_name, extra):
         assert np.ptp(sampled) > 2 * np.ptp(long_run), (n, sampled, long_run)  # what the slow regime did to a sample
     for r in runs:  # the same work over n servers up: load x n is one number
         assert r[5]["load"] * 5 == pytest.approx(r[7]["load"] * 7, rel=1e-12)
+
+
+def _verifier_loads(seed, counts, *extra):
+    with initialize_config_module(config_module="racsim.conf", version_base="1.3"):
+        register_configs()
+        cfg = scenario(compose(config_name="config", overrides=["scenario=capacity/code_verifier", f"seed={seed}",
+                                                                *extra]))
+    return cfg, channel_loads(cfg, "verifier", count_key(cfg, "verifier"), counts)
+
+
+@pytest.mark.parametrize("extra", [(), ("pipeline.channels.verifier.route_prob=0.5",),
+                                   ("pipeline.arrivals.mode=poisson", "pipeline.channels.verifier.degraded_factor=2",
+                                    "pipeline.channels.verifier.p_degrade=0.1", "pipeline.channels.verifier.p_recover=0.3")])
+def test_a_queue_channels_load_is_the_laws_closed_form_at_every_seed(extra):
+    """A queue channel's load is batch x route_prob x its law's mean x the burst chain's slow-down over the
+    phases' mean sum and the workers: the same number at every seed (no sample in it), the sampled one beside."""
+    counts = [64, 85, 96]
+    runs = [_verifier_loads(seed, counts, *extra) for seed in range(4)]
+    cfg = runs[0][0]
+    p, ch = cfg.pipeline, cfg.pipeline.channels["verifier"]
+    # the laws' means from a million draws of each (clipping included), not from racsim's mean()
+    rng = np.random.default_rng(5)
+    service = build_latency(ch.latency).sample(rng, 10**6).mean()
+    clock = sum(build_latency(phase_conf(p, ph)).sample(rng, 10**6).mean() for ph in PHASES)
+    slow = stationary_slowdown(ch.degraded_factor, ch.p_degrade, ch.p_recover)
+    for n in counts:
+        loads = {r[1][n]["load"] for r in runs}
+        assert len(loads) == 1, loads  # the seed moves nothing
+        want = p.batch_size * ch.route_prob * service * slow / (clock * n)
+        assert loads.pop() == pytest.approx(want, rel=5e-3)
+        assert len({r[1][n]["load_sampled"] for r in runs}) == 4  # the sample does move

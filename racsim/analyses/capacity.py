@@ -42,7 +42,8 @@ from racsim.config.validate import check_limits, faults_on, validate
 from racsim.config.validate.pipeline import nominal_step
 from racsim.learner.bias import bootstrap_counts
 from racsim.learner.correctors import BLOCKING
-from racsim.pipeline.draws import draw, fault_timeline, stationary_slowdown, work_seconds
+from racsim.pipeline.draws import (draw, fault_timeline, mean_step_seconds, mean_work_seconds,
+                                   stationary_slowdown, work_seconds)
 from racsim.pipeline.faults import availability, fault_spec, read_schedule
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, INJECTED, UNROUTED
@@ -155,7 +156,11 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
     and random failures' availability mtbf / (mtbf + mttr) of a server (a replica fails when any of
     its tp GPUs does); a schedule of known outages by its up-time over the sampled clock. The
     sampled load takes the bursts and outages the draws happened to hold. Background traffic
-    (other tenants') adds its long-run work, rate x mean service, to both."""
+    (other tenants') adds its long-run work, rate x mean service, to both. The work and the clock
+    are their exact means where the laws give them (:func:`~racsim.pipeline.draws.mean_work_seconds`,
+    :func:`~racsim.pipeline.draws.mean_step_seconds`: a queue channel's batch x route_prob x its
+    law's mean, the phases' means), so that such a load does not move with the seed; a gpu_rm
+    pool's work is its draws' (full batches of drawn tokens)."""
     trials = min(int(cfg.learner.trials), LOAD_TRIALS)
     ch = cfg.pipeline.channels[name]
     sampled = draw(cfg.pipeline, trials, rng_for(cfg.seed, "pipeline"))
@@ -166,7 +171,11 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
     work, clock = work_seconds(calm, name) * slow, calm.phase.sum(axis=0)
     work_s, clock_s = work_seconds(sampled, name), sampled.phase.sum(axis=0)
     other = background_work(ch, name)  # other tenants' server-seconds a second (its long-run mean: both loads)
-    work, work_s = work + other * clock, work_s + other * clock_s
+    exact_work, exact_clock = mean_work_seconds(cfg.pipeline, name), mean_step_seconds(cfg.pipeline)
+    work_step = float(work.mean()) if exact_work is None else exact_work * slow
+    clock_step = float(clock.mean()) if exact_clock is None else exact_clock
+    work_step += other * clock_step
+    work_s = work_s + other * clock_s
     units = units_per_server(cfg, name)
     out = {}
     for n in counts:
@@ -176,8 +185,8 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
             tl = fault_timeline(ch, name, trials, servers, int(rng_for(cfg.seed, "capacity_load").integers(2**62)))
             up_s = float(np.mean(tl.up_fraction(np.zeros(trials), clock_s.sum(axis=1))))
             up = up_s if ch.faults.mtbf_s is None else availability(fault_spec(ch.faults, units))
-        out[n] = {"load": steady.offered_load(work, clock, servers * up),
-                  "work_per_s": float(work.sum() / clock.sum()), "availability": up,
+        out[n] = {"load": steady.offered_load(np.array(work_step), np.array(clock_step), servers * up),
+                  "work_per_s": work_step / clock_step, "availability": up,
                   "load_sampled": steady.offered_load(work_s, clock_s, servers * up_s)}
     return out
 

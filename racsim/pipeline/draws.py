@@ -193,6 +193,28 @@ def _service_seconds(draws: PipelineDraws, name: str, t: int):
     return s, lost
 
 
+def mean_step_seconds(pcfg: PipelineConf) -> Optional[float]:
+    """The optimizer's mean step on the asynchronous clock, exactly: the sum of its phases' means
+    (each law's mean as sampled, clipping and rounding included), or None where the clock is not
+    made of those laws alone (a fast RM's batches, arrivals that end the generate phase with the
+    last rollout: their mean is a sample's)."""
+    if pcfg.fast_rm is not None or pcfg.arrivals.mode not in ("batch", "poisson", "uniform"):
+        return None
+    return float(sum(build_latency(phase_conf(pcfg, p), f"pipeline.{p}").mean() for p in PHASES))
+
+
+def mean_work_seconds(pcfg: PipelineConf, name: str) -> Optional[float]:
+    """The mean of :func:`work_seconds` per step for queue channel ``name``, exactly: batch size x
+    route_prob x its latency law's mean (bursts left out: the caller scales by the chain's
+    stationary slow-down); None for a gpu_rm pool (full batches of drawn tokens: no closed form)
+    or a kernel channel."""
+    ch = pcfg.channels[name]
+    if ch.kind == "gpu_rm" or ch.kernel is not None:
+        return None
+    mean = build_latency(ch.latency, f"pipeline.channels.{name}.latency").mean()
+    return float(pcfg.batch_size) * float(ch.route_prob) * float(mean)
+
+
 def work_seconds(draws: PipelineDraws, name: str) -> np.ndarray:
     """(trials, steps) server-seconds of work that each step's samples bring channel ``name``:
     a queue's service times of the samples sent to it; a gpu_rm pool's seconds for one replica
