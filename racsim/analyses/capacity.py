@@ -143,7 +143,24 @@ def _whatif(r: dict, targets: dict) -> dict:
     return {**{k: r.get(k, np.nan) for k in keys}, "meets": feasible(r, targets), "fails": fails_text(r, targets)}
 
 
-LOAD_TRIALS = 10  # trials of the scenario's draws the offered load is measured on
+LOAD_TRIALS = 10  # trials of the scenario's draws the offered load is measured on (at least)
+# A gpu_rm pool's work has no closed form (full batches of drawn tokens): its load is measured on
+# at least this many sequences, so that its sampling error (about 0.1% of the load on the judge)
+# is far below the gap between a count's load and capacity.max_load, and the seed moves no answer.
+LOAD_SEQUENCES = 2**20
+LOAD_MAX_TRIALS = 200
+
+
+def load_trials(cfg: RacsimConf, name: str) -> int:
+    """Trials of the draws :func:`channel_loads` measures channel ``name``'s load on:
+    :data:`LOAD_TRIALS` (at most ``learner.trials``), and for a gpu_rm pool as many more as
+    :data:`LOAD_SEQUENCES` sequences take (at most :data:`LOAD_MAX_TRIALS`)."""
+    p, ch = cfg.pipeline, cfg.pipeline.channels[name]
+    base = min(int(cfg.learner.trials), LOAD_TRIALS)
+    if ch.kind != "gpu_rm":
+        return base
+    per_trial = int(p.steps) * int(p.batch_size) * int(ch.rm.sequences_per_sample)
+    return max(base, min(LOAD_MAX_TRIALS, -(-LOAD_SEQUENCES // per_trial)))
 
 
 def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Dict[int, Dict[str, float]]:
@@ -152,7 +169,7 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
     them the load as sampled (``load_sampled``: a check). Where the model knows a long-run figure
     it is used, not a sample of it: a burst chain's stationary slow-down
     (:func:`~racsim.pipeline.draws.stationary_slowdown`) times the work of the scenario's draws
-    without bursts (:data:`LOAD_TRIALS` trials; the same for every count: common random numbers),
+    without bursts (:func:`load_trials` trials; the same for every count: common random numbers),
     and random failures' availability mtbf / (mtbf + mttr) of a server (a replica fails when any of
     its tp GPUs does); a schedule of known outages by its up-time over the sampled clock. The
     sampled load takes the bursts and outages the draws happened to hold. Background traffic
@@ -161,7 +178,7 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
     :func:`~racsim.pipeline.draws.mean_step_seconds`: a queue channel's batch x route_prob x its
     law's mean, the phases' means), so that such a load does not move with the seed; a gpu_rm
     pool's work is its draws' (full batches of drawn tokens)."""
-    trials = min(int(cfg.learner.trials), LOAD_TRIALS)
+    trials = load_trials(cfg, name)
     ch = cfg.pipeline.channels[name]
     sampled = draw(cfg.pipeline, trials, rng_for(cfg.seed, "pipeline"))
     calm = sampled if ch.degraded_factor == 1 else draw(
