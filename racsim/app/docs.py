@@ -194,7 +194,8 @@ RECIPES: Dict[str, Recipe] = {
                                  recommendations),
     "capacity.faults": Recipe(("racsim scenario=capacity/judge_rm_faults",
                                "racsim scenario=capacity/code_verifier pipeline.channels.verifier.faults.mtbf_s=600 "
-                               "pipeline.channels.verifier.faults.mttr_s=60 'capacity.counts=[64,72,80,88,96,104,112,128]'"),
+                               "pipeline.channels.verifier.faults.mttr_s=60 'capacity.counts=[64,72,80,88,96,104,112,128]' "
+                               "capacity.max_dropped=0.05"),
                               recommendations),
     "capacity.preempt": Recipe(("racsim scenario=capacity/judge_rm_preempt",), recommendations),
     "capacity.continuous": Recipe((JUDGE + " pipeline.channels.judge.rm.batching=continuous",
