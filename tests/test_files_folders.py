@@ -296,8 +296,11 @@ def test_racsim_profile_ctrl_c_is_one_line_and_writes_nothing(tmp_path, monkeypa
 
 def _racsim(cwd, *args):
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    # SIGINT as a terminal gives it: a process started with SIGINT ignored (inherited from a test worker
+    # where something set it so) keeps it ignored, as Unix means it to, and would finish its run.
     return subprocess.Popen([sys.executable, "-m", "racsim", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for(path_glob, root: Path, proc, timeout=120.0):
