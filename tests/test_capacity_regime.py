@@ -6,6 +6,7 @@ outages and bursts (long), and the answer over seeds."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from racsim.analyses.capacity import (batch_units, channel_figures, regime_cycle, regime_scales, regime_window,
@@ -18,7 +19,7 @@ from racsim.pipeline.draws import draw
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, UNROUTED
 from racsim.seeds import rng_for
-from racsim.tools.seeds import seed_answers, seed_statement
+from racsim.tools.seeds import main as seeds_main, seed_answers, seed_statement
 
 JUDGE_STEP = 6.0 + 1.0 + 0.1 + 1.5  # capacity/judge_rm_h100's phases: generate, fast_score, submit, update (s)
 
@@ -188,3 +189,14 @@ def test_seed_answers_are_the_runs_answers():
     for s, got in zip((3, 5), table.recommended):
         want = run_capacity(replace_at(cfg, "seed", s)).recommended
         assert (got is None and want is None) or got == want
+
+
+def test_the_seeds_command_takes_overrides_before_and_after_its_options(capsys, tmp_path):
+    """As the capacity page writes it: the scenario, --seeds N, then more overrides (argparse's plain
+    parse refused the overrides after an option as unrecognized)."""
+    seeds_main(["scenario=capacity/judge_rm_faults", "--seeds", "2", "learner.trials=4", "pipeline.steps=12",
+                "capacity.run_length=fixed", "capacity.resamples=20", "capacity.benchmark=false",
+                "capacity.counts=[4,12]", "--csv", str(tmp_path / "t.csv"), "capacity.max_dropped=1"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] in ("12 GPUs at all 2 seeds", "no count meets the targets in any of 2 seeds"), out
+    assert len(pd.read_csv(tmp_path / "t.csv")) == 2

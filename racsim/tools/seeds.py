@@ -70,7 +70,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("--csv", help="also write the table to this CSV file")
     ap.add_argument("overrides", nargs="+", metavar="OVERRIDE",
                     help="the capacity scenario and any overrides, as racsim takes them")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # overrides before and after the options, as racsim takes them
     if args.seeds < 1 or args.first < 0:
         ap.error(f"--seeds {args.seeds} --first {args.first}: --seeds an integer >= 1, --first >= 0")
     try:
