@@ -3,6 +3,7 @@ then the comparison tables (racsim.report.paper.comparison_tables, the frames
 report.md renders) checked against the paper's numbers and what the theory
 guarantees."""
 
+import fcntl
 import json
 import os
 import re
@@ -30,22 +31,29 @@ SCENARIOS = ["k_sweep", "baselines_k2", "knob_ablation_k2", "cross_topology", "h
 
 
 LONG = pytest.mark.long  # the suite's one multirun takes minutes: the long stage (-m long)
-# Its tests in one xdist worker under --dist loadgroup (.ci/run's long stage), so the multirun runs once, not per worker.
-pytestmark = pytest.mark.xdist_group("paper_suite")
 
 
-# Session scope: once per worker, even when the worker runs other modules' tests between this one's.
+# Once per test session, whichever worker asks first: the others wait on a lock and read its folder (the
+# session's temporary root, shared by pytest-xdist's workers). Not by an xdist_group mark: under
+# pytest 9.2 and xdist 3.8 it did not keep these tests on one worker, and the suite ran on both at once.
 # On the golden runs' CPU profile, with every job's tables written, so that the jobs are compared with
 # the golden digests of the same scenarios (tests/golden.py SUITE_RUNS) rather than run twice.
 @pytest.fixture(scope="session")
 def suite(tmp_path_factory):
-    out = tmp_path_factory.mktemp("paper")
-    cmd = [sys.executable, "-m", "racsim", "-m", "scenario=" + ",".join(f"paper/{s}" for s in SCENARIOS),
-           "study.fast=true", "output.plots=false", "output.progress=false", "output.job_files=full",
-           f"hydra.sweep.dir={out}"]
-    done = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=1500,
-                          env={**os.environ, **golden.PINNED})
-    assert done.returncode == 0, done.stderr[-3000:]
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's, not the user's
+    out, done = root / "paper_suite", root / "paper_suite.done"
+    with open(root / "paper_suite.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            out.mkdir(exist_ok=True)
+            cmd = [sys.executable, "-m", "racsim", "-m", "scenario=" + ",".join(f"paper/{s}" for s in SCENARIOS),
+                   "study.fast=true", "output.plots=false", "output.progress=false", "output.job_files=full",
+                   f"hydra.sweep.dir={out}"]
+            ran = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=1500,
+                                 env={**os.environ, **golden.PINNED})
+            assert ran.returncode == 0, ran.stderr[-3000:]
+            done.touch()
     return out
 
 
