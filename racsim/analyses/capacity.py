@@ -163,7 +163,40 @@ def load_trials(cfg: RacsimConf, name: str) -> int:
     return max(base, min(LOAD_MAX_TRIALS, -(-LOAD_SEQUENCES // per_trial)))
 
 
-def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Dict[int, Dict[str, float]]:
+@dataclass
+class LoadBasis:
+    """What every count's load is made of (:func:`load_basis`), drawn once per spec: the long-run
+    work and clock per step (s), the sampled ones per (trial, step), and the trials drawn."""
+
+    work_step: float
+    clock_step: float
+    work_s: np.ndarray
+    clock_s: np.ndarray
+    trials: int
+
+
+def load_basis(cfg: RacsimConf, name: str) -> LoadBasis:
+    """The draws behind :func:`channel_loads`, the same for every count (common random numbers)."""
+    trials = load_trials(cfg, name)
+    ch = cfg.pipeline.channels[name]
+    sampled = draw(cfg.pipeline, trials, rng_for(cfg.seed, "pipeline"))
+    slow = stationary_slowdown(ch.degraded_factor, ch.p_degrade, ch.p_recover)
+    work_s, clock_s = work_seconds(sampled, name), sampled.phase.sum(axis=0)
+    exact_work, exact_clock = mean_work_seconds(cfg.pipeline, name), mean_step_seconds(cfg.pipeline)
+    if exact_work is None:  # a gpu_rm pool: its draws' work without bursts (drawn after the service
+        calm = sampled if ch.degraded_factor == 1 else draw(  # draws, so these are the same), times the slow-down
+            replace_at(cfg, f"pipeline.channels.{name}.degraded_factor", 1.0).pipeline, trials,
+            rng_for(cfg.seed, "pipeline"))
+        work_step = float((work_seconds(calm, name) * slow).mean())
+    else:
+        work_step = exact_work * slow
+    clock_step = float(clock_s.mean()) if exact_clock is None else exact_clock  # bursts leave the phases alone
+    other = background_work(ch, name)  # other tenants' server-seconds a second (its long-run mean: both loads)
+    return LoadBasis(work_step + other * clock_step, clock_step, work_s + other * clock_s, clock_s, trials)
+
+
+def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int],
+                  basis: Optional[LoadBasis] = None) -> Dict[int, Dict[str, float]]:
     """Per count: the channel's long-run offered load, the work it is offered (server-seconds per
     second of the asynchronous optimizer's clock), the fraction of its servers' time up, and beside
     them the load as sampled (``load_sampled``: a check). Where the model knows a long-run figure
@@ -178,33 +211,20 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int]) -> Di
     :func:`~racsim.pipeline.draws.mean_step_seconds`: a queue channel's batch x route_prob x its
     law's mean, the phases' means), so that such a load does not move with the seed; a gpu_rm
     pool's work is its draws' (full batches of drawn tokens)."""
-    trials = load_trials(cfg, name)
+    b = load_basis(cfg, name) if basis is None else basis
     ch = cfg.pipeline.channels[name]
-    sampled = draw(cfg.pipeline, trials, rng_for(cfg.seed, "pipeline"))
-    calm = sampled if ch.degraded_factor == 1 else draw(
-        replace_at(cfg, f"pipeline.channels.{name}.degraded_factor", 1.0).pipeline, trials,
-        rng_for(cfg.seed, "pipeline"))  # the same service draws: bursts are drawn after them
-    slow = stationary_slowdown(ch.degraded_factor, ch.p_degrade, ch.p_recover)
-    work, clock = work_seconds(calm, name) * slow, calm.phase.sum(axis=0)
-    work_s, clock_s = work_seconds(sampled, name), sampled.phase.sum(axis=0)
-    other = background_work(ch, name)  # other tenants' server-seconds a second (its long-run mean: both loads)
-    exact_work, exact_clock = mean_work_seconds(cfg.pipeline, name), mean_step_seconds(cfg.pipeline)
-    work_step = float(work.mean()) if exact_work is None else exact_work * slow
-    clock_step = float(clock.mean()) if exact_clock is None else exact_clock
-    work_step += other * clock_step
-    work_s = work_s + other * clock_s
     units = units_per_server(cfg, name)
     out = {}
     for n in counts:
         servers = n // units
         up = up_s = 1.0
         if faults_on(ch):
-            tl = fault_timeline(ch, name, trials, servers, int(rng_for(cfg.seed, "capacity_load").integers(2**62)))
-            up_s = float(np.mean(tl.up_fraction(np.zeros(trials), clock_s.sum(axis=1))))
+            tl = fault_timeline(ch, name, b.trials, servers, int(rng_for(cfg.seed, "capacity_load").integers(2**62)))
+            up_s = float(np.mean(tl.up_fraction(np.zeros(b.trials), b.clock_s.sum(axis=1))))
             up = up_s if ch.faults.mtbf_s is None else availability(fault_spec(ch.faults, units))
-        out[n] = {"load": steady.offered_load(np.array(work_step), np.array(clock_step), servers * up),
-                  "work_per_s": work_step / clock_step, "availability": up,
-                  "load_sampled": steady.offered_load(work_s, clock_s, servers * up_s)}
+        out[n] = {"load": b.work_step / (b.clock_step * (servers * up)),
+                  "work_per_s": b.work_step / b.clock_step, "availability": up,
+                  "load_sampled": steady.offered_load(b.work_s, b.clock_s, servers * up_s)}
     return out
 
 
@@ -607,7 +627,8 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     timings = {"runs_s": 0.0, "pipeline_s": 0.0}
     requests = [0]  # simulated by the lanes engine, every pipeline of every count
     t0 = time.perf_counter()
-    loads = channel_loads(cfg, name, key, counts)
+    basis = load_basis(cfg, name)  # drawn once: the counts searched between the listed ones reuse it
+    loads = channel_loads(cfg, name, key, counts, basis)
     timings["load_s"] = time.perf_counter() - t0
     unit = "GPUs" if _is_gpu(cfg, name) else "workers"
 
@@ -636,7 +657,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
             evaluate(n)
     between = between_counts(rows, chosen, targets, units_per_server(cfg, name))
     if between:  # the fewest count meeting the targets, whatever the list: the counts the list skipped
-        loads.update(channel_loads(cfg, name, key, between))
+        loads.update(channel_loads(cfg, name, key, between, basis))
         first_passing(between, evaluate)
     if scaled is not None:
         for n in (a.min * units, a.max * units):
