@@ -4,4 +4,5 @@ from __future__ import annotations
 
 from racsim.app.cli import main
 
-main()
+if __name__ == "__main__":  # not when a spawned worker imports it
+    main()

@@ -1,4 +1,5 @@
-"""Writing files safely, their digests, formatting numbers: leaf helpers with no racsim imports.
+"""Writing files safely, their digests, formatting numbers, the machine a job runs on (its
+usable cores, one BLAS thread): leaf helpers with no racsim imports.
 
 Every file is written to a temporary name in the same folder and renamed into
 place, so an interrupted run never leaves a half-written result behind.
@@ -54,3 +55,29 @@ def file_digest(path: Path) -> Dict[str, Any]:
 def digest_bytes(data: bytes) -> Dict[str, Any]:
     """A marker's record of a file, from the bytes written to it (:func:`file_digest` without reading it back)."""
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, which a container or ``taskset``
+    narrows (``os.cpu_count()`` counts the host's, which a 2-core CI job may see as 64)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # no affinity on this platform (macOS)
+        return os.cpu_count() or 1
+
+
+def pin_blas_threads():
+    """One BLAS thread for the job, whatever runs it. A matrix product summed by
+    two threads and by one differs in the last bits, and the count would else
+    depend on the launcher (joblib gives each worker cores / n_jobs) and the
+    machine: so the same cell gives the same bytes serially, with joblib,
+    submitit or Ray, here or on a cluster node. racsim's products are small;
+    its speed comes from running jobs side by side. Returns the limiter (or None
+    without threadpoolctl)."""
+    try:
+        import numpy  # noqa: F401  load the BLAS libraries first, so that the limit reaches them
+        import scipy.linalg  # noqa: F401
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    return threadpool_limits(limits=1, user_api="blas")

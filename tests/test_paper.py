@@ -50,7 +50,7 @@ def suite(tmp_path_factory):
             cmd = [sys.executable, "-m", "racsim", "-m", "scenario=" + ",".join(f"paper/{s}" for s in SCENARIOS),
                    "study.fast=true", "output.plots=false", "output.progress=false", "output.job_files=full",
                    f"hydra.sweep.dir={out}"]
-            ran = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=1500,
+            ran = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=900,
                                  env={**os.environ, **golden.PINNED})
             assert ran.returncode == 0, ran.stderr[-3000:]
             done.touch()

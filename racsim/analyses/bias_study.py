@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing import get_context
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -12,6 +13,7 @@ import pandas as pd
 
 from racsim.analyses.grid import learner_key
 from racsim.config.schema import warmup_steps
+from racsim.io import pin_blas_threads, usable_cores
 from racsim.analyses.result import RunResult
 from racsim.learner import mdp as M
 from racsim.learner.bias import (
@@ -248,15 +250,15 @@ def run_bias_study(cells: list, progress: Optional[Any] = None, known: Optional[
     groups: Dict[tuple, list] = {}
     for i, (values, ccfg) in enumerate(cells):
         groups.setdefault(learner_key(ccfg), []).append((i, values, ccfg))
-    workers = cells[0][1].study.workers or (os.cpu_count() or 1)
-    workers = min(workers, len(groups))
+    workers = min(cells[0][1].study.workers or usable_cores(), len(groups))
     if workers > 1:
-        import multiprocessing
-
+        # Fresh processes (spawn), never forks of this one: a fork copies the locks that its other
+        # threads (pyarrow's allocator, BLAS) hold at that instant, and a child can wait on one
+        # forever. A child that dies raises BrokenProcessPool here instead of hanging the run.
         jobs = [(m, len(cells)) for m in groups.values()]
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=pin_blas_threads) as pool:
             outs = []
-            for (members, _), out in zip(jobs, pool.imap(_group_worker, jobs)):  # imap keeps the order
+            for (members, _), out in zip(jobs, pool.map(_group_worker, jobs)):  # map keeps the order
                 outs.append(out)
                 if progress is not None:
                     progress(members[0][2].learner.trials)

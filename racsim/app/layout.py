@@ -22,7 +22,8 @@ REPO = PKG.parent
 # A room is a folder of racsim/ or a loose module; an entry "pipeline.schedule" allows one module.
 ROOMS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
     ("errors", "the one user-facing error, and any failure in one line", ()),
-    ("io", "files written whole (atomic), their digests, numbers formatted", ()),
+    ("io", "files written whole (atomic), their digests, numbers formatted, the cores and BLAS threads "
+            "a job may use", ()),
     ("seeds", "one random stream per purpose", ()),
     ("config", "what is asked? the schema, defaults, names, rules, and the boundary where a "
                "composed config becomes a spec", ("errors",)),

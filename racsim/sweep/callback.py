@@ -38,6 +38,7 @@ from racsim.config.defaults import replace_grid
 from racsim.config.spec import scenario
 from racsim.config.validate import check_name
 from racsim.errors import ConfigError, JobError, reason
+from racsim.io import pin_blas_threads, usable_cores
 from racsim.sweep.detached import detach_submitit_local
 from racsim.sweep.markers import (
     DONE,
@@ -132,23 +133,6 @@ class Job:
         limits, self._threads = self._threads, None
         if limits is not None:
             limits.restore_original_limits()
-
-
-def pin_blas_threads():
-    """One BLAS thread for the job, whatever runs it. A matrix product summed by
-    two threads and by one differs in the last bits, and the count would else
-    depend on the launcher (joblib gives each worker cores / n_jobs) and the
-    machine: so the same cell gives the same bytes serially, with joblib,
-    submitit or Ray, here or on a cluster node. racsim's products are small;
-    its speed comes from running jobs side by side. Returns the limiter (or None
-    without threadpoolctl)."""
-    try:
-        import numpy  # noqa: F401  load the BLAS libraries first, so that the limit reaches them
-        import scipy.linalg  # noqa: F401
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return None
-    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _stamp() -> str:
@@ -462,7 +446,7 @@ def check_sweep_folder(sweep: Path, config: DictConfig) -> None:
                           f"{', '.join(clash)} (or output.force=true)")
     n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
     if n_jobs is not None:  # joblib: n_jobs processes, or all cores + 1 + n_jobs when negative
-        cores = os.cpu_count() or 1
+        cores = usable_cores()
         ok = isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and n_jobs != 0 and -cores - 1 < n_jobs < 2**15
         _need_launcher(ok, n_jobs, cores)
     _note_new(sweep)  # a sweep refused before its first job (its cells checked) leaves no empty folder behind
