@@ -6,6 +6,7 @@ fuzz (tests/test_fuzz_generated.py) generates many more."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -278,3 +279,22 @@ def test_a_value_that_cannot_give_a_finite_run_is_refused_before_it_runs(tmp_pat
     """These ran, wrote their files and then failed the finite-values check: refused up front now."""
     line = refused(tmp_path, monkeypatch, capsys, *args)
     assert line.startswith(f"racsim: error: {key} = ") and ("overflow" in line or "no number" in line)
+
+
+@pytest.mark.parametrize("intrude, named", [
+    (lambda sw: (sw / "0" / "notes.txt").write_text("the user's"), "0/notes.txt"),
+    (lambda sw: (shutil.rmtree(sw / "1"), (sw / "1").write_text("the user's")), "1 (a file)"),
+    (lambda sw: (sw / "1" / ".hydra" / "mine.yaml").write_text("the user's"), "1/.hydra/mine.yaml"),
+])
+def test_a_sweep_whose_job_folders_hold_the_users_files_is_refused(tmp_path, monkeypatch, capsys, intrude, named):
+    """A sweep into a folder whose 0/, 1/ ... hold a user's files is refused before Hydra writes its
+    .hydra/ and log there; everything of the user's stays as it was."""
+    sw = tmp_path / "sw"
+    for i in ("0", "1"):
+        (sw / i / ".hydra").mkdir(parents=True)
+    intrude(sw)
+    before = {p: p.read_bytes() for p in sw.rglob("*") if p.is_file()}
+    line = refused(tmp_path, monkeypatch, capsys, "-m", f"hydra.sweep.dir={sw}", "seed=0,1")
+    assert "hydra.sweep.dir" in line and named in line and "output.force=true" in line, line
+    assert {p: p.read_bytes() for p in sw.rglob("*") if p.is_file()} == before
+    assert not any(p.name in ("racsim.log", "config.yaml", ".racsim.lock", "multirun.yaml") for p in sw.rglob("*"))

@@ -516,12 +516,12 @@ def test_ctrl_c_under_submitit_local_says_one_line_and_ends_its_jobs(tmp_path):
     assert sorted((tmp_path / "sweep").glob("*/done.json")) == done  # nothing ran on
 
 
-@pytest.mark.parametrize("launcher", ["basic", pytest.param("joblib", marks=pytest.mark.long)])  # launchers: long
+@pytest.mark.parametrize("launcher", ["basic", *(pytest.param(x, marks=pytest.mark.long) for x in ("joblib", "ray"))])
 def test_sigterm_ends_a_sweep_as_ctrl_c_does_and_leaves_no_process(tmp_path, launcher):
     """SIGTERM to the sweep's process alone (what a scheduler or `kill` sends): one line with the
     resume hint, exit 143, no traceback, and no process of the sweep left (joblib's workers end with it)."""
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    extra = [] if launcher == "basic" else ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    extra = {"basic": [], "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], "ray": RAY}[launcher]
     proc = subprocess.Popen([sys.executable, "-m", "racsim", "-m", *extra, "hydra.sweep.dir=sweep", *SMALL, *CELLS],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -29,7 +29,6 @@ from racsim.config.schema import register_configs
 from racsim.errors import ConfigError
 from racsim.sweep.callback import (
     Job,
-    Stopped,
     end_single_run,
     in_multirun,
     keep_created,
@@ -38,6 +37,7 @@ from racsim.sweep.callback import (
     register_resolvers,
     release,
     remove_created,
+    stopped_by_sigterm,
     single_run,
     take_prepared,
 )
@@ -436,7 +436,7 @@ def main() -> None:
     except KeyboardInterrupt as ex:  # Ctrl-C (or SIGTERM during a single run: racsim.sweep.Stopped)
         end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
         print(f"racsim: {_interrupted()}", file=sys.stderr)
-        sys.exit(143 if isinstance(ex, Stopped) else 130)
+        sys.exit(143 if stopped_by_sigterm(ex) else 130)
     except (HydraException, OmegaConfBaseException, ConfigError) as ex:
         remove_created()  # what this process made before the run could start
         if not friendly:

@@ -39,17 +39,20 @@ from racsim.config.spec import scenario
 from racsim.config.validate import check_name
 from racsim.errors import ConfigError, JobError, reason
 from racsim.io import pin_blas_threads, usable_cores
-from racsim.sweep.detached import detach_submitit_local
+from racsim.sweep.detached import detach_submitit_local, keep_sigterm_under_ray
 from racsim.sweep.markers import (
     DONE,
     OWNED,
     RESUME_KEY,
     cell_overrides,
+    LOCK,
     cell_values,
     foreign,
     hold_folder,
     is_complete,
     job_dirs,
+    numbered_folders,
+    owned_names,
     publish,
     record_owned,
     sha256,
@@ -440,10 +443,16 @@ def check_sweep_folder(sweep: Path, config: DictConfig) -> None:
     if had is not None and had != want:
         raise ConfigError("hydra.sweep.dir", str(sweep),
                           f"a folder of its own: it holds another sweep ({' '.join(had) or 'no overrides'})")
+    force = OmegaConf.select(config, "output.force", default=False)
     clash = foreign(sweep, GATHERED)
-    if clash and not OmegaConf.select(config, "output.force", default=False):
+    if clash and not force:
         raise ConfigError("hydra.sweep.dir", str(sweep), f"a folder where racsim would not replace the user's "
                           f"{', '.join(clash)} (or output.force=true)")
+    users = [] if force else users_in_job_folders(sweep, config)
+    if users:
+        raise ConfigError("hydra.sweep.dir", str(sweep), f"a folder whose job folders hold only racsim's files "
+                          f"(Hydra and the jobs would write beside the user's {', '.join(users[:3])}"
+                          f"{' and more' if len(users) > 3 else ''}): choose another folder, or output.force=true")
     n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
     if n_jobs is not None:  # joblib: n_jobs processes, or all cores + 1 + n_jobs when negative
         cores = usable_cores()
@@ -453,6 +462,36 @@ def check_sweep_folder(sweep: Path, config: DictConfig) -> None:
     sweep.mkdir(parents=True, exist_ok=True)
     _RELEASE.clear()
     hold(sweep, "sweep")
+
+
+def users_in_job_folders(sweep: Path, config: DictConfig) -> List[str]:
+    """What a user keeps in the folders the sweep's jobs would write into (``sweep/0`` ... when
+    job folders are numbered; a custom ``hydra.sweep.subdir`` is not resolved before the jobs
+    run): files racsim did not write, a file where a job folder goes, and anything in Hydra's
+    ``hydra.output_subdir`` but Hydra's three files. An earlier run of racsim's, complete or
+    stopped at any moment, leaves only its own files there (``resume=true`` relies on it)."""
+    total = count_jobs(config)
+    if not sweep.is_dir() or total is None or not numbered_folders(config):
+        return []
+    sub = OmegaConf.select(config, "hydra.output_subdir", default=None)
+    racsims = {OWNED, LOCK, f"{config.hydra.job.name}.log", *([] if sub is None else [str(sub)])}
+    out = []
+    for i in range(total):
+        job = sweep / str(i)
+        if not os.path.lexists(job):
+            continue
+        if not job.is_dir():
+            out.append(f"{i} (a file)")
+            continue
+        mine = racsims | owned_names(job)
+        out += [f"{i}/{p.name}" for p in sorted(job.iterdir())
+                if p.name not in mine and not p.name.startswith((".racsim-stage-",)) and ".tmp-" not in p.name]
+        hyd = job / str(sub) if sub is not None else None
+        if hyd is not None and hyd.is_dir():
+            out += [f"{i}/{sub}/{p.name}" for p in sorted(hyd.iterdir()) if p.name not in HYDRA_FILES]
+        elif hyd is not None and os.path.lexists(hyd):
+            out.append(f"{i}/{sub} (a file)")
+    return out
 
 
 def _need_launcher(ok: bool, n_jobs: Any, cores: int) -> None:
@@ -549,21 +588,30 @@ class Stopped(KeyboardInterrupt):
 
 
 def _stop(signum: int, frame: Any) -> None:
+    _SINGLE["sigterm"] = True  # what ends the process, even where a library re-raises a plain KeyboardInterrupt (Ray)
     raise Stopped()
+
+
+def stopped_by_sigterm(ex: BaseException) -> bool:
+    """Whether the interrupt ``ex`` came of SIGTERM (exit 143) rather than Ctrl-C (130)."""
+    return isinstance(ex, Stopped) or bool(_SINGLE.get("sigterm"))
 
 
 _SINGLE: Dict[str, Any] = {}  # the single run of this process: its folder, whether it finished, SIGTERM's old handler
 
 
-def catch_sigterm() -> None:
+def catch_sigterm(again: bool = False) -> None:
     """From now on SIGTERM ends this process as Ctrl-C does (racsim.app.cli.main cleans up and says
-    what was kept), until :func:`end_single_run` gives SIGTERM its handler back."""
+    what was kept), until :func:`end_single_run` gives SIGTERM its handler back (``again``: taken
+    back from a library that replaced it meanwhile, whose handler is not the one to restore)."""
     import signal
 
     try:
-        _SINGLE.setdefault("term", signal.signal(signal.SIGTERM, _stop))
+        before = signal.signal(signal.SIGTERM, _stop)
     except ValueError:  # not the main thread: SIGTERM keeps its handler
-        pass
+        return
+    if not again:
+        _SINGLE.setdefault("term", before)
 
 
 def start_single_run(run: Path) -> None:
@@ -637,6 +685,7 @@ class SweepCallback(Callback):
         self._started = time.time()
         _FAILURES.clear()
         detach_submitit_local(config)
+        keep_sigterm_under_ray(config, lambda: catch_sigterm(again=True))
         try:
             check_name(config.name)  # before the default folder, whose path holds the name, is made
             sweep = Path(str(config.hydra.sweep.dir))  # resolves (and caches) the folder now

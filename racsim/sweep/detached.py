@@ -5,6 +5,7 @@ them (racsim.sweep.callback, racsim.sweep.sweeper)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, List
 
 from omegaconf import DictConfig, OmegaConf
@@ -23,10 +24,24 @@ class _OwnGroup:
         return getattr(subprocess, name)
 
     @staticmethod
-    def Popen(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 (subprocess's name)
+    def Popen(cmd: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 (subprocess's name)
+        """A controller (``python -m submitit.local._local FOLDER``) in a group of its own, its own
+        stderr appended to ``controllers.err`` beside the jobs' folders (its jobs log to their
+        files): a controller that a Ctrl-C caught before submitit made its job's folder fails
+        there, not on the terminal under racsim's one line."""
         import subprocess
 
-        proc = subprocess.Popen(*args, start_new_session=True, **kwargs)
+        err = None
+        if "stderr" not in kwargs and isinstance(cmd, list) and cmd:
+            try:
+                err = open(Path(str(cmd[-1])).parent / "controllers.err", "ab")
+            except OSError:  # the terminal then, as submitit has it
+                err = None
+        try:
+            proc = subprocess.Popen(cmd, *args, start_new_session=True, **({"stderr": err} if err else {}), **kwargs)
+        finally:
+            if err is not None:
+                err.close()  # the controller holds its own copy
         _DETACHED.append(proc)
         return proc
 
@@ -62,3 +77,26 @@ def end_detached() -> None:
             except OSError:
                 pass
             proc.wait()
+
+
+def keep_sigterm_under_ray(config: DictConfig, catch: Any) -> None:
+    """Under ``hydra/launcher=ray``, call ``catch`` (racsim's SIGTERM handler) again once the
+    launcher's ``ray.init`` has taken SIGTERM for itself (an exit that skips racsim's one line and
+    resume hint, and Ray's native crash dump on stderr): SIGTERM then ends the sweep as Ctrl-C does,
+    and Ray's local cluster shuts down with the process."""
+    if not str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".RayLauncher"):
+        return
+    try:
+        from hydra_plugins.hydra_ray_launcher import _core
+    except ImportError:  # the launcher says so itself
+        return
+    start = _core.start_ray
+    if getattr(start, "racsim_catch", None) is not None:
+        start = start.racsim_start
+
+    def start_ray(init_cfg: Any) -> None:
+        start(init_cfg)
+        catch()
+
+    start_ray.racsim_start, start_ray.racsim_catch = start, catch
+    _core.start_ray = start_ray

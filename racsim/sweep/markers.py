@@ -310,6 +310,11 @@ def _age(path: Path) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
+def numbered_folders(config: DictConfig) -> bool:
+    """Whether the sweep's job folders are the default ``${hydra.job.num}`` (job i's is ``sweep/i``)."""
+    return OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}"
+
+
 def hold_folder(folder: Path, what: str = "run"):
     """Take ``folder`` for this process (``.racsim.lock``), or raise FileExistsError
     naming the live racsim process that holds it. A lock left by a process that is

@@ -35,7 +35,7 @@ from racsim.config.spec import scenario
 from racsim.config.validate import check_data_files, check_leaves, check_schema, validate, validate_changed
 from racsim.errors import ConfigError, reason
 from racsim.sweep.detached import wait_detached
-from racsim.sweep.markers import RESUME_KEY, is_complete, parse_override
+from racsim.sweep.markers import RESUME_KEY, is_complete, numbered_folders, parse_override
 
 
 def _parse(overrides: Iterable[str]) -> list:
@@ -301,11 +301,6 @@ def bad_cells_message(labels: Sequence[str], bad: Sequence[Tuple[int, str]], sho
     parts = [f"job {i} ({labels[i]}): {why}" for i, why in bad[:shown]]
     more = f"; and {len(bad) - shown} more" if len(bad) > shown else ""
     return f"sweep: {len(bad)} of {len(labels)} cells are invalid, nothing was run: " + "; ".join(parts) + more
-
-
-def numbered_folders(config: DictConfig) -> bool:
-    """Whether the sweep's job folders are the default ``${hydra.job.num}`` (job i's is ``sweep/i``)."""
-    return OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}"
 
 
 def jobs_to_run(config: DictConfig, sweep_dir: Path, cells: Sequence[Sequence[str]]) -> List[int]:
