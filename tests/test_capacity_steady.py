@@ -125,28 +125,70 @@ def test_verdict_on_stationary_and_drifting_series():
     assert not steady.verdict(np.ones(30), warmup=20).stationary  # 10 steps left: too few batches
 
 
-def test_resampled_figures_against_loops():
-    rng = np.random.default_rng(4)
-    T = 7
-    counts = bootstrap_counts(T, 50, rng)
+def loop_ratio_interval(num, den, counts, level):
+    """bootstrap-t of sum(num) / sum(den), one resample at a time (the oracle of steady.ratio_interval)."""
+    n, r = len(num), sum(num) / sum(den)
+    se = math.sqrt(sum((a - r * b) ** 2 for a, b in zip(num, den)) * n / (n - 1)) / sum(den)
+    if se == 0:
+        return r, r
+    ts = []
+    for c in counts:
+        nb, db = sum(ci * a for ci, a in zip(c, num)), sum(ci * b for ci, b in zip(c, den))
+        if db == 0:
+            continue
+        rb = nb / db
+        seb = math.sqrt(sum(ci * (a - rb * b) ** 2 for ci, a, b in zip(c, num, den)) * n / (n - 1)) / db
+        if seb > 0:
+            ts.append((rb - r) / seb)
+    lo_t, hi_t = np.percentile(ts, [50 * (1 - level), 100 - 50 * (1 - level)])
+    top = 1.0 if all(a <= b for a, b in zip(num, den)) else math.inf
+    return min(max(r - hi_t * se, 0.0), top), min(max(r - lo_t * se, 0.0), top)
+
+
+def lower_quantile(values, q):
+    """The first value whose cumulative share reaches q."""
+    v = sorted(values)
+    return v[max(math.ceil(q * len(v)) - 1, 0)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ratio_and_quantile_intervals_against_loops(seed):
+    rng = np.random.default_rng(seed)
+    T = int(rng.integers(3, 12))
+    counts = bootstrap_counts(T, 60, rng)
+    level = float(rng.choice([0.8, 0.9, 0.95]))
+    rare = seed % 2 == 0  # most units without a drop: the lower end clipped at 0
+    num = (rng.random(T) < 0.3) * rng.integers(1, 4, T) if rare else rng.integers(0, 9, T)
+    den = num + rng.integers(0 if seed == 5 else 1, 20, T)
+    if den.sum() == 0:
+        den[0] = 1
+    got = steady.ratio_interval(num, den, counts, level)
+    want = loop_ratio_interval(num.tolist(), den.tolist(), counts, level)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    assert got[0] <= num.sum() / den.sum() <= got[1]
+    big = num + 3 * den  # not a share: no upper clip
+    np.testing.assert_allclose(steady.ratio_interval(big, den, counts, level),
+                               loop_ratio_interval(big.tolist(), den.tolist(), counts, level), rtol=1e-9)
+    assert steady.ratio_interval(2 * den, den, counts, level) == (2.0, 2.0)  # every residual 0
+    assert all(math.isnan(v) for v in steady.ratio_interval(num, 0 * den, counts, level))
     for integer in (True, False):
         n = rng.integers(0, 40, T)
+        n[0] += 1
         values = np.concatenate([(rng.integers(0, 9, k) if integer else rng.lognormal(0, 1, k)).astype(float)
                                  for k in n])
-        trial = np.repeat(np.arange(T), n)
-        got = steady.boot_weighted_quantile(values, trial, 0.95, counts)
-        for r, c in enumerate(counts):
-            pool = sorted((v, c[t]) for v, t in zip(values, trial) if c[t] > 0)
-            total = sum(w for _, w in pool)
-            acc, want = 0.0, math.nan
-            for v, w in pool:
-                acc += w
-                if acc >= 0.95 * total:
-                    want = v
-                    break
-            assert got[r] == want or (math.isnan(want) and math.isnan(got[r]))
-    a, b = rng.random(T), rng.random(T) + 0.1
-    np.testing.assert_allclose(steady.boot_ratio(a, b, counts), [(c @ a) / (c @ b) for c in counts], rtol=1e-12)
+        unit = np.repeat(np.arange(T), n)
+        for q in (0.5, 0.95):
+            x = lower_quantile(values.tolist(), q)
+            above = [sum(1 for v, u in zip(values, unit) if u == t and v > x) for t in range(T)]
+            e_lo, e_hi = loop_ratio_interval(above, n.tolist(), counts, level)
+            e = sum(above) / len(values)
+            lo_q, hi_q = min(max(q - (e - e_lo), 0.0), 1.0), min(max(q + (e_hi - e), 0.0), 1.0)
+            want = (lower_quantile(values.tolist(), lo_q), lower_quantile(values.tolist(), hi_q))
+            got = steady.quantile_interval(values, unit, q, counts, level)
+            assert got == pytest.approx(want), (integer, q)
+            assert got[0] <= x <= got[1]
+    assert all(math.isnan(v) for v in steady.quantile_interval(np.array([]), np.array([], int), 0.5, counts, level))
+    a = rng.random(T)
     np.testing.assert_allclose(steady.boot_mean(a, counts), [(c @ a) / T for c in counts], rtol=1e-12)
     assert steady.percentile_interval(np.arange(101.0), 0.9) == pytest.approx((5.0, 95.0))
 

@@ -24,7 +24,7 @@ FAULT_EVENT_BYTES = 64.0  # an outage's (down, up) in the timeline and in the en
 
 SIZE_KEYS = ("learner.trials", "pipeline.steps", "pipeline.batch_size", "learner.horizon", "learner.n_states",
              "learner.n_actions", "learner.bootstrap", "learner.train.lanes", "study.probe.n", "capacity.resamples")
-RESAMPLED_VALUES = 4000  # a capacity figure's resampled quantile: candidates per resample (steady.QUANTILE_GRID)
+RESAMPLED_UNITS = 4000  # units a capacity figure's resamples may hold beyond the trials (batches of their windows)
 CHANNEL_SIZE_KEYS = ("workers", "rm.gpus", "rm.sequences_per_sample", "autoscale.max")
 
 
@@ -107,8 +107,8 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     names = max(len(cfg.corrector.names), 1) + 1
     add(mdp, F8 * S * A * (3 * S + 2 * names * trials + 2 * traj * (K + 1) + horizon * (K + 1)) + 4 * F8 * S * S)
     add(_blame(sizes, "learner.bootstrap", "learner.trials"), 5 * F8 * sizes["learner.bootstrap"] * trials)
-    if cfg.capacity.enabled:  # each count's intervals: the resample counts and a quantile's cumulative table
-        add("capacity.resamples", F8 * sizes["capacity.resamples"] * (2 * trials + 2 * RESAMPLED_VALUES))
+    if cfg.capacity.enabled:  # each count's intervals: the resample counts and each unit's residuals
+        add("capacity.resamples", F8 * sizes["capacity.resamples"] * (2 * trials + 2 * RESAMPLED_UNITS))
     if cfg.learner.train.enabled:
         L = sizes["learner.train.lanes"]
         add("learner.train.lanes", F8 * L * (steps * batch * horizon * (K + 4) + (batch + 4) * S * A))
