@@ -191,6 +191,8 @@ def test_seed_answers_are_the_runs_answers():
     for s, got in zip((3, 5), table.recommended):
         want = run_capacity(replace_at(cfg, "seed", s)).recommended
         assert (got is None and want is None) or got == want
+    side = seed_answers(cfg, [3, 5], jobs=2)  # two processes: the same rows, in the seeds' order
+    assert side.drop(columns="seconds").equals(table.drop(columns="seconds"))
 
 
 def test_the_seeds_command_takes_overrides_before_and_after_its_options(capsys, tmp_path):

@@ -95,6 +95,24 @@ def recommendations(run: Run) -> str:
     return fenced("\n".join(f"$ {c}\n{recommendation(o)}" for c, o in zip(run.commands, run.stdout)))
 
 
+SHIPPED_CAPACITY = ("judge_rm_h100", "code_verifier", "human_review", "judge_rm_faults", "judge_rm_autoscale",
+                    "judge_rm_preempt")
+SEEDS = ("python -m racsim.tools.seeds scenario=capacity/{} --seeds 20 --jobs 2 capacity.sensitivity.enabled=false "
+         "capacity.benchmark=false")
+
+
+def seed_table(run: Run) -> str:
+    """Each shipped capacity scenario's answer over seeds 0-19 (the seeds tool's last line) and the
+    seconds a seed took on average."""
+    rows = []
+    for name, out in zip(SHIPPED_CAPACITY, run.stdout):
+        lines = out.strip().splitlines()
+        secs = [float(ln.split()[-1]) for ln in lines[1:-1]]
+        rows.append({"scenario": f"capacity/{name}", "answer over seeds 0-19": lines[-1],
+                     "s per seed": f"{sum(secs) / len(secs):.0f}"})
+    return markdown_table(pd.DataFrame(rows))
+
+
 def markdown_table(df: pd.DataFrame) -> str:
     head = "| " + " | ".join(map(str, df.columns)) + " |\n"
     rule = "|" + "---|" * len(df.columns) + "\n"
@@ -200,6 +218,7 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.preempt": Recipe(("racsim scenario=capacity/judge_rm_preempt",), recommendations),
     "capacity.continuous": Recipe((JUDGE + " pipeline.channels.judge.rm.batching=continuous",
                                    JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),
+    "capacity.seeds": Recipe(tuple(SEEDS.format(n) for n in SHIPPED_CAPACITY), seed_table),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts),
     "python.script": Recipe((PYTHON,), script, fresh=True),

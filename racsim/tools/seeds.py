@@ -3,6 +3,7 @@ where the seeds disagree.
 
     python -m racsim.tools.seeds scenario=capacity/judge_rm_faults --seeds 20
     python -m racsim.tools.seeds scenario=capacity/judge_rm_h100 --seeds 5 --first 100 learner.trials=20
+    python -m racsim.tools.seeds scenario=capacity/judge_rm_h100 --seeds 20 --jobs 2   # two seeds at a time
 
 Each seed is a whole capacity run (racsim.analyses.capacity.run_capacity, as ``racsim`` runs it,
 nothing written); the table gives per seed the recommended count and the seconds it took, then
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from typing import Callable, List, Optional, Sequence
 
 import pandas as pd
@@ -27,20 +30,36 @@ from racsim.config.defaults import compose_config
 from racsim.config.schema import RacsimConf
 from racsim.config.spec import replace_at, scenario
 from racsim.errors import Parser
+from racsim.io import pin_blas_threads, usable_cores
 
 
-def seed_answers(cfg: RacsimConf, seeds: Sequence[int], progress: Optional[Callable[[str], None]] = None
-                 ) -> pd.DataFrame:
+def _one_seed(cfg: RacsimConf, seed: int) -> dict:
+    t0 = time.perf_counter()
+    res = run_capacity(replace_at(cfg, "seed", int(seed)))
+    return {"seed": int(seed), "recommended": res.recommended, "unit": res.unit, "seconds": time.perf_counter() - t0}
+
+
+def seed_answers(cfg: RacsimConf, seeds: Sequence[int], progress: Optional[Callable[[str], None]] = None,
+                 jobs: int = 1) -> pd.DataFrame:
     """One row per seed: the capacity run's recommended count (None: no count met the targets),
-    its unit and the seconds it took. ``cfg``: a capacity scenario's spec; only ``seed`` varies."""
+    its unit and the seconds it took. ``cfg``: a capacity scenario's spec; only ``seed`` varies.
+    ``jobs`` > 1: the seeds run in that many fresh processes (one BLAS thread each), the same rows."""
+    seeds = [int(s) for s in seeds]
     rows = []
-    for s in seeds:
-        t0 = time.perf_counter()
-        res = run_capacity(replace_at(cfg, "seed", int(s)))
-        rows.append({"seed": int(s), "recommended": res.recommended, "unit": res.unit,
-                     "seconds": time.perf_counter() - t0})
+
+    def tell(row: dict) -> None:
+        rows.append(row)
         if progress is not None:
-            progress(f"seed {s}: {res.recommended} {res.unit} ({rows[-1]['seconds']:.1f} s)")
+            progress(f"seed {row['seed']}: {row['recommended']} {row['unit']} ({row['seconds']:.1f} s)")
+
+    if jobs > 1 and len(seeds) > 1:
+        with ProcessPoolExecutor(min(jobs, len(seeds)), mp_context=get_context("spawn"),
+                                 initializer=pin_blas_threads) as pool:
+            for row in pool.map(_one_seed, [cfg] * len(seeds), seeds):  # in the seeds' order
+                tell(row)
+    else:
+        for s in seeds:
+            tell(_one_seed(cfg, s))
     return pd.DataFrame(rows)
 
 
@@ -67,18 +86,21 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap = Parser(prog="python -m racsim.tools.seeds", description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=10, help="how many seeds (default 10)")
     ap.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
+    ap.add_argument("--jobs", type=int, default=1, help=f"seeds run side by side in that many processes (default 1; "
+                                                        f"this machine has {usable_cores()} cores)")
     ap.add_argument("--csv", help="also write the table to this CSV file")
     ap.add_argument("overrides", nargs="+", metavar="OVERRIDE",
                     help="the capacity scenario and any overrides, as racsim takes them")
     args = ap.parse_intermixed_args(argv)  # overrides before and after the options, as racsim takes them
-    if args.seeds < 1 or args.first < 0:
-        ap.error(f"--seeds {args.seeds} --first {args.first}: --seeds an integer >= 1, --first >= 0")
+    if args.seeds < 1 or args.first < 0 or args.jobs < 1:
+        ap.error(f"--seeds {args.seeds} --first {args.first} --jobs {args.jobs}: --seeds an integer >= 1, "
+                 f"--first >= 0, --jobs >= 1")
     try:
         cfg = scenario(compose_config(*args.overrides))
         if not cfg.capacity.enabled:
             ap.error(f"{' '.join(args.overrides)}: not a capacity scenario (capacity.enabled is false)")
         table = seed_answers(cfg, range(args.first, args.first + args.seeds),
-                             lambda line: print(line, file=sys.stderr, flush=True))
+                             lambda line: print(line, file=sys.stderr, flush=True), jobs=args.jobs)
     except (ValueError, HydraException, OmegaConfBaseException) as e:  # ValueError: racsim's ConfigError
         ap.error(f"{' '.join(args.overrides)}: {e}")
     print(table.to_string(index=False))
