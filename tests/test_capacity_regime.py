@@ -171,6 +171,9 @@ def test_sized_run_holds_the_cycles():
     assert run.steps == 240 and run.verdict.warmup == 60
     old = sized_run(small("bursts", "capacity.regime_cycles=0"), "verifier")
     assert old.steps < run.steps
+    short = sized_run(small("bursts", "capacity.regime_cycles=30", "capacity.max_steps=200"), "verifier")
+    assert short.steps == 200 and not short.verdict.stationary  # the 180-step window after 60 does not fit
+    assert "short of the 180 its slow regimes need (capacity.max_steps = 200)" in short.verdict.reason
 
 
 def test_seed_statement():

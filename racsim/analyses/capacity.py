@@ -358,7 +358,12 @@ def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
         requests += requests_per_schedule(c)
         series = steady.in_system(sched, sched.channel_names.index(name))
         v = steady.trials_verdict(series, given) if need else steady.verdict(series.mean(axis=0), given)
-        if (v.stationary and steps - v.warmup >= need) or not auto or steps * 2 > cap.max_steps:
+        if (v.stationary and steps - v.warmup >= need) or not auto:
+            return Sized(c, draws, sched, v, steps, spent, requests)
+        if steps * 2 > cap.max_steps:  # no longer run allowed: a window short of the regimes' is no steady state
+            if v.stationary:
+                v = steady.Verdict(v.warmup, False, f"{steps - v.warmup} steps after the warm-up, short of the "
+                                                    f"{need} its slow regimes need (capacity.max_steps = {cap.max_steps})")
             return Sized(c, draws, sched, v, steps, spent, requests)
         if tell is not None:
             tell(f"not stationary at {steps} steps ({v.reason}), running {2 * steps}" if not v.stationary else
