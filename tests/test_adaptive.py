@@ -11,6 +11,7 @@ delay kernel (what the theorem's kernel and the row normalisation use).
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -226,3 +227,19 @@ def test_no_landed_result_gives_the_prior():
         p = CorrectorParams(tau_age=prior, adaptive_quantile=q, adaptive_scale=scale, adaptive_min_results=n_min)
         assert np.array_equal(adaptive_tau_age(delay, status, p), np.full(shape, prior))
         assert not correction_weight("rac_adaptive", delay, status, None, p).any()
+
+
+def test_a_scale_near_the_largest_float_is_no_age_weighting_without_a_warning():
+    """adaptive_scale x the delay quantile past the largest float: tau_age inf (weights of no age
+    decay), with no NumPy overflow warning on stderr (a generated extreme config met one)."""
+    rng = np.random.default_rng(5)
+    delay, status = random_schedule(rng)
+    p = CorrectorParams(alpha=0.8, tau_age=3.0, rho_bar=1.3, adaptive_quantile=0.9, adaptive_scale=1e308,
+                        adaptive_min_results=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tau = adaptive_tau_age(delay, status, p)
+        got = correction_weight("rac_adaptive", delay, status, None, p)
+    learned = (status == INJECTED) & (tau != 3.0)
+    assert np.all(tau[learned] >= 1e308) and np.isinf(tau[learned]).any()  # a quantile >= 2 overflows
+    np.testing.assert_array_equal(got[learned], 0.8)  # exp(-d / inf) = 1, rho capped at 1.3 by ratio 1

@@ -132,8 +132,10 @@ def _quantile_index(hist: np.ndarray, q: float) -> np.ndarray:
 
 
 def _tau_from_quantile(quantile: np.ndarray, params: CorrectorParams) -> np.ndarray:
-    """rac_adaptive's tau_age from a delay quantile: adaptive_scale * max(1, quantile)."""
-    return params.adaptive_scale * np.maximum(quantile, 1).astype(np.float64)
+    """rac_adaptive's tau_age from a delay quantile: adaptive_scale * max(1, quantile); a product past
+    the largest float is inf, the tau_age of no age weighting (a scale near 1e308 asks for that)."""
+    with np.errstate(over="ignore"):
+        return params.adaptive_scale * np.maximum(quantile, 1).astype(np.float64)
 
 
 def adaptive_tau_age(delay, status, params: CorrectorParams) -> np.ndarray:
