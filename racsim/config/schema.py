@@ -563,9 +563,10 @@ class CapacityConf:
     max_steps: int = 640
     # Slow regimes (random outages, a burst chain, an autoscaler, a preemption schedule): with
     # run_length auto, the trials' measured windows together hold at least this many cycles of
-    # the slowest one (a schedule's whole span), each trial's at least one (up to max_steps);
-    # the stationarity check tests the trials' slopes and the channel's intervals resample
-    # batches of at least two cycles (racsim/analyses/capacity.py regime_scales); 0: off.
+    # the slowest one (a schedule's whole span), each trial's at least one, after a warm-up of
+    # one cycle where the regimes start stationary (outages, bursts); a run max_steps keeps
+    # shorter is not stationary. The stationarity check tests the trials' slopes and the channel's
+    # intervals resample batches of at least two cycles (racsim/analyses/capacity.py regime_scales); 0: off.
     regime_cycles: int = 100
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
     # The answer again with each guessed input (MFU, token lengths, arrival rate, failures, service
