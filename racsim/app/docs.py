@@ -110,7 +110,7 @@ def seed_table(run: Run) -> str:
         secs = [float(ln.split()[-1]) for ln in lines[1:-1]]
         rows.append({"scenario": f"capacity/{name}", "answer over seeds 0-19": lines[-1],
                      "s per seed": f"{sum(secs) / len(secs):.0f}"})
-    return markdown_table(pd.DataFrame(rows))
+    return fenced("\n".join(f"$ {c}" for c in run.commands)) + "\n" + markdown_table(pd.DataFrame(rows))
 
 
 def markdown_table(df: pd.DataFrame) -> str:
