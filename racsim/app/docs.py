@@ -22,6 +22,7 @@ import pandas as pd
 
 from racsim.errors import Parser
 from racsim.io import fmt, write_text
+from racsim.report.lm import value_label
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (racsim/app/docs.py)
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
@@ -147,8 +148,23 @@ def final_reward(run: Run) -> str:
     """The LM delay sweep's final true reward per delay law (rows) and corrector (columns)."""
     df = run.csv("results.csv")
     law = [c for c in df.columns if c.startswith("pipeline.delay_distribution")][0]
-    return markdown_table(df.pivot_table(index=law, columns="corrector", values="true_final", sort=False)
-                          .reset_index().rename(columns={law: "delay law"}))
+    table = df.pivot_table(index=law, columns="corrector", values="true_final", sort=False).reset_index()
+    table[law] = [value_label(v) for v in table[law]]  # the law's kind, never a dict
+    return markdown_table(table.rename(columns={law: "delay law"}))
+
+
+RANKING = ("racsim scenario=lm/ranking learner.lm.policy=transformer learner.lm.layers=1 learner.lm.d_model=32 "
+           "learner.lm.lr=0.01 pipeline.steps=50 learner.lm.max_seeds=640")
+
+
+def ranking(run: Run) -> str:
+    """The transformer ranking: its command, the line saying how many seeds it ran in what time, its verdicts."""
+    out = run.stdout[-1].splitlines()
+    ran = [ln for ln in out if "seeds per corrector in" in ln]
+    lines = [ln for ln in out if ln.startswith("racsim: rac vs ")]
+    if not lines:
+        raise DocsError(f"`{run.commands[-1]}` printed no verdict")
+    return fenced("\n".join([f"$ {run.commands[-1]}", *ran, *lines]))
 
 
 def verdicts(run: Run) -> str:
@@ -221,6 +237,7 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.seeds": Recipe(tuple(SEEDS.format(n) for n in SHIPPED_CAPACITY), seed_table),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts),
+    "lm.ranking": Recipe((RANKING,), ranking),
     "python.script": Recipe((PYTHON,), script, fresh=True),
     "python.output": Recipe((PYTHON,), lambda run: fenced(run.stdout[-1]), fresh=True),
     "layout": Recipe(("python -m racsim.app.layout",), lambda run: fenced(run.stdout[0]), fresh=True),

@@ -18,7 +18,7 @@ def is_lm(res) -> bool:
     return "true_final" in res.results
 
 
-def _value_label(v) -> str:
+def value_label(v) -> str:
     """A grid value in a few characters: a latency law by its kind, a key=value text by the value."""
     if isinstance(v, str) and v.startswith("{") and "'kind'" in v:
         return v.split("'kind': '")[1].split("'")[0]
@@ -30,8 +30,8 @@ def cell_labels(r: pd.DataFrame) -> dict:
     keys = [c for c in r.columns[: list(r.columns).index("scenario")] if c != "cell"]
     cells = r.drop_duplicates("cell")
     if len(keys) == 1:  # the values alone; the axis title names the key
-        return {row.cell: _value_label(row[keys[0]]) for _, row in cells.iterrows()}
-    return {row.cell: ", ".join(f"{k.split('.')[-1]}={_value_label(row[k])}" for k in keys)
+        return {row.cell: value_label(row[keys[0]]) for _, row in cells.iterrows()}
+    return {row.cell: ", ".join(f"{k.split('.')[-1]}={value_label(row[k])}" for k in keys)
             for _, row in cells.iterrows()}
 
 
