@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Dict
 
@@ -81,3 +83,11 @@ def pin_blas_threads():
     except ImportError:
         return None
     return threadpool_limits(limits=1, user_api="blas")
+
+
+def spawn_pool(workers: int) -> ProcessPoolExecutor:
+    """``workers`` fresh (spawned) processes, each with one BLAS thread (:func:`pin_blas_threads`).
+    Never forks of this one: a fork copies the locks its other threads (pyarrow's allocator, BLAS)
+    hold at that instant, and a child can wait on one forever; a child that dies raises
+    BrokenProcessPool in the caller instead of hanging it."""
+    return ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=pin_blas_threads)

@@ -14,10 +14,12 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 from omegaconf import OmegaConf
 
 from racsim.sweep import callback as S
@@ -31,6 +33,7 @@ from racsim.sweep.markers import (
     is_complete,
     owned_names,
     publish,
+    record_owned,
     write_marker,
 )
 from racsim.sweep import gather as G
@@ -341,3 +344,68 @@ def test_resume_reruns_a_job_whose_results_were_corrupted_in_place(tmp_path):
     p = racsim(tmp_path, "-m", f"hydra.sweep.dir={sweep}", "seed=6", *TINY)
     assert p.returncode == 2 and "another sweep" in p.stderr and p.stderr.count("\n") == 1, p.stderr
     assert snapshot(sweep) == before
+
+
+# ------------------------------------------------------- a user's files in a sweep's job folders
+
+JOB_CFG = {"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
+                     "overrides": {"task": ["seed=0,1,2"]}, "sweep": {"subdir": "${hydra.job.num}"},
+                     "output_subdir": ".hydra", "job": {"name": "racsim"}}}
+USER_NAME = st.from_regex(r"[a-zA-Z][a-zA-Z0-9_\-]{0,8}(\.[a-z]{1,4})?", fullmatch=True)
+ENTRY = st.one_of(  # (kind, name) of one thing in a job folder
+    st.tuples(st.just("user"), USER_NAME),  # a file of the user's
+    st.tuples(st.just("owned"), USER_NAME),  # a file racsim wrote (recorded in .racsim-files)
+    st.tuples(st.sampled_from(["log", "lock", "stage", "tmp"]), st.just("")),  # racsim's, or in flight
+    st.tuples(st.just("hydra"), st.sampled_from(["config.yaml", "hydra.yaml", "overrides.yaml", "notes.txt"])))
+JOB = st.one_of(st.just(None), st.just("file"), st.lists(ENTRY, max_size=6))  # absent, a file, a folder
+
+
+def _make_job(job: Path, spec) -> list:
+    """Make job folder ``job`` as ``spec`` says; the names a user keeps there (the oracle)."""
+    if spec is None:
+        return []
+    if spec == "file":
+        job.write_text("the user's")
+        return [f"{job.name} (a file)"]
+    job.mkdir()
+    users, owned = set(), {}
+    for kind, name in spec:
+        if kind == "user" and name not in owned and not name.startswith("racsim"):
+            (job / name).write_text("the user's")
+            users.add(f"{job.name}/{name}")
+        elif kind == "owned" and f"{job.name}/{name}" not in users and not name.startswith("racsim"):
+            (job / name).write_text("racsim's")
+            owned[name] = None
+        elif kind in ("log", "lock"):
+            (job / {"log": "racsim.log", "lock": LOCK}[kind]).write_text("racsim's")
+        elif kind == "stage":
+            (job / ".racsim-stage-x1y2").mkdir(exist_ok=True)
+        elif kind == "tmp":
+            (job / ".results.csv.tmp-123").write_text("in flight")
+        elif kind == "hydra":
+            (job / ".hydra").mkdir(exist_ok=True)
+            (job / ".hydra" / name).write_text("x")
+            if name == "notes.txt":
+                users.add(f"{job.name}/.hydra/notes.txt")
+    if owned:
+        record_owned(job, owned)
+    return sorted(users)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(jobs=st.lists(JOB, min_size=4, max_size=4))
+def test_users_files_in_job_folders_against_an_oracle(jobs):
+    """Generated job folders 0-3 of a 3-job sweep: the check names exactly the user's files in 0-2
+    (folder 3 is no job's), racsim's own files and its writers' in-flight names pass, and it
+    touches nothing (every file's bytes and the tree the same after)."""
+    cfg = OmegaConf.create(JOB_CFG)
+    with tempfile.TemporaryDirectory() as tmp:
+        sweep = Path(tmp)
+        want = []
+        for i, spec in enumerate(jobs):
+            users = _make_job(sweep / str(i), spec)
+            want += users if i < 3 else []
+        before = {p: (p.read_bytes() if p.is_file() else None) for p in sweep.rglob("*")}
+        got = S.users_in_job_folders(sweep, cfg)
+        assert sorted(got) == sorted(want)
+        assert {p: (p.read_bytes() if p.is_file() else None) for p in sweep.rglob("*")} == before

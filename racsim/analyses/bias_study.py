@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_context
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -13,7 +11,7 @@ import pandas as pd
 
 from racsim.analyses.grid import learner_key
 from racsim.config.schema import warmup_steps
-from racsim.io import pin_blas_threads, usable_cores
+from racsim.io import spawn_pool, usable_cores
 from racsim.analyses.result import RunResult
 from racsim.learner import mdp as M
 from racsim.learner.bias import (
@@ -252,11 +250,8 @@ def run_bias_study(cells: list, progress: Optional[Any] = None, known: Optional[
         groups.setdefault(learner_key(ccfg), []).append((i, values, ccfg))
     workers = min(cells[0][1].study.workers or usable_cores(), len(groups))
     if workers > 1:
-        # Fresh processes (spawn), never forks of this one: a fork copies the locks that its other
-        # threads (pyarrow's allocator, BLAS) hold at that instant, and a child can wait on one
-        # forever. A child that dies raises BrokenProcessPool here instead of hanging the run.
         jobs = [(m, len(cells)) for m in groups.values()]
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=pin_blas_threads) as pool:
+        with spawn_pool(workers) as pool:
             outs = []
             for (members, _), out in zip(jobs, pool.map(_group_worker, jobs)):  # map keeps the order
                 outs.append(out)

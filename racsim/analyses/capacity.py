@@ -222,7 +222,7 @@ def channel_loads(cfg: RacsimConf, name: str, key: str, counts: List[int],
             tl = fault_timeline(ch, name, b.trials, servers, int(rng_for(cfg.seed, "capacity_load").integers(2**62)))
             up_s = float(np.mean(tl.up_fraction(np.zeros(b.trials), b.clock_s.sum(axis=1))))
             up = up_s if ch.faults.mtbf_s is None else availability(fault_spec(ch.faults, units))
-        out[n] = {"load": b.work_step / (b.clock_step * (servers * up)),
+        out[n] = {"load": steady.offered_load(b.work_step, b.clock_step, servers * up),
                   "work_per_s": b.work_step / b.clock_step, "availability": up,
                   "load_sampled": steady.offered_load(b.work_s, b.clock_s, servers * up_s)}
     return out
@@ -344,13 +344,15 @@ def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
     need = regime_window(cfg, name) if auto else 0
     cut = regime_warmup(cfg, name) if auto and p.warmup_steps is None else None
     steps, spent, requests = int(p.steps), 0.0, 0
-    if need + (cut or 0) > steps:
+    if need + (cut or 0) > steps:  # the regimes' window after their warm-up
         steps = min(need + (cut or 0), int(cap.max_steps))
         check_limits(replace_at(cfg, "pipeline.steps", steps))  # refused before it runs when too big
     while True:
         c = replace_at(cfg, "pipeline.steps", steps)
-        given = (min(cut, steps // 2) if cut is not None  # a run capacity.max_steps keeps shorter than the cycle
-                 else None if auto and p.warmup_steps is None else warmup_steps(c.pipeline))
+        if cut is not None:
+            given = min(cut, steps // 2)  # a run capacity.max_steps keeps shorter than the cycle
+        else:
+            given = None if auto and p.warmup_steps is None else warmup_steps(c.pipeline)
         t0 = time.perf_counter()
         draws = draw(c.pipeline, int(c.learner.trials), rng_for(c.seed, "pipeline"))  # as the bias study draws
         sched = simulate(c.pipeline, int(c.learner.trials), None, draws=draws)

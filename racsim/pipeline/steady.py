@@ -195,7 +195,7 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, counts: np.ndarray, level: 
     when every num_i <= den_i (a share), else above 0. Where a share's spread grows with its level
     (results dropped in outages: a window with fewer outages reads both lower and narrower), the
     percentile interval misses the long run from below; t pivots on the spread (under outages, a
-    test's queue: 82% -> 93% coverage of the long-run dropped share; tests/test_capacity_regime.py).
+    test's queue: 82% -> 92% coverage of the long-run dropped share; tests/test_capacity_regime.py).
     (r, r) when every unit's residual is 0; NaN when no unit has a denominator."""
     num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
     n, total = num.size, float(den.sum())
@@ -233,10 +233,10 @@ def quantile_interval(values: np.ndarray, unit: np.ndarray, q: float, counts: np
     if not values.size:
         return float("nan"), float("nan")
     x = np.quantile(values, q, method="inverted_cdf")
-    n = counts.shape[1]
-    above = np.bincount(unit, weights=(values > x).astype(np.float64), minlength=n)
-    e_lo, e_hi = ratio_interval(above, np.bincount(unit, minlength=n).astype(np.float64), counts, level)
-    e = float(np.mean(values > x))
+    n, over = counts.shape[1], (values > x).astype(np.float64)
+    e_lo, e_hi = ratio_interval(np.bincount(unit, weights=over, minlength=n),
+                                np.bincount(unit, minlength=n).astype(np.float64), counts, level)
+    e = float(over.mean())
     levels = np.clip([q - (e - e_lo), q + (e_hi - e)], 0.0, 1.0)
     lo, hi = np.quantile(values, levels, method="inverted_cdf")
     return float(lo), float(hi)

@@ -56,6 +56,7 @@ from racsim.sweep.markers import (
     publish,
     record_owned,
     sha256,
+    transient,
     write_marker,
 )
 
@@ -484,8 +485,7 @@ def users_in_job_folders(sweep: Path, config: DictConfig) -> List[str]:
             out.append(f"{i} (a file)")
             continue
         mine = racsims | owned_names(job)
-        out += [f"{i}/{p.name}" for p in sorted(job.iterdir())
-                if p.name not in mine and not p.name.startswith((".racsim-stage-",)) and ".tmp-" not in p.name]
+        out += [f"{i}/{p.name}" for p in sorted(job.iterdir()) if p.name not in mine and not transient(p.name)]
         hyd = job / str(sub) if sub is not None else None
         if hyd is not None and hyd.is_dir():
             out += [f"{i}/{sub}/{p.name}" for p in sorted(hyd.iterdir()) if p.name not in HYDRA_FILES]
@@ -597,7 +597,7 @@ def stopped_by_sigterm(ex: BaseException) -> bool:
     return isinstance(ex, Stopped) or bool(_SINGLE.get("sigterm"))
 
 
-_SINGLE: Dict[str, Any] = {}  # the single run of this process: its folder, whether it finished, SIGTERM's old handler
+_SINGLE: Dict[str, Any] = {}  # this process's single run (its folder, whether it finished), SIGTERM's old handler, whether SIGTERM came
 
 
 def catch_sigterm(again: bool = False) -> None:

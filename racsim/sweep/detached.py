@@ -90,13 +90,11 @@ def keep_sigterm_under_ray(config: DictConfig, catch: Any) -> None:
         from hydra_plugins.hydra_ray_launcher import _core
     except ImportError:  # the launcher says so itself
         return
-    start = _core.start_ray
-    if getattr(start, "racsim_catch", None) is not None:
-        start = start.racsim_start
+    start = getattr(_core.start_ray, "racsim_start", _core.start_ray)  # the launcher's own, wrapped once
 
     def start_ray(init_cfg: Any) -> None:
         start(init_cfg)
         catch()
 
-    start_ray.racsim_start, start_ray.racsim_catch = start, catch
+    start_ray.racsim_start = start
     _core.start_ray = start_ray

@@ -172,6 +172,7 @@ def write_marker(job_dir: Path, written: Iterable[Path], *, overrides: List[str]
 
 OWNED = ".racsim-files"  # what racsim wrote in a folder (JSON: name -> SHA-256 of what it wrote, or null)
 LOCK = ".racsim.lock"  # the process that holds a folder (JSON: pid, host, argv)
+STAGE = ".racsim-stage-"  # the prefix of publish's staging folders
 
 
 def _recorded(folder: Path) -> Dict[str, Optional[str]]:
@@ -244,6 +245,12 @@ def _pid_alive(pid: Any) -> bool:
     return True
 
 
+def transient(name: str) -> bool:
+    """Whether ``name`` is a racsim writer's file in flight: a staging folder of :func:`publish`, or
+    a temporary of racsim.io.atomic_write (``.NAME.tmp-PID``)."""
+    return name.startswith(STAGE) or (name.startswith(".") and ".tmp-" in name)
+
+
 def _clear_stale(folder: Path, names: set) -> None:
     """Before new files of ``names`` land: take away the old marker when it is one of
     them (the folder is not complete until the new one is written), and the temporary
@@ -272,7 +279,7 @@ def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = (
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".racsim-stage-", dir=folder))
+    stage = Path(tempfile.mkdtemp(prefix=STAGE, dir=folder))
     try:
         staged = [Path(p).name for p in write(stage)]
         names = sorted(p.name for p in stage.iterdir())

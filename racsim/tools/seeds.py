@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from typing import Callable, List, Optional, Sequence
 
 import pandas as pd
@@ -30,7 +28,7 @@ from racsim.config.defaults import compose_config
 from racsim.config.schema import RacsimConf
 from racsim.config.spec import replace_at, scenario
 from racsim.errors import Parser
-from racsim.io import pin_blas_threads, usable_cores
+from racsim.io import spawn_pool, usable_cores
 
 
 def _one_seed(cfg: RacsimConf, seed: int) -> dict:
@@ -53,8 +51,7 @@ def seed_answers(cfg: RacsimConf, seeds: Sequence[int], progress: Optional[Calla
             progress(f"seed {row['seed']}: {row['recommended']} {row['unit']} ({row['seconds']:.1f} s)")
 
     if jobs > 1 and len(seeds) > 1:
-        with ProcessPoolExecutor(min(jobs, len(seeds)), mp_context=get_context("spawn"),
-                                 initializer=pin_blas_threads) as pool:
+        with spawn_pool(min(jobs, len(seeds))) as pool:
             for row in pool.map(_one_seed, [cfg] * len(seeds), seeds):  # in the seeds' order
                 tell(row)
     else:
