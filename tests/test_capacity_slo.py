@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import tracemalloc
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -22,7 +23,7 @@ from racsim.config.schema import CAPACITY_TARGETS
 from racsim.config.spec import replace_at, scenario
 from racsim.errors import ConfigError
 from racsim.pipeline import steady
-from racsim.report.capacity import recommendation_text
+from racsim.report.capacity import edge_text, recommendation_text
 
 # the oracle's own table: target key, the column of its figure's interval's upper end
 ORACLE_COLUMNS = [("max_bias", "bias_exact_hi"), ("max_bias_vs_naive", "bias_vs_naive_hi"),
@@ -96,6 +97,26 @@ def test_the_binding_target_is_what_the_next_fewer_count_fails():
     assert binding(curve, "rac", 6) == ["max_dropped", "max_sojourn_p95_s"]
     assert binding(curve, "rac", 5) == ["stationarity"] and binding(curve, "rac", 4) == ["load"]
     assert binding(curve, "rac", 3) == [] and binding(curve, "rac", None) == []
+
+
+def test_a_count_that_fails_by_its_interval_alone_is_on_the_edge():
+    """The edge is said exactly when every failed target's estimate meets it and an upper end does not."""
+    targets = {k: None for k in CAPACITY_TARGETS} | {"max_dropped": 0.01, "max_sojourn_p95_s": 60.0}
+    res = SimpleNamespace(targets=targets, unit="GPUs", binding=["max_dropped"])
+    row = {"count": 7, "status": "ok", "dropped_frac": 0.005, "dropped_frac_lo": 0.001, "dropped_frac_hi": 0.025,
+           "sojourn_p95_s": 30.0, "sojourn_p95_s_lo": 20.0, "sojourn_p95_s_hi": 40.0}
+    said = edge_text(pd.Series(row), res)
+    assert said.startswith(" On the edge: 7 GPUs") and "dropped 0.5% [0.1%, 2.5%] against 1%" in said
+    assert "sojourn" not in said  # it meets its p95 target: not named
+    assert edge_text(pd.Series({**row, "dropped_frac": 0.02}), res) == ""  # the estimate fails too: no edge
+    assert edge_text(pd.Series({**row, "dropped_frac": np.nan}), res) == ""  # not measured: no edge
+    assert edge_text(pd.Series({**row, "status": "not stationary at 640 steps"}), res) == ""
+    for binds in (["load"], ["stationarity"], []):
+        assert edge_text(pd.Series(row), SimpleNamespace(targets=targets, unit="GPUs", binding=binds)) == ""
+    both = SimpleNamespace(targets=targets, unit="GPUs", binding=["max_dropped", "max_sojourn_p95_s"])
+    two = {**row, "sojourn_p95_s_hi": 70.0}
+    assert "; sojourn p95 30 s [20 s, 70 s] against 60 s" in edge_text(pd.Series(two), both)
+    assert edge_text(pd.Series({**two, "sojourn_p95_s": 65.0}), both) == ""  # one estimate fails: no edge
 
 
 def test_the_autoscale_whatif_meets_by_the_same_targets():

@@ -8,7 +8,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from racsim.analyses.capacity import CapacityResult
+from racsim.analyses.capacity import TARGET_FIGURES, CapacityResult
 from racsim.config.schema import RacsimConf
 from racsim.pipeline.steady import N_BATCHES, TREND_P
 from racsim.io import atomic_write, fmt, write_text
@@ -201,7 +201,34 @@ def binding_text(res: CapacityResult) -> str:
     binds = {"load": f"load (an offered load under capacity.max_load = {res.max_load:g})",
              "stationarity": "stationarity (a steady state within capacity.max_steps)"}
     what = " and ".join(binds.get(b) or f"capacity.{b} = {res.targets[b]:g}" for b in res.binding)
-    return f"Binding: {what}, which {int(below['count'].max())} {res.unit}, the next fewer evaluated, fail."
+    fewer = below.loc[below["count"].idxmax()]
+    return (f"Binding: {what}, which {int(fewer['count'])} {res.unit}, the next fewer evaluated, fail."
+            + edge_text(fewer, res))
+
+
+# Each target figure in words: its name, unit and scale (a share in percent).
+FIGURE_WORDS = {"bias_exact": ("exact bias", "", 1), "bias_vs_naive": ("bias x naive's", "", 1),
+                "step_s": ("step", " s", 1), "dropped_frac": ("dropped", "%", 100),
+                "sojourn_p95_s": ("sojourn p95", " s", 1), "sojourn_p99_s": ("sojourn p99", " s", 1),
+                "delay_p95_steps": ("delay p95", " steps", 1)}
+
+
+def figure_text(row, fig: str, limit: float) -> str:
+    """One target figure with its interval against its limit, in words (FIGURE_WORDS)."""
+    name, unit, scale = FIGURE_WORDS[fig]
+    v = [scale * row[c] for c in (fig, f"{fig}_lo", f"{fig}_hi")]
+    return f"{name} {v[0]:.3g}{unit} [{v[1]:.3g}{unit}, {v[2]:.3g}{unit}] against {scale * limit:g}{unit}"
+
+
+def edge_text(row, res: CapacityResult) -> str:
+    """' On the edge: ...' when a count fails its targets by its intervals alone (every estimate
+    meets its target, an upper end does not): the run cannot tell whether it would pass; '' else."""
+    over = [(k, fig) for k, fig in TARGET_FIGURES.items() if k in res.binding]
+    if row["status"] != "ok" or not over or any(not row[fig] <= res.targets[k] for k, fig in over):
+        return ""
+    said = "; ".join(figure_text(row, fig, res.targets[k]) for k, fig in over)
+    return (f" On the edge: {int(row['count'])} {res.unit} meet every target by the estimate, not by the "
+            f"interval's upper end ({said}); a longer run (capacity.regime_cycles, learner.trials) may settle it.")
 
 
 def searched_text(res: CapacityResult) -> str:
