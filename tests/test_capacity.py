@@ -4,19 +4,23 @@ and the capacity scenarios, on small versions of the shipped scenarios."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from racsim.analyses import capacity as C
 from racsim.analyses.capacity import feasible, run_capacity
 from racsim.config.schema import register_configs
+from racsim.config.spec import replace_at
 from racsim.config.spec import scenario as spec_of
-from racsim.config.validate import validate
+from racsim.config.validate import process_memory, run_estimate, runs_that_fit, validate
 from racsim.errors import ConfigError
 from racsim.pipeline.engines import simulate
 from racsim.report.trace import trace_events, write_timeline
@@ -166,6 +170,7 @@ def test_queue_channel_capacity(hydra_ctx):
     (["capacity.run_length=forever"], "capacity.run_length"),
     (["capacity.max_steps=10"], "capacity.max_steps"),  # below pipeline.steps
     (["capacity.regime_cycles=-1"], "capacity.regime_cycles"),
+    (["capacity.workers=-1"], "capacity.workers"),
     (["pipeline.channels.judge.rm.tp=2", "pipeline.channels.judge.rm.gpus=2"], "capacity.counts"),  # odd counts
 ])
 def test_capacity_config_errors(hydra_ctx, over, key):
@@ -284,3 +289,47 @@ def test_the_fewest_count_is_found_whatever_the_list(hydra_ctx, judge_grid):
     from racsim.report.capacity import recommendation_text
 
     assert "the search tried" in recommendation_text(res)
+
+
+def test_counts_in_a_pool_give_the_same_curve(hydra_ctx):
+    """capacity.workers=2 simulates the counts after the first in two spawned processes: every row
+    of the curve is the same, to the last bit, as one process's, and so is the answer."""
+    over = ("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[2,4,6,8,10]")
+    one = run_capacity(spec(*over, "capacity.workers=1"))
+    two = run_capacity(spec(*over, "capacity.workers=2"))
+    assert one.curve["count"].nunique() >= 4  # the first simulated here, at least three in the pool
+    pd.testing.assert_frame_equal(one.curve, two.curve, check_exact=True)
+    assert one.recommended == two.recommended and one.searched == two.searched
+    assert two.timings["search_s"] > 0
+
+
+def test_pool_size_rules(hydra_ctx, monkeypatch):
+    """How many processes a grid search starts: capacity.workers (0: the usable cores), never more
+    than the counts left nor than the runs that fit in memory; with 0 only when the pool saves more
+    than it costs to start (the first count's seconds times the counts it takes off this process)."""
+    monkeypatch.setattr(C, "usable_cores", lambda: 8)
+    fit = {"n": 100}
+    monkeypatch.setattr(C, "runs_that_fit", lambda cfg: fit["n"])
+    cfg = lambda w: spec("scenario=capacity/judge_rm_h100", f"capacity.workers={w}")  # noqa: E731
+    assert C.pool_size(cfg(0), 10.0, 3) == 3 and C.pool_size(cfg(0), 10.0, 20) == 8
+    assert C.pool_size(cfg(0), 0.08, 20) == 1  # 0.08 s x (20 - 3) = 1.36 s: less than a start
+    saved = lambda first, left, w: first * (left - math.ceil(left / w))  # noqa: E731
+    for first, left in [(0.1, 20), (0.3, 3), (0.8, 2), (2.0, 2), (1.0, 7), (0.05, 100)]:
+        w = min(8, left)
+        assert (C.pool_size(cfg(0), first, left) > 1) == (saved(first, left, w) > C.POOL_START_S), (first, left)
+    assert C.pool_size(cfg(1), 100.0, 20) == 1  # one at a time, asked
+    assert C.pool_size(cfg(3), 0.001, 20) == 3  # asked for: no saving test
+    assert C.pool_size(cfg(3), 0.001, 2) == 2 and C.pool_size(cfg(3), 5.0, 0) == 1
+    fit["n"] = 2
+    assert C.pool_size(cfg(0), 10.0, 20) == 2 and C.pool_size(cfg(6), 10.0, 20) == 2
+    fit["n"] = 1
+    assert C.pool_size(cfg(6), 10.0, 20) == 1
+
+
+def test_runs_that_fit_the_memory_budget(hydra_ctx):
+    c = spec("scenario=capacity/judge_rm_h100")
+    need = run_estimate(c)["memory"]
+    for k in (1, 3):
+        budget = replace_at(c, "limits.memory_gb", (k + 0.5) * need / 1e9)
+        assert runs_that_fit(budget) == min(k, int(process_memory()[0] // need))
+    assert runs_that_fit(replace_at(c, "limits.memory_gb", 0.1 * need / 1e9)) == 1  # one at least

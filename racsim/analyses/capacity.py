@@ -25,7 +25,9 @@ pipeline.channels.judge.rm.gpus=1,2,4,8 capacity.enabled=false``).
 
 from __future__ import annotations
 
+import math
 import time
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -38,7 +40,8 @@ from racsim.analyses.bias_study import Known, corrector_names, run_bias_study
 from racsim.analyses.grid import expand
 from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
 from racsim.config.spec import replace_at
-from racsim.config.validate import check_limits, faults_on, validate
+from racsim.config.validate import check_limits, faults_on, runs_that_fit, validate
+from racsim.io import spawn_pool, usable_cores
 from racsim.config.validate.pipeline import nominal_step
 from racsim.learner.bias import bootstrap_counts
 from racsim.learner.correctors import BLOCKING
@@ -628,6 +631,30 @@ def count_rows(cfg: RacsimConf, name: str, key: str, n: int, load: dict,
     return run, _rows(cfg, name, n, run, load)
 
 
+# Seconds a spawned process takes to start: importing racsim, numpy, scipy and pandas (1.2-1.3 s
+# measured on 2 cores), with a margin.
+POOL_START_S = 1.5
+
+
+def pool_size(cfg: RacsimConf, first_s: float, left: int) -> int:
+    """Processes that simulate ``left`` more counts side by side (1: this one alone):
+    ``capacity.workers`` (0: every usable core), at most ``left`` and as many runs as fit in
+    memory at once (racsim.config.validate.runs_that_fit); with 0, only when the first count's
+    ``first_s`` seconds say the pool saves more than its start (:data:`POOL_START_S`)."""
+    asked = int(cfg.capacity.workers)
+    workers = min(asked or usable_cores(), left, runs_that_fit(cfg))
+    if workers > 1 and asked == 0 and first_s * (left - math.ceil(left / workers)) <= POOL_START_S:
+        return 1
+    return max(workers, 1)
+
+
+def _count_worker(cfg: RacsimConf, name: str, key: str, n: int, load: dict):
+    """:func:`count_rows` in a pool's process: the settled run, the rows and the seconds they took."""
+    t0 = time.perf_counter()
+    run, out = count_rows(cfg, name, key, n, load)
+    return run, out, time.perf_counter() - t0
+
+
 def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     """Evaluate the counts (all of them, or a bisection) and recommend one. The offered load
     of every count comes first; an overloaded count is never simulated nor recommended.
@@ -652,7 +679,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     rows: Dict[int, List[dict]] = {}
     timings = {"runs_s": 0.0, "pipeline_s": 0.0}
     requests = [0]  # simulated by the lanes engine, every pipeline of every count
-    t0 = time.perf_counter()
+    t0 = started = time.perf_counter()
     basis = load_basis(cfg, name)  # drawn once: the counts searched between the listed ones reuse it
     loads = channel_loads(cfg, name, key, counts, basis)
     timings["load_s"] = time.perf_counter() - t0
@@ -662,25 +689,44 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         """One progress tick (k counts more evaluated) with a note on the count or phase ``what``."""
         return None if progress is None else lambda note: progress(k, f"{what}: {note}")
 
+    def record(n: int, run: Optional[Settled], found: List[dict], seconds: float) -> None:
+        rows[n] = found
+        if run is not None:
+            timings["runs_s"] += seconds
+            timings["pipeline_s"] += run.pipeline_s
+            requests[0] += run.requests
+            runs[n] = run.res
+        if progress is not None:  # one more count evaluated
+            tell(f"{n} {unit}", 1)(count_note(rows[n], chosen, targets))
+
     def evaluate(n: int) -> bool:
         if n not in rows:
             t0 = time.perf_counter()
-            run, rows[n] = count_rows(cfg, name, key, n, loads[n], tell(f"{n} {unit}"))
-            if run is not None:
-                timings["runs_s"] += time.perf_counter() - t0
-                timings["pipeline_s"] += run.pipeline_s
-                requests[0] += run.requests
-                runs[n] = run.res
-            if progress is not None:  # one more count evaluated
-                tell(f"{n} {unit}", 1)(count_note(rows[n], chosen, targets))
+            run, out = count_rows(cfg, name, key, n, loads[n], tell(f"{n} {unit}"))
+            record(n, run, out, time.perf_counter() - t0)
         return meets(rows[n], chosen, targets)
+
+    def evaluate_grid(todo: List[int]) -> None:
+        """Every count of ``todo``: here until the first one simulated shows what a count takes,
+        then the others side by side in a pool of processes where that saves time (:func:`pool_size`)."""
+        todo = list(todo)
+        while todo and not runs:
+            evaluate(todo.pop(0))
+        simulated = [n for n in todo if loads[n]["load"] < cap.max_load]
+        workers = pool_size(cfg, timings["runs_s"], len(simulated))
+        if workers > 1:
+            with spawn_pool(workers) as pool:
+                jobs = {pool.submit(_count_worker, cfg, name, key, n, loads[n]): n for n in simulated}
+                for job in as_completed(jobs):
+                    record(jobs[job], *job.result())
+        for n in todo:  # the overloaded counts, or every one without a pool
+            evaluate(n)
 
     if cap.search == "bisect":  # assumes feasibility is monotone in the count
         if evaluate(counts[-1]):
             first_passing(counts[:-1], evaluate)
     else:
-        for n in counts:
-            evaluate(n)
+        evaluate_grid(counts)
     between = between_counts(rows, chosen, targets, units_per_server(cfg, name))
     if between:  # the fewest count meeting the targets, whatever the list: the counts the list skipped
         loads.update(channel_loads(cfg, name, key, between, basis))
@@ -688,6 +734,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     if scaled is not None:
         for n in (a.min * units, a.max * units):
             evaluate(n)
+    timings["search_s"] = time.perf_counter() - started  # wall-clock: runs_s sums the processes' seconds
 
     curve = pd.DataFrame([r for n in sorted(rows) for r in rows[n]])
     curve = curve.reindex(columns=list(curve.columns) + [c for c in CURVE_COLUMNS if c not in curve])  # none simulated

@@ -60,7 +60,7 @@ def capacity_text(cfg, res) -> str:
     each line at most TERMINAL_WIDTH wide (the files hold every column)."""
 
     lines = [f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
-             f"in {res.timings.get('runs_s', 0.0):.1f} s", terminal_curve(res, TERMINAL_WIDTH), recommendation_text(res)]
+             f"in {res.timings.get('search_s', 0.0):.1f} s", terminal_curve(res, TERMINAL_WIDTH), recommendation_text(res)]
     if res.sensitivity is not None:
         lines.append(sensitivity_text(res, cfg.capacity.sensitivity.spread))
     if res.speed:

@@ -49,6 +49,7 @@ from racsim.config.validate.limits import (
     machine_memory_gb,
     memory_error,
     process_memory,
+    runs_that_fit,
 )
 from racsim.config.validate.pipeline import validate_arrivals
 from racsim.config.validate.rm import validate_rm
@@ -71,7 +72,7 @@ __all__ = [
     "TRAJECTORY_STEPS_PER_S", "biggest_knob", "cauchy_window_mass", "check_data_files", "check_leaves",
     "check_limits", "check_name", "check_schema", "fault_events", "faults_on", "first_missing", "grid_cells",
     "leaves", "longest_steps", "machine_memory_gb", "memory_error", "memory_terms", "missing_error",
-    "process_memory", "run_estimate", "run_sizes", "sensitivity_inputs", "validate", "validate_arrivals", "validate_autoscale",
+    "process_memory", "run_estimate", "run_sizes", "runs_that_fit", "sensitivity_inputs", "validate", "validate_arrivals", "validate_autoscale",
     "validate_capacity", "validate_changed", "validate_channel_kind", "validate_faults", "validate_latency",
     "validate_lm", "validate_rm", "validate_rules",
 ]

@@ -70,6 +70,9 @@ def _targets(c: Any, corrector: Any) -> None:
          "a number in [0.5, 1): the level of each figure's interval (default 0.95); a target is met by the "
          "interval's upper end, which below 0.5 would sit under the estimate itself")
     int_at_least("capacity.resamples", c.resamples, 20)
+    need(isinstance(c.workers, int) and not isinstance(c.workers, bool) and c.workers >= 0, "capacity.workers",
+         c.workers, "an integer >= 0: processes simulating the counts side by side (1: one at a time; 0, the "
+         "default: every usable core, when that saves time)")
 
 
 def _run_length(c: Any, steps: int) -> None:

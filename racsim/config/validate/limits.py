@@ -87,12 +87,25 @@ def process_memory() -> Tuple[float, str]:
     return min(found) if found else (math.inf, "")
 
 
+def memory_budget_gb(lim: Any) -> float:
+    """limits.memory_gb, or half of this machine's memory when it is null."""
+    return machine_memory_gb() / 2 if lim.memory_gb is None else lim.memory_gb
+
+
+def runs_that_fit(cfg: Any) -> int:
+    """How many runs of ``cfg`` fit in memory side by side, each at its estimated peak
+    (:func:`run_estimate`), within limits.memory_gb and what this process can have; at least 1
+    (:func:`check_limits` refuses a run that does not fit alone)."""
+    room = min(memory_budget_gb(cfg.limits) * 1e9, process_memory()[0])
+    return max(1, int(room // run_estimate(cfg)["memory"]))
+
+
 def check_limits(cfg: Any) -> None:
     """Refuse, before anything starts, a run whose estimate (:func:`run_estimate`) exceeds a
     ``limits.*`` budget or the memory this process can have (:func:`process_memory`): the error
     names the knob that made it big and the budget."""
     lim = cfg.limits
-    mem_gb = machine_memory_gb() / 2 if lim.memory_gb is None else lim.memory_gb
+    mem_gb = memory_budget_gb(lim)
     _budgets(lim)
     _counts(cfg, lim)
     est = run_estimate(cfg)
