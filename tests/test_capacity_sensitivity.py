@@ -196,3 +196,20 @@ def test_queue_service_sensitivity(hydra_ctx):
     assert list(dict.fromkeys(t.input)) == ["batch_size", "service"]
     np.testing.assert_allclose(t[t.input == "service"].value, [16.4, 20.5, 24.6])  # U[1, 40] x 0.8, x 1, x 1.2
     check_table(res, cfg)
+
+
+def test_variants_in_a_pool_give_the_same_table(hydra_ctx):
+    """capacity.workers=2: the counts and the variants' searches in two spawned processes give the
+    same curve and table, to the last bit, as one process; a tick per variant counts its runs."""
+    over = (*JUDGE, "capacity.counts=[4,6,8,12]", "capacity.max_steps=96", "pipeline.channels.judge.faults.mtbf_s=100",
+            "pipeline.channels.judge.faults.mttr_s=50", "capacity.max_dropped=null",
+            "capacity.sensitivity.inputs=[mfu,mttr_s]")
+    one = run_capacity_sensitivity(spec(*over, "capacity.workers=1"))
+    ticks = []
+    two = run_capacity_sensitivity(spec(*over, "capacity.workers=2"), lambda k, note="": ticks.append((k, note)))
+    pd.testing.assert_frame_equal(one.curve, two.curve, check_exact=True)
+    pd.testing.assert_frame_equal(one.sensitivity, two.sensitivity, check_exact=True)
+    t = two.sensitivity
+    variant = [(k, note) for k, note in ticks if note.startswith("sensitivity")]
+    assert len(variant) == (t.change != 0).sum() == 4
+    assert sum(k for k, _ in variant) == len(t[t.change != 0].simulated.str.split().explode().dropna())

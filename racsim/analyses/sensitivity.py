@@ -32,11 +32,13 @@ import pandas as pd
 
 from racsim.analyses.bias_study import corrector_names
 from racsim.analyses.capacity import (CapacityResult, channel_loads, channel_of, count_key, count_note, count_rows,
-                                      first_passing, fixed_pool, meets, run_capacity, targets_of, units_per_server)
+                                      first_passing, fixed_pool, meets, pool_size, run_capacity, targets_of,
+                                      units_per_server)
 from racsim.config.schema import LatencyConf, RacsimConf
 from racsim.config.spec import replace_at
 from racsim.config.validate import check_limits, sensitivity_inputs, validate
 from racsim.errors import ConfigError
+from racsim.io import spawn_pool
 from racsim.pipeline.latency import build_latency
 
 # Location and scale fields of a LatencyConf: multiplied together they scale the law (shape kept).
@@ -199,26 +201,41 @@ def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen
 def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None) -> pd.DataFrame:
     """Per input, by change: the answer with the input moved (each of ``planned``) and as given
     (change 0): the input, the key(s) it sets, the relative change, its value, the recommended
-    count, its difference from the base answer and the counts simulated for it."""
+    count, its difference from the base answer and the counts simulated for it. The variants'
+    searches run side by side in a pool where that saves time (capacity.workers:
+    :func:`~racsim.analyses.capacity.pool_size`, a variant's seconds taken as a count's of the
+    base search), with the same answers."""
     name, chosen = res.channel, res.targets["corrector"]
     base_load = res.loads[res.recommended]["load"] if res.recommended is not None else 0.0  # none: from the top
-    rows = []
-    for what in dict.fromkeys(v.input for v in planned):
-        moved = [v for v in planned if v.input == what]
-        group = [{"change": 0.0, "value": moved[0].base, "recommended": res.recommended, "simulated": ""}]
-        for v in moved:
-            spec = fixed_pool(v.spec, name) if v.spec.pipeline.channels[name].autoscale is not None else v.spec
-            units = units_per_server(spec, name)
-            counts = [n for n in range(min(res.listed), max(res.listed) + 1) if n % units == 0]
-            change = round(v.value / v.base - 1.0, 12)
-
-            def say(n: int, note: str, k: int, what=what, change=change) -> None:
+    jobs = []  # (variant, its judged-only spec, the counts it may take, its relative change)
+    for v in planned:
+        spec = fixed_pool(v.spec, name) if v.spec.pipeline.channels[name].autoscale is not None else v.spec
+        units = units_per_server(spec, name)
+        counts = [n for n in range(min(res.listed), max(res.listed) + 1) if n % units == 0]
+        jobs.append((v, judged_only(spec, chosen), counts, round(v.value / v.base - 1.0, 12)))
+    simulated = res.curve[res.curve.status == "ok"]["count"].nunique()
+    workers = pool_size(planned[0].spec, res.timings.get("runs_s", 0.0) / max(simulated, 1), len(jobs)) if jobs else 1
+    if workers > 1:
+        with spawn_pool(workers) as pool:
+            found = [pool.submit(variant_fewest, spec, counts, base_load, chosen) for _, spec, counts, _ in jobs]
+            for (v, _, _, change), job in zip(jobs, found):
+                rec, tried = job.result()
+                if progress is not None:
+                    progress(len(tried), f"sensitivity, {v.input} {change:+.1%}: {rec} {res.unit}")
+        answers = [job.result() for job in found]
+    else:
+        answers = []
+        for v, spec, counts, change in jobs:
+            def say(n: int, note: str, k: int, what=v.input, change=change) -> None:
                 progress(k, f"sensitivity, {what} {change:+.1%}: {n} {res.unit}: {note}")
 
-            rec, tried = variant_fewest(judged_only(spec, chosen), counts, base_load, chosen,
-                                        say if progress is not None else None)
-            group.append({"change": change, "value": v.value, "recommended": rec,
-                          "simulated": " ".join(map(str, tried))})
+            answers.append(variant_fewest(spec, counts, base_load, chosen, say if progress is not None else None))
+    rows = []
+    for what in dict.fromkeys(v.input for v in planned):
+        group = [{"change": 0.0, "value": next(v.base for v in planned if v.input == what),
+                  "recommended": res.recommended, "simulated": ""}]
+        group += [{"change": change, "value": v.value, "recommended": rec, "simulated": " ".join(map(str, tried))}
+                  for (v, _, _, change), (rec, tried) in zip(jobs, answers) if v.input == what]
         rows += [{"input": what, "key": input_keys(name, what), **r} for r in sorted(group, key=lambda r: r["change"])]
     out = pd.DataFrame(rows, columns=["input", "key", "change", "value", "recommended", "simulated"])
     out["recommended"] = out["recommended"].astype("Int64")
