@@ -41,7 +41,8 @@ def seed_answers(cfg: RacsimConf, seeds: Sequence[int], progress: Optional[Calla
                  jobs: int = 1) -> pd.DataFrame:
     """One row per seed: the capacity run's recommended count (None: no count met the targets),
     its unit and the seconds it took. ``cfg``: a capacity scenario's spec; only ``seed`` varies.
-    ``jobs`` > 1: the seeds run in that many fresh processes (one BLAS thread each), the same rows."""
+    ``jobs`` > 1: the seeds run in that many fresh processes (one BLAS thread each, each run's counts
+    one at a time: capacity.workers 1), the same rows."""
     seeds = [int(s) for s in seeds]
     rows = []
 
@@ -51,6 +52,7 @@ def seed_answers(cfg: RacsimConf, seeds: Sequence[int], progress: Optional[Calla
             progress(f"seed {row['seed']}: {row['recommended']} {row['unit']} ({row['seconds']:.1f} s)")
 
     if jobs > 1 and len(seeds) > 1:
+        cfg = replace_at(cfg, "capacity.workers", 1)  # the seeds fill the cores: each run's counts one at a time
         with spawn_pool(min(jobs, len(seeds))) as pool:
             for row in pool.map(_one_seed, [cfg] * len(seeds), seeds):  # in the seeds' order
                 tell(row)
