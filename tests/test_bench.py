@@ -60,6 +60,17 @@ def test_scale_grows_the_judge_batch_and_count_together(capsys):
     assert [r[0] for r in rows] == ["1", "3"] and rows[1][1] == f"{3 * 32 * 32:,}"
 
 
+def test_workers_bench_times_the_same_search_both_ways(capsys):
+    """racsim-bench --workers: the same search one count at a time and in a pool of two, the same
+    answer both ways, the ratio the two times'; a row per scenario."""
+    from racsim.tools.bench import bench_capacity_workers
+
+    f = bench_capacity_workers(("scenario=capacity/human_review",), repeat=1, workers=2)
+    assert f["workers_human_review_ratio"] == f["workers_human_review_one_s"] / f["workers_human_review_pool_s"]
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[0] == "human_review" and row[1].isdigit()  # one answer both ways (two would read 6/7)
+
+
 def _int_at_least_2(text: str) -> bool:
     try:
         return int(text) >= 2

@@ -40,6 +40,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from racsim.analyses.capacity import benchmark, channel_of, count_key, requests_per_schedule, with_count
 from racsim.analyses.lm_study import build_task, make_policy
+from racsim.analyses.sensitivity import run_capacity_sensitivity
 from racsim.config.defaults import compose_config
 from racsim.config.schema import RacsimConf
 from racsim.config.spec import scenario
@@ -241,6 +242,31 @@ def bench_capacity_scale(scales=SCALES, trials: int = 10) -> Dict[str, float]:
         print(f"{k:>5} {batch * per * k:>14,} {f['count']:>5.0f} {f['requests']:>10.3g} {f['lanes_s']:>8.2f} "
               f"{rate:>12.3g} {raw:>10.3g} {rate / raw:>6.1f}", flush=True)
         out.update({f"scale_{k}_{key}": v for key, v in f.items()})
+    return out
+
+
+def bench_capacity_workers(scenarios=(JUDGE, "scenario=capacity/judge_rm_faults"), repeat: int = 2,
+                           workers: int = 0) -> Dict[str, float]:
+    """A whole capacity search's wall-clock (counts, and the sensitivity table where the scenario has
+    one; no speed figure), its counts one at a time (capacity.workers=1) against side by side
+    (``workers``; 0: every usable core where it pays), alternated ``repeat`` times, best of each: the
+    same answer, and the ratio, a table row per scenario."""
+    out: Dict[str, float] = {}
+    print(f"{'scenario':<34} {'answer':>6} {'one at a time s':>16} {f'workers={workers} s':>12} {'ratio':>6}")
+    for scen in scenarios:
+        best = {1: np.inf, workers: np.inf}
+        answer = set()
+        for _ in range(repeat):
+            for w in best:
+                cfg = spec_of(scen, "capacity.benchmark=false", f"capacity.workers={w}")
+                t0 = time.perf_counter()
+                answer.add(run_capacity_sensitivity(cfg).recommended)
+                best[w] = min(best[w], time.perf_counter() - t0)
+        tag = scen.split("/")[-1]
+        print(f"{tag:<34} {'/'.join(map(str, sorted(answer))):>6} {best[1]:>16.2f} {best[workers]:>12.2f} "
+              f"{best[1] / best[workers]:>6.2f}", flush=True)
+        out.update({f"workers_{tag}_one_s": best[1], f"workers_{tag}_pool_s": best[workers],
+                    f"workers_{tag}_ratio": best[1] / best[workers]})
     return out
 
 
@@ -564,6 +590,10 @@ def main(argv=None) -> None:
                     help="only how one capacity count's simulation grows: the judge with its batch and GPUs times "
                          f"{', '.join(map(str, SCALES))} (--quick: 1, 4), seconds and requests/s against raw SimPy "
                          "timed in the same run; --trials N: trials per scale (default 10)")
+    ap.add_argument("--workers", action="store_true",
+                    help="only a whole capacity search's wall-clock (judge_rm_h100 with its sensitivity table, "
+                         "judge_rm_faults; --quick: the judge alone, once), counts one at a time vs side by side "
+                         "(capacity.workers=0), alternated in the same run")
     ap.add_argument("--lm", action="store_true",
                     help="only learner=lm's GRPO step on CPU: racsim's loop vs a plain PyTorch loop of the same "
                          "update at several model sizes, and the time per step fitted against parameters and "
@@ -596,6 +626,8 @@ def main(argv=None) -> None:
         figures.update(bench_capacity_knobs(args.trials or (5 if args.quick else None)))
     elif args.scale:
         figures.update(bench_capacity_scale(SCALES[:2] if args.quick else SCALES, args.trials or 10))
+    elif args.workers:
+        figures.update(bench_capacity_workers((JUDGE,), repeat=1) if args.quick else bench_capacity_workers())
     elif args.lm:
         try:
             figures.update(bench_lm(3, LM_SIZES[:3], repeat=1) if args.quick else bench_lm(10))
@@ -616,10 +648,10 @@ def main(argv=None) -> None:
         figures.update(bench_bias(n_vec, n_loop))
         figures.update(bench_pipeline(trials))
     if not args.quick and not args.sweep and not args.paper and not args.set and not args.gpu_rm \
-            and not args.capacity and not args.scale and not args.lm:
+            and not args.capacity and not args.scale and not args.lm and not args.workers:
         figures.update(bench_default())
     width = max(map(len, figures))
-    for k, v in figures.items() if not (args.capacity or args.scale) else ():  # they printed their tables
+    for k, v in figures.items() if not (args.capacity or args.scale or args.workers) else ():  # they printed their tables
         print(f"{k:<{width}}  {v:,.3f}")
     if args.json:
         with open(args.json, "w") as f:
