@@ -10,7 +10,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import sys
+import types
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Dict
@@ -85,9 +88,38 @@ def pin_blas_threads():
     return threadpool_limits(limits=1, user_api="blas")
 
 
+@contextmanager
+def caller_script_hidden():
+    """While it holds, a ``__main__`` run from a file path (a user's script: ``python plan.py``)
+    is replaced by an empty module, so that a process spawned meanwhile does not run that
+    script's top level again (spawn re-runs it, and a script without an ``if __name__ ==
+    "__main__"`` guard would start the same work, and a pool, in every child). racsim's pools
+    run racsim's functions only. A ``__main__`` run as a module (``python -m``) stays: spawn
+    imports it by name, as racsim's own tools need."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main.__spec__, "name", None) is not None or not hasattr(main, "__file__"):
+        yield
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+class _SpawnPool(ProcessPoolExecutor):
+    """A ProcessPoolExecutor that starts its processes (at a submit: spawn starts them as work
+    comes) with the caller's script hidden (:func:`caller_script_hidden`)."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        with caller_script_hidden():
+            return super().submit(fn, *args, **kwargs)
+
+
 def spawn_pool(workers: int) -> ProcessPoolExecutor:
     """``workers`` fresh (spawned) processes, each with one BLAS thread (:func:`pin_blas_threads`).
     Never forks of this one: a fork copies the locks its other threads (pyarrow's allocator, BLAS)
     hold at that instant, and a child can wait on one forever; a child that dies raises
-    BrokenProcessPool in the caller instead of hanging it."""
-    return ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=pin_blas_threads)
+    BrokenProcessPool in the caller instead of hanging it. A caller's script without a main
+    guard is not run again in the children (:func:`caller_script_hidden`)."""
+    return _SpawnPool(workers, mp_context=get_context("spawn"), initializer=pin_blas_threads)

@@ -333,3 +333,42 @@ def test_runs_that_fit_the_memory_budget(hydra_ctx):
         budget = replace_at(c, "limits.memory_gb", (k + 0.5) * need / 1e9)
         assert runs_that_fit(budget) == min(k, int(process_memory()[0] // need))
     assert runs_that_fit(replace_at(c, "limits.memory_gb", 0.1 * need / 1e9)) == 1  # one at least
+
+
+UNGUARDED = """
+import sys
+from racsim.io import spawn_pool
+with open(sys.argv[1], "a") as f:  # the script's top level: must run once, here, never in a child
+    f.write("ran\\n")
+with spawn_pool(2) as pool:
+    print("children answered", list(pool.map(abs, range(-3, 1))))
+"""
+
+
+def test_a_script_without_a_main_guard_runs_once(tmp_path):
+    """A user's script that starts racsim's pool at its top level (no ``if __name__ == "__main__"``):
+    the spawned children do not run it again (they would start the pool in turn and die), and the
+    caller's __main__ is back after the pool starts."""
+    script, log = tmp_path / "plan.py", tmp_path / "ran.txt"
+    script.write_text(UNGUARDED)
+    out = subprocess.run([sys.executable, str(script), str(log)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "children answered [3, 2, 1, 0]" in out.stdout
+    assert log.read_text() == "ran\n"
+
+
+def test_the_caller_script_is_hidden_only_while_the_pool_starts(monkeypatch):
+    import types
+    from racsim.io import caller_script_hidden
+    script = types.ModuleType("__main__")
+    script.__file__, script.__spec__ = "/somewhere/plan.py", None
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    with caller_script_hidden():
+        inside = sys.modules["__main__"]
+        assert inside is not script and not hasattr(inside, "__file__")
+    assert sys.modules["__main__"] is script
+    by_name = types.ModuleType("__main__")
+    by_name.__file__, by_name.__spec__ = "/x/tool.py", types.SimpleNamespace(name="racsim.tools.seeds")
+    monkeypatch.setitem(sys.modules, "__main__", by_name)
+    with caller_script_hidden():  # python -m: spawn imports it by name, as racsim's tools need
+        assert sys.modules["__main__"] is by_name
