@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from racsim.config.spec import replace_at
 from racsim.config.spec import scenario as spec_of
 from racsim.config.validate import process_memory, run_estimate, runs_that_fit, validate
 from racsim.errors import ConfigError
+from racsim.io import caller_script_hidden
 from racsim.pipeline.engines import simulate
 from racsim.report.trace import trace_events, write_timeline
 
@@ -358,8 +360,6 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path):
 
 
 def test_the_caller_script_is_hidden_only_while_the_pool_starts(monkeypatch):
-    import types
-    from racsim.io import caller_script_hidden
     script = types.ModuleType("__main__")
     script.__file__, script.__spec__ = "/somewhere/plan.py", None
     monkeypatch.setitem(sys.modules, "__main__", script)
