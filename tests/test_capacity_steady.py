@@ -5,6 +5,7 @@ batching loop for the judge's offered load, an AR(1) process of known mean for t
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -125,12 +126,50 @@ def test_verdict_on_stationary_and_drifting_series():
     assert not steady.verdict(np.ones(30), warmup=20).stationary  # 10 steps left: too few batches
 
 
+def linear_quantile(values, p):
+    """The p quantile of ``values`` interpolating linearly between order statistics (NumPy's default)."""
+    v = sorted(values)
+    h = (len(v) - 1) * p
+    i = math.floor(h)
+    return v[i] if i + 1 >= len(v) else v[i] + (h - i) * (v[i + 1] - v[i])
+
+
+def loop_bca(num, den, counts, level):
+    """BCa of sum(num) / sum(den), one resample and one left-out unit at a time (the oracle of
+    steady.bca_interval), with the standard library's normal distribution."""
+    N = NormalDist()
+    r = sum(num) / sum(den)
+    boot = []
+    for c in counts:
+        db = sum(ci * b for ci, b in zip(c, den))
+        if db > 0:
+            boot.append(sum(ci * a for ci, a in zip(c, num)) / db)
+    jack = [(sum(num) - a) / (sum(den) - b) for a, b in zip(num, den) if sum(den) - b > 0]
+    mean = sum(jack) / len(jack)
+    d = [mean - j for j in jack]
+    ss = sum(x * x for x in d)
+    if ss == 0 or all(b == r for b in boot):
+        return r, r
+    acc = sum(x ** 3 for x in d) / (6 * ss ** 1.5)
+    share = (sum(b < r for b in boot) + 0.5 * sum(b == r for b in boot)) / len(boot)
+    z0 = N.inv_cdf(min(max(share, 0.5 / len(boot)), 1 - 0.5 / len(boot)))
+    ends = []
+    for z in (N.inv_cdf((1 - level) / 2), N.inv_cdf((1 + level) / 2)):
+        w = z0 + z
+        at = N.cdf(z0 + w / (1 - acc * w)) if 1 - acc * w > 0 else (1.0 if w > 0 else 0.0)
+        ends.append(linear_quantile(boot, at))
+    return tuple(ends)
+
+
 def loop_ratio_interval(num, den, counts, level):
-    """bootstrap-t of sum(num) / sum(den), one resample at a time (the oracle of steady.ratio_interval)."""
+    """bootstrap-t of sum(num) / sum(den), one resample at a time, or BCa with fewer than ten units
+    of nonzero num (the oracle of steady.ratio_interval)."""
     n, r = len(num), sum(num) / sum(den)
     se = math.sqrt(sum((a - r * b) ** 2 for a, b in zip(num, den)) * n / (n - 1)) / sum(den)
     if se == 0:
         return r, r
+    if sum(a != 0 for a in num) < 10:
+        return loop_bca(num, den, counts, level)
     ts = []
     for c in counts:
         nb, db = sum(ci * a for ci, a in zip(c, num)), sum(ci * b for ci, b in zip(c, den))
@@ -145,16 +184,59 @@ def loop_ratio_interval(num, den, counts, level):
     return min(max(r - hi_t * se, 0.0), top), min(max(r - lo_t * se, 0.0), top)
 
 
+def test_bca_against_a_loop_in_every_branch():
+    """steady.bca_interval against loop_bca on random units with few nonzero numerators: positive and
+    negative acceleration, resamples tied with the estimate, resamples without a denominator, a
+    level past the accelerated scale, and the degenerate cases."""
+    rng = np.random.default_rng(2026)
+    seen = set()
+    for case in range(400):
+        T = int(rng.integers(2, 15))
+        num = (rng.random(T) < rng.uniform(0.05, 0.9)) * rng.integers(1, 30, T).astype(float)
+        den = num + rng.integers(0 if case % 5 == 0 else 1, 40, T)
+        if den.sum() == 0:
+            den[0] = 1.0
+        if case % 7 == 0:  # one dominant unit, at an extreme level: past the scale
+            num = np.zeros(T)
+            num[0], den = 50.0, np.full(T, 60.0)
+        if case % 11 == 0:  # a unit without a denominator: some resamples hold no other
+            T, num, den = 3, np.array([0.0, 1.0, 2.0]), np.array([0.0, 3.0, 7.0])
+        level = 1 - 1e-12 if case % 7 == 0 else float(rng.choice([0.8, 0.9, 0.95]))
+        counts = bootstrap_counts(T, int(rng.choice([20, 60])), rng)
+        got = steady.bca_interval(num, den, counts, level)
+        want = loop_bca(num.tolist(), den.tolist(), counts, level)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+        r = num.sum() / den.sum()
+        assert got[0] <= got[1] and (got[0] <= r <= got[1] or got[0] == got[1] == r)
+        dens = counts @ den
+        boot = counts @ num / np.where(dens > 0, dens, np.nan)
+        d = (num.sum() - num) / (den.sum() - den)
+        d = d[np.isfinite(d)]
+        d = d.mean() - d
+        if not np.any(d) or np.all(boot[np.isfinite(boot)] == r):
+            seen.add("degenerate")
+            continue
+        acc = np.sum(d ** 3) / (6 * np.sum(d * d) ** 1.5)
+        seen.add("a > 0" if acc > 0 else "a < 0")
+        seen.update(["no denominator"] * bool(np.isnan(boot).any()) + ["tie"] * bool(np.any(boot == r)))
+        b = boot[np.isfinite(boot)]
+        z = NormalDist().inv_cdf((1 + level) / 2)
+        if level > 0.999 and 1 - acc * (z + abs(NormalDist().inv_cdf(0.5 / b.size))) <= 0:
+            seen.add("past the scale")
+    assert seen >= {"degenerate", "a > 0", "a < 0", "no denominator", "tie", "past the scale"}, seen
+    assert all(math.isnan(v) for v in steady.bca_interval(np.array([]), np.array([]), np.zeros((5, 0)), 0.9))
+
+
 def lower_quantile(values, q):
     """The first value whose cumulative share reaches q."""
     v = sorted(values)
     return v[max(math.ceil(q * len(v)) - 1, 0)]
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(12))
 def test_ratio_and_quantile_intervals_against_loops(seed):
     rng = np.random.default_rng(seed)
-    T = int(rng.integers(3, 12))
+    T = int(rng.integers(3, 12)) if seed < 6 else int(rng.integers(14, 40))  # BCa (< 10 units of drops) or t
     counts = bootstrap_counts(T, 60, rng)
     level = float(rng.choice([0.8, 0.9, 0.95]))
     rare = seed % 2 == 0  # most units without a drop: the lower end clipped at 0
