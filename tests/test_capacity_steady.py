@@ -163,12 +163,13 @@ def loop_bca(num, den, counts, level):
 
 def loop_ratio_interval(num, den, counts, level):
     """bootstrap-t of sum(num) / sum(den), one resample at a time, or BCa with fewer than ten units
-    of nonzero num (the oracle of steady.ratio_interval)."""
+    of nonzero num, a minority of the units (the oracle of steady.ratio_interval)."""
     n, r = len(num), sum(num) / sum(den)
     se = math.sqrt(sum((a - r * b) ** 2 for a, b in zip(num, den)) * n / (n - 1)) / sum(den)
     if se == 0:
         return r, r
-    if sum(a != 0 for a in num) < 10:
+    carriers = sum(a != 0 for a in num)
+    if carriers < 10 and 2 * carriers < n:
         return loop_bca(num, den, counts, level)
     ts = []
     for c in counts:
@@ -393,3 +394,17 @@ def test_load_counts_the_servers_that_are_up():
     for n, v in loads.items():
         assert v["load"] == pytest.approx(v["work_per_s"] / (n * v["availability"]), rel=1e-12)
         assert v["availability"] == pytest.approx(f.mtbf_s / (f.mtbf_s + f.mttr_s), abs=0.05)
+
+
+def test_ratio_interval_takes_bca_only_where_few_units_are_a_minority():
+    """BCa where fewer than ten units carry the share and they are under half of the units; else
+    bootstrap-t (ten trials, nine with drops: not a rare share)."""
+    rng = np.random.default_rng(7)
+    for n, k in [(50, 1), (50, 4), (140, 9), (10, 4), (10, 5), (10, 9), (50, 10), (8, 3)]:
+        num = np.zeros(n)
+        num[rng.choice(n, k, replace=False)] = rng.integers(1, 20, k)
+        den = num + rng.integers(5, 40, n)
+        counts = bootstrap_counts(n, 80, rng)
+        got = steady.ratio_interval(num, den, counts, 0.95)
+        bca = steady.bca_interval(num, den, counts, 0.95)
+        assert (got == bca) == (k < 10 and 2 * k < n), (n, k, got, bca)
