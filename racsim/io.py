@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import math
+import multiprocessing
 import os
 import sys
 import types
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Iterator, Sequence, Tuple
 
 
 def atomic_write(path: Path, write: Callable[[str], None]) -> None:
@@ -95,16 +96,23 @@ def caller_script_hidden():
     script's top level again (spawn re-runs it, and a script without an ``if __name__ ==
     "__main__"`` guard would start the same work, and a pool, in every child). racsim's pools
     run racsim's functions only. A ``__main__`` run as a module (``python -m``) stays: spawn
-    imports it by name, as racsim's own tools need."""
+    imports it by name, as racsim's own tools need. Inside a launcher's worker whose start method
+    is its own (joblib's loky), the children start without it, which plain multiprocessing lacks."""
     main = sys.modules.get("__main__")
-    if main is None or getattr(main.__spec__, "name", None) is not None or not hasattr(main, "__file__"):
-        yield
-        return
-    sys.modules["__main__"] = types.ModuleType("__main__")
+    hide = main is not None and getattr(main.__spec__, "name", None) is None and hasattr(main, "__file__")
+    default = multiprocessing.context._default_context  # a child starts with its parent's start method
+    own = default.get_start_method(allow_none=True) not in (None, *multiprocessing.get_all_start_methods())
+    actual = default._actual_context
+    if hide:
+        sys.modules["__main__"] = types.ModuleType("__main__")
+    if own:  # a launcher's own method (joblib's loky), which a plain spawned child cannot take: none
+        default._actual_context = None
     try:
         yield
     finally:
-        sys.modules["__main__"] = main
+        if hide:
+            sys.modules["__main__"] = main
+        default._actual_context = actual
 
 
 class _SpawnPool(ProcessPoolExecutor):
@@ -123,3 +131,12 @@ def spawn_pool(workers: int) -> ProcessPoolExecutor:
     BrokenProcessPool in the caller instead of hanging it. A caller's script without a main
     guard is not run again in the children (:func:`caller_script_hidden`)."""
     return _SpawnPool(workers, mp_context=get_context("spawn"), initializer=pin_blas_threads)
+
+
+def side_by_side(workers: int, fn: Callable, arglists: Sequence[tuple]) -> Iterator[Tuple[int, Any]]:
+    """``fn(*args)`` for each of ``arglists`` in a :func:`spawn_pool` of ``workers``, yielded as each
+    finishes: (its index in ``arglists``, its result). Consume it whole: the pool closes at its end."""
+    with spawn_pool(workers) as pool:
+        jobs = {pool.submit(fn, *args): i for i, args in enumerate(arglists)}
+        for job in as_completed(jobs):
+            yield jobs[job], job.result()

@@ -372,3 +372,25 @@ def test_the_caller_script_is_hidden_only_while_the_pool_starts(monkeypatch):
     monkeypatch.setitem(sys.modules, "__main__", by_name)
     with caller_script_hidden():  # python -m: spawn imports it by name, as racsim's tools need
         assert sys.modules["__main__"] is by_name
+
+
+IN_LOKY = """
+from joblib import Parallel, delayed
+def pool_in_a_worker(i):
+    from racsim.io import spawn_pool
+    with spawn_pool(2) as pool:
+        return list(pool.map(abs, [-i, -2]))
+if __name__ == "__main__":
+    print(Parallel(n_jobs=2)(delayed(pool_in_a_worker)(i) for i in range(2)))
+"""
+
+
+def test_a_pool_starts_inside_a_joblib_worker(tmp_path):
+    """joblib's workers (a racsim sweep under hydra/launcher=joblib) run with loky's own start method,
+    which a plain spawned child cannot take: racsim's pool starts its children without it (before,
+    every child died and each job failed with BrokenProcessPool)."""
+    script = tmp_path / "sweep_like.py"
+    script.write_text(IN_LOKY)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "[[0, 2], [1, 2]]" in out.stdout

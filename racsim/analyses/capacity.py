@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -41,7 +40,7 @@ from racsim.analyses.grid import expand
 from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
 from racsim.config.spec import replace_at
 from racsim.config.validate import check_limits, faults_on, runs_that_fit, validate
-from racsim.io import spawn_pool, usable_cores
+from racsim.io import side_by_side, usable_cores
 from racsim.config.validate.pipeline import nominal_step
 from racsim.learner.bias import bootstrap_counts
 from racsim.learner.correctors import BLOCKING
@@ -715,10 +714,8 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         simulated = [n for n in todo if loads[n]["load"] < cap.max_load]
         workers = pool_size(cfg, timings["runs_s"], len(simulated))
         if workers > 1:
-            with spawn_pool(workers) as pool:
-                jobs = {pool.submit(_count_worker, cfg, name, key, n, loads[n]): n for n in simulated}
-                for job in as_completed(jobs):
-                    record(jobs[job], *job.result())
+            for i, done in side_by_side(workers, _count_worker, [(cfg, name, key, n, loads[n]) for n in simulated]):
+                record(simulated[i], *done)
         for n in todo:  # the overloaded counts, or every one without a pool
             evaluate(n)
 

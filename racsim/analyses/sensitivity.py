@@ -38,7 +38,7 @@ from racsim.config.schema import LatencyConf, RacsimConf
 from racsim.config.spec import replace_at
 from racsim.config.validate import check_limits, sensitivity_inputs, validate
 from racsim.errors import ConfigError
-from racsim.io import spawn_pool
+from racsim.io import side_by_side
 from racsim.pipeline.latency import build_latency
 
 # Location and scale fields of a LatencyConf: multiplied together they scale the law (shape kept).
@@ -216,13 +216,12 @@ def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None
     simulated = res.curve[res.curve.status == "ok"]["count"].nunique()
     workers = pool_size(planned[0].spec, res.timings.get("runs_s", 0.0) / max(simulated, 1), len(jobs)) if jobs else 1
     if workers > 1:
-        with spawn_pool(workers) as pool:
-            found = [pool.submit(variant_fewest, spec, counts, base_load, chosen) for _, spec, counts, _ in jobs]
-            for (v, _, _, change), job in zip(jobs, found):
-                rec, tried = job.result()
-                if progress is not None:
-                    progress(len(tried), f"sensitivity, {v.input} {change:+.1%}: {rec} {res.unit}")
-        answers = [job.result() for job in found]
+        answers = [None] * len(jobs)
+        for i, (rec, tried) in side_by_side(workers, variant_fewest,
+                                            [(spec, counts, base_load, chosen) for _, spec, counts, _ in jobs]):
+            answers[i] = rec, tried
+            if progress is not None:
+                progress(len(tried), f"sensitivity, {jobs[i][0].input} {jobs[i][3]:+.1%}: {rec} {res.unit}")
     else:
         answers = []
         for v, spec, counts, change in jobs:
