@@ -48,6 +48,10 @@ def assert_same_schedule(a, b, label=""):
     for nm in a.gpu_batches or {}:
         for k in GPU_LOG:
             assert np.array_equal(a.gpu_batches[nm][k], b.gpu_batches[nm][k]), (label, nm, k)
+    assert set(a.background or {}) == set(b.background or {}), label
+    for nm in a.background or {}:  # other tenants' requests served
+        for k in ("lane", "arrival", "start", "end"):
+            np.testing.assert_array_equal(a.background[nm][k], b.background[nm][k], err_msg=f"{label} {nm} {k}")
 
 
 def unwritable_value(df):

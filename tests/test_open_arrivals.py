@@ -247,7 +247,7 @@ def test_open_poisson_and_background_draw_nothing_else_anew():
 
 
 def test_arrivals_and_background_are_validated():
-    """open_poisson feeds queue and gpu_rm channels alike; background needs a fixed queue channel.
+    """open_poisson feeds queue and gpu_rm channels alike; background on a queue needs fixed workers.
     (A background block is set in a scenario's or a channel's YAML: the command line cannot add a
     node under a null one, as for autoscale.)"""
     from racsim.config.spec import scenario
@@ -269,9 +269,7 @@ def test_arrivals_and_background_are_validated():
          f"{q}.background.latency.mean"),
         (with_background(BackgroundConf(rate_per_s=1.0), cancel_on_drop=True), f"{q}.background"),
         (with_background(BackgroundConf(rate_per_s=1.0), workers=None), f"{q}.background"),
-        (with_background(BackgroundConf(rate_per_s=1.0), "channel@pipeline.channels.judge=judge_gpu_rm",
-                         channel="judge"), "pipeline.channels.judge.background"),
-    ]
+    ]  # a gpu_rm pool's background: tests/test_gpu_background.py
     for cfg, match in bad:
         with pytest.raises(ConfigError, match=match) as err:
             validate(cfg)

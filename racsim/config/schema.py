@@ -247,15 +247,20 @@ class FaultsConf:
 
 @dataclass
 class BackgroundConf:
-    """Other tenants' requests on a shared queue channel (racsim/pipeline/background.py): an
-    independent Poisson stream of ``rate_per_s`` requests a second over the whole run, each
-    served ``latency`` seconds (null: the channel's own latency law) by the channel's workers,
-    FIFO with the learner's samples. Never injected into training; the channel table counts
-    them apart (background_jobs, background_wait_mean_s, background_wait_p95_s) and their busy
-    seconds count in its utilisation."""
+    """Other tenants' requests on a shared channel (racsim/pipeline/background.py): an
+    independent Poisson stream of ``rate_per_s`` requests a second over the whole run. On a
+    queue channel each is served ``latency`` seconds (null: the channel's own latency law) by
+    its workers, FIFO with the learner's samples; on a gpu_rm channel each is one sequence of
+    ``prompt_tokens`` + ``response_tokens`` tokens (null: the channel's rm laws), batched by
+    the channel's batcher with the learner's sequences. Never injected into training; the
+    channel table counts them apart (background_jobs, background_wait_mean_s,
+    background_wait_p95_s, background_sojourn_p95_s) and their busy seconds count in its
+    utilisation."""
 
     rate_per_s: float = MISSING
     latency: Optional[LatencyConf] = None
+    prompt_tokens: Optional[LatencyConf] = None
+    response_tokens: Optional[LatencyConf] = None
 
 
 @dataclass

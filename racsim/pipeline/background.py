@@ -1,50 +1,70 @@
-"""Background traffic (issue 28, point 7): other tenants' requests on a shared queue channel
+"""Background traffic (issue 28, point 7): other tenants' requests on a shared channel
 (``pipeline.channels.<ch>.background``).
 
-An independent Poisson stream per lane, ``rate_per_s`` requests a second from time 0, each
-served a draw of its latency law on the channel's workers, FIFO with the learner's samples. A
-blocking optimizer's waits stretch the run, so its length is not known in advance: each lane
-draws its stream in chunks of CHUNK requests (gaps, then service times) from its own
-generator, as far as the run needs, so both engines see the same requests whatever the run's
-length. Requests that arrive by the end of the run are served; none is ever injected into
-training: the schedule keeps them apart (:attr:`ArrivalSchedule.background`).
+An independent Poisson stream per lane, ``rate_per_s`` requests a second from time 0. On a
+queue channel each request is served a draw of its latency law on the channel's workers, FIFO
+with the learner's samples; on a gpu_rm pool each is one sequence of drawn tokens, batched with
+the learner's sequences in the batcher's order (:meth:`~racsim.pipeline.batcher._Waiting.admit_other`)
+and served for the batch's seconds. A blocking optimizer's waits stretch the run, so its length
+is not known in advance: each lane draws its stream in chunks of CHUNK requests (gaps, then
+service times or token lengths) from its own generator, as far as the run needs, so both
+engines see the same requests whatever the run's length. Requests that arrive by the end of the
+run are served; none is ever injected into training: the schedule keeps them apart
+(:attr:`ArrivalSchedule.background`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, List, Tuple
 
 import numpy as np
 
-from racsim.pipeline.latency import build_latency
+from racsim.pipeline.cbatch import drain_seconds, serving_spec
+from racsim.pipeline.latency import build_latency, token_lengths
 
 CHUNK = 256  # requests drawn at a time per lane
+LOAD_REQUESTS = 32768  # other tenants' requests whose full batches give a gpu_rm pool's work per request
+LOAD_SEED = 20281  # their draws' seed: the same figure at every seed of a run
 
 
 @dataclass(frozen=True)
 class BackgroundSpec:
-    """A channel's background stream: its seed, rate (requests a second) and service law."""
+    """A channel's background stream: its seed, rate (requests a second) and each request's
+    law: its service seconds (a queue) or token length (a gpu_rm pool), as ``law.sample(rng, size)``."""
 
     seed: int
     rate: float
-    latency: Any  # a racsim.pipeline.latency law (its sample(rng, size))
+    law: Any
 
 
 def background_spec(ch: Any, name: str, seed: int) -> BackgroundSpec:
-    """Channel ``name``'s :class:`BackgroundSpec` (its background's latency, or the channel's own)."""
-    b = ch.background
-    key = f"pipeline.channels.{name}.background.latency" if b.latency is not None else f"pipeline.channels.{name}.latency"
-    return BackgroundSpec(seed, float(b.rate_per_s), build_latency(b.latency or ch.latency, key))
+    """Channel ``name``'s :class:`BackgroundSpec`: a queue's background latency (or the channel's
+    own), a gpu_rm pool's token laws (each its own or the rm's)."""
+    b, key = ch.background, f"pipeline.channels.{name}"
+    if ch.kind == "gpu_rm":
+        own = b.prompt_tokens is not None or b.response_tokens is not None
+        law = token_lengths(b.prompt_tokens or ch.rm.prompt_tokens, b.response_tokens or ch.rm.response_tokens,
+                            f"{key}.background" if own else f"{key}.rm")
+        return BackgroundSpec(seed, float(b.rate_per_s), law)
+    lat = f"{key}.background.latency" if b.latency is not None else f"{key}.latency"
+    return BackgroundSpec(seed, float(b.rate_per_s), build_latency(b.latency or ch.latency, lat))
 
 
 def background_work(ch: Any, name: str) -> float:
-    """Server-seconds a second that channel ``name``'s background brings its workers, rate x mean
-    service time (0 without background): its part of the offered load, rho = lambda E[S] / c."""
+    """Server-seconds a second that channel ``name``'s background brings its servers (0 without
+    background): its part of the offered load, rho = lambda E[S] / c. A queue's E[S] is its law's
+    mean; a gpu_rm pool's the seconds one replica takes per request when it serves them in full
+    batches (as the learner's work, :func:`~racsim.pipeline.draws.work_seconds`), over
+    LOAD_REQUESTS requests drawn with a fixed seed."""
     if getattr(ch, "background", None) is None:
         return 0.0
     spec = background_spec(ch, name, 0)
-    return spec.rate * float(spec.latency.mean())
+    if ch.kind != "gpu_rm":
+        return spec.rate * float(spec.law.mean())
+    one = replace(serving_spec(ch.rm, f"pipeline.channels.{name}.rm"), replicas=1)
+    tok = spec.law.sample(np.random.default_rng(LOAD_SEED), (1, LOAD_REQUESTS))
+    return spec.rate * float(drain_seconds(one, tok)[0]) / LOAD_REQUESTS
 
 
 class BackgroundStream:
@@ -63,7 +83,7 @@ class BackgroundStream:
         while not self.arrival[lane].size or self.arrival[lane][-1] <= until:
             rng, last = self.rngs[lane], self.arrival[lane][-1] if self.arrival[lane].size else 0.0
             gaps = rng.exponential(1.0 / self.spec.rate, CHUNK)
-            service = self.spec.latency.sample(rng, (CHUNK,))
+            service = self.spec.law.sample(rng, (CHUNK,))
             self.arrival[lane] = np.concatenate([self.arrival[lane], last + np.cumsum(gaps)])
             self.service[lane] = np.concatenate([self.service[lane], service])
 

@@ -78,19 +78,38 @@ class _Waiting:
         self.keys: list = []
         self.in_group: Dict[int, int] = {}
         self.groups: List[int] = []  # groups with requests waiting, oldest first
+        # other tenants' requests (racsim/pipeline/background.py): request k is id and group -(k + 1)
+        self.other_tok: Dict[int, float] = {}
+        self.other_arr: Dict[int, float] = {}
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def admit(self, g: int) -> None:
-        ids = range(g * self.G, (g + 1) * self.G)
+        self._admit(range(g * self.G, (g + 1) * self.G), g, self.G)
+
+    def admit_other(self, k: int, tokens: float, arrival: float) -> None:
+        """Another tenant's request ``k`` (its ``tokens``, arrived at ``arrival``): a group of one,
+        id ``-(k + 1)``, batched with the learner's in the same order."""
+        j = -(k + 1)
+        self.other_tok[j], self.other_arr[j] = tokens, arrival
+        self._admit((j,), j, 1)
+
+    def _admit(self, ids, g: int, size: int) -> None:
         if self.fifo:
             self.keys.extend(ids)
         else:
             for j in ids:
-                bisect.insort(self.keys, (self.tok[j], j))
-        self.in_group[g] = self.G
+                bisect.insort(self.keys, (self.tokens(j), j))
+        self.in_group[g] = size
         self.groups.append(g)
+
+    def tokens(self, j: int) -> float:
+        """Request ``j``'s tokens (the learner's, or another tenant's for j < 0)."""
+        return self.tok[j] if j >= 0 else self.other_tok[j]
+
+    def group_of(self, j: int) -> int:
+        return j // self.G if j >= 0 else j
 
     def oldest(self) -> int:
         """Group of the longest-waiting request."""
@@ -107,7 +126,7 @@ class _Waiting:
         full = False
         for key in self.keys[: s.max_batch + 1]:
             j = key if self.fifo else key[1]
-            L = self.tok[j]
+            L = self.tok[j] if j >= 0 else self.other_tok[j]
             n, m = len(ids) + 1, max(mx, L)
             cost = n * m if s.padded else ts + L
             if ids and (n > s.max_batch or cost > s.budget):
@@ -120,11 +139,12 @@ class _Waiting:
     def remove(self, ids: List[int]) -> None:
         del self.keys[: len(ids)]
         for j in ids:
-            self.in_group[j // self.G] -= 1
+            self.in_group[self.group_of(j)] -= 1
 
     def deadline(self, arrival: Sequence[float]) -> float:
         """When the oldest waiting request's batch leaves unfilled; ``arrival[g]``: group g's arrival."""
-        return arrival[self.oldest()] + self.spec.max_wait
+        g = self.oldest()
+        return (arrival[g] if g >= 0 else self.other_arr[g]) + self.spec.max_wait
 
     def dispatch(self, idle: Sequence[int], tau: float, arrival: Sequence[float]) -> List[_Batch]:
         """The dispatch rule at instant ``tau``, once everything of that instant is in
@@ -147,9 +167,13 @@ class _Waiting:
 
     def _batch(self, r: int, ids: List[int], n: int, ts: float, sq: float, mx: float) -> _Batch:
         """The batch of ``ids`` (a :meth:`candidate`'s statistics) on replica ``r``: its seconds
-        by the service model (times its oldest group's bursts factor), its billed tokens."""
+        by the service model (times its oldest group's bursts factor), its billed tokens. Its group:
+        its oldest learner request's (-1: other tenants' requests only; no bursts with them)."""
         seconds = float(self.spec.model.seconds(np.float64(n), ts, sq, mx))
-        g = min(ids) // self.G
+        first = min(ids)
+        if first < 0:  # other tenants' requests among them
+            first = min((j for j in ids if j >= 0), default=-1)
+        g = first // self.G if first >= 0 else -1
         if self.slow is not None:
             seconds = seconds * self.slow[g]
         return _Batch(r, ids, seconds, _billed(self.spec, float(n), ts, mx), g)

@@ -17,7 +17,7 @@ from racsim.pipeline.background import BackgroundSpec, background_spec
 from racsim.pipeline.batcher import GpuSpec
 from racsim.pipeline.cbatch import drain_seconds, serving_spec
 from racsim.pipeline.faults import Timeline, fault_spec, read_schedule
-from racsim.pipeline.latency import build_latency
+from racsim.pipeline.latency import build_latency, token_lengths
 
 
 @dataclass(frozen=True)
@@ -167,10 +167,8 @@ def draw_kernel_delays(kernel: List[float], rng: np.random.Generator, size) -> n
 
 
 def draw_tokens(rm: Any, rng: np.random.Generator, size, key: str = "rm") -> np.ndarray:
-    """Token length of each request: rint(prompt) + rint(response), at least 1 (float64, integer-valued)."""
-    prompt = build_latency(rm.prompt_tokens, f"{key}.prompt_tokens").sample(rng, size)
-    response = build_latency(rm.response_tokens, f"{key}.response_tokens").sample(rng, size)
-    return np.maximum(np.rint(prompt) + np.rint(response), 1.0)
+    """Token length of each request of an RM config (:class:`~racsim.pipeline.latency.TokenLengths`)."""
+    return token_lengths(rm.prompt_tokens, rm.response_tokens, key).sample(rng, size)
 
 
 def _queued(draws: PipelineDraws, name: str) -> bool:

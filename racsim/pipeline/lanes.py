@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import replace
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -71,8 +71,9 @@ class _LaneServer:
     ahead of the batcher (lowest index first), restarting from scratch."""
 
     def __init__(self, spec: GpuSpec, tokens: np.ndarray, group: int, slow: Optional[np.ndarray] = None,
-                 faults=None, lane: int = 0):
+                 faults=None, lane: int = 0, other: Optional[BackgroundStream] = None):
         self.spec, self.G = spec, group
+        self.others = None if other is None else _Others(other, lane)  # other tenants' requests
         self.faults, self.lane = faults, lane  # a faults.Timeline: replicas go down (None: never)
         self.lost = np.zeros(tokens.size, dtype=bool)
         self.q = waiting(spec, tokens, group, slow)
@@ -92,6 +93,8 @@ class _LaneServer:
 
     def _next(self) -> float:
         c = self.arr[self.admitted] if self.admitted < len(self.arr) else math.inf
+        if self.others is not None:
+            c = min(c, self.others.next())
         if self.q or self.again:  # a cut batch's instant is its replica's free
             for r, f in enumerate(self.free):
                 if f <= self.now and self.faults is not None:  # idle: back when repaired
@@ -105,9 +108,16 @@ class _LaneServer:
         return c
 
     def _decide(self, tau: float) -> None:
-        while self.admitted < len(self.arr) and self.arr[self.admitted] <= tau:
-            self.q.admit(self.admitted)
-            self.admitted += 1
+        while True:  # arrivals up to tau in arrival order (a tie: the learner's group first)
+            a = self.arr[self.admitted] if self.admitted < len(self.arr) else math.inf
+            o = math.inf if self.others is None else self.others.next()
+            if a <= tau and a <= o:
+                self.q.admit(self.admitted)
+                self.admitted += 1
+            elif o <= tau:
+                self.others.admit(self.q)
+            else:
+                break
         idle = [r for r, f in enumerate(self.free) if f <= tau]
         if self.faults is not None:
             idle = [r for r in idle if self.faults.next_up(self.lane, r, tau) == tau]
@@ -116,7 +126,10 @@ class _LaneServer:
             self._start(replace(b, replica=idle.pop(0)), tau, tries)
         for b in self.q.dispatch(idle, tau, self.arr):
             for j in b.starts:
-                self.disp[j] = tau
+                if j >= 0:
+                    self.disp[j] = tau
+                else:
+                    self.others.start[j] = tau
             self._start(b, tau, 0)
         self.now = tau
 
@@ -135,10 +148,18 @@ class _LaneServer:
             end, lost = self.faults.serve(self.lane, b.replica, tau, b.seconds)
         self.free[b.replica] = end
         for j in b.ends:
+            if j < 0:
+                self.others.done(j, end)
+                continue
             self.comp[j], self.lost[j] = end, lost
             self.left[j // self.G] -= 1
         row = (b.replica, tau, end, len(b.ids), b.billed, b.group)
         self.batches.append(row if self.faults is None else (*row, 0.0 if lost else b.seconds))
+
+    def end_others(self, until: float) -> None:
+        """Other tenants' requests arrive until ``until`` (the run's end), none after."""
+        if self.others is not None:
+            self.others.until = float(until)
 
     def run(self, stop=None) -> None:
         """Process decision instants in time order until ``stop(instant)`` or none is left."""
@@ -147,6 +168,34 @@ class _LaneServer:
             if tau == math.inf or (stop is not None and stop(tau)):
                 return
             self._decide(tau)
+
+
+class _Others:
+    """Other tenants' requests on one lane of a gpu_rm pool (racsim/pipeline/background.py):
+    admitted to the batcher as they arrive, up to ``until`` (the run's end, once known), and
+    logged (:attr:`log`: lane, arrival, dispatch, completion) as they complete."""
+
+    def __init__(self, stream: BackgroundStream, lane: int):
+        self.stream, self.lane = stream, lane
+        self.k = 0  # the next request not admitted
+        self.until = math.inf
+        self.start: Dict[int, float] = {}  # request id -> dispatch
+        self.log: tuple = ([], [], [], [])
+
+    def next(self) -> float:
+        """The next request's arrival (inf: none left by ``until``)."""
+        a = self.stream.first(self.lane, self.k)[0]
+        return a if a <= self.until else math.inf
+
+    def admit(self, q) -> None:
+        a, tokens = self.stream.first(self.lane, self.k)
+        q.admit_other(self.k, tokens, a)
+        self.k += 1
+
+    def done(self, j: int, end: float) -> None:
+        """Request id ``j`` (< 0) completed at ``end``."""
+        for col, x in zip(self.log, (self.lane, self.stream.first(self.lane, -j - 1)[0], self.start.pop(j), end)):
+            col.append(x)
 
 
 class _GpuLanes:
@@ -165,7 +214,8 @@ class _GpuLanes:
         if self.ready is not None:
             self.tok = self.ready.to_ready(self.tok)
         self.faults = faults = draws.faults.get(name)
-        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
+        other = draws.background.get(name)  # other tenants' requests: the event loop batches them in
+        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None) and other is None
         self.slow = draws.slowdown.get(name)  # bursts: (lanes, steps) factor on batch seconds
         if self.ready is not None:
             self.slow = self.ready.slow(self.slow)  # per group
@@ -176,8 +226,9 @@ class _GpuLanes:
             if faults is not None:  # static or unchunked continuous batches (no chunked prefill with faults)
                 self.st.lost = np.zeros(self.tok.shape, dtype=bool)
         else:
+            stream = None if other is None else BackgroundStream(other, n)
             self.servers = [_LaneServer(spec, self.tok[i], self.G, None if self.slow is None else self.slow[i],
-                                        faults, i) for i in range(n)]
+                                        faults, i, stream) for i in range(n)]
 
     def _fifo(self, end: int) -> None:
         """The vectorised FIFO rule up to request ``end`` (with faults, batcher's, which has outages)."""
@@ -187,16 +238,18 @@ class _GpuLanes:
             _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, end, self.st, self.slow,
                         self.faults)
 
-    def run_async(self, submit: np.ndarray) -> None:
-        """Every sample's submission known: serve them all. ``submit``: (lanes, steps, batch)."""
+    def run_async(self, submit: np.ndarray, until: np.ndarray) -> None:
+        """Every sample's submission known: serve them all. ``submit``: (lanes, steps, batch);
+        ``until``: (lanes,) the run's end (other tenants' requests arrive until then)."""
         submit_time = group_arrivals(self.ready, submit)
         if self.vector:
             self.group_time[:] = submit_time
             self._fifo(self.tok.shape[1])
             return
-        for srv, row in zip(self.servers, submit_time):
+        for srv, row, end in zip(self.servers, submit_time, until):
             for a in row:
                 srv.add_group(a)
+            srv.end_others(end)
             srv.run()
 
     def step_blocking(self, t: int, now: np.ndarray, timeout: Optional[float], ready: np.ndarray) -> np.ndarray:
@@ -219,15 +272,22 @@ class _GpuLanes:
             out[i] = srv.comp[lo * G:hi * G].max() if not any(srv.left[lo:hi]) else np.inf
         return out
 
-    def finish(self):
-        """Serve what is left; (first dispatch, last completion) per sample and the batch log."""
+    def others_log(self) -> dict:
+        """Other tenants' requests served by every lane (:func:`background_log`)."""
+        logs = [srv.others.log for srv in self.servers]
+        return background_log(*([np.array([x for log in logs for x in log[k]], dtype=np.float64)] for k in range(4)))
+
+    def finish(self, until: np.ndarray):
+        """Serve what is left (other tenants' requests: those arriving by ``until``, (lanes,) the
+        run's end); (first dispatch, last completion) per sample and the batch log."""
         lost = None
         if self.vector:
             disp, comp, rows, lost = self.st.disp, self.st.comp, self.st.log, self.st.lost
             if lost is not None:
                 comp = np.where(lost, np.inf, comp)
         else:
-            for srv in self.servers:
+            for srv, end in zip(self.servers, until):
+                srv.end_others(end)
                 srv.run()
             disp = np.stack([s.disp for s in self.servers])
             lost = np.stack([s.lost for s in self.servers])
@@ -264,7 +324,8 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     cursors = {nm: Cursor(draws.faults[nm]) for nm in free if nm in draws.faults}  # workers that fail
     lost_q = {nm: np.zeros((n, steps, batch), dtype=bool) for nm in cursors}  # lost to a worker's failure
     timeout = np.inf if wait_timeout is None else wait_timeout
-    bg = {nm: _Background(BackgroundStream(spec, n)) for nm, spec in draws.background.items()}  # other tenants
+    bg = {nm: _Background(BackgroundStream(spec, n))  # other tenants on a queue (a gpu_rm pool's: its _GpuLanes)
+          for nm, spec in draws.background.items() if nm not in draws.gpu}
     for t in range(steps):
         now = step_start[:, t] + gen[:, t]
         now = now + fast[:, t]
@@ -308,14 +369,16 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
         step_start[:, t + 1] = done + upd[:, t]
     gpu_log, pool_log = {}, {}
     for nm, g in gpus.items():
-        if not blocking:
-            g.run_async(submit[nm])
         if nm in draws.autoscale:
+            if not blocking:
+                g.run_async(submit[nm])
             start[nm], end[nm], blog, pool_log[nm] = g.finish(submit[nm])
             if blog is not None:
                 gpu_log[nm] = blog
         else:
-            start[nm], end[nm], gpu_log[nm] = g.finish()
+            if not blocking:
+                g.run_async(submit[nm], step_start[:, -1])
+            start[nm], end[nm], gpu_log[nm] = g.finish(step_start[:, -1])
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             land[nm] = np.where(end[nm] > resumed[:, :, None], -1, 0)
     for nm, b in bg.items():  # the background's requests after the learner's last, until the run's end
@@ -329,8 +392,10 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 dl = np.repeat(drop_deadline(step_start, t, draws.max_delay[nm])[:, None], batch, axis=1)
                 start[nm][:, t], end[nm][:, t], _, cut[nm][:, t] = _serve(draws, nm, t, submit[nm][:, t], free[nm], dl)
         land.update(_async_landing(draws, names, step_start, end, cut, failed))
+    others = {nm: background_log(*b.log) for nm, b in bg.items()}
+    others.update({nm: gpus[nm].others_log() for nm in draws.background if nm in draws.gpu})
     return _assemble(draws, names, step_start, land, blocking, submit, start, end, gpu_log, cut, pool_log, failed,
-                     {nm: background_log(*b.log) for nm, b in bg.items()})
+                     others)
 
 
 class _Background:

@@ -26,6 +26,7 @@ See ``tests/test_latency.py::test_paper_cauchy_realised_mean``.
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 import math
 from typing import Any, Optional, Tuple
 
@@ -742,3 +743,23 @@ def build_latency(conf: LatencyConf, key: str = "latency") -> Latency:
     """Validate ``conf`` (errors name ``key``) and build its distribution."""
     validate_latency(conf, key)
     return _BUILDERS[conf.kind](conf, key)
+
+
+@dataclass(frozen=True)
+class TokenLengths:
+    """A request's token length for a reward model: rint(prompt) + rint(response), at least 1
+    (float64, integer-valued), each of the two drawn from its own law, prompts first."""
+
+    prompt: Latency
+    response: Latency
+
+    def sample(self, rng: np.random.Generator, size) -> np.ndarray:
+        prompt = self.prompt.sample(rng, size)
+        response = self.response.sample(rng, size)
+        return np.maximum(np.rint(prompt) + np.rint(response), 1.0)
+
+
+def token_lengths(prompt: LatencyConf, response: LatencyConf, key: str) -> TokenLengths:
+    """The :class:`TokenLengths` of two token-length laws (errors name ``key``.prompt_tokens, ...)."""
+    return TokenLengths(build_latency(prompt, f"{key}.prompt_tokens"), build_latency(response, f"{key}.response_tokens"))
+

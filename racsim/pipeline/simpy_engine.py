@@ -76,11 +76,19 @@ class _SimpyServer(EndOfInstant):
         self.comp = np.full(tokens.size, np.inf)
         self.batches: list = []
         self.again: list = []  # heap of batches cut by a failure, to re-send: (cut instant, replica, tries, batch)
+        self.other_start: Dict[int, float] = {}  # other tenants' requests: id -> dispatch
+        self.others: tuple = ([], [], [], [])  # and those served: lane, arrival, dispatch, completion
         self._start_decider(env, late_cls)  # decide once the instant's arrivals and completions are in
 
     def arrive(self, g: int) -> None:
         self.arr[g] = self.env.now
         self.q.admit(g)
+        self.env.timeout(self.spec.max_wait).callbacks.append(self._poke)
+        self._poke()
+
+    def arrive_other(self, k: int, tokens: float) -> None:
+        """Another tenant's request ``k`` arrives now (racsim/pipeline/background.py)."""
+        self.q.admit_other(k, tokens, self.env.now)
         self.env.timeout(self.spec.max_wait).callbacks.append(self._poke)
         self._poke()
 
@@ -94,7 +102,11 @@ class _SimpyServer(EndOfInstant):
             self.env.process(self._serve(b, self.gpus[b.replica].request(), tries))
         for b in self.q.dispatch(up, tau, self.arr):
             req = self.gpus[b.replica].request()  # granted at once: the replica is idle
-            self.disp[b.starts] = tau
+            for j in b.starts:
+                if j >= 0:
+                    self.disp[j] = tau
+                else:
+                    self.other_start[j] = tau
             self.env.process(self._serve(b, req))
         if (self.q or self.again) and down:  # wake when the first idle replica that is down is repaired
             back = min(self.faults.next_up(self.lane, r, tau) for r in down)
@@ -112,11 +124,15 @@ class _SimpyServer(EndOfInstant):
             heapq.heappush(self.again, (self.env.now, b.replica, tries + 1, b))
             self._poke()
             return
-        self.comp[b.ends] = self.env.now
-        self.lost[b.ends] = lost
         row = (self.lane, b.replica, start, self.env.now, len(b.ids), b.billed, b.group)
         self.batches.append(row if self.faults is None else (*row, 0.0 if lost else b.seconds))
         for j in b.ends:
+            if j < 0:  # another tenant's: logged (lane, arrival, dispatch, completion)
+                for col, x in zip(self.others, (self.lane, self.q.other_arr[j], self.other_start.pop(j), self.env.now)):
+                    col.append(x)
+                continue
+            self.comp[j] = self.env.now
+            self.lost[j] = lost
             g = j // self.G
             self.left[g] -= 1
             if self.left[g] == 0:
@@ -224,7 +240,10 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 yield _at(env, a)
                 if opt.triggered and a > step_start[i, steps]:
                     return
-                env.process(background_job(nm, a, service))
+                if nm in servers:  # a gpu_rm pool: its batcher takes it (``service``: its tokens)
+                    servers[nm].arrive_other(k, service)
+                else:
+                    env.process(background_job(nm, a, service))
                 k += 1
 
         def background_job(nm, a, service):
@@ -356,6 +375,9 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             if nm in draws.faults:
                 failed[nm][i] = lost.reshape(shape).any(axis=-1)
             gpu_rows[nm].append(tuple(rows) if srv.batches else None)
+            if nm in bg_log:  # other tenants' requests it served
+                for col, xs in zip(bg_log[nm], srv.others):
+                    col.append(np.asarray(xs, dtype=np.float64))
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             for nm in names:
                 land[nm][i] = np.where((end[nm][i] > resumed[:, None]) | cut[nm][i], -1, land[nm][i])

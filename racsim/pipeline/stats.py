@@ -73,13 +73,15 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
 
 def background_row(bg: Dict[str, np.ndarray], t0: np.ndarray, t1: np.ndarray) -> dict:
     """A channel's background requests that arrived inside the measured window [t0, t1] of their
-    lane: their count (all trials) and queue wait (mean, p95, s)."""
+    lane: their count (all trials), queue wait (mean, p95, s: to their service's or batch's
+    start) and sojourn p95 (s: to their result)."""
     lane = bg["lane"]
     inside = (bg["arrival"] >= t0[lane]) & (bg["arrival"] <= t1[lane])
     wait = (bg["start"] - bg["arrival"])[inside]
     return {"background_jobs": int(np.count_nonzero(inside)),
             "background_wait_mean_s": float(wait.mean()) if wait.size else float("nan"),
-            "background_wait_p95_s": _quantiles(wait)[1]}
+            "background_wait_p95_s": _quantiles(wait)[1],
+            "background_sojourn_p95_s": _quantiles((bg["end"] - bg["arrival"])[inside])[1]}
 
 
 def stationarity(sched: ArrivalSchedule, k: int, warmup: int, queued: bool = True) -> dict:

@@ -62,7 +62,8 @@ def trace_events(sched: ArrivalSchedule, lane: int = 0) -> List[dict]:
             sel = gpu["lane"] == lane
             for r, a, b, n, tok, t in zip(gpu["replica"][sel], gpu["start"][sel], gpu["end"][sel], gpu["size"][sel],
                                           gpu["tokens"][sel], gpu["step"][sel]):
-                ev.append({"ph": "X", "pid": pid, "tid": 10 + int(r), "name": f"batch x{int(n)} (step {int(t)})",
+                of = f"step {int(t)}" if t >= 0 else "other tenants"  # step -1: background requests only
+                ev.append({"ph": "X", "pid": pid, "tid": 10 + int(r), "name": f"batch x{int(n)} ({of})",
                            "cat": "batch", "ts": _us(a), "dur": _us(b - a),
                            "args": {"sequences": int(n), "tokens": float(tok), "step": int(t)}})
         if sched.submit_time is None:
@@ -111,7 +112,8 @@ def gantt(sched: ArrivalSchedule, path: Path, lane: int = 0, steps: int = 3, max
             sel = (gpu["lane"] == lane) & (gpu["start"] < t_end)
             for r in range(min(int(gpu["replicas"]), max_rows)):
                 m = sel & (gpu["replica"] == r)
-                rows.append([(a, b - a, f"C{int(t) % 10}") for a, b, t in zip(gpu["start"][m], gpu["end"][m], gpu["step"][m])])
+                rows.append([(a, b - a, f"C{int(t) % 10}" if t >= 0 else "0.75")  # grey: other tenants' batch
+                             for a, b, t in zip(gpu["start"][m], gpu["end"][m], gpu["step"][m])])
                 labels.append(f"{name}: GPU {r}")
         elif sched.submit_time is not None:  # services packed onto tracks (workers are interchangeable)
             beg, end = sched.service_start[lane, ..., k], sched.completion[lane, ..., k]

@@ -61,14 +61,29 @@ def validate_channel(ch: Any, key: str) -> None:
 
 
 def validate_background(ch: Any, key: str) -> None:
-    """A background block: a fixed queue channel with workers (not a kernel, not gpu_rm, not
-    autoscaled, no faults, no cancel_on_drop); a finite rate > 0; its latency law, if any."""
+    """A background block: on a queue channel with a fixed number of workers, or on a gpu_rm
+    pool of static or unchunked continuous batches without bursts; neither autoscaled, with
+    faults or with cancel_on_drop. A finite rate > 0; a queue's latency law or a pool's token
+    laws, if any (the other null)."""
     b = ch.background
-    need(channel_kind(ch) == "queue" and has_workers(ch) and getattr(ch, "autoscale", None) is None
+    gpu = channel_kind(ch) == "gpu_rm"
+    need((gpu or (channel_kind(ch) == "queue" and has_workers(ch))) and getattr(ch, "autoscale", None) is None
          and not faults_on(ch) and not getattr(ch, "cancel_on_drop", False), key, "{...}",
-         "null here: background traffic is modelled on a queue channel with a fixed number of workers "
-         "(not a kernel, gpu_rm, autoscale, faults or cancel_on_drop)")
+         "null here: background traffic is modelled on a queue channel with a fixed number of workers or on a "
+         "gpu_rm pool (not a kernel, autoscale, faults or cancel_on_drop)")
     positive(f"{key}.rate_per_s", b.rate_per_s)
+    if gpu:
+        need(not ch.rm.chunked_prefill, key, "{...}",
+             "null with rm.chunked_prefill (other tenants' requests are batched whole)")
+        need(getattr(ch, "degraded_factor", 1.0) == 1, key, "{...}",
+             "null with bursts (degraded_factor != 1: a burst's factor belongs to the learner's steps)")
+        need(b.latency is None, f"{key}.latency", "{...}",
+             "null on a gpu_rm channel: its requests take the batcher's seconds (set prompt_tokens, response_tokens)")
+    for law in ("prompt_tokens", "response_tokens"):
+        need(gpu or getattr(b, law) is None, f"{key}.{law}", "{...}",
+             "null on a queue channel (token lengths apply to a gpu_rm pool; set latency)")
+        if getattr(b, law) is not None:
+            validate_latency(getattr(b, law), f"{key}.{law}")
     if b.latency is not None:
         validate_latency(b.latency, f"{key}.latency")
 
