@@ -45,7 +45,7 @@ BATCH_POLICIES = ("static", "continuous")  # racsim/pipeline/batcher.py; racsim/
 CAPACITY_SEARCHES = ("grid", "bisect")
 # The capacity targets (capacity.<name>; null: not a target), each met by the upper end of its figure's interval.
 CAPACITY_TARGETS = ("max_bias", "max_bias_vs_naive", "max_step_s", "max_dropped", "max_sojourn_p95_s",
-                    "max_sojourn_p99_s", "max_delay_p95_steps")
+                    "max_sojourn_p99_s", "max_delay_p95_steps", "max_background_sojourn_p95_s")
 # The inputs a capacity answer's sensitivity table varies (capacity.sensitivity.inputs;
 # racsim/analyses/sensitivity.py): the sized gpu_rm channel's MFU and token lengths, the arrival
 # rate (pipeline.batch_size), its failures' MTBF and MTTR, a queue channel's service-time scale.
@@ -553,6 +553,8 @@ class CapacityConf:
     max_sojourn_p95_s: Optional[float] = None
     max_sojourn_p99_s: Optional[float] = None
     max_delay_p95_steps: Optional[float] = None
+    # A shared channel's other tenants (its background block): their requests' sojourn p95 (s).
+    max_background_sojourn_p95_s: Optional[float] = None
     price_per_unit_hour: Optional[float] = None
     # Offered load (work arriving per second over the capacity up) from which a count is
     # overloaded: its queue has no steady state, so it is not simulated and never recommended.

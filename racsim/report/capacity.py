@@ -68,6 +68,9 @@ def format_curve(res: CapacityResult) -> str:
     if "availability" in base:  # faults: fraction of replica-seconds up, share of results lost to failures
         table["up (%)"] = pct(base.availability.values)  # the simulated run's, not the load's assumption
         table["lost to failure (%)"] = pct(base.lost_to_failure_frac.values)
+    if "load_background" in base:  # a shared channel: its other tenants' part of the load and their sojourn
+        table["load of others"] = base.load_background.values
+        table["others' sojourn p95 (s)"] = base.background_sojourn_p95_s.values
     table["$/h"] = base.cost_per_hour.values
     for name in c.corrector.unique():
         if name != chosen:
@@ -83,12 +86,13 @@ def format_curve(res: CapacityResult) -> str:
 
 # The terminal's capacity table drops these columns first, in this order, when it is wider than the terminal
 # (curve.csv and summary.md's table keep every column).
-CURVE_LEAST_ESSENTIAL = ("lost %", "up %", "p95 s", "busy %", "drop %", "$/h")
+CURVE_LEAST_ESSENTIAL = ("lost %", "up %", "others p95 s", "p95 s", "busy %", "drop %", "$/h")
 CURVE_SHORT = {"p95 s": "p95 s: sojourn p95", "drop %": "drop %: dropped", "lost %": "lost %: lost to failure",
-               "up %": "up %: share of server-seconds up"}
+               "up %": "up %: share of server-seconds up", "others p95 s": "others p95 s: other tenants' sojourn p95"}
 # the terminal's `fails` column names a missed target by its figure
 FAILS_SHORT = {"max_bias": "bias", "max_bias_vs_naive": "xnaive", "max_step_s": "step", "max_dropped": "drop",
-               "max_sojourn_p95_s": "p95", "max_sojourn_p99_s": "p99", "max_delay_p95_steps": "delay"}
+               "max_sojourn_p95_s": "p95", "max_sojourn_p99_s": "p99", "max_delay_p95_steps": "delay",
+               "max_background_sojourn_p95_s": "others"}
 
 
 def terminal_curve(res: CapacityResult, width: int) -> str:
@@ -116,6 +120,8 @@ def terminal_curve(res: CapacityResult, width: int) -> str:
     if "availability" in base:
         table["up %"] = pct(base.available.values)
         table["lost %"] = pct(base.lost_to_failure_frac.values)
+    if "load_background" in base:
+        table["others p95 s"] = base.background_sojourn_p95_s.values
     table["$/h"] = base.cost_per_hour.values
     fails = [f.split(", ") if f else [] for f in base.fails.values]
     table["fails"] = [",".join(FAILS_SHORT.get(k, k) for k in f) or "-" for f in fails]
@@ -146,6 +152,8 @@ def goals_text(res: CapacityResult) -> str:
             goals.append(f"sojourn p{q} <= {t[f'max_sojourn_p{q}_s']:g} s")
     if t.get("max_delay_p95_steps") is not None:
         goals.append(f"delay p95 <= {t['max_delay_p95_steps']:g} steps")
+    if t.get("max_background_sojourn_p95_s") is not None:
+        goals.append(f"other tenants' sojourn p95 <= {t['max_background_sojourn_p95_s']:g} s")
     return " and ".join(goals) or "no target set (every steady count qualifies)"
 
 
@@ -169,12 +177,15 @@ def recommendation_text(res: CapacityResult) -> str:
     row = res.curve[(res.curve.corrector == chosen) & (res.curve["count"] == res.recommended)].iloc[0]
     pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
     return (f"Recommended: {res.recommended} {res.unit} for {res.channel} with {chosen} ({goal}, each met by the "
-            f"upper end of its {res.level:.0%} interval): offered load {row.load:.3g} (headroom {pct(row.headroom)}), "
+            f"upper end of its {res.level:.0%} interval): offered load {row.load:.3g} (headroom {pct(row.headroom)}"
+            + (f"; other tenants' {row.load_background:.3g} of it" if "load_background" in row else "") + "), "
             f"bias {_ci(row, 'bias_exact', lambda v: f'{v:.4g}')} ({_ci(row, 'bias_vs_naive')} x naive's), "
             f"{_ci(row, 'step_s')} s per step, delay p95 {_ci(row, 'delay_p95_steps', lambda v: f'{v:g}')} steps, "
             f"sojourn p95 {_ci(row, 'sojourn_p95_s')} s, p99 {_ci(row, 'sojourn_p99_s')} s, "
             f"dropped {_ci(row, 'dropped_frac', pct)}, "
-            f"busy {_ci(row, 'utilisation', pct)}, ${row.cost_per_hour:.2f} per training hour "
+            + (f"other tenants' sojourn p95 {_ci(row, 'background_sojourn_p95_s')} s "
+               f"({int(row.background_jobs)} requests), " if "load_background" in row else "")
+            + f"busy {_ci(row, 'utilisation', pct)}, ${row.cost_per_hour:.2f} per training hour "
             f"(${row.cost_per_1000_steps:.2f} per 1000 steps). Steady state: warm-up {int(row.warmup_steps)} of "
             f"{int(row.steps)} steps, stationary. " + binding_text(res)
             + (f" Fewer {res.unit} have no steady state: {why}." if why else "")
@@ -210,7 +221,8 @@ def binding_text(res: CapacityResult) -> str:
 FIGURE_WORDS = {"bias_exact": ("exact bias", "", 1), "bias_vs_naive": ("bias x naive's", "", 1),
                 "step_s": ("step", " s", 1), "dropped_frac": ("dropped", "%", 100),
                 "sojourn_p95_s": ("sojourn p95", " s", 1), "sojourn_p99_s": ("sojourn p99", " s", 1),
-                "delay_p95_steps": ("delay p95", " steps", 1)}
+                "delay_p95_steps": ("delay p95", " steps", 1),
+                "background_sojourn_p95_s": ("other tenants' sojourn p95", " s", 1)}
 
 
 def figure_text(row, fig: str, limit: float) -> str:

@@ -44,6 +44,9 @@ def _sized_channel(c: Any, chans: Any) -> Any:
     ch = chans[name]
     need(pooled(ch), "capacity.channel", name,
          "a gpu_rm channel, or a queue channel with workers (not a kernel or unlimited channel)")
+    need(c.max_background_sojourn_p95_s is None or getattr(ch, "background", None) is not None,
+         "capacity.max_background_sojourn_p95_s", c.max_background_sojourn_p95_s,
+         f"null: channel {name} has no background block (no other tenants' requests to time)")
     return ch
 
 
@@ -53,7 +56,8 @@ def _targets(c: Any, corrector: Any) -> None:
     need_one_of("capacity.corrector", c.corrector, CORRECTORS)
     need(c.corrector in list(corrector.names), "capacity.corrector", c.corrector,
          "one of corrector.names (" + ", ".join(corrector.names) + ")")
-    for f in ("max_bias", "max_bias_vs_naive", "max_step_s", "max_sojourn_p95_s", "max_sojourn_p99_s"):
+    for f in ("max_bias", "max_bias_vs_naive", "max_step_s", "max_sojourn_p95_s", "max_sojourn_p99_s",
+              "max_background_sojourn_p95_s"):
         if getattr(c, f) is not None:
             positive(f"capacity.{f}", getattr(c, f))
     if c.max_dropped is not None:
