@@ -29,7 +29,8 @@ from racsim.report.capacity import edge_text, recommendation_text
 ORACLE_COLUMNS = [("max_bias", "bias_exact_hi"), ("max_bias_vs_naive", "bias_vs_naive_hi"),
                   ("max_step_s", "step_s_hi"), ("max_dropped", "dropped_frac_hi"),
                   ("max_sojourn_p95_s", "sojourn_p95_s_hi"), ("max_sojourn_p99_s", "sojourn_p99_s_hi"),
-                  ("max_delay_p95_steps", "delay_p95_steps_hi")]
+                  ("max_delay_p95_steps", "delay_p95_steps_hi"),
+                  ("max_background_sojourn_p95_s", "background_sojourn_p95_s_hi")]
 STATUSES = ["ok", "ok", "ok", "overloaded: load 1.2 >= capacity.max_load 0.95",
             "not stationary at 640 steps (capacity.max_steps 640)"]
 
@@ -155,7 +156,8 @@ def test_a_search_names_its_binding_target_and_ticks_once_per_count():
     ("max_dropped", -0.01), ("max_dropped", 1.01), ("max_dropped", "abc"), ("max_dropped", float("nan")),
     ("max_dropped", True), ("max_sojourn_p95_s", 0.0), ("max_sojourn_p95_s", -1.0),
     ("max_sojourn_p95_s", float("inf")), ("max_sojourn_p99_s", "1 minute"), ("max_sojourn_p99_s", -5.0),
-    ("max_delay_p95_steps", -1.0), ("max_delay_p95_steps", "x"),
+    ("max_delay_p95_steps", -1.0), ("max_delay_p95_steps", "x"), ("max_background_sojourn_p95_s", 0.0),
+    ("max_background_sojourn_p95_s", 5.0),  # the judge has no other tenants: nothing to time
 ])
 def test_a_bad_target_is_refused_in_one_line(key, value):
     cfg = scenario(compose_config("scenario=capacity/judge_rm_h100"))

@@ -221,3 +221,62 @@ def test_what_a_shared_pool_refuses_is_named():
     with pytest.raises(ConfigError) as e:
         validate(queue)
     assert e.value.key == "pipeline.channels.verifier.background.prompt_tokens" and "gpu_rm" in str(e.value)
+
+
+def test_other_tenants_sojourns_fall_in_the_unit_of_their_arrivals_step():
+    """:func:`background_sojourns` against a loop: a request arriving in [step_start[lane, w],
+    step_start[lane, -1]] belongs to the step whose start it follows (the last step for the end
+    itself), and to that step's unit; the others are left out."""
+    from racsim.analyses.capacity import background_sojourns, batch_units
+
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        T, S, w = int(rng.integers(1, 5)), int(rng.integers(2, 12)), 0
+        w = int(rng.integers(0, S - 1))
+        step_start = np.cumsum(rng.exponential(1.0, (T, S + 1)), axis=1)
+        n = int(rng.integers(0, 60))
+        lane = rng.integers(0, T, n)
+        arrival = rng.uniform(0, step_start[:, -1].max() + 1, n)
+        edges = rng.random(n) < 0.2  # some exactly on a step's start, the run's end among them
+        pick = rng.integers(0, S + 1, n)
+        arrival[edges] = step_start[lane[edges], pick[edges]]
+        bg = {"lane": lane, "arrival": arrival, "end": arrival + rng.exponential(2.0, n)}
+        unit = batch_units(T, S - w, int(rng.integers(1, S - w + 1)))
+        soj, got = background_sojourns(step_start, bg, w, unit)
+        want_soj, want_unit = [], []
+        for i in range(n):
+            s = step_start[lane[i]]
+            if not s[w] <= arrival[i] <= s[-1]:
+                continue
+            step = max(k for k in range(S) if s[k] <= arrival[i])
+            want_soj.append(bg["end"][i] - arrival[i])
+            want_unit.append(unit[lane[i], step - w])
+        np.testing.assert_array_equal(soj, want_soj)
+        np.testing.assert_array_equal(got, want_unit)
+
+
+def test_a_shared_judge_is_sized_for_its_other_tenants():
+    """A capacity search on a judge shared with another tenant: each count's load carries the other
+    tenant's work (rate x seconds per request in full batches over the GPUs), its sojourn p95 comes
+    with an interval around the estimate, and a target on it that no count meets binds every count."""
+    from racsim.analyses.capacity import run_capacity
+    from racsim.config.defaults import compose_config
+    from racsim.config.spec import scenario
+    from racsim.pipeline.background import background_work
+    from racsim.report.capacity import recommendation_text
+    from test_capacity_slo import SMALL
+
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_h100", *SMALL, "capacity.max_background_sojourn_p95_s=0.01"))
+    ch = cfg.pipeline.channels["judge"]
+    cfg.pipeline.channels["judge"] = replace(ch, background=BackgroundConf(rate_per_s=6.0))
+    res = run_capacity(cfg)
+    rac = res.curve[res.curve.corrector == "rac"].set_index("count")
+    other = background_work(cfg.pipeline.channels["judge"], "judge")
+    for n, r in rac.iterrows():
+        assert r.load_background == pytest.approx(other / n, rel=1e-12)
+        if r.status == "ok":
+            assert r.background_sojourn_p95_s_lo <= r.background_sojourn_p95_s <= r.background_sojourn_p95_s_hi
+            assert r.background_jobs > 0 and r.fails == "max_background_sojourn_p95_s"
+    assert (rac.status == "ok").any() and res.recommended is None
+    text = recommendation_text(res)
+    assert "other tenants' sojourn p95 <= 0.01 s" in text and "fail max_background_sojourn_p95_s" in text
