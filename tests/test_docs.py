@@ -217,8 +217,12 @@ def test_masked_blanks_wall_clock_figures_only():
 
 
 def test_a_capacity_answer_is_its_recommendation():
-    out = "racsim: judge: capacity\nGPUs bias\n   4  0.1\nRecommended: 4 GPUs\n(0.09 x naive's)\nracsim: speed: 1 s\n"
-    assert docs.recommendation(out) == "Recommended: 4 GPUs\n(0.09 x naive's)\n"
+    out = ("racsim: judge: capacity\nGPUs bias\n   4  0.1\nRecommended: 4 GPUs\n  for judge\n(0.09 x naive's)\n"
+           "racsim: speed: 1e6 requests/s (the draws,\n  0.5 s) vs raw SimPy\nHow the answer moves\n  6 if MFU is 0.3\n"
+           "racsim: results in out\n")
+    # racsim's own lines go with the lines they wrapped onto (a speed line of two once left "  0.5 s) vs ...")
+    assert docs.recommendation(out) == ("Recommended: 4 GPUs\n  for judge\n(0.09 x naive's)\nHow the answer moves\n"
+                                        "  6 if MFU is 0.3\n")
     with pytest.raises(docs.DocsError):
         docs.recommendation("racsim: error: nothing\n")
 

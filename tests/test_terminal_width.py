@@ -73,3 +73,13 @@ def test_wrapped_breaks_only_long_lines_and_keeps_every_word():
     assert all(len(line) <= 40 for line in got.splitlines())
     assert got.split() == text.split()
     assert all(line.startswith("  word") for line in got.splitlines()[2:-1])
+
+
+def test_the_time_section_says_what_each_timing_measures():
+    """A search's wall-clock and its processes' summed seconds are told apart (both once read "runs",
+    "search"); a timing without words keeps its key's name."""
+    from racsim.report.tables import time_section
+
+    lines = time_section({"runs_s": 12.5, "search_s": 8.25, "other_s": 1.0}, "; tail")
+    assert lines == ["## Time", "", "counts simulated (summed over processes) 12.50 s, search (wall-clock) 8.25 s, "
+                                    "other 1.00 s; tail", ""]

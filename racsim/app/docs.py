@@ -83,8 +83,13 @@ def console(run: Run) -> str:
 
 
 def recommendation(out: str) -> str:
-    """The capacity run's answer: its lines from "Recommended" on, less racsim's own lines (speed, folder)."""
-    lines = [line for line in out.strip("\n").splitlines() if not line.startswith("racsim:")]
+    """The capacity run's answer: its lines from "Recommended" on, less racsim's own lines (speed, folder),
+    each with the indented lines it wrapped onto."""
+    lines, own = [], False
+    for line in out.strip("\n").splitlines():
+        own = line.startswith("racsim:") or (own and line.startswith("  "))
+        if not own:
+            lines.append(line)
     start = next((i for i, line in enumerate(lines) if line.startswith("Recommended")), None)
     if start is None:
         raise DocsError("a capacity run printed no recommendation")
@@ -232,6 +237,9 @@ RECIPES: Dict[str, Recipe] = {
                                "capacity.max_dropped=0.05"),
                               recommendations),
     "capacity.preempt": Recipe(("racsim scenario=capacity/judge_rm_preempt",), recommendations),
+    "capacity.shared": Recipe((JUDGE + " 'pipeline.channels.judge.background={rate_per_s: 20}' "
+                                       "capacity.max_background_sojourn_p95_s=5 capacity.sensitivity.enabled=false",),
+                              recommendations),
     "capacity.continuous": Recipe((JUDGE + " pipeline.channels.judge.rm.batching=continuous",
                                    JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),
     "capacity.seeds": Recipe(tuple(SEEDS.format(n) for n in SHIPPED_CAPACITY), seed_table),

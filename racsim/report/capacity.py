@@ -14,7 +14,7 @@ from racsim.pipeline.steady import N_BATCHES, TREND_P
 from racsim.io import atomic_write, fmt, write_text
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
 from racsim.report.plots import capacity_curve
-from racsim.report.tables import fitted, wrapped
+from racsim.report.tables import fitted, time_section, wrapped
 from racsim.report.trace import write_timeline
 
 
@@ -376,8 +376,7 @@ def capacity_summary_markdown(cfg: RacsimConf, res: CapacityResult, files: List[
                   f"so {s['raw_simpy_s_for_all']:.1f} s for the same requests ({s['speedup_vs_raw_simpy']:.1f}x). "
                   f"racsim's SimPy engine of record (batcher process, replica resources): "
                   f"{s['simpy_engine_requests_per_s']:.3g} requests/s.", ""]
-    t = res.timings
-    lines += ["## Time", "", ", ".join(f"{k.replace('_s', '')} {v:.2f} s" for k, v in t.items()), ""]
+    lines += time_section(res.timings)
     lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
     return "\n".join(lines)
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from racsim.analyses.lm_study import Z95
 from racsim.report.plots import MARKERS, _plt, _save
-from racsim.report.tables import format_table
+from racsim.report.tables import format_table, time_section
 
 
 def is_lm(res) -> bool:
@@ -255,12 +255,7 @@ def summary_markdown(res, files: list) -> str:
             wide.columns = [cell_labels(r)[c] for c in wide.columns]
             lines += [f"## {what} per corrector (columns: grid cells)", "", "```",
                       wide.map(lambda v: f"{v:.3f}").to_string(), "```", ""]
-    lines += [
-        "## Time",
-        "",
-        ", ".join(f"{k.replace('_s', '')} {v:.2f} s" for k, v in res.timings.items())
-        + f"; {first['seconds_per_step']:.4f} s per optimizer step (gradient checkpoints included)",
-        "",
-    ]
+    lines += time_section(res.timings, f"; {first['seconds_per_step']:.4f} s per optimizer step "
+                                       "(gradient checkpoints included)")
     lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
     return "\n".join(lines)

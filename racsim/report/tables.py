@@ -148,3 +148,23 @@ def short_names(keys: list) -> list:
     """Each dotted key by its last part (less gather's ``override:`` prefix) where that is unique, else in full."""
     short = [k.rsplit(".", 1)[-1].split(":", 1)[-1] for k in keys]
     return [s if short.count(s) == 1 else k for k, s in zip(keys, short)]
+
+
+# What each of a run's timings (RunResult.timings, CapacityResult.timings) measures, for summary.md.
+TIME_WORDS = {
+    "pipeline_s": "pipeline (draws and schedules, summed over processes)",
+    "bias_s": "bias",
+    "training_s": "training",
+    "static_s": "static mode",
+    "load_s": "offered loads",
+    "runs_s": "counts simulated (summed over processes)",
+    "search_s": "search (wall-clock)",
+    "sensitivity_s": "sensitivity table (wall-clock)",
+}
+
+
+def time_section(timings: dict, tail: str = "") -> List[str]:
+    """summary.md's "## Time": each timing in words (:data:`TIME_WORDS`), then ``tail``."""
+    said = ", ".join(f"{TIME_WORDS.get(k, k.removesuffix('_s'))} {v:.2f} s" for k, v in timings.items())
+    return ["## Time", "", said + tail, ""]
+

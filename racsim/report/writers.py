@@ -22,7 +22,7 @@ from racsim.report import lm as LM
 from racsim.report import plots as P
 from racsim.report.capacity import write_capacity
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
-from racsim.report.tables import format_table, stationarity_warning, warmup_warning
+from racsim.report.tables import format_table, stationarity_warning, time_section, warmup_warning
 from racsim.report.trace import write_timeline
 
 
@@ -163,8 +163,7 @@ def summary_markdown(res: RunResult, files: list) -> str:
     lines += ["## Results accounting (all channels, all trials)", "", "```",
               r[["corrector", "emitted", "injected", "dropped", "pending"]].to_string(index=False), "```", ""]
     lines += ["## Slow channels (asynchronous pipeline)", "", "```", res.channels.to_string(index=False), "```", ""]
-    t = res.timings
-    lines += ["## Time", "", ", ".join(f"{k.replace('_s', '')} {v:.2f} s" for k, v in t.items()), ""]
+    lines += time_section(res.timings)
     lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
     return "\n".join(lines)
 
@@ -186,7 +185,6 @@ def _static_summary(res: RunResult, files: list) -> str:
     lines = [f"# racsim run: {first['scenario']}", "",
              f"K = {first['K']} slow channels, {first['trials']} one-rollout trials, seed {first['seed']}.", ""]
     lines += STATIC_NOTE + ["", "```", format_table(r), "```", ""]
-    t = res.timings
-    lines += ["## Time", "", ", ".join(f"{k.replace('_s', '')} {v:.2f} s" for k, v in t.items()), ""]
+    lines += time_section(res.timings)
     lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
     return "\n".join(lines)
