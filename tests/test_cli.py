@@ -329,3 +329,20 @@ def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
     names = pd.read_csv(tmp_path / "lm" / "results.csv").corrector
     assert [ln.split(" - ")[1] for ln in grpo if " - " in ln] == [f"{n}: seeds 0..3" for n in names]
     assert grpo[-1] == f"racsim: GRPO (seed-steps): {6 * len(names) * 4}/{6 * len(names) * 4} seed-steps"
+
+
+@pytest.mark.parametrize("override,said", [
+    ("capacity.sensitivity=null", "capacity.sensitivity: a block, never null; set its keys instead: enabled, spread, "
+                                  "inputs (capacity.sensitivity.enabled=false turns it off)"),
+    ("pipeline.steps=null", "pipeline.steps: never null; give it a value (an integer)"),
+    ("pipeline.channels.judge.share=null", "pipeline.channels.judge.share: never null; give it a value (a number)"),
+    ("pipeline.generate=null", "pipeline.generate: a block, never null; set its keys instead: kind, mean,"),
+])
+def test_a_null_where_none_may_be_says_what_to_set(override, said):
+    """OmegaConf says only "field '...' is not Optional": the line names the block's keys or the value's kind."""
+    from racsim.app.cli import error_line
+    from racsim.config.defaults import compose_config
+
+    with pytest.raises(Exception) as info:
+        compose_config("scenario=capacity/judge_rm_h100", override)
+    assert error_line(info.value).startswith(said)

@@ -239,6 +239,8 @@ def _one_line(ex: BaseException) -> str:
     for e in chain:
         if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None):
             msg = str(e).splitlines()[0].strip()
+            if "is not Optional" in msg:
+                return names.not_null(e.full_key)
             if e.full_key == "scenario":  # a scenario file that is empty, not a mapping, or lacks its header
                 msg += SCENARIO_FILE
             return f"{e.full_key}: {msg}"

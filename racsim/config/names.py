@@ -129,6 +129,33 @@ def unknown_key(key: str) -> str:
     return f"{key}: no such key; {key_hint(key)}"
 
 
+def _leaf(key: str) -> Any:
+    """The schema's type of leaf ``key`` (a channel as NAME), or None if there is none."""
+    cls, tp = RacsimConf, None
+    for part in key.split("."):
+        if isinstance(cls, dict):
+            cls = cls[""]
+            continue
+        if not dataclasses.is_dataclass(cls) or part not in _fields(cls):
+            return None
+        tp = _fields(cls)[part]
+        cls = _node(tp)
+    return tp
+
+
+def not_null(key: str) -> str:
+    """'KEY: ... never null ...' for a key set to null that may not be: a block's keys to set
+    instead, or a leaf's kind of value."""
+    parts = key.split(".")
+    general = ".".join("NAME" if i and parts[i - 1] == "channels" else p for i, p in enumerate(parts))
+    below = [k[len(general) + 1:] for k in schema_keys() if k.startswith(general + ".") and k.count(".") == general.count(".") + 1]
+    if not below:
+        kind = {int: "an integer", float: "a number", str: "a word", bool: "true or false"}.get(_leaf(general))
+        return f"{key}: never null; give it a value" + (f" ({kind})" if kind else "")
+    turn_off = f" ({key}.enabled=false turns it off)" if "enabled" in below else ""
+    return f"{key}: a block, never null; set its keys instead: {', '.join(below)}{turn_off}"
+
+
 def unknown_option(group: str, option: str, options: Optional[List[str]] = None, given: str = "") -> str:
     """'GROUP=OPTION: ...' for a config group given an option it lacks (``given``: the key as
     typed, ``latency@pipeline.channels.judge.latency``): every scenario for ``scenario``,
