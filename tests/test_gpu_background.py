@@ -280,3 +280,26 @@ def test_a_shared_judge_is_sized_for_its_other_tenants():
     assert (rac.status == "ok").any() and res.recommended is None
     text = recommendation_text(res)
     assert "other tenants' sojourn p95 <= 0.01 s" in text and "fail max_background_sojourn_p95_s" in text
+
+
+@pytest.mark.parametrize("seed", range(8, 14))
+def test_a_blocking_run_merges_step_by_step_as_the_event_loop_batches(seed, monkeypatch):
+    """racsim/pipeline/shared.py: a blocking run places each step's requests among the other tenants'
+    with max_batch provisional ones after them, rewritten at the next step; at several rates it
+    equals the per-lane event loop to the last bit, its buffer grown past its first size."""
+    from racsim.pipeline.shared import SharedLanes
+
+    sizes = []
+    finish = SharedLanes.finish
+    monkeypatch.setattr(SharedLanes, "finish", lambda self, until: (
+        sizes.append((self.tok.shape[1] + 4 * self.spec.max_batch, self.cap)), finish(self, until))[1])
+    pcfg = replace(shared_pcfg(seed), steps=40)
+    g = pcfg.channels["g"]
+    rate = [1.0, 2.0, 4.0][seed % 3]
+    pcfg.channels["g"] = replace(g, rm=replace(g.rm, order="fifo"),
+                                 background=replace(g.background, rate_per_s=rate))
+    draws = draw(pcfg, 3, np.random.default_rng(seed))
+    vec = run_lanes(draws, True)
+    assert_same_schedule(vec, run_lanes(draws, True, gpu_loop=True), f"seed {seed} rate {rate}")
+    (first, last), = sizes
+    assert last > first  # the other tenants' requests outgrew the learner's

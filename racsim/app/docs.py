@@ -204,6 +204,7 @@ OWN_DELAYS = ('python -c "import numpy as np; np.savetxt(\'my_delays.csv\', np.r
               "racsim pipeline.channels.judge.latency.kind=empirical pipeline.channels.judge.latency.path=my_delays.csv "
               "pipeline.channels.judge.latency.column=seconds pipeline.channels.judge.latency.mean=null")
 JUDGE = "racsim scenario=capacity/judge_rm_h100"
+SHARED = " 'pipeline.channels.judge.background={rate_per_s: 20}'"
 BURSTS = " pipeline.channels.judge.degraded_factor=2 pipeline.channels.judge.p_degrade=0.05 pipeline.channels.judge.p_recover=0.2"
 RECIPES: Dict[str, Recipe] = {
     "default": Recipe(("racsim",), console, fresh=True,
@@ -237,8 +238,8 @@ RECIPES: Dict[str, Recipe] = {
                                "capacity.max_dropped=0.05"),
                               recommendations),
     "capacity.preempt": Recipe(("racsim scenario=capacity/judge_rm_preempt",), recommendations),
-    "capacity.shared": Recipe((JUDGE + " 'pipeline.channels.judge.background={rate_per_s: 20}' "
-                                       "capacity.max_background_sojourn_p95_s=5 capacity.sensitivity.enabled=false",),
+    "capacity.shared": Recipe((JUDGE + SHARED + " capacity.sensitivity.enabled=false",
+                               JUDGE + SHARED + " capacity.max_background_sojourn_p95_s=5 capacity.sensitivity.enabled=false"),
                               recommendations),
     "capacity.continuous": Recipe((JUDGE + " pipeline.channels.judge.rm.batching=continuous",
                                    JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),

@@ -95,6 +95,15 @@ class BackgroundStream:
         self.taken[lane] = hi
         return self.arrival[lane][lo:hi], self.service[lane][lo:hi]
 
+    def ahead(self, lane: int, k: int, until: float, extra: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+        """(arrival, service) of lane ``lane``'s requests from ``k`` on that arrive by ``until``, and
+        ``extra`` more after them, drawn if need be (a shared gpu_rm pool's merge, racsim/pipeline/shared.py)."""
+        self._cover(lane, until)
+        hi = max(k, int(np.searchsorted(self.arrival[lane], until, side="right"))) + extra
+        if hi:
+            self.first(lane, hi - 1)
+        return self.arrival[lane][k:hi], self.service[lane][k:hi]
+
     def first(self, lane: int, k: int) -> Tuple[float, float]:
         """Lane ``lane``'s request ``k`` (arrival, service), drawn if need be (SimPy's feed)."""
         while self.arrival[lane].size <= k:

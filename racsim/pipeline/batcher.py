@@ -10,8 +10,10 @@ happens at one instant is applied before the batcher decides.
 from __future__ import annotations
 
 import bisect
+import itertools
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Deque, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -75,9 +77,11 @@ class _Waiting:
         self.spec, self.tok, self.G = spec, tokens, group
         self.slow = slow  # per group: factor on the seconds of a batch whose oldest request is of that group
         self.fifo = spec.order == "fifo"
-        self.keys: list = []
+        # FIFO: a deque of request ids (a backlog of many requests pops from its left in O(1));
+        # shortest first: a sorted list of (tokens, id)
+        self.keys: Any = deque() if self.fifo else []
         self.in_group: Dict[int, int] = {}
-        self.groups: List[int] = []  # groups with requests waiting, oldest first
+        self.groups: Deque[int] = deque()  # groups with requests waiting, oldest first
         # other tenants' requests (racsim/pipeline/background.py): request k is id and group -(k + 1)
         self.other_tok: Dict[int, float] = {}
         self.other_arr: Dict[int, float] = {}
@@ -114,7 +118,7 @@ class _Waiting:
     def oldest(self) -> int:
         """Group of the longest-waiting request."""
         while self.in_group[self.groups[0]] == 0:
-            self.groups.pop(0)
+            self.groups.popleft()
         return self.groups[0]
 
     def candidate(self):
@@ -124,7 +128,7 @@ class _Waiting:
         ids: List[int] = []
         ts = sq = mx = 0.0
         full = False
-        for key in self.keys[: s.max_batch + 1]:
+        for key in itertools.islice(self.keys, s.max_batch + 1):
             j = key if self.fifo else key[1]
             L = self.tok[j] if j >= 0 else self.other_tok[j]
             n, m = len(ids) + 1, max(mx, L)
@@ -137,7 +141,11 @@ class _Waiting:
         return ids, len(ids), ts, sq, mx, full or len(ids) == s.max_batch
 
     def remove(self, ids: List[int]) -> None:
-        del self.keys[: len(ids)]
+        if self.fifo:
+            for _ in ids:
+                self.keys.popleft()
+        else:
+            del self.keys[: len(ids)]
         for j in ids:
             self.in_group[self.group_of(j)] -= 1
 
@@ -311,7 +319,8 @@ def _candidates(spec: GpuSpec, tok: np.ndarray, group_time: np.ndarray, G: int, 
 
 
 def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
-                G: int, end: int, st: _FifoLanes, slow: Optional[np.ndarray] = None, faults=None) -> None:
+                G: int, end: int, st: _FifoLanes, slow: Optional[np.ndarray] = None, faults=None,
+                stop: Optional[np.ndarray] = None) -> None:
     """The dispatch rule of :meth:`_Waiting.dispatch` for a FIFO batcher in closed
     form, vectorised over lanes: a fast path of the same rule, not a second one.
     Dispatches every request below index ``end``, one batch per lane per iteration.
@@ -334,13 +343,16 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
     batch runs through its replica's outages (``Timeline.serve``); ``st.lost`` says what a failure lost.
     With ``on_failure: resend`` a batch cut by a failure waits in ``st.again`` and is re-sent
     (:func:`_resend_lanes`) before a new batch that would leave at the same instant or later.
+    ``stop`` (lanes,): dispatch each lane's requests below it only, those up to ``end`` in view
+    (a pool shared with other tenants, racsim/pipeline/shared.py).
     """
     offs = np.arange(spec.max_batch)
     resend = faults is not None and faults.spec.resend
     if resend and st.again is None:
         st.again = _Again.new(st.head.size)
+    upto = end if stop is None else stop
     while True:
-        act = np.flatnonzero(st.head < end)
+        act = np.flatnonzero(st.head < upto)
         wait = np.flatnonzero(np.isfinite(st.again.d).any(axis=1)) if resend else act[:0]
         if act.size == 0 and wait.size == 0:
             return

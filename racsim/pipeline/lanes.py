@@ -27,6 +27,7 @@ from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.faults import resend_attempt
 from racsim.pipeline.landing import _assemble, _async_landing, drop_deadline
 from racsim.pipeline.schedule import ArrivalSchedule
+from racsim.pipeline.shared import SharedLanes
 from racsim.pipeline.workers import Cursor, fifo_assign_faults
 
 
@@ -214,16 +215,14 @@ class _GpuLanes:
         if self.ready is not None:
             self.tok = self.ready.to_ready(self.tok)
         self.faults = faults = draws.faults.get(name)
-        # other tenants' requests: merged into the learner's for the vectorised rule when every arrival is
-        # known in advance (an asynchronous run), else batched in by the event loop
-        self.other = other = draws.background.get(name)
-        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None) \
-            and (other is None or not blocking)
+        other = draws.background.get(name)  # other tenants' requests (racsim/pipeline/background.py)
+        self.vector = not loop and spec.order == "fifo" and (not blocking or timeout is None)
         self.slow = draws.slowdown.get(name)  # bursts: (lanes, steps) factor on batch seconds
         if self.ready is not None:
             self.slow = self.ready.slow(self.slow)  # per group
+        self.shared = None  # a pool shared with them: merged into the vectorised rule (racsim/pipeline/shared.py)
         if self.vector and other is not None:
-            self.st = None  # built by run_async on the merged requests
+            self.shared = SharedLanes(spec, self.tok, self.G, BackgroundStream(other, n))
         elif self.vector:
             self.st = lanes_state(spec, n, self.tok.shape[1])
             self.cum, self.cum2 = _prefix(self.tok)
@@ -247,9 +246,8 @@ class _GpuLanes:
         """Every sample's submission known: serve them all. ``submit``: (lanes, steps, batch);
         ``until``: (lanes,) the run's end (other tenants' requests arrive until then)."""
         submit_time = group_arrivals(self.ready, submit)
-        if self.vector and self.other is not None:
-            self.st, self.others = merged_fifo(self.spec, self.tok, self.G, submit_time,
-                                               BackgroundStream(self.other, self.tok.shape[0]), until)
+        if self.shared is not None:
+            self.shared.add(submit_time, until)
             return
         if self.vector:
             self.group_time[:] = submit_time
@@ -267,6 +265,9 @@ class _GpuLanes:
         Returns when the step's last result is back (inf: not known by the timeout)."""
         G, lo, hi = self.G, t * self.per, (t + 1) * self.per  # the step's groups
         times = step_arrivals(self.ready, t, now, ready)
+        if self.shared is not None:
+            self.shared.add(times)
+            return self.shared.st.comp[np.arange(times.shape[0])[:, None], self.shared.pos[:, lo * G:hi * G]].max(axis=1)
         if self.vector:
             self.group_time[:, lo:hi] = times
             self._fifo(hi * G)
@@ -283,7 +284,7 @@ class _GpuLanes:
 
     def others_log(self) -> dict:
         """Other tenants' requests served by every lane (:func:`background_log`)."""
-        if self.vector:
+        if self.shared is not None:
             return self.others
         logs = [srv.others.log for srv in self.servers]
         return background_log(*([np.array([x for log in logs for x in log[k]], dtype=np.float64)] for k in range(4)))
@@ -292,6 +293,8 @@ class _GpuLanes:
         """Serve what is left (other tenants' requests: those arriving by ``until``, (lanes,) the
         run's end); (first dispatch, last completion) per sample and the batch log."""
         lost = None
+        if self.shared is not None:
+            self.st, self.others = self.shared.finish(until)
         if self.vector:
             disp, comp, rows, lost = self.st.disp, self.st.comp, self.st.log, self.st.lost
             if lost is not None:
@@ -312,55 +315,6 @@ class _GpuLanes:
         start, end = _per_sample(disp, comp, self.shape)
         self.failed = None if lost is None else lost.reshape(self.shape).any(axis=-1)  # (lanes, steps, batch)
         return start, end, _batch_log(rows, self.spec.replicas)
-
-
-def merged_fifo(spec: GpuSpec, tok: np.ndarray, G: int, group_time: np.ndarray, stream: BackgroundStream,
-                until: np.ndarray):
-    """The vectorised FIFO rule (:func:`fifo_lanes`) on the learner's requests ``tok`` (lanes, N;
-    groups of ``G`` arriving at ``group_time``) merged with other tenants' (``stream``, those
-    arriving by ``until``) in arrival order (a tie: the learner's first, as the event loop admits
-    them). Each lane's merged sequence is padded to the longest with requests arriving at inf:
-    never in a batch with a real one, dispatched at inf and left out of the log. Returns the
-    state in the learner's request order (a batch's group: its first learner request's, -1 for
-    none, as :meth:`_Waiting._batch` says) and the other tenants' log (:func:`background_log`)."""
-    lanes, N = tok.shape
-    taken = [stream.take(i, until[i]) for i in range(lanes)]
-    M = N + max(a.size for a, _ in taken)
-    arr = np.full((lanes, M), np.inf)
-    mtok = np.ones((lanes, M))
-    learner = np.full((lanes, M), -1, dtype=np.int64)  # merged position -> learner request (-1: another's)
-    pos = np.empty((lanes, N), dtype=np.int64)  # learner request -> merged position
-    opos = []
-    own = np.repeat(group_time, G, axis=1)
-    for i, (a, t) in enumerate(taken):
-        at = np.concatenate([own[i], a])
-        order = np.lexsort((np.arange(at.size), np.arange(at.size) >= N, at))
-        arr[i, :at.size], mtok[i, :at.size] = at[order], np.concatenate([tok[i], t])[order]
-        where = np.empty(at.size, dtype=np.int64)
-        where[order] = np.arange(at.size)
-        pos[i], learner[i, where[:N]] = where[:N], np.arange(N)
-        opos.append(where[N:])
-    st = lanes_state(spec, lanes, M)
-    cum, cum2 = _prefix(mtok)
-    fifo_lanes(spec, mtok, cum, cum2, arr, 1, M, st)
-    # a batch's group: its first learner request's (from the first learner position at or after its head)
-    nxt = np.where(learner >= 0, np.arange(M), M)
-    nxt = np.minimum.accumulate(nxt[:, ::-1], axis=1)[:, ::-1]
-    nxt = np.hstack([nxt, np.full((lanes, 1), M)])
-    rows = []
-    for lane, r, tau, e, n, billed, h in st.log:
-        real = np.isfinite(tau)
-        lane, r, tau, e, n, billed, h = (x[real] for x in (lane, r, tau, e, n, billed, h))
-        f = nxt[lane, h]
-        first = learner[lane, np.minimum(f, M - 1)]
-        rows.append((lane, r, tau, e, n, billed, np.where(f < h + n, first // G, -1)))
-    rows = [r for r in rows if r[0].size]
-    lanes_ix = np.arange(lanes)[:, None]
-    out = lanes_state(spec, lanes, N)
-    out.disp, out.comp, out.log = st.disp[lanes_ix, pos], st.comp[lanes_ix, pos], rows
-    others = background_log([np.full(p.size, i) for i, p in enumerate(opos)], [a for a, _ in taken],
-                            [st.disp[i, p] for i, p in enumerate(opos)], [st.comp[i, p] for i, p in enumerate(opos)])
-    return out, others
 
 
 def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float] = None, *,
