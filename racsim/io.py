@@ -72,6 +72,15 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def auto_workers() -> int:
+    """Processes a ``workers: 0`` (auto) setting runs: every usable core, or one when this process
+    is itself a worker of a pool (a sweep's jobs under hydra/launcher=joblib, a spawned count):
+    its siblings already hold the cores, and a pool in each would put cores x cores processes on them."""
+    import multiprocessing
+
+    return 1 if multiprocessing.parent_process() is not None else usable_cores()
+
+
 def pin_blas_threads():
     """One BLAS thread for the job, whatever runs it. A matrix product summed by
     two threads and by one differs in the last bits, and the count would else

@@ -377,20 +377,22 @@ def test_the_caller_script_is_hidden_only_while_the_pool_starts(monkeypatch):
 IN_LOKY = """
 from joblib import Parallel, delayed
 def pool_in_a_worker(i):
-    from racsim.io import spawn_pool
+    from racsim.io import auto_workers, spawn_pool
     with spawn_pool(2) as pool:
-        return list(pool.map(abs, [-i, -2]))
+        return list(pool.map(abs, [-i, -2])) + [auto_workers()]
 if __name__ == "__main__":
-    print(Parallel(n_jobs=2)(delayed(pool_in_a_worker)(i) for i in range(2)))
+    from racsim.io import auto_workers, usable_cores
+    print(Parallel(n_jobs=2)(delayed(pool_in_a_worker)(i) for i in range(2)), auto_workers() == usable_cores())
 """
 
 
 def test_a_pool_starts_inside_a_joblib_worker(tmp_path):
     """joblib's workers (a racsim sweep under hydra/launcher=joblib) run with loky's own start method,
     which a plain spawned child cannot take: racsim's pool starts its children without it (before,
-    every child died and each job failed with BrokenProcessPool)."""
+    every child died and each job failed with BrokenProcessPool). Inside such a job, workers: 0 (auto)
+    means one process: its siblings hold the cores; in the main process, every usable core."""
     script = tmp_path / "sweep_like.py"
     script.write_text(IN_LOKY)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "[[0, 2], [1, 2]]" in out.stdout
+    assert "[[0, 2, 1], [1, 2, 1]] True" in out.stdout

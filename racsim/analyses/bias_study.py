@@ -11,7 +11,7 @@ import pandas as pd
 
 from racsim.analyses.grid import learner_key
 from racsim.config.schema import warmup_steps
-from racsim.io import spawn_pool, usable_cores
+from racsim.io import auto_workers, spawn_pool
 from racsim.analyses.result import RunResult
 from racsim.learner import mdp as M
 from racsim.learner.bias import (
@@ -248,7 +248,7 @@ def run_bias_study(cells: list, progress: Optional[Any] = None, known: Optional[
     groups: Dict[tuple, list] = {}
     for i, (values, ccfg) in enumerate(cells):
         groups.setdefault(learner_key(ccfg), []).append((i, values, ccfg))
-    workers = min(cells[0][1].study.workers or usable_cores(), len(groups))
+    workers = min(cells[0][1].study.workers or auto_workers(), len(groups))
     if workers > 1:
         jobs = [(m, len(cells)) for m in groups.values()]
         with spawn_pool(workers) as pool:

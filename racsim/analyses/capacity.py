@@ -40,7 +40,7 @@ from racsim.analyses.grid import expand
 from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
 from racsim.config.spec import replace_at
 from racsim.config.validate import check_limits, faults_on, runs_that_fit, validate
-from racsim.io import side_by_side, usable_cores
+from racsim.io import auto_workers, side_by_side
 from racsim.config.validate.pipeline import nominal_step
 from racsim.learner.bias import bootstrap_counts
 from racsim.learner.correctors import BLOCKING
@@ -668,7 +668,7 @@ def pool_size(cfg: RacsimConf, first_s: float, left: int) -> int:
     memory at once (racsim.config.validate.runs_that_fit); with 0, only when the first count's
     ``first_s`` seconds say the pool saves more than its start (:data:`POOL_START_S`)."""
     asked = int(cfg.capacity.workers)
-    workers = min(asked or usable_cores(), left, runs_that_fit(cfg))
+    workers = min(asked or auto_workers(), left, runs_that_fit(cfg))
     if workers > 1 and asked == 0 and first_s * (left - math.ceil(left / workers)) <= POOL_START_S:
         return 1
     return max(workers, 1)

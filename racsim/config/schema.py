@@ -508,8 +508,8 @@ class StudyConf:
     # A reduced run for smoke tests and CI: every seed axis of the grid keeps
     # its first two values, trials <= 100 and bootstrap <= 200.
     fast: bool = False
-    # Processes for the grid's learner groups (0: every core). Results do not
-    # depend on it. Keep 1 inside a sweep whose launcher already uses the cores.
+    # Processes for the grid's learner groups (0: every core; one inside a sweep's joblib job,
+    # whose siblings hold the cores). Results do not depend on it.
     workers: int = 1
     kl_targets: List[float] = field(default_factory=lambda: [0.01, 0.5, 1.2])
     etas: List[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5])
@@ -578,7 +578,8 @@ class CapacityConf:
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
     # Processes that simulate a grid search's counts side by side (each count's figures are the
     # same in any of them): 1 one at a time; N up to N; 0 (default) up to every usable core, once
-    # the first count simulated shows that starting them saves time. Never more than the memory
+    # the first count simulated shows that starting them saves time (one inside a sweep's joblib
+    # job, whose siblings hold the cores). Never more than the memory
     # budget (limits.memory_gb) holds at one run's estimated peak each.
     workers: int = 0
     # The answer again with each guessed input (MFU, token lengths, arrival rate, failures, service
