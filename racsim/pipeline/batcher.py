@@ -287,25 +287,28 @@ def _attempt(spec: GpuSpec, st: "_FifoLanes", faults, lanes, r, tau, h, n, secon
 def _candidates(spec: GpuSpec, tok: np.ndarray, group_time: np.ndarray, G: int, end: int, st: "_FifoLanes",
                 faults, act: np.ndarray, offs: np.ndarray):
     """The next new batch of each lane of ``act`` by :func:`_fifo_lanes`'s rule, per lane: its head,
-    window (indices, valid, running longest, how many fit, arrivals), the replicas' free times,
-    when each replica could take it (with faults; else their free times, unused) and its instant tau."""
+    window (indices, valid, running longest, how many fit, arrivals: inf past ``end``), the
+    replicas' free times, when each replica could take it (with faults; else their free times,
+    unused) and its instant tau. ``tok`` and ``group_time`` read flat (fastest C-contiguous)."""
     N, M = tok.shape[1], spec.max_batch
     rows = np.arange(act.size)
     h = st.head[act]
     win = h[:, None] + offs
     valid = win < end
-    L = tok[act[:, None], np.minimum(win, N - 1)]
+    at = np.minimum(win, N - 1)
+    L = tok.take(at + (act * N)[:, None])
     mx = np.maximum.accumulate(L, axis=1)
     cost = (offs + 1.0) * mx if spec.padded else np.cumsum(L, axis=1)
     fits = valid & (cost <= spec.budget)
     fits[:, 0] = True
     n_lim = fits.sum(axis=1)
-    nxt = np.minimum(n_lim, M - 1)
-    limited = (n_lim == M) | ((n_lim < M) & valid[rows, nxt])
-    t_win = group_time[act[:, None], np.minimum(win, N - 1) // G]  # arrival of each request of the window
-    t_max = t_win[:, M - 1]
-    t_next = t_win[rows, nxt]
-    t_full = np.where(n_lim == M, t_max, np.where(limited, t_next, np.inf))
+    # arrival of each request of the window (inf past end: not known yet)
+    t_win = group_time.take((at if G == 1 else at // G) + (act * group_time.shape[1])[:, None])
+    if not valid.all():
+        t_win[~valid] = np.inf
+    # T_full: the arrival of the request that fills the batch (the max_batch-th, or the first that does
+    # not fit), inf if it is not known; a full window's last request is valid, as everything that fits
+    t_full = t_win[rows, np.minimum(n_lim, M - 1)]
     deadline = t_win[:, 0] + spec.max_wait
     free = st.free[act]
     if faults is None:
@@ -351,10 +354,14 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
     if resend and st.again is None:
         st.again = _Again.new(st.head.size)
     upto = end if stop is None else stop
+    done: list = []  # the batches of the last iterations, their requests' times written together
     while True:
+        if len(done) == WRITE_EVERY:
+            _write_batches(st, done)
         act = np.flatnonzero(st.head < upto)
         wait = np.flatnonzero(np.isfinite(st.again.d).any(axis=1)) if resend else act[:0]
         if act.size == 0 and wait.size == 0:
+            _write_batches(st, done)
             return
         if act.size:
             cand = _candidates(spec, tok, group_time, G, end, st, faults, act, offs)
@@ -370,7 +377,7 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         rows = np.arange(act.size)
         h, win, valid, mx, n_lim, t_win, free, avail, tau = cand
         # arrived by tau: a prefix of the window (arrival times do not decrease along the requests)
-        n = np.minimum(n_lim, (valid & (t_win <= tau[:, None])).sum(axis=1))
+        n = np.minimum(n_lim, (t_win <= tau[:, None]).sum(axis=1))
         ts = cum[act, h + n] - cum[act, h]
         sq = cum2[act, h + n] - cum2[act, h]
         m = mx[rows, n - 1]
@@ -393,15 +400,31 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
             e, lost = faults.serve_lanes(act, r, tau, seconds)
         free[rows, r] = e
         st.free[act] = free
-        rr, cc = np.nonzero(offs[None, :] < n[:, None])
-        st.disp[act[rr], win[rr, cc]] = tau[rr]
-        st.comp[act[rr], win[rr, cc]] = e[rr]
-        if faults is not None:
-            st.lost[act[rr], win[rr, cc]] = lost[rr]
+        done.append((act, h, n, tau, e) if faults is None else (act, h, n, tau, e, lost))
         row = (act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G)
         st.log.append(row if faults is None else (*row, np.where(lost, 0.0, seconds)))
         st.head[act] = h + n
         st.last[act] = tau
+
+
+WRITE_EVERY = 256  # iterations of _fifo_lanes whose requests' times are written at once
+
+
+def _write_batches(st: _FifoLanes, done: list) -> None:
+    """Give each request of the batches ``done`` (per iteration: lanes, head, size, dispatch,
+    completion[, lost]) its batch's dispatch, completion (and lost): a batch holds requests
+    [head, head + size) of its lane. Empties ``done``."""
+    if not done:
+        return
+    cols = [np.concatenate(c) for c in zip(*done)]
+    done.clear()
+    lane, h, n = cols[:3]
+    # each request's flat index: its batch's first request's, then one more per request
+    flat = np.repeat(lane * st.disp.shape[1] + h - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+    np.put(st.disp, flat, np.repeat(cols[3], n))
+    np.put(st.comp, flat, np.repeat(cols[4], n))
+    if len(cols) > 5:
+        np.put(st.lost, flat, np.repeat(cols[5], n))
 
 
 def _prefix(tok: np.ndarray):
