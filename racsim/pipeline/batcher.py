@@ -428,8 +428,12 @@ def _write_batches(st: _FifoLanes, done: list) -> None:
 
 
 def _prefix(tok: np.ndarray):
-    z = np.zeros((tok.shape[0], 1))
-    return np.hstack([z, np.cumsum(tok, axis=1)]), np.hstack([z, np.cumsum(tok * tok, axis=1)])
+    """Each lane's prefix sums of its requests' tokens and of their squares, from 0: (lanes, N + 1)."""
+    out = np.empty((2, tok.shape[0], tok.shape[1] + 1))
+    out[:, :, 0] = 0.0
+    np.cumsum(tok, axis=1, out=out[0, :, 1:])
+    np.cumsum(tok * tok, axis=1, out=out[1, :, 1:])
+    return out[0], out[1]
 
 
 def _batch_log(rows: list, replicas: int) -> Dict[str, np.ndarray]:
