@@ -353,3 +353,24 @@ def test_log_order_is_the_lexsort(seed):
     for o in orders:
         np.testing.assert_array_equal(_log_order(lane[o], start[o], rep[o]), np.lexsort((rep[o], start[o], lane[o])))
 
+
+
+@pytest.mark.parametrize("every", [1, 3])
+@pytest.mark.parametrize("seed", [0, 5, 9])
+def test_requests_times_written_in_flushes_are_the_same(seed, every, monkeypatch):
+    """The vectorised FIFO rule writes its requests' dispatch and completion (and lost flags) every
+    WRITE_EVERY iterations and when it returns: flushes after one or three iterations give the
+    SimPy engine's schedule (tests/test_arrivals_gpu.py's configs: failing pools, retried on
+    seed 5 and lost on seed 9)."""
+    from test_arrivals_gpu import arrivals_gpu_pcfg
+
+    from racsim.pipeline import batcher
+
+    monkeypatch.setattr(batcher, "WRITE_EVERY", every)
+    pcfg = arrivals_gpu_pcfg(seed, "unused.csv")
+    pcfg.arrivals = type(pcfg.arrivals)()  # batch arrivals
+    draws = draw(pcfg, 2, np.random.default_rng(seed))
+    assert (seed % 4 == 1) == bool(draws.faults)
+    for blocking, timeout in MODES:
+        sim = run_simpy(draws, blocking, timeout)
+        assert_same_schedule(run_lanes(draws, blocking, timeout), sim, f"seed {seed} every {every} {blocking}")
