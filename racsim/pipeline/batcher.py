@@ -12,8 +12,8 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -187,6 +187,9 @@ class _Waiting:
         return _Batch(r, ids, seconds, _billed(self.spec, float(n), ts, mx), g)
 
 
+WRITE_EVERY = 256  # iterations of _fifo_lanes whose requests' times are written at once
+
+
 @dataclass
 class _FifoLanes:
     """State of a FIFO batcher on every lane for :func:`_fifo_lanes`."""
@@ -199,6 +202,27 @@ class _FifoLanes:
     log: list
     lost: Optional[np.ndarray] = None  # (lanes, requests) lost to a failure (a pool with faults)
     again: Optional["_Again"] = None  # batches cut by a failure, to re-send (on_failure: resend)
+    # requests' times not written yet, per columns written: (lanes, head, size, *a value per column)
+    # of each iteration's batches (:meth:`record`, :meth:`flush`)
+    writes: Dict[Tuple[str, ...], list] = field(default_factory=dict)
+
+    def record(self, columns: Tuple[str, ...], lanes, head, size, *values) -> None:
+        """Batches [head, head + size) of ``lanes`` whose requests take ``values`` in ``columns``:
+        written by :meth:`flush` (once per WRITE_EVERY iterations: one scatter for many batches)."""
+        self.writes.setdefault(columns, []).append((lanes, head, size, *values))
+
+    def flush(self) -> None:
+        """Write every :meth:`record`: each request its batch's value in each column."""
+        for columns, recs in self.writes.items():
+            if not recs:
+                continue
+            cols = [np.concatenate(c) for c in zip(*recs)]
+            recs.clear()
+            lane, h, n = cols[:3]
+            # each request's flat index: its batch's first request's, then one more per request
+            flat = np.repeat(lane * self.disp.shape[1] + h - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+            for name, v in zip(columns, cols[3:]):
+                np.put(getattr(self, name), flat, np.repeat(v, n))
 
     @classmethod
     def new(cls, lanes: int, requests: int, replicas: int) -> "_FifoLanes":
@@ -275,9 +299,7 @@ def _attempt(spec: GpuSpec, st: "_FifoLanes", faults, lanes, r, tau, h, n, secon
     lost = ~ok & (tries == faults.spec.retries)
     st.free[lanes, r] = e
     done = ok | lost
-    rr, cc = np.nonzero((np.arange(spec.max_batch)[None, :] < n[:, None]) & done[:, None])
-    st.comp[lanes[rr], h[rr] + cc] = e[rr]
-    st.lost[lanes[rr], h[rr] + cc] = lost[rr]
+    st.record(("comp", "lost"), lanes[done], h[done], n[done], e[done], lost[done])
     cut = ~done
     if cut.any():
         st.again.put(lanes[cut], d[cut], r[cut], h[cut], n[cut], seconds[cut], billed[cut], group[cut], tries[cut] + 1)
@@ -287,7 +309,7 @@ def _attempt(spec: GpuSpec, st: "_FifoLanes", faults, lanes, r, tau, h, n, secon
 def _candidates(spec: GpuSpec, tok: np.ndarray, group_time: np.ndarray, G: int, end: int, st: "_FifoLanes",
                 faults, act: np.ndarray, offs: np.ndarray):
     """The next new batch of each lane of ``act`` by :func:`_fifo_lanes`'s rule, per lane: its head,
-    window (indices, valid, running longest, how many fit, arrivals: inf past ``end``), the
+    window (running longest, how many fit, arrivals: inf past ``end``), the
     replicas' free times, when each replica could take it (with faults; else their free times,
     unused) and its instant tau. ``tok`` and ``group_time`` read flat (fastest C-contiguous)."""
     N, M = tok.shape[1], spec.max_batch
@@ -318,7 +340,7 @@ def _candidates(spec: GpuSpec, tok: np.ndarray, group_time: np.ndarray, G: int, 
         ready = np.maximum(st.last[act], np.minimum(t_full, deadline))
         avail = faults.next_up_lanes(act, np.maximum(free, ready[:, None]))  # (lanes, replicas)
         tau = avail.min(axis=1)
-    return h, win, valid, mx, n_lim, t_win, free, avail, tau
+    return h, mx, n_lim, t_win, free, avail, tau
 
 
 def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
@@ -354,14 +376,13 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
     if resend and st.again is None:
         st.again = _Again.new(st.head.size)
     upto = end if stop is None else stop
-    done: list = []  # the batches of the last iterations, their requests' times written together
-    while True:
-        if len(done) == WRITE_EVERY:
-            _write_batches(st, done)
+    for k in itertools.count(1):
+        if k % WRITE_EVERY == 0:
+            st.flush()
         act = np.flatnonzero(st.head < upto)
         wait = np.flatnonzero(np.isfinite(st.again.d).any(axis=1)) if resend else act[:0]
         if act.size == 0 and wait.size == 0:
-            _write_batches(st, done)
+            st.flush()
             return
         if act.size:
             cand = _candidates(spec, tok, group_time, G, end, st, faults, act, offs)
@@ -375,7 +396,7 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
                 continue
             cand = tuple(x[keep] for x in cand)
         rows = np.arange(act.size)
-        h, win, valid, mx, n_lim, t_win, free, avail, tau = cand
+        h, mx, n_lim, t_win, free, avail, tau = cand
         # arrived by tau: a prefix of the window (arrival times do not decrease along the requests)
         n = np.minimum(n_lim, (t_win <= tau[:, None]).sum(axis=1))
         ts = cum[act, h + n] - cum[act, h]
@@ -388,8 +409,7 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
             r = np.argmax(free <= tau[:, None], axis=1)
         elif resend:
             r = np.argmax(avail == tau[:, None], axis=1)
-            rr, cc = np.nonzero(offs[None, :] < n[:, None])
-            st.disp[act[rr], win[rr, cc]] = tau[rr]
+            st.record(("disp",), act, h, n, tau)
             st.head[act] = h + n
             st.last[act] = tau
             _attempt(spec, st, faults, act, r, tau, h, n, seconds, _billed(spec, n.astype(np.float64), ts, m), h // G,
@@ -400,31 +420,14 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
             e, lost = faults.serve_lanes(act, r, tau, seconds)
         free[rows, r] = e
         st.free[act] = free
-        done.append((act, h, n, tau, e) if faults is None else (act, h, n, tau, e, lost))
+        if faults is None:
+            st.record(("disp", "comp"), act, h, n, tau, e)
+        else:
+            st.record(("disp", "comp", "lost"), act, h, n, tau, e, lost)
         row = (act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G)
         st.log.append(row if faults is None else (*row, np.where(lost, 0.0, seconds)))
         st.head[act] = h + n
         st.last[act] = tau
-
-
-WRITE_EVERY = 256  # iterations of _fifo_lanes whose requests' times are written at once
-
-
-def _write_batches(st: _FifoLanes, done: list) -> None:
-    """Give each request of the batches ``done`` (per iteration: lanes, head, size, dispatch,
-    completion[, lost]) its batch's dispatch, completion (and lost): a batch holds requests
-    [head, head + size) of its lane. Empties ``done``."""
-    if not done:
-        return
-    cols = [np.concatenate(c) for c in zip(*done)]
-    done.clear()
-    lane, h, n = cols[:3]
-    # each request's flat index: its batch's first request's, then one more per request
-    flat = np.repeat(lane * st.disp.shape[1] + h - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
-    np.put(st.disp, flat, np.repeat(cols[3], n))
-    np.put(st.comp, flat, np.repeat(cols[4], n))
-    if len(cols) > 5:
-        np.put(st.lost, flat, np.repeat(cols[5], n))
 
 
 def _prefix(tok: np.ndarray):
