@@ -399,8 +399,8 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         h, mx, n_lim, t_win, free, avail, tau = cand
         # arrived by tau: a prefix of the window (arrival times do not decrease along the requests)
         n = np.minimum(n_lim, (t_win <= tau[:, None]).sum(axis=1))
-        ts = cum[act, h + n] - cum[act, h]
-        sq = cum2[act, h + n] - cum2[act, h]
+        ts = None if cum is None else cum[act, h + n] - cum[act, h]  # None: padded (see _prefix)
+        sq = None if cum is None else cum2[act, h + n] - cum2[act, h]
         m = mx[rows, n - 1]
         seconds = spec.model.seconds(n.astype(np.float64), ts, sq, m)
         seconds = seconds if slow is None else seconds * slow[act, h // G]
@@ -430,8 +430,12 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         st.last[act] = tau
 
 
-def _prefix(tok: np.ndarray):
-    """Each lane's prefix sums of its requests' tokens and of their squares, from 0: (lanes, N + 1)."""
+def _prefix(tok: np.ndarray, padded: bool = False):
+    """Each lane's prefix sums of its requests' tokens and of their squares, from 0: (lanes, N + 1);
+    (None, None) for ``padded`` batches, whose seconds and budget read count x longest only (the
+    service models and :func:`_billed`)."""
+    if padded:
+        return None, None
     out = np.empty((2, tok.shape[0], tok.shape[1] + 1))
     out[:, :, 0] = 0.0
     np.cumsum(tok, axis=1, out=out[0, :, 1:])

@@ -186,7 +186,7 @@ def drain_seconds(spec: GpuSpec, tokens: np.ndarray) -> np.ndarray:
         tok = np.sort(tok, axis=1, kind="stable")
     now = GpuSpec(**{**spec.__dict__, "max_wait": 0.0})
     st = lanes_state(now, tok.shape[0], G)
-    cum, cum2 = _prefix(tok)
+    cum, cum2 = _prefix(tok, now.padded)
     fifo_lanes(now, tok, cum, cum2, np.zeros((tok.shape[0], 1)), G, G, st)
     return st.comp.max(axis=1).reshape(shape)
 

@@ -225,7 +225,7 @@ class _GpuLanes:
             self.shared = SharedLanes(spec, self.tok, self.G, BackgroundStream(other, n))
         elif self.vector:
             self.st = lanes_state(spec, n, self.tok.shape[1])
-            self.cum, self.cum2 = _prefix(self.tok)
+            self.cum, self.cum2 = _prefix(self.tok, spec.padded)
             self.group_time = np.full((n, steps * self.per), np.inf)
             if faults is not None:  # static or unchunked continuous batches (no chunked prefill with faults)
                 self.st.lost = np.zeros(self.tok.shape, dtype=bool)
