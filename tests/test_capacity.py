@@ -306,9 +306,10 @@ def test_counts_in_a_pool_give_the_same_curve(hydra_ctx):
 
 
 def test_pool_size_rules(hydra_ctx, monkeypatch):
-    """How many processes a grid search starts: capacity.workers (0: the usable cores, racsim.io.auto_workers), never more
-    than the counts left nor than the runs that fit in memory; with 0 only when the pool saves more
-    than it costs to start (the first count's seconds times the counts it takes off this process)."""
+    """How many processes a grid search starts: capacity.workers (0: the usable cores,
+    racsim.io.auto_workers), never more than the counts left nor than the runs that fit in memory;
+    with 0 only when the pool saves more than it costs to start (the first count's seconds times
+    the counts it takes off this process)."""
     monkeypatch.setattr(C, "auto_workers", lambda: 8)
     fit = {"n": 100}
     monkeypatch.setattr(C, "runs_that_fit", lambda cfg: fit["n"])
