@@ -71,6 +71,8 @@ def unwritable_value(df):
                     ("theorem_ratio_", "eta_ch", "ratio_", "sojourn_")) or (c.startswith("delay_") and c.endswith("_steps")) \
                     or c in ("theorem_gap", "eta_nominal", "bias_vs_sync_theorem"):
                 continue
+            if c.startswith("background_") and not df["background_jobs"].iloc[i] > 0:
+                continue  # a channel without background beside one with it, or none of its requests in the window
             if "mode" in df:  # NaN in every row of its mode, and not NaN in every row of the others
                 mine = [j for j in range(len(df)) if df["mode"].iloc[j] == df["mode"].iloc[i]]
                 others = [j for j in range(len(df)) if j not in mine]

@@ -483,7 +483,10 @@ BOUND_VALUES = {float: [0.0, -1.0, 1e308, math.nan, math.inf], int: [0, -1, 2**6
 BLOCK_BASES = [(), ("channel@pipeline.channels.judge=judge_gpu_rm",), ("scenario=capacity/judge_rm_autoscale",),
                ("scenario=adaptive_tau",), ("channel@pipeline.channels.judge=judge_gpu_rm",
                                             "+rm/model@pipeline.fast_rm.model=8b", "+rm/gpu@pipeline.fast_rm.gpu=H100"),
-               ("+pipeline.channels.judge.background={rate_per_s: 3.0, latency: {kind: lognormal, mean: 20.0}}",)]
+               ("+pipeline.channels.judge.background={rate_per_s: 3.0, latency: {kind: lognormal, mean: 20.0}}",),
+               ("channel@pipeline.channels.judge=judge_gpu_rm",  # a judge shared with other tenants
+                "+pipeline.channels.judge.background={rate_per_s: 3.0, prompt_tokens: {kind: lognormal, mean: 150.0}, "
+                "response_tokens: {kind: lognormal, mean: 300.0}}")]
 
 
 def _bare(t):
