@@ -26,7 +26,7 @@ from test_capacity import SMALL, SMALL_JUDGE
 JUDGE = ["scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[1,2,3,4,6,8,16]",
          "capacity.sensitivity.enabled=true"]
 # more load on the harder side: the answer never falls; on the easier side never rises
-HARDER = {"mfu": -1, "tokens": +1, "batch_size": +1, "mtbf_s": -1, "mttr_s": +1, "service": +1}
+HARDER = {"mfu": -1, "tokens": +1, "batch_size": +1, "mtbf_s": -1, "mttr_s": +1, "service": +1, "background_rate": +1}
 
 
 @pytest.fixture(scope="module")
@@ -213,3 +213,18 @@ def test_variants_in_a_pool_give_the_same_table(hydra_ctx):
     variant = [(k, note) for k, note in ticks if note.startswith("sensitivity")]
     assert len(variant) == (t.change != 0).sum() == 4
     assert sum(k for k, _ in variant) == len(t[t.change != 0].simulated.str.split().explode().dropna())
+
+
+def test_shared_judge_sensitivity_to_the_other_tenants_rate(hydra_ctx):
+    """A judge shared with other tenants: their rate is an input (x 0.5 and x 1.5 here, the answer
+    moving by the load), each variant against a plain run of its spec; the sentence names it."""
+    cfg = spec(*JUDGE, "+pipeline.channels.judge.background={rate_per_s: 30.0}", "capacity.sensitivity.spread=0.5",
+               "capacity.sensitivity.inputs=[background_rate]")
+    res = run_capacity_sensitivity(cfg)
+    t = res.sensitivity
+    assert list(dict.fromkeys(t.input)) == ["background_rate"]
+    np.testing.assert_allclose(t.value, [15.0, 30.0, 45.0])
+    assert t.key.iloc[0] == "pipeline.channels.judge.background.rate_per_s"
+    assert t.recommended.nunique() > 1  # the rate moves the answer
+    check_table(res, cfg)
+    assert "if other tenants send 45 requests/s" in sensitivity_text(res, 0.5)

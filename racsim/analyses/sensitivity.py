@@ -73,12 +73,13 @@ def input_keys(name: str, what: str) -> str:
     at = f"pipeline.channels.{name}"
     return {"mfu": f"{at}.rm.mfu", "tokens": f"{at}.rm.prompt_tokens, {at}.rm.response_tokens",
             "batch_size": "pipeline.batch_size", "mtbf_s": f"{at}.faults.mtbf_s", "mttr_s": f"{at}.faults.mttr_s",
-            "service": f"{at}.latency"}[what]
+            "service": f"{at}.latency", "background_rate": f"{at}.background.rate_per_s"}[what]
 
 
 def input_value(cfg: RacsimConf, name: str, what: str) -> float:
     """The value the table shows for input ``what``: the MFU, mean tokens per sequence (prompt +
-    response), the batch size, the MTBF or MTTR in seconds, the mean service seconds."""
+    response), the batch size, the MTBF or MTTR in seconds, the mean service seconds, the other
+    tenants' requests a second."""
     ch = cfg.pipeline.channels[name]
     if what == "mfu":
         return float(ch.rm.mfu)
@@ -88,6 +89,8 @@ def input_value(cfg: RacsimConf, name: str, what: str) -> float:
         return float(cfg.pipeline.batch_size)
     if what in ("mtbf_s", "mttr_s"):
         return float(getattr(ch.faults, what))
+    if what == "background_rate":
+        return float(ch.background.rate_per_s)
     return float(build_latency(ch.latency).mean())
 
 
@@ -95,7 +98,7 @@ def vary(cfg: RacsimConf, name: str, what: str, factor: float) -> RacsimConf:
     """The spec with input ``what`` of channel ``name`` multiplied by ``factor``: the MFU (at most 1),
     both token laws (:func:`scaled_law`), the batch size (the nearest integer, at least one away
     from the given one, at least 1: the arrival rate, the step's clock unchanged), the MTBF or
-    MTTR, the queue's service law."""
+    MTTR, the queue's service law, the other tenants' rate."""
     at, ch = f"pipeline.channels.{name}", cfg.pipeline.channels[name]
     if what == "mfu":
         return replace_at(cfg, f"{at}.rm.mfu", min(1.0, times(ch.rm.mfu, factor)))
@@ -109,6 +112,8 @@ def vary(cfg: RacsimConf, name: str, what: str, factor: float) -> RacsimConf:
         return replace_at(cfg, "pipeline.batch_size", max(b + 1, v) if factor >= 1 else max(1, min(b - 1, v)))
     if what in ("mtbf_s", "mttr_s"):
         return replace_at(cfg, f"{at}.faults.{what}", times(getattr(ch.faults, what), factor))
+    if what == "background_rate":
+        return replace_at(cfg, f"{at}.background.rate_per_s", times(ch.background.rate_per_s, factor))
     return replace_at(cfg, f"{at}.latency", scaled_law(ch.latency, factor))
 
 

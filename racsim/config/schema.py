@@ -48,8 +48,9 @@ CAPACITY_TARGETS = ("max_bias", "max_bias_vs_naive", "max_step_s", "max_dropped"
                     "max_sojourn_p99_s", "max_delay_p95_steps", "max_background_sojourn_p95_s")
 # The inputs a capacity answer's sensitivity table varies (capacity.sensitivity.inputs;
 # racsim/analyses/sensitivity.py): the sized gpu_rm channel's MFU and token lengths, the arrival
-# rate (pipeline.batch_size), its failures' MTBF and MTTR, a queue channel's service-time scale.
-SENSITIVITY_INPUTS = ("mfu", "tokens", "batch_size", "mtbf_s", "mttr_s", "service")
+# rate (pipeline.batch_size), its failures' MTBF and MTTR, a queue channel's service-time scale,
+# its other tenants' rate (background.rate_per_s).
+SENSITIVITY_INPUTS = ("mfu", "tokens", "batch_size", "mtbf_s", "mttr_s", "service", "background_rate")
 
 
 CORRECTORS = (

@@ -255,7 +255,8 @@ def searched_text(res: CapacityResult) -> str:
 # input -> how the summary names a variant's value (racsim/analyses/sensitivity.py)
 SENSITIVITY_PHRASES = {"mfu": "MFU is {:.3g}", "tokens": "sequences average {:.0f} tokens",
                        "batch_size": "pipeline.batch_size is {:.0f}", "mtbf_s": "MTBF is {:.4g} s",
-                       "mttr_s": "MTTR is {:.4g} s", "service": "service averages {:.3g} s"}
+                       "mttr_s": "MTTR is {:.4g} s", "service": "service averages {:.3g} s",
+                       "background_rate": "other tenants send {:.3g} requests/s"}
 
 
 def sensitivity_text(res: CapacityResult, spread: float) -> str:

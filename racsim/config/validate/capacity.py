@@ -98,13 +98,14 @@ def scalable(law: Any) -> bool:
 def sensitivity_inputs(ch: Any) -> List[str]:
     """The inputs of :data:`~racsim.config.schema.SENSITIVITY_INPUTS` that apply to the sized
     channel ``ch``: a roofline's MFU and the token laws of a gpu_rm channel, the arrival rate,
-    the MTBF and MTTR of random failures, a queue channel's service times."""
+    the MTBF and MTTR of random failures, a queue channel's service times, its other tenants' rate."""
     gpu = channel_kind(ch) == "gpu_rm"
     failing = getattr(getattr(ch, "faults", None), "mtbf_s", None) is not None
     applies = {"mfu": gpu and ch.rm.service == "roofline",
                "tokens": gpu and scalable(ch.rm.prompt_tokens) and scalable(ch.rm.response_tokens),
                "batch_size": True, "mtbf_s": failing, "mttr_s": failing,
-               "service": not gpu and scalable(ch.latency)}
+               "service": not gpu and scalable(ch.latency),
+               "background_rate": getattr(ch, "background", None) is not None}
     return [k for k in SENSITIVITY_INPUTS if applies[k]]
 
 
