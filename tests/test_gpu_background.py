@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers import assert_same_schedule, det
 from oracles import mg1_mean_wait
@@ -258,7 +259,8 @@ def test_other_tenants_sojourns_fall_in_the_unit_of_their_arrivals_step():
 def test_a_shared_judge_is_sized_for_its_other_tenants():
     """A capacity search on a judge shared with another tenant: each count's load carries the other
     tenant's work (rate x seconds per request in full batches over the GPUs), its sojourn p95 comes
-    with an interval around the estimate, and a target on it that no count meets binds every count."""
+    with an interval around the estimate, and a target on it that no count meets binds every count.
+    Counts simulated side by side in spawned processes give the same curve to the last bit."""
     from racsim.analyses.capacity import run_capacity
     from racsim.config.defaults import compose_config
     from racsim.config.spec import scenario
@@ -269,7 +271,10 @@ def test_a_shared_judge_is_sized_for_its_other_tenants():
     cfg = scenario(compose_config("scenario=capacity/judge_rm_h100", *SMALL, "capacity.max_background_sojourn_p95_s=0.01"))
     ch = cfg.pipeline.channels["judge"]
     cfg.pipeline.channels["judge"] = replace(ch, background=BackgroundConf(rate_per_s=6.0))
-    res = run_capacity(cfg)
+    cfg = replace(cfg, capacity=replace(cfg.capacity, counts=[4, 6, 8]))  # the first here, two left to a pool
+    res = run_capacity(replace(cfg, capacity=replace(cfg.capacity, workers=1)))
+    pooled = run_capacity(replace(cfg, capacity=replace(cfg.capacity, workers=2)))
+    pd.testing.assert_frame_equal(res.curve, pooled.curve, check_exact=True)
     rac = res.curve[res.curve.corrector == "rac"].set_index("count")
     other = background_work(cfg.pipeline.channels["judge"], "judge")
     for n, r in rac.iterrows():

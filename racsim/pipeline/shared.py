@@ -38,8 +38,9 @@ class SharedLanes:
         self.cap = N + 4 * spec.max_batch
         self.arr = np.full((lanes, self.cap), np.inf)  # each position's arrival (inf: no request)
         self.mtok = np.ones((lanes, self.cap))
-        self.cum = np.zeros((lanes, self.cap + 1))
-        self.cum2 = np.zeros((lanes, self.cap + 1))
+        # prefix sums of tokens and squares: none for padded batches (batcher._prefix)
+        self.cum = None if spec.padded else np.zeros((lanes, self.cap + 1))
+        self.cum2 = None if spec.padded else np.zeros((lanes, self.cap + 1))
         self.learner = np.full((lanes, self.cap), -1, dtype=np.int64)  # the learner's request there, or -1
         self.other = np.full((lanes, self.cap), -1, dtype=np.int64)  # the other tenants' request there, or -1
         self.pos = np.full((lanes, N), -1, dtype=np.int64)  # where each learner request went
@@ -95,8 +96,9 @@ class SharedLanes:
         gone = slice(h + n, max(h + n, int(self.end[i])))  # provisional ones of the last step, not placed again
         self.arr[i, gone], self.mtok[i, gone], self.learner[i, gone], self.other[i, gone] = np.inf, 1.0, -1, -1
         self.end[i] = h + n
-        self.cum[i, h + 1:h + n + 1] = self.cum[i, h] + np.cumsum(self.mtok[i, span])
-        self.cum2[i, h + 1:h + n + 1] = self.cum2[i, h] + np.cumsum(self.mtok[i, span] ** 2)
+        if self.cum is not None:
+            self.cum[i, h + 1:h + n + 1] = self.cum[i, h] + np.cumsum(self.mtok[i, span])
+            self.cum2[i, h + 1:h + n + 1] = self.cum2[i, h] + np.cumsum(self.mtok[i, span] ** 2)
         return h + (int(np.flatnonzero(ours)[-1]) + 1 if step and own.size else n)
 
     def _room(self, size: int) -> None:
@@ -107,7 +109,8 @@ class SharedLanes:
         lanes = self.arr.shape[0]
         pad = lambda x, v: np.hstack([x, np.full((lanes, grow), v, dtype=x.dtype)])  # noqa: E731
         self.arr, self.mtok = pad(self.arr, np.inf), pad(self.mtok, 1.0)
-        self.cum, self.cum2 = pad(self.cum, 0.0), pad(self.cum2, 0.0)
+        if self.cum is not None:
+            self.cum, self.cum2 = pad(self.cum, 0.0), pad(self.cum2, 0.0)
         self.learner, self.other = pad(self.learner, -1), pad(self.other, -1)
         self.st.disp, self.st.comp = pad(self.st.disp, np.nan), pad(self.st.comp, np.inf)
         self.cap += grow
