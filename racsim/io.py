@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 
 def atomic_write(path: Path, write: Callable[[str], None]) -> None:
@@ -142,10 +142,14 @@ def spawn_pool(workers: int) -> ProcessPoolExecutor:
     return _SpawnPool(workers, mp_context=get_context("spawn"), initializer=pin_blas_threads)
 
 
-def side_by_side(workers: int, fn: Callable, arglists: Sequence[tuple]) -> Iterator[Tuple[int, Any]]:
+def side_by_side(workers: int, fn: Callable, arglists: Sequence[tuple],
+                 meanwhile: Optional[Callable[[], Any]] = None) -> Iterator[Tuple[int, Any]]:
     """``fn(*args)`` for each of ``arglists`` in a :func:`spawn_pool` of ``workers``, yielded as each
-    finishes: (its index in ``arglists``, its result). Consume it whole: the pool closes at its end."""
+    finishes: (its index in ``arglists``, its result); ``meanwhile()``: this process's own share of
+    the work, run once every job is submitted. Consume it whole: the pool closes at its end."""
     with spawn_pool(workers) as pool:
         jobs = {pool.submit(fn, *args): i for i, args in enumerate(arglists)}
+        if meanwhile is not None:
+            meanwhile()
         for job in as_completed(jobs):
             yield jobs[job], job.result()

@@ -23,7 +23,7 @@ from racsim.config.spec import replace_at
 from racsim.config.spec import scenario as spec_of
 from racsim.config.validate import process_memory, run_estimate, runs_that_fit, validate
 from racsim.errors import ConfigError
-from racsim.io import caller_script_hidden
+from racsim.io import caller_script_hidden, side_by_side
 from racsim.pipeline.engines import simulate
 from racsim.report.trace import trace_events, write_timeline
 
@@ -293,12 +293,23 @@ def test_the_fewest_count_is_found_whatever_the_list(hydra_ctx, judge_grid):
     assert "the search tried" in recommendation_text(res)
 
 
-def test_counts_in_a_pool_give_the_same_curve(hydra_ctx):
-    """capacity.workers=2 simulates the counts after the first in two spawned processes: every row
-    of the curve is the same, to the last bit, as one process's, and so is the answer."""
+def test_counts_in_a_pool_give_the_same_curve(hydra_ctx, monkeypatch):
+    """capacity.workers=2 simulates the first count here and the others in a spawned process
+    beside it, started at once: every row of the curve is the same, to the last bit, as one
+    process's, and so is the answer."""
     over = ("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[2,4,6,8,10]")
     one = run_capacity(spec(*over, "capacity.workers=1"))
+    pools = []
+
+    def watched(workers, fn, arglists, meanwhile=None):
+        pools.append((workers, [a[3] for a in arglists], meanwhile is not None))
+        yield from side_by_side(workers, fn, arglists, meanwhile)
+
+    monkeypatch.setattr(C, "side_by_side", watched)
     two = run_capacity(spec(*over, "capacity.workers=2"))
+    simulated = sorted(n for n in two.curve["count"].unique() if n in {2, 4, 6, 8, 10}
+                       and not two.curve[two.curve["count"] == n]["status"].str.startswith("overloaded").any())
+    assert pools == [(1, simulated[1:], True)]  # one process beside this one, which ran the first
     assert one.curve["count"].nunique() >= 4  # the first simulated here, at least three in the pool
     pd.testing.assert_frame_equal(one.curve, two.curve, check_exact=True)
     assert one.recommended == two.recommended and one.searched == two.searched
@@ -327,6 +338,42 @@ def test_pool_size_rules(hydra_ctx, monkeypatch):
     assert C.pool_size(cfg(0), 10.0, 20) == 2 and C.pool_size(cfg(6), 10.0, 20) == 2
     fit["n"] = 1
     assert C.pool_size(cfg(6), 10.0, 20) == 1
+
+
+def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
+    """capacity.workers=0 starts the pool before any count has run when a lower bound on a count's
+    seconds (its requests at the length it first runs, both pipelines, at COUNT_REQUESTS_PER_S)
+    says it saves more than it costs: every usable core beside this process, which runs the
+    first count; never when one more run does not fit in memory; else the first count alone here."""
+    monkeypatch.setattr(C, "auto_workers", lambda: 2)
+    fit = {"n": 100}
+    monkeypatch.setattr(C, "runs_that_fit", lambda cfg: fit["n"])
+    pools = []
+
+    def fake(workers, fn, arglists, meanwhile=None):
+        pools.append((workers, [a[3] for a in arglists], meanwhile is not None))
+        if meanwhile is not None:
+            meanwhile()
+        for i, args in enumerate(arglists):
+            yield i, fn(*args)
+
+    monkeypatch.setattr(C, "side_by_side", fake)
+    over = ("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[6,7,8]")
+    c = spec(*over)
+    per = c.pipeline.channels["judge"].rm.sequences_per_sample
+    requests = 2 * c.learner.trials * c.pipeline.steps * c.pipeline.batch_size * per  # rac and wait_for_slow
+    assert C.count_seconds(c, "judge") == pytest.approx(requests / C.COUNT_REQUESTS_PER_S)
+    monkeypatch.setattr(C, "COUNT_REQUESTS_PER_S", requests / 10.0)  # 10 s a count: the pool pays
+    res = run_capacity(c)
+    assert pools == [(2, [7, 8], True)] and sorted(res.curve["count"].unique()) == [6, 7, 8]
+    pools.clear()
+    fit["n"] = 1  # this process's run and one more do not fit: one at a time
+    run_capacity(c)
+    assert pools == []
+    fit["n"] = 100
+    monkeypatch.setattr(C, "COUNT_REQUESTS_PER_S", requests / 0.01)  # 0.01 s: the first here, then no pool
+    run_capacity(c)
+    assert pools == []
 
 
 def test_runs_that_fit_the_memory_budget(hydra_ctx):

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from racsim.analyses.capacity import (batch_units, channel_figures, regime_cycle, regime_scales, regime_window,
+from racsim.analyses.capacity import (batch_units, channel_figures, first_length, regime_cycle, regime_scales, regime_window,
                                       run_capacity, sized_run)
 from racsim.config.defaults import compose_config
 from racsim.config.spec import replace_at, scenario
@@ -186,6 +186,7 @@ def test_sized_run_holds_the_cycles():
     # the window it needs, max(60, 30 x 60 / 10) = 180 steps, after a warm-up of one 60-step cycle
     # (the burst chain starts in its stationary law): 240 steps; 480 is past capacity.max_steps
     assert run.steps == 240 and run.verdict.warmup == 60
+    assert first_length(small("bursts", "capacity.regime_cycles=30", "capacity.max_steps=400"), "verifier") == 240
     old = sized_run(small("bursts", "capacity.regime_cycles=0"), "verifier")
     assert old.steps < run.steps
     short = sized_run(small("bursts", "capacity.regime_cycles=30", "capacity.max_steps=200"), "verifier")

@@ -300,6 +300,18 @@ def regime_window(cfg: RacsimConf, name: str) -> int:
     return int(max(c, np.ceil(cfg.capacity.regime_cycles * c / int(cfg.learner.trials)), np.ceil(span)))
 
 
+def first_length(cfg: RacsimConf, name: str) -> int:
+    """The steps :func:`sized_run` simulates first: ``pipeline.steps``, or with
+    ``capacity.run_length=auto`` and slow regimes the window they need after their warm-up
+    (:func:`regime_window`, :func:`regime_warmup`) where longer, up to ``capacity.max_steps``."""
+    cap, p = cfg.capacity, cfg.pipeline
+    if cap.run_length != "auto":
+        return int(p.steps)
+    cut = regime_warmup(cfg, name) if p.warmup_steps is None else None
+    need = regime_window(cfg, name) + (cut or 0)
+    return min(need, int(cap.max_steps)) if need > int(p.steps) else int(p.steps)
+
+
 @dataclass
 class Settled:
     """One count's run at the length that shows its steady state: the run, the verdict on its
@@ -347,9 +359,8 @@ def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
     auto = cap.run_length == "auto"
     need = regime_window(cfg, name) if auto else 0
     cut = regime_warmup(cfg, name) if auto and p.warmup_steps is None else None
-    steps, spent, requests = int(p.steps), 0.0, 0
-    if need + (cut or 0) > steps:  # the regimes' window after their warm-up
-        steps = min(need + (cut or 0), int(cap.max_steps))
+    steps, spent, requests = first_length(cfg, name), 0.0, 0
+    if steps != int(p.steps):  # the regimes' window after their warm-up
         check_limits(replace_at(cfg, "pipeline.steps", steps))  # refused before it runs when too big
     while True:
         c = replace_at(cfg, "pipeline.steps", steps)
@@ -674,6 +685,20 @@ def pool_size(cfg: RacsimConf, first_s: float, left: int) -> int:
     return max(workers, 1)
 
 
+# Simulated requests a second one count's run reaches at most in one process, both pipelines and
+# the bias study included (3e6-7e6 measured on 2 cores): :func:`count_seconds` is a lower bound.
+COUNT_REQUESTS_PER_S = 1e7
+
+
+def count_seconds(cfg: RacsimConf, name: str) -> float:
+    """A lower bound on the seconds one count's run takes, before any has run: the requests of
+    its first length (:func:`first_length`), twice where a blocking corrector needs the blocking
+    pipeline too, at :data:`COUNT_REQUESTS_PER_S`."""
+    c = replace_at(cfg, "pipeline.steps", first_length(cfg, name))
+    pipelines = 2 if any(n in BLOCKING for n in corrector_names(c)) else 1
+    return pipelines * requests_per_schedule(c) / COUNT_REQUESTS_PER_S
+
+
 def _count_worker(cfg: RacsimConf, name: str, key: str, n: int, load: dict):
     """:func:`count_rows` in a pool's process: the settled run, the rows and the seconds they took."""
     t0 = time.perf_counter()
@@ -733,18 +758,35 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         return meets(rows[n], chosen, targets)
 
     def evaluate_grid(todo: List[int]) -> None:
-        """Every count of ``todo``: here until the first one simulated shows what a count takes,
-        then the others side by side in a pool of processes where that saves time (:func:`pool_size`)."""
-        todo = list(todo)
-        while todo and not runs:
-            evaluate(todo.pop(0))
+        """Every count of ``todo``, side by side in a pool of processes where that saves time
+        (:func:`pool_size`): from the start, this process simulating the first count meanwhile,
+        when a lower bound on a count's seconds (:func:`count_seconds`) says so and one more run
+        fits in memory; else here until the first one simulated shows what a count takes, then
+        the others in the pool."""
         simulated = [n for n in todo if loads[n]["load"] < cap.max_load]
+        for n in todo:  # the overloaded counts first: no run, their rows at once
+            if n not in simulated:
+                evaluate(n)
+        at_once = pool_size(cfg, count_seconds(cfg, name), len(simulated)) if simulated else 1
+        # beside this process: capacity.workers - 1 asked, or every usable core (the OS shares
+        # them: equal runs all at once end soonest), within the counts and the memory left
+        workers = min(at_once - (1 if int(cap.workers) else 0), len(simulated) - 1, runs_that_fit(cfg) - 1)
+        if at_once > 1 and workers >= 1:
+            here = simulated.pop(0)
+            in_pool(workers, simulated, meanwhile=lambda: evaluate(here))
+            return
+        while simulated and not runs:
+            evaluate(simulated.pop(0))
         workers = pool_size(cfg, timings["runs_s"], len(simulated))
         if workers > 1:
-            for i, done in side_by_side(workers, _count_worker, [(cfg, name, key, n, loads[n]) for n in simulated]):
-                record(simulated[i], *done)
-        for n in todo:  # the overloaded counts, or every one without a pool
+            in_pool(workers, simulated)
+        for n in simulated:  # without a pool
             evaluate(n)
+
+    def in_pool(workers: int, counts: List[int], meanwhile=None) -> None:
+        """``counts`` simulated side by side in a pool of ``workers`` processes (``meanwhile``: this one's share)."""
+        for i, done in side_by_side(workers, _count_worker, [(cfg, name, key, n, loads[n]) for n in counts], meanwhile):
+            record(counts[i], *done)
 
     if cap.search == "bisect":  # assumes feasibility is monotone in the count
         if evaluate(counts[-1]):
