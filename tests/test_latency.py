@@ -19,9 +19,11 @@ from scipy import integrate, stats
 from racsim.config.schema import LatencyConf
 from racsim.errors import ConfigError
 from racsim.pipeline.latency import (
+    TOKEN_CHUNK,
     build_latency,
     cauchy_truncated_mean,
     solve_cauchy_location,
+    token_lengths,
 )
 
 INF = math.inf
@@ -513,3 +515,25 @@ def test_zero_mean_kinds_are_point_masses():
         lat = build_latency(C(kind, 0.0, low=None))
         assert lat.mean() == 0.0 and np.all(lat.sample(np.random.default_rng(0), 10) == 0.0)
     assert build_latency(C("gaussian", 4.0, std=0.0, low=5.0)).mean() == 5.0
+
+
+@pytest.mark.parametrize("prompt, response", [
+    (LatencyConf(kind="lognormal", mean=150.0, sigma=0.5, low=1.0), LatencyConf(kind="lognormal", mean=300.0, sigma=0.6)),
+    (LatencyConf(kind="gaussian", mean=3.0, std=4.0, discrete=True, low=0.0, high=6.0),
+     LatencyConf(kind="deterministic", mean=0.4)),
+    (LatencyConf(kind="uniform", mean=0.7, low=0.0, high=1.4), LatencyConf(kind="pareto", mean=40.0, alpha=1.5,
+                                                                          discrete=True, high=90.0)),
+    (LatencyConf(kind="deterministic", mean=0.0), LatencyConf(kind="exponential", mean=0.7)),
+])
+@pytest.mark.parametrize("size", [None, 7, (3, TOKEN_CHUNK + 5), (2, 0)])
+def test_token_lengths_equal_the_obvious_formula(prompt, response, size):
+    """TokenLengths.sample, settled a chunk at a time in place, equals rint(prompt) + rint(response),
+    at least 1, of each law's own sample from the same stream (prompts first): over chunk
+    boundaries, rounded and clipped laws, points, a scalar and an empty draw."""
+    law = token_lengths(prompt, response, "rm")
+    got = law.sample(np.random.default_rng(5), size)
+    rng = np.random.default_rng(5)
+    p, r = law.prompt.sample(rng, size), law.response.sample(rng, size)
+    want = np.maximum(np.rint(p) + np.rint(r), 1.0)
+    assert np.shape(got) == np.shape(want) and np.array_equal(got, want)
+    assert np.all(got >= 1.0) and np.array_equal(got, np.rint(got))

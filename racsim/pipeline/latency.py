@@ -63,6 +63,15 @@ class Latency(abc.ABC):
     def sample(self, rng: np.random.Generator, size: Any = None) -> np.ndarray:
         """``size`` float64 draws (>= 0), deterministic given ``rng``'s state."""
 
+    def draw_raw(self, rng: np.random.Generator, size: Any = None) -> np.ndarray:
+        """The draws :meth:`sample` makes, as drawn: :meth:`settle` turns them into its result
+        (here already the result)."""
+        return self.sample(rng, size)
+
+    def settle(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`draw_raw`'s draws ``x`` turned, in place, into :meth:`sample`'s result."""
+        return x
+
     @abc.abstractmethod
     def mean(self) -> float:
         """Exact mean of what :meth:`sample` draws."""
@@ -547,10 +556,15 @@ class _Transformed(Latency):
         self.base, self.low, self.high, self.discrete, self.label = base, low, high, discrete, label
 
     def sample(self, rng: np.random.Generator, size: Any = None) -> np.ndarray:
-        x = np.asarray(self.base.draw(rng, size), dtype=np.float64)
+        return self.settle(self.draw_raw(rng, size))
+
+    def draw_raw(self, rng: np.random.Generator, size: Any = None) -> np.ndarray:
+        return np.array(self.base.draw(rng, size), dtype=np.float64)  # a fresh array: settled in place
+
+    def settle(self, x: np.ndarray) -> np.ndarray:
         if self.discrete:
-            x = np.rint(x)
-        return np.clip(x, self.low, self.high)
+            np.rint(x, out=x)
+        return np.clip(x, self.low, self.high, out=x)
 
     def mean(self) -> float:
         if self.discrete:
@@ -745,6 +759,9 @@ def build_latency(conf: LatencyConf, key: str = "latency") -> Latency:
     return _BUILDERS[conf.kind](conf, key)
 
 
+TOKEN_CHUNK = 1 << 16  # requests whose token lengths TokenLengths.sample finishes at once
+
+
 @dataclass(frozen=True)
 class TokenLengths:
     """A request's token length for a reward model: rint(prompt) + rint(response), at least 1
@@ -754,9 +771,16 @@ class TokenLengths:
     response: Latency
 
     def sample(self, rng: np.random.Generator, size) -> np.ndarray:
-        prompt = self.prompt.sample(rng, size)
-        response = self.response.sample(rng, size)
-        return np.maximum(np.rint(prompt) + np.rint(response), 1.0)
+        prompt = self.prompt.draw_raw(rng, size)
+        response = self.response.draw_raw(rng, size)
+        out = np.empty(np.broadcast(prompt, response).shape)
+        p, r, o = prompt.reshape(-1), response.reshape(-1), out.reshape(-1)
+        for i in range(0, o.size, TOKEN_CHUNK):  # a chunk at a time: its passes stay in the cache
+            k = slice(i, i + TOKEN_CHUNK)
+            a, b = self.prompt.settle(p[k]), self.response.settle(r[k])
+            np.add(np.rint(a, out=a), np.rint(b, out=b), out=o[k])
+            np.maximum(o[k], 1.0, out=o[k])
+        return out
 
 
 def token_lengths(prompt: LatencyConf, response: LatencyConf, key: str) -> TokenLengths:
