@@ -559,7 +559,7 @@ class _Transformed(Latency):
         return self.settle(self.draw_raw(rng, size))
 
     def draw_raw(self, rng: np.random.Generator, size: Any = None) -> np.ndarray:
-        return np.array(self.base.draw(rng, size), dtype=np.float64)  # a fresh array: settled in place
+        return np.asarray(self.base.draw(rng, size), dtype=np.float64)  # the base's own fresh draws: settled in place
 
     def settle(self, x: np.ndarray) -> np.ndarray:
         if self.discrete:
