@@ -205,16 +205,47 @@ def test_the_estimate_covers_a_search_doubled_to_its_longest_run(monkeypatch):
     assert short["memory"] < peak / FACTOR  # charged to pipeline.steps alone, the estimate missed the long run
 
 
-def test_the_issue_case_is_refused_before_the_first_count(monkeypatch):
-    """50 trials up to 1,600 steps (the longest run 40 x 2^5 = 1,280) need about 4 GB: refused
-    naming capacity.max_steps before anything is simulated."""
-    monkeypatch.setattr(C, "settle", lambda *a, **k: pytest.fail("a count was simulated"))
-    monkeypatch.setattr(C, "channel_loads", lambda *a, **k: pytest.fail("the loads were drawn"))
+def test_a_search_too_long_for_memory_runs_shorter(monkeypatch):
+    """50 trials up to 1,600 steps (the longest run 40 x 2^5 = 1,280) need about 4 GB: with 3 GB
+    capacity.max_steps is lowered, before the first count, to the longest doubling that fits (640),
+    where the issue's search was refused (a 16x deployment at the default 640 steps likewise); a
+    first run too big is refused naming its knob, nothing simulated."""
+    seen = []
+
+    class Simulated(Exception):
+        pass
+
+    def first_count(cfg, name, tell=None):
+        seen.append(int(cfg.capacity.max_steps))
+        raise Simulated
+
+    monkeypatch.setattr(C, "settle", first_count)
     over = ["scenario=capacity/judge_rm_h100", "learner.trials=50", "capacity.max_steps=1600", "limits.memory_gb=3"]
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(Simulated):
         run_capacity(scenario(compose_config(*over)))
-    assert info.value.key == "capacity.max_steps" and "1280 steps" in str(info.value)
+    assert seen == [640]
+    fitted, note = C.steps_that_fit(scenario(compose_config(*over)))
+    assert fitted.capacity.max_steps == 640 and note.startswith("capacity.max_steps lowered from 1600 to 640: a run "
+                                                                  "of 1280 steps needs about")
+    assert V.run_estimate(fitted)["memory"] <= 3e9 < V.run_estimate(replace_at(fitted, "capacity.max_steps", 1280))["memory"]
+    assert C.steps_that_fit(scenario(compose_config(*over[:3])))[1] is None  # fits as it is: unchanged
+    monkeypatch.setattr(C, "channel_loads", lambda *a, **k: pytest.fail("the loads were drawn"))
+    with pytest.raises(ConfigError) as info:  # not even the first run of 40 steps fits
+        run_capacity(scenario(compose_config(*over[:3], "limits.memory_gb=0.05")))
+    assert info.value.key == "capacity.max_steps" and seen == [640]
     est = V.run_estimate(compose_config(*over))
     at_longest = V.run_estimate(compose_config(*over, "capacity.run_length=fixed", "pipeline.steps=1280"))
     assert est["memory"] == at_longest["memory"] and "capacity.max_steps" not in at_longest["terms"]
     assert V.longest_steps(40, 1600) == 1280 and V.longest_steps(40, 79) == 40 and V.longest_steps(40, 80) == 80
+
+
+def test_the_answer_says_its_runs_were_shortened(monkeypatch):
+    """A small judge whose longest doubling does not fit the room it is given: the answer (and
+    summary.md's, the same text) ends with the note naming the lowered capacity.max_steps."""
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_h100", *SMALL))
+    first = V.run_estimate(replace_at(cfg, "capacity.max_steps", 12))["memory"]
+    monkeypatch.setattr(C, "memory_room", lambda c: first * 1.01)  # 12 steps fit, 24 do not
+    res = run_capacity(cfg)
+    assert res.notes and res.notes[0].startswith("capacity.max_steps lowered from 48 to 12: a run of 24 steps")
+    assert recommendation_text(res).endswith(f"Note: {res.notes[0]}.")
+    assert set(res.curve["steps"].dropna()) <= {12.0}

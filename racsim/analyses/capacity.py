@@ -39,7 +39,8 @@ from racsim.analyses.bias_study import Known, corrector_names, run_bias_study
 from racsim.analyses.grid import expand
 from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
 from racsim.config.spec import replace_at
-from racsim.config.validate import check_limits, faults_on, runs_that_fit, validate
+from racsim.config.validate import (check_limits, faults_on, longest_steps, memory_room, run_estimate, runs_that_fit,
+                                    validate)
 from racsim.io import auto_workers, side_by_side
 from racsim.config.validate.pipeline import nominal_step
 from racsim.learner.bias import bootstrap_counts
@@ -78,6 +79,7 @@ class CapacityResult:
     searched: List[int] = field(default_factory=list)  # the counts between them tried for the fewest (between_counts)
     binding: List[str] = field(default_factory=list)  # what the count below the recommended one fails (binding)
     sensitivity: Optional[pd.DataFrame] = None  # the answer with each guessed input moved (racsim/analyses/sensitivity.py)
+    notes: List[str] = field(default_factory=list)  # what the search changed to run (steps_that_fit)
 
 
 def channel_of(cfg: RacsimConf) -> str:
@@ -706,6 +708,30 @@ def _count_worker(cfg: RacsimConf, name: str, key: str, n: int, load: dict):
     return run, out, time.perf_counter() - t0
 
 
+def steps_that_fit(cfg: RacsimConf) -> Tuple[RacsimConf, Optional[str]]:
+    """A search whose runs may double (``capacity.run_length=auto``) up to a length that does
+    not fit in memory (:func:`~racsim.config.validate.memory_room`), though its first run
+    does: ``capacity.max_steps`` lowered to the longest doubling that fits, and a note that
+    says so (a count that would need a longer run is then found not stationary, never
+    recommended); else ``cfg`` as it is and None (:func:`check_limits` refuses a first run
+    too big, naming its knob)."""
+    cap, steps = cfg.capacity, int(cfg.pipeline.steps)
+    room = memory_room(cfg)
+    if cap.run_length != "auto" or run_estimate(cfg)["memory"] <= room:
+        return cfg, None
+    top = longest_steps(steps, int(cap.max_steps))
+    fits = top // 2
+    while fits >= steps and run_estimate(replace_at(cfg, "capacity.max_steps", fits))["memory"] > room:
+        fits //= 2
+    if fits < steps:
+        return cfg, None
+    need = run_estimate(replace_at(cfg, "capacity.max_steps", 2 * fits))["memory"]
+    return replace_at(cfg, "capacity.max_steps", fits), (
+        f"capacity.max_steps lowered from {cap.max_steps} to {fits}: a run of {2 * fits} steps needs about "
+        f"{need / 1e9:.3g} GB, past the {room / 1e9:.3g} GB a run may take (limits.memory_gb, and what this "
+        f"process can have); raise limits.memory_gb or lower learner.trials to allow longer runs")
+
+
 def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     """Evaluate the counts (all of them, or a bisection) and recommend one. The offered load
     of every count comes first; an overloaded count is never simulated nor recommended.
@@ -713,6 +739,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     if not isinstance(cfg, RacsimConf):
         raise TypeError(f"run_capacity takes a RacsimConf (racsim.config.spec.scenario), not {type(cfg).__name__}")
     validate(cfg)
+    cfg, lowered = steps_that_fit(cfg)
     check_limits(cfg)  # before the first count: a search too big for the machine is refused naming its knob
     cap = cfg.capacity
     name = channel_of(cfg)
@@ -822,7 +849,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
                             best=runs.get(best_n), best_count=best_n, timings=timings, loads=loads, level=float(cap.confidence),
                             max_load=float(cap.max_load), listed=counts,
                             searched=sorted(n for n in rows if n not in counts),
-                            binding=binding(curve, chosen, recommended))
+                            binding=binding(curve, chosen, recommended), notes=[lowered] if lowered else [])
     if scaled is not None:
         t0 = time.perf_counter()
         if progress is not None:

@@ -173,7 +173,7 @@ def recommendation_text(res: CapacityResult) -> str:
         return (f"No evaluated count of {res.channel}'s {res.unit} meets the targets for {chosen} ({goal}, each by "
                 f"the upper end of its {res.level:.0%} interval); evaluate larger counts or relax the targets"
                 + _largest_fails(res) + "."
-                + (f" Without a steady state: {why}." if why else ""))
+                + (f" Without a steady state: {why}." if why else "") + notes_text(res))
     row = res.curve[(res.curve.corrector == chosen) & (res.curve["count"] == res.recommended)].iloc[0]
     pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
     return (f"Recommended: {res.recommended} {res.unit} for {res.channel} with {chosen} ({goal}, each met by the "
@@ -189,7 +189,12 @@ def recommendation_text(res: CapacityResult) -> str:
             f"(${row.cost_per_1000_steps:.2f} per 1000 steps). Steady state: warm-up {int(row.warmup_steps)} of "
             f"{int(row.steps)} steps, stationary. " + binding_text(res)
             + (f" Fewer {res.unit} have no steady state: {why}." if why else "")
-            + searched_text(res))
+            + searched_text(res) + notes_text(res))
+
+
+def notes_text(res: CapacityResult) -> str:
+    """What the search changed to run (:func:`racsim.analyses.capacity.steps_that_fit`), a sentence each."""
+    return "".join(f" Note: {n}." for n in res.notes)
 
 
 def _largest_fails(res: CapacityResult) -> str:

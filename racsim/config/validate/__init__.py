@@ -48,6 +48,7 @@ from racsim.config.validate.limits import (
     check_limits,
     machine_memory_gb,
     memory_error,
+    memory_room,
     process_memory,
     runs_that_fit,
 )
@@ -71,7 +72,7 @@ __all__ = [
     "MISSING_ALLOWED", "PROBE_DRAWS", "RM_PICKS", "ROLLOUT_CHUNK", "RUN_LENGTHS", "SIZE_KEYS",
     "TRAJECTORY_STEPS_PER_S", "biggest_knob", "cauchy_window_mass", "check_data_files", "check_leaves",
     "check_limits", "check_name", "check_schema", "fault_events", "faults_on", "first_missing", "grid_cells",
-    "leaves", "longest_steps", "machine_memory_gb", "memory_error", "memory_terms", "missing_error",
+    "leaves", "longest_steps", "machine_memory_gb", "memory_error", "memory_room", "memory_terms", "missing_error",
     "process_memory", "run_estimate", "run_sizes", "runs_that_fit", "sensitivity_inputs", "validate", "validate_arrivals", "validate_autoscale",
     "validate_capacity", "validate_changed", "validate_channel_kind", "validate_faults", "validate_latency",
     "validate_lm", "validate_rm", "validate_rules",

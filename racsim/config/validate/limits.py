@@ -92,12 +92,17 @@ def memory_budget_gb(lim: Any) -> float:
     return machine_memory_gb() / 2 if lim.memory_gb is None else lim.memory_gb
 
 
+def memory_room(cfg: Any) -> float:
+    """Bytes a run may take: limits.memory_gb (:func:`memory_budget_gb`), at most what this
+    process can still have (:func:`process_memory`)."""
+    return min(memory_budget_gb(cfg.limits) * 1e9, process_memory()[0])
+
+
 def runs_that_fit(cfg: Any) -> int:
     """How many runs of ``cfg`` fit in memory side by side, each at its estimated peak
     (:func:`run_estimate`), within limits.memory_gb and what this process can have; at least 1
     (:func:`check_limits` refuses a run that does not fit alone)."""
-    room = min(memory_budget_gb(cfg.limits) * 1e9, process_memory()[0])
-    return max(1, int(room // run_estimate(cfg)["memory"]))
+    return max(1, int(memory_room(cfg) // run_estimate(cfg)["memory"]))
 
 
 def check_limits(cfg: Any) -> None:
