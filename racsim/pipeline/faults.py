@@ -238,19 +238,22 @@ class Timeline:
         each (lane, server) pair at most once), found by walking from that pair's last lookup
         (engines ask at times that mostly grow, so a step or two)."""
         down, up = self._reach(float(t.max()))
-        k = self._at[lanes, server]
+        pair = lanes * self.servers + server  # flat indices: one take each, not 3-array fancy indexing
+        base = pair * up.shape[2]
+        down, up, at = down.reshape(-1), up.reshape(-1), self._at.reshape(-1)
+        k = at.take(pair)
         while True:
-            back = (k > 0) & (up[lanes, server, k - 1] > t)
+            back = (k > 0) & (up.take(base + k - 1) > t)  # k = 0: masked (its index any element's)
             if not back.any():
                 break
             k = k - back
         while True:
-            fwd = up[lanes, server, k] <= t
+            fwd = up.take(base + k) <= t
             if not fwd.any():
                 break
             k = k + fwd
-        self._at[lanes, server] = k
-        return down[lanes, server, k], up[lanes, server, k]
+        at[pair] = k
+        return down.take(base + k), up.take(base + k)
 
     def next_up_lanes(self, lanes: np.ndarray, t: np.ndarray) -> np.ndarray:
         """:meth:`next_up` of every server at once: ``t`` (len(lanes), servers) -> the same shape."""
