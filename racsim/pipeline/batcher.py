@@ -450,9 +450,8 @@ def _batch_log(rows: list, replicas: int) -> Dict[str, np.ndarray]:
     ``work`` seconds before ``end``: a pool with faults logs its batches' seconds (0 for an attempt
     cut or lost by a failure); without, every row's is ``end - start``."""
     if rows:
-        lane, rep, start, end, size, tokens, step = (np.concatenate([np.asarray(r[k]) for r in rows]) for k in range(7))
-        work = np.concatenate([np.asarray(r[7] if len(r) > 7 else np.asarray(r[3]) - np.asarray(r[2]))
-                               for r in rows])
+        rows = [r if len(r) > 7 else (*r, np.asarray(r[3]) - np.asarray(r[2])) for r in rows]
+        lane, rep, start, end, size, tokens, step, work = (np.concatenate(c) for c in zip(*rows))
     else:
         lane = rep = size = step = np.zeros(0, dtype=np.int64)
         start = end = tokens = work = np.zeros(0)
