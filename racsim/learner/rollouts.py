@@ -96,25 +96,21 @@ def _transpose(x: np.ndarray, block: int = 4096) -> np.ndarray:
 def discounted_returns(rewards: np.ndarray, gamma: float, axis: int = -1) -> np.ndarray:
     """G_t = sum_{j=t}^{T-1} gamma^(j-t) r_j along ``axis`` (time; truncated at T); same shape.
 
-    The backward recursion G_t = r_t + gamma G_{t+1}, G_T = 0, run as the IIR
-    filter y_n = x_n + gamma y_{n-1} (``scipy.signal.lfilter``) over reversed
-    time. Each step rounds fl(r_t + fl(gamma G_{t+1})), as the recursion
-    written out does, so the result is the same to the bit. The filter starts
-    from the state -0.0 (the additive identity) rather than +0.0, so that even
-    the sign of a zero return matches: G_{T-1} = r_{T-1} exactly. Rewards must
-    be finite (the filter multiplies each input by a zero coefficient, and
-    0 * inf is nan). C-contiguous float64 out.
+    The backward recursion G_{T-1} = r_{T-1}, G_t = r_t + gamma G_{t+1}, one time step at a
+    time over every other axis at once: each step rounds fl(r_t + fl(gamma G_{t+1})), as the
+    recursion written out does, signed zeros included. C-contiguous float64 out.
     """
     r = np.asarray(rewards, dtype=np.float64)
     axis = axis % r.ndim
-    x = np.flip(r, axis)
-    state = np.full(r.shape[:axis] + (1,) + r.shape[axis + 1 :], -0.0)
-    from scipy.signal import (
-        lfilter,  # lazy: scipy.signal costs ~0.3-1 s to import; only the bias study needs it
-    )
-
-    G, _ = lfilter([1.0], [1.0, -float(gamma)], x, axis=axis, zi=state)
-    return np.ascontiguousarray(np.flip(G, axis))
+    G = np.empty(r.shape)
+    x, g = np.moveaxis(r, axis, 0), np.moveaxis(G, axis, 0)  # time first: views
+    T, gamma = x.shape[0], float(gamma)
+    g[T - 1] = x[T - 1]
+    for t in range(T - 2, -1, -1):  # slices, not items: arrays even when time is the only axis
+        now = g[t:t + 1]
+        np.multiply(g[t + 1:t + 2], gamma, out=now)
+        now += x[t:t + 1]  # fl(r_t + fl(gamma G_{t+1})): addition commutes exactly
+    return G
 
 
 def cell_index(states: np.ndarray, actions: np.ndarray, n_actions: int) -> np.ndarray:

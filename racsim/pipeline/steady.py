@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
-from scipy import stats
+from scipy import special  # the t and normal laws' functions: scipy.stats costs ~1 s to import in each process
 
 MSER_BATCH = 5  # MSER-5: the series is batched in fives before the truncation rule
 N_BATCHES = 10  # batch means of the measured window for the stationarity verdict
@@ -69,7 +69,7 @@ def batch_means_ci(x: np.ndarray, k: int = N_BATCHES, level: float = 0.95) -> Tu
     """(mean, half-width) of the ``level`` interval for the mean of a stationary series by
     non-overlapping batch means: mean of the k batch means +- t_{k-1} s / sqrt(k)."""
     z = batch_means(x, k)
-    half = stats.t.ppf(0.5 + level / 2, k - 1) * z.std(ddof=1) / np.sqrt(k)
+    half = special.stdtrit(k - 1, 0.5 + level / 2) * z.std(ddof=1) / np.sqrt(k)
     return float(z.mean()), float(half)
 
 
@@ -79,7 +79,19 @@ def slope_p(z: np.ndarray) -> float:
     z = np.asarray(z, dtype=np.float64)
     if np.ptp(z) <= 1e-12 * max(1.0, float(np.abs(z).max())):
         return 1.0
-    return float(stats.linregress(np.arange(z.size), z).pvalue)
+    x = np.arange(z.size) - (z.size - 1) / 2.0
+    slope = float(x @ z / (x @ x))
+    resid = z - z.mean() - slope * x
+    df = z.size - 2
+    if df < 1:
+        return 1.0
+    se = np.sqrt(float(resid @ resid) / df / float(x @ x))
+    return two_sided_t(slope / se if se > 0 else np.copysign(np.inf, slope), df)
+
+
+def two_sided_t(t: float, df: int) -> float:
+    """Two-sided p-value of a statistic ``t`` on Student's t law with ``df`` degrees of freedom."""
+    return float(min(1.0, 2.0 * special.stdtr(df, -abs(t))))
 
 
 @dataclass(frozen=True)
@@ -141,7 +153,8 @@ def trials_verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCH
     if np.ptp(slopes) <= tol:  # the same slope in every trial: a trend unless it is none
         p = 1.0 if abs(slopes.mean()) <= tol else 0.0
     else:
-        p = float(stats.ttest_1samp(slopes, 0.0).pvalue)
+        n = slopes.size
+        p = two_sided_t(slopes.mean() / (slopes.std(ddof=1) / np.sqrt(n)), n - 1)  # the one-sample t-test
     if p < TREND_P:
         return Verdict(d, False, f"trend in the trials' slopes (mean slope p = {p:.2g})")
     return Verdict(d, True)
@@ -220,10 +233,10 @@ def bca_interval(num: np.ndarray, den: np.ndarray, counts: np.ndarray, level: fl
         return (r, r) if r_b.size else (float("nan"), float("nan"))
     a = float(np.sum(d ** 3)) / (6.0 * ss ** 1.5)
     below = (np.count_nonzero(r_b < r) + 0.5 * np.count_nonzero(r_b == r)) / r_b.size
-    z0 = float(stats.norm.ppf(np.clip(below, 0.5 / r_b.size, 1.0 - 0.5 / r_b.size)))
-    w = z0 + stats.norm.ppf([(1.0 - level) / 2, (1.0 + level) / 2])
+    z0 = float(special.ndtri(np.clip(below, 0.5 / r_b.size, 1.0 - 0.5 / r_b.size)))
+    w = z0 + special.ndtri(np.array([(1.0 - level) / 2, (1.0 + level) / 2]))
     scale = 1.0 - a * w
-    at = np.where(scale > 0, stats.norm.cdf(z0 + w / np.where(scale > 0, scale, 1.0)), (w > 0).astype(float))
+    at = np.where(scale > 0, special.ndtr(z0 + w / np.where(scale > 0, scale, 1.0)), (w > 0).astype(float))
     lo, hi = np.quantile(r_b, at)
     return float(lo), float(hi)
 
