@@ -408,3 +408,25 @@ def test_ratio_interval_takes_bca_only_where_few_units_are_a_minority():
         got = steady.ratio_interval(num, den, counts, 0.95)
         bca = steady.bca_interval(num, den, counts, 0.95)
         assert (got == bca) == (k < 10 and 2 * k < n), (n, k, got, bca)
+
+
+def test_the_t_tests_are_scipy_stats_ones():
+    """steady's p-values, written out on scipy.special (a count's process never imports scipy.stats),
+    against scipy.stats' own: the least-squares slope's (linregress), the trials' one-sample t-test
+    (ttest_1samp), the batch-means interval's t quantile; flat, trending and two-point series."""
+    from scipy import stats
+
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        n = int(rng.integers(3, 60))
+        z = rng.normal(size=n) + rng.choice([0.0, 0.02, 0.5]) * np.arange(n)
+        assert steady.slope_p(z) == pytest.approx(stats.linregress(np.arange(n), z).pvalue, rel=1e-9, abs=1e-300)
+        s = rng.normal(size=n) + rng.choice([0.0, 0.3, 3.0])
+        t = s.mean() / (s.std(ddof=1) / np.sqrt(n))
+        assert steady.two_sided_t(t, n - 1) == pytest.approx(stats.ttest_1samp(s, 0.0).pvalue, rel=1e-9, abs=1e-300)
+    x = rng.normal(size=200)
+    mean, half = steady.batch_means_ci(x, 10, 0.9)
+    z = steady.batch_means(x, 10)
+    assert half == pytest.approx(stats.t.ppf(0.95, 9) * z.std(ddof=1) / np.sqrt(10), rel=1e-12)
+    assert steady.slope_p(np.full(7, 3.0)) == 1.0 and steady.slope_p(np.array([1.0, 2.0])) == 1.0
+    assert steady.slope_p(np.arange(6.0)) == 0.0  # an exact line: no noise, p 0
