@@ -156,4 +156,3 @@ def test_routed_channel_is_reweighted_by_its_routing_probability():
     assert abs(w - 1.0) < 5 * math.sqrt(1.0 / (500 * 18 * 2))  # c in {0, 2}: sd 1
     np.testing.assert_allclose(res.bias.nominal_slack["rac"], [0.0], atol=1e-15)
     assert res.bias.mean_weight["steady"]["sync_oracle"][0] == 1.0  # the oracle sees every sample's reward
-
