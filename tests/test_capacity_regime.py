@@ -227,9 +227,11 @@ def test_the_seeds_command_takes_overrides_before_and_after_its_options(capsys, 
     assert len(pd.read_csv(tmp_path / "t.csv")) == 2
 
 
-# The shipped capacity scenarios whose 20 seeds fit the long stage (16, 3, 1 and 4 s a seed on 2 cores);
-# judge_rm_faults (84 s a seed) and judge_rm_preempt (18 s) are held by the generated block alone.
-SEEDS_HELD = ("capacity/judge_rm_h100", "capacity/code_verifier", "capacity/human_review", "capacity/judge_rm_autoscale")
+# The shipped capacity scenarios whose 20 seeds the long stage holds within its time (the judge's
+# about 12 s a seed, human review's 1 s, on 2 cores); code_verifier and judge_rm_autoscale (all 20
+# seeds one count there too), judge_rm_preempt and judge_rm_faults are held by the generated block
+# (python -m racsim.app.docs capacity.seeds), which the CI does not rerun.
+SEEDS_HELD = ("capacity/judge_rm_h100", "capacity/human_review")
 
 
 @pytest.mark.long
