@@ -143,13 +143,20 @@ def spawn_pool(workers: int) -> ProcessPoolExecutor:
 
 
 def side_by_side(workers: int, fn: Callable, arglists: Sequence[tuple],
-                 meanwhile: Optional[Callable[[], Any]] = None) -> Iterator[Tuple[int, Any]]:
+                 here: Optional[Callable] = None) -> Iterator[Tuple[int, Any]]:
     """``fn(*args)`` for each of ``arglists`` in a :func:`spawn_pool` of ``workers``, yielded as each
-    finishes: (its index in ``arglists``, its result); ``meanwhile()``: this process's own share of
-    the work, run once every job is submitted. Consume it whole: the pool closes at its end."""
+    finishes: (its index in ``arglists``, its result). ``here``: this process works too, ``here(*args)``
+    in place of ``fn``: the first job, then, from the last, each job no process has started yet
+    (taken back from the pool). Consume it whole: the pool closes at its end."""
     with spawn_pool(workers) as pool:
-        jobs = {pool.submit(fn, *args): i for i, args in enumerate(arglists)}
-        if meanwhile is not None:
-            meanwhile()
+        first = 1 if here is not None and arglists else 0
+        jobs = {pool.submit(fn, *args): i for i, args in enumerate(arglists) if i >= first}
+        if first:
+            yield 0, here(*arglists[0])
+            for job in sorted(jobs, key=jobs.get, reverse=True):
+                if not job.cancel():  # started: so is every earlier job (the pool starts them in order)
+                    break
+                i = jobs.pop(job)
+                yield i, here(*arglists[i])
         for job in as_completed(jobs):
             yield jobs[job], job.result()

@@ -301,15 +301,15 @@ def test_counts_in_a_pool_give_the_same_curve(hydra_ctx, monkeypatch):
     one = run_capacity(spec(*over, "capacity.workers=1"))
     pools = []
 
-    def watched(workers, fn, arglists, meanwhile=None):
-        pools.append((workers, [a[3] for a in arglists], meanwhile is not None))
-        yield from side_by_side(workers, fn, arglists, meanwhile)
+    def watched(workers, fn, arglists, here=None):
+        pools.append((workers, [a[3] for a in arglists], here is not None))
+        yield from side_by_side(workers, fn, arglists, here)
 
     monkeypatch.setattr(C, "side_by_side", watched)
     two = run_capacity(spec(*over, "capacity.workers=2"))
     simulated = sorted(n for n in two.curve["count"].unique() if n in {2, 4, 6, 8, 10}
                        and not two.curve[two.curve["count"] == n]["status"].str.startswith("overloaded").any())
-    assert pools == [(1, simulated[1:], True)]  # one process beside this one, which ran the first
+    assert pools == [(1, simulated, True)]  # one process beside this one, which runs the first and takes back
     assert one.curve["count"].nunique() >= 4  # the first simulated here, at least three in the pool
     pd.testing.assert_frame_equal(one.curve, two.curve, check_exact=True)
     assert one.recommended == two.recommended and one.searched == two.searched
@@ -340,6 +340,18 @@ def test_pool_size_rules(hydra_ctx, monkeypatch):
     assert C.pool_size(cfg(6), 10.0, 20) == 1
 
 
+def test_side_by_side_takes_back_what_the_pool_has_not_started():
+    """With ``here`` this process runs the first job, then takes back the jobs no worker has
+    started, from the last: every job once, each result from where it ran (here: negated). One
+    worker, still starting (a spawned process takes ~1 s), has started at most two of five."""
+    got = dict(side_by_side(1, pow, [(2, i) for i in range(6)], here=lambda a, b: -(a ** b)))
+    assert sorted(got) == list(range(6))
+    local = [i for i, v in got.items() if v < 0]
+    assert all(abs(v) == 2 ** i for i, v in got.items())
+    assert local[0] == 0 and set(local) >= {0, 3, 4, 5} and set(local) - {0} == set(range(6 - len(local) + 1, 6))
+    assert dict(side_by_side(2, pow, [(3, i) for i in range(3)])) == {0: 1, 1: 3, 2: 9}  # without here: all pooled
+
+
 def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     """capacity.workers=0 starts the pool before any count has run when a lower bound on a count's
     seconds (its requests at the length it first runs, both pipelines, at COUNT_REQUESTS_PER_S)
@@ -350,12 +362,10 @@ def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     monkeypatch.setattr(C, "runs_that_fit", lambda cfg: fit["n"])
     pools = []
 
-    def fake(workers, fn, arglists, meanwhile=None):
-        pools.append((workers, [a[3] for a in arglists], meanwhile is not None))
-        if meanwhile is not None:
-            meanwhile()
+    def fake(workers, fn, arglists, here=None):
+        pools.append((workers, [a[3] for a in arglists], here is not None))
         for i, args in enumerate(arglists):
-            yield i, fn(*args)
+            yield i, (here or fn)(*args)
 
     monkeypatch.setattr(C, "side_by_side", fake)
     over = ("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[6,7,8]")
@@ -365,7 +375,7 @@ def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     assert C.count_seconds(c, "judge") == pytest.approx(requests / C.COUNT_REQUESTS_PER_S)
     monkeypatch.setattr(C, "COUNT_REQUESTS_PER_S", requests / 10.0)  # 10 s a count: the pool pays
     res = run_capacity(c)
-    assert pools == [(2, [7, 8], True)] and sorted(res.curve["count"].unique()) == [6, 7, 8]
+    assert pools == [(2, [6, 7, 8], True)] and sorted(res.curve["count"].unique()) == [6, 7, 8]
     pools.clear()
     fit["n"] = 1  # this process's run and one more do not fit: one at a time
     run_capacity(c)

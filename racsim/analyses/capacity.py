@@ -786,10 +786,10 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
 
     def evaluate_grid(todo: List[int]) -> None:
         """Every count of ``todo``, side by side in a pool of processes where that saves time
-        (:func:`pool_size`): from the start, this process simulating the first count meanwhile,
-        when a lower bound on a count's seconds (:func:`count_seconds`) says so and one more run
-        fits in memory; else here until the first one simulated shows what a count takes, then
-        the others in the pool."""
+        (:func:`pool_size`): from the start, this process simulating the first count and then
+        those the pool has not started, when a lower bound on a count's seconds
+        (:func:`count_seconds`) says so and one more run fits in memory; else here until the
+        first one simulated shows what a count takes, then the others in the pool."""
         simulated = [n for n in todo if loads[n]["load"] < cap.max_load]
         for n in todo:  # the overloaded counts first: no run, their rows at once
             if n not in simulated:
@@ -799,8 +799,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         # them: equal runs all at once end soonest), within the counts and the memory left
         workers = min(at_once - (1 if int(cap.workers) else 0), len(simulated) - 1, runs_that_fit(cfg) - 1)
         if at_once > 1 and workers >= 1:
-            here = simulated.pop(0)
-            in_pool(workers, simulated, meanwhile=lambda: evaluate(here))
+            in_pool(workers, simulated, here=True)
             return
         while simulated and not runs:
             evaluate(simulated.pop(0))
@@ -810,9 +809,17 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         for n in simulated:  # without a pool
             evaluate(n)
 
-    def in_pool(workers: int, counts: List[int], meanwhile=None) -> None:
-        """``counts`` simulated side by side in a pool of ``workers`` processes (``meanwhile``: this one's share)."""
-        for i, done in side_by_side(workers, _count_worker, [(cfg, name, key, n, loads[n]) for n in counts], meanwhile):
+    def count_here(c: RacsimConf, nm: str, k: str, n: int, load: dict):
+        """:func:`_count_worker` in this process, with its progress notes."""
+        t0 = time.perf_counter()
+        run, out = count_rows(c, nm, k, n, load, tell(f"{n} {unit}"))
+        return run, out, time.perf_counter() - t0
+
+    def in_pool(workers: int, counts: List[int], here: bool = False) -> None:
+        """``counts`` simulated side by side in a pool of ``workers`` processes (``here``: this one
+        too, the first count and those the pool has not started when it is free)."""
+        for i, done in side_by_side(workers, _count_worker, [(cfg, name, key, n, loads[n]) for n in counts],
+                                    count_here if here else None):
             record(counts[i], *done)
 
     if cap.search == "bisect":  # assumes feasibility is monotone in the count
