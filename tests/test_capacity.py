@@ -381,9 +381,9 @@ def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     run_capacity(c)
     assert pools == []
     fit["n"] = 100
-    monkeypatch.setattr(C, "COUNT_REQUESTS_PER_S", requests / 0.01)  # 0.01 s: the first here, then no pool
+    monkeypatch.setattr(C, "COUNT_REQUESTS_PER_S", requests / 0.01)  # 0.01 s: the first here alone
     run_capacity(c)
-    assert pools == []
+    assert not any(here for *_, here in pools)  # a pool, if the first count's time says so, without this process
 
 
 def test_runs_that_fit_the_memory_budget(hydra_ctx):

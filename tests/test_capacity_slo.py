@@ -7,7 +7,9 @@ count and per doubling of a run."""
 from __future__ import annotations
 
 import math
+import re
 import tracemalloc
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -249,3 +251,26 @@ def test_the_answer_says_its_runs_were_shortened(monkeypatch):
     assert res.notes and res.notes[0].startswith("capacity.max_steps lowered from 48 to 12: a run of 24 steps")
     assert recommendation_text(res).endswith(f"Note: {res.notes[0]}.")
     assert set(res.curve["steps"].dropna()) <= {12.0}
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_documented_deployment_figures(monkeypatch):
+    """docs/capacity.md's 16x deployment: on a 25 GB machine (12.6 GB a run may take) its search is
+    shortened to 160 steps with the note the page quotes, and 75 GPUs is its fewest count under
+    capacity.max_load at the load the page gives (74 overloaded)."""
+    text = " ".join((ROOT / "docs" / "capacity.md").read_text().split())
+    cfg = scenario(compose_config("scenario=capacity/judge_rm_h100", "pipeline.batch_size=512",
+                                  "capacity.counts=[64,72,80,88,96]"))
+    monkeypatch.setattr(C, "memory_room", lambda c: 12.6e9)
+    fitted, note = C.steps_that_fit(cfg)
+    assert fitted.capacity.max_steps == 160 and " ".join(note.split()[:17]) in text, note
+    quoted = re.search(r"`racsim scenario=capacity/judge_rm_h100 pipeline.batch_size=512 "
+                       r"'capacity.counts=\[64,72,80,88,96\]'`: (\d+) GPUs, load ([\d.]+)\)", text)
+    assert quoted, "docs/capacity.md no longer quotes the 16x deployment's answer"
+    name = C.channel_of(cfg)
+    key = C.count_key(cfg, name)
+    n = int(quoted.group(1))
+    loads = C.channel_loads(cfg, name, key, [n - 1, n], C.load_basis(cfg, name))
+    assert f"{loads[n]['load']:.3g}" == quoted.group(2) and loads[n - 1]["load"] >= cfg.capacity.max_load

@@ -302,16 +302,23 @@ def regime_window(cfg: RacsimConf, name: str) -> int:
     return int(max(c, np.ceil(cfg.capacity.regime_cycles * c / int(cfg.learner.trials)), np.ceil(span)))
 
 
-def first_length(cfg: RacsimConf, name: str) -> int:
-    """The steps :func:`sized_run` simulates first: ``pipeline.steps``, or with
-    ``capacity.run_length=auto`` and slow regimes the window they need after their warm-up
-    (:func:`regime_window`, :func:`regime_warmup`) where longer, up to ``capacity.max_steps``."""
+def run_plan(cfg: RacsimConf, name: str) -> Tuple[int, Optional[int], int]:
+    """How :func:`sized_run` starts: (the window its slow regimes need after the warm-up, 0
+    without; the warm-up they fix, None where MSER-5 or ``pipeline.warmup_steps`` decides; the
+    steps it simulates first: ``pipeline.steps``, or with ``capacity.run_length=auto`` the
+    regimes' window after their warm-up where longer, up to ``capacity.max_steps``)."""
     cap, p = cfg.capacity, cfg.pipeline
     if cap.run_length != "auto":
-        return int(p.steps)
+        return 0, None, int(p.steps)
+    need = regime_window(cfg, name)
     cut = regime_warmup(cfg, name) if p.warmup_steps is None else None
-    need = regime_window(cfg, name) + (cut or 0)
-    return min(need, int(cap.max_steps)) if need > int(p.steps) else int(p.steps)
+    longer = need + (cut or 0)
+    return need, cut, min(longer, int(cap.max_steps)) if longer > int(p.steps) else int(p.steps)
+
+
+def first_length(cfg: RacsimConf, name: str) -> int:
+    """The steps :func:`sized_run` simulates first (:func:`run_plan`)."""
+    return run_plan(cfg, name)[2]
 
 
 @dataclass
@@ -359,9 +366,8 @@ def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
     ``tell(note)``: called before each doubling (a long run says why it goes on)."""
     cap, p = cfg.capacity, cfg.pipeline
     auto = cap.run_length == "auto"
-    need = regime_window(cfg, name) if auto else 0
-    cut = regime_warmup(cfg, name) if auto and p.warmup_steps is None else None
-    steps, spent, requests = first_length(cfg, name), 0.0, 0
+    need, cut, steps = run_plan(cfg, name)
+    spent, requests = 0.0, 0
     if steps != int(p.steps):  # the regimes' window after their warm-up
         check_limits(replace_at(cfg, "pipeline.steps", steps))  # refused before it runs when too big
     while True:
@@ -688,7 +694,8 @@ def pool_size(cfg: RacsimConf, first_s: float, left: int) -> int:
 
 
 # Simulated requests a second one count's run reaches at most in one process, both pipelines and
-# the bias study included (3e6-7e6 measured on 2 cores): :func:`count_seconds` is a lower bound.
+# the bias study included (the lanes engine alone: 2.6e6-6.5e6 measured on 2 cores, 1x to 64x the
+# judge): :func:`count_seconds` is a lower bound.
 COUNT_REQUESTS_PER_S = 1e7
 
 
@@ -806,8 +813,9 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         workers = pool_size(cfg, timings["runs_s"], len(simulated))
         if workers > 1:
             in_pool(workers, simulated)
-        for n in simulated:  # without a pool
-            evaluate(n)
+        else:
+            for n in simulated:
+                evaluate(n)
 
     def count_here(c: RacsimConf, nm: str, k: str, n: int, load: dict):
         """:func:`_count_worker` in this process, with its progress notes."""

@@ -79,14 +79,19 @@ def slope_p(z: np.ndarray) -> float:
     z = np.asarray(z, dtype=np.float64)
     if np.ptp(z) <= 1e-12 * max(1.0, float(np.abs(z).max())):
         return 1.0
-    x = np.arange(z.size) - (z.size - 1) / 2.0
-    slope = float(x @ z / (x @ x))
-    resid = z - z.mean() - slope * x
     df = z.size - 2
     if df < 1:
         return 1.0
+    x, slope = ls_slopes(z)
+    resid = z - z.mean() - slope * x
     se = np.sqrt(float(resid @ resid) / df / float(x @ x))
     return two_sided_t(slope / se if se > 0 else np.copysign(np.inf, slope), df)
+
+
+def ls_slopes(y: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(the centred index x, the least-squares slope of ``y`` against it along its last axis)."""
+    x = np.arange(y.shape[-1]) - (y.shape[-1] - 1) / 2.0
+    return x, y @ x / (x @ x)
 
 
 def two_sided_t(t: float, df: int) -> float:
@@ -147,8 +152,7 @@ def trials_verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCH
     window = x[:, d:]
     if window.shape[1] < 2 * k:
         return Verdict(d, False, f"{window.shape[1]} steps after the warm-up: fewer than {2 * k}")
-    t = np.arange(window.shape[1]) - (window.shape[1] - 1) / 2.0
-    slopes = window @ t / (t @ t)  # (trials,) least-squares slopes
+    slopes = ls_slopes(window)[1]  # (trials,) least-squares slopes
     tol = 1e-12 * max(1.0, float(np.abs(window).max()))
     if np.ptp(slopes) <= tol:  # the same slope in every trial: a trend unless it is none
         p = 1.0 if abs(slopes.mean()) <= tol else 0.0
