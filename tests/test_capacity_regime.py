@@ -12,16 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from racsim.analyses.capacity import (batch_units, channel_figures, first_length, regime_cycle, regime_scales, regime_window,
-                                      run_capacity, sized_run)
+from racsim.analyses.capacity import (batch_units, channel_intervals, first_length, interval_units, regime_cycle,
+                                      regime_scales, regime_window, run_capacity, sized_run)
 from racsim.config.defaults import compose_config
 from racsim.config.spec import replace_at, scenario
-from racsim.learner.bias import bootstrap_counts
 from racsim.pipeline import steady
 from racsim.pipeline.draws import draw
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, UNROUTED
-from racsim.seeds import rng_for
 from racsim.tools.seeds import main as seeds_main, seed_answers, seed_statement
 
 JUDGE_STEP = 6.0 + 1.0 + 0.1 + 1.5  # capacity/judge_rm_h100's phases: generate, fast_score, submit, update (s)
@@ -146,8 +144,9 @@ def coverage(cfg, seeds):
     for s in seeds:
         c = replace_at(cfg, "seed", int(s))
         run = sized_run(c, "verifier")
-        counts = bootstrap_counts(c.learner.trials, int(c.capacity.resamples), rng_for(c.seed, "capacity_intervals"))
-        f = channel_figures(c, "verifier", run.sched, run.verdict.warmup, run.steps, 4, counts)
+        units = interval_units(c, "verifier", c.learner.trials, run.verdict.warmup, run.steps)
+        f = channel_intervals(run.sched, run.sched.channel_names.index("verifier"), 4, run.verdict.warmup, units,
+                              float(c.capacity.confidence))
         hit += [f["dropped_frac_lo"] <= dropped <= f["dropped_frac_hi"],
                 f["sojourn_p95_s_lo"] <= p95 <= f["sojourn_p95_s_hi"]]
     return hit / len(seeds)

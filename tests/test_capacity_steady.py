@@ -430,3 +430,72 @@ def test_the_t_tests_are_scipy_stats_ones():
     assert half == pytest.approx(stats.t.ppf(0.95, 9) * z.std(ddof=1) / np.sqrt(10), rel=1e-12)
     assert steady.slope_p(np.full(7, 3.0)) == 1.0 and steady.slope_p(np.array([1.0, 2.0])) == 1.0
     assert steady.slope_p(np.arange(6.0)) == 0.0  # an exact line: no noise, p 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_interval_units_and_landed_weights_against_loops(seed):
+    # Units.means: a ratio of resampled sums (each unit's steps over each unit's count of steps),
+    # batches of unequal size included; landed_means: each weight in the update it lands in.
+    from racsim.analyses.capacity import Units, batch_units
+    from racsim.learner.bias import landed_means
+
+    rng = np.random.default_rng(seed)
+    T, W = int(rng.integers(1, 6)), int(rng.integers(2, 30))
+    per = int(rng.integers(1, W + 1))
+    units = Units(batch_units(T, W, per), per, bootstrap_counts(T * per, 25, rng))
+    values = rng.normal(size=(T, W, 3))
+    got = units.means(values)
+    for r, c in enumerate(units.counts):
+        num, den = np.zeros(3), 0.0
+        for t in range(T):
+            for s in range(W):
+                u = units.of[t, s]
+                num += c[u] * values[t, s]
+                den += c[u]
+        np.testing.assert_allclose(got[r], num / den, rtol=1e-12)
+    np.testing.assert_allclose(units.means(values[..., 0]), got[:, 0], rtol=1e-12)  # a figure per step
+    if per == 1:  # units are trials: the mean of the resampled trials' means
+        np.testing.assert_allclose(got, units.counts @ values.mean(axis=1) / T, rtol=1e-12)
+    steps, batch, K, warmup = W + int(rng.integers(0, 5)), int(rng.integers(1, 4)), 2, 0
+    warmup = steps - W
+    delay = rng.integers(-1, 6, size=(T, steps, batch, K))
+    land = np.arange(steps)[None, :, None, None] + delay
+    used = (delay >= 0) & (land >= warmup) & (land < steps)
+    w = np.where(used, rng.random((T, steps, batch, K)), 0.0)
+    want = np.zeros((T, W, K))
+    for t, s, b, k in zip(*np.nonzero(used)):
+        want[t, land[t, s, b, k] - warmup, k] += w[t, s, b, k] / batch
+    np.testing.assert_allclose(landed_means(w, land, warmup), want, rtol=1e-12, atol=1e-15)
+    # the whole window's mean weight per channel, as the bias study's steady view takes it
+    np.testing.assert_allclose(want.sum(axis=1) / W, w.sum(axis=(1, 2)) / (W * batch), rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_studentized_means_against_a_loop(seed):
+    # bootstrap-t replicates of a vector ratio: per component m - t* se, t* = (m* - m) / se*,
+    # se the delta method's; their percentiles are ratio_interval's bootstrap-t interval
+    rng = np.random.default_rng(seed)
+    n, K = int(rng.integers(3, 25)), int(rng.integers(1, 4))
+    sizes = rng.integers(1 if seed % 3 else 0, 9, n).astype(float)
+    sizes[0] += 1
+    sums = rng.gamma(2.0, 1.0, (n, K)) * sizes[:, None]
+    sums[:, -1] = 0.7 * sizes if seed % 2 else sums[:, -1]  # a constant component: se 0, stays at m
+    counts = bootstrap_counts(n, 40, rng)
+    got = steady.studentized_means(sums, sizes, counts)
+    scale = n / (n - 1)
+    for k in range(K):
+        m = sum(sums[:, k]) / sum(sizes)
+        se = math.sqrt(scale * sum((sums[i, k] - m * sizes[i]) ** 2 for i in range(n))) / sum(sizes)
+        for r, c in enumerate(counts):
+            nb = sum(c[i] * sizes[i] for i in range(n))
+            mb = sum(c[i] * sums[i, k] for i in range(n)) / nb
+            seb = math.sqrt(scale * sum(c[i] * (sums[i, k] - mb * sizes[i]) ** 2 for i in range(n))) / nb
+            want = m if seb == 0 else m - (mb - m) / seb * se
+            assert got[r, k] == pytest.approx(want, rel=1e-9, abs=1e-12)
+        if k == K - 1 and seed % 2:
+            assert np.all(got[:, k] == pytest.approx(0.7))
+    lvl = 0.9
+    lo, hi = steady.percentile_interval(got[:, 0], lvl)
+    num = sums[:, 0]
+    if num.max() > sizes.max():  # not a share: ratio_interval's bootstrap-t without the [0, 1] clip
+        assert (lo, hi) == pytest.approx(steady.ratio_interval(num, sizes, counts, lvl), rel=1e-6)

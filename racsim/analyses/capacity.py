@@ -409,19 +409,44 @@ def settle(cfg: RacsimConf, name: str, tell=None) -> Settled:
     return Settled(res, run.verdict, run.steps, run.pipeline_s + float(res.timings.get("pipeline_s", 0.0)), requests)
 
 
-def channel_figures(cfg: RacsimConf, name: str, sched, warmup: int, steps: int, workers,
-                    trial_counts: np.ndarray) -> Dict[str, float]:
-    """The intervals of channel ``name``'s figures (:func:`channel_intervals`) from step
-    ``warmup`` of a ``steps``-step schedule: its trials resampled by ``trial_counts`` or, with a
-    slow regime (:func:`regime_cycle`), batches of at least :data:`BATCH_CYCLES` cycles, as many
-    as each trial's window holds (one, the whole window, when it holds fewer)."""
+@dataclass
+class Units:
+    """The independent units a count's intervals resample, over the window from its warm-up:
+    trials, or with a slow regime (:func:`regime_cycle`) batches of at least :data:`BATCH_CYCLES`
+    cycles, as many as each trial's window holds (one, the whole window, when it holds fewer).
+    ``of``: (trials, window steps) each step's unit (:func:`batch_units`); ``per``: batches a
+    trial; ``counts``: (resamples, units) the bootstrap's counts."""
+
+    of: np.ndarray
+    per: int
+    counts: np.ndarray
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """(units, ...) ``values`` (trials, window steps, ...) summed over each unit's steps."""
+        flat = values.reshape(self.of.size, -1)
+        n = self.counts.shape[1]
+        return np.stack([np.bincount(self.of.ravel(), flat[:, j], n) for j in range(flat.shape[1])], axis=1
+                        ).reshape((n, *values.shape[2:]))
+
+    def sizes(self) -> np.ndarray:
+        """(units,) the steps in each unit."""
+        return np.bincount(self.of.ravel(), minlength=self.counts.shape[1]).astype(np.float64)
+
+    def means(self, values: np.ndarray) -> np.ndarray:
+        """(resamples, ...) bootstrap replicates of the mean over steps of ``values`` (trials, window steps, ...)."""
+        size = self.counts @ self.sizes()
+        s = np.tensordot(self.counts, self.sums(values), axes=1)
+        return s / size.reshape((-1,) + (1,) * (s.ndim - 1))
+
+
+def interval_units(cfg: RacsimConf, name: str, n_trials: int, warmup: int, steps: int) -> Units:
+    """Channel ``name``'s interval units (:class:`Units`) for a ``steps``-step run warm from ``warmup``."""
     cap = cfg.capacity
     cycle = regime_cycle(cfg, name) * BATCH_CYCLES
     per = max(1, (steps - warmup) // cycle) if cycle else 1
-    units = trial_counts if per == 1 else bootstrap_counts(sched.n_trials * per, int(cap.resamples),
-                                                           rng_for(cfg.seed, "capacity_batches"))
-    return channel_intervals(sched, sched.channel_names.index(name), workers, warmup, units,
-                             float(cap.confidence), per)
+    stream = "capacity_intervals" if per == 1 else "capacity_batches"
+    counts = bootstrap_counts(n_trials * per, int(cap.resamples), rng_for(cfg.seed, stream))
+    return Units(batch_units(n_trials, steps - warmup, per), per, counts)
 
 
 def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[dict]:
@@ -432,10 +457,10 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
     price = unit_price(cfg, name)
     naive = res.results[res.results.corrector == "naive"].iloc[0]
     sched = res.schedules["async"]
-    counts = bootstrap_counts(sched.n_trials, int(cap.resamples), rng_for(cfg.seed, "capacity_intervals"))
+    units = interval_units(cfg, name, sched.n_trials, v.warmup, steps)
     lvl = float(cap.confidence)
-    chan = channel_figures(cfg, name, sched, v.warmup, steps, ch["workers"], counts)
-    bias = bias_intervals(res.bias, counts, lvl)
+    chan = channel_intervals(sched, sched.channel_names.index(name), ch["workers"], v.warmup, units, lvl)
+    bias = bias_intervals(res.bias, units, lvl)
     useful = useful_share(sched, sched.channel_names.index(name), _workers(ch["workers"]),
                           sched.step_start[:, v.warmup], sched.step_start[:, -1])
     out = []
@@ -443,7 +468,7 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
         step_s = float(r["step_s"])
         timed = res.schedules.get("blocking") if r["corrector"] in BLOCKING else sched
         step_lo, step_hi = steady.percentile_interval(
-            steady.boot_mean(step_seconds(timed, v.warmup), counts), lvl) if timed is not None else (step_s, step_s)
+            units.means(step_seconds(timed, v.warmup)), lvl) if timed is not None else (step_s, step_s)
         row = {
             "count": int(n),
             "corrector": r["corrector"],
@@ -516,8 +541,8 @@ def status(row: dict, cfg: RacsimConf) -> str:
 
 
 def step_seconds(sched, warmup: int) -> np.ndarray:
-    """(trials,) wall-clock seconds per step after the warm-up."""
-    return (sched.step_start[:, -1] - sched.step_start[:, warmup]) / (sched.n_steps - warmup)
+    """(trials, steps - warmup) wall-clock seconds of each step after the warm-up."""
+    return np.diff(sched.step_start[:, warmup:], axis=1)
 
 
 def _workers(workers) -> Optional[int]:
@@ -534,16 +559,14 @@ def batch_units(n_trials: int, steps: int, batches: int) -> np.ndarray:
     return np.arange(n_trials)[:, None] * batches + b[None, :]
 
 
-def channel_intervals(sched, k: int, workers, w: int, counts: np.ndarray, level: float,
-                      batches: int = 1) -> Dict[str, float]:
-    """Intervals of channel ``k``'s figures measured from step ``w`` on, the units resampled by
-    ``counts`` (R, trials x batches): delay p50/p95 (steps), sojourn p95/p99 (s), dropped share
-    and utilisation. A unit is a trial, or with ``batches`` > 1 one of its window's batches
-    (:func:`batch_units`; batch means, each batch at least one slow regime's cycle, so that
-    the units are nearly independent); a request belongs to the batch of its step, and the
-    utilisation resamples whole trials (each weighing its batches' counts)."""
-    T = sched.n_trials
-    unit = batch_units(T, sched.n_steps - w, batches)
+def channel_intervals(sched, k: int, workers, w: int, units: Units, level: float) -> Dict[str, float]:
+    """Intervals of channel ``k``'s figures measured from step ``w`` on, the :class:`Units`
+    resampled: delay p50/p95 (steps), sojourn p95/p99 (s), dropped share and utilisation. A
+    unit is a trial or one of its window's batches (:func:`batch_units`; batch means, each batch
+    at least one slow regime's cycle, so that the units are nearly independent); a request
+    belongs to the unit of its step, and the utilisation resamples whole trials (each weighing
+    its batches' counts)."""
+    T, counts, unit = sched.n_trials, units.counts, units.of
     trial = np.broadcast_to(unit[:, :, None], sched.status[:, w:, :, k].shape)
     st = sched.status[:, w:, :, k]
     ok = st == INJECTED
@@ -561,13 +584,11 @@ def channel_intervals(sched, k: int, workers, w: int, counts: np.ndarray, level:
     for q in (95, 99):
         out[f"sojourn_p{q}_s_lo"], out[f"sojourn_p{q}_s_hi"] = steady.quantile_interval(
             soj, soj_trial, q / 100, counts, level)
-    n = T * batches
     out["dropped_frac_lo"], out["dropped_frac_hi"] = steady.ratio_interval(
-        np.bincount(unit.ravel(), (st == DROPPED).sum(axis=2).ravel(), n),
-        np.bincount(unit.ravel(), sent.sum(axis=2).ravel(), n), counts, level)
+        units.sums((st == DROPPED).sum(axis=2)), units.sums(sent.sum(axis=2)), counts, level)
     t0, t1 = sched.step_start[:, w], sched.step_start[:, -1]
     busy = busy_seconds(sched, k, _workers(workers), t0, t1)
-    by_trial = counts.reshape(counts.shape[0], T, batches).sum(axis=2) / batches
+    by_trial = counts.reshape(counts.shape[0], T, units.per).sum(axis=2) / units.per
     out["utilisation_lo"], out["utilisation_hi"] = (steady.percentile_interval(
         steady.boot_mean(busy[0] / (busy[1] * (t1 - t0)), by_trial), level) if busy is not None else (np.nan, np.nan))
     bg = (sched.background or {}).get(sched.channel_names[k])
@@ -593,14 +614,16 @@ def background_sojourns(step_start: np.ndarray, bg: Dict[str, np.ndarray], w: in
     return (bg["end"] - bg["arrival"])[inside], unit[lane, np.minimum(step, steps - 1) - w]
 
 
-def bias_intervals(run, counts: np.ndarray, level: float) -> Dict[str, tuple]:
-    """Per corrector: the interval of its exact steady-state bias and of its ratio to naive's
-    (paired: one resample of the trials for both), from each trial's mean correction weights."""
-    T = counts.shape[1]
-    boot = {}
-    for name, tw in run.trial_weight.items():
-        exact = run.channel_exact[0] + (counts @ tw / T) @ run.channel_exact[1:]
-        boot[name] = np.linalg.norm(exact - run.target, axis=1)
+def bias_intervals(run, units: Units, level: float) -> Dict[str, tuple]:
+    """Per corrector: the interval of its exact steady-state bias, eq. (2)'s norm at its mean
+    correction weights (the updates' means ``BiasRun.step_weight`` over the :class:`Units`), and
+    of its ratio to naive's (paired: one resample for both), the weights' bootstrap-t replicates
+    (:func:`~racsim.pipeline.steady.studentized_means`) pushed through the norm. A window with
+    fewer outages reads both fewer weights missing and a narrower spread: percentile intervals
+    of the resampled bias missed the long run from below there."""
+    sizes = units.sizes()
+    boot = {name: np.linalg.norm(run.channel_exact[0] + steady.studentized_means(units.sums(sw), sizes, units.counts)
+                                 @ run.channel_exact[1:] - run.target, axis=1) for name, sw in run.step_weight.items()}
     base = boot.get("naive")
     out = {}
     for name, b in boot.items():

@@ -64,8 +64,9 @@ class BiasRun:
     channel_exact: np.ndarray  # (C, S*A) exact finite-T expectation per reward channel (0 = fast)
     estimates: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)  # view -> name -> (trials, S*A)
     mean_weight: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)  # view -> name -> (K,)
-    # steady view: name -> (trials, K) each trial's mean weight (for intervals over trials)
-    trial_weight: Dict[str, np.ndarray] = field(default_factory=dict)
+    # steady view: name -> (trials, steps - warmup, K) the weights landed in each step's update, over the
+    # batch (for intervals over trials or batches of steps: racsim.analyses.capacity.bias_intervals)
+    step_weight: Dict[str, np.ndarray] = field(default_factory=dict)
     nominal_slack: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,) eta_k predicted, NaN: no law
     trajectories: int = 0
 
@@ -164,15 +165,34 @@ def routing_gain(name: str, cell: Cell) -> np.ndarray:
     return 1.0 / np.asarray(cell.route, dtype=np.float64)
 
 
+def landing_step(name: str, sched: ArrivalSchedule) -> np.ndarray:
+    """(trials, steps, batch, K) the step whose update a result joins: t + delay (the
+    synchronous oracle's: t, its own step's); meaningful where the result is injected."""
+    t = np.arange(sched.n_steps)[None, :, None, None]
+    return np.broadcast_to(t, sched.delay.shape) if name == "sync_oracle" else t + sched.delay
+
+
 def steady_mask(name: str, sched: ArrivalSchedule, warmup: int) -> np.ndarray:
     """(trials, steps, batch, K): the results that the updates of steps warmup..steps-1
-    use, i.e. that land at one of them (step t + delay; the synchronous oracle's at t).
+    use, i.e. that land at one of them (:func:`landing_step`).
     A result landed after the last step (``pipeline.drain``'s final update) is not one."""
-    t = np.arange(sched.n_steps)[None, :, None, None]
+    land = landing_step(name, sched)
     if name == "sync_oracle":
-        return np.broadcast_to(t >= warmup, sched.delay.shape)
-    land = t + sched.delay
+        return land >= warmup
     return (sched.status == INJECTED) & (land >= warmup) & (land < sched.n_steps)
+
+
+def landed_means(weights: np.ndarray, land: np.ndarray, warmup: int) -> np.ndarray:
+    """(trials, steps - warmup, K) the weights (trials, steps, batch, K; 0 where not used) summed
+    by the update they land in (``land``: :func:`landing_step`), over the batch: each update's
+    mean weight per channel. A steady weight lands at warmup..steps-1 (:func:`steady_mask`)."""
+    trials, steps, batch, K = weights.shape
+    W = steps - warmup
+    cell = np.clip(land - warmup, 0, W - 1) + W * np.arange(trials)[:, None, None, None]
+    out = np.empty((trials * W, K))
+    for k in range(K):
+        out[:, k] = np.bincount(cell[..., k].ravel(), weights[..., k].ravel(), trials * W)
+    return out.reshape(trials, W, K) / batch
 
 
 def run_bias(
@@ -264,11 +284,11 @@ def run_bias_cells(
             w = np.broadcast_to(correction_weight(name, sched.delay, sched.status, None, cell.params) * gain,
                                 sched.delay.shape)
             ss = np.where(steady_mask(name, sched, cell.warmup), w, 0.0)
+            run.step_weight[name] = landed_means(ss, landing_step(name, sched), cell.warmup)
             w_cell["run", name] = w.reshape(trials, steps * batch, K)
             w_cell["steady", name] = ss.reshape(trials, steps * batch, K)
             run.mean_weight.setdefault("run", {})[name] = w_cell["run", name].mean(axis=(0, 1))
             run.mean_weight.setdefault("steady", {})[name] = ss.sum(axis=(0, 1, 2)) / (trials * n_win)
-            run.trial_weight[name] = ss.sum(axis=(1, 2)) / n_win
             for view in VIEWS:
                 run.estimates.setdefault(view, {})[name] = np.empty((trials, SA))
             if cell.predicted is not None:

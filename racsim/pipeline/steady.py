@@ -283,6 +283,27 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, counts: np.ndarray, level: 
     return float(np.clip(r - t_hi * se, 0.0, top)), float(np.clip(r - t_lo * se, 0.0, top))
 
 
+def studentized_means(sums: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """(R, K) bootstrap-t replicates of the vector ratio m = sum(sums) / sum(sizes) over independent
+    units (``sums`` (units, K), ``sizes`` (units,)) resampled by ``counts`` (R, units): per
+    component, m - t* se with t* = (m* - m) / se* the resample's pivot and se its delta-method
+    standard error (:func:`ratio_interval`'s, each resample's taken at its own m*). Their
+    percentiles are the bootstrap-t interval of m; of a function of them, the interval of that
+    function pushed through the pivots (one resample for every component: paired). A component
+    with se 0 stays at m."""
+    sums, sizes = np.asarray(sums, dtype=np.float64), np.asarray(sizes, dtype=np.float64)
+    n, total = sizes.size, float(sizes.sum())
+    scale = n / (n - 1) if n > 1 else 1.0
+    m = sums.sum(axis=0) / total
+    se = np.sqrt(np.sum((sums - sizes[:, None] * m) ** 2, axis=0) * scale) / total
+    n_b = counts @ sizes
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m_b = (counts @ sums) / n_b[:, None]
+        sq = np.einsum("ru,urk->rk", counts, (sums[:, None, :] - sizes[:, None, None] * m_b[None]) ** 2)
+        t = (m_b - m) / (np.sqrt(sq * scale) / n_b[:, None])
+    return m - np.where(np.isfinite(t), t, 0.0) * se
+
+
 def quantile_interval(values: np.ndarray, unit: np.ndarray, q: float, counts: np.ndarray,
                       level: float) -> Tuple[float, float]:
     """The interval of the ``q`` quantile (0..1, lower: the first value whose cumulative share
