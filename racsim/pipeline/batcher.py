@@ -219,10 +219,19 @@ class _FifoLanes:
             cols = [np.concatenate(c) for c in zip(*recs)]
             recs.clear()
             lane, h, n = cols[:3]
-            # each request's flat index: its batch's first request's, then one more per request
-            flat = np.repeat(lane * self.disp.shape[1] + h - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+            # the batches in the order of their first request's flat index (the columns are C-ordered
+            # (lanes, requests)); a run of batches that follow each other there is one slice
+            first = lane * self.disp.shape[1] + h
+            order = np.argsort(first, kind="stable")
+            first, n = first[order], n[order]
+            last = first + n
+            cuts = np.flatnonzero(first[1:] != last[:-1]) + 1
+            lo, hi = first[np.r_[0, cuts]], last[np.r_[cuts - 1, n.size - 1]]
+            at = np.r_[0, np.cumsum(hi - lo)]
             for name, v in zip(columns, cols[3:]):
-                np.put(getattr(self, name), flat, np.repeat(v, n))
+                vals, out = np.repeat(v[order], n), getattr(self, name).reshape(-1)
+                for a, b, i, j in zip(lo.tolist(), hi.tolist(), at[:-1].tolist(), at[1:].tolist()):
+                    out[a:b] = vals[i:j]
 
     @classmethod
     def new(cls, lanes: int, requests: int, replicas: int) -> "_FifoLanes":
