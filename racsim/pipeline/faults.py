@@ -163,7 +163,8 @@ class Timeline:
             self.down = [np.tile(np.append(d, math.inf), (lanes, 1)) for d, _ in schedule]
             self.up = [np.tile(np.append(u, math.inf), (lanes, 1)) for _, u in schedule]
         self._last: dict = {}  # (lane, server) -> (t, down, up) of the last lookup
-        self._at = np.zeros((lanes, servers), dtype=np.int64)  # outage_lanes: index of each pair's last lookup
+        self._at = np.ones((lanes, servers), dtype=np.int64)  # outage_lanes: index of each pair's last lookup
+        self._servers = np.arange(self.servers)[None, :]
         self._stack, self._stack_cover = None, -math.inf  # _reach: every server's outages in one array
 
     @property
@@ -221,43 +222,47 @@ class Timeline:
 
 
     def _reach(self, t: float):
-        """(down, up) of every lane and server, (lanes, servers, K), padded with inf past a
-        server's last outage, covering ``t``: every lane's and server's last real repair is after it."""
+        """(down, up, width) of every lane and server, flat: pair (lane, server)'s outages at
+        pair * width + 1.. (a leading outage at -inf, so that the one before any lookup exists;
+        padded with inf past the server's last), covering ``t``: every lane's and server's last
+        real repair is after it."""
         if self._stack is None or self._stack_cover <= t:
             for r in range(self.servers):
                 self.cover(r, t)
             K = max(u.shape[1] for u in self.up)
-            pad = [np.full((self.lanes, K - u.shape[1]), np.inf) for u in self.up]
-            self._stack = (np.stack([np.hstack([d, p]) for d, p in zip(self.down, pad)], axis=1),
-                           np.stack([np.hstack([u, p]) for u, p in zip(self.up, pad)], axis=1))
+            lead, pad = np.full((self.lanes, 1), -np.inf), [np.full((self.lanes, K - u.shape[1]), np.inf) for u in self.up]
+            self._stack = tuple(np.stack([np.hstack([lead, a, p]) for a, p in zip(arrays, pad)], axis=1).reshape(-1)
+                                for arrays in (self.down, self.up)) + (K + 1,)
             self._stack_cover = min(float(u[:, -1].min()) for u in self.up)
         return self._stack
 
     def outage_lanes(self, lanes: np.ndarray, server: np.ndarray, t: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """:meth:`outage` vectorised: lane ``lanes[i]``, server ``server[i]`` at ``t[i]`` (any shape,
         each (lane, server) pair at most once), found by walking from that pair's last lookup
-        (engines ask at times that mostly grow, so a step or two)."""
-        down, up = self._reach(float(t.max()))
+        (engines ask at times that mostly grow, so a step or two, and mostly none)."""
+        down, up, width = self._reach(float(t.max()))
         pair = lanes * self.servers + server  # flat indices: one take each, not 3-array fancy indexing
-        base = pair * up.shape[2]
-        down, up, at = down.reshape(-1), up.reshape(-1), self._at.reshape(-1)
-        k = at.take(pair)
-        while True:
-            back = (k > 0) & (up.take(base + k - 1) > t)  # k = 0: masked (its index any element's)
-            if not back.any():
-                break
-            k = k - back
-        while True:
-            fwd = up.take(base + k) <= t
-            if not fwd.any():
-                break
-            k = k + fwd
-        at[pair] = k
-        return down.take(base + k), up.take(base + k)
+        at = self._at.reshape(-1)
+        i = pair * width + at.take(pair)
+        u = up.take(i)
+        if (up.take(i - 1) > t).any() or (u <= t).any():
+            while True:  # back: the outage before ends after t (the leading one never does)
+                back = up.take(i - 1) > t
+                if not back.any():
+                    break
+                i = i - back
+            while True:
+                fwd = up.take(i) <= t
+                if not fwd.any():
+                    break
+                i = i + fwd
+            u = up.take(i)
+        at[pair] = i - pair * width
+        return down.take(i), u
 
     def next_up_lanes(self, lanes: np.ndarray, t: np.ndarray) -> np.ndarray:
         """:meth:`next_up` of every server at once: ``t`` (len(lanes), servers) -> the same shape."""
-        d, u = self.outage_lanes(lanes[:, None], np.arange(self.servers)[None, :], t)
+        d, u = self.outage_lanes(lanes[:, None], self._servers, t)
         return np.where(d <= t, u, t)
 
     def serve_lanes(self, lanes: np.ndarray, server: np.ndarray, start: np.ndarray, seconds: np.ndarray):
