@@ -253,11 +253,16 @@ class _Again:
     billed: np.ndarray
     group: np.ndarray
     tries: np.ndarray
+    waiting: int = 0  # slots filled
 
     @classmethod
     def new(cls, lanes: int) -> "_Again":
         i, f = np.zeros((lanes, 1), dtype=np.int64), np.zeros((lanes, 1))
         return cls(np.full((lanes, 1), np.inf), i, i.copy(), i.copy(), f, f.copy(), i.copy(), i.copy())
+
+    def lanes(self) -> np.ndarray:
+        """The lanes with a cut batch waiting."""
+        return np.flatnonzero(np.isfinite(self.d).any(axis=1)) if self.waiting else np.zeros(0, dtype=np.int64)
 
     def first(self, lanes: np.ndarray) -> np.ndarray:
         """Each lane's next batch to re-send: the earliest cut, then the lowest replica (a slot index)."""
@@ -273,6 +278,7 @@ class _Again:
                 setattr(self, k, np.hstack([a, np.full((a.shape[0], 1), np.inf if k == "d" else 0, dtype=a.dtype)]))
             empty = np.isinf(self.d[lanes])
         j = empty.argmax(axis=1)
+        self.waiting += lanes.size
         for k, v in zip(("d", "r", "h", "n", "sec", "billed", "group", "tries"), (d, r, h, n, sec, billed, group, tries)):
             getattr(self, k)[lanes, j] = v
 
@@ -292,6 +298,7 @@ def _resend_lanes(spec: GpuSpec, st: "_FifoLanes", faults, lanes: np.ndarray, be
         r = np.argmax(avail == tau[:, None], axis=1)
         h, n, tries = ag.h[lanes, j], ag.n[lanes, j], ag.tries[lanes, j]
         ag.d[lanes, j] = np.inf  # the slot is free again (refilled if cut once more)
+        ag.waiting -= lanes.size
         _attempt(spec, st, faults, lanes, r, tau, h, n, ag.sec[lanes, j], ag.billed[lanes, j], ag.group[lanes, j],
                  tries)
     return lanes
@@ -308,9 +315,11 @@ def _attempt(spec: GpuSpec, st: "_FifoLanes", faults, lanes, r, tau, h, n, secon
     lost = ~ok & (tries == faults.spec.retries)
     st.free[lanes, r] = e
     done = ok | lost
-    st.record(("comp", "lost"), lanes[done], h[done], n[done], e[done], lost[done])
-    cut = ~done
-    if cut.any():
+    if done.all():  # the common case: nothing cut
+        st.record(("comp", "lost"), lanes, h, n, e, lost)
+    else:
+        st.record(("comp", "lost"), lanes[done], h[done], n[done], e[done], lost[done])
+        cut = ~done
         st.again.put(lanes[cut], d[cut], r[cut], h[cut], n[cut], seconds[cut], billed[cut], group[cut], tries[cut] + 1)
     st.log.append((lanes, r, tau, e, n, billed, group, np.where(ok, seconds, 0.0)))
 
@@ -389,7 +398,7 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         if k % WRITE_EVERY == 0:
             st.flush()
         act = np.flatnonzero(st.head < upto)
-        wait = np.flatnonzero(np.isfinite(st.again.d).any(axis=1)) if resend else act[:0]
+        wait = st.again.lanes() if resend else act[:0]
         if act.size == 0 and wait.size == 0:
             st.flush()
             return
