@@ -499,3 +499,31 @@ def test_studentized_means_against_a_loop(seed):
     num = sums[:, 0]
     if num.max() > sizes.max():  # not a share: ratio_interval's bootstrap-t without the [0, 1] clip
         assert (lo, hi) == pytest.approx(steady.ratio_interval(num, sizes, counts, lvl), rel=1e-6)
+
+
+def test_bias_intervals_push_the_studentized_weights_through_the_norm():
+    # eq. (2)'s norm at each resample's bootstrap-t weights; against naive's constant weights
+    # the ratio's interval is the bias's divided by naive's bias (one resample for both)
+    from types import SimpleNamespace
+
+    from racsim.analyses.capacity import Units, batch_units, bias_intervals
+
+    rng = np.random.default_rng(3)
+    T, W, K, SA = 6, 40, 2, 5
+    per = 4
+    units = Units(batch_units(T, W, per), per, bootstrap_counts(T * per, 300, rng))
+    exact = rng.normal(size=(K + 1, SA))
+    target = exact[0] + exact[1:].sum(axis=0) + 0.01 * rng.normal(size=SA)  # weights near 1 correct it
+    rac = np.clip(1.0 - rng.gamma(0.5, 0.05, (T, W, K)), 0, None)
+    run = SimpleNamespace(channel_exact=exact, target=target,
+                          step_weight={"rac": rac, "naive": np.full((T, W, K), 0.6)})
+    out = bias_intervals(run, units, 0.9)
+    m = steady.studentized_means(units.sums(rac), units.sizes(), units.counts)
+    b = [float(np.linalg.norm(exact[0] + row @ exact[1:] - target)) for row in m]
+    lo, hi = np.percentile(b, [5, 95])
+    assert out["rac"][:2] == pytest.approx((lo, hi), rel=1e-12)
+    naive = float(np.linalg.norm(exact[0] + 0.6 * exact[1:].sum(axis=0) - target))
+    assert out["naive"][:2] == pytest.approx((naive, naive)) and out["naive"][2:] == pytest.approx((1.0, 1.0))
+    assert out["rac"][2:] == pytest.approx((lo / naive, hi / naive), rel=1e-12)
+    point = float(np.linalg.norm(exact[0] + rac.mean(axis=(0, 1)) @ exact[1:] - target))
+    assert lo < point < hi
