@@ -15,9 +15,9 @@ discrete-event output analysis:
   is too short or the queue still drifts.
 * **Intervals** by batch means (:func:`batch_means_ci`) on one series, and by resampling
   independent units: the trials, which are independent replications of the whole pipeline from
-  empty, or batches of their windows (:func:`boot_mean`; studentized for shares and quantiles,
-  :func:`ratio_interval`, :func:`quantile_interval`, BCa where few units carry the share:
-  :func:`bca_interval`).
+  empty, or batches of their windows (:func:`boot_mean`; studentized for shares, quantiles and
+  mean weights, :func:`ratio_interval`, :func:`quantile_interval`, :func:`studentized_means`,
+  BCa where few units carry the share: :func:`bca_interval`).
 """
 
 from __future__ import annotations
