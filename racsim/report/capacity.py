@@ -253,8 +253,8 @@ def searched_text(res: CapacityResult) -> str:
     if not res.searched:
         return ""
     tried = ", ".join(map(str, res.searched))
-    return (f" Besides the listed counts ({', '.join(map(str, res.listed))}), the search tried {tried}: the "
-            f"fewest count meeting the targets may lie between them.")
+    return (f" Besides the listed counts ({', '.join(map(str, res.listed))}), the search tried {tried} to find "
+            f"the fewest count that meets the targets.")
 
 
 # input -> how the summary names a variant's value (racsim/analyses/sensitivity.py)
