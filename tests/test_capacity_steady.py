@@ -475,7 +475,7 @@ def test_studentized_means_against_a_loop(seed):
     # bootstrap-t replicates of a vector ratio: per component m - t* se, t* = (m* - m) / se*,
     # se the delta method's; their percentiles are ratio_interval's bootstrap-t interval
     rng = np.random.default_rng(seed)
-    n, K = int(rng.integers(3, 25)), int(rng.integers(1, 4))
+    n, K = int(rng.integers(3, 9) if seed < 3 else rng.integers(10, 25)), int(rng.integers(1, 4))
     sizes = rng.integers(1 if seed % 3 else 0, 9, n).astype(float)
     sizes[0] += 1
     sums = rng.gamma(2.0, 1.0, (n, K)) * sizes[:, None]
@@ -490,14 +490,28 @@ def test_studentized_means_against_a_loop(seed):
             nb = sum(c[i] * sizes[i] for i in range(n))
             mb = sum(c[i] * sums[i, k] for i in range(n)) / nb
             seb = math.sqrt(scale * sum(c[i] * (sums[i, k] - mb * sizes[i]) ** 2 for i in range(n))) / nb
-            want = m if seb == 0 else m - (mb - m) / seb * se
-            assert got[r, k] == pytest.approx(want, rel=1e-9, abs=1e-12)
+            if seed % 2 and k == K - 1:
+                want = m  # no unit moves it
+            elif n < 10:  # fewer than steady.MIN_STUDENTIZED units move it: the plain resampled mean
+                want = mb
+            elif seb <= 1e-9 * abs(mb):  # the resample's units all alike: no pivot
+                want = math.nan
+            else:
+                want = m - (mb - m) / seb * se
+            assert got[r, k] == pytest.approx(want, rel=1e-9, abs=1e-12, nan_ok=True)
         if k == K - 1 and seed % 2:
             assert np.all(got[:, k] == pytest.approx(0.7))
+    # one unit of 30 off the rest: a resample without it has se* at rounding's scale; with so few
+    # units moving it, the plain resampled means (a bootstrap-t would put an end 1e5 times off)
+    few = np.tile([[0.7]], (30, 1)) * 3.0
+    few[4] = 2.5
+    c30 = bootstrap_counts(30, 50, rng)
+    np.testing.assert_allclose(steady.studentized_means(few, np.full(30, 3.0), c30)[:, 0],
+                               (c30 @ few[:, 0]) / (c30.sum(axis=1) * 3.0), rtol=1e-12)
     lvl = 0.9
     lo, hi = steady.percentile_interval(got[:, 0], lvl)
     num = sums[:, 0]
-    if num.max() > sizes.max():  # not a share: ratio_interval's bootstrap-t without the [0, 1] clip
+    if num.max() > sizes.max() and n >= 10:  # not a share: ratio_interval's bootstrap-t without the [0, 1] clip
         assert (lo, hi) == pytest.approx(steady.ratio_interval(num, sizes, counts, lvl), rel=1e-6)
 
 

@@ -289,19 +289,31 @@ def studentized_means(sums: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -
     component, m - t* se with t* = (m* - m) / se* the resample's pivot and se its delta-method
     standard error (:func:`ratio_interval`'s, each resample's taken at its own m*). Their
     percentiles are the bootstrap-t interval of m; of a function of them, the interval of that
-    function pushed through the pivots (one resample for every component: paired). A component
-    with se 0 stays at m."""
+    function pushed through the pivots (one resample for every component: paired). A resample
+    whose se* is 0 to rounding (its units all alike) has no pivot: NaN, left out (else its t is
+    rounding over rounding: an upper end 2.5e5 times the estimate, six trials of a pool that
+    rarely delays). A component in which no unit's own mean moves off the median unit's (within
+    rounding) stays at m; one that fewer than :data:`MIN_STUDENTIZED` units move takes the plain
+    resampled m*: with so few, a resample's se* can sit far below se and its t without bound
+    (six trials of a small queue: an upper end 93 times the estimate)."""
     sums, sizes = np.asarray(sums, dtype=np.float64), np.asarray(sizes, dtype=np.float64)
     n, total = sizes.size, float(sizes.sum())
     scale = n / (n - 1) if n > 1 else 1.0
     m = sums.sum(axis=0) / total
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unit = sums / sizes[:, None]  # each unit's own mean (NaN: an empty unit, which moves nothing)
+    mid = np.nanmedian(unit, axis=0) if np.isfinite(unit).any() else m
+    moved = (np.abs(unit - mid) > 1e-9 * (np.abs(unit) + np.abs(mid))).sum(axis=0)
     se = np.sqrt(np.sum((sums - sizes[:, None] * m) ** 2, axis=0) * scale) / total
     n_b = counts @ sizes
     with np.errstate(invalid="ignore", divide="ignore"):
         m_b = (counts @ sums) / n_b[:, None]
         sq = np.einsum("ru,urk->rk", counts, (sums[:, None, :] - sizes[:, None, None] * m_b[None]) ** 2)
-        t = (m_b - m) / (np.sqrt(sq * scale) / n_b[:, None])
-    return m - np.where(np.isfinite(t), t, 0.0) * se
+        se_b = np.sqrt(sq * scale) / n_b[:, None]
+        t = np.where(se_b > 1e-9 * np.abs(m_b), (m_b - m) / se_b, np.nan)
+    out = m - t * se
+    few = moved < MIN_STUDENTIZED
+    return np.where(moved == 0, m, np.where(few, m_b, out))
 
 
 def quantile_interval(values: np.ndarray, unit: np.ndarray, q: float, counts: np.ndarray,
