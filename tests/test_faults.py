@@ -567,3 +567,14 @@ def test_capacity_search_sizes_the_failing_workers():
     for n in (8, 48):
         d = draw(with_count(cfg, key, n).pipeline, 1, np.random.default_rng(0))
         assert d.faults["verifier"].servers == n and d.faults["verifier"].spec == FaultSpec(600.0, 60.0, 3)
+
+
+def test_a_timeline_refuses_to_cover_an_infinite_instant():
+    # no number of outages covers t = inf: an error, not a loop that never ends (a schedule's too)
+    for tl in (Timeline(3, 2, 2, FaultSpec(mtbf=5.0, mttr=1.0, retries=0)),
+               Timeline(3, 2, 1, FaultSpec(mtbf=5.0, mttr=1.0, retries=0), schedule=[(np.array([1.0]), np.array([2.0]))])):
+        with pytest.raises(ValueError, match="finite"):
+            tl.outage_lanes(np.array([0, 1]), np.array([0, 0]), np.array([1.0, math.inf]))
+        d, u = tl.outage_lanes(np.array([0, 1]), np.array([0, 0]), np.array([1.5, 0.5]))
+        assert np.all(u > [1.5, 0.5]) and np.all(d < u)  # finite lookups still answer: the outage ending after t
+    assert (d.tolist(), u.tolist()) == ([1.0, 1.0], [2.0, 2.0])  # the schedule's one outage, in both lanes

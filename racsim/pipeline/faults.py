@@ -172,7 +172,10 @@ class Timeline:
         return len(self.down)
 
     def cover(self, server: int, t: float) -> None:
-        """Generate server's outages until every lane's last repair is past ``t``."""
+        """Generate server's outages until every lane's last repair is past ``t`` (finite: no
+        run's instant is infinite, and no number of outages covers one)."""
+        if not t < math.inf:
+            raise ValueError(f"an outage timeline covers finite instants only, not {t}")
         while self.up[server].shape[1] == 0 or self.up[server][:, -1].min() <= t:
             n = self.up[server].shape[1] // CHUNK
             start = self.up[server][:, -1] if n else np.zeros(self.lanes)
