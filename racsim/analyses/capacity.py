@@ -423,10 +423,9 @@ class Units:
 
     def sums(self, values: np.ndarray) -> np.ndarray:
         """(units, ...) ``values`` (trials, window steps, ...) summed over each unit's steps."""
-        flat = values.reshape(self.of.size, -1)
         n = self.counts.shape[1]
-        return np.stack([np.bincount(self.of.ravel(), flat[:, j], n) for j in range(flat.shape[1])], axis=1
-                        ).reshape((n, *values.shape[2:]))
+        flat = values.reshape(self.of.size, -1)
+        return steady.group_sums(self.of.reshape(-1, 1), flat, n).reshape((n, *values.shape[2:]))
 
     def sizes(self) -> np.ndarray:
         """(units,) the steps in each unit."""

@@ -46,6 +46,7 @@ from racsim.learner.theory import (
     predicted_bias,
     slack,
 )
+from racsim.pipeline.steady import group_sums
 from racsim.pipeline.schedule import INJECTED, ArrivalSchedule
 
 # Trajectories simulated at once; bounds memory at about (n * T * (K + 1)) floats.
@@ -189,10 +190,7 @@ def landed_means(weights: np.ndarray, land: np.ndarray, warmup: int) -> np.ndarr
     trials, steps, batch, K = weights.shape
     W = steps - warmup
     cell = np.clip(land - warmup, 0, W - 1) + W * np.arange(trials)[:, None, None, None]
-    out = np.empty((trials * W, K))
-    for k in range(K):
-        out[:, k] = np.bincount(cell[..., k].ravel(), weights[..., k].ravel(), trials * W)
-    return out.reshape(trials, W, K) / batch
+    return group_sums(cell, weights, trials * W).reshape(trials, W, K) / batch
 
 
 def run_bias(
