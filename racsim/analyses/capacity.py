@@ -43,7 +43,7 @@ from racsim.config.validate import (check_limits, faults_on, longest_steps, memo
                                     validate)
 from racsim.io import auto_workers, side_by_side
 from racsim.config.validate.pipeline import nominal_step
-from racsim.learner.bias import bootstrap_counts
+from racsim.learner.bias import bootstrap_counts, group_sums
 from racsim.learner.correctors import BLOCKING
 from racsim.pipeline.draws import (draw, fault_timeline, mean_step_seconds, mean_work_seconds,
                                    stationary_slowdown, work_seconds)
@@ -425,7 +425,7 @@ class Units:
         """(units, ...) ``values`` (trials, window steps, ...) summed over each unit's steps."""
         n = self.counts.shape[1]
         flat = values.reshape(self.of.size, -1)
-        return steady.group_sums(self.of.reshape(-1, 1), flat, n).reshape((n, *values.shape[2:]))
+        return group_sums(self.of.reshape(-1, 1), flat, n).reshape((n, *values.shape[2:]))
 
     def sizes(self) -> np.ndarray:
         """(units,) the steps in each unit."""

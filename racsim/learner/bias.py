@@ -46,7 +46,6 @@ from racsim.learner.theory import (
     predicted_bias,
     slack,
 )
-from racsim.pipeline.steady import group_sums
 from racsim.pipeline.schedule import INJECTED, ArrivalSchedule
 
 # Trajectories simulated at once; bounds memory at about (n * T * (K + 1)) floats.
@@ -181,6 +180,14 @@ def steady_mask(name: str, sched: ArrivalSchedule, warmup: int) -> np.ndarray:
     if name == "sync_oracle":
         return land >= warmup
     return (sched.status == INJECTED) & (land >= warmup) & (land < sched.n_steps)
+
+
+def group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """(n, C) the sums of ``values`` (..., C) by group, column by column: entry [..., c] adds to
+    row ``index[..., c]`` (``index`` broadcast to ``values``' shape; 0 <= index < n)."""
+    C = values.shape[-1]
+    idx = np.broadcast_to(index, values.shape) * C + np.arange(C)
+    return np.bincount(idx.ravel(), values.ravel(), n * C).reshape(n, C)
 
 
 def landed_means(weights: np.ndarray, land: np.ndarray, warmup: int) -> np.ndarray:

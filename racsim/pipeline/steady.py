@@ -283,14 +283,6 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, counts: np.ndarray, level: 
     return float(np.clip(r - t_hi * se, 0.0, top)), float(np.clip(r - t_lo * se, 0.0, top))
 
 
-def group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """(n, C) the sums of ``values`` (..., C) by group, column by column: entry [..., c] adds to
-    row ``index[..., c]`` (``index`` broadcast to ``values``' shape; 0 <= index < n)."""
-    C = values.shape[-1]
-    idx = np.broadcast_to(index, values.shape) * C + np.arange(C)
-    return np.bincount(idx.ravel(), values.ravel(), n * C).reshape(n, C)
-
-
 def studentized_means(sums: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """(R, K) bootstrap-t replicates of the vector ratio m = sum(sums) / sum(sizes) over independent
     units (``sums`` (units, K), ``sizes`` (units,)) resampled by ``counts`` (R, units): per
