@@ -488,6 +488,56 @@ def test_ctrl_c_says_one_line_and_the_sweep_resumes_to_the_same_bytes(serial, tm
     assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
 
 
+class _Swallows:
+    """Raises ``signum``'s interrupt from __del__, where Python prints "Exception ignored" and runs on:
+    what a signal landing in a weakref callback or a finalizer does to the handler's exception."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+    def __del__(self) -> None:
+        (S._interrupt if self.signum == signal.SIGINT else S._stop)(self.signum, None)
+
+
+@pytest.mark.parametrize("signum, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, S.Stopped)])
+def test_an_interrupt_python_swallows_still_ends_the_sweep_at_the_next_edge(signum, raised, monkeypatch):
+    """A Ctrl-C (or SIGTERM) whose exception a finalizer swallowed ends the sweep at the next job's
+    start, before gathering at its end, or after a single run: a lost Ctrl-C once let a sweep finish
+    with exit 0. None came: the edges raise nothing. The handlers go back to what they were."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # a test worker may ignore SIGINT
+    term = signal.getsignal(signal.SIGTERM)
+    try:
+        S.catch_sigterm()
+        assert signal.getsignal(signal.SIGINT) is S._interrupt and signal.getsignal(signal.SIGTERM) is S._stop
+        S.raise_pending_interrupt()  # nothing came
+        swallowed = []
+        monkeypatch.setattr(sys, "unraisablehook", swallowed.append)  # where Python sends it ("Exception ignored")
+        _Swallows(signum)  # dropped at once: __del__ raises, Python swallows it
+        assert [type(u.exc_value) for u in swallowed] == [raised]
+        cb = S.SweepCallback()
+        for edge in (lambda: cb.on_job_start(config=None), lambda: cb.on_multirun_end(config=None),
+                     lambda: cb.on_run_end(config=None)):
+            with pytest.raises(raised):
+                edge()
+        assert S.stopped_by_sigterm(raised()) == (signum == signal.SIGTERM)
+    finally:
+        S.end_single_run()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and signal.getsignal(signal.SIGTERM) is term
+    S.raise_pending_interrupt()  # forgotten with the run
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_sigint_the_process_ignores_stays_ignored():
+    """A sweep started with SIGINT ignored (nohup, a background job) keeps ignoring it."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        S.catch_sigterm()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        S.end_single_run()
+        signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.long  # submitit_local's job processes: the long stage, with the launcher matrix
 def test_ctrl_c_under_submitit_local_says_one_line_and_ends_its_jobs(tmp_path):
     """SIGINT to the sweep's process group with hydra/launcher=submitit_local: submitit's job

@@ -592,26 +592,46 @@ def _stop(signum: int, frame: Any) -> None:
     raise Stopped()
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    _SINGLE["sigint"] = True  # kept: Python swallows an exception raised inside a weakref callback or a __del__
+    raise KeyboardInterrupt()
+
+
+def raise_pending_interrupt() -> None:
+    """Raise the interrupt a signal handler raised where Python swallowed it (it prints "Exception
+    ignored in ..." and runs on), so that a Ctrl-C or SIGTERM at any instant ends a sweep at the
+    next job's edge; a no-op when none came."""
+    if _SINGLE.get("sigterm"):
+        raise Stopped()
+    if _SINGLE.get("sigint"):
+        raise KeyboardInterrupt()
+
+
 def stopped_by_sigterm(ex: BaseException) -> bool:
     """Whether the interrupt ``ex`` came of SIGTERM (exit 143) rather than Ctrl-C (130)."""
     return isinstance(ex, Stopped) or bool(_SINGLE.get("sigterm"))
 
 
-_SINGLE: Dict[str, Any] = {}  # this process's single run (its folder, whether it finished), SIGTERM's old handler, whether SIGTERM came
+_SINGLE: Dict[str, Any] = {}  # this process's single run (its folder, whether it finished), the signals' old handlers, which signal came
 
 
 def catch_sigterm(again: bool = False) -> None:
     """From now on SIGTERM ends this process as Ctrl-C does (racsim.app.cli.main cleans up and says
-    what was kept), until :func:`end_single_run` gives SIGTERM its handler back (``again``: taken
-    back from a library that replaced it meanwhile, whose handler is not the one to restore)."""
+    what was kept), and both are remembered (:func:`raise_pending_interrupt`), until
+    :func:`end_single_run` gives them their handlers back (``again``: SIGTERM taken back from a
+    library that replaced it meanwhile, whose handler is not the one to restore). A SIGINT that
+    this process ignores (started in the background) stays ignored."""
     import signal
 
     try:
         before = signal.signal(signal.SIGTERM, _stop)
-    except ValueError:  # not the main thread: SIGTERM keeps its handler
+    except ValueError:  # not the main thread: the signals keep their handlers
         return
-    if not again:
-        _SINGLE.setdefault("term", before)
+    if again:
+        return
+    _SINGLE.setdefault("term", before)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        _SINGLE.setdefault("int", signal.signal(signal.SIGINT, _interrupt))
 
 
 def start_single_run(run: Path) -> None:
@@ -626,11 +646,12 @@ def single_run() -> Optional[Dict[str, Any]]:
 
 
 def end_single_run() -> None:
-    """Give SIGTERM back its handler; the process runs no single run any more."""
+    """Give SIGTERM and SIGINT back their handlers; the process runs no single run any more."""
     import signal
 
-    if "term" in _SINGLE:
-        signal.signal(signal.SIGTERM, _SINGLE["term"])
+    for key, signum in (("term", signal.SIGTERM), ("int", signal.SIGINT)):
+        if key in _SINGLE:
+            signal.signal(signum, _SINGLE[key])
     _SINGLE.clear()
 
 
@@ -678,6 +699,7 @@ class SweepCallback(Callback):
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         release()
+        raise_pending_interrupt()  # swallowed during the run: exit 130 (or 143), "interrupted after the run finished"
 
     # -- the sweep, in the process that launches it
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -701,6 +723,7 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         release()
+        raise_pending_interrupt()  # the sweep's last job swallowed it: the sweep is not gathered
         mon, self._monitor = self._monitor, None
         if mon is not None:
             mon.stop_event.set()
@@ -737,6 +760,7 @@ class SweepCallback(Callback):
 
     # -- each job, in the process that runs it
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        raise_pending_interrupt()  # one swallowed in the job before (this process launches them: basic)
         if not in_multirun():  # a single run says what it ran in its own output; Hydra's files are racsim's
             own_hydra_files(Path(str(config.hydra.runtime.output_dir)), config)
             return
