@@ -98,6 +98,41 @@ def pin_blas_threads():
     return threadpool_limits(limits=1, user_api="blas")
 
 
+def _hugepage_switch() -> Optional[Callable[[bool], bool]]:
+    """NumPy's switch for asking the kernel for transparent huge pages under its large arrays
+    (``enabled -> previous``), or None where this NumPy has none."""
+    import numpy
+
+    core = getattr(numpy, "_core", None) or getattr(numpy, "core", None)
+    return getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+
+
+@contextmanager
+def small_pages() -> Iterator[None]:
+    """While it holds, NumPy's large arrays live on ordinary pages: NumPy asks the kernel for
+    transparent huge pages, and where the kernel compacts memory to grant them
+    (``/sys/kernel/mm/transparent_hugepage/defrag`` = madvise, a common default) every fresh
+    array of hundreds of MB pays it in system time; a capacity count allocates dozens. The
+    faulty judge's search on 2 cores: 18 s of system time with huge pages, 9 s without.
+    The bits are the same either way."""
+    switch = _hugepage_switch()
+    before = switch(False) if switch is not None else None
+    try:
+        yield
+    finally:
+        if switch is not None:
+            switch(before)
+
+
+def _worker_start() -> None:
+    """A spawned worker's settings, for its life: one BLAS thread (:func:`pin_blas_threads`),
+    ordinary pages (:func:`small_pages`)."""
+    pin_blas_threads()
+    switch = _hugepage_switch()
+    if switch is not None:
+        switch(False)
+
+
 @contextmanager
 def caller_script_hidden():
     """While it holds, a ``__main__`` run from a file path (a user's script: ``python plan.py``)
@@ -134,12 +169,12 @@ class _SpawnPool(ProcessPoolExecutor):
 
 
 def spawn_pool(workers: int) -> ProcessPoolExecutor:
-    """``workers`` fresh (spawned) processes, each with one BLAS thread (:func:`pin_blas_threads`).
+    """``workers`` fresh (spawned) processes, each with one BLAS thread and ordinary pages (:func:`_worker_start`).
     Never forks of this one: a fork copies the locks its other threads (pyarrow's allocator, BLAS)
     hold at that instant, and a child can wait on one forever; a child that dies raises
     BrokenProcessPool in the caller instead of hanging it. A caller's script without a main
     guard is not run again in the children (:func:`caller_script_hidden`)."""
-    return _SpawnPool(workers, mp_context=get_context("spawn"), initializer=pin_blas_threads)
+    return _SpawnPool(workers, mp_context=get_context("spawn"), initializer=_worker_start)
 
 
 def side_by_side(workers: int, fn: Callable, arglists: Sequence[tuple],

@@ -16,7 +16,9 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from racsim import io
 from racsim.analyses import capacity as C
+from racsim.analyses import dispatch
 from racsim.analyses.capacity import feasible, run_capacity
 from racsim.config.schema import register_configs
 from racsim.config.spec import replace_at
@@ -350,6 +352,39 @@ def test_side_by_side_takes_back_what_the_pool_has_not_started():
     assert all(abs(v) == 2 ** i for i, v in got.items())
     assert local[0] == 0 and set(local) >= {0, 3, 4, 5} and set(local) - {0} == set(range(6 - len(local) + 1, 6))
     assert dict(side_by_side(2, pow, [(3, i) for i in range(3)])) == {0: 1, 1: 3, 2: 9}  # without here: all pooled
+
+
+def _hugepages() -> bool:
+    """Whether NumPy now asks for transparent huge pages (reading the switch sets it back)."""
+    switch = io._hugepage_switch()
+    now = switch(False)
+    switch(now)
+    return bool(now)
+
+
+def test_small_pages_holds_while_it_runs_and_in_every_worker_and_gives_the_setting_back(monkeypatch):
+    """racsim.io.small_pages: NumPy asks for no huge pages inside it, even when what it wraps
+    raises, and is left as it was found (a user's process keeps its setting); a spawned worker
+    never asks; racsim.compute runs inside it."""
+    assert io._hugepage_switch() is not None  # the NumPy racsim pins has the switch
+    found = _hugepages()
+    try:
+        for start in (True, False):
+            io._hugepage_switch()(start)
+            with io.small_pages():
+                assert not _hugepages()
+            assert _hugepages() is start
+            with pytest.raises(ZeroDivisionError), io.small_pages():
+                1 / 0
+            assert _hugepages() is start
+        io._hugepage_switch()(True)
+        assert dict(side_by_side(1, io._hugepage_switch(), [(False,)])) == {0: False} and _hugepages()  # its state
+        seen = []
+        monkeypatch.setattr(dispatch, "run", lambda cfg, progress=None: seen.append(_hugepages()))
+        dispatch.compute(types.SimpleNamespace(capacity=types.SimpleNamespace(enabled=False)))
+        assert seen == [False] and _hugepages()
+    finally:
+        io._hugepage_switch()(found)
 
 
 def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):

@@ -29,10 +29,12 @@ from racsim.analyses.sensitivity import run_capacity_sensitivity
 from racsim.analyses.static_study import run_static_study
 from racsim.analyses.tvbound import tv_bound_study
 from racsim.config.schema import RacsimConf
+from racsim.io import small_pages
 
 ANALYSES = {"probe": probe_study, "tv_bound": tv_bound_study}  # study.kind -> analysis; "bias" is the default
 
 
+@small_pages()  # racsim.io.small_pages: the same bits, less system time
 def compute(cfg: RacsimConf, progress: Optional[Any] = None) -> Union[RunResult, CapacityResult]:
     """The results of a scenario's spec (racsim.config.spec.scenario): the capacity search
     when ``capacity.enabled`` (with its sensitivity table when ``capacity.sensitivity.enabled``:
@@ -67,6 +69,7 @@ def run(cfg: RacsimConf, progress: Optional[Any] = None) -> RunResult:
     return res
 
 
+@small_pages()
 def run_many(cfgs: Sequence[RacsimConf]) -> List[Optional[RunResult]]:
     """``run(cfg)`` of each config, byte for byte, for those that are one bias-study cell in
     pipeline mode (computed together: racsim.analyses.bias_study.run_bias_each); None for
