@@ -258,16 +258,16 @@ def test_racsim_capacity_command(tmp_path):
     assert "delay p95 (steps)" in summary
 
 
-def _between_by_hand(ok: dict, step: int) -> list:
+def _between_by_hand(ok: dict, step: int, lowest: int) -> list:
     """A plain loop: walk the evaluated counts downwards from the largest while they meet the targets;
-    the gap to the next one down that fails is where the fewest count may hide."""
+    the gap to the next one down that fails (or to ``lowest``, none failing) is where the fewest count may hide."""
     counts = sorted(ok, reverse=True)
     first = None
     for n in counts:
         if not ok[n]:
             return [] if first is None else [m for m in range(n + 1, first) if m % step == 0]
         first = n
-    return []
+    return [m for m in range(lowest, first) if m % step == 0]
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -280,7 +280,23 @@ def test_between_counts_is_the_gap_below_the_fewest(seed):
     ok = {n: bool(rng.random() < 0.6) for n in counts}
     rows = {n: [{"corrector": "rac", "status": "ok" if ok[n] else "overloaded: load 2 >= capacity.max_load 0.95",
                  "bias_exact_hi": 0.0}] for n in counts}
-    assert between_counts(rows, "rac", {}, step) == _between_by_hand(ok, step)
+    lowest = int(step * rng.integers(1, 4))
+    assert between_counts(rows, "rac", {}, step, lowest) == _between_by_hand(ok, step, lowest)
+
+
+def test_the_fewest_count_is_found_below_a_list_whose_every_count_passes(hydra_ctx, judge_grid):
+    """The list [7, 16]: both meet the targets; the search looks below 7 (the counts under the
+    fewest valid one left out) and finds the full list's answer, saying what it tried. A preemption
+    schedule naming replica 2 makes 3 the fewest valid count."""
+    res = run_capacity(spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[7,16]",
+                            "capacity.max_bias_vs_naive=0.2"))
+    assert res.recommended == judge_grid.recommended < 7 and res.listed == [7, 16]
+    assert res.searched and all(1 <= n < 7 for n in res.searched) and res.recommended in res.searched
+    pre = spec("scenario=capacity/judge_rm_preempt")
+    key = C.count_key(pre, "judge")
+    assert C.fewest_valid(pre, "judge", key, 6) == 3 and C.fewest_valid(pre, "judge", key, 2) == 2
+    tp2 = spec("scenario=capacity/judge_rm_h100", "pipeline.channels.judge.rm.tp=2", "pipeline.channels.judge.rm.gpus=8")
+    assert C.fewest_valid(tp2, "judge", key, 9) == 2 and C.fewest_valid(tp2, "judge", key, 2) == 2
 
 
 def test_the_fewest_count_is_found_whatever_the_list(hydra_ctx, judge_grid):
@@ -410,7 +426,8 @@ def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     assert C.count_seconds(c, "judge") == pytest.approx(requests / C.COUNT_REQUESTS_PER_S)
     monkeypatch.setattr(C, "COUNT_REQUESTS_PER_S", requests / 10.0)  # 10 s a count: the pool pays
     res = run_capacity(c)
-    assert pools == [(2, [6, 7, 8], True)] and sorted(res.curve["count"].unique()) == [6, 7, 8]
+    assert pools[0] == (2, [6, 7, 8], True) and all(n < 6 for n in res.searched)  # then below the list, all passing
+    assert sorted(res.curve["count"].unique()) == sorted({6, 7, 8, *res.searched})
     pools.clear()
     fit["n"] = 1  # this process's run and one more do not fit: one at a time
     run_capacity(c)

@@ -43,6 +43,7 @@ from racsim.config.validate import (check_limits, faults_on, longest_steps, memo
                                     validate)
 from racsim.io import auto_workers, side_by_side
 from racsim.config.validate.pipeline import nominal_step
+from racsim.errors import ConfigError
 from racsim.learner.bias import bootstrap_counts, group_sums
 from racsim.learner.correctors import BLOCKING
 from racsim.pipeline.draws import (draw, fault_timeline, mean_step_seconds, mean_work_seconds,
@@ -857,8 +858,9 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
             first_passing(counts[:-1], evaluate)
     else:
         evaluate_grid(counts)
-    between = between_counts(rows, chosen, targets, units_per_server(cfg, name))
-    if between:  # the fewest count meeting the targets, whatever the list: the counts the list skipped
+    step = units_per_server(cfg, name)
+    between = between_counts(rows, chosen, targets, step, fewest_valid(cfg, name, key, counts[0]))
+    if between:  # the fewest count meeting the targets, whatever the list: the counts it skipped, or those below it
         loads.update(channel_loads(cfg, name, key, between, basis))
         first_passing(between, evaluate)
     if scaled is not None:
@@ -917,18 +919,37 @@ def first_passing(counts: List[int], passes) -> Optional[int]:
     return counts[lo] if lo < len(counts) else None
 
 
-def between_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int) -> List[int]:
+def between_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int,
+                   lowest: int) -> List[int]:
     """The counts (multiples of ``step``: whole servers) strictly between the largest evaluated count that
     fails the targets and the fewest that meets them, above which every evaluated count does: where
-    the fewest count may lie that the list skipped. Empty when they are neighbours, or none meets them."""
+    the fewest count may lie that the list skipped; when every evaluated count meets them, those from
+    ``lowest`` (the fewest the channel can have: :func:`fewest_valid`) up to the first. Empty when
+    they are neighbours, or none meets them."""
     ok = {n: meets(rs, chosen, targets) for n, rs in rows.items()}
     bad = [n for n in ok if not ok[n]]
-    top = max(bad, default=None)
-    above = [n for n in ok if ok[n] and (top is None or n > top)]
-    if top is None or not above:
+    top = max(bad, default=lowest - 1)
+    above = [n for n in ok if ok[n] and n > top]
+    if not above:
         return []
-    first = min(above)
-    return [n for n in range(top + 1, first) if n % step == 0]
+    return [n for n in range(top + 1, min(above)) if n % step == 0]
+
+
+def fewest_valid(cfg: RacsimConf, name: str, key: str, upto: int) -> int:
+    """The fewest count of channel ``name`` (whole servers) below ``upto`` that makes a valid spec
+    whose outage schedule, if any, names only servers it has (one naming replica 2 needs 3), or ``upto``."""
+    step = units_per_server(cfg, name)
+    for n in range(step, upto, step):
+        c = with_count(cfg, key, n)
+        schedule = c.pipeline.channels[name].faults.schedule
+        try:
+            validate(c)
+            if schedule is not None:
+                read_schedule(schedule, f"pipeline.channels.{name}.faults.schedule", n // step)
+        except ConfigError:
+            continue
+        return n
+    return upto
 
 
 def fewest(curve: pd.DataFrame, corrector: str) -> Optional[int]:

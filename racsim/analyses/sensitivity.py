@@ -32,8 +32,8 @@ import pandas as pd
 
 from racsim.analyses.bias_study import corrector_names
 from racsim.analyses.capacity import (CapacityResult, channel_loads, channel_of, count_key, count_note, count_rows,
-                                      first_passing, fixed_pool, meets, pool_size, run_capacity, targets_of,
-                                      units_per_server)
+                                      fewest_valid, first_passing, fixed_pool, meets, pool_size, run_capacity,
+                                      steps_that_fit, targets_of, units_per_server)
 from racsim.config.schema import LatencyConf, RacsimConf
 from racsim.config.spec import replace_at
 from racsim.config.validate import check_limits, sensitivity_inputs, validate
@@ -119,7 +119,8 @@ def vary(cfg: RacsimConf, name: str, what: str, factor: float) -> RacsimConf:
 
 def variants(cfg: RacsimConf) -> List[Variant]:
     """Every input of ``capacity.sensitivity`` moved down and up, each variant's spec validated and
-    checked against ``limits`` (before any count is simulated: a bad one is refused naming
+    checked against ``limits`` with its longest run lowered to what fits as the base search's is
+    (:func:`~racsim.analyses.capacity.steps_that_fit`; before any count is simulated: a bad one is refused naming
     ``capacity.sensitivity.spread``);
     a move that leaves the input as given (an MFU of 1 moved up, a batch of 1 down) is left out."""
     validate(cfg)
@@ -132,6 +133,7 @@ def variants(cfg: RacsimConf) -> List[Variant]:
             v = vary(cfg, name, what, factor)
             try:
                 validate(v)
+                v = steps_that_fit(v)[0]  # as the base search does: its longest run lowered to what fits
                 check_limits(v)
             except ConfigError as e:
                 raise ConfigError("capacity.sensitivity.spread", s.spread,
@@ -216,7 +218,8 @@ def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None
     for v in planned:
         spec = fixed_pool(v.spec, name) if v.spec.pipeline.channels[name].autoscale is not None else v.spec
         units = units_per_server(spec, name)
-        counts = [n for n in range(min(res.listed), max(res.listed) + 1) if n % units == 0]
+        lowest = fewest_valid(spec, name, res.key, min(res.listed))  # the fewest may lie below the list
+        counts = [n for n in range(lowest, max(res.listed) + 1) if n % units == 0]
         jobs.append((v, judged_only(spec, chosen), counts, round(v.value / v.base - 1.0, 12)))
     simulated = res.curve[res.curve.status == "ok"]["count"].nunique()
     workers = pool_size(planned[0].spec, res.timings.get("runs_s", 0.0) / max(simulated, 1), len(jobs)) if jobs else 1
