@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -14,12 +15,14 @@ import pytest
 
 from racsim.analyses.capacity import (batch_units, channel_intervals, first_length, interval_units, regime_cycle,
                                       regime_scales, regime_window, run_capacity, sized_run)
+from racsim.analyses.capacity import BATCH_CYCLES
 from racsim.config.defaults import compose_config
 from racsim.config.spec import replace_at, scenario
 from racsim.pipeline import steady
 from racsim.pipeline.draws import draw
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, UNROUTED
+from racsim.report.capacity import interval_units_text, method_text
 from racsim.tools.seeds import main as seeds_main, seed_answers, seed_statement
 
 JUDGE_STEP = 6.0 + 1.0 + 0.1 + 1.5  # capacity/judge_rm_h100's phases: generate, fast_score, submit, update (s)
@@ -278,3 +281,22 @@ def test_the_answer_at_20_seeds_is_the_documented_one(name):
     row = re.search(rf"^\| {re.escape(name)} \| ([^|]+) \|", text, re.M)
     assert row, f"docs/capacity.md has no capacity.seeds row for {name}"
     assert got == row.group(1).strip() and "at all 20 seeds" in got, (got, row.group(1))
+
+
+@pytest.mark.parametrize("scen, regime", [("capacity/judge_rm_faults", "faults"), ("capacity/judge_rm_autoscale", "autoscale"),
+                                          ("capacity/judge_rm_h100", None), ("capacity/judge_rm_preempt", None)])
+def test_the_summary_says_what_the_intervals_resample(scen, regime):
+    """summary.md's method names the units interval_units resamples: batches of BATCH_CYCLES cycles of the
+    slowest regime (its name and cycle) where there is one, else the trials; never a percentile over trials
+    for the bias."""
+    cfg = spec(f"scenario={scen}")
+    res = SimpleNamespace(channel="judge", level=0.95, max_load=0.95)
+    text = interval_units_text(res, cfg)
+    assert (regime_cycle(cfg, "judge") > 0) == (regime is not None)  # interval_units cuts batches by it
+    if regime is None:
+        assert text.startswith(f"the {cfg.learner.trials} trials")
+    else:
+        assert f"batches of at least {BATCH_CYCLES} cycles" in text
+        assert f"({regime}: {regime_cycle(cfg, 'judge')} steps a cycle)" in text
+    method = method_text(res, cfg)
+    assert text in method and "bootstrap-t" in method and "percentile interval" not in method

@@ -8,7 +8,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from racsim.analyses.capacity import TARGET_FIGURES, CapacityResult
+from racsim.analyses.capacity import BATCH_CYCLES, TARGET_FIGURES, CapacityResult, regime_cycle, regime_scales
 from racsim.config.schema import RacsimConf
 from racsim.pipeline.steady import N_BATCHES, TREND_P
 from racsim.io import atomic_write, fmt, write_text
@@ -295,11 +295,26 @@ def method_text(res: CapacityResult, cfg: RacsimConf) -> str:
             "simulated and never recommended. Each other count is simulated; its steady state is read off the "
             f"requests in {res.channel} at each step's start (mean over the trials). Warm-up: {warm}. Run length: "
             f"{length}: at least {2 * N_BATCHES} steps after the warm-up, and its {N_BATCHES} batch means show no "
-            f"trend (least-squares slope p >= {TREND_P:g}). Intervals: every figure's "
-            f"{res.level:.0%} percentile interval over {cap.resamples} resamples of the {cfg.learner.trials} trials "
-            "(independent replications of the pipeline from empty; the bias from each trial's mean correction "
-            "weights, paired with naive's for the ratio). A count meets a target when the upper end of the "
-            "figure's interval does, and its status is ok (load below max_load, stationary).")
+            f"trend (least-squares slope p >= {TREND_P:g}). Intervals: every figure's {res.level:.0%} interval "
+            f"over {cap.resamples} resamples of {interval_units_text(res, cfg)}: the exact bias from the mean "
+            "correction weights of the updates in the resampled units, each channel's mean by a bootstrap-t "
+            "(studentized) replicate pushed through eq. (2)'s norm (paired with naive's for the ratio); delay and "
+            "sojourn quantiles from the pooled values weighted by each unit's resample count; the dropped share by "
+            "a bootstrap-t of its ratio; the busy share and the seconds per step by percentiles. A count meets a "
+            "target when the upper end of the figure's interval does, and its status is ok (load below max_load, "
+            "stationary).")
+
+
+def interval_units_text(res: CapacityResult, cfg: RacsimConf) -> str:
+    """What a count's intervals resample (racsim.analyses.capacity.interval_units), in words."""
+    trials = f"the {cfg.learner.trials} trials (independent replications of the pipeline from empty)"
+    cycle = regime_cycle(cfg, res.channel)
+    if not cycle:
+        return trials
+    slowest = max((k for k in regime_scales(cfg, res.channel) if k != "schedule"),
+                  key=regime_scales(cfg, res.channel).get)
+    return (f"batches of at least {BATCH_CYCLES} cycles of the slowest regime ({slowest}: {cycle} steps a cycle) cut "
+            f"from the steady windows of {trials[:-1]}; a window that holds fewer is one batch)")
 
 
 def autoscale_verdict(table: pd.DataFrame, corrector: str) -> str:
