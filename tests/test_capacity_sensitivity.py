@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_module
 
-from racsim.analyses.capacity import run_capacity
+from racsim.analyses.capacity import run_capacity, steps_that_fit
 from racsim.analyses.sensitivity import fewest_from, run_capacity_sensitivity, scaled_law, variants, vary
 from racsim.config.schema import LatencyConf, register_configs
 from racsim.config.spec import replace_at, scenario as spec_of
-from racsim.config.validate import validate
+from racsim.config.validate import check_limits, memory_room, run_estimate, validate
 from racsim.errors import ConfigError
 from racsim.pipeline.latency import build_latency
 from racsim.report.capacity import sensitivity_text
@@ -111,6 +111,24 @@ def test_a_variant_that_is_no_valid_input_is_refused_before_the_search(hydra_ctx
     with pytest.raises(ConfigError) as info:
         run_capacity_sensitivity(cfg)
     assert info.value.key == "capacity.sensitivity.spread"
+
+
+def test_a_variant_whose_longest_run_does_not_fit_is_lowered_as_the_base_is(hydra_ctx):
+    """A memory budget that holds the first run but not the longest (capacity.max_steps): the base
+    search lowers max_steps with a note, and so does every variant, instead of refusing the spread
+    (the 16x deployment of docs/capacity.md was refused so); a variant's runs then fit."""
+    cfg = spec("scenario=capacity/judge_rm_h100", "capacity.max_steps=640")
+    first = run_estimate(replace_at(cfg, "capacity.max_steps", cfg.pipeline.steps))["memory"]
+    tight = replace_at(cfg, "limits.memory_gb", 4 * first / 1e9)
+    base, note = steps_that_fit(tight)
+    assert note is not None and base.capacity.max_steps < 640
+    with pytest.raises(ConfigError):
+        check_limits(tight)  # what the variants met before
+    planned = variants(tight)
+    assert {v.input for v in planned} == {"mfu", "tokens", "batch_size"}
+    for v in planned:
+        assert cfg.pipeline.steps <= v.spec.capacity.max_steps < 640, (v.input, v.value)
+        assert run_estimate(v.spec)["memory"] <= memory_room(v.spec)
 
 
 def test_the_batch_moves_to_the_nearest_other_integer(hydra_ctx):
