@@ -98,13 +98,14 @@ def pin_blas_threads():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def _hugepage_switch() -> Optional[Callable[[bool], bool]]:
-    """NumPy's switch for asking the kernel for transparent huge pages under its large arrays
-    (``enabled -> previous``), or None where this NumPy has none."""
+def _hugepages(on: bool) -> Optional[bool]:
+    """Whether NumPy asks the kernel for transparent huge pages under its large arrays, set to
+    ``on``: the setting before, or None where this NumPy has no such switch."""
     import numpy
 
     core = getattr(numpy, "_core", None) or getattr(numpy, "core", None)
-    return getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+    switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+    return None if switch is None else bool(switch(on))
 
 
 @contextmanager
@@ -115,22 +116,19 @@ def small_pages() -> Iterator[None]:
     array of hundreds of MB pays it in system time; a capacity count allocates dozens. The
     faulty judge's search on 2 cores: 18 s of system time with huge pages, 9 s without.
     The bits are the same either way."""
-    switch = _hugepage_switch()
-    before = switch(False) if switch is not None else None
+    before = _hugepages(False)
     try:
         yield
     finally:
-        if switch is not None:
-            switch(before)
+        if before is not None:
+            _hugepages(before)
 
 
 def _worker_start() -> None:
     """A spawned worker's settings, for its life: one BLAS thread (:func:`pin_blas_threads`),
     ordinary pages (:func:`small_pages`)."""
     pin_blas_threads()
-    switch = _hugepage_switch()
-    if switch is not None:
-        switch(False)
+    _hugepages(False)
 
 
 @contextmanager

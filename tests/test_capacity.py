@@ -372,35 +372,34 @@ def test_side_by_side_takes_back_what_the_pool_has_not_started():
 
 def _hugepages() -> bool:
     """Whether NumPy now asks for transparent huge pages (reading the switch sets it back)."""
-    switch = io._hugepage_switch()
-    now = switch(False)
-    switch(now)
-    return bool(now)
+    now = io._hugepages(False)
+    io._hugepages(now)
+    return now
 
 
 def test_small_pages_holds_while_it_runs_and_in_every_worker_and_gives_the_setting_back(monkeypatch):
     """racsim.io.small_pages: NumPy asks for no huge pages inside it, even when what it wraps
     raises, and is left as it was found (a user's process keeps its setting); a spawned worker
     never asks; racsim.compute runs inside it."""
-    assert io._hugepage_switch() is not None  # the NumPy racsim pins has the switch
     found = _hugepages()
+    assert found is not None  # the NumPy racsim pins has the switch
     try:
         for start in (True, False):
-            io._hugepage_switch()(start)
+            io._hugepages(start)
             with io.small_pages():
                 assert not _hugepages()
             assert _hugepages() is start
             with pytest.raises(ZeroDivisionError), io.small_pages():
                 1 / 0
             assert _hugepages() is start
-        io._hugepage_switch()(True)
-        assert dict(side_by_side(1, io._hugepage_switch(), [(False,)])) == {0: False} and _hugepages()  # its state
+        io._hugepages(True)
+        assert dict(side_by_side(1, io._hugepages, [(False,)])) == {0: False} and _hugepages()  # the worker's setting
         seen = []
         monkeypatch.setattr(dispatch, "run", lambda cfg, progress=None: seen.append(_hugepages()))
         dispatch.compute(types.SimpleNamespace(capacity=types.SimpleNamespace(enabled=False)))
         assert seen == [False] and _hugepages()
     finally:
-        io._hugepage_switch()(found)
+        io._hugepages(found)
 
 
 def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):

@@ -311,8 +311,8 @@ def interval_units_text(res: CapacityResult, cfg: RacsimConf) -> str:
     cycle = regime_cycle(cfg, res.channel)
     if not cycle:
         return trials
-    slowest = max((k for k in regime_scales(cfg, res.channel) if k != "schedule"),
-                  key=regime_scales(cfg, res.channel).get)
+    scales = {k: v for k, v in regime_scales(cfg, res.channel).items() if k != "schedule"}
+    slowest = max(scales, key=scales.get)
     return (f"batches of at least {BATCH_CYCLES} cycles of the slowest regime ({slowest}: {cycle} steps a cycle) cut "
             f"from the steady windows of {trials[:-1]}; a window that holds fewer is one batch)")
 
