@@ -113,8 +113,9 @@ def small_pages() -> Iterator[None]:
     """While it holds, NumPy's large arrays live on ordinary pages: NumPy asks the kernel for
     transparent huge pages, and where the kernel compacts memory to grant them
     (``/sys/kernel/mm/transparent_hugepage/defrag`` = madvise, a common default) every fresh
-    array of hundreds of MB pays it in system time; a capacity count allocates dozens. The
-    faulty judge's search on 2 cores: 18 s of system time with huge pages, 9 s without.
+    array of hundreds of MB pays it in system time; a capacity count allocates dozens
+    (``racsim scenario=capacity/judge_rm_faults`` on 2 cores: 18 s of system time with huge
+    pages, 9 s without).
     The bits are the same either way."""
     before = _hugepages(False)
     try:

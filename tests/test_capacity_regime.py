@@ -300,3 +300,5 @@ def test_the_summary_says_what_the_intervals_resample(scen, regime):
         assert f"({regime}: {regime_cycle(cfg, 'judge')} steps a cycle)" in text
     method = method_text(res, cfg)
     assert text in method and "bootstrap-t" in method and "percentile interval" not in method
+    # steady.quantile_interval inverts the exceedance share's interval; the busy share resamples whole trials
+    assert "quantile by inverting" in method and "busy share (whole trials resampled)" in method

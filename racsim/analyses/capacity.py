@@ -269,12 +269,20 @@ def regime_scales(cfg: RacsimConf, name: str) -> Dict[str, float]:
     return out
 
 
+def slowest_regime(cfg: RacsimConf, name: str) -> Tuple[str, int]:
+    """The slowest recurring regime (:func:`regime_scales` but a schedule's span) and its cycle
+    in whole steps (a batch of the intervals' batch means holds :data:`BATCH_CYCLES` of them);
+    ('', 0) when there is none or ``capacity.regime_cycles`` is 0."""
+    scales = {k: v for k, v in regime_scales(cfg, name).items() if k != "schedule"}
+    if not scales or not cfg.capacity.regime_cycles:
+        return "", 0
+    kind = max(scales, key=scales.get)
+    return kind, int(np.ceil(scales[kind]))
+
+
 def regime_cycle(cfg: RacsimConf, name: str) -> int:
-    """The slowest recurring regime's cycle (:func:`regime_scales` but a schedule's span), in
-    whole steps (a batch of the intervals' batch means holds :data:`BATCH_CYCLES` of them); 0 when
-    there is none or ``capacity.regime_cycles`` is 0."""
-    scales = [v for k, v in regime_scales(cfg, name).items() if k != "schedule"]
-    return int(np.ceil(max(scales))) if scales and cfg.capacity.regime_cycles else 0
+    """The cycle of :func:`slowest_regime`, in whole steps (0: none)."""
+    return slowest_regime(cfg, name)[1]
 
 
 def regime_warmup(cfg: RacsimConf, name: str) -> Optional[int]:

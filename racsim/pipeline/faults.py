@@ -247,19 +247,16 @@ class Timeline:
         pair = lanes * self.servers + server  # flat indices: one take each, not 3-array fancy indexing
         at = self._at.reshape(-1)
         i = pair * width + at.take(pair)
+        back = up.take(i - 1) > t  # the outage before ends after t (the leading one never does)
+        while back.any():
+            i = i - back
+            back = up.take(i - 1) > t
         u = up.take(i)
-        if (up.take(i - 1) > t).any() or (u <= t).any():
-            while True:  # back: the outage before ends after t (the leading one never does)
-                back = up.take(i - 1) > t
-                if not back.any():
-                    break
-                i = i - back
-            while True:
-                fwd = up.take(i) <= t
-                if not fwd.any():
-                    break
-                i = i + fwd
+        fwd = u <= t  # this one ends by t
+        while fwd.any():
+            i = i + fwd
             u = up.take(i)
+            fwd = u <= t
         at[pair] = i - pair * width
         return down.take(i), u
 

@@ -8,7 +8,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from racsim.analyses.capacity import BATCH_CYCLES, TARGET_FIGURES, CapacityResult, regime_cycle, regime_scales
+from racsim.analyses.capacity import BATCH_CYCLES, TARGET_FIGURES, CapacityResult, slowest_regime
 from racsim.config.schema import RacsimConf
 from racsim.pipeline.steady import N_BATCHES, TREND_P
 from racsim.io import atomic_write, fmt, write_text
@@ -298,23 +298,22 @@ def method_text(res: CapacityResult, cfg: RacsimConf) -> str:
             f"trend (least-squares slope p >= {TREND_P:g}). Intervals: every figure's {res.level:.0%} interval "
             f"over {cap.resamples} resamples of {interval_units_text(res, cfg)}: the exact bias from the mean "
             "correction weights of the updates in the resampled units, each channel's mean by a bootstrap-t "
-            "(studentized) replicate pushed through eq. (2)'s norm (paired with naive's for the ratio); delay and "
-            "sojourn quantiles from the pooled values weighted by each unit's resample count; the dropped share by "
-            "a bootstrap-t of its ratio; the busy share and the seconds per step by percentiles. A count meets a "
+            "(studentized) replicate pushed through eq. (2)'s norm (paired with naive's for the ratio); the dropped "
+            "share by a bootstrap-t of its ratio; a delay or sojourn quantile by inverting that of the share of "
+            "values above it; the busy share (whole trials resampled) and the seconds per step by percentiles. "
+            "A count meets a "
             "target when the upper end of the figure's interval does, and its status is ok (load below max_load, "
             "stationary).")
 
 
 def interval_units_text(res: CapacityResult, cfg: RacsimConf) -> str:
     """What a count's intervals resample (racsim.analyses.capacity.interval_units), in words."""
-    trials = f"the {cfg.learner.trials} trials (independent replications of the pipeline from empty)"
-    cycle = regime_cycle(cfg, res.channel)
+    trials = f"the {cfg.learner.trials} trials (independent replications of the pipeline from empty"
+    kind, cycle = slowest_regime(cfg, res.channel)
     if not cycle:
-        return trials
-    scales = {k: v for k, v in regime_scales(cfg, res.channel).items() if k != "schedule"}
-    slowest = max(scales, key=scales.get)
-    return (f"batches of at least {BATCH_CYCLES} cycles of the slowest regime ({slowest}: {cycle} steps a cycle) cut "
-            f"from the steady windows of {trials[:-1]}; a window that holds fewer is one batch)")
+        return trials + ")"
+    return (f"batches of at least {BATCH_CYCLES} cycles of the slowest regime ({kind}: {cycle} steps a cycle) cut "
+            f"from the steady windows of {trials}; a window that holds fewer is one batch)")
 
 
 def autoscale_verdict(table: pd.DataFrame, corrector: str) -> str:
