@@ -73,6 +73,15 @@ def test_a_capacity_plan_returns_its_curve(tmp_path, empty_cwd):
     assert t.recommended == t.raw.recommended and (t.recommended is None or t.recommended <= 8)
 
 
+def test_a_plan_whose_every_count_is_overloaded_returns_empty_run_tables(tmp_path, empty_cwd):
+    """Every listed count overloaded: nothing simulated, no answer; racsim.run returns the curve and
+    empty results and channels (it raised AttributeError), as the command writes capacity.csv alone."""
+    scenario, overrides = CAPACITY
+    t = racsim.run(scenario, overrides=[*overrides, "capacity.counts=[1,2]", "capacity.sensitivity.enabled=false"])
+    assert t.recommended is None and t.raw.best is None and set(t.curve["status"].str[:10]) == {"overloaded"}
+    assert t.results.empty and t.channels.empty and sorted(t.curve["count"].unique()) == [1, 2]
+
+
 def test_out_writes_the_clis_folder(tmp_path, empty_cwd):
     ok(racsim_cli(tmp_path, *QUIET, *run_dir_args(tmp_path / "cli")))
     out = tmp_path / "api"

@@ -34,7 +34,8 @@ class Tables:
     """What :func:`run` returns: the run's tables, as the files of the same names in a run folder."""
 
     results: "pd.DataFrame"  # one row per corrector (and cell of a study grid); capacity: at the recommended count
-    channels: "pd.DataFrame"  # one row per slow channel (capacity: at the recommended count)
+    # (or the largest simulated; empty when every count is overloaded)
+    channels: "pd.DataFrame"  # one row per slow channel (capacity: at the recommended count; empty likewise)
     curve: "Optional[pd.DataFrame]" = None  # capacity planning: one row per count and corrector (capacity.csv)
     recommended: Optional[int] = None  # capacity planning: the fewest units meeting the targets (None: no count)
     sensitivity: "Optional[pd.DataFrame]" = None  # capacity: the answer with each guessed input moved (sensitivity.csv)
@@ -60,8 +61,12 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
     res = _friendly(given, lambda: J.compute(spec), (ConfigError, OmegaConfBaseException))
     files = _write(Path(out), cfg, spec, res, given, time.perf_counter() - t0) if out is not None else []
     if isinstance(res, J.CapacityResult):  # its results and channels: the run at the recommended (or largest) count
-        return Tables(results=res.best.results, channels=res.best.channels, curve=res.curve,
-                      recommended=res.recommended, sensitivity=res.sensitivity, config=cfg, raw=res, files=files)
+        import pandas as pd
+
+        best = res.best  # None: every count overloaded, none simulated (the CLI writes capacity.csv alone)
+        return Tables(results=best.results if best else pd.DataFrame(), channels=best.channels if best else pd.DataFrame(),
+                      curve=res.curve, recommended=res.recommended, sensitivity=res.sensitivity, config=cfg, raw=res,
+                      files=files)
     return Tables(results=res.results, channels=res.channels, config=cfg, raw=res, files=files)
 
 
