@@ -300,12 +300,16 @@ def test_the_fewest_count_is_found_below_a_list_whose_every_count_passes(hydra_c
 
 
 def test_the_fewest_count_is_found_whatever_the_list(hydra_ctx, judge_grid):
-    """The list [4, 16] skips 5-15: the search finds the same fewest count as the full list, and says
-    which counts it tried beyond the list."""
+    """The list [3, 16] skips 4-15: the search finds the same fewest count as the full list, and says
+    which counts it tried beyond the list. The load binds here: the search simulates the fewest
+    count below the load bound and nothing else, and shows the overloaded one beneath it (no run)."""
     res = run_capacity(spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[3,16]",
                             "capacity.max_bias_vs_naive=0.2"))
     assert res.recommended == judge_grid.recommended and res.listed == [3, 16]
     assert res.searched and all(3 < n < 16 for n in res.searched) and res.recommended in res.searched
+    able = [n for n in range(4, 16) if res.loads[n]["load"] < res.max_load]
+    assert res.searched == [able[0] - 1, able[0]] and res.recommended == able[0]
+    assert res.curve[res.curve["count"] == able[0] - 1]["status"].str.startswith("overloaded").all()
     from racsim.report.capacity import recommendation_text
 
     assert "the search tried" in recommendation_text(res)

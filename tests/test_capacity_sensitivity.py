@@ -13,7 +13,8 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from racsim.analyses.capacity import run_capacity, steps_that_fit
-from racsim.analyses.sensitivity import fewest_from, run_capacity_sensitivity, scaled_law, variants, vary
+from racsim.analyses.capacity import fewest_from
+from racsim.analyses.sensitivity import run_capacity_sensitivity, scaled_law, variants, vary
 from racsim.config.schema import LatencyConf, register_configs
 from racsim.config.spec import replace_at, scenario as spec_of
 from racsim.config.validate import check_limits, memory_room, run_estimate, validate

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -391,7 +391,7 @@ def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
         spent += time.perf_counter() - t0
         requests += requests_per_schedule(c)
         series = steady.in_system(sched, sched.channel_names.index(name))
-        v = steady.trials_verdict(series, given) if need else steady.verdict(series.mean(axis=0), given)
+        v = steady.trials_verdict(series, given) if need else steady.verdict(series, given)
         if (v.stationary and steps - v.warmup >= need) or not auto:
             return Sized(c, draws, sched, v, steps, spent, requests)
         if steps * 2 > cap.max_steps:  # no longer run allowed: a window short of the regimes' is no steady state
@@ -870,7 +870,12 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     between = between_counts(rows, chosen, targets, step, fewest_valid(cfg, name, key, counts[0]))
     if between:  # the fewest count meeting the targets, whatever the list: the counts it skipped, or those below it
         loads.update(channel_loads(cfg, name, key, between, basis))
-        first_passing(between, evaluate)
+        over = [n for n in between if loads[n]["load"] >= cap.max_load]  # a prefix: they fail, no run
+        if over:
+            evaluate(over[-1])  # its row shows where the load bound sits
+        able = between[len(over):]
+        if able:  # where the load binds, as it often does, the answer in one run
+            fewest_from(able, 0, evaluate)
     if scaled is not None:
         for n in (a.min * units, a.max * units):
             evaluate(n)
@@ -925,6 +930,32 @@ def first_passing(counts: List[int], passes) -> Optional[int]:
         else:
             lo = mid + 1
     return counts[lo] if lo < len(counts) else None
+
+
+def fewest_from(counts: List[int], start: int, passes: Callable[[int], bool]) -> Optional[int]:
+    """The fewest of ``counts`` (ascending) for which ``passes`` holds (monotone in the count), searched
+    from index ``start``: galloping away from it 1, 2, 4... places until the answer is bracketed,
+    then bisecting inside (:func:`first_passing`): exponential search (Bentley & Yao 1976), about
+    2 log2(d) evaluations for an answer d places from the start. None when none passes."""
+    lo, hi, step = -1, len(counts), 1  # counts[lo] fails, counts[hi] passes (-1, len: none known)
+    if passes(counts[start]):
+        hi = start
+        while hi > 0:
+            j = max(hi - step, 0)
+            if not passes(counts[j]):
+                lo = j
+                break
+            hi, step = j, 2 * step
+    else:
+        lo = start
+        while lo < len(counts) - 1:
+            j = min(lo + step, len(counts) - 1)
+            if passes(counts[j]):
+                hi = j
+                break
+            lo, step = j, 2 * step
+    inside = first_passing(counts[lo + 1:hi], passes)
+    return inside if inside is not None else (counts[hi] if hi < len(counts) else None)
 
 
 def between_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int,

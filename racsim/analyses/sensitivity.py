@@ -10,7 +10,7 @@ range of counts as the plain search (the listed counts' smallest to largest, who
 Cheaply: the base answer n and its offered load are known, so each variant's long-run loads
 (:func:`~racsim.analyses.capacity.channel_loads`, no simulation) rule out its overloaded counts
 and name where to start: the count whose load is nearest the base answer's. From there an
-exponential search (:func:`fewest_from`) brackets the variant's fewest passing count and
+exponential search (:func:`~racsim.analyses.capacity.fewest_from`) brackets the variant's fewest passing count and
 bisects inside the bracket (:func:`~racsim.analyses.capacity.first_passing`); usually one or two
 counts are simulated per variant, all near its answer. The counts above are not simulated: where
 one of them fails (not stationary within ``capacity.max_steps``, say), a plain run, which needs
@@ -32,7 +32,7 @@ import pandas as pd
 
 from racsim.analyses.bias_study import corrector_names
 from racsim.analyses.capacity import (CapacityResult, channel_loads, channel_of, count_key, count_note, count_rows,
-                                      fewest_valid, first_passing, fixed_pool, meets, pool_size, run_capacity,
+                                      fewest_from, fewest_valid, fixed_pool, meets, pool_size, run_capacity,
                                       steps_that_fit, targets_of, units_per_server)
 from racsim.config.schema import LatencyConf, RacsimConf
 from racsim.config.spec import replace_at
@@ -144,32 +144,6 @@ def variants(cfg: RacsimConf) -> List[Variant]:
     return out
 
 
-def fewest_from(counts: List[int], start: int, passes: Callable[[int], bool]) -> Optional[int]:
-    """The fewest of ``counts`` (ascending) for which ``passes`` holds (monotone in the count), searched
-    from index ``start``: galloping away from it 1, 2, 4... places until the answer is bracketed,
-    then bisecting inside (:func:`first_passing`): exponential search (Bentley & Yao 1976), about
-    2 log2(d) evaluations for an answer d places from the start. None when none passes."""
-    lo, hi, step = -1, len(counts), 1  # counts[lo] fails, counts[hi] passes (-1, len: none known)
-    if passes(counts[start]):
-        hi = start
-        while hi > 0:
-            j = max(hi - step, 0)
-            if not passes(counts[j]):
-                lo = j
-                break
-            hi, step = j, 2 * step
-    else:
-        lo = start
-        while lo < len(counts) - 1:
-            j = min(lo + step, len(counts) - 1)
-            if passes(counts[j]):
-                hi = j
-                break
-            lo, step = j, 2 * step
-    inside = first_passing(counts[lo + 1:hi], passes)
-    return inside if inside is not None else (counts[hi] if hi < len(counts) else None)
-
-
 def judged_only(cfg: RacsimConf, chosen: str) -> RacsimConf:
     """The spec with only the correctors a count's verdict reads: ``chosen`` and naive (the
     reference of its bias ratio). Each corrector's figures come from the same schedule on their
@@ -183,7 +157,7 @@ def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen
     """The fewest of ``counts`` meeting the capacity targets for the spec ``cfg`` (with ``chosen``),
     and the counts simulated to find it: overloaded counts (long-run load, no simulation) fail;
     the search starts at the count whose load is nearest ``start_load`` (the fewest of two as near;
-    :func:`fewest_from`). ``say(n, note, k)``: progress on count ``n`` (k = 1: evaluated, its
+    :func:`~racsim.analyses.capacity.fewest_from`). ``say(n, note, k)``: progress on count ``n`` (k = 1: evaluated, its
     :func:`~racsim.analyses.capacity.count_note`; k = 0: its run doubled)."""
     name = channel_of(cfg)
     key, targets = count_key(cfg, name), targets_of(cfg)

@@ -33,13 +33,10 @@ N_BATCHES = 10  # batch means of the measured window for the stationarity verdic
 TREND_P = 0.01  # a slope of the batch means significant at this level is a trend
 
 
-def mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
-    """MSER-m truncation point of the series ``x`` (in its own index units, a multiple of ``m``):
-    the d minimising sum_{j > d} (Z_j - mean(Z_{>d}))^2 / (b - d)^2 over the b batch means Z of
-    ``m`` consecutive values (a trailing partial batch dropped), d searched in the first half of
-    the batches, as the method prescribes (past it the criterion is too noisy to read). None when
-    the minimum sits on the half's edge (the warm-up may go on past it: the run is too short to
-    show where it ends) or there are fewer than 4 batches."""
+def mser_criterion(x: np.ndarray, m: int = MSER_BATCH) -> Optional[np.ndarray]:
+    """MSER-m's criterion at each truncation d (in batches) over the first half of the b batch
+    means Z of ``m`` consecutive values of ``x`` (a trailing partial batch dropped):
+    sum_{j > d} (Z_j - mean(Z_{>d}))^2 / (b - d)^2 for d = 0 .. b // 2; None with fewer than 4 batches."""
     x = np.asarray(x, dtype=np.float64)
     b = x.size // m
     if b < 4:
@@ -51,8 +48,42 @@ def mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
     s2 = np.cumsum((z * z)[::-1])[::-1]
     half = b // 2
     sse = np.maximum(s2[: half + 1] - s1[: half + 1] ** 2 / n[: half + 1], 0.0)
-    d = int(np.argmin(sse / n[: half + 1] ** 2))
-    return None if d == half else d * m
+    return sse / n[: half + 1] ** 2
+
+
+def mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
+    """MSER-m truncation point of the series ``x`` (in its own index units, a multiple of ``m``):
+    the d minimising :func:`mser_criterion`, searched in the first half of the batches, as the
+    method prescribes (past it the criterion is too noisy to read). None when the minimum sits
+    on the half's edge (the warm-up may go on past it: the run is too short to show where it
+    ends) or there are fewer than 4 batches."""
+    crit = mser_criterion(x, m)
+    if crit is None:
+        return None
+    d = int(np.argmin(crit))
+    return None if d == crit.size - 1 else d * m
+
+
+def replicated_mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
+    """MSER-m truncation point of a (trials, steps) series of independent replications: :func:`mser`
+    on their mean; where its minimum sits on the half's edge, the edge itself if the trials say
+    the warm-up is over there: the batch of ``m`` steps before the edge at the level of the window
+    after it (each trial's difference, their mean tested against 0 by :func:`mean_zero_p`) and no
+    trend in the window (:func:`trials_slope_p`), both p >= :data:`TREND_P`; else None. The edge
+    is where a stationary mean's criterion often ends by chance (on AR(1) noise, 1 time in 6 at
+    40 steps), which doubled the run for nothing; a warm-up still under way shows in the trials
+    as a last batch off the window's level or a slope. Under 3 trials: :func:`mser` on their mean."""
+    x = np.asarray(x, dtype=np.float64)
+    crit = mser_criterion(x.mean(axis=0), m)
+    if crit is None:
+        return None
+    d = int(np.argmin(crit)) * m
+    if d < (crit.size - 1) * m:
+        return d
+    if x.shape[0] < 3:
+        return None
+    level = mean_zero_p(x[:, d - m:d].mean(axis=1) - x[:, d:].mean(axis=1))
+    return d if level >= TREND_P and trials_slope_p(x[:, d:]) >= TREND_P else None
 
 
 def batch_means(x: np.ndarray, k: int) -> np.ndarray:
@@ -110,20 +141,25 @@ class Verdict:
 
 
 def verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCHES) -> Verdict:
-    """The steady-state verdict on one per-step series ``x``: the warm-up by MSER-5 unless
-    ``warmup`` is given, at least 2k steps after it, and the window's ``k`` batch means with no
-    trend (least-squares slope p >= :data:`TREND_P`). The intervals themselves come from the
-    independent trials, so batch means only need to show the drift of a queue without a steady
-    state. Measured on AR(1) noise: a stationary series is flagged 1 time in 6 at 40 steps (mostly
-    MSER-5's edge: it then runs longer), 1 in 80 at 200 steps; a drift of 10 noise standard
-    deviations over the run is always seen (tests/test_capacity_steady.py)."""
+    """The steady-state verdict on a per-step series ``x``, one series or (trials, steps)
+    independent replications (the verdict then reads their mean): the warm-up by MSER-5
+    (:func:`mser`; of replications :func:`replicated_mser`) unless ``warmup`` is given, at least 2k
+    steps after it, and the window's ``k`` batch means with no trend (least-squares slope p >=
+    :data:`TREND_P`). The intervals themselves come from the independent trials, so batch means
+    only need to show the drift of a queue without a steady state. Measured on AR(1) noise: one
+    stationary series is flagged 1 time in 6 at 40 steps (mostly MSER-5's edge: it then runs
+    longer), 1 in 80 at 200 steps; 20 replications' mean far less often at 40 steps (the trials
+    clear the edge); a drift of 10 noise standard deviations over the run is always seen
+    (tests/test_capacity_steady.py)."""
     x = np.asarray(x, dtype=np.float64)
     if warmup is None:
-        d = mser(x)
+        d = mser(x) if x.ndim == 1 else replicated_mser(x)
         if d is None:
-            return Verdict(x.size // 2, False, "warm-up not over by the middle of the run (MSER-5)")
+            return Verdict(x.shape[-1] // 2, False, "warm-up not over by the middle of the run (MSER-5)")
     else:
         d = int(warmup)
+    if x.ndim == 2:
+        x = x.mean(axis=0)
     window = x[d:]
     if window.size < 2 * k:
         return Verdict(d, False, f"{window.size} steps after the warm-up: fewer than {2 * k}")
@@ -146,22 +182,33 @@ def trials_verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCH
     x = np.asarray(x, dtype=np.float64)
     if x.shape[0] < 3:
         return verdict(x.mean(axis=0), warmup, k)
-    d = mser(x.mean(axis=0)) if warmup is None else int(warmup)
+    d = replicated_mser(x) if warmup is None else int(warmup)
     if d is None:
         return Verdict(x.shape[1] // 2, False, "warm-up not over by the middle of the run (MSER-5)")
     window = x[:, d:]
     if window.shape[1] < 2 * k:
         return Verdict(d, False, f"{window.shape[1]} steps after the warm-up: fewer than {2 * k}")
-    slopes = ls_slopes(window)[1]  # (trials,) least-squares slopes
-    tol = 1e-12 * max(1.0, float(np.abs(window).max()))
-    if np.ptp(slopes) <= tol:  # the same slope in every trial: a trend unless it is none
-        p = 1.0 if abs(slopes.mean()) <= tol else 0.0
-    else:
-        n = slopes.size
-        p = two_sided_t(slopes.mean() / (slopes.std(ddof=1) / np.sqrt(n)), n - 1)  # the one-sample t-test
+    p = trials_slope_p(window)
     if p < TREND_P:
         return Verdict(d, False, f"trend in the trials' slopes (mean slope p = {p:.2g})")
     return Verdict(d, True)
+
+
+def trials_slope_p(window: np.ndarray) -> float:
+    """Two-sided p-value of a trend in a (trials, steps) window of independent replications: each
+    trial's least-squares slope, their mean tested against 0 (:func:`mean_zero_p`)."""
+    return mean_zero_p(ls_slopes(window)[1], float(np.abs(window).max()))
+
+
+def mean_zero_p(v: np.ndarray, scale: Optional[float] = None) -> float:
+    """Two-sided p-value of the one-sample t-test that the mean of ``v`` (one value per independent
+    trial) is 0; values all equal (within 1e-12 of ``scale``, default their largest magnitude):
+    1.0 if they are 0, else 0.0."""
+    v = np.asarray(v, dtype=np.float64)
+    tol = 1e-12 * max(1.0, float(np.abs(v).max()) if scale is None else scale)
+    if np.ptp(v) <= tol:
+        return 1.0 if abs(v.mean()) <= tol else 0.0
+    return two_sided_t(v.mean() / (v.std(ddof=1) / np.sqrt(v.size)), v.size - 1)
 
 
 def in_system(sched, k: int) -> np.ndarray:
