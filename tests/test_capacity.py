@@ -284,6 +284,34 @@ def test_between_counts_is_the_gap_below_the_fewest(seed):
     assert between_counts(rows, "rac", {}, step, lowest) == _between_by_hand(ok, step, lowest)
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_load_bound_is_the_fewest_skipped_count_under_the_load(seed):
+    """load_bound against a plain loop, on random lists and decreasing loads: the fewest unlisted
+    count under max_load above every listed count over it and below the fewest listed under it;
+    None when the list holds it or no listed count is under max_load. Its loads are few (a bisection)."""
+    from racsim.analyses.capacity import load_bound
+
+    rng = np.random.default_rng(seed)
+    step = int(rng.choice([1, 1, 2, 4]))
+    top = int(rng.integers(4, 60))
+    work = rng.uniform(0.2, 0.9) * top * step  # every branch: none under, the list holds it, found
+    load = lambda n: work / n  # noqa: E731  decreasing in the count
+    listed = sorted({int(step * k) for k in rng.integers(1, top + 1, size=int(rng.integers(1, 6)))})
+    unlisted = [n for n in range(step, listed[-1], step) if n not in listed]
+    under = [n for n in listed if load(n) < 0.95]
+    want = None
+    if under:
+        below = [n for n in listed if n < under[0]]
+        for n in unlisted:
+            if (not below or n > below[-1]) and n < under[0] and load(n) < 0.95:
+                want = n
+                break
+    asked = []
+    got = load_bound(listed, unlisted, lambda n: asked.append(n) or load(n), 0.95)
+    assert got == want
+    assert len(set(asked) - set(listed)) <= 2 + int(np.log2(len(unlisted) + 1))
+
+
 def test_the_fewest_count_is_found_below_a_list_whose_every_count_passes(hydra_ctx, judge_grid):
     """The list [7, 16]: both meet the targets; the search looks below 7 (the counts under the
     fewest valid one left out) and finds the full list's answer, saying what it tried. A preemption
@@ -307,9 +335,11 @@ def test_the_fewest_count_is_found_whatever_the_list(hydra_ctx, judge_grid):
                             "capacity.max_bias_vs_naive=0.2"))
     assert res.recommended == judge_grid.recommended and res.listed == [3, 16]
     assert res.searched and all(3 < n < 16 for n in res.searched) and res.recommended in res.searched
-    able = [n for n in range(4, 16) if res.loads[n]["load"] < res.max_load]
-    assert res.searched == [able[0] - 1, able[0]] and res.recommended == able[0]
-    assert res.curve[res.curve["count"] == able[0] - 1]["status"].str.startswith("overloaded").all()
+    cfg = spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE)
+    loads = C.channel_loads(cfg, "judge", C.count_key(cfg, "judge"), list(range(4, 16)))
+    bound = min(n for n, v in loads.items() if v["load"] < res.max_load)
+    assert res.searched == [bound - 1, bound] and res.recommended == bound
+    assert res.curve[res.curve["count"] == bound - 1]["status"].str.startswith("overloaded").all()
     from racsim.report.capacity import recommendation_text
 
     assert "the search tried" in recommendation_text(res)
@@ -329,13 +359,50 @@ def test_counts_in_a_pool_give_the_same_curve(hydra_ctx, monkeypatch):
 
     monkeypatch.setattr(C, "side_by_side", watched)
     two = run_capacity(spec(*over, "capacity.workers=2"))
-    simulated = sorted(n for n in two.curve["count"].unique() if n in {2, 4, 6, 8, 10}
+    simulated = sorted(n for n in two.curve["count"].unique() if n in {2, 4, 6, 8, 10, 5}
                        and not two.curve[two.curve["count"] == n]["status"].str.startswith("overloaded").any())
-    assert pools == [(1, simulated, True)]  # one process beside this one, which runs the first and takes back
+    # one process beside this one, which runs the first and takes back; 5, where the load binds, with them
+    assert pools == [(1, simulated, True)] and 5 in simulated
     assert one.curve["count"].nunique() >= 4  # the first simulated here, at least three in the pool
     pd.testing.assert_frame_equal(one.curve, two.curve, check_exact=True)
     assert one.recommended == two.recommended and one.searched == two.searched
     assert two.timings["search_s"] > 0
+
+
+@pytest.mark.parametrize("floor", [24, 48])
+def test_a_pool_short_of_memory_runs_shorter_and_gives_the_same_curve(hydra_ctx, monkeypatch, floor):
+    """One run of the longest doubling (48 steps) fits in memory, two only up to 24: the pool's
+    runs stop at 24 (pooled_spec) and a count not stationary there is run again here at full
+    length. Runs under ``floor`` steps are made not stationary: at 24 the pool's runs double once
+    and stand, at 48 every one is run again. Either way the curve is the same, to the last bit, as
+    one process's, and so is the answer."""
+    real = C.steady.verdict
+    monkeypatch.setattr(C.steady, "verdict", lambda x, w=None, k=C.steady.N_BATCHES: real(x, w, k) if x.shape[-1] >= floor
+                        else C.steady.Verdict(2, False, "forced"))
+    over = ("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[5,6,8,10]")
+    cfg = spec(*over, "capacity.workers=2")
+    at = lambda s: run_estimate(replace_at(cfg, "capacity.max_steps", s))["memory"]  # noqa: E731
+    monkeypatch.setattr(C, "memory_room", lambda c: 2 * at(24) * 1.01)
+    assert at(48) < 2 * at(24) * 1.01 < 2 * at(48)
+    pooled = C.pooled_spec(cfg, "judge", 2)
+    assert pooled.capacity.max_steps == 24 and C.pooled_spec(cfg, "judge", 1) is cfg
+    assert C.pooled_spec(spec(*over, "capacity.max_steps=24"), "judge", 2).capacity.max_steps == 24  # two fit: as it is
+    one = run_capacity(spec(*over, "capacity.workers=1"))
+    pools = []
+
+    def fake(workers, fn, arglists, here=None):  # in this process, so that the verdict stays patched
+        pools.append((workers, [int(a[0].capacity.max_steps) for a in arglists]))
+        for i, args in enumerate(arglists):
+            yield i, (here or fn)(*args)
+
+    monkeypatch.setattr(C, "side_by_side", fake)
+    two = run_capacity(cfg)
+    assert pools == [(1, [24, 24, 24, 24])]
+    pd.testing.assert_frame_equal(one.curve, two.curve, check_exact=True)
+    assert one.recommended == two.recommended and one.searched == two.searched
+    steps = set(two.curve["steps"].dropna())
+    assert steps == ({24.0} if floor == 24 else {48.0})
+    assert two.timings["runs_s"] > 0
 
 
 def test_pool_size_rules(hydra_ctx, monkeypatch):
@@ -429,7 +496,8 @@ def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     assert C.count_seconds(c, "judge") == pytest.approx(requests / C.COUNT_REQUESTS_PER_S)
     monkeypatch.setattr(C, "COUNT_REQUESTS_PER_S", requests / 10.0)  # 10 s a count: the pool pays
     res = run_capacity(c)
-    assert pools[0] == (2, [6, 7, 8], True) and all(n < 6 for n in res.searched)  # then below the list, all passing
+    # with 5, where the load binds (4 is overloaded); then below the list, all passing
+    assert pools[0] == (2, [5, 6, 7, 8], True) and all(n < 6 for n in res.searched)
     assert sorted(res.curve["count"].unique()) == sorted({6, 7, 8, *res.searched})
     pools.clear()
     fit["n"] = 1  # this process's run and one more do not fit: one at a time

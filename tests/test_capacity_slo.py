@@ -222,7 +222,8 @@ def test_a_search_too_long_for_memory_runs_shorter(monkeypatch):
         raise Simulated
 
     monkeypatch.setattr(C, "settle", first_count)
-    over = ["scenario=capacity/judge_rm_h100", "learner.trials=50", "capacity.max_steps=1600", "limits.memory_gb=3"]
+    over = ["scenario=capacity/judge_rm_h100", "learner.trials=50", "capacity.max_steps=1600", "limits.memory_gb=3",
+            "capacity.workers=1"]  # one process: its first count runs with the search's spec
     with pytest.raises(Simulated):
         run_capacity(scenario(compose_config(*over)))
     assert seen == [640]

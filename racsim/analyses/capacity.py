@@ -746,28 +746,51 @@ def _count_worker(cfg: RacsimConf, name: str, key: str, n: int, load: dict):
     return run, out, time.perf_counter() - t0
 
 
+def fitting_steps(cfg: RacsimConf, runs: int = 1) -> int:
+    """The longest run of a capacity search (``pipeline.steps`` doubled up to ``capacity.max_steps``:
+    :func:`~racsim.config.validate.longest_steps`) of which ``runs`` fit in memory side by side
+    (:func:`~racsim.config.validate.memory_room`); below ``pipeline.steps`` when not even the first does."""
+    steps = int(cfg.pipeline.steps)
+    room = memory_room(cfg)
+    fits = longest_steps(steps, int(cfg.capacity.max_steps))
+    while fits >= steps and runs * run_estimate(replace_at(cfg, "capacity.max_steps", fits))["memory"] > room:
+        fits //= 2
+    return fits
+
+
 def steps_that_fit(cfg: RacsimConf) -> Tuple[RacsimConf, Optional[str]]:
     """A search whose runs may double (``capacity.run_length=auto``) up to a length that does
-    not fit in memory (:func:`~racsim.config.validate.memory_room`), though its first run
-    does: ``capacity.max_steps`` lowered to the longest doubling that fits, and a note that
-    says so (a count that would need a longer run is then found not stationary, never
-    recommended); else ``cfg`` as it is and None (:func:`check_limits` refuses a first run
-    too big, naming its knob)."""
+    not fit in memory (:func:`fitting_steps`), though its first run does: ``capacity.max_steps``
+    lowered to the longest doubling that fits, and a note that says so (a count that would need
+    a longer run is then found not stationary, never recommended); else ``cfg`` as it is and None
+    (:func:`check_limits` refuses a first run too big, naming its knob)."""
     cap, steps = cfg.capacity, int(cfg.pipeline.steps)
-    room = memory_room(cfg)
-    if cap.run_length != "auto" or run_estimate(cfg)["memory"] <= room:
+    if cap.run_length != "auto":
         return cfg, None
-    top = longest_steps(steps, int(cap.max_steps))
-    fits = top // 2
-    while fits >= steps and run_estimate(replace_at(cfg, "capacity.max_steps", fits))["memory"] > room:
-        fits //= 2
-    if fits < steps:
+    fits = fitting_steps(cfg)
+    if fits < steps or fits >= longest_steps(steps, int(cap.max_steps)):
         return cfg, None
     need = run_estimate(replace_at(cfg, "capacity.max_steps", 2 * fits))["memory"]
     return replace_at(cfg, "capacity.max_steps", fits), (
         f"capacity.max_steps lowered from {cap.max_steps} to {fits}: a run of {2 * fits} steps needs about "
-        f"{need / 1e9:.3g} GB, past the {room / 1e9:.3g} GB a run may take (limits.memory_gb, and what this "
+        f"{need / 1e9:.3g} GB, past the {memory_room(cfg) / 1e9:.3g} GB a run may take (limits.memory_gb, and what this "
         f"process can have); raise limits.memory_gb or lower learner.trials to allow longer runs")
+
+
+def pooled_spec(cfg: RacsimConf, name: str, runs: int) -> RacsimConf:
+    """The spec counts run with side by side in a pool of ``runs`` processes: ``cfg``, or where
+    ``runs`` of its longest runs do not fit in memory at once (:func:`fitting_steps`) but its first
+    ones do, ``capacity.max_steps`` lowered to the longest doubling that does. The lengths such a
+    run goes through are the first of ``cfg``'s, so a count found stationary there is found so,
+    the same to the last bit, by ``cfg``; one that is not is run again alone with ``cfg``. Runs
+    that start at their slow regimes' window (:func:`run_plan`) keep ``cfg``."""
+    cap, steps = cfg.capacity, int(cfg.pipeline.steps)
+    if runs < 2 or cap.run_length != "auto" or first_length(cfg, name) != steps:
+        return cfg
+    fits = fitting_steps(cfg, runs)
+    if fits < steps or fits >= longest_steps(steps, int(cap.max_steps)):
+        return cfg
+    return replace_at(cfg, "capacity.max_steps", fits)
 
 
 def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
@@ -805,15 +828,23 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         """One progress tick (k counts more evaluated) with a note on the count or phase ``what``."""
         return None if progress is None else lambda note: progress(k, f"{what}: {note}")
 
+    def spent(run: Settled, seconds: float) -> None:
+        timings["runs_s"] += seconds
+        timings["pipeline_s"] += run.pipeline_s
+        requests[0] += run.requests
+
     def record(n: int, run: Optional[Settled], found: List[dict], seconds: float) -> None:
         rows[n] = found
         if run is not None:
-            timings["runs_s"] += seconds
-            timings["pipeline_s"] += run.pipeline_s
-            requests[0] += run.requests
+            spent(run, seconds)
             runs[n] = run.res
         if progress is not None:  # one more count evaluated
             tell(f"{n} {unit}", 1)(count_note(rows[n], chosen, targets))
+
+    def load_of(n: int) -> Dict[str, float]:
+        if n not in loads:
+            loads.update(channel_loads(cfg, name, key, [n], basis))
+        return loads[n]
 
     def evaluate(n: int) -> bool:
         if n not in rows:
@@ -827,23 +858,25 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         (:func:`pool_size`): from the start, this process simulating the first count and then
         those the pool has not started, when a lower bound on a count's seconds
         (:func:`count_seconds`) says so and one more run fits in memory; else here until the
-        first one simulated shows what a count takes, then the others in the pool."""
+        first one simulated shows what a count takes, then the others in the pool. Where the
+        longest runs do not fit side by side, the pool's are shorter (:func:`pooled_spec`)."""
         simulated = [n for n in todo if loads[n]["load"] < cap.max_load]
         for n in todo:  # the overloaded counts first: no run, their rows at once
             if n not in simulated:
                 evaluate(n)
-        at_once = pool_size(cfg, count_seconds(cfg, name), len(simulated)) if simulated else 1
+        pooled = pooled_spec(cfg, name, min(int(cap.workers) or auto_workers(), len(simulated)))
+        at_once = pool_size(pooled, count_seconds(cfg, name), len(simulated)) if simulated else 1
         # beside this process: capacity.workers - 1 asked, or every usable core (the OS shares
         # them: equal runs all at once end soonest), within the counts and the memory left
-        workers = min(at_once - (1 if int(cap.workers) else 0), len(simulated) - 1, runs_that_fit(cfg) - 1)
+        workers = min(at_once - (1 if int(cap.workers) else 0), len(simulated) - 1, runs_that_fit(pooled) - 1)
         if at_once > 1 and workers >= 1:
-            in_pool(workers, simulated, here=True)
+            in_pool(pooled, workers, simulated, here=True)
             return
         while simulated and not runs:
             evaluate(simulated.pop(0))
-        workers = pool_size(cfg, timings["runs_s"], len(simulated))
+        workers = pool_size(pooled, timings["runs_s"], len(simulated))
         if workers > 1:
-            in_pool(workers, simulated)
+            in_pool(pooled, workers, simulated)
         else:
             for n in simulated:
                 evaluate(n)
@@ -854,23 +887,34 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         run, out = count_rows(c, nm, k, n, load, tell(f"{n} {unit}"))
         return run, out, time.perf_counter() - t0
 
-    def in_pool(workers: int, counts: List[int], here: bool = False) -> None:
-        """``counts`` simulated side by side in a pool of ``workers`` processes (``here``: this one
-        too, the first count and those the pool has not started when it is free)."""
-        for i, done in side_by_side(workers, _count_worker, [(cfg, name, key, n, loads[n]) for n in counts],
-                                    count_here if here else None):
-            record(counts[i], *done)
+    def in_pool(spec: RacsimConf, workers: int, counts: List[int], here: bool = False) -> None:
+        """``counts`` simulated with ``spec`` side by side in a pool of ``workers`` processes
+        (``here``: this one too, the first count and those the pool has not started when it is
+        free); a count not stationary with a ``spec`` shorter than ``cfg`` is run again here."""
+        again = []
+        for i, (run, found, seconds) in side_by_side(workers, _count_worker,
+                                                     [(spec, name, key, n, loads[n]) for n in counts],
+                                                     count_here if here else None):
+            if spec is not cfg and run is not None and not run.verdict.stationary:
+                spent(run, seconds)  # its seconds count; its rows come from the longer run
+                again.append(counts[i])
+            else:
+                record(counts[i], run, found, seconds)
+        for n in again:
+            evaluate(n)
 
+    step = units_per_server(cfg, name)
+    lowest = fewest_valid(cfg, name, key, counts[0])
     if cap.search == "bisect":  # assumes feasibility is monotone in the count
         if evaluate(counts[-1]):
             first_passing(counts[:-1], evaluate)
     else:
-        evaluate_grid(counts)
-    step = units_per_server(cfg, name)
-    between = between_counts(rows, chosen, targets, step, fewest_valid(cfg, name, key, counts[0]))
+        gap = [n for n in range(lowest, counts[-1]) if n % step == 0 and n not in loads]  # unlisted
+        bound = load_bound(counts, gap, lambda n: load_of(n)["load"], cap.max_load)
+        evaluate_grid(counts if bound is None else sorted(counts + [bound]))
+    between = between_counts(rows, chosen, targets, step, lowest)
     if between:  # the fewest count meeting the targets, whatever the list: the counts it skipped, or those below it
-        loads.update(channel_loads(cfg, name, key, between, basis))
-        over = [n for n in between if loads[n]["load"] >= cap.max_load]  # a prefix: they fail, no run
+        over = [n for n in between if load_of(n)["load"] >= cap.max_load]  # a prefix: they fail, no run
         if over:
             evaluate(over[-1])  # its row shows where the load bound sits
         able = between[len(over):]
@@ -956,6 +1000,21 @@ def fewest_from(counts: List[int], start: int, passes: Callable[[int], bool]) ->
             lo, step = j, 2 * step
     inside = first_passing(counts[lo + 1:hi], passes)
     return inside if inside is not None else (counts[hi] if hi < len(counts) else None)
+
+
+def load_bound(listed: List[int], unlisted: List[int], load: Callable[[int], float], max_load: float) -> Optional[int]:
+    """The count where the load binds, when the list skips it: the fewest of ``unlisted``
+    (ascending, whole servers) under ``max_load`` that lies between the listed counts over it and
+    the fewest listed under it, or None (the list holds it, or no listed count is under max_load).
+    ``load(n)``: a count's long-run offered load, decreasing in the count, so a bisection finds it
+    (:func:`first_passing`, a few loads). Where the targets bind no later than the load, this
+    count is the answer: the grid evaluates it with the listed ones (side by side where a pool runs)."""
+    under = [n for n in listed if load(n) < max_load]
+    if not under:
+        return None
+    over = [n for n in listed if n < under[0]]
+    inside = [n for n in unlisted if (not over or n > over[-1]) and n < under[0]]
+    return first_passing(inside, lambda n: load(n) < max_load)
 
 
 def between_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int,
