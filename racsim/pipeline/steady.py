@@ -148,8 +148,8 @@ def verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCHES) -> 
     :data:`TREND_P`). The intervals themselves come from the independent trials, so batch means
     only need to show the drift of a queue without a steady state. Measured on AR(1) noise: one
     stationary series is flagged 1 time in 6 at 40 steps (mostly MSER-5's edge: it then runs
-    longer), 1 in 80 at 200 steps; 20 replications' mean far less often at 40 steps (the trials
-    clear the edge); a drift of 10 noise standard deviations over the run is always seen
+    longer), 1 in 80 at 200 steps; 20 replications about 1 in 50 at 40 steps (their trials clear
+    the edge); a drift of 10 noise standard deviations over the run is always seen
     (tests/test_capacity_steady.py)."""
     x = np.asarray(x, dtype=np.float64)
     if warmup is None:
