@@ -167,10 +167,12 @@ def test_intervals_cover_the_long_run_under_slow_regimes(kind):
     # Measured over seeds 0-59 (capacity.regime_cycles 0 -> 100; the warm-up one regime cycle,
     # shares and quantiles by bootstrap-t): faults dropped 60% -> 92%, sojourn p95 78% -> 97%;
     # bursts 83% -> 95%, 83% -> 90% (a binomial sd of 3-4%). Over seeds 0-29, which this test
-    # runs: faults 60% -> 90%, 80% -> 100%; bursts 83% -> 100%, 80% -> 93% (without the analysis
+    # runs: faults 50% -> 90%, 60% -> 100%; bursts 83% -> 100%, 80% -> 93% (without the analysis
     # the units are the 10 trials, a minority of which carry the drops in a short run: BCa there,
     # steady.MIN_STUDENTIZED; bootstrap-t read 67% and 87%, 83%). With percentile intervals and
-    # an MSER-5 warm-up (two versions back) faults read 82% and 83% over 0-59.
+    # an MSER-5 warm-up (two versions back) faults read 82% and 83% over 0-59. Without the analysis
+    # faults read 60% and 80% over 0-29 while a warm-up on MSER-5's edge always doubled the run (by
+    # chance a longer run); kept where the trials show it over (steady.replicated_mser), 50% and 60%.
     got = coverage(small(kind), range(30))
     assert (got >= 0.85).all(), got
     before = coverage(small(kind, "capacity.regime_cycles=0"), range(30))
@@ -190,7 +192,7 @@ BIAS_RUN = ("capacity.enabled=true", "capacity.counts=[4]", "capacity.benchmark=
 def rac_bias(kind: str, seed: int, *more: str) -> dict:
     """rac's exact bias and its interval at the small queue's 4 workers, by the capacity search."""
     res = run_capacity(replace_at(small(kind, *BIAS_RUN, *more), "seed", seed))
-    r = res.curve[res.curve.corrector == "rac"].iloc[0]
+    r = res.curve[(res.curve.corrector == "rac") & (res.curve["count"] == 4)].iloc[0]  # not a count searched below
     return {k: float(r[k]) for k in ("bias_exact", "bias_exact_lo", "bias_exact_hi")}
 
 
