@@ -267,6 +267,10 @@ def test_the_documented_deployment_figures(monkeypatch):
     monkeypatch.setattr(C, "memory_room", lambda c: 12.6e9)
     fitted, note = C.steps_that_fit(cfg)
     assert fitted.capacity.max_steps == 160 and " ".join(note.split()[:17]) in text, note
+    # "runs its counts two at a time at 40 steps on 2 cores": two runs fit at the first length, not at 160
+    pooled = C.pooled_spec(fitted, "judge", 2)
+    assert "two at a time at 40 steps on 2 cores" in text and fitted.pipeline.steps == 40
+    assert 40 <= pooled.capacity.max_steps < 160 and C.runs_that_fit(pooled) >= 2 > C.runs_that_fit(fitted)
     quoted = re.search(r"`racsim scenario=capacity/judge_rm_h100 pipeline.batch_size=512 "
                        r"'capacity.counts=\[64,72,80,88,96\]'`: (\d+) GPUs, load ([\d.]+)\)", text)
     assert quoted, "docs/capacity.md no longer quotes the 16x deployment's answer"

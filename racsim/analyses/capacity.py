@@ -746,16 +746,19 @@ def _count_worker(cfg: RacsimConf, name: str, key: str, n: int, load: dict):
     return run, out, time.perf_counter() - t0
 
 
-def fitting_steps(cfg: RacsimConf, runs: int = 1) -> int:
-    """The longest run of a capacity search (``pipeline.steps`` doubled up to ``capacity.max_steps``:
-    :func:`~racsim.config.validate.longest_steps`) of which ``runs`` fit in memory side by side
-    (:func:`~racsim.config.validate.memory_room`); below ``pipeline.steps`` when not even the first does."""
-    steps = int(cfg.pipeline.steps)
+def fitting_steps(cfg: RacsimConf, runs: int = 1) -> Optional[int]:
+    """Where ``runs`` runs of a capacity search's longest length (``pipeline.steps`` doubled up to
+    ``capacity.max_steps``: :func:`~racsim.config.validate.longest_steps`; ``capacity.run_length=auto``)
+    do not fit in memory side by side (:func:`~racsim.config.validate.memory_room`) but ``runs`` of its
+    first ones do: the longest doubling that fits; else None (they fit, or not even the first do)."""
+    cap, steps = cfg.capacity, int(cfg.pipeline.steps)
+    if cap.run_length != "auto":
+        return None
     room = memory_room(cfg)
-    fits = longest_steps(steps, int(cfg.capacity.max_steps))
+    top = fits = longest_steps(steps, int(cap.max_steps))
     while fits >= steps and runs * run_estimate(replace_at(cfg, "capacity.max_steps", fits))["memory"] > room:
         fits //= 2
-    return fits
+    return fits if steps <= fits < top else None
 
 
 def steps_that_fit(cfg: RacsimConf) -> Tuple[RacsimConf, Optional[str]]:
@@ -764,33 +767,27 @@ def steps_that_fit(cfg: RacsimConf) -> Tuple[RacsimConf, Optional[str]]:
     lowered to the longest doubling that fits, and a note that says so (a count that would need
     a longer run is then found not stationary, never recommended); else ``cfg`` as it is and None
     (:func:`check_limits` refuses a first run too big, naming its knob)."""
-    cap, steps = cfg.capacity, int(cfg.pipeline.steps)
-    if cap.run_length != "auto":
-        return cfg, None
     fits = fitting_steps(cfg)
-    if fits < steps or fits >= longest_steps(steps, int(cap.max_steps)):
+    if fits is None:
         return cfg, None
     need = run_estimate(replace_at(cfg, "capacity.max_steps", 2 * fits))["memory"]
     return replace_at(cfg, "capacity.max_steps", fits), (
-        f"capacity.max_steps lowered from {cap.max_steps} to {fits}: a run of {2 * fits} steps needs about "
+        f"capacity.max_steps lowered from {cfg.capacity.max_steps} to {fits}: a run of {2 * fits} steps needs about "
         f"{need / 1e9:.3g} GB, past the {memory_room(cfg) / 1e9:.3g} GB a run may take (limits.memory_gb, and what this "
         f"process can have); raise limits.memory_gb or lower learner.trials to allow longer runs")
 
 
 def pooled_spec(cfg: RacsimConf, name: str, runs: int) -> RacsimConf:
     """The spec counts run with side by side in a pool of ``runs`` processes: ``cfg``, or where
-    ``runs`` of its longest runs do not fit in memory at once (:func:`fitting_steps`) but its first
-    ones do, ``capacity.max_steps`` lowered to the longest doubling that does. The lengths such a
-    run goes through are the first of ``cfg``'s, so a count found stationary there is found so,
-    the same to the last bit, by ``cfg``; one that is not is run again alone with ``cfg``. Runs
-    that start at their slow regimes' window (:func:`run_plan`) keep ``cfg``."""
-    cap, steps = cfg.capacity, int(cfg.pipeline.steps)
-    if runs < 2 or cap.run_length != "auto" or first_length(cfg, name) != steps:
+    ``runs`` of its longest runs do not fit in memory at once but its first ones do
+    (:func:`fitting_steps`), ``capacity.max_steps`` lowered to the longest doubling that does. The
+    lengths such a run goes through are the first of ``cfg``'s, so a count found stationary there
+    is found so, the same to the last bit, by ``cfg``; one that is not is run again alone with
+    ``cfg``. Runs that start at their slow regimes' window (:func:`run_plan`) keep ``cfg``."""
+    if runs < 2 or first_length(cfg, name) != int(cfg.pipeline.steps):
         return cfg
     fits = fitting_steps(cfg, runs)
-    if fits < steps or fits >= longest_steps(steps, int(cap.max_steps)):
-        return cfg
-    return replace_at(cfg, "capacity.max_steps", fits)
+    return cfg if fits is None else replace_at(cfg, "capacity.max_steps", fits)
 
 
 def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:

@@ -33,10 +33,13 @@ N_BATCHES = 10  # batch means of the measured window for the stationarity verdic
 TREND_P = 0.01  # a slope of the batch means significant at this level is a trend
 
 
-def mser_criterion(x: np.ndarray, m: int = MSER_BATCH) -> Optional[np.ndarray]:
-    """MSER-m's criterion at each truncation d (in batches) over the first half of the b batch
-    means Z of ``m`` consecutive values of ``x`` (a trailing partial batch dropped):
-    sum_{j > d} (Z_j - mean(Z_{>d}))^2 / (b - d)^2 for d = 0 .. b // 2; None with fewer than 4 batches."""
+def mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
+    """MSER-m truncation point of the series ``x`` (in its own index units, a multiple of ``m``):
+    the d minimising sum_{j > d} (Z_j - mean(Z_{>d}))^2 / (b - d)^2 over the b batch means Z of
+    ``m`` consecutive values (a trailing partial batch dropped), d searched in the first half of
+    the batches, as the method prescribes (past it the criterion is too noisy to read). None when
+    the minimum sits on the half's edge (the warm-up may go on past it: the run is too short to
+    show where it ends) or there are fewer than 4 batches."""
     x = np.asarray(x, dtype=np.float64)
     b = x.size // m
     if b < 4:
@@ -48,20 +51,8 @@ def mser_criterion(x: np.ndarray, m: int = MSER_BATCH) -> Optional[np.ndarray]:
     s2 = np.cumsum((z * z)[::-1])[::-1]
     half = b // 2
     sse = np.maximum(s2[: half + 1] - s1[: half + 1] ** 2 / n[: half + 1], 0.0)
-    return sse / n[: half + 1] ** 2
-
-
-def mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
-    """MSER-m truncation point of the series ``x`` (in its own index units, a multiple of ``m``):
-    the d minimising :func:`mser_criterion`, searched in the first half of the batches, as the
-    method prescribes (past it the criterion is too noisy to read). None when the minimum sits
-    on the half's edge (the warm-up may go on past it: the run is too short to show where it
-    ends) or there are fewer than 4 batches."""
-    crit = mser_criterion(x, m)
-    if crit is None:
-        return None
-    d = int(np.argmin(crit))
-    return None if d == crit.size - 1 else d * m
+    d = int(np.argmin(sse / n[: half + 1] ** 2))
+    return None if d == half else d * m
 
 
 def replicated_mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
@@ -72,16 +63,14 @@ def replicated_mser(x: np.ndarray, m: int = MSER_BATCH) -> Optional[int]:
     trend in the window (:func:`trials_slope_p`), both p >= :data:`TREND_P`; else None. The edge
     is where a stationary mean's criterion often ends by chance (on AR(1) noise, 1 time in 6 at
     40 steps), which doubled the run for nothing; a warm-up still under way shows in the trials
-    as a last batch off the window's level or a slope. Under 3 trials: :func:`mser` on their mean."""
-    x = np.asarray(x, dtype=np.float64)
-    crit = mser_criterion(x.mean(axis=0), m)
-    if crit is None:
-        return None
-    d = int(np.argmin(crit)) * m
-    if d < (crit.size - 1) * m:
+    as a last batch off the window's level or a slope. One series (1-D) or under 3 trials:
+    :func:`mser` on their mean."""
+    x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    d = mser(x.mean(axis=0), m)
+    b = x.shape[1] // m
+    if d is not None or b < 4 or x.shape[0] < 3:
         return d
-    if x.shape[0] < 3:
-        return None
+    d = (b // 2) * m  # the edge
     level = mean_zero_p(x[:, d - m:d].mean(axis=1) - x[:, d:].mean(axis=1))
     return d if level >= TREND_P and trials_slope_p(x[:, d:]) >= TREND_P else None
 
@@ -153,7 +142,7 @@ def verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCHES) -> 
     (tests/test_capacity_steady.py)."""
     x = np.asarray(x, dtype=np.float64)
     if warmup is None:
-        d = mser(x) if x.ndim == 1 else replicated_mser(x)
+        d = replicated_mser(x)
         if d is None:
             return Verdict(x.shape[-1] // 2, False, "warm-up not over by the middle of the run (MSER-5)")
     else:
@@ -181,7 +170,7 @@ def trials_verdict(x: np.ndarray, warmup: Optional[int] = None, k: int = N_BATCH
     fewer than 3 trials, :func:`verdict` on their mean."""
     x = np.asarray(x, dtype=np.float64)
     if x.shape[0] < 3:
-        return verdict(x.mean(axis=0), warmup, k)
+        return verdict(x, warmup, k)
     d = replicated_mser(x) if warmup is None else int(warmup)
     if d is None:
         return Verdict(x.shape[1] // 2, False, "warm-up not over by the middle of the run (MSER-5)")
