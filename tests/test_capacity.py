@@ -175,6 +175,7 @@ def test_queue_channel_capacity(hydra_ctx):
     (["capacity.max_steps=10"], "capacity.max_steps"),  # below pipeline.steps
     (["capacity.regime_cycles=-1"], "capacity.regime_cycles"),
     (["capacity.workers=-1"], "capacity.workers"),
+    (["capacity.max_count=8"], "capacity.max_count"),  # below the largest listed count (16)
     (["pipeline.channels.judge.rm.tp=2", "pipeline.channels.judge.rm.gpus=2"], "capacity.counts"),  # odd counts
 ])
 def test_capacity_config_errors(hydra_ctx, over, key):
@@ -248,7 +249,7 @@ def test_racsim_capacity_command(tmp_path):
          "capacity.counts=[1,4,8]", f"hydra.run.dir={out}"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "Recommended:" in r.stdout or "No evaluated count" in r.stdout
+    assert "Recommended:" in r.stdout or "No count of" in r.stdout
     assert "p95 s" in r.stdout and "overloaded" in r.stdout  # 1 GPU (the terminal's columns; summary.md all)
     for f in ("capacity.csv", "capacity.parquet", "capacity.png", "summary.md", "trace.json", "gantt.png",
               "config.yaml"):
@@ -343,6 +344,55 @@ def test_the_fewest_count_is_found_whatever_the_list(hydra_ctx, judge_grid):
     from racsim.report.capacity import recommendation_text
 
     assert "the search tried" in recommendation_text(res)
+
+
+def test_the_fewest_count_is_found_above_a_list_that_stops_short(hydra_ctx, judge_grid):
+    """The list [2, 3]: both overloaded, so the largest evaluated count fails; the search goes up
+    to twice the largest listed count (capacity.max_count null), the overloaded 4 failing without a
+    run, and finds the full list's answer. With capacity.max_count=4 nothing up to 4 passes, and
+    the answer names the bound and its key."""
+    from racsim.report.capacity import recommendation_text
+
+    res = run_capacity(spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[2,3]",
+                            "capacity.max_bias_vs_naive=0.2"))
+    assert res.top == 6 and res.recommended == judge_grid.recommended == 5 and res.searched == [4, 5]
+    assert res.curve[res.curve["count"] == 4]["status"].str.startswith("overloaded").all()
+    assert "the search tried 4, 5" in recommendation_text(res)
+    short = run_capacity(spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[2,3]",
+                              "capacity.max_bias_vs_naive=0.2", "capacity.max_count=4"))
+    assert short.top == 4 and short.recommended is None and short.searched == [4]
+    text = recommendation_text(short)
+    assert text.startswith("No count of judge's GPUs up to 4 meets the targets") and "capacity.max_count" in text
+
+
+def _above_by_hand(ok: dict, step: int, top: int) -> list:
+    """A plain loop: when the largest evaluated count fails, every whole-server count above it up to top."""
+    largest = max(ok)
+    return [] if ok[largest] else [m for m in range(largest + 1, top + 1) if m % step == 0]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_counts_above_and_the_overloaded_prefix(seed):
+    """counts_above against a plain loop on random evaluated counts (the largest passing or failing,
+    a top at, above or far above it), and load_bound_index against a scan over decreasing loads
+    (none, some or all of the counts overloaded), with a bisection's few loads."""
+    from racsim.analyses.capacity import counts_above, load_bound_index
+
+    rng = np.random.default_rng(seed)
+    step = int(rng.choice([1, 1, 2, 4]))
+    counts = sorted({int(step * k) for k in rng.integers(1, 30, size=int(rng.integers(1, 8)))})
+    ok = {n: bool(rng.random() < 0.5) for n in counts}
+    rows = {n: [{"corrector": "rac", "status": "ok" if ok[n] else "overloaded: load 2 >= capacity.max_load 0.95",
+                 "bias_exact_hi": 0.0}] for n in counts}
+    top = int(max(counts) + rng.choice([0, 1, step, 3 * max(counts)]))
+    above = counts_above(rows, "rac", {}, step, top)
+    assert above == _above_by_hand(ok, step, top)
+    cands = above or [n for n in range(step, top + 1, step)]
+    work = rng.uniform(0.0, 1.5) * max(cands)
+    asked = []
+    k = load_bound_index(cands, lambda n: asked.append(n) or work / n, 0.95)
+    assert k == next((i for i, n in enumerate(cands) if work / n < 0.95), len(cands))
+    assert len(asked) <= 2 + int(np.log2(len(cands) + 1))
 
 
 def test_counts_in_a_pool_give_the_same_curve(hydra_ctx, monkeypatch):

@@ -77,7 +77,8 @@ class CapacityResult:
     level: float = 0.95  # capacity.confidence: the level of every interval
     max_load: float = 0.95  # capacity.max_load: overloaded from this offered load on
     listed: List[int] = field(default_factory=list)  # the counts asked for (capacity.counts, an autoscale's bounds)
-    searched: List[int] = field(default_factory=list)  # the counts between them tried for the fewest (between_counts)
+    searched: List[int] = field(default_factory=list)  # the unlisted counts tried for the fewest (between_counts, counts_above)
+    top: Optional[int] = None  # the largest count the search may try (search_top)
     binding: List[str] = field(default_factory=list)  # what the count below the recommended one fails (binding)
     sensitivity: Optional[pd.DataFrame] = None  # the answer with each guessed input moved (racsim/analyses/sensitivity.py)
     notes: List[str] = field(default_factory=list)  # what the search changed to run (steps_that_fit)
@@ -846,7 +847,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     def evaluate(n: int) -> bool:
         if n not in rows:
             t0 = time.perf_counter()
-            run, out = count_rows(cfg, name, key, n, loads[n], tell(f"{n} {unit}"))
+            run, out = count_rows(cfg, name, key, n, load_of(n), tell(f"{n} {unit}"))
             record(n, run, out, time.perf_counter() - t0)
         return meets(rows[n], chosen, targets)
 
@@ -909,14 +910,15 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         gap = [n for n in range(lowest, counts[-1]) if n % step == 0 and n not in loads]  # unlisted
         bound = load_bound(counts, gap, lambda n: load_of(n)["load"], cap.max_load)
         evaluate_grid(counts if bound is None else sorted(counts + [bound]))
-    between = between_counts(rows, chosen, targets, step, lowest)
-    if between:  # the fewest count meeting the targets, whatever the list: the counts it skipped, or those below it
-        over = [n for n in between if load_of(n)["load"] >= cap.max_load]  # a prefix: they fail, no run
-        if over:
-            evaluate(over[-1])  # its row shows where the load bound sits
-        able = between[len(over):]
-        if able:  # where the load binds, as it often does, the answer in one run
-            fewest_from(able, 0, evaluate)
+    top = search_top(cfg, counts)
+    # the fewest count meeting the targets, whatever the list: the counts it skipped, those below it, or above it
+    more = between_counts(rows, chosen, targets, step, lowest) or counts_above(rows, chosen, targets, step, top)
+    if more:
+        k = load_bound_index(more, lambda n: load_of(n)["load"], cap.max_load)  # the first k fail, no run
+        if k:
+            evaluate(more[k - 1])  # its row shows where the load bound sits
+        if k < len(more):  # where the load binds, as it often does, the answer in one run
+            fewest_from(more[k:], 0, evaluate)
     if scaled is not None:
         for n in (a.min * units, a.max * units):
             evaluate(n)
@@ -940,7 +942,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     result = CapacityResult(curve=curve, channel=name, unit=unit, key=key,
                             recommended=recommended, per_corrector=per, targets={**targets, "corrector": chosen},
                             best=runs.get(best_n), best_count=best_n, timings=timings, loads=loads, level=float(cap.confidence),
-                            max_load=float(cap.max_load), listed=counts,
+                            max_load=float(cap.max_load), listed=counts, top=top,
                             searched=sorted(n for n in rows if n not in counts),
                             binding=binding(curve, chosen, recommended), notes=[lowered] if lowered else [])
     if scaled is not None:
@@ -999,6 +1001,13 @@ def fewest_from(counts: List[int], start: int, passes: Callable[[int], bool]) ->
     return inside if inside is not None else (counts[hi] if hi < len(counts) else None)
 
 
+def load_bound_index(counts: List[int], load: Callable[[int], float], max_load: float) -> int:
+    """How many of ``counts`` (ascending) are overloaded: the index of the first whose long-run
+    ``load`` (decreasing in the count) is under ``max_load``, by bisection (len: none is)."""
+    first = first_passing(counts, lambda n: load(n) < max_load)
+    return len(counts) if first is None else counts.index(first)
+
+
 def load_bound(listed: List[int], unlisted: List[int], load: Callable[[int], float], max_load: float) -> Optional[int]:
     """The count where the load binds, when the list skips it: the fewest of ``unlisted``
     (ascending, whole servers) under ``max_load`` that lies between the listed counts over it and
@@ -1028,6 +1037,23 @@ def between_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, 
     if not above:
         return []
     return [n for n in range(top + 1, min(above)) if n % step == 0]
+
+
+def search_top(cfg: RacsimConf, listed: List[int]) -> int:
+    """The largest count a search may try: ``capacity.max_count``, or twice the largest of ``listed``."""
+    top = cfg.capacity.max_count
+    return int(top) if top is not None else 2 * max(listed)
+
+
+def counts_above(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int,
+                 top: int) -> List[int]:
+    """The counts (multiples of ``step``: whole servers) above the largest evaluated one up to ``top``,
+    when that one fails the targets: where the fewest count meeting them lies if the list stops
+    short of it (feasibility growing with the count). Empty when the largest evaluated count meets them."""
+    largest = max(rows)
+    if meets(rows[largest], chosen, targets):
+        return []
+    return [n for n in range(largest + 1, top + 1) if n % step == 0]
 
 
 def fewest_valid(cfg: RacsimConf, name: str, key: str, upto: int) -> int:

@@ -5,7 +5,8 @@ rate, the failures' MTBF and MTTR, a queue's service times. With ``capacity.sens
 each input that applies to the sized channel (``capacity.sensitivity.inputs``, null: all of
 :func:`~racsim.config.validate.sensitivity_inputs`) is moved ``spread`` down and up, the others
 as given, and the fewest count meeting the same targets is found for each variant, over the same
-range of counts as the plain search (the listed counts' smallest to largest, whole servers).
+range of counts as the plain search (the fewest the channel can have up to the largest it may try,
+:func:`~racsim.analyses.capacity.search_top`; whole servers).
 
 Cheaply: the base answer n and its offered load are known, so each variant's long-run loads
 (:func:`~racsim.analyses.capacity.channel_loads`, no simulation) rule out its overloaded counts
@@ -193,7 +194,7 @@ def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None
         spec = fixed_pool(v.spec, name) if v.spec.pipeline.channels[name].autoscale is not None else v.spec
         units = units_per_server(spec, name)
         lowest = fewest_valid(spec, name, res.key, min(res.listed))  # the fewest may lie below the list
-        counts = [n for n in range(lowest, max(res.listed) + 1) if n % units == 0]
+        counts = [n for n in range(lowest, res.top + 1) if n % units == 0]
         jobs.append((v, judged_only(spec, chosen), counts, round(v.value / v.base - 1.0, 12)))
     simulated = res.curve[res.curve.status == "ok"]["count"].nunique()
     workers = pool_size(planned[0].spec, res.timings.get("runs_s", 0.0) / max(simulated, 1), len(jobs)) if jobs else 1

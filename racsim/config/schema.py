@@ -542,6 +542,9 @@ class CapacityConf:
     enabled: bool = False
     channel: Optional[str] = None
     counts: List[int] = field(default_factory=list)
+    # The largest count tried above the list where the largest count evaluated fails the targets
+    # (galloping up from it in whole servers); null: twice the largest listed count.
+    max_count: Optional[int] = None
     search: str = "grid"
     corrector: str = "rac"
     max_bias: Optional[float] = None

@@ -170,8 +170,9 @@ def recommendation_text(res: CapacityResult) -> str:
     over = res.curve[(res.curve.corrector == chosen) & (res.curve.status != "ok")]
     why = "; ".join(f"{int(r['count'])}: {r['status']}" for _, r in over.iterrows())
     if res.recommended is None:
-        return (f"No evaluated count of {res.channel}'s {res.unit} meets the targets for {chosen} ({goal}, each by "
-                f"the upper end of its {res.level:.0%} interval); evaluate larger counts or relax the targets"
+        return (f"No count of {res.channel}'s {res.unit} up to {res.top} meets the targets for {chosen} ({goal}, "
+                f"each by the upper end of its {res.level:.0%} interval); raise capacity.max_count or relax the "
+                f"targets"
                 + _largest_fails(res) + "."
                 + (f" Without a steady state: {why}." if why else "") + notes_text(res))
     row = res.curve[(res.curve.corrector == chosen) & (res.curve["count"] == res.recommended)].iloc[0]
@@ -270,8 +271,7 @@ def sensitivity_text(res: CapacityResult, spread: float) -> str:
     t = res.sensitivity
     if t is None or t.empty:
         return ""
-    top = max(res.listed)
-    count = lambda v: f"more than {top}" if pd.isna(v) else str(int(v))  # noqa: E731
+    count = lambda v: f"more than {res.top}" if pd.isna(v) else str(int(v))  # noqa: E731
     moved = [f"{count(r.recommended)} if {SENSITIVITY_PHRASES[r.input].format(r.value)}"
              for r in t.itertuples() if r.change != 0]
     return (f"How the answer moves with its assumptions (each input {100 * spread:.3g}% down and up, the others as given; "

@@ -25,6 +25,11 @@ def validate_capacity(cfg: Any) -> None:
     if channel_kind(ch) == "gpu_rm":
         bad = [n for n in counts if n % ch.rm.tp]
         need(not bad, "capacity.counts", bad, f"multiples of the channel's tp ({ch.rm.tp})")
+    if c.max_count is not None:
+        need(isinstance(c.max_count, int) and not isinstance(c.max_count, bool)
+             and max(counts) <= c.max_count <= MAX_COUNT, "capacity.max_count", c.max_count,
+             f"null (twice the largest listed count) or an integer in [{max(counts)}, {MAX_COUNT:,}]: the largest "
+             f"count the search tries above capacity.counts")
     _targets(c, cfg.corrector)
     _run_length(c, cfg.pipeline.steps)
     _sensitivity(c, ch)
