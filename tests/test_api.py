@@ -74,12 +74,14 @@ def test_a_capacity_plan_returns_its_curve(tmp_path, empty_cwd):
 
 
 def test_a_plan_whose_every_count_is_overloaded_returns_empty_run_tables(tmp_path, empty_cwd):
-    """Every listed count overloaded: nothing simulated, no answer; racsim.run returns the curve and
-    empty results and channels (it raised AttributeError), as the command writes capacity.csv alone."""
+    """Every count up to twice the largest listed overloaded: nothing simulated, no answer; racsim.run
+    returns the curve (the listed counts and 4, where the search above them stopped) and empty results
+    and channels (it raised AttributeError), as the command writes capacity.csv alone."""
     scenario, overrides = CAPACITY
     t = racsim.run(scenario, overrides=[*overrides, "capacity.counts=[1,2]", "capacity.sensitivity.enabled=false"])
     assert t.recommended is None and t.raw.best is None and set(t.curve["status"].str[:10]) == {"overloaded"}
-    assert t.results.empty and t.channels.empty and sorted(t.curve["count"].unique()) == [1, 2]
+    assert t.results.empty and t.channels.empty and sorted(t.curve["count"].unique()) == [1, 2, 4]
+    assert t.raw.top == 4 and t.raw.searched == [4]
 
 
 def test_out_writes_the_clis_folder(tmp_path, empty_cwd):
