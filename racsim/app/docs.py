@@ -244,6 +244,7 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.continuous": Recipe((JUDGE + " pipeline.channels.judge.rm.batching=continuous",
                                    JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),
     "capacity.seeds": Recipe(tuple(SEEDS.format(n) for n in SHIPPED_CAPACITY), seed_table),
+    "capacity.above": Recipe(("racsim scenario=capacity/judge_rm_faults seed=5",), recommendations),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts),
     "lm.ranking": Recipe((RANKING,), ranking),
