@@ -352,3 +352,12 @@ def test_a_compressed_file_is_measured_by_what_it_expands_to(tmp_path, suffix, m
             assert info.value.key == f"{key}.path"
         else:
             V.check_data_files(cfg)
+
+
+@pytest.mark.parametrize("over, want", [([], 16), (["capacity.max_count=11"], 11), (["capacity.max_count=8"], 8)])
+def test_a_capacity_search_is_sized_at_the_largest_count_it_may_try(over, want):
+    """The estimate charges the sized channel at the largest count the search may try above the
+    list (search_top: capacity.max_count, null twice the largest listed), not the largest listed."""
+    cfg = compose_config("scenario=capacity/judge_rm_h100", "capacity.counts=[2,8]", *over)
+    assert V.run_sizes(cfg)[f"{J}.rm.gpus"] == want == V.search_top(cfg.capacity.max_count, [2, 8])
+    assert V.search_top(None, [3]) == 6 and V.search_top(2, [3]) == 3  # never below the largest listed

@@ -40,7 +40,7 @@ from racsim.analyses.grid import expand
 from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
 from racsim.config.spec import replace_at
 from racsim.config.validate import (check_limits, faults_on, longest_steps, memory_room, run_estimate, runs_that_fit,
-                                    validate)
+                                    search_top, validate)
 from racsim.io import auto_workers, side_by_side
 from racsim.config.validate.pipeline import nominal_step
 from racsim.errors import ConfigError
@@ -910,7 +910,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         gap = [n for n in range(lowest, counts[-1]) if n % step == 0 and n not in loads]  # unlisted
         bound = load_bound(counts, gap, lambda n: load_of(n)["load"], cap.max_load)
         evaluate_grid(counts if bound is None else sorted(counts + [bound]))
-    top = search_top(cfg, counts)
+    top = search_top(cap.max_count, counts)  # the listed ones and an autoscale's bounds
     # the fewest count meeting the targets, whatever the list: the counts it skipped, those below it, or above it
     more = between_counts(rows, chosen, targets, step, lowest) or counts_above(rows, chosen, targets, step, top)
     if more:
@@ -1037,12 +1037,6 @@ def between_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, 
     if not above:
         return []
     return [n for n in range(top + 1, min(above)) if n % step == 0]
-
-
-def search_top(cfg: RacsimConf, listed: List[int]) -> int:
-    """The largest count a search may try: ``capacity.max_count``, or twice the largest of ``listed``."""
-    top = cfg.capacity.max_count
-    return int(top) if top is not None else 2 * max(listed)
 
 
 def counts_above(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int,

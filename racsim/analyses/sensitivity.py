@@ -6,7 +6,7 @@ each input that applies to the sized channel (``capacity.sensitivity.inputs``, n
 :func:`~racsim.config.validate.sensitivity_inputs`) is moved ``spread`` down and up, the others
 as given, and the fewest count meeting the same targets is found for each variant, over the same
 range of counts as the plain search (the fewest the channel can have up to the largest it may try,
-:func:`~racsim.analyses.capacity.search_top`; whole servers).
+:func:`~racsim.config.validate.estimate.search_top`; whole servers).
 
 Cheaply: the base answer n and its offered load are known, so each variant's long-run loads
 (:func:`~racsim.analyses.capacity.channel_loads`, no simulation) rule out its overloaded counts

@@ -40,6 +40,7 @@ from racsim.config.validate.estimate import (
     memory_terms,
     run_estimate,
     run_sizes,
+    search_top,
 )
 from racsim.config.validate.latency import MAX_ALPHA, MAX_SECONDS, MAX_SIGMA, cauchy_window_mass, validate_latency
 from racsim.config.validate.learner import validate_lm
@@ -73,7 +74,8 @@ __all__ = [
     "TRAJECTORY_STEPS_PER_S", "biggest_knob", "cauchy_window_mass", "check_data_files", "check_leaves",
     "check_limits", "check_name", "check_schema", "fault_events", "faults_on", "first_missing", "grid_cells",
     "leaves", "longest_steps", "machine_memory_gb", "memory_error", "memory_room", "memory_terms", "missing_error",
-    "process_memory", "run_estimate", "run_sizes", "runs_that_fit", "sensitivity_inputs", "validate", "validate_arrivals", "validate_autoscale",
+    "process_memory", "run_estimate", "run_sizes", "runs_that_fit", "search_top", "sensitivity_inputs", "validate",
+    "validate_arrivals", "validate_autoscale",
     "validate_capacity", "validate_changed", "validate_channel_kind", "validate_faults", "validate_latency",
     "validate_lm", "validate_rm", "validate_rules",
 ]

@@ -40,6 +40,12 @@ def _capacity_runs(cfg: Any) -> int:
     return max(len(cfg.capacity.counts), 1) if cfg.capacity.enabled else 1
 
 
+def search_top(max_count: Optional[int], listed: list) -> int:
+    """The largest count a capacity search may try (racsim.analyses.capacity.counts_above):
+    ``capacity.max_count`` (never below the largest of ``listed``), or twice the largest listed."""
+    return 2 * max(listed) if max_count is None else max(int(max_count), max(listed))
+
+
 def longest_steps(steps: int, max_steps: int) -> int:
     """The longest run of a capacity search with ``capacity.run_length=auto``: ``pipeline.steps``
     doubled while the double is at most ``capacity.max_steps`` (racsim.analyses.capacity.settle)."""
@@ -157,8 +163,8 @@ def fault_events(cfg: Any, sizes: dict) -> dict:
 
 def run_sizes(cfg: Any) -> dict:
     """Every key that sets an array's size, at its largest value (over study.grid; a capacity search's
-    channel at its largest count; ``capacity.max_steps``: the longest run of a search that doubles its
-    runs, :func:`longest_steps`), null ones left out."""
+    channel at the largest count it may try, :func:`search_top`; ``capacity.max_steps``: the longest
+    run of a search that doubles its runs, :func:`longest_steps`), null ones left out."""
     keys = [(k, node(cfg, k)) for k in SIZE_KEYS]
     cap = cfg.capacity
     counts = [n for n in cap.counts if isinstance(n, int)] if cap.enabled else []
@@ -168,7 +174,8 @@ def run_sizes(cfg: Any) -> dict:
             at = getattr(ch, block) if block else ch
             if at is not None and getattr(at, leaf, None) is not None:
                 sized = counts and k in ("workers", "rm.gpus") and cap.channel in (None, name)
-                keys.append((f"pipeline.channels.{name}.{k}", max(counts) if sized else getattr(at, leaf)))
+                keys.append((f"pipeline.channels.{name}.{k}",
+                             search_top(cap.max_count, counts) if sized else getattr(at, leaf)))
     if cfg.pipeline.fast_rm is not None:  # the fast scorer's GPUs (a phase of the step, not a channel)
         keys += [(f"pipeline.fast_rm.{k}", getattr(cfg.pipeline.fast_rm, k)) for k in ("gpus", "sequences_per_sample")]
     sizes = {k: _largest(cfg, k, v) for k, v in keys}
