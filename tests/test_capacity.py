@@ -271,16 +271,23 @@ def _between_by_hand(ok: dict, step: int, lowest: int) -> list:
     return [m for m in range(lowest, first) if m % step == 0]
 
 
+def _random_evaluated(rng, p_ok: float):
+    """A random search's state: a server size (step), its evaluated counts, whether each met the
+    targets (probability ``p_ok``) and the rows that say so (a failing one overloaded)."""
+    step = int(rng.choice([1, 1, 2, 4]))
+    counts = sorted({int(step * k) for k in rng.integers(1, 30, size=int(rng.integers(1, 8)))})
+    ok = {n: bool(rng.random() < p_ok) for n in counts}
+    rows = {n: [{"corrector": "rac", "status": "ok" if ok[n] else "overloaded: load 2 >= capacity.max_load 0.95",
+                 "bias_exact_hi": 0.0}] for n in counts}
+    return step, ok, rows
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_between_counts_is_the_gap_below_the_fewest(seed):
     from racsim.analyses.capacity import between_counts
 
     rng = np.random.default_rng(seed)
-    step = int(rng.choice([1, 1, 2, 4]))
-    counts = sorted({int(step * k) for k in rng.integers(1, 30, size=int(rng.integers(1, 8)))})
-    ok = {n: bool(rng.random() < 0.6) for n in counts}
-    rows = {n: [{"corrector": "rac", "status": "ok" if ok[n] else "overloaded: load 2 >= capacity.max_load 0.95",
-                 "bias_exact_hi": 0.0}] for n in counts}
+    step, ok, rows = _random_evaluated(rng, 0.6)
     lowest = int(step * rng.integers(1, 4))
     assert between_counts(rows, "rac", {}, step, lowest) == _between_by_hand(ok, step, lowest)
 
@@ -379,11 +386,8 @@ def test_counts_above_and_the_overloaded_prefix(seed):
     from racsim.analyses.capacity import counts_above, load_bound_index
 
     rng = np.random.default_rng(seed)
-    step = int(rng.choice([1, 1, 2, 4]))
-    counts = sorted({int(step * k) for k in rng.integers(1, 30, size=int(rng.integers(1, 8)))})
-    ok = {n: bool(rng.random() < 0.5) for n in counts}
-    rows = {n: [{"corrector": "rac", "status": "ok" if ok[n] else "overloaded: load 2 >= capacity.max_load 0.95",
-                 "bias_exact_hi": 0.0}] for n in counts}
+    step, ok, rows = _random_evaluated(rng, 0.5)
+    counts = sorted(ok)
     top = int(max(counts) + rng.choice([0, 1, step, 3 * max(counts)]))
     above = counts_above(rows, "rac", {}, step, top)
     assert above == _above_by_hand(ok, step, top)
