@@ -77,9 +77,12 @@ def run_both(S, name, optimizer, kl, backbone="gpt2", checkpoints=(1, 3)):
 def assert_same_lane(a, b, optimizer):
     assert np.array_equal(a.true, b.true) and np.array_equal(a.fast, b.fast)  # the same tokens at every step
     assert np.array_equal(a.ratio_delay, b.ratio_delay) and a.ratio.shape == b.ratio.shape
-    np.testing.assert_allclose(a.ratio, b.ratio, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(a.delivered, b.delivered, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(a.owed, b.owed, rtol=RTOL, atol=ATOL)
+    # the ratios come from log-probabilities: after Adam's steps their rounding is amplified as in
+    # assert_same_policy (an AVX-512 core measured 2.4e-5 relative on one of 24 ratios)
+    close = RTOL if optimizer == "sgd" else 1e-4
+    np.testing.assert_allclose(a.ratio, b.ratio, rtol=close, atol=ATOL)
+    np.testing.assert_allclose(a.delivered, b.delivered, rtol=close, atol=ATOL)
+    np.testing.assert_allclose(a.owed, b.owed, rtol=close, atol=ATOL)
     assert [g["step"] for g in a.gradients] == [g["step"] for g in b.gradients]
     rtol = 1e-4 if optimizer == "sgd" else 2e-3  # after Adam's steps: the parameters' last bits amplified
     for ga, gb in zip(a.gradients, b.gradients):
