@@ -185,8 +185,9 @@ def test_intervals_cover_the_long_run_under_slow_regimes(kind):
     np.testing.assert_allclose(documented, np.concatenate([before, got]), atol=1.5 / 30)
 
 
-BIAS_RUN = ("capacity.enabled=true", "capacity.counts=[4]", "capacity.benchmark=false",
-            "capacity.sensitivity.enabled=false", "capacity.max_load=0.99", "corrector.names=[rac,naive]")
+BIAS_RUN = ("capacity.enabled=true", "capacity.counts=[4]", "capacity.benchmark=false",  # 4's row: no search above
+            "capacity.sensitivity.enabled=false", "capacity.max_load=0.99", "corrector.names=[rac,naive]",
+            "capacity.max_count=4")
 
 
 def rac_bias(kind: str, seed: int, *more: str) -> dict:
