@@ -1013,14 +1013,14 @@ def load_bound(listed: List[int], unlisted: List[int], load: Callable[[int], flo
     (ascending, whole servers) under ``max_load`` that lies between the listed counts over it and
     the fewest listed under it, or None (the list holds it, or no listed count is under max_load).
     ``load(n)``: a count's long-run offered load, decreasing in the count, so a bisection finds it
-    (:func:`first_passing`, a few loads). Where the targets bind no later than the load, this
+    (:func:`load_bound_index`, a few loads). Where the targets bind no later than the load, this
     count is the answer: the grid evaluates it with the listed ones (side by side where a pool runs)."""
-    under = [n for n in listed if load(n) < max_load]
-    if not under:
+    k = load_bound_index(listed, load, max_load)  # listed[k]: the fewest listed under max_load
+    if k == len(listed):
         return None
-    over = [n for n in listed if n < under[0]]
-    inside = [n for n in unlisted if (not over or n > over[-1]) and n < under[0]]
-    return first_passing(inside, lambda n: load(n) < max_load)
+    inside = [n for n in unlisted if (k == 0 or n > listed[k - 1]) and n < listed[k]]
+    j = load_bound_index(inside, load, max_load)
+    return inside[j] if j < len(inside) else None
 
 
 def between_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int,
