@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from racsim.analyses.capacity import (batch_units, channel_intervals, first_length, interval_units, regime_cycle,
-                                      regime_scales, regime_window, run_capacity, sized_run)
+from racsim.analyses.capacity import (batch_units, channel_intervals, channel_loads, first_length, interval_units,
+                                      regime_cycle, regime_scales, regime_window, run_capacity, sized_run)
 from racsim.analyses.capacity import BATCH_CYCLES
 from racsim.config.defaults import compose_config
 from racsim.config.spec import replace_at, scenario
@@ -185,8 +185,8 @@ def test_intervals_cover_the_long_run_under_slow_regimes(kind):
     np.testing.assert_allclose(documented, np.concatenate([before, got]), atol=1.5 / 30)
 
 
-# 4's row alone: no search above (capacity.max_count) nor below (3 workers, loads 0.953 and 0.933, overloaded under
-# capacity.max_load 0.9, so not simulated; 4's loads are 0.715 and 0.7, its row the same as with 3 run beside it)
+# 4's row alone: no search above (capacity.max_count) nor below (3 workers overloaded under capacity.max_load 0.9,
+# so not simulated; 4's row the same as with 3 run beside it): test_the_bias_run_simulates_four_workers_alone
 BIAS_RUN = ("capacity.enabled=true", "capacity.counts=[4]", "capacity.benchmark=false",
             "capacity.sensitivity.enabled=false", "capacity.max_load=0.9", "corrector.names=[rac,naive]",
             "capacity.max_count=4")
@@ -197,6 +197,19 @@ def rac_bias(kind: str, seed: int, *more: str) -> dict:
     res = run_capacity(replace_at(small(kind, *BIAS_RUN, *more), "seed", seed))
     r = res.curve[(res.curve.corrector == "rac") & (res.curve["count"] == 4)].iloc[0]  # not a count searched below
     return {k: float(r[k]) for k in ("bias_exact", "bias_exact_lo", "bias_exact_hi")}
+
+
+@pytest.mark.parametrize("kind", ["faults", "bursts"])
+def test_the_bias_run_simulates_four_workers_alone(kind):
+    """The long bias-coverage test's premise: under BIAS_RUN 3 workers are overloaded (long-run loads
+    0.953 under outages, 0.933 under bursts) and 4 are not (0.715, 0.7), so a search evaluates 4 only."""
+    cfg = small(kind, *BIAS_RUN, "pipeline.steps=12", "learner.trials=4", "capacity.max_steps=24")
+    loads = channel_loads(cfg, "verifier", "pipeline.channels.verifier.workers", [3, 4])
+    want = {"faults": (0.953, 0.715), "bursts": (0.933, 0.7)}[kind]
+    np.testing.assert_allclose([loads[3]["load"], loads[4]["load"]], want, atol=5e-4)
+    assert loads[3]["load"] >= cfg.capacity.max_load > loads[4]["load"]
+    res = run_capacity(cfg)
+    assert set(res.curve["count"]) == {4} and res.searched == []
 
 
 BIAS_DOCUMENTED = r"rac's exact bias under outages (\d+)% of the time, under bursts (\d+)%"
