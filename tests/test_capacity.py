@@ -483,6 +483,37 @@ def test_pool_size_rules(hydra_ctx, monkeypatch):
     assert C.pool_size(cfg(6), 10.0, 20) == 1
 
 
+def shared_cores(jobs: int, at_once: int, cores: int) -> float:
+    """Oracle: a pool of ``at_once`` slots runs ``jobs`` runs of one unit of work each on ``cores``
+    cores shared fairly, event by event (each active run progresses at min(1, cores / active))."""
+    left, active, now = jobs, [], 0.0
+    while left or active:
+        while left and len(active) < at_once:
+            active.append(1.0)
+            left -= 1
+        rate = min(1.0, cores / len(active))
+        dt = min(active) / rate
+        now += dt
+        active = [w - dt * rate for w in active if w - dt * rate > 1e-12]
+    return now
+
+
+def test_counts_run_at_once_as_many_as_end_them_soonest():
+    """:func:`makespan` equals a processor-sharing pool simulated event by event, and :func:`soonest`
+    picks the fewest processes that end the runs first: 4 counts on 2 cores two at a time (2
+    runs' time, where three at once take 2.5), 3 counts all at once (1.5, where two at a time take 2)."""
+    for jobs in range(1, 13):
+        for cores in (1, 2, 3, 4):
+            for k in range(1, jobs + 1):
+                assert C.makespan(jobs, k, cores) == pytest.approx(shared_cores(jobs, k, cores)), (jobs, k, cores)
+            for most in range(1, jobs + 2):
+                times = {k: shared_cores(jobs, k, cores) for k in range(1, min(jobs, most) + 1)}
+                best = min(times.values())
+                assert C.soonest(jobs, cores, most) == min(k for k, t in times.items() if t <= best + 1e-9)
+    assert C.soonest(4, 2, 3) == 2 and C.soonest(3, 2, 3) == 3 and C.soonest(5, 2, 3) == 3
+    assert C.soonest(1, 2, 3) == 1 and C.soonest(4, 2, 1) == 1
+
+
 def test_side_by_side_takes_back_what_the_pool_has_not_started():
     """With ``here`` this process runs the first job, then takes back the jobs no worker has
     started, from the last: every job once, each result from where it ran (here: negated). One
@@ -530,8 +561,10 @@ def test_small_pages_holds_while_it_runs_and_in_every_worker_and_gives_the_setti
 def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     """capacity.workers=0 starts the pool before any count has run when a lower bound on a count's
     seconds (its requests at the length it first runs, both pipelines, at COUNT_REQUESTS_PER_S)
-    says it saves more than it costs: every usable core beside this process, which runs the
-    first count; never when one more run does not fit in memory; else the first count alone here."""
+    says it saves more than it costs: up to every usable core beside this process, which runs the
+    first count, as many as end the counts soonest (4 counts on 2 cores: two at a time, this
+    process and one worker); never when one more run does not fit in memory; else the first
+    count alone here."""
     monkeypatch.setattr(C, "auto_workers", lambda: 2)
     fit = {"n": 100}
     monkeypatch.setattr(C, "runs_that_fit", lambda cfg: fit["n"])
@@ -551,7 +584,7 @@ def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     monkeypatch.setattr(C, "COUNT_REQUESTS_PER_S", requests / 10.0)  # 10 s a count: the pool pays
     res = run_capacity(c)
     # with 5, where the load binds (4 is overloaded); then below the list, all passing
-    assert pools[0] == (2, [5, 6, 7, 8], True) and all(n < 6 for n in res.searched)
+    assert pools[0] == (1, [5, 6, 7, 8], True) and all(n < 6 for n in res.searched)
     assert sorted(res.curve["count"].unique()) == sorted({6, 7, 8, *res.searched})
     pools.clear()
     fit["n"] = 1  # this process's run and one more do not fit: one at a time

@@ -35,6 +35,7 @@ from racsim.config.schema import (
 from racsim.pipeline.batcher import GpuSpec, _log_order, gpu_spec
 from racsim.pipeline.cbatch import drain_seconds
 from racsim.pipeline.draws import PipelineDraws, draw, draw_tokens
+from racsim.pipeline.latency import token_lengths
 from racsim.pipeline.engines import ENGINES
 from racsim.pipeline.lanes import run_lanes
 from racsim.pipeline.schedule import DROPPED, INJECTED, PENDING
@@ -374,3 +375,21 @@ def test_requests_times_written_in_flushes_are_the_same(seed, every, monkeypatch
     for blocking, timeout in MODES:
         sim = run_simpy(draws, blocking, timeout)
         assert_same_schedule(run_lanes(draws, blocking, timeout), sim, f"seed {seed} every {every} {blocking}")
+
+
+def test_the_same_token_draw_is_drawn_once_and_the_same():
+    """draw_tokens from the same generator state, laws and shape returns its last tokens (the same
+    read-only array) and leaves the generator where a fresh draw does; other laws, another shape
+    or another state draw anew; the numbers equal a draw made without it."""
+    rm = random_rm(np.random.default_rng(3), "fifo")
+    a, b = np.random.default_rng(11), np.random.default_rng(11)
+    first = draw_tokens(rm, a, (2, 3, 4))
+    again = draw_tokens(rm, b, (2, 3, 4))
+    assert again is first and not first.flags.writeable
+    assert a.bit_generator.state == b.bit_generator.state and a.random() == b.random()
+    fresh = token_lengths(rm.prompt_tokens, rm.response_tokens, "rm").sample(np.random.default_rng(11), (2, 3, 4))
+    np.testing.assert_array_equal(first, fresh)
+    assert draw_tokens(rm, np.random.default_rng(12), (2, 3, 4)) is not first  # another state
+    assert draw_tokens(rm, np.random.default_rng(11), (2, 3, 5)).shape == (2, 3, 5)  # another shape
+    other = replace(rm, response_tokens=LatencyConf(kind="exponential", mean=30.0))
+    np.testing.assert_array_less(draw_tokens(other, np.random.default_rng(11), (2, 3, 4)).mean(), first.mean())

@@ -725,6 +725,22 @@ def pool_size(cfg: RacsimConf, first_s: float, left: int) -> int:
     return max(workers, 1)
 
 
+def makespan(jobs: int, at_once: int, cores: int) -> float:
+    """Time ``jobs`` equal runs take, in one run's time on a core of its own, ``at_once`` of them
+    side by side on ``cores`` cores that the OS shares fairly: in rounds of ``at_once`` runs (and
+    one of the rest), j runs of a round each getting min(1, cores / j) of a core."""
+    full, rest = divmod(jobs, at_once)
+    return (full * max(at_once, cores) + (max(rest, cores) if rest else 0)) / cores
+
+
+def soonest(jobs: int, cores: int, most: int) -> int:
+    """How many of ``jobs`` equal runs to run at once, at most ``most``, that all end soonest
+    (:func:`makespan`), the fewest on a tie: 4 runs on 2 cores end after 2 runs' time two at a
+    time, where three at a time take 2.5 (three, then one alone on two cores)."""
+    ks = range(1, max(1, min(jobs, most)) + 1)
+    return min(ks, key=lambda k: (makespan(jobs, k, cores), k))
+
+
 # Simulated requests a second one count's run reaches at most in one process, both pipelines and
 # the bias study included (the lanes engine alone: 2.6e6-6.5e6 measured on 2 cores, 1x to 64x the
 # judge): :func:`count_seconds` is a lower bound.
@@ -864,15 +880,19 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
                 evaluate(n)
         pooled = pooled_spec(cfg, name, min(int(cap.workers) or auto_workers(), len(simulated)))
         at_once = pool_size(pooled, count_seconds(cfg, name), len(simulated)) if simulated else 1
-        # beside this process: capacity.workers - 1 asked, or every usable core (the OS shares
-        # them: equal runs all at once end soonest), within the counts and the memory left
+        # beside this process: capacity.workers - 1 asked, or up to every usable core, as many as end
+        # the counts soonest (:func:`soonest`), within the counts and the memory left
         workers = min(at_once - (1 if int(cap.workers) else 0), len(simulated) - 1, runs_that_fit(pooled) - 1)
+        if not int(cap.workers):
+            workers = soonest(len(simulated), auto_workers(), workers + 1) - 1
         if at_once > 1 and workers >= 1:
             in_pool(pooled, workers, simulated, here=True)
             return
         while simulated and not runs:
             evaluate(simulated.pop(0))
         workers = pool_size(pooled, timings["runs_s"], len(simulated))
+        if not int(cap.workers):
+            workers = soonest(len(simulated), auto_workers(), workers)
         if workers > 1:
             in_pool(pooled, workers, simulated)
         else:

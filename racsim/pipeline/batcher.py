@@ -324,8 +324,24 @@ def _attempt(spec: GpuSpec, st: "_FifoLanes", faults, lanes, r, tau, h, n, secon
     st.log.append((lanes, r, tau, e, n, billed, group, np.where(ok, seconds, 0.0)))
 
 
+def window(spec: GpuSpec, flat: np.ndarray, h: np.ndarray, e: np.ndarray):
+    """The window of ``max_batch`` requests from each flat index ``h`` of ``flat`` (the lanes'
+    requests, C-ordered), those before ``e`` in view: (its flat indices, in view, running
+    longest, how many fit ``max_batch`` and the token budget, the first always). Past ``e`` a
+    window reads other requests (clipped at the last one): out of view, and the running figures
+    are prefix ones, so those in view read only their own."""
+    win = h[:, None] + np.arange(spec.max_batch)
+    valid = win < e[:, None]
+    L = flat.take(win, mode="clip")
+    mx = np.maximum.accumulate(L, axis=1)
+    cost = np.arange(1.0, spec.max_batch + 1.0) * mx if spec.padded else np.cumsum(L, axis=1)
+    fits = valid & (cost <= spec.budget)
+    fits[:, 0] = True
+    return win, valid, mx, fits.sum(axis=1)
+
+
 def _candidates(spec: GpuSpec, tok: np.ndarray, group_time: np.ndarray, G: int, end: int, st: "_FifoLanes",
-                faults, act: np.ndarray, offs: np.ndarray):
+                faults, act: np.ndarray):
     """The next new batch of each lane of ``act`` by :func:`_fifo_lanes`'s rule, per lane: its head,
     window (running longest, how many fit, arrivals: inf past ``end``), the
     replicas' free times, when each replica could take it (with faults; else their free times,
@@ -333,15 +349,9 @@ def _candidates(spec: GpuSpec, tok: np.ndarray, group_time: np.ndarray, G: int, 
     N, M = tok.shape[1], spec.max_batch
     rows = np.arange(act.size)
     h = st.head[act]
-    win = h[:, None] + offs
-    valid = win < end
-    at = np.minimum(win, N - 1)
-    L = tok.take(at + (act * N)[:, None])
-    mx = np.maximum.accumulate(L, axis=1)
-    cost = (offs + 1.0) * mx if spec.padded else np.cumsum(L, axis=1)
-    fits = valid & (cost <= spec.budget)
-    fits[:, 0] = True
-    n_lim = fits.sum(axis=1)
+    base = act * N
+    win, valid, mx, n_lim = window(spec, tok.reshape(-1), base + h, base + end)
+    at = np.minimum(win - base[:, None], N - 1)
     # arrival of each request of the window (inf past end: not known yet)
     t_win = group_time.take((at if G == 1 else at // G) + (act * group_time.shape[1])[:, None])
     if not valid.all():
@@ -389,7 +399,6 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
     ``stop`` (lanes,): dispatch each lane's requests below it only, those up to ``end`` in view
     (a pool shared with other tenants, racsim/pipeline/shared.py).
     """
-    offs = np.arange(spec.max_batch)
     resend = faults is not None and faults.spec.resend
     if resend and st.again is None:
         st.again = _Again.new(st.head.size)
@@ -403,7 +412,7 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
             st.flush()
             return
         if act.size:
-            cand = _candidates(spec, tok, group_time, G, end, st, faults, act, offs)
+            cand = _candidates(spec, tok, group_time, G, end, st, faults, act)
         if wait.size:  # lanes with a cut batch waiting: it leaves first if a replica takes it by their new batch's tau
             before = np.full(st.head.size, np.inf)
             if act.size:

@@ -22,6 +22,7 @@ from racsim.pipeline.batcher import (
 from racsim.pipeline.arrivals import group_arrivals, groups_per_step, in_ready_order, ready_pool, step_arrivals
 from racsim.pipeline.autoscale import AutoLanes
 from racsim.pipeline.background import BackgroundStream, background_log
+from racsim.pipeline.chains import Steps
 from racsim.pipeline.cbatch import fifo_lanes, lanes_state, waiting
 from racsim.pipeline.draws import PipelineDraws, _queued, _service_seconds
 from racsim.pipeline.faults import resend_attempt
@@ -221,6 +222,8 @@ class _GpuLanes:
         if self.ready is not None:
             self.slow = self.ready.slow(self.slow)  # per group
         self.shared = None  # a pool shared with them: merged into the vectorised rule (racsim/pipeline/shared.py)
+        # a step's requests at one instant: served a step at a time in light passes (racsim/pipeline/chains.py)
+        self.steps = None
         if self.vector and other is not None:
             self.shared = SharedLanes(spec, self.tok, self.G, BackgroundStream(other, n))
         elif self.vector:
@@ -229,6 +232,8 @@ class _GpuLanes:
             self.group_time = np.full((n, steps * self.per), np.inf)
             if faults is not None:  # static or unchunked continuous batches (no chunked prefill with faults)
                 self.st.lost = np.zeros(self.tok.shape, dtype=bool)
+            elif self.ready is None and not spec.chunked:
+                self.steps = Steps(spec, self.tok, self.cum, self.cum2, self.G, self.slow, self.st, self.group_time)
         else:
             stream = None if other is None else BackgroundStream(other, n)
             self.servers = [_LaneServer(spec, self.tok[i], self.G, None if self.slow is None else self.slow[i],
@@ -249,6 +254,12 @@ class _GpuLanes:
         if self.shared is not None:
             self.shared.add(submit_time, until)
             return
+        if self.steps is not None:
+            self.group_time[:] = submit_time
+            for t in range(self.shape[1]):
+                nxt = submit_time[:, t + 1] if t + 1 < self.shape[1] else np.full(submit_time.shape[0], np.inf)
+                self.steps.step(t, submit_time[:, t], nxt)
+            return
         if self.vector:
             self.group_time[:] = submit_time
             self._fifo(self.tok.shape[1])
@@ -268,6 +279,9 @@ class _GpuLanes:
         if self.shared is not None:
             self.shared.add(times)
             return self.shared.st.comp[np.arange(times.shape[0])[:, None], self.shared.pos[:, lo * G:hi * G]].max(axis=1)
+        if self.steps is not None:  # the optimizer waits: the next step's requests come after every result
+            self.group_time[:, t] = times[:, 0]
+            return self.steps.step(t, times[:, 0], np.full(times.shape[0], np.inf))
         if self.vector:
             self.group_time[:, lo:hi] = times
             self._fifo(hi * G)
