@@ -13,8 +13,9 @@ on the lowest-indexed replica free then, with the same requests, whatever comes 
 the step's last batch may differ: when a replica takes it no sooner than the next step's
 arrival a_{t+1}, it takes that step's first requests too (and may leave sooner). Such a batch
 is left to :func:`_fifo_lanes` itself, one batch, and the next step's chain then starts inside
-that step, where it soon meets the chain from the step's start (both cut before the same long
-request) and follows it. A blocking pipeline (``wait_for_slow``, no timeout) never meets
+that step: cut from there until one of its batches ends where one of the chain from the step's
+start begins (often within some dozens, where both cut before the same long request), it follows
+that chain. A blocking pipeline (``wait_for_slow``, no timeout) never meets
 a_{t+1} (the optimizer waits for the step's last result); an asynchronous one knows every a_t
 from the start.
 
