@@ -581,11 +581,12 @@ class CapacityConf:
     regime_cycles: int = 100
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
     # Processes that simulate a grid search's counts side by side (each count's figures are the
-    # same in any of them): 1 one at a time; N up to N; 0 (default) every usable core beside this
-    # process, where starting them saves time: at once when a lower bound on a count's seconds
-    # says so, else once the first count simulated shows it (one inside a sweep's joblib job,
-    # whose siblings hold the cores). Never more than the memory budget (limits.memory_gb) holds
-    # at one run's estimated peak each.
+    # same in any of them): 1 one at a time; N up to N; 0 (default) up to every usable core beside
+    # this process, as many as end the counts soonest (4 counts on 2 cores: two at a time;
+    # racsim/analyses/capacity.py soonest), where starting them saves time: at once when a lower
+    # bound on a count's seconds says so, else once the first count simulated shows it (one
+    # inside a sweep's joblib job, whose siblings hold the cores). Never more than the memory
+    # budget (limits.memory_gb) holds at one run's estimated peak each.
     workers: int = 0
     # The answer again with each guessed input (MFU, token lengths, arrival rate, failures, service
     # times) moved -spread and +spread: SensitivityConf.
