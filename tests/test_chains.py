@@ -7,9 +7,14 @@
    smaller than a batch or holding a full last batch, bursts' factors, the next step arriving
    the instant the last ends, plans of a few steps; asynchronously, steps arriving together or
    in a backlog, so that last batches meet the next step and steps begin inside.
-2. In the engine: the lanes engine takes this path for a batch-mode FIFO pool without faults
-   and agrees with the SimPy engine to the last bit, bursts included, blocking or not; it does
-   not where its premise fails (faults, arrivals over time, a timeout, the per-lane loop).
+2. With faults (blocking): against :func:`_fifo_lanes` with outages, bit for bit, requests lost
+   included, for ``on_failure`` resend, retry and lose, outages from rare to most of the time:
+   steps wholly calm, calm up to a change and served by the rule after, never calm (no replica
+   up), lanes held to the rule by a cut batch waiting, cut batches re-sent after the step's last.
+3. In the engine: the lanes engine takes this path for a batch-mode FIFO pool, with faults when
+   blocking, and agrees with the SimPy engine to the last bit, bursts and faults included; it
+   does not where its premise fails (faults when asynchronous, arrivals over time, a timeout,
+   the per-lane loop).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from racsim.pipeline.batcher import _batch_log, _fifo_lanes, _FifoLanes, _prefix
 from racsim.pipeline import chains
 from racsim.pipeline.chains import Steps
 from racsim.pipeline.draws import draw
+from racsim.pipeline.faults import FaultSpec, Timeline
 from racsim.pipeline.lanes import _GpuLanes, run_lanes
 from racsim.pipeline.simpy_engine import run_simpy
 
@@ -45,29 +51,37 @@ def random_case(rng: np.random.Generator):
     return spec, tok, G, steps, slow
 
 
-def reference(spec, tok, G, steps, slow, gaps):
-    """The lanes engine's old path: :func:`_fifo_lanes` on each step's requests as they arrive."""
+def new_state(spec, tok, faults):
+    st = _FifoLanes.new(tok.shape[0], tok.shape[1], spec.replicas)
+    if faults is not None:
+        st.lost = np.zeros(tok.shape, dtype=bool)
+    return st
+
+
+def reference(spec, tok, G, steps, slow, gaps, faults=None):
+    """The lanes engine's old path: :func:`_fifo_lanes` on each step's requests as they arrive
+    (``faults``: a Timeline, its replicas failing)."""
     lanes = tok.shape[0]
-    st = _FifoLanes.new(lanes, tok.shape[1], spec.replicas)
+    st = new_state(spec, tok, faults)
     cum, cum2 = _prefix(tok, spec.padded)
     group_time = np.full((lanes, steps), np.inf)
     now, ends = np.zeros(lanes), []
     for t in range(steps):
         group_time[:, t] = now
-        _fifo_lanes(spec, tok, cum, cum2, group_time, G, (t + 1) * G, st, slow)
+        _fifo_lanes(spec, tok, cum, cum2, group_time, G, (t + 1) * G, st, slow, faults)
         ends.append(st.comp[:, t * G:(t + 1) * G].max(axis=1))
         now = ends[-1] + gaps[:, t]
     return st, np.array(ends)
 
 
-def light(spec, tok, G, steps, slow, gaps, arrivals=None):
+def light(spec, tok, G, steps, slow, gaps, arrivals=None, faults=None):
     """The light passes (:class:`Steps`), blocking (``arrivals`` None: each step ``gaps`` after
     the last one's results) or asynchronous (every step's arrival known)."""
     lanes = tok.shape[0]
-    st = _FifoLanes.new(lanes, tok.shape[1], spec.replicas)
+    st = new_state(spec, tok, faults)
     cum, cum2 = _prefix(tok, spec.padded)
     group_time = np.full((lanes, steps), np.inf) if arrivals is None else arrivals.copy()
-    srv = Steps(spec, tok, cum, cum2, G, slow, st, group_time)
+    srv = Steps(spec, tok, cum, cum2, G, slow, st, group_time, faults)
     now, ends, inf = np.zeros(lanes), [], np.full(lanes, np.inf)
     for t in range(steps):
         if arrivals is None:
@@ -80,7 +94,7 @@ def light(spec, tok, G, steps, slow, gaps, arrivals=None):
 
 
 def assert_same_state(got, ref, replicas):
-    for k in ("disp", "comp", "free", "last", "head"):
+    for k in ("disp", "comp", "free", "last", "head", "lost"):
         np.testing.assert_array_equal(getattr(got, k), getattr(ref, k), err_msg=k)
     a, b = _batch_log(got.log, replicas), _batch_log(ref.log, replicas)
     for k in a:
@@ -167,6 +181,69 @@ def test_the_random_cases_reach_every_branch(monkeypatch, small_plans):
                     "begins inside", "taken whole", "joins", "own", "meets the next step"}
 
 
+def failing(seed: int, lanes: int, replicas: int, mode: str, scale: float) -> Timeline:
+    """Outages of mean length ``scale`` s, a replica up 3/4 of the time; ``mode`` on_failure."""
+    return Timeline(seed, lanes, replicas, FaultSpec(mtbf=3.0 * scale, mttr=scale,
+                                                     retries=0 if mode == "lose" else 2, resend=mode == "resend"))
+
+
+def faulted_case(seed: int, mode: str):
+    rng = np.random.default_rng(3000 + seed)
+    spec, tok, G, steps, slow = random_case(rng)
+    gaps = np.where(rng.random((tok.shape[0], steps)) < 0.3, 0.0, rng.exponential(2.0, (tok.shape[0], steps)))
+    scale = float(rng.choice([0.3, 2.0, 20.0, 200.0]))  # outages within batches, within steps, rare
+    return spec, tok, G, steps, slow, gaps, lambda: failing(seed, tok.shape[0], spec.replicas, mode, scale)
+
+
+@pytest.mark.parametrize("mode", ["resend", "retry", "lose"])
+@pytest.mark.parametrize("seed", range(25))
+def test_blocking_steps_with_faults_equal_the_rule_bit_for_bit(seed, mode, small_plans):
+    spec, tok, G, steps, slow, gaps, faults = faulted_case(seed, mode)
+    ref, ref_ends = reference(spec, tok, G, steps, slow, gaps, faults())
+    got, got_ends = light(spec, tok, G, steps, slow, gaps, faults=faults())
+    np.testing.assert_array_equal(got_ends, ref_ends)
+    assert_same_state(got, ref, spec.replicas)
+
+
+def test_the_faulted_cases_reach_every_branch(monkeypatch):
+    """Steps wholly calm, calm up to a change then the rule, calm for none of their batches (no
+    replica up), batches cut and re-sent ahead of a new one or not, re-sent after the step's last
+    new batch, lost; no cut batch waits when a step begins (serve_calm's premise)."""
+    seen = set()
+    calm, resend = chains.serve_calm, chains._resend_lanes
+
+    def spy_calm(spec, b, now, st, G, faults):
+        assert st.again is None or not st.again.waiting
+        pos = calm(spec, b, now, st, G, faults)
+        count = (b.n > 0).sum(axis=1)
+        seen.update({"calm"} if (pos >= count).any() else set(),
+                    {"calm, then the rule"} if ((pos > 0) & (pos < count)).any() else set(),
+                    {"never calm"} if ((pos == 0) & (count > 0)).any() else set())
+        return pos
+
+    def spy_resend(spec, st, faults, lanes, before):
+        seen.add("re-sent after the last" if np.isinf(before).all() else "re-sent first or not")
+        return resend(spec, st, faults, lanes, before)
+
+    monkeypatch.setattr(chains, "serve_calm", spy_calm)
+    monkeypatch.setattr(chains, "_resend_lanes", spy_resend)
+    for mode in ("resend", "lose"):
+        for seed in range(25):
+            spec, tok, G, steps, slow, gaps, faults = faulted_case(seed, mode)
+            got, _ = light(spec, tok, G, steps, slow, gaps, faults=faults())
+            seen.update({"lost"} if got.lost.any() else set())
+    assert seen == {"calm", "calm, then the rule", "never calm", "re-sent after the last",
+                    "re-sent first or not", "lost"}
+
+
+def test_steps_with_faults_refuse_an_asynchronous_pool():
+    spec, tok, G, steps, slow, gaps, faults = faulted_case(0, "resend")
+    st = new_state(spec, tok, True)
+    srv = Steps(spec, tok, *_prefix(tok, spec.padded), G, slow, st, np.zeros((tok.shape[0], steps)), faults())
+    with pytest.raises(ValueError, match="blocking only"):
+        srv.step(0, np.zeros(tok.shape[0]), np.ones(tok.shape[0]))
+
+
 def judge_like(bursts: bool, padded: bool, arrivals: str = "batch", faults: bool = False) -> PipelineConf:
     rm = RMConf(model=rm_model("8B"), gpu=gpu("H100", name="slow", peak_tflops=60.0), gpus=3, max_batch=4,
                 token_budget=2400, max_wait_s=0.05, padded=padded, sequences_per_sample=4,
@@ -189,10 +266,22 @@ def test_the_engine_takes_the_light_passes_and_agrees_with_simpy(blocking_, burs
                          f"blocking {blocking_} bursts {bursts} padded {padded}")
 
 
-@pytest.mark.parametrize("change", ["faults", "arrivals", "timeout", "loop"])
+@pytest.mark.parametrize("bursts,on_failure", [(False, "resend"), (True, "retry"), (False, "lose")])
+def test_the_engine_takes_the_light_passes_with_faults_when_blocking_and_agrees_with_simpy(bursts, on_failure):
+    pcfg = judge_like(bursts, False, faults=True)
+    pcfg.channels["judge"].faults.on_failure = on_failure
+    draws = draw(pcfg, 3, np.random.default_rng(11))
+    assert _GpuLanes(draws, "judge", True, None, False).steps is not None
+    assert _GpuLanes(draws, "judge", False, None, False).steps is None
+    got, ref = run_lanes(draws, True), run_simpy(draws, True)
+    assert_same_schedule(got, ref, f"bursts {bursts} {on_failure}")
+    assert np.isfinite(got.gpu_batches["judge"]["end"]).all()
+
+
+@pytest.mark.parametrize("change", ["faults asynchronous", "arrivals", "timeout", "loop"])
 def test_the_light_passes_are_not_taken_where_their_premise_fails(change):
     pcfg = judge_like(False, True, arrivals="poisson" if change == "arrivals" else "batch",
-                      faults=change == "faults")
+                      faults=change.startswith("faults"))
     draws = draw(pcfg, 2, np.random.default_rng(3))
     timeout, loop = 0.6 if change == "timeout" else None, change == "loop"
-    assert _GpuLanes(draws, "judge", True, timeout, loop).steps is None
+    assert _GpuLanes(draws, "judge", not change.startswith("faults"), timeout, loop).steps is None

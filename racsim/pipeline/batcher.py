@@ -219,6 +219,8 @@ class _FifoLanes:
             cols = [np.concatenate(c) for c in zip(*recs)]
             recs.clear()
             lane, h, n = cols[:3]
+            if lane.size == 0:  # an iteration's batches all cut by a failure: nothing to write
+                continue
             # the batches in the order of their first request's flat index (the columns are C-ordered
             # (lanes, requests)); a run of batches that follow each other there is one slice
             first = lane * self.disp.shape[1] + h

@@ -23,6 +23,14 @@ from the start.
 seconds; :class:`Steps` serves a step's batches on the replicas, a few operations per batch
 position, where :func:`_fifo_lanes` rebuilds each batch's window and arrivals. The same
 instants, completions and batch log bit for bit (tests/test_chains.py).
+
+A blocking pool whose replicas fail (``faults``) is served so too, its chains the same: from a
+step's first instant to the next instant at which a replica goes down or comes back, the
+replicas up are the pool and every batch that ends before then is the rule's
+(:func:`serve_calm`: 97.5% of the batches of capacity/judge_rm_faults' blocking run at 6 GPUs);
+from a lane's first batch that does not, :func:`_fifo_lanes`'s rule with outages
+(:func:`serve_failing`), cut batches re-sent within the step. An asynchronous pool with faults stays with :func:`_fifo_lanes`: its lanes are often
+backlogged, their steps begin inside, and the light passes gain nothing there.
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from racsim.pipeline.batcher import GpuSpec, _billed, _fifo_lanes, _FifoLanes, window
+from racsim.pipeline.batcher import (GpuSpec, _Again, _attempt, _billed, _fifo_lanes, _FifoLanes, _resend_lanes,
+                                     window)
 
 # about the batches one plan holds (33 bytes each) and the window cells one pass of its cutting
 # reads (about 40 bytes each, temporaries included): 35-40 MB at most
@@ -146,9 +155,9 @@ class Steps:
     step's last batch that meets the next step."""
 
     def __init__(self, spec: GpuSpec, tok: np.ndarray, cum, cum2, G: int, slow, st: _FifoLanes,
-                 group_time: np.ndarray):
+                 group_time: np.ndarray, faults=None):
         self.spec, self.tok, self.cum, self.cum2, self.G, self.slow = spec, tok, cum, cum2, G, slow
-        self.st, self.group_time = st, group_time
+        self.st, self.group_time, self.faults = st, group_time, faults
         self.plan: Optional[Plan] = None
 
     def _plan(self, t: int) -> Batches:
@@ -162,12 +171,19 @@ class Steps:
         """Serve step t's requests, arrived at ``now`` (lanes,), the next step's at ``nxt`` (inf:
         later than anything this step does, or none): every request of step t dispatched, a
         lane's last batch that meets ``nxt`` by :func:`_fifo_lanes`. Returns each lane's last
-        completion of the batches :func:`serve` placed (-inf: none)."""
+        completion (-inf: none). A pool with faults is served blocking only (``nxt`` inf: the
+        optimizer waits for every result, re-sent ones included): :func:`serve_calm` where no
+        server goes down or comes back, the rule with outages (:func:`serve_failing`) after."""
         st, G = self.st, self.G
         b = self._plan(t)
         start = st.head - t * G
         if (start != 0).any():  # lanes whose step begins inside: their own chains, joining the plan's
             b = self._joined(b, t, start)
+        if self.faults is not None:
+            if not np.isinf(nxt).all():
+                raise ValueError("a pool with faults is served a step at a time when blocking only")
+            serve_failing(self.spec, b, now, st, G, self.faults, serve_calm(self.spec, b, now, st, G, self.faults))
+            return st.comp[:, t * G:(t + 1) * G].max(axis=1)
         last = serve(self.spec, b, now, nxt, st, G)
         meet = st.head < (t + 1) * G  # a last batch left for the general rule
         if meet.any():
@@ -216,12 +232,13 @@ class Steps:
         return Batches(*out)
 
 
-def serve(spec: GpuSpec, b: Batches, now: np.ndarray, nxt: np.ndarray, st: _FifoLanes, G: int) -> np.ndarray:
+def place(spec: GpuSpec, b: Batches, now: np.ndarray, nxt: np.ndarray, free: np.ndarray, last: np.ndarray):
     """Each lane's batches ``b`` (lanes, K), its step's requests arrived at ``now``, the next
-    step's at ``nxt``: each leaves at tau_k (module docstring) on the lowest-indexed replica free
-    then, except a last batch whose tau_k would be >= ``nxt``, left undispatched (the lane's head
-    stays at it). Updates ``st`` as :func:`_fifo_lanes` does (dispatches, completions, the batch
-    log, replicas' free times, heads); returns each lane's last completion (-inf: none)."""
+    step's at ``nxt``, on replicas free at ``free`` (lanes, replicas; updated in place), the last
+    dispatch at ``last``: each leaves at tau_k (module docstring) on the lowest-indexed replica
+    free then, except a last batch whose tau_k would be >= ``nxt``, left undispatched. Returns
+    (has, tau, end, rep, last): batch position-major (K, lanes) whether each batch leaves, its
+    instant, end (-inf where none leaves) and replica; each lane's last dispatch."""
     n = b.n
     lanes = n.shape[0]
     used = np.flatnonzero(n.any(axis=0))
@@ -233,7 +250,7 @@ def serve(spec: GpuSpec, b: Batches, now: np.ndarray, nxt: np.ndarray, st: _Fifo
     sec = np.ascontiguousarray(b.seconds[:, :K].T)
     every = has.all(axis=1)
     tail = (has & ~full).any(axis=1)  # a lane's last batch, which may meet the next step
-    free, last = st.free, st.last.copy()
+    last = last.copy()
     tau, end, rep = np.zeros((K, lanes)), np.full((K, lanes), -np.inf), np.zeros((K, lanes), dtype=np.int64)
     rows = np.arange(lanes)
     for k in range(K):
@@ -257,12 +274,100 @@ def serve(spec: GpuSpec, b: Batches, now: np.ndarray, nxt: np.ndarray, st: _Fifo
         free[act, r] = ek
         last[act] = tk
         tau[k, act], end[k, act], rep[k, act] = tk, ek, r
-    st.last[:] = last
+    return has, tau, end, rep, last
+
+
+def commit(b: Batches, has: np.ndarray, tau: np.ndarray, end: np.ndarray, rep: np.ndarray, st: _FifoLanes, G: int,
+           work: bool = False) -> None:
+    """Write the batches :func:`place` dispatched (``has``) into ``st`` as :func:`_fifo_lanes`
+    does: dispatches, completions, the batch log (``work``: with each batch's seconds, as a pool
+    with faults logs them), heads. Free times and last dispatches are the caller's."""
     k, ln = np.nonzero(has)  # batch position-major, as _fifo_lanes logs its iterations
     if ln.size:
-        h, m, tk, ek = b.head[ln, k], n[ln, k], tau[k, ln], end[k, ln]
+        h, m, tk, ek = b.head[ln, k], b.n[ln, k], tau[k, ln], end[k, ln]
         st.record(("disp", "comp"), ln, h, m, tk, ek)
         st.flush()
-        st.log.append((ln, rep[k, ln], tk, ek, m, b.billed[ln, k], h // G))
+        row = (ln, rep[k, ln], tk, ek, m, b.billed[ln, k], h // G)
+        st.log.append((*row, b.seconds[ln, k]) if work else row)
         np.maximum.at(st.head, ln, h + m)
+
+
+def serve(spec: GpuSpec, b: Batches, now: np.ndarray, nxt: np.ndarray, st: _FifoLanes, G: int) -> np.ndarray:
+    """:func:`place` and :func:`commit` step t's batches on ``st``'s replicas; returns each
+    lane's last completion (-inf: none)."""
+    has, tau, end, rep, st.last[:] = place(spec, b, now, nxt, st.free, st.last)
+    commit(b, has, tau, end, rep, st, G)
     return end.max(axis=0, initial=-np.inf)
+
+
+def serve_calm(spec: GpuSpec, b: Batches, now: np.ndarray, st: _FifoLanes, G: int, faults) -> np.ndarray:
+    """:func:`place` a step on a pool with faults where nothing changes: from each lane's first
+    instant (its last dispatch or the step's arrival) to the next instant hi at which a server
+    goes down or comes back (``faults.calm_lanes``), the servers up then are the pool, and every
+    batch that ends before hi is the rule's (a replica down takes nothing before hi; one up
+    fails no sooner). Commits each lane's batches up to the first that does not end before hi
+    (no cut batch waits: a blocking step's are re-sent within it). Returns each lane's next
+    batch position for :func:`serve_failing`."""
+    lanes = b.n.shape[0]
+    hi, up = faults.calm_lanes(np.arange(lanes), np.maximum(st.last, now))
+    has, tau, end, rep, _ = place(spec, b, now, np.full(lanes, np.inf), np.where(up, st.free, np.inf), st.last)
+    ok = (b.n[:, :has.shape[0]].T == 0) | (has & (end < hi))  # has: False where no replica is up (tau inf)
+    ok = np.logical_and.accumulate(ok, axis=0)  # the prefix of each lane's batches that the rule agrees with
+    has &= ok
+    commit(b, has, tau, end, rep, st, G, work=True)
+    k, ln = np.nonzero(has)
+    np.maximum.at(st.free, (ln, rep[k, ln]), end[k, ln])
+    kk = np.where(has, np.arange(has.shape[0])[:, None], -1).max(axis=0, initial=-1)  # each lane's last dispatch
+    done = np.flatnonzero(kk >= 0)
+    st.last[done] = tau[kk[done], done]
+    return ok.sum(axis=0)
+
+
+def serve_failing(spec: GpuSpec, b: Batches, now: np.ndarray, st: _FifoLanes, G: int, faults,
+                  pos: np.ndarray) -> None:
+    """Each lane's batches ``b`` from position ``pos`` (those before it dispatched:
+    :func:`serve_calm`) on a pool whose replicas fail (``faults``, a faults.Timeline), by
+    :func:`_fifo_lanes`'s rule with outages: a batch is ready at max(last dispatch, a_t [+ max_wait
+    if not full]) and leaves at the first instant a replica is free and up (the lowest-indexed on
+    a tie); its seconds run through outages (``on_failure: retry``/``lose``), or a failure cuts it
+    and it is re-sent (``resend``: first, when a replica takes it by the new batch's instant,
+    :func:`_resend_lanes`, so that each lane goes through its batches at its own pace; those
+    still waiting when the step's batches are all dispatched are re-sent then). Updates ``st``
+    as :func:`_fifo_lanes` does."""
+    count = (b.n > 0).sum(axis=1)
+    resend = faults.spec.resend
+    if resend and st.again is None:
+        st.again = _Again.new(count.size)
+    while True:
+        act = np.flatnonzero(pos < count)
+        if act.size == 0:
+            break
+        p = pos[act]
+        full, sec = b.full[act, p], b.seconds[act, p]
+        ready = np.maximum(st.last[act], np.where(full, now[act], now[act] + spec.max_wait))
+        avail = faults.next_up_lanes(act, np.maximum(st.free[act], ready[:, None]))
+        tau = avail.min(axis=1)
+        if resend and st.again.waiting:  # a cut batch leaves first if a replica takes it by tau
+            wait = np.intersect1d(st.again.lanes(), act, assume_unique=True)
+            if wait.size:
+                go = ~np.isin(act, _resend_lanes(spec, st, faults, wait, tau[np.searchsorted(act, wait)]))
+                act, p, avail, tau, sec = act[go], p[go], avail[go], tau[go], sec[go]
+                if act.size == 0:
+                    continue
+        r = np.argmax(avail == tau[:, None], axis=1)
+        h, n, billed = b.head[act, p], b.n[act, p], b.billed[act, p]
+        st.head[act] = h + n
+        st.last[act] = tau
+        if resend:
+            st.record(("disp",), act, h, n, tau)
+            _attempt(spec, st, faults, act, r, tau, h, n, sec, billed, h // G, np.zeros(act.size, dtype=np.int64))
+        else:
+            e, lost = faults.serve_lanes(act, r, tau, sec)
+            st.free[act, r] = e
+            st.record(("disp", "comp", "lost"), act, h, n, tau, e, lost)
+            st.log.append((act, r, tau, e, n, billed, h // G, np.where(lost, 0.0, sec)))
+        pos[act] += 1
+    while resend and st.again.waiting:  # nothing comes after: every cut batch is re-sent now
+        wait = st.again.lanes()
+        _resend_lanes(spec, st, faults, wait, np.full(wait.size, np.inf))
+    st.flush()

@@ -166,6 +166,9 @@ class Timeline:
         self._at = np.ones((lanes, servers), dtype=np.int64)  # outage_lanes: index of each pair's last lookup
         self._servers = np.arange(self.servers)[None, :]
         self._stack, self._stack_cover = None, -math.inf  # _reach: every server's outages in one array
+        # calm_lanes: per lane, an instant lo, the next instant hi > lo at which a server goes down or
+        # comes back, and which servers are up throughout [lo, hi) (hi -inf: none known yet)
+        self._calm = (np.zeros(lanes), np.full(lanes, -np.inf), np.zeros((lanes, servers), dtype=bool))
 
     @property
     def servers(self) -> int:
@@ -264,6 +267,20 @@ class Timeline:
         """:meth:`next_up` of every server at once: ``t`` (len(lanes), servers) -> the same shape."""
         d, u = self.outage_lanes(lanes[:, None], self._servers, t)
         return np.where(d <= t, u, t)
+
+    def calm_lanes(self, lanes: np.ndarray, t: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """For each of ``lanes`` (distinct) at ``t``: (hi, up), which servers are up throughout
+        [t, hi), hi > t the next instant at which one goes down or comes back (a batch started in
+        [t, hi) on a server up then completes if it ends by hi). Kept per lane as its calm span
+        [lo, hi), looked up again (:meth:`outage_lanes`) once t leaves it."""
+        lo, hi, up = self._calm
+        stale = (t < lo[lanes]) | (t >= hi[lanes])
+        if stale.any():
+            s, ts = lanes[stale], t[stale]
+            d, u = self.outage_lanes(s[:, None], self._servers, ts[:, None])
+            down = d <= ts[:, None]
+            lo[s], hi[s], up[s] = ts, np.where(down, u, d).min(axis=1), ~down
+        return hi[lanes], up[lanes]
 
     def serve_lanes(self, lanes: np.ndarray, server: np.ndarray, start: np.ndarray, seconds: np.ndarray):
         """:meth:`serve` on many lanes at once (lane ``lanes[i]``'s batch on its ``server[i]``):

@@ -232,8 +232,11 @@ class _GpuLanes:
             self.group_time = np.full((n, steps * self.per), np.inf)
             if faults is not None:  # static or unchunked continuous batches (no chunked prefill with faults)
                 self.st.lost = np.zeros(self.tok.shape, dtype=bool)
-            elif self.ready is None and not spec.chunked:
-                self.steps = Steps(spec, self.tok, self.cum, self.cum2, self.G, self.slow, self.st, self.group_time)
+            # with faults, blocking only: an asynchronous pool's lanes are often backlogged, where
+            # the light passes gain nothing on _fifo_lanes
+            if self.ready is None and not spec.chunked and (faults is None or blocking):
+                self.steps = Steps(spec, self.tok, self.cum, self.cum2, self.G, self.slow, self.st, self.group_time,
+                                   faults)
         else:
             stream = None if other is None else BackgroundStream(other, n)
             self.servers = [_LaneServer(spec, self.tok[i], self.G, None if self.slow is None else self.slow[i],
