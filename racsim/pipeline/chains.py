@@ -70,8 +70,9 @@ class Plan:
     b: Batches
 
     @property
-    def steps(self) -> int:
-        return self.b.n.shape[1]
+    def t1(self) -> int:
+        """The step after the plan's last."""
+        return self.t0 + self.b.n.shape[1]
 
     def step(self, t: int) -> Batches:
         """Step t's chains, (lanes, K)."""
@@ -162,7 +163,7 @@ class Steps:
 
     def _plan(self, t: int) -> Batches:
         lanes, steps = self.group_time.shape
-        if self.plan is None or not self.plan.t0 <= t < self.plan.t0 + self.plan.steps:
+        if self.plan is None or not self.plan.t0 <= t < self.plan.t1:
             t1 = min(steps, t + plan_steps(lanes, self.G, self.spec.max_batch))
             self.plan = plan(self.spec, self.tok, self.cum, self.cum2, self.G, t, t1, self.slow)
         return self.plan.step(t)

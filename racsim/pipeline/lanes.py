@@ -257,15 +257,14 @@ class _GpuLanes:
         if self.shared is not None:
             self.shared.add(submit_time, until)
             return
-        if self.steps is not None:
+        if self.vector:
             self.group_time[:] = submit_time
+            if self.steps is None:
+                self._fifo(self.tok.shape[1])
+                return
             for t in range(self.shape[1]):
                 nxt = submit_time[:, t + 1] if t + 1 < self.shape[1] else np.full(submit_time.shape[0], np.inf)
                 self.steps.step(t, submit_time[:, t], nxt)
-            return
-        if self.vector:
-            self.group_time[:] = submit_time
-            self._fifo(self.tok.shape[1])
             return
         for srv, row, end in zip(self.servers, submit_time, until):
             for a in row:
