@@ -10,7 +10,8 @@
 2. With faults (blocking): against :func:`_fifo_lanes` with outages, bit for bit, requests lost
    included, for ``on_failure`` resend, retry and lose, outages from rare to most of the time:
    steps wholly calm, calm up to a change and served by the rule after, never calm (no replica
-   up), lanes held to the rule by a cut batch waiting, cut batches re-sent after the step's last.
+   up), cut batches re-sent ahead of a new batch or after the step's last; and on generated pools
+   (hypothesis).
 3. In the engine: the lanes engine takes this path for a batch-mode FIFO pool, with faults when
    blocking, and agrees with the SimPy engine to the last bit, bursts and faults included; it
    does not where its premise fails (faults when asynchronous, arrivals over time, a timeout,
@@ -21,11 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 from helpers import assert_same_schedule, det, gpu, rm_model
 
 from racsim.config.schema import ArrivalsConf, ChannelConf, FaultsConf, LatencyConf, PipelineConf, RMConf
 from racsim.pipeline.batcher import _batch_log, _fifo_lanes, _FifoLanes, _prefix, gpu_spec
-from racsim.pipeline import chains
+from racsim.pipeline import batcher, chains
 from racsim.pipeline.chains import Steps
 from racsim.pipeline.draws import draw
 from racsim.pipeline.faults import FaultSpec, Timeline
@@ -205,6 +208,30 @@ def test_blocking_steps_with_faults_equal_the_rule_bit_for_bit(seed, mode, small
     assert_same_state(got, ref, spec.replicas)
 
 
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(lanes=hs.integers(1, 4), replicas=hs.integers(1, 5), M=hs.integers(1, 6), budget=hs.integers(200, 3000),
+       max_wait=hs.sampled_from([0.0, 0.05, 2.0]), G=hs.integers(1, 20), steps=hs.integers(1, 6),
+       mtbf=hs.floats(0.05, 500.0), mttr=hs.floats(0.01, 50.0), mode=hs.sampled_from(["resend", "retry", "lose"]),
+       padded=hs.booleans(), seed=hs.integers(0, 2 ** 16))
+def test_blocking_steps_with_faults_equal_the_rule_on_generated_pools(lanes, replicas, M, budget, max_wait, G, steps,
+                                                                      mtbf, mttr, mode, padded, seed):
+    """Generated pools and outage laws: a replica up from 0.1% of the time to almost always."""
+    rm = RMConf(model=rm_model("8B"), gpu=gpu("H100", name="slow", peak_tflops=80.0), gpus=replicas, max_batch=M,
+                token_budget=budget, max_wait_s=max_wait, padded=padded)
+    spec = gpu_spec(rm, "rm")
+    rng = np.random.default_rng(seed)
+    tok = np.round(rng.lognormal(np.log(400.0), 0.8, size=(lanes, steps * G)))
+    gaps = rng.exponential(1.0, (lanes, steps))
+
+    def faults():
+        return Timeline(seed, lanes, replicas, FaultSpec(mtbf=mtbf, mttr=mttr, retries=0 if mode == "lose" else 2,
+                                                         resend=mode == "resend"))
+    ref, ref_ends = reference(spec, tok, G, steps, None, gaps, faults())
+    got, got_ends = light(spec, tok, G, steps, None, gaps, faults=faults())
+    np.testing.assert_array_equal(got_ends, ref_ends)
+    assert_same_state(got, ref, spec.replicas)
+
+
 def test_the_faulted_cases_reach_every_branch(monkeypatch):
     """Steps wholly calm, calm up to a change then the rule, calm for none of their batches (no
     replica up), batches cut and re-sent ahead of a new one or not, re-sent after the step's last
@@ -226,7 +253,8 @@ def test_the_faulted_cases_reach_every_branch(monkeypatch):
         return resend(spec, st, faults, lanes, before)
 
     monkeypatch.setattr(chains, "serve_calm", spy_calm)
-    monkeypatch.setattr(chains, "_resend_lanes", spy_resend)
+    monkeypatch.setattr(chains, "_resend_lanes", spy_resend)  # after the last new batch
+    monkeypatch.setattr(batcher, "_resend_lanes", spy_resend)  # ahead of a new one, or not
     for mode in ("resend", "lose"):
         for seed in range(25):
             spec, tok, G, steps, slow, gaps, faults = faulted_case(seed, mode)

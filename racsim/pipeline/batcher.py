@@ -306,6 +306,35 @@ def _resend_lanes(spec: GpuSpec, st: "_FifoLanes", faults, lanes: np.ndarray, be
     return lanes
 
 
+def _resend_ahead(spec: GpuSpec, st: "_FifoLanes", faults, act: np.ndarray, tau: np.ndarray,
+                  wait: np.ndarray) -> np.ndarray:
+    """Lanes ``wait`` have a cut batch waiting; lanes ``act`` (sorted) a new batch leaving at ``tau``:
+    each cut batch leaves first if a replica takes it by its lane's new batch (any time, on a lane
+    with none: :func:`_resend_lanes`). Returns which of ``act`` still send their new batch now."""
+    before = np.full(st.head.size, np.inf)
+    before[act] = tau
+    return ~np.isin(act, _resend_lanes(spec, st, faults, wait, before[wait]))
+
+
+def _dispatch_failing(spec: GpuSpec, st: "_FifoLanes", faults, lanes, avail, tau, h, n, seconds, billed,
+                      group) -> None:
+    """New batches [h, h + n) of ``lanes`` leave at ``tau`` on a pool with faults, each on the
+    lowest-indexed replica that takes it then (``avail``: when each replica could): an attempt
+    under ``on_failure: resend`` (:func:`_attempt`), else run through its replica's outages
+    (``Timeline.serve_lanes``); logged, the lanes' heads and last dispatches moved on."""
+    r = np.argmax(avail == tau[:, None], axis=1)
+    st.head[lanes] = h + n
+    st.last[lanes] = tau
+    if faults.spec.resend:
+        st.record(("disp",), lanes, h, n, tau)
+        _attempt(spec, st, faults, lanes, r, tau, h, n, seconds, billed, group, np.zeros(lanes.size, dtype=np.int64))
+        return
+    e, lost = faults.serve_lanes(lanes, r, tau, seconds)
+    st.free[lanes, r] = e
+    st.record(("disp", "comp", "lost"), lanes, h, n, tau, e, lost)
+    st.log.append((lanes, r, tau, e, n, billed, group, np.where(lost, 0.0, seconds)))
+
+
 def _attempt(spec: GpuSpec, st: "_FifoLanes", faults, lanes, r, tau, h, n, seconds, billed, group, tries) -> None:
     """Batches [h, h + n) of ``lanes`` start on replicas ``r`` at ``tau`` under ``on_failure: resend``:
     each completes, or is cut at its replica's next failure d (its work lost, the replica free
@@ -416,10 +445,7 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         if act.size:
             cand = _candidates(spec, tok, group_time, G, end, st, faults, act)
         if wait.size:  # lanes with a cut batch waiting: it leaves first if a replica takes it by their new batch's tau
-            before = np.full(st.head.size, np.inf)
-            if act.size:
-                before[act] = cand[-1]
-            keep = ~np.isin(act, _resend_lanes(spec, st, faults, wait, before[wait]))
+            keep = _resend_ahead(spec, st, faults, act, cand[-1] if act.size else act[:0], wait)
             act = act[keep]
             if act.size == 0:
                 continue
@@ -433,28 +459,16 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
         m = mx[rows, n - 1]
         seconds = spec.model.seconds(n.astype(np.float64), ts, sq, m)
         seconds = seconds if slow is None else seconds * slow[act, h // G]
-        if faults is None:
-            e = tau + seconds
-            r = np.argmax(free <= tau[:, None], axis=1)
-        elif resend:
-            r = np.argmax(avail == tau[:, None], axis=1)
-            st.record(("disp",), act, h, n, tau)
-            st.head[act] = h + n
-            st.last[act] = tau
-            _attempt(spec, st, faults, act, r, tau, h, n, seconds, _billed(spec, n.astype(np.float64), ts, m), h // G,
-                     np.zeros(act.size, dtype=np.int64))
+        billed = _billed(spec, n.astype(np.float64), ts, m)
+        if faults is not None:
+            _dispatch_failing(spec, st, faults, act, avail, tau, h, n, seconds, billed, h // G)
             continue
-        else:
-            r = np.argmax(avail == tau[:, None], axis=1)
-            e, lost = faults.serve_lanes(act, r, tau, seconds)
+        e = tau + seconds
+        r = np.argmax(free <= tau[:, None], axis=1)
         free[rows, r] = e
         st.free[act] = free
-        if faults is None:
-            st.record(("disp", "comp"), act, h, n, tau, e)
-        else:
-            st.record(("disp", "comp", "lost"), act, h, n, tau, e, lost)
-        row = (act, r, tau, e, n, _billed(spec, n.astype(np.float64), ts, m), h // G)
-        st.log.append(row if faults is None else (*row, np.where(lost, 0.0, seconds)))
+        st.record(("disp", "comp"), act, h, n, tau, e)
+        st.log.append((act, r, tau, e, n, billed, h // G))
         st.head[act] = h + n
         st.last[act] = tau
 

@@ -29,8 +29,9 @@ step's first instant to the next instant at which a replica goes down or comes b
 replicas up are the pool and every batch that ends before then is the rule's
 (:func:`serve_calm`: 97.5% of the batches of capacity/judge_rm_faults' blocking run at 6 GPUs);
 from a lane's first batch that does not, :func:`_fifo_lanes`'s rule with outages
-(:func:`serve_failing`), cut batches re-sent within the step. An asynchronous pool with faults stays with :func:`_fifo_lanes`: its lanes are often
-backlogged, their steps begin inside, and the light passes gain nothing there.
+(:func:`serve_failing`), cut batches re-sent within the step. An asynchronous pool with faults
+stays with :func:`_fifo_lanes`: its lanes are often backlogged, their steps begin inside, and
+the light passes gain nothing there.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from racsim.pipeline.batcher import (GpuSpec, _Again, _attempt, _billed, _fifo_lanes, _FifoLanes, _resend_lanes,
-                                     window)
+from racsim.pipeline.batcher import (GpuSpec, _Again, _billed, _dispatch_failing, _fifo_lanes, _FifoLanes,
+                                     _resend_ahead, _resend_lanes, window)
 
 # about the batches one plan holds (33 bytes each) and the window cells one pass of its cutting
 # reads (about 40 bytes each, temporaries included): 35-40 MB at most
@@ -351,22 +352,12 @@ def serve_failing(spec: GpuSpec, b: Batches, now: np.ndarray, st: _FifoLanes, G:
         if resend and st.again.waiting:  # a cut batch leaves first if a replica takes it by tau
             wait = np.intersect1d(st.again.lanes(), act, assume_unique=True)
             if wait.size:
-                go = ~np.isin(act, _resend_lanes(spec, st, faults, wait, tau[np.searchsorted(act, wait)]))
+                go = _resend_ahead(spec, st, faults, act, tau, wait)
                 act, p, avail, tau, sec = act[go], p[go], avail[go], tau[go], sec[go]
                 if act.size == 0:
                     continue
-        r = np.argmax(avail == tau[:, None], axis=1)
-        h, n, billed = b.head[act, p], b.n[act, p], b.billed[act, p]
-        st.head[act] = h + n
-        st.last[act] = tau
-        if resend:
-            st.record(("disp",), act, h, n, tau)
-            _attempt(spec, st, faults, act, r, tau, h, n, sec, billed, h // G, np.zeros(act.size, dtype=np.int64))
-        else:
-            e, lost = faults.serve_lanes(act, r, tau, sec)
-            st.free[act, r] = e
-            st.record(("disp", "comp", "lost"), act, h, n, tau, e, lost)
-            st.log.append((act, r, tau, e, n, billed, h // G, np.where(lost, 0.0, sec)))
+        h, n = b.head[act, p], b.n[act, p]
+        _dispatch_failing(spec, st, faults, act, avail, tau, h, n, sec, b.billed[act, p], h // G)
         pos[act] += 1
     while resend and st.again.waiting:  # nothing comes after: every cut batch is re-sent now
         wait = st.again.lanes()
