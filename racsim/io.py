@@ -1,5 +1,6 @@
 """Writing files safely, their digests, formatting numbers, the machine a job runs on (its
-usable cores, one BLAS thread): leaf helpers with no racsim imports.
+usable cores, one BLAS thread), numbers that several runs compute alike computed once (and shared
+by a pool's processes): leaf helpers with no racsim imports.
 
 Every file is written to a temporary name in the same folder and renamed into
 place, so an interrupted run never leaves a half-written result behind.
@@ -7,14 +8,19 @@ place, so an interrupted run never leaves a half-written result behind.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import math
 import multiprocessing
 import os
+import pickle
+import shutil
 import sys
+import tempfile
+import time
 import types
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
@@ -108,28 +114,172 @@ def _hugepages(on: bool) -> Optional[bool]:
     return None if switch is None else bool(switch(on))
 
 
+# glibc's mallopt parameters (malloc.h) and their defaults
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_HEAP = {"kept": {_M_MMAP_MAX: 0, _M_TRIM_THRESHOLD: 2**31 - 1}, "default": {_M_MMAP_MAX: 65536, _M_TRIM_THRESHOLD: 128 * 1024}}
+
+
+def _heap_kept(on: bool) -> bool:
+    """Whether glibc's malloc serves large arrays from its heap and keeps what is freed there for
+    the next (``on``), or maps each afresh and returns it to the kernel when freed (its default,
+    ``on=False``): an array of hundreds of MB mapped afresh is zeroed page by page by the kernel,
+    in system time. False where the C library is not glibc (nothing set)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return all(mallopt(k, v) == 1 for k, v in _HEAP["kept" if on else "default"].items())
+
+
 @contextmanager
 def small_pages() -> Iterator[None]:
-    """While it holds, NumPy's large arrays live on ordinary pages: NumPy asks the kernel for
-    transparent huge pages, and where the kernel compacts memory to grant them
-    (``/sys/kernel/mm/transparent_hugepage/defrag`` = madvise, a common default) every fresh
-    array of hundreds of MB pays it in system time; a capacity count allocates dozens
-    (``racsim scenario=capacity/judge_rm_faults`` on 2 cores: 18 s of system time with huge
-    pages, 9 s without).
-    The bits are the same either way."""
+    """While it holds, NumPy's large arrays live on ordinary pages, and freed ones are reused
+    (:func:`_heap_kept`): NumPy asks the kernel for transparent huge pages, and where the kernel
+    compacts memory to grant them (``/sys/kernel/mm/transparent_hugepage/defrag`` = madvise, a
+    common default) every fresh array of hundreds of MB pays it in system time; a capacity count
+    allocates dozens (``racsim scenario=capacity/judge_rm_faults`` on 2 cores: 18 s of system time
+    with huge pages, 9 s without). The bits are the same either way."""
     before = _hugepages(False)
+    kept = _heap_kept(True)
     try:
         yield
     finally:
+        if kept:
+            _heap_kept(False)
         if before is not None:
             _hugepages(before)
 
 
-def _worker_start() -> None:
+def _worker_start(shared: Optional[str] = None) -> None:
     """A spawned worker's settings, for its life: one BLAS thread (:func:`pin_blas_threads`),
-    ordinary pages (:func:`small_pages`)."""
+    ordinary pages (:func:`small_pages`), and the folder its pool shares numbers in (:func:`recall`)."""
+    global _shared
     pin_blas_threads()
     _hugepages(False)
+    _heap_kept(True)
+    _shared = shared
+
+
+# Numbers that several runs compute alike, computed once. A capacity search's counts differ in
+# their GPUs alone: they draw the same tokens and sample the same trajectories, from the same
+# generator states. _recalled: this process's last value of each kind, (key, value); _shared: the
+# folder where the processes of a pool that shares them (side_by_side(share=True)) publish theirs.
+_recalled: Dict[str, Tuple[str, Any]] = {}
+_shared: Optional[str] = None
+# Seconds between two looks at a value another process of the pool is computing.
+POLL_S = 0.01
+
+
+def recall(kind: str, key: str, compute: Callable[[], Tuple[Any, Any]], wait: bool = True) -> Optional[Tuple[Any, Any]]:
+    """``compute()``'s (array, state) computed once: ``key`` names everything it reads (the
+    generator's state included; ``state``: what the caller needs besides, such as the state the
+    draw left). This process's last value of ``kind`` when its key is the same; else, in a pool
+    that shares (:func:`side_by_side`), the one a process of the pool published (waited for while
+    one computes it, mapped read-only from its file: one copy in memory for them all); else
+    computed here, made read-only, and published to the pool. The same numbers whichever way.
+    ``wait=False``: None at once where another process of the pool is computing it (a caller that
+    asks early, to have it ready, goes on with other work; the one that needs it waits)."""
+    last = _recalled.get(kind)
+    if last is not None and last[0] == key:
+        return last[1]
+    value = _published(kind, key, compute, wait) if _shared is not None else ()
+    if value is None and not wait:
+        return None
+    if not value:
+        _recalled.pop(kind, None)  # the last value freed before the next is computed
+        value = compute()
+        value[0].flags.writeable = False
+    _recalled[kind] = (key, value)
+    return value
+
+
+def forget() -> None:
+    """Drop every value :func:`recall` holds in this process (their memory freed)."""
+    _recalled.clear()
+
+
+def _published(kind: str, key: str, compute: Callable[[], Tuple[Any, Any]],
+               wait: bool) -> Optional[Tuple[Any, Any]]:
+    """:func:`recall`'s value from the pool's folder: read, waited for while another process
+    computes it (``wait``; else None at once), or computed here and written there (then read back,
+    mapped); () where the folder cannot take it (no room) or its writer died: the caller computes
+    its own."""
+    import numpy as np
+
+    base = os.path.join(_shared, _entry(kind, key))
+    array, state, pending = base + ".npy", base + ".state", base + ".pending"
+    fd = None
+    if not os.path.exists(array):
+        try:
+            fd = os.open(pending, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:  # another process is computing it
+            if not wait:
+                return None
+            while not os.path.exists(array) and _alive(pending):
+                time.sleep(POLL_S)
+    if fd is not None and os.path.exists(array):  # published between the look and the claim
+        os.close(fd)
+        os.unlink(pending)
+    elif fd is not None:
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        _recalled.pop(kind, None)  # the last value freed before the next is computed
+        value = compute()
+        try:
+            atomic_write(Path(state), lambda t: Path(t).write_bytes(pickle.dumps(value[1])))
+            atomic_write(Path(array), lambda t: _save(t, value[0]))  # its rename publishes the value
+        except OSError:
+            value[0].flags.writeable = False
+            return value
+        finally:
+            os.unlink(pending)
+    if not os.path.exists(array):
+        return ()
+    return np.load(array, mmap_mode="r"), pickle.loads(Path(state).read_bytes())
+
+
+def _entry(kind: str, key: str) -> str:
+    """The name of a value's files in the pool's folder (its .npy, .state and .pending)."""
+    return f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+def _save(path: str, array: Any) -> None:
+    import numpy as np
+
+    with open(path, "wb") as f:  # a file, not a name: np.save would add ".npy" to the name
+        np.save(f, array)
+
+
+def _alive(pending: str) -> bool:
+    """Whether the process named in a ``.pending`` file is still computing (the file there, its
+    process running)."""
+    try:
+        pid = int(Path(pending).read_text() or 0)
+    except (OSError, ValueError):
+        return os.path.exists(pending)
+    if not pid:  # written in a moment
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return os.path.exists(pending)
+
+
+@contextmanager
+def shared_numbers() -> Iterator[Optional[str]]:
+    """While it holds, :func:`recall` in this process publishes to (and reads from) a fresh
+    temporary folder, yielded to be handed to a pool's workers; removed at the end."""
+    global _shared
+    before, folder = _shared, tempfile.mkdtemp(prefix="racsim-shared-")
+    _shared = folder
+    try:
+        yield folder
+    finally:
+        _shared = before
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextmanager
@@ -167,22 +317,24 @@ class _SpawnPool(ProcessPoolExecutor):
             return super().submit(fn, *args, **kwargs)
 
 
-def spawn_pool(workers: int) -> ProcessPoolExecutor:
-    """``workers`` fresh (spawned) processes, each with one BLAS thread and ordinary pages (:func:`_worker_start`).
+def spawn_pool(workers: int, shared: Optional[str] = None) -> ProcessPoolExecutor:
+    """``workers`` fresh (spawned) processes, each with one BLAS thread and ordinary pages, and
+    ``shared``: the folder they share numbers in (:func:`_worker_start`, :func:`shared_numbers`).
     Never forks of this one: a fork copies the locks its other threads (pyarrow's allocator, BLAS)
     hold at that instant, and a child can wait on one forever; a child that dies raises
     BrokenProcessPool in the caller instead of hanging it. A caller's script without a main
     guard is not run again in the children (:func:`caller_script_hidden`)."""
-    return _SpawnPool(workers, mp_context=get_context("spawn"), initializer=_worker_start)
+    return _SpawnPool(workers, mp_context=get_context("spawn"), initializer=_worker_start, initargs=(shared,))
 
 
 def side_by_side(workers: int, fn: Callable, arglists: Sequence[tuple],
-                 here: Optional[Callable] = None) -> Iterator[Tuple[int, Any]]:
+                 here: Optional[Callable] = None, share: bool = False) -> Iterator[Tuple[int, Any]]:
     """``fn(*args)`` for each of ``arglists`` in a :func:`spawn_pool` of ``workers``, yielded as each
     finishes: (its index in ``arglists``, its result). ``here``: this process works too, ``here(*args)``
     in place of ``fn``: the first job, then, from the last, each job no process has started yet
-    (taken back from the pool). Consume it whole: the pool closes at its end."""
-    with spawn_pool(workers) as pool:
+    (taken back from the pool). ``share``: the processes, this one included, compute what they
+    :func:`recall` alike once (:func:`shared_numbers`). Consume it whole: the pool closes at its end."""
+    with (shared_numbers() if share else nullcontext()) as folder, spawn_pool(workers, folder) as pool:
         first = 1 if here is not None and arglists else 0
         jobs = {pool.submit(fn, *args): i for i, args in enumerate(arglists) if i >= first}
         if first:

@@ -99,3 +99,22 @@ def main_in_process(monkeypatch, capsys, argv):
         code = ex.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def recall_logged(kind: str, key: str, log_dir: str, seconds: float = 0.0, wait: bool = True):
+    """racsim.io.recall of a value whose computing leaves a file in ``log_dir`` (one per computation)
+    and takes ``seconds``: (its sum, its state, whether it is writeable), or None (``wait=False``,
+    another process computing it). A pool's job: a function its spawned processes can import."""
+    import os
+    import time
+    from pathlib import Path
+
+    from racsim.io import recall
+
+    def compute():
+        Path(log_dir, f"{kind}-{os.getpid()}-{time.monotonic_ns()}").touch()
+        time.sleep(seconds)
+        return np.arange(1000.0) * len(key), {"after": key}
+
+    got = recall(kind, key, compute, wait)
+    return None if got is None else (float(got[0].sum()), got[1], bool(got[0].flags.writeable))

@@ -36,6 +36,7 @@ from racsim.config.schema import (
     RacsimConf,
     TrainConf,
 )
+from racsim.io import forget
 from racsim.learner import bias as B
 from racsim.learner import mdp as M
 from racsim.learner.correctors import CorrectorParams
@@ -84,6 +85,10 @@ class RecordingGenerator:
     def __init__(self, seed):
         self.gen = np.random.default_rng(seed)
         self.normals = []
+
+    @property
+    def bit_generator(self):
+        return self.gen.bit_generator
 
     def random(self, *args, **kw):
         return self.gen.random(*args, **kw)
@@ -144,6 +149,7 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise, warmup):
         return s, a
 
     monkeypatch.setattr(B, "sample_trajectories", recording)  # as racsim.learner.bias calls it
+    forget()  # trajectories an earlier case sampled alike are not recalled: each case records its own
     gen = RecordingGenerator(2024)
     run = B.run_bias(mdp, theta, schedules, ALL, params, T, gen, fast_noise_std=noise, warmup=warmup)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -399,24 +401,36 @@ def test_counts_above_and_the_overloaded_prefix(seed):
     assert len(asked) <= 2 + int(np.log2(len(cands) + 1))
 
 
-def test_counts_in_a_pool_give_the_same_curve(hydra_ctx, monkeypatch):
+def test_counts_in_a_pool_give_the_same_curve(hydra_ctx, monkeypatch, tmp_path):
     """capacity.workers=2 simulates the first count here and the others in a spawned process
     beside it, started at once: every row of the curve is the same, to the last bit, as one
     process's, and so is the answer."""
     over = ("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[2,4,6,8,10]")
     one = run_capacity(spec(*over, "capacity.workers=1"))
-    pools = []
+    pools, published = [], []
 
-    def watched(workers, fn, arglists, here=None):
-        pools.append((workers, [a[3] for a in arglists], here is not None))
-        yield from side_by_side(workers, fn, arglists, here)
+    def watched(workers, fn, arglists, here=None, share=False):
+        pools.append((workers, [a[3] for a in arglists], here is not None, share))
+        for done in side_by_side(workers, fn, arglists, here, share):
+            published.append(sorted(os.listdir(io._shared)))
+            yield done
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the pool's shared folder: here
     monkeypatch.setattr(C, "side_by_side", watched)
     two = run_capacity(spec(*over, "capacity.workers=2"))
     simulated = sorted(n for n in two.curve["count"].unique() if n in {2, 4, 6, 8, 10, 5}
                        and not two.curve[two.curve["count"] == n]["status"].str.startswith("overloaded").any())
     # one process beside this one, which runs the first and takes back; 5, where the load binds, with them
-    assert pools == [(1, simulated, True)] and 5 in simulated
+    assert pools == [(1, simulated, True, True)] and 5 in simulated
+    # the counts' tokens and trajectories, the same for every count at a length, computed once in the pool: one
+    # of each per length run (a key that differed between processes would publish more), the folder gone with it
+    # (a count run longer went through the doublings from the first length: tokens drawn at each; trajectories
+    # asked for at the first length, then taken at the last)
+    first, finals = C.first_length(spec(*over), "judge"), {int(v) for v in two.curve["steps"].dropna()}
+    kinds = [n.split("-")[0] for n in published[-1] if n.endswith(".npy")]
+    assert kinds.count("tokens") == len({first * 2**k for k in range(20) if first * 2**k <= max(finals)})
+    assert kinds.count("gradients") == len({first} | finals)
+    assert os.listdir(tmp_path) == []
     assert one.curve["count"].nunique() >= 4  # the first simulated here, at least three in the pool
     pd.testing.assert_frame_equal(one.curve, two.curve, check_exact=True)
     assert one.recommended == two.recommended and one.searched == two.searched
@@ -444,7 +458,7 @@ def test_a_pool_short_of_memory_runs_shorter_and_gives_the_same_curve(hydra_ctx,
     one = run_capacity(spec(*over, "capacity.workers=1"))
     pools = []
 
-    def fake(workers, fn, arglists, here=None):  # in this process, so that the verdict stays patched
+    def fake(workers, fn, arglists, here=None, share=False):  # in this process, so that the verdict stays patched
         pools.append((workers, [int(a[0].capacity.max_steps) for a in arglists]))
         for i, args in enumerate(arglists):
             yield i, (here or fn)(*args)
@@ -570,7 +584,7 @@ def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     monkeypatch.setattr(C, "runs_that_fit", lambda cfg: fit["n"])
     pools = []
 
-    def fake(workers, fn, arglists, here=None):
+    def fake(workers, fn, arglists, here=None, share=False):
         pools.append((workers, [a[3] for a in arglists], here is not None))
         for i, args in enumerate(arglists):
             yield i, (here or fn)(*args)

@@ -18,6 +18,7 @@ from racsim.learner.bias import (
     BiasRun,
     Cell,
     bootstrap_counts,
+    prefetch_gradients,
     run_bias_cells,
     schedule_for,
     summarize,
@@ -71,6 +72,22 @@ def build_mdp(cfg: Any) -> M.TabularMDP:
                       split=lr.reward_split)
 
 
+def policy_theta(lr: Any) -> np.ndarray:
+    """The fixed policy's logits the bias benchmark measures (learner spec ``lr``)."""
+    return M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
+
+
+def prefetch_trajectories(cfg: Any) -> None:
+    """The trajectories' gradients a one-cell bias study of ``cfg`` will take (:func:`_run_group`),
+    computed now unless another process of the pool is computing them
+    (racsim.learner.bias.prefetch_gradients): a capacity search's counts share them and start
+    together, and asked for first, one computes them while the others simulate their pipelines."""
+    lr, p = cfg.learner, cfg.pipeline
+    mdp = build_mdp(cfg)
+    prefetch_gradients(mdp, policy_theta(lr), [mdp], [lr.fast_noise_std], (lr.trials, int(p.steps), int(p.batch_size)),
+                       lr.horizon, rng_for(cfg.seed, "trajectories"))
+
+
 def corrector_params(cfg: Any) -> CorrectorParams:
     c = cfg.corrector
     return CorrectorParams(alpha=c.alpha, tau_age=c.tau_age, rho_bar=c.rho_bar, retrace_gamma=c.retrace_gamma,
@@ -98,7 +115,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep
     ``known``: a one-cell group's draws and async schedule, already simulated)."""
     first = members[0][2]
     lr = first.learner
-    theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
+    theta = policy_theta(lr)
     t0 = time.perf_counter()
     bias_cells = []
     for _, _, ccfg in members:

@@ -35,7 +35,7 @@ import pandas as pd
 
 from racsim.pipeline import steady
 from racsim.pipeline.background import background_work
-from racsim.analyses.bias_study import Known, corrector_names, run_bias_study
+from racsim.analyses.bias_study import Known, corrector_names, prefetch_trajectories, run_bias_study
 from racsim.analyses.grid import expand
 from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
 from racsim.config.spec import replace_at
@@ -410,6 +410,7 @@ def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
 def settle(cfg: RacsimConf, name: str, tell=None) -> Settled:
     """Run one count at a length that shows its steady state (:func:`sized_run`; ``tell``: its
     note before each doubling); the bias study then reuses the simulated asynchronous schedule."""
+    prefetch_trajectories(replace_at(cfg, "pipeline.steps", first_length(cfg, name)))  # the study's, at the first length
     run = sized_run(cfg, name, tell)
     c = replace_at(run.cfg, "pipeline.warmup_steps", run.verdict.warmup)
     res = run_bias_study(expand(c), known=Known(run.draws, run.sched))
@@ -912,7 +913,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         again = []
         for i, (run, found, seconds) in side_by_side(workers, _count_worker,
                                                      [(spec, name, key, n, loads[n]) for n in counts],
-                                                     count_here if here else None):
+                                                     count_here if here else None, share=True):
             if spec is not cfg and run is not None and not run.verdict.stationary:
                 spent(run, seconds)  # its seconds count; its rows come from the longer run
                 again.append(counts[i])

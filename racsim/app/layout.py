@@ -23,12 +23,12 @@ REPO = PKG.parent
 ROOMS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
     ("errors", "the one user-facing error, and any failure in one line", ()),
     ("io", "files written whole (atomic), their digests, numbers formatted, the cores and BLAS threads "
-            "a job may use", ()),
+            "a job may use, numbers several runs compute alike computed once", ()),
     ("seeds", "one random stream per purpose", ()),
     ("config", "what is asked? the schema, defaults, names, rules, and the boundary where a "
                "composed config becomes a spec", ("errors",)),
-    ("pipeline", "when is each slow result usable?", ("errors", "config")),
-    ("learner", "what is the update, and how biased is it?", ("errors", "config", "pipeline.schedule")),
+    ("pipeline", "when is each slow result usable?", ("errors", "io", "config")),
+    ("learner", "what is the update, and how biased is it?", ("errors", "io", "config", "pipeline.schedule")),
     ("analyses", "the studies: bias, probe, TV bound, capacity, LM", ("errors", "io", "seeds", "config", "pipeline",
                                                                       "learner")),
     ("report", "what a user reads of one run", ("errors", "io", "config", "pipeline", "learner", "analyses")),

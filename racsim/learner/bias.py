@@ -22,11 +22,14 @@ is reported beside the Monte-Carlo figure and its standard error. Two views:
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from racsim.config.validate.estimate import RECALL_BYTES
+from racsim.io import recall
 from racsim.learner import mdp as M
 from racsim.learner.correctors import (
     BLOCKING,
@@ -272,8 +275,8 @@ def run_bias_cells(
     pi = M.softmax_policy(theta)
     cell_mdps = [cell.mdp or mdp for cell in cells]
     noise = [fast_noise_std if cell.fast_noise_std is None else cell.fast_noise_std for cell in cells]
-    tables = [np.concatenate([m.r_fast[None], m.r_slow]).reshape(-1, SA) for m in cell_mdps]
-    atoms, coefs = _atoms(tables)
+    plan = TrajectoryPlan.of(mdp, cell_mdps, noise, trials, steps * batch)
+    atoms, coefs, tables = plan.atoms, plan.coefs, plan.tables
     runs, weights = [], []
     for cell, m, table in zip(cells, cell_mdps, tables):
         if cell.schedules["async"].delay.shape[:3] != (trials, steps, batch) or m.P.shape != mdp.P.shape:
@@ -302,18 +305,11 @@ def run_bias_cells(
         runs.append(run)
         weights.append((_distinct_weights(w_cell), cell.warmup))
     per_trial = steps * batch
-    noisy = any(sd > 0 for sd in noise)
-    budget = CHUNK_TRAJECTORIES * 3 // max(3, len(atoms) + noisy)  # bounds the (atoms x T x n) returns
-    chunk = max(1, budget // per_trial)
-    for lo in range(0, trials, chunk):
-        hi = min(trials, lo + chunk)
+    every = plan.gradients(mdp, pi, horizon, rng)  # every chunk's at once where they are small enough
+    for lo, hi in plan.chunks:
         n = (hi - lo) * per_trial
-        states, actions = sample_trajectories(mdp, pi, n, horizon, rng, time_major=True)  # (T, n)
-        r = atoms.reshape(-1, S, A)[:, states, actions]  # (R, T, n)
-        if noisy:  # unit noise, scaled per cell: the noise-levels of a grid are paired
-            r = np.concatenate([r, rng.standard_normal((n, horizon)).T[None]])
-        G = discounted_returns(r, mdp.gamma, axis=1)
-        g = score_gradient(states, actions, G, pi, time_major=True).reshape(n, -1, SA)  # (n, R [+1], SA)
+        g = (every[lo * per_trial:hi * per_trial] if every is not None
+             else chunk_gradients(mdp, pi, atoms, n, horizon, rng, plan.noisy))  # (n, R [+1], SA)
         for run, coef, sd, ((rows, stacked), warmup) in zip(runs, coefs, noise, weights):
             gc = np.einsum("nrs,cr->ncs", g[:, : len(atoms)], coef)  # this cell's channels (n, K+1, SA)
             if sd > 0:
@@ -334,6 +330,82 @@ def run_bias_cells(
         if progress is not None:
             progress(hi - lo)
     return runs
+
+
+def chunk_gradients(mdp: M.TabularMDP, pi: np.ndarray, atoms: np.ndarray, n: int, horizon: int,
+                    rng: np.random.Generator, noisy: bool) -> np.ndarray:
+    """(n, R [+1], S*A) score-function gradients of n fresh trajectories, one per reward atom
+    (:func:`_atoms`), and with ``noisy`` one more for unit fast-channel noise (drawn after them)."""
+    S, A = mdp.n_states, mdp.n_actions
+    states, actions = sample_trajectories(mdp, pi, n, horizon, rng, time_major=True)  # (T, n)
+    r = atoms.reshape(-1, S, A)[:, states, actions]  # (R, T, n)
+    if noisy:  # unit noise, scaled per cell: the noise-levels of a grid are paired
+        r = np.concatenate([r, rng.standard_normal((n, horizon)).T[None]])
+    G = discounted_returns(r, mdp.gamma, axis=1)
+    return score_gradient(states, actions, G, pi, time_major=True).reshape(n, -1, S * A)
+
+
+@dataclass(frozen=True)
+class TrajectoryPlan:
+    """How :func:`run_bias_cells` samples its trajectories: the reward atoms (:func:`_atoms`) and
+    each cell's coefficients on them, whether fast-channel noise is drawn, and the chunks of trials
+    (lo, hi) sampled one after the other, ``per_trial`` trajectories a trial."""
+
+    atoms: np.ndarray
+    coefs: list
+    tables: list
+    noisy: bool
+    chunks: List[Tuple[int, int]]
+    per_trial: int
+
+    @staticmethod
+    def of(mdp: M.TabularMDP, cell_mdps: List[M.TabularMDP], noise: List[float], trials: int,
+           per_trial: int) -> "TrajectoryPlan":
+        SA = mdp.n_states * mdp.n_actions
+        tables = [np.concatenate([m.r_fast[None], m.r_slow]).reshape(-1, SA) for m in cell_mdps]
+        atoms, coefs = _atoms(tables)
+        noisy = any(sd > 0 for sd in noise)
+        budget = CHUNK_TRAJECTORIES * 3 // max(3, len(atoms) + noisy)  # bounds the (atoms x T x n) returns
+        chunk = max(1, budget // per_trial)
+        return TrajectoryPlan(atoms, coefs, tables, noisy,
+                              [(lo, min(trials, lo + chunk)) for lo in range(0, trials, chunk)], per_trial)
+
+    def gradients(self, mdp: M.TabularMDP, pi: np.ndarray, horizon: int, rng: np.random.Generator,
+                  wait: bool = True) -> Optional[np.ndarray]:
+        """Every chunk's :func:`chunk_gradients`, one after the other, stacked (read-only), where they
+        take at most :data:`~racsim.config.validate.estimate.RECALL_BYTES` (else None: each chunk's
+        are computed as it comes); computed once for the same learner, plan and generator state
+        (racsim.io.recall: a capacity search's counts share their trajectories), the generator moved
+        on as they moved it. ``wait=False``: None at once where another process of the pool is
+        computing them (:func:`prefetch_gradients`)."""
+        n = self.chunks[-1][1] * self.per_trial
+        if n * (len(self.atoms) + self.noisy) * mdp.n_states * mdp.n_actions * 8 > RECALL_BYTES:
+            return None
+        sizes = [(hi - lo) * self.per_trial for lo, hi in self.chunks]
+        what = repr(([hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+                      for a in (mdp.P, mdp.start, pi, self.atoms)], mdp.gamma, sizes, horizon, self.noisy,
+                     rng.bit_generator.state))
+
+        def fresh():
+            parts = [chunk_gradients(mdp, pi, self.atoms, k, horizon, rng, self.noisy) for k in sizes]
+            return parts[0] if len(parts) == 1 else np.concatenate(parts), rng.bit_generator.state
+
+        got = recall("gradients", what, fresh, wait=wait)
+        if got is None:
+            return None
+        rng.bit_generator.state = got[1]
+        return got[0]
+
+
+def prefetch_gradients(mdp: M.TabularMDP, theta: np.ndarray, cell_mdps: List[M.TabularMDP], noise: List[float],
+                       shape: Tuple[int, int, int], horizon: int, rng: np.random.Generator) -> None:
+    """The trajectories' gradients :func:`run_bias_cells` will take for these cells ((trials, steps,
+    batch) ``shape``, each cell's fast noise resolved), computed now unless another process of the
+    pool is computing them: a capacity search's counts reach their bias studies at about the same
+    time, and one computing them while the others wait would leave cores idle."""
+    trials, steps, batch = shape
+    TrajectoryPlan.of(mdp, cell_mdps, noise, trials, steps * batch).gradients(
+        mdp, M.softmax_policy(theta), horizon, rng, wait=False)
 
 
 def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:

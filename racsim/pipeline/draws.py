@@ -11,6 +11,7 @@ import numpy as np
 
 from racsim.config.schema import PHASES, PipelineConf, phase_conf
 from racsim.config.validate import faults_on
+from racsim.io import recall
 from racsim.pipeline.arrivals import draw_offsets
 from racsim.pipeline.autoscale import scale_rule
 from racsim.pipeline.background import BackgroundSpec, background_spec
@@ -166,26 +167,18 @@ def draw_kernel_delays(kernel: List[float], rng: np.random.Generator, size) -> n
     return np.where(idx >= len(kernel), -1, idx).astype(np.int64)
 
 
-# The last draw_tokens of this process: (what was drawn from which generator state, the tokens,
-# the state the draw left). The counts of a capacity search draw the same tokens: one draw serves them.
-_last_tokens: Optional[tuple] = None
-
-
 def draw_tokens(rm: Any, rng: np.random.Generator, size, key: str = "rm") -> np.ndarray:
-    """Token length of each request of an RM config (:class:`~racsim.pipeline.latency.TokenLengths`).
-    The same laws in the same shape from the same generator state as this process's last call give
-    that call's tokens again, read-only, the generator moved on as the draw moved it: the same
-    numbers, drawn once (a capacity search's counts, which differ in their GPUs alone)."""
-    global _last_tokens
-    what = (repr(rm.prompt_tokens), repr(rm.response_tokens), tuple(np.atleast_1d(size).tolist()),
-            repr(rng.bit_generator.state))
-    if _last_tokens is not None and _last_tokens[0] == what:
-        rng.bit_generator.state = _last_tokens[2]
-        return _last_tokens[1]
-    _last_tokens = None  # its tokens freed before the next are drawn
-    tokens = token_lengths(rm.prompt_tokens, rm.response_tokens, key).sample(rng, size)
-    tokens.flags.writeable = False
-    _last_tokens = (what, tokens, rng.bit_generator.state)
+    """Token length of each request of an RM config (:class:`~racsim.pipeline.latency.TokenLengths`),
+    read-only. The same laws in the same shape from the same generator state give the same tokens,
+    drawn once (racsim.io.recall: a capacity search's counts, which differ in their GPUs alone, in
+    one process or in a pool's), the generator moved on as the draw moved it."""
+    what = repr((rm.prompt_tokens, rm.response_tokens, tuple(np.atleast_1d(size).tolist()), rng.bit_generator.state))
+
+    def fresh():
+        return token_lengths(rm.prompt_tokens, rm.response_tokens, key).sample(rng, size), rng.bit_generator.state
+
+    tokens, state = recall("tokens", what, fresh)
+    rng.bit_generator.state = state
     return tokens
 
 

@@ -16,6 +16,10 @@ from racsim.config.validate.study import grid_cells
 
 TRAJECTORY_STEPS_PER_S = 2e6  # the bias benchmark's rate on one core (README: 1e7 steps in ~4.5 s)
 ROLLOUT_CHUNK = 40_000  # trajectories sampled at once (racsim.learner.bias.CHUNK_TRAJECTORIES)
+# The most bytes of trajectory gradients a bias study keeps for all its trajectories at once, so that
+# every run sharing them computes them once (racsim.learner.bias.TrajectoryPlan.gradients); past it,
+# each chunk's are computed as it comes.
+RECALL_BYTES = 256 * 2**20
 F8 = 8.0  # bytes of a float64 or int64
 PROBE_DRAWS = 200  # landings per pair of the probe's slack sweep (racsim.analyses.probe.slack_sweep)
 BASELINE_BYTES = 20e6  # what any run holds beside its sized arrays (tables, configs; measured with tracemalloc)
@@ -109,6 +113,9 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     # rollouts sampled at once: every trial's, at most racsim.learner.bias's budget (a trial at least)
     traj = min(trials * steps * batch, max(steps * batch, 3 * ROLLOUT_CHUNK // max(3, K + 1)))
     add(_blame(sizes, "learner.horizon", *sched), F8 * traj * horizon * (2 + 2 * (K + 1)))
+    every = F8 * trials * steps * batch * S * A * (min(K + 1, S * A) + (cfg.learner.fast_noise_std > 0))
+    if every <= RECALL_BYTES:  # every trajectory's gradients kept, to be computed once: beyond one chunk's
+        add(_blame(sizes, *sched), every * (1 - traj / (trials * steps * batch)))
     mdp = _blame(sizes, "learner.n_states", "learner.n_actions")
     names = max(len(cfg.corrector.names), 1) + 1
     add(mdp, F8 * S * A * (3 * S + 2 * names * trials + 2 * traj * (K + 1) + horizon * (K + 1)) + 4 * F8 * S * S)

@@ -1,0 +1,126 @@
+"""racsim.io.recall: numbers that several runs compute alike (a capacity search's counts draw the
+same tokens and sample the same trajectories) computed once, in one process and in a pool whose
+processes share them through files; the same numbers whichever way, and never a hang or a lost
+value when a process dies or the folder has no room."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import recall_logged
+
+from racsim import io
+from racsim.io import forget, recall, shared_numbers, side_by_side
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch, tmp_path):
+    forget()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    yield
+    forget()
+
+
+def counted(values):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.array(values, dtype=float), {"n": len(calls)}
+
+    return compute, calls
+
+
+def test_the_same_key_is_computed_once_in_a_process_and_another_replaces_it():
+    compute, calls = counted([1.0, 2.0])
+    a = recall("k", "one", compute)
+    b = recall("k", "one", compute)
+    assert calls == [1] and a[0] is b[0] and a[1] == {"n": 1}
+    assert not a[0].flags.writeable  # read-only: a caller cannot change what the next one gets
+    other = recall("k", "two", compute)  # another key: computed, and the last value of the kind replaced
+    assert calls == [1, 1] and other[1] == {"n": 2}
+    recall("k", "one", compute)
+    assert len(calls) == 3  # one value kept per kind
+    assert recall("j", "one", counted([3.0])[0])[0].tolist() == [3.0]  # kinds are apart
+    assert len(calls) == 3 and recall("k", "one", compute)[1] == {"n": 3}
+    forget()
+    recall("k", "one", compute)
+    assert len(calls) == 4
+
+
+def test_a_pool_that_shares_computes_a_value_once(tmp_path):
+    """Four jobs asking for one key in a pool of two processes and this one: one computes it (the
+    others wait while it does), all get the same numbers, read-only, and the folder goes with the pool."""
+    log = tmp_path / "log"
+    log.mkdir()
+    jobs = [("tokens", "same", str(log), 0.5)] * 4
+    got = dict(side_by_side(2, recall_logged, jobs, here=recall_logged, share=True))
+    assert len(os.listdir(log)) == 1
+    assert sorted(got) == [0, 1, 2, 3]
+    assert all(v == (999 * 1000 / 2 * 4, {"after": "same"}, False) for v in got.values())
+    assert os.listdir(tempfile.gettempdir()) == []
+    # without share each process computes its own
+    got = dict(side_by_side(2, recall_logged, [("tokens", "again", str(log), 0.2)] * 2, here=recall_logged))
+    assert len([n for n in os.listdir(log) if n.startswith("tokens")]) == 3
+
+
+def test_shared_values_are_published_and_read_back_mapped():
+    compute, calls = counted([5.0, 6.0])
+    with shared_numbers() as folder:
+        first = recall("k", "x", compute)
+        assert sorted(os.listdir(folder)) == sorted(f"{io._entry('k', 'x')}{ext}" for ext in (".npy", ".state"))
+        forget()  # another process of the pool: this one's memory gone, the folder's file read
+        again = recall("k", "x", compute)
+        assert calls == [1] and isinstance(again[0], np.memmap) and again[0].tolist() == [5.0, 6.0]
+        assert again[1] == first[1] == {"n": 1} and not again[0].flags.writeable
+    assert not os.path.exists(folder) and io._shared is None
+
+
+def test_ask_early_without_waiting_and_wait_when_it_is_needed():
+    """wait=False returns None at once while another process computes the value, and the value
+    once it is published; with wait the caller waits for it rather than computing its own."""
+    compute, calls = counted([1.0])
+    with shared_numbers() as folder:
+        pending = Path(folder, io._entry("k", "y") + ".pending")
+        pending.write_text(str(os.getpid()))  # "another process" computing it: alive
+        assert recall("k", "y", compute, wait=False) is None and calls == []
+        pending.unlink()
+        assert recall("k", "y", compute, wait=False)[0].tolist() == [1.0] and calls == [1]  # nobody was: computed
+        forget()
+        assert recall("k", "y", compute, wait=False)[1] == {"n": 1} and calls == [1]  # published: read
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_writer_that_died_is_not_waited_for():
+    compute, calls = counted([2.0])
+    with shared_numbers() as folder:
+        Path(folder, io._entry("k", "z") + ".pending").write_text(str(dead_pid()))
+        value = recall("k", "z", compute)  # its writer gone: computed here, no hang
+        assert calls == [1] and value[0].tolist() == [2.0]
+
+
+def test_a_folder_without_room_loses_nothing(monkeypatch):
+    def full(path, array):
+        Path(path).write_bytes(b"x")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(io, "_save", full)
+    compute, calls = counted([3.0, 4.0])
+    with shared_numbers() as folder:
+        value = recall("k", "w", compute)
+        assert calls == [1] and value[0].tolist() == [3.0, 4.0] and not value[0].flags.writeable
+        assert [n for n in os.listdir(folder) if not n.endswith(".state")] == []  # no half-written file, no claim
+        forget()
+        assert recall("k", "w", compute)[0].tolist() == [3.0, 4.0] and calls == [1, 1]  # computed again, not read
