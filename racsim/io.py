@@ -193,6 +193,11 @@ def recall(kind: str, key: str, compute: Callable[[], Tuple[Any, Any]], wait: bo
     return value
 
 
+def sharing() -> bool:
+    """Whether this process is in a pool whose processes share their :func:`recall` values (:func:`shared_numbers`)."""
+    return _shared is not None
+
+
 def forget() -> None:
     """Drop every value :func:`recall` holds in this process (their memory freed)."""
     _recalled.clear()
@@ -271,10 +276,15 @@ def _alive(pending: str) -> bool:
 @contextmanager
 def shared_numbers() -> Iterator[Optional[str]]:
     """While it holds, :func:`recall` in this process publishes to (and reads from) a fresh
-    temporary folder, yielded to be handed to a pool's workers; removed at the end."""
+    temporary folder, yielded to be handed to a pool's workers; removed at the end. None where no
+    temporary folder can be made (each process then computes its own)."""
     global _shared
-    before, folder = _shared, tempfile.mkdtemp(prefix="racsim-shared-")
-    _shared = folder
+    try:
+        folder = tempfile.mkdtemp(prefix="racsim-shared-")
+    except OSError:
+        yield None
+        return
+    before, _shared = _shared, folder
     try:
         yield folder
     finally:

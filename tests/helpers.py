@@ -103,8 +103,9 @@ def main_in_process(monkeypatch, capsys, argv):
 
 def recall_logged(kind: str, key: str, log_dir: str, seconds: float = 0.0, wait: bool = True):
     """racsim.io.recall of a value whose computing leaves a file in ``log_dir`` (one per computation)
-    and takes ``seconds``: (its sum, its state, whether it is writeable), or None (``wait=False``,
-    another process computing it). A pool's job: a function its spawned processes can import."""
+    and takes ``seconds``: (its sum, its state, whether it is writeable, the process), or None
+    (``wait=False``, another process computing it). A pool's job: a function its spawned processes
+    can import."""
     import os
     import time
     from pathlib import Path
@@ -117,4 +118,4 @@ def recall_logged(kind: str, key: str, log_dir: str, seconds: float = 0.0, wait:
         return np.arange(1000.0) * len(key), {"after": key}
 
     got = recall(kind, key, compute, wait)
-    return None if got is None else (float(got[0].sum()), got[1], bool(got[0].flags.writeable))
+    return None if got is None else (float(got[0].sum()), got[1], bool(got[0].flags.writeable), os.getpid())

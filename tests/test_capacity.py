@@ -27,7 +27,8 @@ from racsim.config.spec import replace_at
 from racsim.config.spec import scenario as spec_of
 from racsim.config.validate import process_memory, run_estimate, runs_that_fit, validate
 from racsim.errors import ConfigError
-from racsim.io import caller_script_hidden, side_by_side
+from racsim.io import caller_script_hidden, forget, side_by_side
+from racsim.learner import bias as B
 from racsim.pipeline.engines import simulate
 from racsim.report.trace import trace_events, write_timeline
 
@@ -435,6 +436,21 @@ def test_counts_in_a_pool_give_the_same_curve(hydra_ctx, monkeypatch, tmp_path):
     pd.testing.assert_frame_equal(one.curve, two.curve, check_exact=True)
     assert one.recommended == two.recommended and one.searched == two.searched
     assert two.timings["search_s"] > 0
+
+
+def test_counts_in_one_process_sample_their_trajectories_once(hydra_ctx, monkeypatch):
+    """A search in one process: its counts, at one length, take one set of trajectories (the first
+    count's, recalled), and ask for none ahead (no pool to share with)."""
+    sizes = []
+    real = B.chunk_gradients
+    monkeypatch.setattr(B, "chunk_gradients", lambda *a: sizes.append(a[3]) or real(*a))
+    forget()
+    cfg = spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[4,6,8]", "capacity.workers=1",
+               "capacity.run_length=fixed", "capacity.sensitivity.enabled=false")
+    res = run_capacity(cfg)
+    simulated = res.curve.dropna(subset=["steps"])
+    assert simulated["steps"].nunique() == 1 and simulated["count"].nunique() >= 2
+    assert sum(sizes) == cfg.learner.trials * cfg.pipeline.steps * cfg.pipeline.batch_size
 
 
 @pytest.mark.parametrize("floor", [24, 48])

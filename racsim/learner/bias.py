@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from racsim.config.validate.estimate import RECALL_BYTES
-from racsim.io import recall
+from racsim.io import recall, sharing
 from racsim.learner import mdp as M
 from racsim.learner.correctors import (
     BLOCKING,
@@ -402,7 +402,11 @@ def prefetch_gradients(mdp: M.TabularMDP, theta: np.ndarray, cell_mdps: List[M.T
     """The trajectories' gradients :func:`run_bias_cells` will take for these cells ((trials, steps,
     batch) ``shape``, each cell's fast noise resolved), computed now unless another process of the
     pool is computing them: a capacity search's counts reach their bias studies at about the same
-    time, and one computing them while the others wait would leave cores idle."""
+    time, and one computing them while the others wait would leave cores idle. Nothing outside a
+    pool that shares (racsim.io.sharing): there the bias study's own recall serves the next count,
+    and a count whose run then grows longer would take other gradients than those asked for."""
+    if not sharing():
+        return
     trials, steps, batch = shape
     TrajectoryPlan.of(mdp, cell_mdps, noise, trials, steps * batch).gradients(
         mdp, M.softmax_policy(theta), horizon, rng, wait=False)
