@@ -113,9 +113,10 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     # rollouts sampled at once: every trial's, at most racsim.learner.bias's budget (a trial at least)
     traj = min(trials * steps * batch, max(steps * batch, 3 * ROLLOUT_CHUNK // max(3, K + 1)))
     add(_blame(sizes, "learner.horizon", *sched), F8 * traj * horizon * (2 + 2 * (K + 1)))
-    every = F8 * trials * steps * batch * S * A * (min(K + 1, S * A) + (cfg.learner.fast_noise_std > 0))
-    if every <= RECALL_BYTES:  # every trajectory's gradients kept, to be computed once: beyond one chunk's
-        add(_blame(sizes, *sched), every * (1 - traj / (trials * steps * batch)))
+    n = trials * steps * batch
+    every = F8 * n * S * A * (min(K + 1, S * A) + (cfg.learner.fast_noise_std > 0))
+    if 0 < every <= RECALL_BYTES:  # every trajectory's gradients kept, to be computed once: beyond one chunk's
+        add(_blame(sizes, *sched), every * (1 - traj / n))
     mdp = _blame(sizes, "learner.n_states", "learner.n_actions")
     names = max(len(cfg.corrector.names), 1) + 1
     add(mdp, F8 * S * A * (3 * S + 2 * names * trials + 2 * traj * (K + 1) + horizon * (K + 1)) + 4 * F8 * S * S)
