@@ -119,16 +119,20 @@ _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _HEAP = {"kept": {_M_MMAP_MAX: 0, _M_TRIM_THRESHOLD: 2**31 - 1}, "default": {_M_MMAP_MAX: 65536, _M_TRIM_THRESHOLD: 128 * 1024}}
 
 
-def _heap_kept(on: bool) -> bool:
-    """Whether glibc's malloc serves large arrays from its heap and keeps what is freed there for
-    the next (``on``), or maps each afresh and returns it to the kernel when freed (its default,
+def _heap_kept(on: bool) -> None:
+    """glibc's malloc set to serve large arrays from its heap and keep what is freed there for the
+    next (``on``), or to map each afresh and return it to the kernel when freed (its default,
     ``on=False``): an array of hundreds of MB mapped afresh is zeroed page by page by the kernel,
-    in system time. False where the C library is not glibc (nothing set)."""
+    in system time. Nothing where the C library is not glibc."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
-        return False
-    return all(mallopt(k, v) == 1 for k, v in _HEAP["kept" if on else "default"].items())
+        return
+    for k, v in _HEAP["kept" if on else "default"].items():
+        mallopt(k, v)
+
+
+_small_depth = [0]  # small_pages contexts open in this process: the heap's setting is the outermost's
 
 
 @contextmanager
@@ -138,13 +142,17 @@ def small_pages() -> Iterator[None]:
     compacts memory to grant them (``/sys/kernel/mm/transparent_hugepage/defrag`` = madvise, a
     common default) every fresh array of hundreds of MB pays it in system time; a capacity count
     allocates dozens (``racsim scenario=capacity/judge_rm_faults`` on 2 cores: 18 s of system time
-    with huge pages, 9 s without). The bits are the same either way."""
+    with huge pages, 9 s on ordinary ones, 4-5 s with the heap kept too). The bits are the same
+    either way."""
     before = _hugepages(False)
-    kept = _heap_kept(True)
+    if not _small_depth[0]:
+        _heap_kept(True)
+    _small_depth[0] += 1
     try:
         yield
     finally:
-        if kept:
+        _small_depth[0] -= 1
+        if not _small_depth[0]:
             _heap_kept(False)
         if before is not None:
             _hugepages(before)
@@ -156,6 +164,7 @@ def _worker_start(shared: Optional[str] = None) -> None:
     global _shared
     pin_blas_threads()
     _hugepages(False)
+    _small_depth[0] += 1  # as if inside small_pages for its life: one opened and closed in it keeps the heap
     _heap_kept(True)
     _shared = shared
 
@@ -183,13 +192,17 @@ def recall(kind: str, key: str, compute: Callable[[], Tuple[Any, Any]], wait: bo
     if last is not None and last[0] == key:
         return last[1]
     value = _published(kind, key, compute, wait) if _shared is not None else ()
-    if value is None and not wait:
+    if value is None:
         return None
-    if not value:
-        _recalled.pop(kind, None)  # the last value freed before the next is computed
-        value = compute()
-        value[0].flags.writeable = False
-    _recalled[kind] = (key, value)
+    _recalled[kind] = (key, value or _computed(kind, compute))
+    return _recalled[kind][1]
+
+
+def _computed(kind: str, compute: Callable[[], Tuple[Any, Any]]) -> Tuple[Any, Any]:
+    """``compute()``'s value, read-only, computed once this process's last value of ``kind`` is freed."""
+    _recalled.pop(kind, None)
+    value = compute()
+    value[0].flags.writeable = False
     return value
 
 
@@ -205,15 +218,14 @@ def forget() -> None:
 
 def _published(kind: str, key: str, compute: Callable[[], Tuple[Any, Any]],
                wait: bool) -> Optional[Tuple[Any, Any]]:
-    """:func:`recall`'s value from the pool's folder: read, waited for while another process
-    computes it (``wait``; else None at once), or computed here and written there (then read back,
-    mapped); () where the folder cannot take it (no room) or its writer died: the caller computes
-    its own."""
+    """:func:`recall`'s value in the pool's folder: read; waited for while another process computes
+    it (``wait``; else None at once); or claimed (a ``.pending`` file naming this process), computed
+    here and written there, then read back mapped. () where none can be read: its writer died (the
+    caller computes its own). A folder with no room for it: this process's own value."""
     import numpy as np
 
     base = os.path.join(_shared, _entry(kind, key))
     array, state, pending = base + ".npy", base + ".state", base + ".pending"
-    fd = None
     if not os.path.exists(array):
         try:
             fd = os.open(pending, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -222,22 +234,19 @@ def _published(kind: str, key: str, compute: Callable[[], Tuple[Any, Any]],
                 return None
             while not os.path.exists(array) and _alive(pending):
                 time.sleep(POLL_S)
-    if fd is not None and os.path.exists(array):  # published between the look and the claim
-        os.close(fd)
-        os.unlink(pending)
-    elif fd is not None:
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
-        _recalled.pop(kind, None)  # the last value freed before the next is computed
-        value = compute()
-        try:
-            atomic_write(Path(state), lambda t: Path(t).write_bytes(pickle.dumps(value[1])))
-            atomic_write(Path(array), lambda t: _save(t, value[0]))  # its rename publishes the value
-        except OSError:
-            value[0].flags.writeable = False
-            return value
-        finally:
-            os.unlink(pending)
+        else:
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            try:
+                if not os.path.exists(array):  # not published between the look and the claim
+                    value = _computed(kind, compute)
+                    try:
+                        atomic_write(Path(state), lambda t: Path(t).write_bytes(pickle.dumps(value[1])))
+                        atomic_write(Path(array), lambda t: _save(t, value[0]))  # its rename publishes it
+                    except OSError:
+                        return value
+            finally:
+                os.unlink(pending)
     if not os.path.exists(array):
         return ()
     return np.load(array, mmap_mode="r"), pickle.loads(Path(state).read_bytes())

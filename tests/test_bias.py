@@ -120,9 +120,9 @@ def hand_schedule(rng, trials, steps, batch, K, blocking):
 # 1. run_bias against the loop oracle.
 
 
-@pytest.mark.parametrize("K,warmup", [(1, 0), (2, 0), (1, 2), (2, 1)])
+@pytest.mark.parametrize("K,warmup,kept", [(1, 0, True), (2, 0, True), (1, 2, True), (2, 1, True), (2, 1, False)])
 @pytest.mark.parametrize("noise", [0.0, 0.7])
-def test_run_bias_matches_loop_oracle(monkeypatch, K, noise, warmup):
+def test_run_bias_matches_loop_oracle(monkeypatch, K, noise, warmup, kept):
     trials, steps, batch, T = 5, 4, 3, 6
     mdp = M.make_mdp(3, 3, mdp_seed=11, shares=(1.0,) if K == 1 else (0.7, 0.3), gamma=0.8)
     theta = M.canonical_theta(3, 3, seed=5, scale=0.8)
@@ -139,6 +139,8 @@ def test_run_bias_matches_loop_oracle(monkeypatch, K, noise, warmup):
     # chunks of trials, the last one partial.
     per_trial = steps * batch
     monkeypatch.setattr(B, "CHUNK_TRAJECTORIES", 2 * per_trial + 1)
+    if not kept:  # past the bytes kept whole: each chunk's gradients computed as it comes
+        monkeypatch.setattr(B, "RECALL_BYTES", 0)
     calls = []
     real = sample_trajectories
 

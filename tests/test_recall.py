@@ -5,18 +5,25 @@ value when a process dies or the folder has no room."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers import recall_logged
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from racsim import io
+from racsim.config.schema import LatencyConf
 from racsim.io import forget, recall, shared_numbers, side_by_side
+from racsim.pipeline.draws import draw_tokens
+from racsim.pipeline.latency import token_lengths
 
 
 @pytest.fixture(autouse=True)
@@ -135,3 +142,40 @@ def test_no_temporary_folder_no_sharing(monkeypatch, tmp_path):
     log.mkdir()
     got = dict(side_by_side(1, recall_logged, [("tokens", "k", str(log))] * 3, here=recall_logged, share=True))
     assert len(got) == 3 and len(os.listdir(log)) == len({v[3] for v in got.values()})  # each process its own
+
+
+def test_the_heap_is_kept_by_the_outermost_small_pages(monkeypatch):
+    """Nested small_pages (a run inside a run, a worker's life): the heap is kept from the first
+    opened to the last closed, not reset when an inner one closes."""
+    calls = []
+    monkeypatch.setattr(io, "_heap_kept", calls.append)
+    with io.small_pages():
+        with io.small_pages():
+            pass
+        assert calls == [True]
+    assert calls == [True, False]
+
+
+LAWS = st.sampled_from([LatencyConf(kind="lognormal", mean=150.0, sigma=0.6, low=1.0),
+                        LatencyConf(kind="exponential", mean=300.0),
+                        LatencyConf(kind="pareto", mean=200.0, alpha=2.5, high=4000.0),
+                        LatencyConf(kind="deterministic", mean=64.0)])
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(prompt=LAWS, response=LAWS, seed=st.integers(0, 2**32 - 1),
+       shape=st.lists(st.integers(0, 5), min_size=1, max_size=4), shared=st.booleans())
+def test_recalled_tokens_are_a_fresh_draw(prompt, response, seed, shape, shared):
+    """draw_tokens, recalled in this process or read back from a pool's folder, gives the numbers and
+    leaves the generator where a draw made without any recall does, for generated laws and shapes."""
+    rm = types.SimpleNamespace(prompt_tokens=prompt, response_tokens=response)
+    fresh_rng = np.random.default_rng(seed)
+    fresh = token_lengths(prompt, response, "rm").sample(fresh_rng, tuple(shape))
+    with shared_numbers() if shared else contextlib.nullcontext():
+        for _ in range(2):  # computed (and published), then recalled: from memory, or from the file
+            rng = np.random.default_rng(seed)
+            got = draw_tokens(rm, rng, tuple(shape))
+            np.testing.assert_array_equal(got, fresh)
+            assert rng.bit_generator.state == fresh_rng.bit_generator.state and not got.flags.writeable
+            if shared:
+                forget()

@@ -11,14 +11,14 @@ import pandas as pd
 
 from racsim.analyses.grid import learner_key
 from racsim.config.schema import warmup_steps
-from racsim.io import auto_workers, spawn_pool
+from racsim.io import auto_workers, sharing, spawn_pool
 from racsim.analyses.result import RunResult
 from racsim.learner import mdp as M
 from racsim.learner.bias import (
     BiasRun,
     Cell,
+    TrajectoryPlan,
     bootstrap_counts,
-    prefetch_gradients,
     run_bias_cells,
     schedule_for,
     summarize,
@@ -77,15 +77,19 @@ def policy_theta(lr: Any) -> np.ndarray:
     return M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
 
 
-def prefetch_trajectories(cfg: Any) -> None:
-    """The trajectories' gradients a one-cell bias study of ``cfg`` will take (:func:`_run_group`),
-    computed now unless another process of the pool is computing them
-    (racsim.learner.bias.prefetch_gradients): a capacity search's counts share them and start
-    together, and asked for first, one computes them while the others simulate their pipelines."""
-    lr, p = cfg.learner, cfg.pipeline
+def prefetch_trajectories(cfg: Any, steps: int) -> None:
+    """The trajectories' gradients a one-cell bias study of ``cfg`` at ``steps`` steps will take
+    (:func:`_run_group`), computed now unless another process of the pool is computing them: a
+    capacity search's counts share them and start together, and asked for first, one computes them
+    while the others simulate their pipelines (where all waited for one, cores would stand idle).
+    Nothing outside a pool that shares (racsim.io.sharing): there the bias study's own recall
+    serves the next count, and a count whose run then grows longer would take other gradients."""
+    if not sharing():
+        return
+    lr = cfg.learner
     mdp = build_mdp(cfg)
-    prefetch_gradients(mdp, policy_theta(lr), [mdp], [lr.fast_noise_std], (lr.trials, int(p.steps), int(p.batch_size)),
-                       lr.horizon, rng_for(cfg.seed, "trajectories"))
+    plan = TrajectoryPlan.of(mdp, [mdp], [lr.fast_noise_std], lr.trials, steps * int(cfg.pipeline.batch_size))
+    plan.gradients(mdp, M.softmax_policy(policy_theta(lr)), lr.horizon, rng_for(cfg.seed, "trajectories"), wait=False)
 
 
 def corrector_params(cfg: Any) -> CorrectorParams:

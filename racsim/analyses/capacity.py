@@ -410,7 +410,7 @@ def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
 def settle(cfg: RacsimConf, name: str, tell=None) -> Settled:
     """Run one count at a length that shows its steady state (:func:`sized_run`; ``tell``: its
     note before each doubling); the bias study then reuses the simulated asynchronous schedule."""
-    prefetch_trajectories(replace_at(cfg, "pipeline.steps", first_length(cfg, name)))  # the study's, at the first length
+    prefetch_trajectories(cfg, first_length(cfg, name))  # the bias study's, at the run's first length
     run = sized_run(cfg, name, tell)
     c = replace_at(run.cfg, "pipeline.warmup_steps", run.verdict.warmup)
     res = run_bias_study(expand(c), known=Known(run.draws, run.sched))

@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from racsim.config.validate.estimate import RECALL_BYTES
-from racsim.io import recall, sharing
+from racsim.io import recall
 from racsim.learner import mdp as M
 from racsim.learner.correctors import (
     BLOCKING,
@@ -377,7 +377,7 @@ class TrajectoryPlan:
         are computed as it comes); computed once for the same learner, plan and generator state
         (racsim.io.recall: a capacity search's counts share their trajectories), the generator moved
         on as they moved it. ``wait=False``: None at once where another process of the pool is
-        computing them (:func:`prefetch_gradients`)."""
+        computing them (racsim.analyses.bias_study.prefetch_trajectories)."""
         n = self.chunks[-1][1] * self.per_trial
         if n * (len(self.atoms) + self.noisy) * mdp.n_states * mdp.n_actions * 8 > RECALL_BYTES:
             return None
@@ -395,21 +395,6 @@ class TrajectoryPlan:
             return None
         rng.bit_generator.state = got[1]
         return got[0]
-
-
-def prefetch_gradients(mdp: M.TabularMDP, theta: np.ndarray, cell_mdps: List[M.TabularMDP], noise: List[float],
-                       shape: Tuple[int, int, int], horizon: int, rng: np.random.Generator) -> None:
-    """The trajectories' gradients :func:`run_bias_cells` will take for these cells ((trials, steps,
-    batch) ``shape``, each cell's fast noise resolved), computed now unless another process of the
-    pool is computing them: a capacity search's counts reach their bias studies at about the same
-    time, and one computing them while the others wait would leave cores idle. Nothing outside a
-    pool that shares (racsim.io.sharing): there the bias study's own recall serves the next count,
-    and a count whose run then grows longer would take other gradients than those asked for."""
-    if not sharing():
-        return
-    trials, steps, batch = shape
-    TrajectoryPlan.of(mdp, cell_mdps, noise, trials, steps * batch).gradients(
-        mdp, M.softmax_policy(theta), horizon, rng, wait=False)
 
 
 def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:

@@ -19,10 +19,11 @@ from racsim.report.trace import write_timeline
 
 
 def speed_scope(res: CapacityResult) -> str:
-    """What the speed figure times: the pipeline's draws and schedules of every count evaluated, or,
-    for an autoscaled channel, of the autoscaled pool's run alone."""
+    """What the speed figure times: the pipeline's draws and schedules of every count evaluated (the
+    token lengths, the same for every count, drawn once: racsim.io.recall), or, for an autoscaled
+    channel, of the autoscaled pool's run alone."""
     return ("the draws and schedules of the autoscaled pool's run" if res.autoscale is not None
-            else "the draws and schedules of every count evaluated")
+            else "the schedules of every count evaluated and their draws, tokens drawn once for all")
 
 
 def speed_line(res: CapacityResult) -> str:
