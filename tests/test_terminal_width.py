@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 
 from helpers import main_in_process
-from racsim.report.capacity import FAILS_SHORT
+from racsim.analyses.capacity import CapacityResult
+from racsim.io import fmt
+from racsim.report.capacity import FAILS_SHORT, terminal_curve
 from racsim.report.tables import wrapped
 
 WIDTH = 120
@@ -52,6 +54,14 @@ def test_a_capacity_run_prints_at_most_120_columns(tmp_path, monkeypatch, capsys
             assert f"{FAILS_SHORT[k]} = capacity.{k}" in " ".join(out.split())
     summary = (tmp_path / "run" / "summary.md").read_text()
     assert "sojourn p99 (s)" in summary  # the file keeps every column
+    if "availability" in curve:  # on a wide terminal the up column is the measured window's share (issue 41)
+        res = CapacityResult(curve, "judge", "GPUs", "", None, pd.DataFrame(), {"corrector": "rac"})
+        wide = terminal_curve(res, 10_000).splitlines()
+        end = wide[0].index("up %") + len("up %")  # right-aligned under its header
+        rows = {int(line.split()[0]): line[:end].split()[-1] for line in wide[1:] if line.split()[0].isdigit()}
+        rac = curve[curve.corrector == "rac"].set_index("count")
+        assert rows == {n: fmt(100 * rac.availability[n]) for n in rows} and len(rows) == rac.shape[0]
+        assert rac.availability.nunique() > 1  # measured per count, not the long-run figure repeated
 
 
 @pytest.mark.parametrize("power", [False, True])

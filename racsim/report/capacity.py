@@ -119,7 +119,7 @@ def terminal_curve(res: CapacityResult, width: int) -> str:
         "busy %": pct(base.utilisation.values),
     })
     if "availability" in base:
-        table["up %"] = pct(base.available.values)
+        table["up %"] = pct(base.availability.values)  # the measured window's share, as capacity.csv
         table["lost %"] = pct(base.lost_to_failure_frac.values)
     if "load_background" in base:
         table["others p95 s"] = base.background_sojourn_p95_s.values
