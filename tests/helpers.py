@@ -119,3 +119,20 @@ def recall_logged(kind: str, key: str, log_dir: str, seconds: float = 0.0, wait:
 
     got = recall(kind, key, compute, wait)
     return None if got is None else (float(got[0].sum()), got[1], bool(got[0].flags.writeable), os.getpid())
+
+
+def spread(cases, key=lambda case: case[1], value=lambda case: case[0][-1].split("=", 1)[-1], ids=None):
+    """A parametrized grid thinned for the README's test command: the first case of every key and of
+    every value run there, the others (the same key with a value already tried elsewhere) are marked
+    ``long``, so that each branch a key or a value reaches is still run fast and the whole grid in the
+    long stage. ``ids``: a case's test id (default: its arguments joined)."""
+    import pytest
+
+    keys, values, out = set(), set(), []
+    for case in cases:
+        k, v = key(case), value(case)
+        marks = () if k not in keys or v not in values else (pytest.mark.long,)
+        keys.add(k)
+        values.add(v)
+        out.append(pytest.param(*case, marks=marks, id=ids(case) if ids else " ".join(case[0])))
+    return out

@@ -100,6 +100,7 @@ def test_text_shows_intervals_only_where_there_are_some():
     assert lines[1].split()[-3:] == ["0.5", "[0.25,", "0.75]"] and lines[2].split()[-1] == "0.25"
 
 
+@pytest.mark.long
 def test_one_plot_per_swept_numeric_knob_with_its_series(tmp_path):
     df, axes = synthetic(0)
     agg = A.aggregate(df, axes)
@@ -150,6 +151,7 @@ def test_a_grid_job_through_racsim_run(tmp_path):
     assert [p.name for p in g.written if p.suffix == ".png"] == ["sweep_corrector.tau_age.png"]
 
 
+@pytest.mark.long
 def test_a_tiny_sweep_prints_its_answer(tmp_path):
     cmd = [sys.executable, "-m", "racsim", "-m", "seed=0,1", "corrector.tau_age=20,1000", "learner.trials=8",
            "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=8", "output.progress=false"]

@@ -126,6 +126,7 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, empty_cwd, mon
     assert (tmp_path / "FILE").read_text() == "the user's"
 
 
+@pytest.mark.long
 def test_the_cli_words_the_same_mistake_alike(tmp_path):
     with pytest.raises(ConfigError) as info:
         racsim.run(overrides=["pipeline.steps=-4"])

@@ -205,6 +205,7 @@ def test_racsim_report_bad_arguments_are_one_line(capsys):
 FAST = "pipeline.fast_rm"
 
 
+@pytest.mark.long
 def test_an_incomplete_fast_rm_block_names_the_keys_it_lacks(tmp_path, monkeypatch, capsys):
     line = refused(tmp_path, monkeypatch, capsys, f"{FAST}.gpus=4")
     assert f"{FAST}.model and {FAST}.gpu" in line and "incomplete" in line

@@ -20,6 +20,7 @@ def test_bad_token_budget_names_the_key(budget, capsys):
     assert f"--token-budget {budget}" in err and "pipeline.channels.judge.rm.token_budget" in err
 
 
+@pytest.mark.long
 def test_capacity_knobs_compose_and_count_what_the_capacity_run_simulates():
     """racsim-bench --capacity: every knob's overrides compose a valid config (a README command
     renamed or refused would fail here), and its request count is the capacity run's for one
@@ -80,6 +81,7 @@ def _int_at_least_2(text: str) -> bool:
 
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bad=st.one_of(st.integers(max_value=1), st.text(max_size=6).filter(lambda t: not _int_at_least_2(t))))
+@pytest.mark.long
 def test_capacity_trials_refused_unless_an_integer_of_two_or_more(bad, capsys):
     """racsim-bench --capacity --trials: generated bad values stop it with one line, before any run."""
     with pytest.raises(SystemExit) as e:

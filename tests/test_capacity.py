@@ -245,6 +245,7 @@ def test_blocking_trace_shows_the_wait(hydra_ctx):
 # The command.
 
 
+@pytest.mark.long
 def test_racsim_capacity_command(tmp_path):
     out = tmp_path / "run"
     r = subprocess.run(

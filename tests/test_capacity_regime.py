@@ -255,6 +255,7 @@ def test_seed_statement():
     assert seed_statement([None, None], "GPUs") == "no count meets the targets in any of 2 seeds"
 
 
+@pytest.mark.long
 def test_seed_answers_are_the_runs_answers():
     cfg = spec("scenario=capacity/judge_rm_faults", "learner.trials=6", "learner.bootstrap=0", "pipeline.steps=12",
                "capacity.benchmark=false", "capacity.max_steps=48", "capacity.resamples=40",

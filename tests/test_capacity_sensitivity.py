@@ -192,6 +192,7 @@ def test_judge_sensitivity(hydra_ctx):
     assert text.startswith("How the answer moves") and "5 GPUs; " in text and "if MFU is 0.32" in text
 
 
+@pytest.mark.long
 def test_judge_with_faults_sensitivity(hydra_ctx):
     """MTBF and MTTR of random failures (up a third to three quarters of the time: the answer moves by
     the load, beyond the outage timelines' noise; the dropped share, noisy there at these short runs,
@@ -217,6 +218,7 @@ def test_queue_service_sensitivity(hydra_ctx):
     check_table(res, cfg)
 
 
+@pytest.mark.long
 def test_variants_in_a_pool_give_the_same_table(hydra_ctx):
     """capacity.workers=2: the counts and the variants' searches in two spawned processes give the
     same curve and table, to the last bit, as one process; a tick per variant counts its runs."""

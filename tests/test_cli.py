@@ -185,7 +185,10 @@ def bad_run(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("override", list(BAD))
+# Two through a real process in the README's command (a range and a type mistake); the others in the long
+# stage (tests/test_fuzz.py runs each of them in-process fast).
+@pytest.mark.parametrize("override", [pytest.param(o, marks=() if i < 2 else pytest.mark.long)
+                                      for i, o in enumerate(BAD)])
 def test_bad_override_fails_cleanly(bad_run, override):
     p, cwd, out = bad_run(override)
     assert p.returncode == 2, f"exit {p.returncode}\n{p.stderr}"
@@ -208,6 +211,7 @@ def test_unknown_scenario_lists_every_scenario(bad_run):
     assert sorted(listed) == sorted(str(f.relative_to(root).with_suffix("")) for f in root.rglob("*.yaml")), line
 
 
+@pytest.mark.long
 def test_python_m_bad_value_leaves_no_run_folder(tmp_path):
     """The job's log is named after hydra.job.name (racsim), not after sys.argv[0] (__main__.py)."""
     (tmp_path / "keep").write_text("")
@@ -217,6 +221,7 @@ def test_python_m_bad_value_leaves_no_run_folder(tmp_path):
     assert not out.exists(), sorted(x.name for x in out.iterdir())
 
 
+@pytest.mark.long
 def test_bad_value_with_default_run_dir_leaves_no_outputs_folder(tmp_path):
     """outputs/default/<date_time> is Hydra's; none of it may stay behind."""
     (tmp_path / "keep").write_text("")
@@ -240,6 +245,7 @@ def test_bad_value_keeps_the_users_empty_cwd(tmp_path):
 # 5: byte-identical reproducibility.
 
 
+@pytest.mark.long
 def test_same_command_gives_byte_identical_results(tmp_path):
     def results(name: str, *extra: str) -> Path:
         out = tmp_path / name
@@ -260,7 +266,8 @@ def test_same_command_gives_byte_identical_results(tmp_path):
 
 
 @pytest.mark.parametrize("override,exc", [("corrector.rho_bar=0", "ConfigError"),
-                                          ("pipeline.steps=abc", "ConfigCompositionException")])
+                                          pytest.param("pipeline.steps=abc", "ConfigCompositionException",
+                                                       marks=pytest.mark.long)])
 def test_hydra_full_error_restores_traceback(tmp_path, override, exc):
     out = tmp_path / "run"
     p = racsim(tmp_path, override, *SMALL, *NOPLOTS, *run_dir_args(out), full_error=True)
@@ -299,6 +306,7 @@ def test_a_grid_cell_reads_as_a_law_not_a_dict_and_long_tables_are_cut():
     assert "{" not in text and len(format_table(rows).splitlines()) == 91  # summary.md: every row
 
 
+@pytest.mark.long
 def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
     """stderr is a pipe here: a capacity search says each count it evaluates on a line of its own (the
     search adds the counts the list skips, and the total follows), and each doubling of a count's run

@@ -97,7 +97,8 @@ def test_a_run_folder_whose_hydra_is_a_file(tmp_path, monkeypatch, capsys):
     assert "hydra.run.dir" in line and ".hydra" in line
 
 
-@pytest.mark.parametrize("users", [HYDRA_FILES, HYDRA_FILES[:1], HYDRA_FILES[1:3], HYDRA_FILES[3:]])
+@pytest.mark.parametrize("users", [HYDRA_FILES, *(pytest.param(u, marks=pytest.mark.long)
+                                                  for u in (HYDRA_FILES[:1], HYDRA_FILES[1:3], HYDRA_FILES[3:]))])
 def test_a_users_hydra_files_are_never_replaced(tmp_path, monkeypatch, capsys, users):
     """Whether the run is good or refused for a bad value: nothing of the user's changes, and
     the line names each of the user's files; output.force=true lets a good run replace them."""

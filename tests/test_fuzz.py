@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import spread
+
 SMALL = ["learner.trials=20", "learner.bootstrap=20", "learner.train.enabled=false", "pipeline.steps=8",
          "pipeline.warmup_steps=null",
          "output.plots=false", "output.progress=false"]
@@ -254,13 +256,15 @@ def test_fuzz_has_enough_cases():
     assert len(OVERRIDE_CASES) + len(SCENARIO_FILES) >= 200
 
 
-@pytest.mark.parametrize("args,word", OVERRIDE_CASES, ids=[" ".join(a) for a, _ in OVERRIDE_CASES])
+@pytest.mark.parametrize("args,word", spread(OVERRIDE_CASES))  # every key and every value fast; the grid in long
 def test_bad_override(args, word, clean_cwd):
     code, out, err = run_in_process(SMALL + args)
     check_failure(code, out, err, word, clean_cwd)
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIO_FILES))
+# the first file that each word's check refuses in the README's command, every file in the long stage
+@pytest.mark.parametrize("name", spread([(n,) for n in sorted(SCENARIO_FILES)], key=lambda c: SCENARIO_FILES[c[0]][1],
+                                        value=lambda c: SCENARIO_FILES[c[0]][1], ids=lambda c: c[0]))
 def test_bad_scenario_file(name, scenario_dir, clean_cwd):
     code, out, err = run_in_process(SMALL + [_search_path(scenario_dir), f"scenario={name}"])
     check_failure(code, out, err, SCENARIO_FILES[name][1], clean_cwd)
@@ -274,6 +278,7 @@ def test_in_process_harness_runs_a_good_config(clean_cwd):
     assert "HYDRA_FULL_ERROR" not in os.environ  # main() leaves the environment as it found it
 
 
+FAST_SUBPROCESS = ("pipeline.steps=abc", "scenario=s_tabs")
 SUBPROCESS_CASES = [
     (["pipeline.steps=abc"], "pipeline.steps"),
     (["scenario=nope"], "scenario"),
@@ -284,7 +289,9 @@ SUBPROCESS_CASES = [
 ]
 
 
-@pytest.mark.parametrize("args,word", SUBPROCESS_CASES, ids=[" ".join(a) for a, _ in SUBPROCESS_CASES])
+# through a real process: a type mistake and a malformed file in the README's command, the rest in the long stage
+@pytest.mark.parametrize("args,word", [pytest.param(*c, id=" ".join(c[0]), marks=() if c[0][0] in FAST_SUBPROCESS
+                                                    else pytest.mark.long) for c in SUBPROCESS_CASES])
 def test_bad_input_real_command(args, word, scenario_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     proc = subprocess.run([sys.executable, "-m", "racsim", *SMALL, _search_path(scenario_dir), *args],

@@ -256,6 +256,7 @@ def test_other_tenants_sojourns_fall_in_the_unit_of_their_arrivals_step():
         np.testing.assert_array_equal(got, want_unit)
 
 
+@pytest.mark.long
 def test_a_shared_judge_is_sized_for_its_other_tenants():
     """A capacity search on a judge shared with another tenant: each count's load carries the other
     tenant's work (rate x seconds per request in full batches over the GPUs), its sojourn p95 comes

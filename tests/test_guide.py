@@ -73,6 +73,7 @@ def test_a_mistyped_scenario_lists_every_scenario_and_the_closest(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.long
 def test_a_mistyped_key_or_option_suggests_the_closest(tmp_path):
     p = racsim(tmp_path, "pipline.steps=3", "learner=lmm")  # a group option is read first
     assert "learner=lmm: no such option of learner. Did you mean lm? The learner options: lm, tabular" in \
@@ -165,6 +166,7 @@ def test_the_extras_named_are_those_of_pyproject():
     assert names.missing_extra("numpy") is None and names.missing_extra(None) is None
 
 
+@pytest.mark.long
 def test_the_other_commands_help_stays_sane(tmp_path):
     import subprocess
 

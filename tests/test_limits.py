@@ -274,6 +274,7 @@ def test_the_predicted_kernel_carries_a_zero_step_and_an_unbounded_latency():
 EXTREME_FLOATS = (1e308, 5e-324, 2.2250738585072014e-308)  # the largest, the smallest subnormal, the smallest normal
 
 
+@pytest.mark.long
 def test_every_float_key_takes_extreme_floats_without_a_crash():
     """Every float key of the default and the fault (gpu_rm) configs set to each extreme float: the
     config is expanded (validated, the estimate computed) or refused with a ConfigError, nothing else."""

@@ -101,6 +101,7 @@ def _inputs(summary: str) -> dict:
     return {r.split(" | ")[0].strip("| "): r.split(" | ")[1:] for r in rows[1:]}
 
 
+@pytest.mark.long
 def test_own_delays_run_as_measured_and_summary_says_so(tmp_path):
     v = np.random.default_rng(1).lognormal(2.5, 0.6, 500)
     path = _csv(tmp_path, v)
@@ -130,6 +131,7 @@ def test_own_delays_run_as_measured_and_summary_says_so(tmp_path):
     assert float(_inputs(summary)["judge"][1]) == pytest.approx(np.clip(scaled, 0, 30).mean(), rel=1e-3)
 
 
+@pytest.mark.long
 def test_a_sweep_over_own_delays_uses_them_as_measured_in_every_job(tmp_path):
     """The sweeper computes a batch of jobs ahead (racsim.analyses.dispatch.run_many): a job whose command
     line drops a mean is left to its task, so the sweep gives what single runs give."""

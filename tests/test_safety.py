@@ -294,6 +294,7 @@ def test_a_sweep_folder_holding_another_sweep_is_refused(tmp_path):
 # ---------------------------------------------------------------- end to end, as real commands
 
 
+@pytest.mark.long
 def test_a_failed_run_in_the_users_folders_deletes_nothing(tmp_path):
     """A run failing validation in an existing hydra.run.dir, and with hydra.run.dir=. in an
     empty folder: every file of the user's survives byte for byte, every folder stays."""
@@ -311,6 +312,7 @@ def test_a_failed_run_in_the_users_folders_deletes_nothing(tmp_path):
     assert not list(empty.iterdir())
 
 
+@pytest.mark.long
 def test_two_runs_started_in_the_same_second_keep_both_result_sets(tmp_path):
     """Both runs are given the same folder name (as two runs of the default layout started in
     one second are): each gets a folder of its own, with its own results."""
@@ -327,6 +329,7 @@ def test_two_runs_started_in_the_same_second_keep_both_result_sets(tmp_path):
     assert seeds == {0, 1}
 
 
+@pytest.mark.long
 def test_resume_reruns_a_job_whose_results_were_corrupted_in_place(tmp_path):
     sweep = tmp_path / "sweep"
     args = ["-m", f"hydra.sweep.dir={sweep}", "seed=5", *TINY]

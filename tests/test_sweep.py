@@ -246,6 +246,7 @@ def test_a_complete_sweep_under_another_process_matches_serial(serial, tmp_path,
     assert (other / "results.parquet").read_bytes() == (sweep / "results.parquet").read_bytes()
 
 
+@pytest.mark.long
 def test_kill_and_resume_gives_the_same_aggregate(serial, tmp_path):
     sweep_ref, _ = serial
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
@@ -430,6 +431,7 @@ def test_blas_thread_count_does_not_change_results(tmp_path):
     assert out["1"] == out["2"]
 
 
+@pytest.mark.long
 def test_racsim_sweeper_matches_hydras_basic_sweeper(serial, tmp_path):
     """The default (racsim's sweeper and launcher) against Hydra's basic ones: the same
     jobs under the same numbers, the same overrides and results, byte for byte (the default's
@@ -459,6 +461,7 @@ def test_an_invalid_cell_stops_the_sweep_before_any_job(tmp_path):
 
 
 
+@pytest.mark.long
 def test_ctrl_c_says_one_line_and_the_sweep_resumes_to_the_same_bytes(serial, tmp_path):
     """SIGINT to the sweep's process group (what Ctrl-C in a terminal sends): no
     KeyboardInterrupt traceback, one line, exit 130; resume=true finishes the sweep and

@@ -121,6 +121,7 @@ def sweep(tmp_path: Path, name: str, launcher: list) -> tuple:
 LEAN = ("results.parquet", "channels.parquet")  # a lean job folder's tables, beside done.json and .hydra/overrides.yaml
 
 
+@pytest.mark.long
 def test_a_batched_sweep_writes_the_bytes_of_jobs_run_alone(tmp_path):
     """racsim's launcher, its lean folders (the default) and full ones, against Hydra's basic
     launcher (full folders, every job alone): the same bytes in every file both have."""
@@ -196,6 +197,7 @@ def test_config_yaml_of_a_sweep_jobs_configs():
     assert config_yaml(cfg.pipeline) == OmegaConf.to_yaml(cfg.pipeline)
 
 
+@pytest.mark.long
 def test_a_lean_single_run_keeps_the_parquet_tables_and_its_marker(tmp_path):
     """output.job_files=lean on a single run: the tables as Parquet, done.json (its SHA-256 from
     the bytes in memory), no CSV, config.yaml, trace or summary; racsim-report reads it."""

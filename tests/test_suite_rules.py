@@ -1,0 +1,58 @@
+"""The suite's rules hold (tests/conftest.py): a test of the README's command that runs past the
+limit fails and names itself, its time and the way out; a test marked long, a fast one, and a
+failing one are left as they are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFTEST = (Path(__file__).with_name("conftest.py")).read_text()
+
+TESTS = """
+import time
+import pytest
+
+@pytest.fixture
+def slow_setup():
+    time.sleep(0.2)
+
+def test_slow_call():
+    time.sleep(0.3)
+
+def test_slow_setup(slow_setup):
+    time.sleep(0.2)
+
+@pytest.mark.long
+def test_slow_but_long():
+    time.sleep(0.3)
+
+def test_fast():
+    pass
+
+def test_fails_on_its_own():
+    assert False, "its own failure"
+"""
+
+
+def run(pytester, monkeypatch, limit: str):
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\nmarkers =\n    long: the long stage\n")
+    pytester.makepyfile(test_timed=TESTS)
+    monkeypatch.setenv("RACSIM_FAST_LIMIT_S", limit)
+    return pytester.runpytest("-p", "no:cacheprovider")
+
+
+def test_a_slow_fast_tier_test_fails_naming_itself_and_the_way_out(pytester, monkeypatch):
+    res = run(pytester, monkeypatch, "0.25")
+    res.assert_outcomes(passed=2, failed=3)
+    out = res.stdout.str()
+    for name in ("test_slow_call", "test_slow_setup"):
+        assert f"test_timed.py::{name} took " in out, out
+    assert "mark it @pytest.mark.long" in out and "RACSIM_FAST_LIMIT_S" in out
+    assert "test_slow_but_long took" not in out and "test_fast took" not in out
+    assert "its own failure" in out  # a failing test keeps its own report
+
+
+def test_the_limit_can_be_raised_or_turned_off(pytester, monkeypatch):
+    run(pytester, monkeypatch, "30").assert_outcomes(passed=4, failed=1)
+    run(pytester, monkeypatch, "0").assert_outcomes(passed=4, failed=1)
