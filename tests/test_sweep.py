@@ -407,6 +407,50 @@ def test_sweep_dir_resolver_finds_the_same_sweep(tmp_path, monkeypatch):
     assert S.sweep_dir(base, ["a=4"], True).startswith(f"{base}/multirun_")  # nothing to resume: a new one
 
 
+def _sweep(root: Path, stamp: str, task: list, done: int, jobs: int = 4, gathered: bool = False) -> Path:
+    """A sweep folder as a sweep leaves it: its overrides, ``jobs`` job folders of which ``done`` finished."""
+    d = root / f"multirun_{stamp}"
+    d.mkdir(parents=True)
+    (d / "multirun.yaml").write_text(f"hydra:\n  overrides:\n    task: {json.dumps(task)}\n")
+    for i in range(jobs):
+        (d / str(i) / ".hydra").mkdir(parents=True)
+        if i < done:
+            (d / str(i) / DONE).write_text(json.dumps({"files": {"results.csv": {}}}))
+    if gathered:
+        (d / "results.parquet").write_bytes(b"")
+    return d
+
+
+@pytest.mark.parametrize("order", range(4))
+def test_resume_finds_the_interrupted_sweep_with_most_jobs_done(tmp_path, monkeypatch, capsys, order):
+    """Ctrl-C after 4 of 8 jobs, the same command again without resume=true (stopped before any job
+    ended), then resume=true: it continues the 4 done, not the newest (empty) folder; an older complete
+    sweep, another command's sweep and a newer empty one never win; the rerun names the one to resume."""
+    monkeypatch.chdir(tmp_path)
+    base = tmp_path / "outputs" / "x"
+    task = ["a=1,2,3,4,5,6,7,8"]
+    stamps = [f"2026-01-0{i}_00-00-00" for i in range(1, 5)]
+    kinds = [dict(task=task, done=8, jobs=8, gathered=True), dict(task=task, done=4, jobs=8),
+             dict(task=["a=9"], done=7, jobs=8), dict(task=task, done=0, jobs=8)]
+    made = {k: _sweep(base, stamps[(k + order) % 4], **kinds[k]) for k in range(4)}  # each kind at each age
+    want = made[1]
+    assert S.find_sweep(str(base), task) == want
+    assert S.sweep_dir(str(base), [*task, "resume=true"], True) == str(want)
+    capsys.readouterr()
+    fresh = S.sweep_dir(str(base), task, False)
+    line = capsys.readouterr().out
+    assert fresh not in map(str, made.values())
+    assert f"{want}" in line and "4 jobs done" in line and "resume=true" in line
+    assert S.sweep_dir(str(base), ["a=10"], False) and "interrupted" not in capsys.readouterr().out
+
+
+def test_resume_of_a_command_whose_sweeps_all_finished_takes_the_newest(tmp_path):
+    base = tmp_path / "x"
+    old = _sweep(base, "2026-01-01_00-00-00", ["a=1,2"], done=2, jobs=2, gathered=True)
+    new = _sweep(base, "2026-01-02_00-00-00", ["a=1,2"], done=2, jobs=2, gathered=True)
+    assert S.find_sweep(str(base), ["a=1,2"]) == new != old
+
+
 def test_cell_columns_keep_one_type():
     assert str(_column([1, 2, None]).dtype) == "Int64"
     assert _column([1, 2.5]).tolist() == [1.0, 2.5]

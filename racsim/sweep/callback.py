@@ -8,8 +8,8 @@
   for the same cell, and runs the rest. The folder of an interrupted sweep is
   found again from the command alone: the ``racsim.sweep_dir`` resolver (the
   default ``hydra.sweep.dir``) gives a new timestamped folder, or with
-  ``resume=true`` the newest one under ``outputs/<name>/`` whose sweep had the
-  same overrides. ``hydra.sweep.dir=...`` pins it by hand.
+  ``resume=true`` the interrupted one under ``outputs/<name>/`` whose sweep had the
+  same overrides (:func:`find_sweep`). ``hydra.sweep.dir=...`` pins it by hand.
 - **The callback** (``hydra.callbacks`` in conf/config.yaml): each job logs its
   cell and its runtime; the sweep prints jobs done/running/left with a time
   estimate (it watches the folder, so it works with any launcher that shares a
@@ -54,6 +54,7 @@ from racsim.sweep.markers import (
     numbered_folders,
     owned_names,
     publish,
+    read_marker,
     record_owned,
     sha256,
     transient,
@@ -255,28 +256,53 @@ def _recorded_overrides(sweep: Path) -> Optional[List[str]]:
         return None
 
 
-def find_sweep(base: str, task_overrides: Iterable[str]) -> Optional[Path]:
-    """The newest ``base/multirun_*`` folder whose sweep had these overrides."""
+def sweeps_of(base: str, task_overrides: Iterable[str]) -> List[Path]:
+    """The ``base/multirun_*`` folders whose sweep had these overrides, newest first."""
     want = cell_overrides(task_overrides)
     root = Path(base)
     if not root.is_dir():
-        return None
-    for d in sorted(root.glob("multirun_*"), reverse=True):  # timestamps sort as text
-        if d.is_dir() and _recorded_overrides(d) == want:
-            return d
-    return None
+        return []
+    return [d for d in sorted(root.glob("multirun_*"), reverse=True)  # timestamps sort as text
+            if d.is_dir() and _recorded_overrides(d) == want]
+
+
+def jobs_done(sweep: Path) -> int:
+    """Jobs of ``sweep`` that wrote their completion marker."""
+    return sum(read_marker(d) is not None for d in job_dirs(sweep))
+
+
+def interrupted(sweep: Path) -> bool:
+    """A sweep that never gathered its jobs (its last act): stopped, killed, or still running."""
+    return not (sweep / GATHERED[0]).is_file()
+
+
+def find_sweep(base: str, task_overrides: Iterable[str]) -> Optional[Path]:
+    """The sweep of this command that ``resume=true`` continues: of its interrupted ones
+    (:func:`interrupted`), the one with the most jobs done, the newest of those (a rerun
+    without ``resume=true``, stopped early, leaves a newer folder with fewer); else its newest."""
+    found = sweeps_of(base, task_overrides)
+    stopped = [d for d in found if interrupted(d)]
+    if stopped:
+        return max(stopped, key=jobs_done)  # max keeps the first (newest) of equals
+    return found[0] if found else None
 
 
 def sweep_dir(base: str, task_overrides: Any, resume: Any) -> str:
-    """Resolver ``racsim.sweep_dir``: ``base/multirun_<now>``, or when ``resume``
-    is true the newest earlier sweep of the same command under ``base``."""
+    """Resolver ``racsim.sweep_dir``: ``base/multirun_<now>``, or when ``resume`` is true the
+    earlier sweep of the same command under ``base`` that :func:`find_sweep` picks. A new sweep
+    says where an interrupted one of the same command with jobs done is (resume=true continues it)."""
     overrides = [str(o) for o in (task_overrides or [])]
     if resume is True or str(resume).lower() == "true":
         found = find_sweep(str(base), overrides)
         if found is not None:
             return str(found)
         log.warning("resume: no earlier sweep of these overrides under %s; starting a new one", base)
-    return unique_dir(f"{base}/multirun_{_stamp()}")
+    earlier = find_sweep(str(base), overrides)
+    new = unique_dir(f"{base}/multirun_{_stamp()}")
+    if earlier is not None and interrupted(earlier) and jobs_done(earlier):
+        print(f"racsim: sweep: an interrupted sweep of this command, {jobs_done(earlier)} jobs done, is in "
+              f"{earlier}: add resume=true to continue it; starting a new one", flush=True)
+    return new
 
 
 def register_resolvers() -> None:
