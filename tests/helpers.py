@@ -119,3 +119,17 @@ def recall_logged(kind: str, key: str, log_dir: str, seconds: float = 0.0, wait:
 
     got = recall(kind, key, compute, wait)
     return None if got is None else (float(got[0].sum()), got[1], bool(got[0].flags.writeable), os.getpid())
+
+
+def messages(text: str) -> list:
+    """The messages of printed ``text``: each non-blank line with the indented lines that continue it
+    joined on (racsim.errors.wrapped breaks a line wider than 120 columns), so that one error is one item."""
+    out: list = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if out and line.startswith(" ") and len(line) - len(line.lstrip()) > len(out[-1]) - len(out[-1].lstrip()):
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out

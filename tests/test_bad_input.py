@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import messages
 from racsim.app import cli
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
@@ -38,7 +39,7 @@ def refused(tmp_path, monkeypatch, capsys, *args, config_dir=None):
     with pytest.raises(SystemExit) as ex:
         cli.main()
     out, err = capsys.readouterr()
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    lines = messages(err)
     assert ex.value.code == 2, (out, err)
     assert len(lines) == 1 and lines[0].startswith("racsim: error: "), err
     assert sorted(p.name for p in work.iterdir()) == ["keep.txt"] and (work / "keep.txt").read_bytes() == b"the user's"

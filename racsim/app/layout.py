@@ -21,9 +21,9 @@ REPO = PKG.parent
 # (room, the question it answers, the rooms it may import besides its own), from the bottom up.
 # A room is a folder of racsim/ or a loose module; an entry "pipeline.schedule" allows one module.
 ROOMS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
-    ("errors", "the one user-facing error, and any failure in one line", ()),
+    ("errors", "the one user-facing error, any failure in one line, and the width every printed line fits", ()),
     ("io", "files written whole (atomic), their digests, numbers formatted, the cores and BLAS threads "
-            "a job may use, numbers several runs compute alike computed once", ()),
+            "a job may use, numbers several runs compute alike computed once", ("errors",)),
     ("seeds", "one random stream per purpose", ()),
     ("config", "what is asked? the schema, defaults, names, rules, and the boundary where a "
                "composed config becomes a spec", ("errors",)),
