@@ -22,9 +22,10 @@ from pathlib import Path
 
 from racsim.app.guide import help_text
 from racsim.config import names
-from racsim.config.defaults import measured_as_given, replace_grid
+from racsim.config.defaults import compose_config, measured_as_given, replace_grid
 from racsim.config.names import missing_extra
 from racsim.config.schema import register_configs
+from racsim.config.validate import allowed_at
 from racsim.errors import ConfigError, causes, say, write_failure
 from racsim.sweep.callback import (
     Job,
@@ -222,7 +223,7 @@ SCENARIO_FILE = " (a scenario file is a YAML mapping that begins with '# @packag
 
 def _one_line(ex: BaseException) -> str:
     """Shorten a Hydra/OmegaConf exception chain to 'key: reason'."""
-    from omegaconf.errors import OmegaConfBaseException
+    from omegaconf.errors import OmegaConfBaseException, ValidationError
 
     from hydra.errors import OverrideParseException
 
@@ -238,6 +239,10 @@ def _one_line(ex: BaseException) -> str:
             msg = str(e).splitlines()[0].strip()
             if "is not Optional" in msg:
                 return names.not_null(e.full_key)
+            if isinstance(e, ValidationError) and getattr(e, "value", None) is not None:  # a value of the wrong type
+                allowed = _allowed(e.full_key)
+                if allowed:  # in the words of the key's range rule, as an out-of-range value is refused
+                    return str(ConfigError(e.full_key, e.value, allowed))
             if e.full_key == "scenario":  # a scenario file that is empty, not a mapping, or lacks its header
                 msg += SCENARIO_FILE
             return f"{e.full_key}: {msg}"
@@ -257,6 +262,14 @@ def _one_line(ex: BaseException) -> str:
             options.append(ln)
         return f"{lines[0]} ({lines[i].rstrip(':').lower()}: {', '.join(options)})"
     return " ".join(lines[:2])
+
+
+def _allowed(key: str) -> "str | None":
+    """What the rules allow at ``key`` in the scenario asked for (racsim.config.validate.allowed_at), or None."""
+    try:
+        return allowed_at(compose_config(f"scenario={_scenario_arg()}"), key)
+    except Exception:  # a scenario that does not compose: OmegaConf's words stand
+        return None
 
 
 def _mistyped(chain: list) -> "str | None":

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from racsim.errors import Parser
+from racsim.errors import Parser, wrapped
 
 PKG = Path(__file__).resolve().parents[1]  # racsim/
 REPO = PKG.parent
@@ -118,7 +118,7 @@ def rooms_text(pkg: Path = PKG) -> str:
         lines.append(f"{'':12}imports: {', '.join(may) if may else 'nothing of racsim'}")
     lines += ["", "Hydra's config is read in: " + ", ".join(CONFIG_READERS) + " (below them: specs and plain values)",
               "Lazy imports (all of them): " + "; ".join(f"{m} -> {', '.join(t)}" for m, t in LAZY.items())]
-    return "\n".join(lines) + "\n"
+    return wrapped("\n".join(lines)) + "\n"
 
 
 def knob_files(field: str, roots: Sequence[Path] = (PKG, REPO / "tests")) -> List[Tuple[str, int]]:

@@ -2,7 +2,7 @@
 ``profiled`` service model reads (racsim/pipeline/service.py).
 
     racsim-profile                                   # tiny random Llama RM, CPU/CUDA, default grid
-    racsim-profile out=h100_8b.csv rm.checkpoint=/models/my-rm batch_sizes=[1,8,32] seq_lens=[256,512,1024]
+    racsim-profile out=outputs/h100_8b.csv rm.checkpoint=/models/my-rm batch_sizes=[1,8,32] seq_lens=[256,512,1024]
 
 A transformers sequence-classification model (one score per sequence) runs
 real forward passes with torch on the local device (CUDA when present, else
@@ -57,7 +57,7 @@ class ProfileRMConf:
 
 @dataclass
 class ProfileConf:
-    out: str = "rm_profile.csv"
+    out: str = "outputs/rm_profile.csv"  # beside racsim's runs, not in the folder it is run from
     rm: ProfileRMConf = field(default_factory=ProfileRMConf)
     batch_sizes: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     seq_lens: List[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])
