@@ -408,7 +408,7 @@ def run_capped(work: Path, args: list, timeout: float = CAP_TIMEOUT_S) -> str:
 
 def outcome(code: int, out: str, err: str, touched: bool, left: bool) -> str:
     """The class of a finished case (see :func:`run_capped`)."""
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    lines = messages(err)
     if "Traceback" in out + err:
         return "traceback"
     if touched:
