@@ -25,13 +25,21 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
+from racsim.errors import WriteFailure
+
 
 def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` then rename the result onto ``path``."""
+    """Call ``write(tmp_path)`` then rename the result onto ``path``. A file that cannot be written (a
+    full disk, a folder without write permission) raises :class:`~racsim.errors.WriteFailure` naming
+    ``path``, whatever wrote it (a plot, a table), and leaves ``path`` as it was."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(str(tmp))
         os.replace(tmp, path)
+    except OSError as e:
+        if isinstance(e, (WriteFailure, FileNotFoundError, FileExistsError, IsADirectoryError)):
+            raise  # already named, or not the disk's: a folder taken away or in the way
+        raise WriteFailure(e.errno, e.strerror or str(e), str(path)) from e
     finally:
         if tmp.exists():
             tmp.unlink()

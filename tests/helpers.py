@@ -136,3 +136,17 @@ def spread(cases, key=lambda case: case[1], value=lambda case: case[0][-1].split
         values.add(v)
         out.append(pytest.param(*case, marks=marks, id=ids(case) if ids else " ".join(case[0])))
     return out
+
+
+def messages(text: str) -> list:
+    """The messages of printed ``text``: each non-blank line with the indented lines that continue it
+    joined on (racsim.errors.wrapped breaks a line wider than 120 columns), so that one error is one item."""
+    out: list = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if out and line.startswith(" ") and len(line) - len(line.lstrip()) > len(out[-1]) - len(out[-1].lstrip()):
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import messages
 from racsim.app import cli
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
@@ -38,7 +39,7 @@ def refused(tmp_path, monkeypatch, capsys, *args, config_dir=None):
     with pytest.raises(SystemExit) as ex:
         cli.main()
     out, err = capsys.readouterr()
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    lines = messages(err)
     assert ex.value.code == 2, (out, err)
     assert len(lines) == 1 and lines[0].startswith("racsim: error: "), err
     assert sorted(p.name for p in work.iterdir()) == ["keep.txt"] and (work / "keep.txt").read_bytes() == b"the user's"
@@ -175,7 +176,7 @@ def test_racsim_profile_bad_arguments(tmp_path, capsys):
         with pytest.raises(SystemExit) as ex:
             profile.main(args)
         err = capsys.readouterr().err
-        assert ex.value.code == 2 and err.count("\n") == 1 and key in err, err
+        assert ex.value.code == 2 and len(messages(err)) == 1 and key in err, err
 
 
 def test_racsim_bench_bad_arguments(capsys):
@@ -186,7 +187,7 @@ def test_racsim_bench_bad_arguments(capsys):
         with pytest.raises(SystemExit) as ex:
             bench.main(args)
         err = capsys.readouterr().err
-        assert ex.value.code == 2 and err.count("\n") == 1 and says in err, err  # one line, not argparse's usage block
+        assert ex.value.code == 2 and len(messages(err)) == 1 and says in err, err  # one line, not argparse's usage block
         assert err.startswith("racsim-bench: error: ") and "racsim-bench --help" in err
 
 
@@ -197,7 +198,7 @@ def test_racsim_report_bad_arguments_are_one_line(capsys):
         with pytest.raises(SystemExit) as ex:
             gather.main(args)
         err = capsys.readouterr().err
-        assert ex.value.code == 2 and err.count("\n") == 1 and err.startswith("racsim-report: error: "), err
+        assert ex.value.code == 2 and len(messages(err)) == 1 and err.startswith("racsim-report: error: "), err
 
 
 # ---------------------------------------------------------------- an RM block set key by key

@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from helpers import messages
+
 from racsim.config.schema import CORRECTORS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,7 +195,7 @@ def test_bad_override_fails_cleanly(bad_run, override):
     p, cwd, out = bad_run(override)
     assert p.returncode == 2, f"exit {p.returncode}\n{p.stderr}"
     assert "Traceback" not in p.stdout + p.stderr
-    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    err = messages(p.stderr)  # one message, wrapped to 120 columns
     assert len(err) == 1 and err[0].startswith("racsim: error:"), p.stderr
     assert BAD[override] in err[0], err[0]
     assert "racsim: results in" not in p.stdout
@@ -204,7 +206,7 @@ def test_bad_override_fails_cleanly(bad_run, override):
 
 def test_unknown_scenario_lists_every_scenario(bad_run):
     p, _, _ = bad_run("scenario=nosuchscenario")
-    line = p.stderr.strip().splitlines()[-1]
+    line = messages(p.stderr)[-1]
     assert "nosuchscenario" in line
     listed = line.rsplit(": ", 1)[1].split(", ")
     root = REPO / "scenarios"  # every folder: capacity/, lm/, paper/ too

@@ -14,7 +14,7 @@ import pytest
 
 from racsim.app import cli
 from racsim.errors import ConfigError
-from helpers import unwritable_value as oracle
+from helpers import unwritable_value as oracle, messages
 from racsim.report.finite import MAY_BE_NAN, failure, may_be_nan, non_finite, undefined_notes
 
 TINY = ["learner.trials=4", "learner.bootstrap=0", "learner.train.enabled=false", "pipeline.steps=3",
@@ -104,7 +104,7 @@ def test_a_non_finite_value_fails_the_run_after_its_files_are_written(tmp_path, 
     with pytest.raises(SystemExit) as ex:
         cli.main()
     err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    lines = messages(err)
     assert ex.value.code == 1 and len(lines) == 1 and len(lines[0]) < 600, err  # 1: failed after writing
     assert "results column bias_exact = inf" in lines[0] and "(2 of" in lines[0]
     assert "corrector=naive, K=2; mode=pipeline, corrector=rac, K=2 (2 of" in lines[0]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import spread
+from helpers import messages, spread
 
 SMALL = ["learner.trials=20", "learner.bootstrap=20", "learner.train.enabled=false", "pipeline.steps=8",
          "pipeline.warmup_steps=null",
@@ -236,7 +236,7 @@ def run_in_process(args):
 
 
 def check_failure(code, stdout, stderr, word, cwd: Path) -> None:
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    lines = messages(stderr)
     assert code not in (0, None), f"accepted; stdout: {stdout[-300:]}"
     assert "Traceback" not in stderr, stderr
     assert len(lines) == 1, f"{len(lines)} lines on stderr:\n{stderr}"

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from helpers import main_in_process, unwritable_value
+from helpers import main_in_process, messages, unwritable_value
 from racsim.analyses.grid import expand
 from racsim.config.defaults import compose_config
 from racsim.config.spec import scenario
@@ -134,7 +134,7 @@ def the_command(tmp_path, monkeypatch, capsys, args, config_dir=None):
     monkeypatch.chdir(work)
     extra = ["--config-dir", str(config_dir)] if config_dir else []
     code, out, err = main_in_process(monkeypatch, capsys, [*extra, *TINY, *args])
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    lines = messages(err)
     assert "Traceback" not in out + err
     assert all(path.read_bytes() == data for path, data in users.items()), "a file of the user's was touched"
     assert code in (0, 2), (code, err)
@@ -409,7 +409,7 @@ def run_capped(work: Path, args: list, timeout: float = CAP_TIMEOUT_S) -> str:
 
 def outcome(code: int, out: str, err: str, touched: bool, left: bool) -> str:
     """The class of a finished case (see :func:`run_capped`)."""
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    lines = messages(err)
     if "Traceback" in out + err:
         return "traceback"
     if touched:

@@ -16,6 +16,7 @@ import tracemalloc
 
 import pytest
 
+from helpers import messages
 from racsim.config import validate as V
 from racsim.config.validate import limits as L  # the budgets' own module: process_memory and its readers
 from racsim.config.defaults import compose_config
@@ -123,7 +124,7 @@ def test_a_memory_error_that_escapes_is_one_line_and_leaves_nothing(tmp_path, mo
     monkeypatch.setattr(sys, "argv", ["racsim", *SMALL, f"{J}.workers=100000", "output.progress=false"])
     with pytest.raises(SystemExit) as ex:
         cli.main()
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    lines = messages(capsys.readouterr().err)
     assert ex.value.code == 2 and len(lines) == 1, lines
     assert f"{J}.workers = 100000" in lines[0] and "ran out of memory" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
@@ -140,7 +141,7 @@ def test_under_a_4_gb_cap_the_command_refuses_in_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "racsim", f"{J}.workers=500000", "limits.memory_gb=1000",
                         "output.progress=false"], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120, preexec_fn=limit)
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    lines = messages(p.stderr)
     assert p.returncode == 2 and len(lines) == 1, p.stderr
     assert f"{J}.workers = 500000" in lines[0] and "can have about" in lines[0]
     assert list(tmp_path.iterdir()) == []

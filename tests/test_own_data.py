@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers import messages
+
 from racsim.config.defaults import compose_config, empirical_blocks
 from racsim.config.schema import LatencyConf
 from racsim.pipeline.latency import build_latency
@@ -122,7 +124,7 @@ def test_own_delays_run_as_measured_and_summary_says_so(tmp_path):
     # a mean and a bound set here: rescaled and clipped, in one line each and in summary.md
     p = racsim(tmp_path, *args, f"{JUDGE}.mean=20", f"{JUDGE}.high=30", "hydra.run.dir=scaled")
     assert p.returncode == 0, p.stderr
-    notes = [ln for ln in p.stdout.splitlines() if ln.startswith("racsim: note:")]
+    notes = [ln for ln in messages(p.stdout) if ln.startswith("racsim: note:")]  # a long path wraps
     scaled = v * 20 / v.mean()
     assert len(notes) == 2 and f"rescaled x{20 / v.mean():.4g}, from its mean {v.mean():.4g} s" in notes[0]
     assert f"{int(np.sum(scaled > 30))} of 500 values clipped to [0, 30] s" in notes[1]

@@ -21,6 +21,7 @@ from typing import List
 import pandas as pd
 import pytest
 
+from helpers import messages
 from racsim.sweep import callback as S
 from racsim.sweep.markers import DONE, cell_overrides, is_complete
 from racsim.sweep.gather import _column, gather, gather_and_write
@@ -196,7 +197,7 @@ def assert_failures_attributed(code: int, out: str, err: str, sweep: Path) -> No
     no traceback on either stream (a failed job's is in its own racsim.log)."""
     assert code == 1, out[-2000:] + err[-3000:]
     assert "Traceback" not in err and "Traceback" not in out, out[-3000:] + err
-    lines = [ln for ln in err.splitlines() if "jobs failed" in ln]
+    lines = [ln for ln in messages(err) if "jobs failed" in ln]
     assert len(lines) == 1 and lines[0].startswith("racsim: sweep: 4 of 6 jobs failed"), err[-3000:]
     for job, path in ((2, "good"), (5, "bad")):  # the injected failure comes before the file is read
         assert f"job {job} ({LAT}.path={path}.csv seed=2): injected failure at run time" in lines[0]
@@ -375,7 +376,7 @@ def test_report_command_gathers_any_folder(serial, tmp_path, capsys):
     with pytest.raises(SystemExit) as ex:
         report_main([str(tmp_path / "nothing")])
     assert ex.value.code == 2
-    assert capsys.readouterr().err.count("\n") == 1
+    assert len(messages(capsys.readouterr().err)) == 1
 
 
 def test_progress_counts_and_estimate(tmp_path):

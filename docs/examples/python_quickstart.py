@@ -1,8 +1,10 @@
 """racsim from Python: one run as DataFrames, a small sweep as a loop, a plot, a capacity plan.
 
-Run it from the repository's root (it writes one picture, tau_sweep.png, into the current folder):
+Run it from the repository's root (it writes one picture, outputs/tau_sweep.png):
     python docs/examples/python_quickstart.py
 """
+
+from pathlib import Path
 
 import matplotlib
 
@@ -31,7 +33,8 @@ print(sweep.round(5).to_string(index=False))
 # 3. A plot: any DataFrame method works.
 ax = sweep.plot(x="tau_age", y="rac bias", logx=True, marker="o", legend=False)
 ax.set_ylabel("RAC's exact bias")
-ax.figure.savefig("tau_sweep.png", dpi=80)
+Path("outputs").mkdir(exist_ok=True)  # where racsim writes its runs (ignored by git)
+ax.figure.savefig("outputs/tau_sweep.png", dpi=80)
 
 # 4. A capacity plan: the fewest GPUs behind the judge that meet the scenario's targets.
 plan = racsim.run("capacity/judge_rm_h100", overrides=["learner.trials=20"])

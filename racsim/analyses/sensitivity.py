@@ -118,13 +118,24 @@ def vary(cfg: RacsimConf, name: str, what: str, factor: float) -> RacsimConf:
     return replace_at(cfg, f"{at}.latency", scaled_law(ch.latency, factor))
 
 
+def searchable(cfg: RacsimConf) -> RacsimConf:
+    """``cfg`` as a capacity search runs it, checked as the search checks it first
+    (racsim.analyses.capacity.run_capacity): validated, its longest run lowered to what fits
+    (:func:`~racsim.analyses.capacity.steps_that_fit`), within ``limits``; else the ConfigError naming the knob."""
+    validate(cfg)
+    cfg = steps_that_fit(cfg)[0]
+    check_limits(cfg)
+    return cfg
+
+
 def variants(cfg: RacsimConf) -> List[Variant]:
     """Every input of ``capacity.sensitivity`` moved down and up, each variant's spec validated and
     checked against ``limits`` with its longest run lowered to what fits as the base search's is
     (:func:`~racsim.analyses.capacity.steps_that_fit`; before any count is simulated: a bad one is refused naming
     ``capacity.sensitivity.spread``);
-    a move that leaves the input as given (an MFU of 1 moved up, a batch of 1 down) is left out."""
-    validate(cfg)
+    a move that leaves the input as given (an MFU of 1 moved up, a batch of 1 down) is left out. The base
+    search is checked first, so that its own mistake (``capacity.resamples`` too large) is named as itself."""
+    searchable(cfg)
     name = channel_of(cfg)
     s = cfg.capacity.sensitivity
     out = []
@@ -133,9 +144,7 @@ def variants(cfg: RacsimConf) -> List[Variant]:
         for factor in (1.0 - s.spread, 1.0 + s.spread):
             v = vary(cfg, name, what, factor)
             try:
-                validate(v)
-                v = steps_that_fit(v)[0]  # as the base search does: its longest run lowered to what fits
-                check_limits(v)
+                v = searchable(v)
             except ConfigError as e:
                 raise ConfigError("capacity.sensitivity.spread", s.spread,
                                   f"a spread whose moved {what} is still a valid input ({e})") from e

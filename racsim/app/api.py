@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
-from racsim.errors import ConfigError
+from racsim.errors import ConfigError, write_failure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,7 +59,7 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
     cfg = _friendly(given, lambda: J.compose_config(*given), Exception)
     spec = _friendly(given, lambda: J.scenario(cfg), (ConfigError, OmegaConfBaseException))  # the config boundary
     res = _friendly(given, lambda: J.compute(spec), (ConfigError, OmegaConfBaseException))
-    files = _write(Path(out), cfg, spec, res, given, time.perf_counter() - t0) if out is not None else []
+    files = _written(out, lambda: _write(Path(out), cfg, spec, res, given, time.perf_counter() - t0)) if out else []
     if isinstance(res, J.CapacityResult):  # its results and channels: the run at the recommended (or largest) count
         import pandas as pd
 
@@ -111,6 +111,18 @@ def _prefixes(key: str) -> List[str]:
     """``a.b.c``, ``a.b``, ``a``: where Hydra's report of a bad key may stop."""
     parts = key.split(".")
     return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def _written(out: Any, write) -> List[Path]:
+    """``write()``; a file it cannot write (a full disk) raised as a ConfigError naming ``out``, in the command
+    line's words (racsim.errors.write_failure)."""
+    try:
+        return write()
+    except OSError as ex:
+        line = write_failure(ex, "out=DIR")
+        if line is None:
+            raise
+        raise ConfigError("out", str(out), line, line=line) from ex
 
 
 def _write(folder: Path, cfg: Any, spec: Any, res: Any, given: List[str], runtime_s: float) -> List[Path]:

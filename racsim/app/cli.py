@@ -17,16 +17,16 @@ import contextlib
 import functools
 import os
 import sys
-import textwrap
 import warnings
 from pathlib import Path
 
 from racsim.app.guide import help_text
 from racsim.config import names
-from racsim.config.defaults import measured_as_given, replace_grid
+from racsim.config.defaults import compose_config, measured_as_given, replace_grid
 from racsim.config.names import missing_extra
 from racsim.config.schema import register_configs
-from racsim.errors import ConfigError
+from racsim.config.validate import allowed_at
+from racsim.errors import ConfigError, causes, say, write_failure
 from racsim.sweep.callback import (
     Job,
     end_single_run,
@@ -65,7 +65,7 @@ def _task(cfg) -> None:
             measured_as_given(cfg, hc.overrides.task)  # an empirical law chosen here: its data as measured
             job = Job(cfg, out_dir)  # resume=true: a job whose results are complete is skipped
             if job.skip:
-                print(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
+                say(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
                 return
             prepared = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch, its cell checked
             if prepared is not None:
@@ -90,27 +90,27 @@ def _task(cfg) -> None:
             keep_created()
             if found:
                 held.clear()
-    except (ConfigError, OmegaConfBaseException, ImportError) as ex:
+    except (ConfigError, OmegaConfBaseException, ImportError, OSError) as ex:
         # SystemExit rather than the exception: Hydra would log the failed job first.
-        if isinstance(ex, ImportError) and error_line(ex) is None:  # not an optional package's: a bug
+        if isinstance(ex, (ImportError, OSError)) and error_line(ex) is None:  # not a package's or the disk's: a bug
             raise
         if in_multirun():  # a sweep job: the others go on, the sweep lists it when it ends; its folders are the sweep's
             raise
         remove_created()
         if "HYDRA_FULL_ERROR" in os.environ and not _FRIENDLY:
             raise
-        print(f"racsim: error: {error_line(ex)}", file=sys.stderr)
+        say(f"racsim: error: {error_line(ex)}", sys.stderr)
         sys.exit(EXIT_USAGE)
     if found:
         _fail_after_writing(found, cfg, out_dir, job)
     job.finish(written, digests)  # done.json, the completion marker: the last file written
     if job.num is not None:  # a sweep job: one line, the table is in its folder and the sweep's
-        print(f"racsim: {job.label}: results in {out_dir}")
+        say(f"racsim: {job.label}: results in {out_dir}")
         return
     for change in changes:
-        print(f"racsim: note: {change}")
-    print(J.capacity_text(spec, res) if spec.capacity.enabled else J.run_text(spec, res))
-    print(f"racsim: results in {out_dir}")
+        say(f"racsim: note: {change}")
+    say(J.capacity_text(spec, res) if spec.capacity.enabled else J.run_text(spec, res))
+    say(f"racsim: results in {out_dir}")
 
 
 @contextlib.contextmanager
@@ -136,14 +136,14 @@ def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
     if in_multirun():
         raise ex
     release()
-    print(f"racsim: error: {ex}", file=sys.stderr)
+    say(f"racsim: error: {ex}", sys.stderr)
     sys.exit(EXIT_FAILED)
 
 
 class _Lines:
     """Progress through a pipe (stderr not a terminal): one line at each tenth of the work, and one
     for each update with a note (a capacity search's count, or a long phase of it; an LM run's
-    corrector batch); an update longer than 120 columns goes on indented lines below it. ``more``:
+    corrector batch); an update wider than racsim.errors.WIDTH goes on indented lines below it. ``more``:
     work added to the total (an LM run's, and its seed rule's)."""
 
     def __init__(self, total: int, desc: str, unit: str):
@@ -158,8 +158,7 @@ class _Lines:
         if tenth > self.shown or self.done > self.total or note:  # past the total: a search that added counts
             self.shown, self.total = max(tenth, self.shown), max(self.total, self.done)
             line = f"racsim: {self.desc}: {self.done}/{self.total} {self.unit}s" + (f" - {note}" if note else "")
-            print(textwrap.fill(line, 120, subsequent_indent="    ", break_long_words=False), file=sys.stderr,
-                  flush=True)
+            say(line, sys.stderr)
 
     def close(self) -> None:
         pass
@@ -211,6 +210,9 @@ def error_line(ex: BaseException) -> "str | None":
 
     if isinstance(ex, ConfigError):
         return str(ex)
+    wrote = write_failure(ex, "hydra.run.dir=DIR")  # racsim's files or Hydra's own
+    if wrote:
+        return wrote
     if isinstance(ex, (HydraException, OmegaConfBaseException)):
         return _one_line(ex)
     return _usage_error(ex)
@@ -221,15 +223,11 @@ SCENARIO_FILE = " (a scenario file is a YAML mapping that begins with '# @packag
 
 def _one_line(ex: BaseException) -> str:
     """Shorten a Hydra/OmegaConf exception chain to 'key: reason'."""
-    from omegaconf.errors import OmegaConfBaseException
+    from omegaconf.errors import OmegaConfBaseException, ValidationError
 
     from hydra.errors import OverrideParseException
 
-    chain = []
-    e = ex
-    while e is not None and e not in chain:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
+    chain = causes(ex)
     friendly = _mistyped(chain)
     if friendly:
         return friendly
@@ -241,6 +239,10 @@ def _one_line(ex: BaseException) -> str:
             msg = str(e).splitlines()[0].strip()
             if "is not Optional" in msg:
                 return names.not_null(e.full_key)
+            if isinstance(e, ValidationError) and getattr(e, "value", None) is not None:  # a value of the wrong type
+                allowed = _allowed(e.full_key)
+                if allowed:  # in the words of the key's range rule, as an out-of-range value is refused
+                    return str(ConfigError(e.full_key, e.value, allowed))
             if e.full_key == "scenario":  # a scenario file that is empty, not a mapping, or lacks its header
                 msg += SCENARIO_FILE
             return f"{e.full_key}: {msg}"
@@ -260,6 +262,14 @@ def _one_line(ex: BaseException) -> str:
             options.append(ln)
         return f"{lines[0]} ({lines[i].rstrip(':').lower()}: {', '.join(options)})"
     return " ".join(lines[:2])
+
+
+def _allowed(key: str) -> "str | None":
+    """What the rules allow at ``key`` in the scenario asked for (racsim.config.validate.allowed_at), or None."""
+    try:
+        return allowed_at(compose_config(f"scenario={_scenario_arg()}"), key)
+    except Exception:  # a scenario that does not compose: OmegaConf's words stand
+        return None
 
 
 def _mistyped(chain: list) -> "str | None":
@@ -437,20 +447,20 @@ def main() -> None:
         sys.exit(141)  # 128 + SIGPIPE, as a shell reports a command its pipe stopped
     except KeyboardInterrupt as ex:  # Ctrl-C (or SIGTERM during a single run: racsim.sweep.Stopped)
         end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
-        print(f"racsim: {_interrupted()}", file=sys.stderr)
+        say(f"racsim: {_interrupted()}", sys.stderr)
         sys.exit(143 if stopped_by_sigterm(ex) else 130)
     except (HydraException, OmegaConfBaseException, ConfigError) as ex:
         remove_created()  # what this process made before the run could start
         if not friendly:
             raise
-        print(f"racsim: error: {error_line(ex)}", file=sys.stderr)
+        say(f"racsim: error: {error_line(ex)}", sys.stderr)
         sys.exit(EXIT_USAGE)
     except Exception as ex:  # a YAML or encoding error in a config file, a bad group choice
         remove_created()
         msg = error_line(ex) if friendly else None
         if msg is None:
             raise
-        print(f"racsim: error: {msg}", file=sys.stderr)
+        say(f"racsim: error: {msg}", sys.stderr)
         sys.exit(EXIT_USAGE)
     finally:
         end_single_run()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Tuple
 
 from racsim.config.names import description, config_groups, scenario_names
+from racsim.errors import WIDTH, wrapped
 
 # The knobs people change most, each with one example (tests/test_guide.py composes every one).
 KNOBS: Tuple[Tuple[str, str], ...] = (
@@ -32,8 +33,9 @@ def _shorten(text: str, width: int) -> str:
 
 
 def help_text() -> str:
-    """``racsim --help``: usage, every scenario with its description, the config groups and
-    the knobs people change most. (No '$': Hydra reads it as a string.Template.)"""
+    """``racsim --help``: usage, every scenario with its description (cut to one line), the config groups
+    and the knobs people change most, each line at most racsim.errors.WIDTH wide. (No '$': Hydra reads it
+    as a string.Template.)"""
     names = scenario_names()
     width = max(len(n) for n in names) + 2
     lines = [
@@ -48,7 +50,7 @@ def help_text() -> str:
         "",
         "Scenarios (scenario=NAME):",
     ]
-    lines += [f"  {n:<{width}}{_shorten(description(n), 100)}" for n in names]
+    lines += [f"  {n:<{width}}{_shorten(description(n), WIDTH - 2 - width)}" for n in names]
     lines += ["", "Config groups (GROUP=OPTION; at a channel: latency@pipeline.channels.NAME.latency=KIND, "
                   "and +channel@pipeline.channels.NEW=OPTION adds one):"]
     lines += [f"  {g:<10}{', '.join(o)}" for g, o in config_groups().items()]
@@ -60,6 +62,6 @@ def help_text() -> str:
               "",
               "Outputs go to outputs/NAME/<time>/ (summary.md explains every column). A mistake in a key or value "
               "ends in one line naming the key and what is allowed, with exit status 2."]
-    return "\n".join(lines)
+    return wrapped("\n".join(lines))
 
 

@@ -11,16 +11,17 @@ from racsim.config.defaults import compose_config
 from racsim.config.dump import config_yaml
 from racsim.config.validate import memory_error
 from racsim.config.spec import scenario
+from racsim.errors import WIDTH, wrapped
 from racsim.report import inputs as report_inputs
 from racsim.report.capacity import recommendation_text, sensitivity_text, speed_line, terminal_curve
 from racsim.report.finite import failure
 from racsim.report.lm import format_paired, share_note, verdict_lines
-from racsim.report.tables import format_table, stationarity_warning, warmup_warning, wrapped
+from racsim.report.tables import format_table, stationarity_warning, warmup_warning
 from racsim.report.writers import write_run
 from racsim.sweep.callback import check_writable, publish_run
 from racsim.sweep.markers import DONE, cell_overrides, cell_values, override_key, write_marker
 
-TERMINAL_WIDTH, TERMINAL_ROWS = 120, 60  # what a run prints fits these; its files hold everything
+TERMINAL_ROWS = 60  # the rows of a table a run prints (racsim.errors.WIDTH its width); its files hold everything
 
 # what racsim.app.cli and racsim.app.api take from here
 __all__ = ["CapacityResult", "DONE", "capacity_text", "cell_overrides", "cell_values", "check_writable",
@@ -50,22 +51,22 @@ def run_text(cfg, res) -> str:
     if "lm_paired" in res.extra:  # an LM run's answer first: rac against each other corrector, seed by seed
         verdicts = [f"racsim: {v}" for v in verdict_lines(res.extra["lm_paired"], res.extra.get("lm_seed_rule"))]
         paired = [format_paired(res.extra["lm_paired"])]
-    table = format_table(res.results, width=TERMINAL_WIDTH, max_rows=TERMINAL_ROWS)
+    table = format_table(res.results, width=WIDTH, max_rows=TERMINAL_ROWS)
     return wrapped("\n".join([head, *verdicts, table] + paired + [f"racsim: {w}" for w in warnings if w]),
-                   TERMINAL_WIDTH)
+                   WIDTH)
 
 
 def capacity_text(cfg, res) -> str:
     """What a capacity plan prints: the curve's essential columns, the recommendation and the simulator's speed,
-    each line at most TERMINAL_WIDTH wide (the files hold every column)."""
+    each line at most WIDTH wide (the files hold every column)."""
 
     lines = [f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
-             f"in {res.timings.get('search_s', 0.0):.1f} s", terminal_curve(res, TERMINAL_WIDTH), recommendation_text(res)]
+             f"in {res.timings.get('search_s', 0.0):.1f} s", terminal_curve(res, WIDTH), recommendation_text(res)]
     if res.sensitivity is not None:
         lines.append(sensitivity_text(res, cfg.capacity.sensitivity.spread))
     if res.speed:
         lines.append(f"racsim: {speed_line(res)}")
-    return wrapped("\n".join(lines), TERMINAL_WIDTH)
+    return wrapped("\n".join(lines), WIDTH)
 
 
 def inputs_of(cfg, hc) -> tuple:

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from racsim.errors import Parser
+from racsim.errors import Parser, wrapped
 
 PKG = Path(__file__).resolve().parents[1]  # racsim/
 REPO = PKG.parent
@@ -21,9 +21,9 @@ REPO = PKG.parent
 # (room, the question it answers, the rooms it may import besides its own), from the bottom up.
 # A room is a folder of racsim/ or a loose module; an entry "pipeline.schedule" allows one module.
 ROOMS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
-    ("errors", "the one user-facing error, and any failure in one line", ()),
+    ("errors", "the one user-facing error, any failure in one line, and the width every printed line fits", ()),
     ("io", "files written whole (atomic), their digests, numbers formatted, the cores and BLAS threads "
-            "a job may use, numbers several runs compute alike computed once", ()),
+            "a job may use, numbers several runs compute alike computed once", ("errors",)),
     ("seeds", "one random stream per purpose", ()),
     ("config", "what is asked? the schema, defaults, names, rules, and the boundary where a "
                "composed config becomes a spec", ("errors",)),
@@ -118,7 +118,7 @@ def rooms_text(pkg: Path = PKG) -> str:
         lines.append(f"{'':12}imports: {', '.join(may) if may else 'nothing of racsim'}")
     lines += ["", "Hydra's config is read in: " + ", ".join(CONFIG_READERS) + " (below them: specs and plain values)",
               "Lazy imports (all of them): " + "; ".join(f"{m} -> {', '.join(t)}" for m, t in LAZY.items())]
-    return "\n".join(lines) + "\n"
+    return wrapped("\n".join(lines)) + "\n"
 
 
 def knob_files(field: str, roots: Sequence[Path] = (PKG, REPO / "tests")) -> List[Tuple[str, int]]:

@@ -2,13 +2,15 @@
 
 Lines starting with ``#`` and blank lines are skipped (as in fault schedules); the header row is
 optional for a file of one column (a first line of numbers is data); the header's names are taken
-without surrounding spaces; and a bad value is named by its line in the file (:func:`line_of`),
+without surrounding spaces; only the column asked for is read (:func:`read_column`; the header alone
+before it, :func:`first_fields`); and a bad value is named by its line in the file (:func:`line_of`),
 found only when there is one (the file is read once by pandas otherwise).
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Tuple
+import csv
+from typing import Iterator, List, Tuple
 
 import pandas as pd
 
@@ -32,21 +34,27 @@ def _is_number(field: str) -> bool:
     return True
 
 
-def has_header(path: str) -> bool:
-    """Whether the first data line names the columns: it does unless every field of it is a number."""
+def first_fields(path: str) -> List[str]:
+    """The fields of the file's first data line, stripped (the header's names, when it has one), read as
+    pandas reads a line (quotes and all) without reading any other line: a header of millions of names
+    is read in a second. Raises EmptyDataError (as pandas) for a file without one."""
     first = next(_data_lines(path), None)
-    return first is not None and not all(_is_number(f.strip().strip("\"'")) for f in first[1].split(","))
+    if first is None:
+        raise pd.errors.EmptyDataError("No columns to parse from file")
+    return [f.strip() for f in next(csv.reader([first[1].rstrip("\r\n")]), [""])]
 
 
-def read_table(path: str) -> Tuple[pd.DataFrame, bool]:
-    """The file's rows (columns named by the header, stripped; by position 0, 1... without one) and
-    whether it had a header. Raises what pandas raises on an unreadable file (OSError, ValueError,
-    UnicodeDecodeError, ParserError)."""
-    header = has_header(path)
-    df = pd.read_csv(path, comment=COMMENT, skip_blank_lines=True, header=0 if header else None)
-    if header:
-        df.columns = [str(c).strip() for c in df.columns]
-    return df, header
+def has_header(fields: List[str]) -> bool:
+    """Whether a first data line of ``fields`` names the columns: it does unless every field is a number."""
+    return not all(_is_number(f.strip("\"'")) for f in fields)
+
+
+def read_column(path: str, position: int, header: bool) -> pd.Series:
+    """The file's column at ``position`` (0: the first), its header row skipped when it has one: pandas
+    reads that column alone (``usecols``), however many the file has. Raises what pandas raises on an
+    unreadable file (OSError, ValueError, UnicodeDecodeError, ParserError)."""
+    df = pd.read_csv(path, comment=COMMENT, skip_blank_lines=True, header=0 if header else None, usecols=[position])
+    return df.iloc[:, 0]
 
 
 def line_of(path: str, row: int, header: bool) -> int:

@@ -36,8 +36,9 @@ from scipy import optimize, special
 
 from racsim.config.schema import LATENCY_KINDS, LatencyConf
 from racsim.config.validate import MAX_SECONDS, validate_latency
-from racsim.errors import ConfigError
-from racsim.pipeline.csvdata import line_of, read_table
+from racsim.config.names import closest
+from racsim.errors import ConfigError, listed
+from racsim.pipeline.csvdata import first_fields, has_header, line_of, read_column
 
 __all__ = ["Latency", "build_latency", "cauchy_truncated_mean", "solve_cauchy_location"]
 
@@ -676,22 +677,29 @@ def _build_uniform(conf: LatencyConf, key: str) -> Latency:
 def _read_column(conf: LatencyConf, key: str) -> np.ndarray:
     """The CSV column as float64 (racsim.pipeline.csvdata: ``#`` lines skipped, the header optional
     for a file of one column), or a ConfigError naming ``key.path``/``key.column`` and a bad value's line."""
-    try:
-        df, header = read_table(conf.path)
-    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as e:  # EmptyDataError is a ValueError
-        raise ConfigError(f"{key}.path", conf.path,
-                          f"a readable CSV file: one column of numbers, or a header row naming the columns "
-                          f"({type(e).__name__}: {e})") from e
+    def readable(read):
+        try:
+            return read()
+        except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as e:  # EmptyDataError: a ValueError
+            raise ConfigError(f"{key}.path", conf.path,
+                              f"a readable CSV file: one column of numbers, or a header row naming the columns "
+                              f"({type(e).__name__}: {e})") from e
+
+    fields = readable(lambda: first_fields(conf.path))
+    header = has_header(fields)
     col = conf.column
-    if not header and len(df.columns) == 1:  # one column without a name: it is the data, whatever column says
-        col = df.columns[0]
+    if not header and len(fields) == 1:  # one column without a name: it is the data, whatever column says
+        at = 0
     elif not header:
-        raise ConfigError(f"{key}.path", conf.path, f"a header row naming its {len(df.columns)} columns (only a file "
+        raise ConfigError(f"{key}.path", conf.path, f"a header row naming its {len(fields)} columns (only a file "
                                                     f"of one column may go without one)")
-    elif col not in df.columns:
-        raise ConfigError(f"{key}.column", col, "a column of " + str(conf.path) + ", which has: "
-                          + ", ".join(map(str, df.columns)))
-    s = df[col]
+    elif col not in fields:
+        near = closest(str(col), fields)
+        raise ConfigError(f"{key}.column", col, f"a column of {conf.path}" + (f" (did you mean {' or '.join(near)}?)"
+                          if near else "") + f", which has {len(fields):,}: {listed(fields)}")
+    else:
+        at = fields.index(col)
+    s = readable(lambda: read_column(conf.path, at, header))
     if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
         raise ConfigError(f"{key}.column", conf.column, f"a numeric column (it has dtype {s.dtype})")
     v = s.to_numpy(dtype=np.float64, na_value=np.nan)

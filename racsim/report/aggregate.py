@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -24,7 +24,7 @@ from scipy import stats
 
 from racsim.io import fmt
 from racsim.report.plots import COLORS, MARKERS, _plt, _save
-from racsim.report.tables import TABLE, short_names
+from racsim.report.tables import TABLE, fitted_text, short_names
 
 # The figures averaged (those the rows have), with their headers: the terminal table's, and the clock in seconds.
 METRICS = ["bias_exact", "reduction_exact", "wallclock_ratio", "wallclock_s", "slack_eta", "J_at_naive_clock",
@@ -106,9 +106,10 @@ def seed_axes(axes: Sequence[str]) -> List[str]:
     return [a for a in axes if is_seed(a)]
 
 
-def format_aggregate(agg: pd.DataFrame) -> str:
+def format_aggregate(agg: pd.DataFrame, width: Optional[int] = None) -> str:
     """The aggregated table as text: the cell's columns (short names), corrector, n, each metric as
-    ``mean [lo, hi]`` (the mean alone for a single seed, or seeds that agree)."""
+    ``mean [lo, hi]`` (the mean alone for a single seed, or seeds that agree); for a terminal at most
+    ``width`` wide: the last metrics left out first, then n, then the cell's last columns (and named)."""
     metrics = [m for m in METRICS if m in agg]
     keys = [c for c in agg.columns if c not in metrics and not c.endswith(("_lo", "_hi"))]
     cells = [k for k in keys if k not in ("corrector", "n")]
@@ -117,7 +118,10 @@ def format_aggregate(agg: pd.DataFrame) -> str:
     for m in metrics:
         out[HEADERS[m]] = [fmt(v) if math.isnan(lo) or lo == hi else f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]"
                            for v, lo, hi in zip(agg[m], agg[f"{m}_lo"], agg[f"{m}_hi"])]
-    return pd.DataFrame(out).to_string(index=False)
+    if width is None:
+        return pd.DataFrame(out).to_string(index=False)
+    order = [HEADERS[m] for m in reversed(metrics[1:])] + ["n"] + list(reversed(short_names(cells)))
+    return fitted_text(pd.DataFrame(out), width, order, "aggregate.csv and report.md")
 
 
 def knobs(agg: pd.DataFrame) -> List[str]:

@@ -14,7 +14,8 @@ from racsim.pipeline.steady import N_BATCHES, TREND_P
 from racsim.io import atomic_write, fmt, write_text
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
 from racsim.report.plots import capacity_curve
-from racsim.report.tables import fitted, time_section, wrapped
+from racsim.errors import wrapped
+from racsim.report.tables import fitted, time_section
 from racsim.report.trace import write_timeline
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ast
-import textwrap
 from typing import Any, List, Optional, Sequence
 
 import pandas as pd
 
+from racsim.errors import wrapped
 from racsim.io import fmt
 
 # Columns of the terminal table, in order, with their headers.
@@ -118,20 +118,18 @@ def format_table(results: pd.DataFrame, width: Optional[int] = None, max_rows: O
     if max_rows is not None and len(out) > max_rows:
         notes.append(f"(the first {max_rows} of {len(out)} rows: results.csv and summary.md hold them all)")
         out = out.head(max_rows)
-    if width is not None:
-        out, dropped = fitted(out, width)
-        if dropped:
-            notes.append(f"(to fit {width} columns, left out here: {', '.join(dropped)}; in results.csv and summary.md)")
-        notes = [wrapped(n, width) for n in notes]
-    return "\n".join([out.to_string(index=False), *notes])
+    if width is None:
+        return "\n".join([out.to_string(index=False), *notes])
+    return fitted_text(out, width, LEAST_ESSENTIAL, "results.csv and summary.md", notes)
 
 
-def wrapped(text: str, width: int) -> str:
-    """``text`` with each line longer than ``width`` broken at spaces (prose for a terminal: a note, a
-    recommendation); the continuation lines indented by two spaces."""
-    return "\n".join(textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False,
-                                    break_long_words=False) if len(line) > width else line
-                      for line in text.splitlines())
+def fitted_text(table: pd.DataFrame, width: int, order: Sequence[str], where: str, notes: Sequence[str] = ()) -> str:
+    """``table`` as text for a terminal: at most ``width`` wide (:func:`fitted`, leaving out the columns of
+    ``order`` first to last as needed), then ``notes`` and a note naming what was left out and ``where`` it is."""
+    table, dropped = fitted(table, width, order)
+    if dropped:
+        notes = [*notes, f"(to fit {width} columns, left out here: {', '.join(dropped)}; in {where})"]
+    return "\n".join([table.to_string(index=False), *(wrapped(n, width) for n in notes)])
 
 
 def grid_columns(results: pd.DataFrame) -> list:

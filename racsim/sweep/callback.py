@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -37,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from racsim.config.defaults import replace_grid
 from racsim.config.spec import scenario
 from racsim.config.validate import check_name
-from racsim.errors import ConfigError, JobError, reason
+from racsim.errors import ConfigError, JobError, WriteFailure, reason, say, write_failure
 from racsim.io import pin_blas_threads, usable_cores
 from racsim.sweep.detached import detach_submitit_local, keep_sigterm_under_ray
 from racsim.sweep.markers import (
@@ -229,7 +230,7 @@ def refuse(ex: ConfigError, also: Optional[ConfigError] = None) -> None:
     goes on): one line (with ``also``, a bad value of the run's config found beside it), exit
     status 2, and what this process made taken away."""
     remove_created()
-    print(f"racsim: error: {ex}" + (f"; also {also}" if also is not None else ""), file=sys.stderr)
+    say(f"racsim: error: {ex}" + (f"; also {also}" if also is not None else ""), sys.stderr)
     raise SystemExit(2)
 
 
@@ -450,7 +451,7 @@ class _Monitor(threading.Thread):
         now = time.time()
         if force or (key != self.last_key and now - self.last_print >= self.every_s) or now - self.last_print >= 60:
             self.last_key, self.last_print = key, now
-            print(self.progress.line(now), file=self.stream, flush=True)
+            say(self.progress.line(now), self.stream)
 
     def run(self) -> None:
         while not self.stop_event.wait(max(min(self.every_s, 1.0), 20 * self.cost_s)):
@@ -758,7 +759,7 @@ class SweepCallback(Callback):
         if self.gather:
             self._gather(config)
         if _FAILURES:  # the jobs that completed are gathered; the sweep still says it did not all run
-            print(failures_line(_FAILURES, count_jobs(config)), file=sys.stderr)
+            say(failures_line(_FAILURES, count_jobs(config)), sys.stderr)
             sys.exit(1)
 
     def _gather(self, config: DictConfig) -> None:
@@ -771,24 +772,25 @@ class SweepCallback(Callback):
             g = gather_and_write(sweep, force=bool(OmegaConf.select(config, "output.force", default=False)),
                                  plots=bool(OmegaConf.select(config, "output.plots", default=True)))
         except FileExistsError as ex:
-            print(f"racsim: sweep: the jobs are complete but not gathered: {ex} (output.force=true, or "
-                  f"racsim-report {sweep} --out DIR)", file=sys.stderr)
+            say(f"racsim: sweep: the jobs are complete but not gathered: {ex} (output.force=true, or "
+                f"racsim-report {sweep} --out DIR)", sys.stderr)
             sys.exit(1)
         except FileNotFoundError as ex:
-            print(f"racsim: sweep: nothing to gather ({ex})", file=sys.stderr)
+            say(f"racsim: sweep: nothing to gather ({ex})", sys.stderr)
             return
         except Exception as ex:  # every job's results are safe on disk; say so rather than end in a traceback
-            print(f"racsim: sweep: the jobs are complete but gathering them failed ({type(ex).__name__}: {ex}); "
-                  f"run racsim-report {sweep} to try again", file=sys.stderr)
+            say(f"racsim: sweep: the jobs are complete but gathering them failed ({write_failure(ex) or f'{type(ex).__name__}: {ex}'}); "
+                f"run racsim-report {sweep} to try again", sys.stderr)
             sys.exit(1)
-        print(f"racsim: sweep: {g.table['job_dir'].nunique()} jobs gathered in {sweep} "
-              f"({_fmt_s(time.time() - self._started)}), {answer_text(g)}")
+        say(f"racsim: sweep: {g.table['job_dir'].nunique()} jobs gathered in {sweep} "
+            f"({_fmt_s(time.time() - self._started)}), {answer_text(g)}")
 
     # -- each job, in the process that runs it
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         raise_pending_interrupt()  # one swallowed in the job before (this process launches them: basic)
         if not in_multirun():  # a single run says what it ran in its own output; Hydra's files are racsim's
-            own_hydra_files(Path(str(config.hydra.runtime.output_dir)), config)
+            with contextlib.suppress(WriteFailure):  # a full disk: the run's own files fail next, in one line
+                own_hydra_files(Path(str(config.hydra.runtime.output_dir)), config)
             return
         self._job_t0 = time.perf_counter()
         num = OmegaConf.select(config, "hydra.job.num", default=None)

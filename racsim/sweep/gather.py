@@ -32,7 +32,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import pandas as pd
 
 from racsim.analyses.capacity import fewest
-from racsim.errors import Parser
+from racsim.errors import WIDTH, Parser, WriteFailure, say, write_failure, wrote_line
 from racsim.io import atomic_write, fmt, write_text
 from racsim.sweep.markers import is_complete, job_dirs, publish, read_marker
 from racsim.report.aggregate import INTERVAL_NOTE, aggregate, fixed, format_aggregate, seed_axes, write_knob_plots
@@ -226,7 +226,7 @@ def gather_and_write(path, out: Optional[Path] = None, force: bool = False, plot
 def answer_text(g: Gathered) -> str:
     """What a sweep prints at its end: the aggregated table (the first REPORT_ROWS rows)."""
     more = f" (first {REPORT_ROWS} of {len(g.aggregate)} rows: aggregate.csv)" if len(g.aggregate) > REPORT_ROWS else ""
-    return f"one row per cell and corrector{more}:\n{format_aggregate(g.aggregate.head(REPORT_ROWS))}"
+    return f"one row per cell and corrector{more}:\n{format_aggregate(g.aggregate.head(REPORT_ROWS), WIDTH)}"
 
 
 def main(argv=None) -> None:
@@ -243,13 +243,16 @@ def main(argv=None) -> None:
         g = gather_and_write(Path(args.path), Path(args.out) if args.out else None, force=args.force,
                              plots=not args.no_plots)
     except FileExistsError as ex:
-        print(f"racsim-report: error: {ex}; pass --force to replace them", file=sys.stderr)
+        say(f"racsim-report: error: {ex}; pass --force to replace them", sys.stderr)
         sys.exit(2)
     except FileNotFoundError as ex:
-        print(f"racsim-report: error: {ex}", file=sys.stderr)
+        say(f"racsim-report: error: {ex}", sys.stderr)
         sys.exit(2)
-    print(f"racsim-report: {g.table['job_dir'].nunique()} job(s), {len(g.table)} rows, {answer_text(g)}")
-    print("racsim-report: wrote " + ", ".join(str(p) for p in g.written))
+    except WriteFailure as ex:
+        say(f"racsim-report: error: {write_failure(ex, '--out DIR')}", sys.stderr)
+        sys.exit(2)
+    say(f"racsim-report: {g.table['job_dir'].nunique()} job(s), {len(g.table)} rows, {answer_text(g)}")
+    say(wrote_line("racsim-report", g.written))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from racsim.errors import say
 from racsim.io import file_digest, write_text
 
 DONE = "done.json"  # the completion marker, written last
@@ -349,8 +350,8 @@ def hold_folder(folder: Path, what: str = "run"):
                     f"another folder, or remove {lock} if that run is gone (output.force does not override a "
                     f"live run's lock)") from None
             if gone:  # a run of this host that crashed: say so, on one line
-                print(f"racsim: notice: took over {lock}, left by pid {other.get('pid')} (no longer running) "
-                      f"{_age(lock)} ago", file=sys.stderr)
+                say(f"racsim: notice: took over {lock}, left by pid {other.get('pid')} (no longer running) "
+                    f"{_age(lock)} ago", sys.stderr)
             lock.unlink(missing_ok=True)  # racsim's own lock, of this process or of one that is gone
             continue
         with os.fdopen(fd, "w") as f:

@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from racsim.analyses.grid import expand
 from racsim.config.spec import scenario
 from racsim.config.validate import check_data_files, check_leaves, check_schema, validate, validate_changed
-from racsim.errors import ConfigError, reason
+from racsim.errors import ConfigError, reason, say
 from racsim.sweep.detached import wait_detached
 from racsim.sweep.markers import RESUME_KEY, is_complete, numbered_folders, parse_override
 
@@ -311,7 +311,7 @@ def jobs_to_run(config: DictConfig, sweep_dir: Path, cells: Sequence[Sequence[st
         return everything
     done = [i for i in everything if is_complete(sweep_dir / str(i), cells[i])]
     if done:
-        print(f"racsim: resume: {len(done)} of {len(cells)} jobs complete in {sweep_dir}, skipped", flush=True)
+        say(f"racsim: resume: {len(done)} of {len(cells)} jobs complete in {sweep_dir}, skipped")
     skip = set(done)
     return [i for i in everything if i not in skip]
 

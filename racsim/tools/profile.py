@@ -2,7 +2,7 @@
 ``profiled`` service model reads (racsim/pipeline/service.py).
 
     racsim-profile                                   # tiny random Llama RM, CPU/CUDA, default grid
-    racsim-profile out=h100_8b.csv rm.checkpoint=/models/my-rm batch_sizes=[1,8,32] seq_lens=[256,512,1024]
+    racsim-profile out=outputs/h100_8b.csv rm.checkpoint=/models/my-rm batch_sizes=[1,8,32] seq_lens=[256,512,1024]
 
 A transformers sequence-classification model (one score per sequence) runs
 real forward passes with torch on the local device (CUDA when present, else
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
 from racsim.config.names import closest
-from racsim.errors import ConfigError
+from racsim.errors import ConfigError, say, write_failure
 from racsim.io import write_text
 from racsim.sweep.markers import foreign, publish
 
@@ -57,7 +57,7 @@ class ProfileRMConf:
 
 @dataclass
 class ProfileConf:
-    out: str = "rm_profile.csv"
+    out: str = "outputs/rm_profile.csv"  # beside racsim's runs, not in the folder it is run from
     rm: ProfileRMConf = field(default_factory=ProfileRMConf)
     batch_sizes: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     seq_lens: List[int] = field(default_factory=lambda: [32, 64, 128, 256, 512])
@@ -315,14 +315,14 @@ def write_csv(path: Path, header: dict, rows: list) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
-        print(help_text())
+        say(help_text())
         return
     try:
         out = _profile(argv)
     except KeyboardInterrupt:  # Ctrl-C: the profile is written at the end, in one piece, or not at all
-        print("racsim-profile: interrupted; nothing written", file=sys.stderr)
+        say("racsim-profile: interrupted; nothing written", sys.stderr)
         sys.exit(130)
-    print(f"racsim-profile: use it with rm.service=profiled rm.profile={out}")
+    say(f"racsim-profile: use it with rm.service=profiled rm.profile={out}")
 
 
 def _profile(argv: List[str]) -> Path:
@@ -333,25 +333,25 @@ def _profile(argv: List[str]) -> Path:
             import torch  # noqa: F401
             import transformers  # noqa: F401
         except ImportError as e:
-            print(f"racsim-profile: error: {e.name} is not installed: pip install -e '.[rm]'", file=sys.stderr)
+            say(f"racsim-profile: error: {e.name} is not installed: pip install -e '.[rm]'", sys.stderr)
             sys.exit(2)
-        header, rows = measure(conf, log=lambda s: print(s, flush=True))
+        header, rows = measure(conf, log=say)
     except ConfigError as ex:
-        print(f"racsim-profile: error: {ex}", file=sys.stderr)
+        say(f"racsim-profile: error: {ex}", sys.stderr)
         sys.exit(2)
     sound, line = check_rows(rows)
     if not sound:  # a capacity run would take it as the GPU's cost: refused, nothing written
-        print(f"racsim-profile: error: {line}; nothing written", file=sys.stderr)
+        say(f"racsim-profile: error: {line}; nothing written", sys.stderr)
         sys.exit(1)
-    print(f"racsim-profile: check: {line}")
+    say(f"racsim-profile: check: {line}")
     out = Path(conf.out)
     try:
         write_csv(out, header, rows)
     except OSError as ex:  # FileExistsError: a file of the user's took the name while the profile ran
-        why = str(ex) if isinstance(ex, FileExistsError) else f"cannot be written ({ex.strerror})"
-        print(f"racsim-profile: error: out = {conf.out!r}: {why}", file=sys.stderr)
+        why = str(ex) if isinstance(ex, FileExistsError) else write_failure(ex, "out=PATH") or f"cannot be written ({ex.strerror})"
+        say(f"racsim-profile: error: out = {conf.out!r}: {why}", sys.stderr)
         sys.exit(2)
-    print(f"racsim-profile: {len(rows)} cells on {header['device']} ({header['dtype']}) -> {out}")
+    say(f"racsim-profile: {len(rows)} cells on {header['device']} ({header['dtype']}) -> {out}")
     return out
 
 

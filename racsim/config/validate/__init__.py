@@ -65,10 +65,10 @@ from racsim.config.validate.schema_check import (
     missing_error,
 )
 from racsim.config.validate.study import grid_cells
-from racsim.config.validate.top import check_name, validate, validate_changed, validate_rules
+from racsim.config.validate.top import allowed_at, check_name, validate, validate_changed, validate_rules
 
 __all__ = [
-    "BASELINE_BYTES", "CHANNEL_SIZE_KEYS", "F8", "FAILURE_POLICIES", "FAULT_EVENTS_PER_S", "FAULT_EVENT_BYTES",
+    "BASELINE_BYTES", "allowed_at", "CHANNEL_SIZE_KEYS", "F8", "FAILURE_POLICIES", "FAULT_EVENTS_PER_S", "FAULT_EVENT_BYTES",
     "FAULT_SECONDS", "INT64", "MAX_ALPHA", "MAX_GAIN", "MAX_SECONDS", "MAX_SIGMA", "MIN_UP_VS_REPAIR",
     "MISSING_ALLOWED", "PROBE_DRAWS", "RM_PICKS", "ROLLOUT_CHUNK", "RUN_LENGTHS", "SIZE_KEYS",
     "TRAJECTORY_STEPS_PER_S", "biggest_knob", "cauchy_window_mass", "check_data_files", "check_leaves",

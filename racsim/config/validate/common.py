@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Collection, Optional
 
+from racsim.config.names import closest
 from racsim.errors import ConfigError
 
 MAX_GAIN = 1e6  # corrector.alpha, 1 / route_prob, learner.train.lr: past this the gradients overflow to inf/NaN
@@ -34,7 +35,20 @@ def need_file(key: str, path: Any, what: str) -> None:
     an unreadable or malformed one is refused by its reader when the run opens it."""
     need(isinstance(path, (str, os.PathLike)) and bool(os.fspath(path)), key, path, what)
     where = "" if os.path.isabs(path) else f"; a relative path starts from {os.getcwd()}"
-    need(os.path.exists(path), key, path, f"{what}: there is no such file{where}")
+    near = nearby(os.fspath(path))
+    hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+    need(os.path.exists(path), key, path, f"{what}: there is no such file{hint}{where}")
+
+
+def nearby(path: str) -> list:
+    """The files beside a missing ``path`` whose names are closest to its name (racsim.config.names.closest,
+    the did-you-mean of keys), as paths written the way ``path`` is."""
+    folder, name = os.path.split(path)
+    try:
+        names = sorted(e.name for e in os.scandir(folder or ".") if e.is_file())
+    except OSError:  # no such folder either, or one that cannot be listed
+        return []
+    return [os.path.join(folder, n) for n in closest(name, names)] if name else []
 
 
 def positive(key: str, value: Any, *, allow_inf: bool = False) -> None:

@@ -27,7 +27,9 @@ FAULT_EVENTS_PER_S = 1e6  # outages generated and attempts retried a second (rac
 FAULT_EVENT_BYTES = 64.0  # an outage's (down, up) in the timeline and in the engines' stacked copies
 
 SIZE_KEYS = ("learner.trials", "pipeline.steps", "pipeline.batch_size", "learner.horizon", "learner.n_states",
-             "learner.n_actions", "learner.bootstrap", "learner.train.lanes", "study.probe.n", "capacity.resamples")
+             "learner.n_actions", "learner.bootstrap", "learner.train.lanes", "study.probe.n", "capacity.resamples",
+             "learner.lm.seeds", "learner.lm.max_seeds")
+SCHEDULE_BYTES = 200.0  # the arrival schedules' bytes per lane, step, sample and channel (K + 1)
 RESAMPLED_UNITS = 4000  # units a capacity figure's resamples may hold beyond the trials (batches of their windows)
 CHANNEL_SIZE_KEYS = ("workers", "rm.gpus", "rm.sequences_per_sample", "autoscale.max")
 
@@ -81,13 +83,17 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     S, A = sizes["learner.n_states"], sizes["learner.n_actions"]
     if cfg.study.kind == "probe":
         return {"study.probe.n": F8 * sizes["study.probe.n"] * (4 * PROBE_DRAWS + 12)}
+    p = cfg.pipeline
+    K = max(len(p.channels or {}), len(p.delay_steps or []), 1)
+    if cfg.learner.kind == "lm":  # its schedules: the tabular one's, one lane per seed (racsim.analyses.lm_study)
+        seeds = "learner.lm.max_seeds" if cfg.learner.lm.pilot_seeds > 0 else "learner.lm.seeds"
+        return {_blame(sizes, seeds, steps_key(sizes), "pipeline.batch_size"):
+                SCHEDULE_BYTES * sizes[seeds] * sizes[steps_key(sizes)] * sizes["pipeline.batch_size"] * (K + 1)}
     if cfg.study.kind != "bias" or cfg.learner.kind != "tabular":
         return {}
     long = steps_key(sizes)
     trials, steps, batch, horizon = (sizes[k] for k in ("learner.trials", long, "pipeline.batch_size",
                                                          "learner.horizon"))
-    p = cfg.pipeline
-    K = max(len(p.channels or {}), len(p.delay_steps or []), 1)
     lanes = max(trials, sizes["learner.train.lanes"] if cfg.learner.train.enabled else 0)
     terms: dict = {}
 
@@ -95,7 +101,7 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
         terms[key] = terms.get(key, 0.0) + n
 
     sched = ("learner.trials", long, "pipeline.batch_size")
-    add(_blame(sizes, *sched), 200.0 * trials * steps * batch * (K + 1))
+    add(_blame(sizes, *sched), SCHEDULE_BYTES * trials * steps * batch * (K + 1))
     for name, ch in (p.channels or {}).items():
         key = f"pipeline.channels.{name}"
         if channel_kind(ch) == "gpu_rm" and ch.rm is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from racsim.config.schema import JOB_FILES
+from racsim.errors import ConfigError
 from racsim.config.validate.capacity import validate_capacity
 from racsim.config.validate.common import need, node
 from racsim.config.validate.corrector import validate_corrector
@@ -76,3 +77,21 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
         validate_capacity(cfg)
     if getattr(cfg, "limits", None) is not None:
         check_data_files(cfg, files)
+
+
+def allowed_at(cfg: Any, key: str) -> Optional[str]:
+    """What the rules allow at the dotted ``key`` of a valid composed config ``cfg``, in their words (the
+    ``allowed`` of the ConfigError :func:`validate_rules` raises for NaN there, which no rule accepts): so
+    that a value the schema cannot even take (``corrector.tau_age=abc``) is refused as an out-of-range one
+    is. None where no rule of ``cfg`` reads the key."""
+    from omegaconf import OmegaConf
+
+    probe = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))  # untyped: NaN may go anywhere
+    try:
+        OmegaConf.update(probe, key, float("nan"), merge=False)
+        validate_rules(probe, files=())
+    except ConfigError as e:
+        return e.allowed if e.key == key else None
+    except Exception:  # a rule that cannot read NaN there: no words for it
+        return None
+    return None
