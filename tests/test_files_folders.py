@@ -61,7 +61,7 @@ def cli_run(tmp_path, monkeypatch, capsys, *args, config_dir=None):
     extra = ["--config-dir", str(config_dir)] if config_dir else []
     flags = [a for a in args if a.startswith("-")]
     code, out, err = main_in_process(monkeypatch, capsys, [*extra, *flags, *TINY, *[a for a in args if a not in flags]])
-    return code, out, [ln for ln in err.splitlines() if ln.strip()]
+    return code, out, messages(err)
 
 
 def refused_line(tmp_path, monkeypatch, capsys, *args, config_dir=None) -> str:
@@ -403,7 +403,7 @@ def test_availability_is_never_below_zero_nor_above_one():
 def test_a_channel_sent_no_sample_runs_with_nan_waits(tmp_path, monkeypatch, capsys):
     code, out, err = cli_run(tmp_path, monkeypatch, capsys, "pipeline.channels.judge.route_prob=1e-6")
     assert code == 0 and not err, err
-    run = Path(out.strip().splitlines()[-1].split("results in ")[1])
+    run = Path(messages(out)[-1].split("results in ")[1])
     ch = pd.read_parquet(run / "channels.parquet").set_index("channel")
     assert ch.loc["judge", "emitted"] == 0 and math.isnan(ch.loc["judge", "wait_p95_s"])
     assert ch.loc["verifier", "wait_p95_s"] >= 0

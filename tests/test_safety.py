@@ -234,7 +234,7 @@ def test_a_stale_lock_of_this_host_is_taken_over_with_a_notice(tmp_path, capsys)
     (tmp_path / LOCK).write_text(json.dumps({"pid": 2**22 + 12346, "host": socket.gethostname()}))
     os.utime(tmp_path / LOCK, (time.time() - 3 * 3600, time.time() - 3 * 3600))
     hold_folder(tmp_path)()
-    lines = capsys.readouterr().err.splitlines()
+    lines = messages(capsys.readouterr().err)
     assert len(lines) == 1 and "took over" in lines[0] and str(2**22 + 12346) in lines[0] and "3.0 h" in lines[0]
 
 

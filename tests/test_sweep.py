@@ -497,7 +497,7 @@ def test_an_invalid_cell_stops_the_sweep_before_any_job(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "racsim", "-m", *SMALL, "seed=0,-1", "corrector.tau_age=20,-5,30"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("racsim: error:")]
+    errors = [ln for ln in messages(proc.stderr) if ln.startswith("racsim: error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr
     assert "sweep: 4 of 6 cells are invalid, nothing was run" in errors[0]
     assert "job 1 (seed=0 corrector.tau_age=-5): corrector.tau_age = -5" in errors[0]

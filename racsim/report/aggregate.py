@@ -23,7 +23,7 @@ import pandas as pd
 from scipy import stats
 
 from racsim.io import fmt
-from racsim.report.plots import COLORS, MARKERS, _plt, _save
+from racsim.report.plots import COLORS, MARKERS, _plt, _save, figure_legend
 from racsim.report.tables import TABLE, fitted_text, short_names
 
 # The figures averaged (those the rows have), with their headers: the terminal table's, and the clock in seconds.
@@ -148,8 +148,8 @@ def knob_figure(agg: pd.DataFrame, knob: str):
     cols = min(PANELS_PER_ROW, len(combos))
     per_metric = -(-len(combos) // cols)
     plt = _plt()
-    fig, axes = plt.subplots(len(plotted) * per_metric, cols, figsize=(4.6 * cols, 3.4 * len(plotted) * per_metric),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(plotted) * per_metric, cols, figsize=(4.6 * cols + 1.6, 3.4 * len(plotted) * per_metric),
+                             squeeze=False, layout="constrained")
     names = dict(zip(others, short_names(others)))
     for mi, m in enumerate(plotted):
         for ci, combo in enumerate(combos):
@@ -173,10 +173,8 @@ def knob_figure(agg: pd.DataFrame, knob: str):
             ax.grid(True, which="both", alpha=0.3)
         for ci in range(len(combos), per_metric * cols):  # the empty places of a last, partial row
             axes[mi * per_metric + ci // cols][ci % cols].set_visible(False)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="upper right", title="corrector", title_fontsize=8)
+    figure_legend(fig, axes[0][0], title="corrector", title_fontsize=8)
     fig.suptitle(f"Against {knob} (bars: the 95% t interval over seeds)", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.88, 0.96))
     return fig
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from racsim.analyses.lm_study import Z95
-from racsim.report.plots import MARKERS, _plt, _save
+from racsim.report.plots import MARKERS, _plt, _save, figure_legend, legend_outside
 from racsim.report.tables import format_table, time_section
 
 
@@ -49,7 +49,7 @@ def training(res, path: Path) -> bool:
     steps = int(cv.step.max())
     window = max(1, steps // 10)
     plt = _plt()
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharey="row")
+    fig, axes = plt.subplots(2, 2, figsize=(13.5, 8), sharey="row", layout="constrained")
     for name, df in cv.groupby("corrector", sort=False):
         for r, col in enumerate(("true", "proxy")):
             wide = df.pivot(index="seed_lane", columns="step", values=col).to_numpy()
@@ -65,7 +65,7 @@ def training(res, path: Path) -> bool:
         axes[r, 1].set_xlabel("optimizer step")
     for a in axes.ravel():
         a.grid(True, alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
+    figure_legend(fig, axes[0, 0], title="corrector (band: 95% CI)", title_fontsize=8)
     policy = res.results["policy"].iloc[0]
     fig.suptitle(f"GRPO ({policy}) with each corrector: mean over {res.results['seeds'].iloc[0]} seeds, "
                  "band = 95% CI over seeds")
@@ -83,7 +83,7 @@ def gradients(res, path: Path) -> bool:
     if "cell" in r or not ({"grad_missing", "missing_share"} & set(r)):
         return False
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    fig, ax = plt.subplots(figsize=(10.5, 4.6), layout="constrained")
     x = np.arange(len(r))
     if "missing_share" in r:
         ax.errorbar(x - 0.15, r.missing_share, yerr=r.missing_share_ci, fmt="s", capsize=3,
@@ -99,7 +99,7 @@ def gradients(res, path: Path) -> bool:
     ax.set_ylabel("missing share of the slow residual's gradient\n(< 0: more than synchronous GRPO delivers)")
     ax.set_title("Slow gradient missing against synchronous GRPO at the same policy (95% CI over seeds)", fontsize=9)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7)
+    legend_outside(ax, fontsize=7)
     _save(fig, path)
     plt.close(fig)
     return True
@@ -111,7 +111,7 @@ def sweep(res, path: Path) -> bool:
     if "cell" not in r:
         return False
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(7, 1.6 * r.cell.nunique()), 4.6))
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * r.cell.nunique()) + 2.4, 4.6), layout="constrained")
     cells = r.drop_duplicates("cell")
     labels = [cell_labels(r)[c].replace(", ", "\n") for c in cells.cell]
     names = list(dict.fromkeys(r.corrector))
@@ -127,7 +127,7 @@ def sweep(res, path: Path) -> bool:
     ax.set_ylabel("final true reward (mean of the last 10% of steps)")
     ax.set_title(f"GRPO ({r.policy.iloc[0]}): final true reward per corrector across cells, 95% CI over seeds")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    legend_outside(ax, fontsize=7, ncol=2)
     _save(fig, path)
     plt.close(fig)
     return True

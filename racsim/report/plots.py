@@ -48,7 +48,7 @@ def pareto(res, path: Path) -> bool:
 
     r = res.results
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.8, 4.6))
+    fig, ax = plt.subplots(figsize=(8.6, 4.6), layout="constrained")
     for _, row in r.iterrows():
         y = row["reduction_exact"]
         if not np.isfinite(y):
@@ -66,9 +66,10 @@ def pareto(res, path: Path) -> bool:
     ax.yaxis.set_major_formatter(plain)
     ax.set_xlabel("wall-clock relative to naive (simulated)")
     ax.set_ylabel("bias reduction vs naive (exact; bars: bootstrap 95% CI)")
-    ax.set_title(f"Cost-quality Pareto, K={r['K'].iloc[0]} ({r['scenario'].iloc[0]}): up and left is better")
+    ax.set_title(f"Cost-quality Pareto, K={r['K'].iloc[0]} ({r['scenario'].iloc[0]}): up and left is better",
+                 fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="best", title="corrector (clock, reduction)", title_fontsize=8)
+    legend_outside(ax, title="corrector (clock, reduction)", title_fontsize=8)
     _save(fig, path)
     plt.close(fig)
     return True
@@ -79,7 +80,7 @@ def training(res, path: Path) -> bool:
     if not res.curves:
         return False
     plt = _plt()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
     for name, cv in res.curves.items():
         x = cv.wallclock.mean(axis=0) / 60.0
         a1.plot(x, cv.objective.mean(axis=0), label=name)
@@ -92,7 +93,7 @@ def training(res, path: Path) -> bool:
     a2.set_title("Distance to the optimal policy")
     for a in (a1, a2):
         a.grid(True, alpha=0.3)
-    a1.legend(fontsize=8)
+    figure_legend(fig, a1, title="corrector")
     _save(fig, path)
     plt.close(fig)
     return True
@@ -105,7 +106,7 @@ def queue(res, path: Path) -> bool:
     if not names:
         return False
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = plt.subplots(figsize=(8.4, 3.8), layout="constrained")
     for nm in names:
         (line,) = ax.plot(tl.time_s / 60.0, tl[f"{nm}_in_service"], label=f"{nm}: in service")
         ax.plot(tl.time_s / 60.0, tl[f"{nm}_queued"], "--", color=line.get_color(), label=f"{nm}: queued")
@@ -113,17 +114,60 @@ def queue(res, path: Path) -> bool:
     ax.set_ylabel("jobs (mean over trials)")
     ax.set_title("Slow channels: queue and service over the run")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     _save(fig, path)
     plt.close(fig)
     return True
 
 
-def _legend(a, b, **kw) -> None:
-    """One legend for an axis and its twin (both series named)."""
-    h1, l1 = a.get_legend_handles_labels()
-    h2, l2 = b.get_legend_handles_labels()
-    a.legend(h1 + h2, l1 + l2, **kw)
+def legend_outside(ax, fontsize: int = 8, handles=None, **kw):
+    """One legend for ``ax`` and its twins (every series they name, or ``handles``), off the data: to the
+    right of the axes, past a twin's tick labels and label (measured, in inches, so it holds whatever the
+    layout does); a figure made with ``layout="constrained"`` makes room for it inside the figure."""
+    from matplotlib.transforms import ScaledTranslation
+
+    fig = ax.figure
+    twins = [a for a in fig.axes if a is not ax and a.get_position().bounds == ax.get_position().bounds]
+    labels = None if handles is None else [h.get_label() for h in handles]
+    if handles is None:
+        handles, labels = [], []
+        for a in (ax, *twins):
+            h, lab = a.get_legend_handles_labels()
+            handles, labels = handles + h, labels + lab
+    r = fig.canvas.get_renderer()
+    right = max((t.get_tightbbox(r).x1 - t.bbox.x1 for t in twins), default=0.0) / fig.dpi
+    past = ax.transAxes + ScaledTranslation(right + 0.06, 0, fig.dpi_scale_trans)
+    return ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1, 1), bbox_transform=past, borderaxespad=0,
+                     fontsize=fontsize, **kw)
+
+
+def figure_legend(fig, ax, **kw):
+    """One legend for every panel of ``fig`` (the series of ``ax``, named alike in each), right of them all
+    (``layout="constrained"``: the panels make room)."""
+    handles, labels = ax.get_legend_handles_labels()
+    return fig.legend(handles, labels, loc="outside right center", fontsize=8, **kw)
+
+
+def legend_problems(fig) -> list:
+    """What is wrong with ``fig``'s legends as drawn: a legend outside the figure, or over an axes' data
+    area, a title or another text of the figure (an empty list: none). Tests read every plot with it."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    page = fig.bbox
+    legends = [*fig.legends, *(a.get_legend() for a in fig.axes if a.get_legend() is not None)]
+    texts = [t for a in fig.axes for t in (a.title, a._left_title, a._right_title, a.xaxis.label, a.yaxis.label)
+             if t.get_text()] + ([fig._suptitle] if fig._suptitle is not None else [])
+    out = []
+    for leg in legends:
+        box = leg.get_window_extent(r)
+        name = " / ".join(t.get_text() for t in leg.get_texts()[:2])
+        if box.x0 < page.x0 - 1 or box.y0 < page.y0 - 1 or box.x1 > page.x1 + 1 or box.y1 > page.y1 + 1:
+            out.append(f"legend ({name}) outside the figure")
+        out += [f"legend ({name}) over the data of an axes" for a in fig.axes
+                if a.get_visible() and a.bbox.overlaps(box)]
+        out += [f"legend ({name}) over the text '{t.get_text()}'" for t in texts
+                if t.get_visible() and t.get_window_extent(r).overlaps(box)]
+    return out
 
 
 def target_line(ax, y: float, data, log: bool = False, **kw) -> None:
@@ -138,38 +182,56 @@ def target_line(ax, y: float, data, log: bool = False, **kw) -> None:
         ax.plot([], [], **{**kw, "label": f"{kw.get('label', 'target')} (off the plot)"})
 
 
+def alike(c, column: str) -> list:
+    """The correctors of a capacity curve ``c`` grouped by their ``column`` series over the counts: one
+    group per distinct series, in the curve's order, so that series lying on one another are drawn once
+    and named together ([(names, their rows by count)])."""
+    groups: list = []
+    for name in c.corrector.unique():
+        sub = c[c.corrector == name].sort_values("count")
+        y = sub[column].to_numpy(dtype=float)
+        same = next((g for g in groups if np.array_equal(g[2], y, equal_nan=True)), None)
+        if same is None:
+            groups.append(([name], sub, y))
+        else:
+            same[0].append(name)
+    return [(names, sub) for names, sub, _ in groups]
+
+
 def capacity_curve(res, path: Path) -> bool:
-    """Capacity curve: units vs delay (p50/p95, steps), bias per corrector (the chosen one with its
-    interval), wall-clock per step with the slack eta, the offered load with utilisation and cost
-    (racsim/analyses/capacity.py). Counts that are overloaded or not stationary are shaded red:
-    they have no steady-state figure."""
+    """Capacity curve: units vs delay (p50/p95, steps) with the share dropped, bias per corrector (the
+    chosen one with its interval), wall-clock per step with the slack eta, the offered load with
+    utilisation and cost (racsim/analyses/capacity.py). Series that coincide are drawn once, named
+    together. Counts that are overloaded or not stationary are shaded red: they have no steady-state
+    figure."""
     c = res.curve
     chosen = res.targets["corrector"]
     base = c[c.corrector == chosen].sort_values("count")
     x = base["count"].to_numpy()
     plt = _plt()
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.2))
+    fig, axes = plt.subplots(2, 2, figsize=(15, 8.6), layout="constrained")
     a = axes[0, 0]
     a.plot(x, base.delay_p50_steps, "o-", label="delay p50 (steps)")
     a.plot(x, base.delay_p95_steps, "s--", label="delay p95 (steps)")
+    a.set_ylim(bottom=0, top=max(1.0, 1.15 * np.nanmax(base.delay_p95_steps, initial=0.0)))  # a constant reads as one
     a.set_ylabel("delay of injected results (optimizer steps)")
     a2 = a.twinx()
-    a2.plot(x, 100 * (base.dropped_frac + base.pending_frac), "x:", color="grey", label="dropped + pending (%)")
-    a2.set_ylabel("results dropped or pending (%)", color="grey")
-    _legend(a, a2, loc="upper right", fontsize=8)
+    a2.plot(x, 100 * base.dropped_frac, "x:", color="grey", label="dropped (%), as the table")
+    a2.set_ylim(bottom=0, top=max(1.0, 1.15 * 100 * np.nanmax(base.dropped_frac, initial=0.0)))
+    a2.set_ylabel("results dropped (%)", color="grey")
     a.set_title(f"Delay of {res.channel}'s results")
     a = axes[0, 1]
-    for name in c.corrector.unique():
-        sub = c[c.corrector == name].sort_values("count")
-        if name == chosen and "bias_exact_lo" in sub:
+    for names, sub in alike(c, "bias_exact"):
+        name, label = names[0], ", ".join(names)
+        if chosen in names and "bias_exact_lo" in sub:
             # a percentile interval may leave the estimate outside it: no bar on that side, never a negative one
             a.errorbar(sub["count"], sub.bias_exact, yerr=np.clip([sub.bias_exact - sub.bias_exact_lo,
                                                                    sub.bias_exact_hi - sub.bias_exact], 0, None),
-                       fmt=MARKERS.get(name, "o") + "-", ms=9, lw=2.2, capsize=3,
-                       label=f"{name} ({res.level:.0%} interval)")
+                       fmt=MARKERS.get(chosen, "o") + "-", ms=9, lw=2.2, capsize=3,
+                       label=f"{label} ({res.level:.0%} interval" + (f" of {chosen})" if len(names) > 1 else ")"))
         else:
             a.plot(sub["count"], sub.bias_exact, MARKERS.get(name, "o") + ("--" if name == "sync_oracle" else "-"),
-                   ms=6, label=name + (" (reference)" if name == "sync_oracle" else ""), lw=1.2)
+                   ms=6, label=label + (" (reference)" if name == "sync_oracle" else ""), lw=1.2)
     t = res.targets
     naive = c[c.corrector == "naive"].sort_values("count").bias_exact.to_numpy()
     if t.get("max_bias_vs_naive") is not None and np.isfinite(naive).any():
@@ -183,11 +245,9 @@ def capacity_curve(res, path: Path) -> bool:
     a.set_yscale("log")
     a.set_ylabel("bias (exact), || E[g] - g* ||")
     a.set_title("Bias per corrector")
-    a.legend(fontsize=8)
     a = axes[1, 0]
-    for name in c.corrector.unique():
-        sub = c[c.corrector == name].sort_values("count")
-        a.plot(sub["count"], sub.step_s, MARKERS.get(name, "o") + "-", ms=6, label=f"s/step {name}")
+    for names, sub in alike(c, "step_s"):
+        a.plot(sub["count"], sub.step_s, MARKERS.get(names[0], "o") + "-", ms=6, label=f"s/step {', '.join(names)}")
     if t.get("max_step_s") is not None:
         target_line(a, t["max_step_s"], c.step_s, color="red", ls="--", lw=1, label=f"target: {t['max_step_s']:g} s")
     a.set_ylabel("wall-clock per optimizer step (s)")
@@ -195,7 +255,6 @@ def capacity_curve(res, path: Path) -> bool:
     a3.plot(x, base.eta, "k^:", label=f"slack eta ({chosen}, right)")
     a3.set_ylabel(f"slack eta ({chosen})")
     a.set_title("Wall-clock per step; slack")
-    _legend(a, a3, fontsize=8, loc="upper right")
     a = axes[1, 1]
     a.plot(x, 100 * base.load, "D-", color="C3", label="offered load (%)")
     a.plot(x, 100 * base.utilisation, "o-", label="utilisation: busy (%)")
@@ -205,7 +264,6 @@ def capacity_curve(res, path: Path) -> bool:
     a4 = a.twinx()
     a4.plot(x, base.cost_per_hour, "s--", color="C1", label="$ per training hour (right)")
     a4.set_ylabel("pool cost ($ per training hour)", color="C1")
-    _legend(a, a4, fontsize=8, loc="upper right")
     a.set_title("Offered load, utilisation and cost")
     bad = x[(base.status != "ok").to_numpy()]
     for ax in axes.ravel():
@@ -213,15 +271,14 @@ def capacity_curve(res, path: Path) -> bool:
             ax.axvspan(n - 0.4, n + 0.4, color="red", alpha=0.08, lw=0)
     if res.recommended is not None:
         for ax in axes.ravel():
-            ax.axvline(res.recommended, color="green", lw=1.2, alpha=0.6)
-        axes[1, 1].text(res.recommended, 100 * res.max_load, f" recommended: {res.recommended}", color="green",
-                        fontsize=9)
+            ax.axvline(res.recommended, color="green", lw=1.2, alpha=0.6,
+                       label=f"recommended: {res.recommended} {res.unit}" if ax is axes[1, 1] else None)
     for ax in axes.ravel():
         ax.set_xlabel(f"{res.channel}: {res.unit}")
         ax.grid(True, alpha=0.3)
+        legend_outside(ax)
     fig.suptitle(f"Capacity curve: {res.channel} ({res.unit}); recommendation for {chosen} in green; "
                  "shaded red: overloaded or not stationary (no steady-state figure)")
-    fig.tight_layout()
     _save(fig, path)
     plt.close(fig)
     return True

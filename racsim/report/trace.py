@@ -19,7 +19,7 @@ import numpy as np
 
 from racsim.io import write_text
 from racsim.pipeline.schedule import ArrivalSchedule
-from racsim.report.plots import _plt, _save
+from racsim.report.plots import _plt, _save, legend_outside
 
 PHASE_NAMES = ("generate", "fast_score", "submit", "update")
 
@@ -134,7 +134,7 @@ def gantt(sched: ArrivalSchedule, path: Path, lane: int = 0, steps: int = 3, max
             for j, bars in enumerate(tracks[:max_rows]):
                 rows.append(bars)
                 labels.append(f"{name}: in service {j}")
-    fig, ax = plt.subplots(figsize=(11, 0.45 * len(rows) + 1.6))
+    fig, ax = plt.subplots(figsize=(12.5, 0.45 * len(rows) + 1.6), layout="constrained")
     for i, bars in enumerate(rows):
         y = len(rows) - 1 - i
         for x, w, c in bars:
@@ -149,7 +149,7 @@ def gantt(sched: ArrivalSchedule, path: Path, lane: int = 0, steps: int = 3, max
 
     handles = [Patch(color=c, label=n) for n, c in colors.items() if any(b[2] == c for b in opt)]
     if handles:
-        ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=len(handles))
+        legend_outside(ax, fontsize=7, handles=handles)
     ax.set_title(f"Pipeline timeline, lane {lane}, first {min(steps, sched.n_steps)} steps "
                  f"({'blocking' if sched.blocking else 'asynchronous'}); channel bars coloured by rollout step")
     _save(fig, path)

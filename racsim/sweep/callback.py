@@ -301,8 +301,8 @@ def sweep_dir(base: str, task_overrides: Any, resume: Any) -> str:
     earlier = find_sweep(str(base), overrides)
     new = unique_dir(f"{base}/multirun_{_stamp()}")
     if earlier is not None and interrupted(earlier) and jobs_done(earlier):
-        print(f"racsim: sweep: an interrupted sweep of this command, {jobs_done(earlier)} jobs done, is in "
-              f"{earlier}: add resume=true to continue it; starting a new one", flush=True)
+        say(f"racsim: sweep: an interrupted sweep of this command, {jobs_done(earlier)} jobs done, is in "
+            f"{earlier}: add resume=true to continue it; starting a new one")
     return new
 
 
