@@ -15,17 +15,20 @@ import multiprocessing
 import os
 import pickle
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import types
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
-from racsim.errors import WriteFailure
+from racsim.errors import ConfigError, WriteFailure
 
 
 def atomic_write(path: Path, write: Callable[[str], None]) -> None:
@@ -166,10 +169,28 @@ def small_pages() -> Iterator[None]:
             _hugepages(before)
 
 
-def _worker_start(shared: Optional[str] = None) -> None:
-    """A spawned worker's settings, for its life: one BLAS thread (:func:`pin_blas_threads`),
-    ordinary pages (:func:`small_pages`), and the folder its pool shares numbers in (:func:`recall`)."""
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def _end_with_parent(parent: int) -> None:
+    """This process ends when process ``parent`` does (Linux: SIGKILL on its death), so that a worker
+    never outlives a run killed outright (and with it the resource tracker, which waits for every
+    process that holds its pipe); at once when that parent is already gone."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (AttributeError, OSError):  # not Linux: the pool's own checks end an orphan at its next task
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _worker_start(shared: Optional[str] = None, parent: Optional[int] = None) -> None:
+    """A spawned worker's settings, for its life: it ends with its parent (:func:`_end_with_parent`),
+    one BLAS thread (:func:`pin_blas_threads`), ordinary pages (:func:`small_pages`), and the folder its
+    pool shares numbers in (:func:`recall`)."""
     global _shared
+    if parent is not None:
+        _end_with_parent(parent)
     pin_blas_threads()
     _hugepages(False)
     _small_depth[0] += 1  # as if inside small_pages for its life: one opened and closed in it keeps the heap
@@ -281,13 +302,36 @@ def _alive(pending: str) -> bool:
         return os.path.exists(pending)
     if not pid:  # written in a moment
         return True
+    return pid_alive(pid) and os.path.exists(pending)
+
+
+def pid_alive(pid: Any) -> bool:
+    """Whether process ``pid`` runs (another user's counts as running; not a positive int: no)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        pass
-    return os.path.exists(pending)
+    except OSError:  # someone else's process
+        return True
+    return True
+
+
+SHARE_PREFIX = "racsim-shared-"  # then the pid of the run that made it, a dash, mkdtemp's letters
+
+
+def clear_dead_shares(root: Optional[str] = None) -> list:
+    """Remove the folders :func:`shared_numbers` made for runs that are gone (killed outright, they
+    could not remove their own): those under ``root`` (the temporary folder) named for a pid that no
+    longer runs. The removed folders, listed."""
+    gone = []
+    for d in Path(root or tempfile.gettempdir()).glob(f"{SHARE_PREFIX}*-*"):
+        pid = d.name[len(SHARE_PREFIX):].split("-")[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+    return gone
 
 
 @contextmanager
@@ -296,8 +340,9 @@ def shared_numbers() -> Iterator[Optional[str]]:
     temporary folder, yielded to be handed to a pool's workers; removed at the end. None where no
     temporary folder can be made (each process then computes its own)."""
     global _shared
+    clear_dead_shares()
     try:
-        folder = tempfile.mkdtemp(prefix="racsim-shared-")
+        folder = tempfile.mkdtemp(prefix=f"{SHARE_PREFIX}{os.getpid()}-")
     except OSError:
         yield None
         return
@@ -335,13 +380,36 @@ def caller_script_hidden():
         default._actual_context = actual
 
 
+@contextmanager
+def interrupts_ignored():
+    """While it holds (in the main thread), SIGINT is ignored here, and so in the processes started
+    meanwhile for their life (an ignored signal stays ignored through exec, and Python then installs no
+    KeyboardInterrupt handler): a Ctrl-C goes to the whole process group, and only this process answers
+    it (ending the pool), never a worker half started with a traceback of its own."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, before)
+
+
 class _SpawnPool(ProcessPoolExecutor):
     """A ProcessPoolExecutor that starts its processes (at a submit: spawn starts them as work
-    comes) with the caller's script hidden (:func:`caller_script_hidden`)."""
+    comes) with the caller's script hidden (:func:`caller_script_hidden`) and Ctrl-C left to this
+    process (:func:`interrupts_ignored`)."""
 
     def submit(self, fn, /, *args, **kwargs):
-        with caller_script_hidden():
+        with caller_script_hidden(), interrupts_ignored():
             return super().submit(fn, *args, **kwargs)
+
+    def end(self) -> None:
+        """Stop at once: the jobs not started cancelled, the processes killed (a run interrupted or
+        failing does not wait for its workers' jobs to finish)."""
+        for p in list((self._processes or {}).values()):
+            p.kill()
+        self.shutdown(wait=True, cancel_futures=True)
 
 
 def spawn_pool(workers: int, shared: Optional[str] = None) -> ProcessPoolExecutor:
@@ -351,25 +419,43 @@ def spawn_pool(workers: int, shared: Optional[str] = None) -> ProcessPoolExecuto
     hold at that instant, and a child can wait on one forever; a child that dies raises
     BrokenProcessPool in the caller instead of hanging it. A caller's script without a main
     guard is not run again in the children (:func:`caller_script_hidden`)."""
-    return _SpawnPool(workers, mp_context=get_context("spawn"), initializer=_worker_start, initargs=(shared,))
+    return _SpawnPool(workers, mp_context=get_context("spawn"), initializer=_worker_start,
+                      initargs=(shared, os.getpid()))
 
 
 def side_by_side(workers: int, fn: Callable, arglists: Sequence[tuple],
-                 here: Optional[Callable] = None, share: bool = False) -> Iterator[Tuple[int, Any]]:
+                 here: Optional[Callable] = None, share: bool = False,
+                 knob: str = "capacity.workers") -> Iterator[Tuple[int, Any]]:
     """``fn(*args)`` for each of ``arglists`` in a :func:`spawn_pool` of ``workers``, yielded as each
     finishes: (its index in ``arglists``, its result). ``here``: this process works too, ``here(*args)``
     in place of ``fn``: the first job, then, from the last, each job no process has started yet
     (taken back from the pool). ``share``: the processes, this one included, compute what they
-    :func:`recall` alike once (:func:`shared_numbers`). Consume it whole: the pool closes at its end."""
+    :func:`recall` alike once (:func:`shared_numbers`). Consume it whole: the pool closes at its end;
+    stopped early (Ctrl-C, an error) it ends its processes at once. A worker that dies (killed, or by
+    the out-of-memory killer) is the one place a pool's failure becomes a user's line: a ConfigError
+    naming ``knob``, the setting that sizes the pool."""
     with (shared_numbers() if share else nullcontext()) as folder, spawn_pool(workers, folder) as pool:
-        first = 1 if here is not None and arglists else 0
-        jobs = {pool.submit(fn, *args): i for i, args in enumerate(arglists) if i >= first}
-        if first:
-            yield 0, here(*arglists[0])
-            for job in sorted(jobs, key=jobs.get, reverse=True):
-                if not job.cancel():  # started: so is every earlier job (the pool starts them in order)
-                    break
-                i = jobs.pop(job)
-                yield i, here(*arglists[i])
-        for job in as_completed(jobs):
-            yield jobs[job], job.result()
+        try:
+            yield from _side_by_side(pool, fn, arglists, here)
+        except BrokenProcessPool:
+            pool.end()
+            raise ConfigError(knob, workers, "fewer processes at once", line=(
+                f"a worker process of a pool of {workers} died (killed, or by the out-of-memory killer): "
+                f"{knob}=1 runs one at a time, or give the run more memory")) from None
+        except BaseException:
+            pool.end()
+            raise
+
+
+def _side_by_side(pool, fn: Callable, arglists: Sequence[tuple], here: Optional[Callable]):
+    first = 1 if here is not None and arglists else 0
+    jobs = {pool.submit(fn, *args): i for i, args in enumerate(arglists) if i >= first}
+    if first:
+        yield 0, here(*arglists[0])
+        for job in sorted(jobs, key=jobs.get, reverse=True):
+            if not job.cancel():  # started: so is every earlier job (the pool starts them in order)
+                break
+            i = jobs.pop(job)
+            yield i, here(*arglists[i])
+    for job in as_completed(jobs):
+        yield jobs[job], job.result()

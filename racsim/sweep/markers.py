@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterable, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from racsim.errors import say
-from racsim.io import file_digest, write_text
+from racsim.io import file_digest, pid_alive, write_text
 
 DONE = "done.json"  # the completion marker, written last
 RESUME_KEY = "resume"  # the sweep switch (racsim.sweep.callback); never part of a job's cell
@@ -234,18 +234,6 @@ def foreign(folder: Path, names: Iterable[str], by_marker: bool = False) -> List
     return out
 
 
-def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # someone else's process: alive
-        return True
-    return True
-
-
 def transient(name: str) -> bool:
     """Whether ``name`` is a racsim writer's file in flight: a staging folder of :func:`publish`, or
     a temporary of racsim.io.atomic_write (``.NAME.tmp-PID``)."""
@@ -260,7 +248,7 @@ def _clear_stale(folder: Path, names: set) -> None:
         (folder / DONE).unlink(missing_ok=True)
     for p in folder.glob(".*.tmp-*"):
         name, _, pid = p.name[1:].rpartition(".tmp-")
-        if name in names and pid.isdigit() and not _pid_alive(int(pid)):
+        if name in names and pid.isdigit() and not pid_alive(int(pid)):
             p.unlink(missing_ok=True)
 
 
@@ -342,7 +330,7 @@ def hold_folder(folder: Path, what: str = "run"):
                 raise FileExistsError(f"{folder} is held by {lock} (not a racsim lock?); remove it if no run uses "
                                       f"the folder") from None
             mine = other.get("host") == me["host"] and other.get("pid") == me["pid"]
-            gone = other.get("host") == me["host"] and not _pid_alive(other.get("pid"))
+            gone = other.get("host") == me["host"] and not pid_alive(other.get("pid"))
             if not (mine or gone):
                 raise FileExistsError(
                     f"{folder} belongs to another racsim {other.get('what', 'run')} (pid {other.get('pid')} on "

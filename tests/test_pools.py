@@ -1,0 +1,105 @@
+"""A pool's failures and signals (issue 43, points 9-11), at the one place pools are made
+(racsim.io.side_by_side / spawn_pool): a worker that dies is one line naming the setting to change;
+Ctrl-C reaches this process alone (the workers ignore it, so none prints a traceback of its own) and
+ends the pool at once; workers end when their parent is killed outright, and the folder a killed run
+shared numbers in is cleared by the next."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from racsim.errors import ConfigError
+from racsim.io import SHARE_PREFIX, clear_dead_shares, pid_alive, side_by_side
+
+
+def die(i: int) -> int:
+    if i == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer does
+    time.sleep(0.2)
+    return i
+
+
+def sigint_ignored(_: int) -> bool:
+    """Whether SIGINT is ignored in this process (its SigIgn mask in /proc)."""
+    mask = next(ln for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith("SigIgn:"))
+    return bool(int(mask.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+
+
+def nap(s: float) -> float:
+    time.sleep(s)
+    return s
+
+
+def test_a_worker_that_dies_is_one_line_naming_the_setting():
+    with pytest.raises(ConfigError) as ex:
+        list(side_by_side(2, die, [(0,), (1,), (2,)]))
+    line = str(ex.value)
+    assert ex.value.key == "capacity.workers" and "\n" not in line
+    assert "a worker process of a pool of 2 died" in line and "capacity.workers=1" in line
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_workers_leave_ctrl_c_to_this_process():
+    before = signal.getsignal(signal.SIGINT)
+    got = dict(side_by_side(2, sigint_ignored, [(0,), (1,)]))
+    assert got == {0: True, 1: True}
+    assert signal.getsignal(signal.SIGINT) is before and not sigint_ignored(0)  # here, as it was
+
+
+def test_an_interrupt_ends_the_pool_at_once():
+    def interrupted(_):
+        raise KeyboardInterrupt
+
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        list(side_by_side(2, nap, [(0.0,), (30.0,), (30.0,)], here=interrupted))
+    assert time.perf_counter() - t0 < 15  # the workers' 30 s naps are not waited for
+
+
+KILLED = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path.insert(0, {tests!r})
+    from multiprocessing import resource_tracker
+    from racsim.io import spawn_pool
+    from test_pools import nap
+    pool = spawn_pool(2)
+    jobs = [pool.submit(nap, 60.0) for _ in range(2)]
+    while len(pool._processes) < 2 or not all(p.pid for p in pool._processes.values()):
+        time.sleep(0.05)
+    time.sleep(1.0)
+    print(*[p.pid for p in pool._processes.values()], resource_tracker._resource_tracker._pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_workers_end_when_their_parent_is_killed():
+    proc = subprocess.run([sys.executable, "-c", KILLED.format(tests=str(Path(__file__).parent))],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 3
+    deadline = time.time() + 10
+    while any(pid_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if pid_alive(p)], "a worker or the resource tracker outlived its parent"
+
+
+def test_the_folder_of_a_killed_run_is_cleared_and_a_live_ones_kept(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    gone = tmp_path / f"{SHARE_PREFIX}{dead}-abc"
+    live = tmp_path / f"{SHARE_PREFIX}{os.getpid()}-def"
+    other = tmp_path / "racsim-shared-notapid"
+    for d in (gone, live, other):
+        d.mkdir()
+        (d / "k-1.pending").write_text(dead)
+    assert clear_dead_shares(str(tmp_path)) == [gone]
+    assert not gone.exists() and live.exists() and other.exists()
