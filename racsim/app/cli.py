@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -423,8 +424,22 @@ def guard_yaml() -> None:
     ou.get_yaml_loader = get_yaml_loader
 
 
+def _again(signum, frame) -> None:
+    """A second Ctrl-C while the first is answered (its line, the run's files taken away): end now, quietly."""
+    os._exit(130)
+
+
+def _answering():
+    """Ctrl-C answered by :func:`_again` from now on (in the main thread); the handler it replaced, to restore."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, _again)
+
+
 def main() -> None:
-    """Console entry point (``racsim`` and ``python -m racsim``)."""
+    """The command (``racsim`` and ``python -m racsim``, through racsim.__main__)."""
     import hydra
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -440,14 +455,16 @@ def main() -> None:
     if friendly:
         os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us instead of Hydra's printer
     app = hydra.main(version_base="1.3", config_path="pkg://racsim.conf", config_name="config")(_task)
+    answering = None
     try:
         app()
     except BrokenPipeError:  # stdout closed by its reader (racsim ... | head): what was written stays
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes it
         sys.exit(141)  # 128 + SIGPIPE, as a shell reports a command its pipe stopped
     except KeyboardInterrupt as ex:  # Ctrl-C (or SIGTERM during a single run: racsim.sweep.Stopped)
+        answering = _answering()  # a second Ctrl-C while this one is answered: no traceback
+        say(f"racsim: {_interrupted()}", sys.stderr)  # first: a second Ctrl-C during the clean-up ends it quietly
         end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
-        say(f"racsim: {_interrupted()}", sys.stderr)
         sys.exit(143 if stopped_by_sigterm(ex) else 130)
     except (HydraException, OmegaConfBaseException, ConfigError) as ex:
         remove_created()  # what this process made before the run could start
@@ -463,7 +480,10 @@ def main() -> None:
         say(f"racsim: error: {msg}", sys.stderr)
         sys.exit(EXIT_USAGE)
     finally:
-        end_single_run()
+        end_single_run()  # gives SIGINT back the handler the run found
+        if answering is not None:  # exiting on the interrupt: ignored while Python ends (it would restore
+            # the default action for a handler written in Python, and a Ctrl-C then would kill it, exit -2)
+            signal.signal(signal.SIGINT, signal.SIG_IGN if sys.exc_info()[0] is SystemExit else answering)
         if friendly:  # leave the environment as found (main() may be called again in-process)
             os.environ.pop("HYDRA_FULL_ERROR", None)
 

@@ -37,7 +37,7 @@ ROOMS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
      ("errors", "io", "config", "pipeline", "learner", "analyses", "sweep.markers")),
     ("app", "what a person or a program calls: racsim, racsim.run, --help, the docs' blocks",
      ("errors", "io", "config", "analyses", "report", "sweep")),
-    ("__main__", "python -m racsim", ("app.cli",)),
+    ("__main__", "the racsim command and python -m racsim", ("app.cli",)),
     ("__init__", "import racsim (racsim.run at first use)", ("app.api",)),
 )
 
@@ -50,6 +50,7 @@ CONFIG_READERS = ("config", "sweep", "tools", "app")
 # `racsim --help` and Hydra's start-up stay fast; lm_study and racsim-bench load torch for the LM learner only.
 LAZY: Dict[str, Tuple[str, ...]] = {
     "__init__": ("app.api",),
+    "__main__": ("app.cli",),  # under its Ctrl-C handler
     "app.cli": ("app.job",),
     "app.api": ("app.cli", "app.job"),
     "sweep.callback": ("analyses.grid", "sweep.gather"),
