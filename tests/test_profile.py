@@ -237,3 +237,50 @@ def test_help_lists_every_key_and_a_typo_gets_the_closest(capsys):
             main([typo])
         err = capsys.readouterr().err
         assert ex.value.code == 2 and len(messages(err)) == 1 and f"did you mean {near}" in err, err
+
+
+def test_cells_that_do_not_fit_in_memory_are_one_line_naming_the_cell(torch_stack, tmp_path, capsys, monkeypatch):
+    """torch's allocation failure (simulated: the model's forward raises what torch raises) is one line
+    naming the cell and the keys to change, and no file is written."""
+    from racsim.tools import profile as P
+
+    real = P.build_model
+
+    def huge(conf, dtype, device):
+        model, desc, vocab = real(conf, dtype, device)
+
+        def forward(*args, **kw):
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+                               "you tried to allocate 274877906944 bytes")
+
+        return forward, desc, vocab
+
+    monkeypatch.setattr(P, "build_model", huge)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ex:
+        P.main([f"out={tmp_path / 'x.csv'}", "batch_sizes=[1,4096]", "seq_lens=[16,8192]", "repeats=1", "warmup=0"])
+    err = messages(capsys.readouterr().err)
+    assert ex.value.code == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    assert "batch 4096 x seq 8192" in err[0] and "batch_sizes=" in err[0] and "seq_lens=" in err[0]
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_a_profile_that_is_not_monotone_is_named_where_racsim_changes_it(tmp_path):
+    from racsim.config.defaults import default_config
+    from racsim.report.inputs import data_changes
+
+    path = tmp_path / "p.csv"
+    rows = [(b, s, 1e-4 * b * s) for b in (1, 4) for s in (16, 64)]
+    rows[2] = (4, 16, 1e-5)  # batch 4 faster than batch 1 at 16 tokens
+    pd.DataFrame(rows, columns=["batch_size", "seq_len", "seconds"]).to_csv(path, index=False)
+    model = Profiled(str(path))
+    assert len(model.changes) == 1 and "1 of 4 cells" in model.changes[0] and "batch 4 x seq 16" in model.changes[0]
+    rows[2] = (4, 16, 1e-4 * 64)
+    pd.DataFrame(rows, columns=["batch_size", "seq_len", "seconds"]).to_csv(path, index=False)
+    assert Profiled(str(path)).changes == ()
+    rows[2] = (4, 16, 1e-5)
+    pd.DataFrame(rows, columns=["batch_size", "seq_len", "seconds"]).to_csv(path, index=False)
+    cfg = default_config("scenario=capacity/judge_rm_h100", "pipeline.channels.judge.rm.service=profiled",
+                         f"pipeline.channels.judge.rm.profile={path}")
+    assert [c for c in data_changes(cfg) if "not monotone" in c] == \
+        [f"pipeline.channels.judge.rm.profile: {path}: {model.changes[0]}"]

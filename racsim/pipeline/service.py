@@ -34,7 +34,7 @@ shape, biases left out).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
@@ -94,6 +94,7 @@ class ServiceModel:
     """Seconds for batches, elementwise over arrays of batch statistics."""
 
     padded: bool = True
+    changes: Tuple[str, ...] = ()  # what racsim did to a user's data (a profile: its monotone envelope)
 
     def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
@@ -156,6 +157,7 @@ class Profiled(ServiceModel):
         if not (np.all(np.isfinite(self.measured)) and np.all(self.measured > 0)):
             raise ConfigError(key, path, "positive, finite seconds in every row")
         self.table = np.maximum.accumulate(np.maximum.accumulate(self.measured, axis=0), axis=1)
+        self.changes = envelope_change(self.measured, self.table, self.b, self.s)
 
     @staticmethod
     def _axis(grid: np.ndarray, x: np.ndarray):
@@ -188,6 +190,19 @@ class Profiled(ServiceModel):
         dev = self.header.get("device", "?")
         model = self.header.get("model", "?")
         return f"profiled: {self.path} ({model} on {dev})"
+
+
+def envelope_change(measured: np.ndarray, table: np.ndarray, b: np.ndarray, s: np.ndarray) -> Tuple[str, ...]:
+    """What the monotone envelope did to a measured profile (a batch never faster than a smaller one):
+    one line naming how many cells it raised and the largest rise, or nothing when it raised none."""
+    raised = table > measured
+    if not raised.any():
+        return ()
+    rise = table / measured - 1.0
+    i, j = np.unravel_index(np.argmax(rise), rise.shape)
+    return (f"not monotone: {int(raised.sum())} of {raised.size} cells were faster than a smaller batch or length, "
+            f"raised to its time (the most, batch {int(b[i])} x seq {int(s[j])}, by {rise[i, j]:.0%}); racsim "
+            f"uses that monotone envelope",)
 
 
 def read_profile(path: str, key: str = "rm.profile"):

@@ -215,6 +215,16 @@ def measure(conf: ProfileConf, log=None):
     gen = torch.Generator().manual_seed(conf.seed)
 
     def forward(b: int, s: int) -> float:
+        try:
+            return timed(b, s)
+        except RuntimeError as e:  # torch's allocation failure (CPU or CUDA: OutOfMemoryError is one)
+            if not any(w in str(e).lower() for w in ("memory", "allocat")):
+                raise
+            raise ConfigError("batch_sizes", b, f"cells that fit in {dev}'s memory: batch {b} x seq {s} of this "
+                                                f"model does not ({' '.join(str(e).split())[:160]}); smaller "
+                                                f"batch_sizes= or seq_lens=, or a smaller model") from None
+
+    def timed(b: int, s: int) -> float:
         ids = torch.randint(1, vocab, (b, s), generator=gen).to(device)
         mask = torch.ones_like(ids)
         if cuda:
