@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
+
+STARTED = time.perf_counter()  # the command's start: the times it prints are what its user waited
 
 
 def _starting(signum, frame) -> None:
@@ -22,7 +25,7 @@ def main() -> None:
     from racsim.app.cli import main as command  # lazy: the heavy import, under the handler above
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a KeyboardInterrupt, which the command handles
-    command()
+    command(started=STARTED)
 
 
 if __name__ == "__main__":  # not when a spawned worker imports it

@@ -18,8 +18,10 @@ import functools
 import os
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
+from typing import Optional
 
 from racsim.app.guide import help_text
 from racsim.config import names
@@ -49,6 +51,7 @@ EXIT_FAILED = 1  # a run that failed after writing what it computed (a non-finit
 
 
 _FRIENDLY = True  # set by main(): False when the user asked for Hydra's full error reports
+_STARTED: Optional[float] = None  # set by main(): when the command started (time.perf_counter)
 
 
 def _task(cfg) -> None:
@@ -110,7 +113,7 @@ def _task(cfg) -> None:
         return
     for change in changes:
         say(f"racsim: note: {change}")
-    say(J.capacity_text(spec, res) if spec.capacity.enabled else J.run_text(spec, res))
+    say(J.capacity_text(spec, res, _STARTED) if spec.capacity.enabled else J.run_text(spec, res, _STARTED))
     say(f"racsim: results in {out_dir}")
 
 
@@ -438,14 +441,16 @@ def _answering():
     return signal.signal(signal.SIGINT, _again)
 
 
-def main() -> None:
-    """The command (``racsim`` and ``python -m racsim``, through racsim.__main__)."""
+def main(started: Optional[float] = None) -> None:
+    """The command (``racsim`` and ``python -m racsim``, through racsim.__main__, which passes when it
+    ``started``: a perf_counter reading; else now). The times the command prints count from it."""
     import hydra
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    global _FRIENDLY
+    global _FRIENDLY, _STARTED
+    _STARTED = time.perf_counter() if started is None else started
     guard_yaml()
     register_configs()
     register_resolvers()

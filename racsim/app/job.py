@@ -5,6 +5,9 @@ answer at once; ``racsim.run`` (racsim.app.api) computes and writes through it t
 
 from __future__ import annotations
 
+import time
+from typing import Optional
+
 from racsim.analyses.capacity import CapacityResult
 from racsim.analyses.dispatch import compute
 from racsim.config.defaults import compose_config
@@ -29,11 +32,17 @@ __all__ = ["CapacityResult", "DONE", "capacity_text", "cell_overrides", "cell_va
            "publish_run", "run_text", "scenario", "write_marker", "write_run"]
 
 
-def run_text(cfg, res) -> str:
-    """What a single run prints: one line on what ran, the table, the warm-up and stationarity warnings if any
-    (learner=lm: what a share outside [0, 1] means)."""
+def waited(res, started: Optional[float]) -> str:
+    """The seconds a line says a run took: since ``started`` (a perf_counter reading: the command's start,
+    what its user waited), else the run's own timings summed."""
+    return f"{(time.perf_counter() - started) if started is not None else sum(res.timings.values()):.1f} s"
 
-    took = f"{sum(res.timings.values()):.1f} s"
+
+def run_text(cfg, res, started: Optional[float] = None) -> str:
+    """What a single run prints: one line on what ran (in the seconds :func:`waited`), the table, the warm-up
+    and stationarity warnings if any (learner=lm: what a share outside [0, 1] means)."""
+
+    took = waited(res, started)
     if res.bias is not None:
         r = res.results
         cells = f", {r['cell'].nunique()} cells" if "cell" in r else ""
@@ -56,12 +65,14 @@ def run_text(cfg, res) -> str:
                    WIDTH)
 
 
-def capacity_text(cfg, res) -> str:
-    """What a capacity plan prints: the curve's essential columns, the recommendation and the simulator's speed,
-    each line at most WIDTH wide (the files hold every column)."""
+def capacity_text(cfg, res, started: Optional[float] = None) -> str:
+    """What a capacity plan prints: the curve's essential columns (counts and the seconds :func:`waited`, the
+    search's alone without ``started``), the recommendation and the simulator's speed, each line at most WIDTH
+    wide (the files hold every column)."""
 
+    took = waited(res, started) if started is not None else f"{res.timings.get('search_s', 0.0):.1f} s"
     lines = [f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
-             f"in {res.timings.get('search_s', 0.0):.1f} s", terminal_curve(res, WIDTH), recommendation_text(res)]
+             f"in {took}", terminal_curve(res, WIDTH), recommendation_text(res)]
     if res.sensitivity is not None:
         lines.append(sensitivity_text(res, cfg.capacity.sensitivity.spread))
     if res.speed:
