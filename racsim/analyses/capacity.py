@@ -35,6 +35,7 @@ import pandas as pd
 
 from racsim.pipeline import steady
 from racsim.pipeline.background import background_work
+from racsim.analyses import decide
 from racsim.analyses.bias_study import Known, corrector_names, prefetch_trajectories, run_bias_study
 from racsim.analyses.grid import expand
 from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
@@ -52,7 +53,7 @@ from racsim.pipeline.faults import availability, fault_spec, read_schedule
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, INJECTED, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
-from racsim.pipeline.stats import busy_seconds, useful_share
+from racsim.pipeline.stats import busy_seconds, channel_stats, queue_workers, useful_share
 from racsim.seeds import rng_for
 
 
@@ -249,6 +250,13 @@ def regime_scales(cfg: RacsimConf, name: str) -> Dict[str, float]:
     * ``bursts`` (the degrade/recover chain): a normal and a degraded spell, 1/p_degrade +
       1/p_recover steps (the chain's correlation time 1/(p_degrade + p_recover) is at most a
       quarter of it).
+    * ``horizon`` (with outages or bursts, and a drop horizon ``max_delay``): :data:`HORIZONS` drop
+      horizons. A result is known dropped only max_delay steps after it is sent (until then it is
+      pending, out of the dropped share), and the backlog that drops it builds from the run's empty
+      start over several horizons: with a window of a few horizons the dropped share reads low
+      whatever the regime's own cycle (the bursty judge, 1/0.05 + 1/0.2 = 25 steps, max_delay 20:
+      0.0% dropped at 6 GPUs in 75 steps with a 25-step warm-up, 0.3-0.4% in 300, 0.6% in 1200
+      with a 100-step warm-up).
     * ``autoscale``: a scale-up and back down, (for_s + startup_s + idle_s) / s.
     * ``schedule`` (known outages, once): its span, up to the last outage's end, / s."""
     ch, step = cfg.pipeline.channels[name], nominal_step(cfg.pipeline)
@@ -264,10 +272,16 @@ def regime_scales(cfg: RacsimConf, name: str) -> Dict[str, float]:
         out["schedule"] = float(max(ends, default=0.0)) / step
     if ch.degraded_factor != 1 and ch.p_degrade > 0:
         out["bursts"] = 1.0 / ch.p_degrade + 1.0 / ch.p_recover
+    if {"faults", "bursts"} & set(out) and ch.max_delay is not None:  # the drop horizon under a random regime
+        out["horizon"] = float(HORIZONS * ch.max_delay)
     if ch.autoscale is not None:
         a = ch.autoscale
         out["autoscale"] = (a.for_s + a.startup_s + a.idle_s) / step
     return out
+
+
+# Drop horizons (max_delay steps) a cycle of a random regime holds at least (regime_scales' horizon).
+HORIZONS = 5
 
 
 def slowest_regime(cfg: RacsimConf, name: str) -> Tuple[str, int]:
@@ -296,7 +310,7 @@ def regime_warmup(cfg: RacsimConf, name: str) -> Optional[int]:
     read low (a test's queue under outages: 0.0327 against 0.0354 with one cycle cut, sd 0.0087
     against 0.0080 over 60 seeds; tests/test_capacity_regime.py)."""
     kinds = regime_scales(cfg, name)
-    if not kinds or not cfg.capacity.regime_cycles or set(kinds) - {"faults", "bursts"}:
+    if not kinds or not cfg.capacity.regime_cycles or set(kinds) - {"faults", "bursts", "horizon"}:
         return None
     return regime_cycle(cfg, name)
 
@@ -504,6 +518,7 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
             "sojourn_p95_s": float(ch["sojourn_p95_s"]),
             "sojourn_p99_s": float(ch["sojourn_p99_s"]),
             "utilisation": float(ch["utilisation"]),  # busy: server-seconds holding work
+            "replications": 1,  # independent runs the rare-event figures rest on (decide_count)
             **chan,
             # useful: the share of server-seconds whose work delivered results, from the run (<= busy);
             # available: the long-run share up the load assumes
@@ -527,7 +542,7 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
 CURVE_COLUMNS = ("steps", "warmup_steps", "bias_exact", "bias_exact_lo", "bias_exact_hi", "bias_mc", "mc_se",
                  "bias_vs_naive", "bias_vs_naive_lo", "bias_vs_naive_hi", "step_s", "step_s_lo", "step_s_hi", "eta",
                  "delay_p50_steps", "delay_p95_steps", "dropped_frac", "pending_frac", "wait_p95_s", "sojourn_p95_s",
-                 "sojourn_p99_s", "utilisation", "useful", "available", "cost_per_1000_steps")
+                 "sojourn_p99_s", "utilisation", "replications", "useful", "available", "cost_per_1000_steps")
 
 
 def overloaded_rows(cfg: RacsimConf, name: str, n: int, load: dict) -> List[dict]:
@@ -537,7 +552,8 @@ def overloaded_rows(cfg: RacsimConf, name: str, n: int, load: dict) -> List[dict
     shared = {"load_background": load["load_background"]} if cfg.pipeline.channels[name].background else {}
     return [{"count": int(n), "corrector": c, "load": load["load"], "load_sampled": load["load_sampled"], **shared,
              "headroom": 1.0 - load["load"],
-             "stationary": False, "cost_per_hour": n * price, "status": status({"load": load["load"]}, cfg)}
+             "stationary": False, "replications": 0, "cost_per_hour": n * price,
+             "status": status({"load": load["load"]}, cfg)}
             for c in corrector_names(cfg)]
 
 
@@ -707,6 +723,84 @@ def count_rows(cfg: RacsimConf, name: str, key: str, n: int, load: dict,
         return None, overloaded_rows(cfg, name, n, load)
     run = settle(with_count(cfg, key, n), name, tell)
     return run, _rows(cfg, name, n, run, load)
+
+
+def replicate_figures(sched, cfg: RacsimConf, name: str, warmup: int) -> decide.Replicate:
+    """One replication's rare-event figures of channel ``name`` (:data:`~racsim.analyses.decide.RARE_TARGETS`),
+    measured from step ``warmup`` as the channel table measures them (racsim.pipeline.stats.channel_stats):
+    results dropped and sent, delay p95 (steps), sojourn p95 and p99 (s)."""
+    chans = channel_stats(sched, queue_workers(cfg.pipeline.channels), warmup)
+    row = chans[chans.channel == name].iloc[0]
+    return {"dropped": float(row["dropped"]), "sent": float(row["emitted"]),
+            **{fig: float(row[fig]) for fig in decide.RARE_TARGETS.values() if fig != "dropped_frac"}}
+
+
+def replicate_count(cfg: RacsimConf, name: str, key: str, n: int, steps: int, warmup: int, r: int) -> decide.Replicate:
+    """Replication ``r`` (>= 1) of count ``n``: its asynchronous pipeline alone (no bias study), at the
+    settled run's ``steps`` and ``warmup``, drawn from the stream ``capacity_replication`` split by ``r``
+    (racsim.seeds: independent of the settled run's ``pipeline`` stream, and the same for every count,
+    so that counts are compared on common random numbers replication by replication)."""
+    c = replace_at(with_count(cfg, key, n), "pipeline.steps", int(steps))
+    draws = draw(c.pipeline, int(c.learner.trials), rng_for(c.seed, "capacity_replication", r))
+    return replicate_figures(simulate(c.pipeline, int(c.learner.trials), None, draws=draws), c, name, warmup)
+
+
+def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict], res: Any,
+                 targets: Dict[str, Any], budget: decide.Budget) -> Optional[decide.Decision]:
+    """Count ``n``'s rare-event figures decided by independent replications (racsim.analyses.decide):
+    None where its row (``capacity.corrector``'s) is not steady or leaves none undecided; else the
+    replications' intervals replace the figures, their lo and hi in every row of ``n`` (``rows``,
+    in place), and ``replications`` says how many they rest on (the settled run ``res`` is the first)."""
+    row = next(r for r in rows if r["corrector"] == targets["corrector"])
+    keys = decide.open_targets(row, targets) if row["status"] == "ok" else []
+    if not keys:
+        return None
+    steps, w = int(row["steps"]), int(row["warmup_steps"])
+    first = replicate_figures(res.schedules["async"], with_count(cfg, key, n), name, w)
+    found = decide.sequential(first, lambda r: replicate_count(cfg, name, key, n, steps, w, r), keys, targets,
+                              float(cfg.capacity.confidence), lambda r: budget.affords(steps))
+    for r in rows:
+        for k, (v, lo, hi) in found.found.items():
+            fig = decide.RARE_TARGETS[k]
+            r[fig], r[f"{fig}_lo"], r[f"{fig}_hi"] = v, lo, hi
+        r["replications"] = len(found.reps)
+    return found
+
+
+def answer_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int, lowest: int,
+                  top: int) -> List[int]:
+    """The counts the answer depends on: the fewest meeting the targets above which every evaluated
+    count does, and the one a server below it (from ``lowest``); where the largest evaluated count
+    fails, it and the one a server above it (up to ``top``)."""
+    ok = {n: meets(rs, chosen, targets) for n, rs in rows.items()}
+    ns = sorted(ok)
+    if ok[ns[-1]]:
+        f = min(n for n in ns if n > max((n for n in ns if not ok[n]), default=lowest - 1))
+        return [f] + ([f - step] if f - step >= lowest else [])
+    return [ns[-1]] + ([ns[-1] + step] if ns[-1] + step <= top else [])
+
+
+FIGURE_WORDS = {"dropped_frac": "dropped", "sojourn_p95_s": "sojourn p95", "sojourn_p99_s": "sojourn p99",
+                "delay_p95_steps": "delay p95"}
+
+
+def figure_text(fig: str, v: float) -> str:
+    """A rare-event figure as the answer's lines write it: a share in %, seconds, steps."""
+    return f"{v:.2%}" if fig == "dropped_frac" else f"{v:.3g} {'s' if fig.endswith('_s') else 'steps'}"
+
+
+def undecided_text(n: int, answer: Optional[int], d: decide.Decision, steps: int, targets: Dict[str, Any]) -> str:
+    """The line of a count left undecided when the budget ended: '7 or 8: dropped at 7 is 0.4%
+    [0.1%, 1.3%] after N steps in R replications' (the larger, safe count is the one recommended)."""
+    figs = []
+    for k in d.open:
+        fig = decide.RARE_TARGETS[k]
+        v, lo, hi = d.found.get(k, (np.nan, np.nan, np.nan))
+        figs.append(f"{FIGURE_WORDS[fig]} at {n} is {figure_text(fig, v)} [{figure_text(fig, lo)}, "
+                    f"{figure_text(fig, hi)}] against {figure_text(fig, targets[k])}")
+    return (f"{n} or {answer if answer is not None else 'more'}: " + "; ".join(figs)
+            + f" after {steps * len(d.reps)} steps in {len(d.reps)} replications (capacity.decide_steps, "
+            f"capacity.decide_s ran out; the larger count is recommended)")
 
 
 # Seconds a spawned process takes to start: importing racsim, numpy, scipy and pandas (1.2-1.3 s
@@ -943,6 +1037,18 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     if scaled is not None:
         for n in (a.min * units, a.max * units):
             evaluate(n)
+    t0 = time.perf_counter()
+    budget = decide.Budget(int(cap.decide_steps), float(cap.decide_s))
+    decisions: Dict[int, Optional[decide.Decision]] = {}
+    while True:  # the counts the answer depends on, decided with enough evidence (racsim.analyses.decide)
+        todo = [n for n in answer_counts(rows, chosen, targets, step, lowest, top) if n not in decisions]
+        if not todo:
+            break
+        n = todo[0]
+        evaluate(n)
+        decisions[n] = decide_count(cfg, name, key, n, rows[n], runs[n], {**targets, "corrector": chosen},
+                                    budget) if n in runs else None
+    timings["decide_s"], timings["decide_steps"] = time.perf_counter() - t0, float(budget.used)
     timings["search_s"] = time.perf_counter() - started  # wall-clock: runs_s sums the processes' seconds
 
     curve = pd.DataFrame([r for n in sorted(rows) for r in rows[n]])
@@ -966,6 +1072,8 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
                             max_load=float(cap.max_load), listed=counts, top=top,
                             searched=sorted(n for n in rows if n not in counts),
                             binding=binding(curve, chosen, recommended), notes=[lowered] if lowered else [])
+    result.notes += [undecided_text(n, recommended, d, int(rows[n][0]["steps"]), targets)
+                     for n, d in sorted(decisions.items()) if d is not None and not d.decided]
     if scaled is not None:
         t0 = time.perf_counter()
         if progress is not None:
