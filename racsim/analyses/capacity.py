@@ -702,14 +702,19 @@ def targets_of(cfg: RacsimConf) -> Dict[str, Any]:
     return {k: getattr(cfg.capacity, k) for k in CAPACITY_TARGETS}
 
 
+def chosen_row(rows: List[dict], chosen: str) -> dict:
+    """A count's curve row of the ``chosen`` corrector (``capacity.corrector``)."""
+    return next(r for r in rows if r["corrector"] == chosen)
+
+
 def meets(rows: List[dict], chosen: str, targets: Dict[str, Any]) -> bool:
     """Does a count (its curve rows) meet the targets with the ``chosen`` corrector?"""
-    return feasible(next(r for r in rows if r["corrector"] == chosen), targets)
+    return feasible(chosen_row(rows, chosen), targets)
 
 
 def count_note(rows: List[dict], chosen: str, targets: Dict[str, Any]) -> str:
     """A count's progress note: its load, run length and what it fails (or that it meets the targets)."""
-    r = next(r for r in rows if r["corrector"] == chosen)
+    r = chosen_row(rows, chosen)
     fails, steps = fails_text(r, targets), f"{r['steps']} steps, " if "steps" in r else ""
     return f"load {r['load']:.3g}, {steps}" + (f"fails {fails}" if fails else "meets the targets")
 
@@ -751,7 +756,7 @@ def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict],
     None where its row (``capacity.corrector``'s) is not steady or leaves none undecided; else the
     replications' intervals replace the figures, their lo and hi in every row of ``n`` (``rows``,
     in place), and ``replications`` says how many they rest on (the settled run ``res`` is the first)."""
-    row = next(r for r in rows if r["corrector"] == targets["corrector"])
+    row = chosen_row(rows, targets["corrector"])
     keys = decide.open_targets(row, targets) if row["status"] == "ok" else []
     if not keys:
         return None
@@ -789,18 +794,19 @@ def figure_text(fig: str, v: float) -> str:
     return f"{v:.2%}" if fig == "dropped_frac" else f"{v:.3g} {'s' if fig.endswith('_s') else 'steps'}"
 
 
-def undecided_text(n: int, answer: Optional[int], d: decide.Decision, steps: int, targets: Dict[str, Any]) -> str:
-    """The line of a count left undecided when the budget ended: '7 or 8: dropped at 7 is 0.4%
-    [0.1%, 1.3%] after N steps in R replications' (the larger, safe count is the one recommended)."""
+def undecided_text(n: int, answer: Optional[int], d: decide.Decision, row: dict, targets: Dict[str, Any]) -> str:
+    """The line of a count left undecided when the budget ended, from its ``row`` (its figures, on the
+    replications where there were any): '7 or 8: dropped at 7 is 0.4% [0.1%, 1.3%] against 1.00% after
+    N steps in R replications' (the larger, safe count is the one recommended)."""
     figs = []
     for k in d.open:
         fig = decide.RARE_TARGETS[k]
-        v, lo, hi = d.found.get(k, (np.nan, np.nan, np.nan))
-        figs.append(f"{FIGURE_WORDS[fig]} at {n} is {figure_text(fig, v)} [{figure_text(fig, lo)}, "
-                    f"{figure_text(fig, hi)}] against {figure_text(fig, targets[k])}")
+        figs.append(f"{FIGURE_WORDS[fig]} at {n} is {figure_text(fig, row[fig])} [{figure_text(fig, row[f'{fig}_lo'])}, "
+                    f"{figure_text(fig, row[f'{fig}_hi'])}] against {figure_text(fig, targets[k])}")
     return (f"{n} or {answer if answer is not None else 'more'}: " + "; ".join(figs)
-            + f" after {steps * len(d.reps)} steps in {len(d.reps)} replications (capacity.decide_steps, "
-            f"capacity.decide_s ran out; the larger count is recommended)")
+            + f" after {int(row['steps']) * len(d.reps)} steps in {len(d.reps)} replication"
+            + ("s" if len(d.reps) > 1 else "") + " (capacity.decide_steps or capacity.decide_s ran out; the larger "
+            "count is recommended)")
 
 
 # Seconds a spawned process takes to start: importing racsim, numpy, scipy and pandas (1.2-1.3 s
@@ -1072,7 +1078,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
                             max_load=float(cap.max_load), listed=counts, top=top,
                             searched=sorted(n for n in rows if n not in counts),
                             binding=binding(curve, chosen, recommended), notes=[lowered] if lowered else [])
-    result.notes += [undecided_text(n, recommended, d, int(rows[n][0]["steps"]), targets)
+    result.notes += [undecided_text(n, recommended, d, chosen_row(rows[n], chosen), targets)
                      for n, d in sorted(decisions.items()) if d is not None and not d.decided]
     if scaled is not None:
         t0 = time.perf_counter()

@@ -60,15 +60,16 @@ def mean_interval(values: np.ndarray, level: float) -> Tuple[float, float, float
 
 def ratio_interval(num: np.ndarray, den: np.ndarray, level: float) -> Tuple[float, float, float]:
     """(r, lo, hi): a share pooled by events over sent, r = sum(num) / sum(den), with the
-    delta-method standard error over the replications and Student's t on R - 1 degrees of freedom,
-    within [0, 1]. No event in any replication: [0, the exact binomial upper end with none in
+    delta-method standard error over the replications (at least the binomial one of sum(den)
+    independent requests) and Student's t on R - 1 degrees of freedom, within [0, 1]. No event in any replication: [0, the exact binomial upper end with none in
     sum(den) sent] (optimistic where events cluster in episodes, but never [0, 0])."""
     num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
     total, R = float(den.sum()), num.size
     r = float(num.sum()) / total
     if num.sum() == 0:
         return 0.0, 0.0, float(1.0 - ((1.0 - level) / 2.0) ** (1.0 / total))
-    se = float(np.sqrt(np.sum((num - r * den) ** 2) * R / (R - 1))) / total
+    # never below the binomial spread of independent requests (a few replications that happen to agree)
+    se = max(float(np.sqrt(np.sum((num - r * den) ** 2) * R / (R - 1))) / total, float(np.sqrt(r * (1 - r) / total)))
     half = t_quantile(level, R - 1) * se
     return r, max(0.0, r - half), min(1.0, r + half)
 
