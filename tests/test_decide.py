@@ -47,6 +47,8 @@ def test_open_targets_straddle_or_zero():
     assert D.open_targets(row(0.0, 0.005), t) == []  # passes
     assert D.open_targets(row(0.02, 0.03), t) == []  # fails
     assert D.open_targets(row(0.002, 0.02), {"max_dropped": None}) == []  # no target
+    assert D.open_targets(row(0.0, 0.02), {"max_dropped": 0.0}) == []  # an event seen fails a target of 0
+    assert D.open_targets(row(0.0, 0.0), {"max_dropped": 0.0}) == []  # and none seen cannot settle it
 
 
 def test_far_from_the_target_stops_early():

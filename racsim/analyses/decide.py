@@ -32,12 +32,12 @@ Replicate = Dict[str, float]
 
 
 def open_targets(row, targets: Dict[str, float]) -> List[str]:
-    """The rare-event targets (:data:`RARE_TARGETS`) that are set and that ``row``'s interval leaves
-    undecided: its [lo, hi] straddles the target (lo <= target < hi) or reads [0, 0] exactly."""
+    """The rare-event targets (:data:`RARE_TARGETS`) that are set above 0 and that ``row``'s interval
+    leaves undecided: its [lo, hi] straddles the target (lo <= target < hi) or reads [0, 0] exactly."""
     out = []
     for key, fig in RARE_TARGETS.items():
         t = targets.get(key)
-        if t is None:
+        if t is None or t <= 0:  # a target of 0: any event seen fails it for sure, and none seen cannot settle it
             continue
         lo, hi = float(row[f"{fig}_lo"]), float(row[f"{fig}_hi"])
         if (lo <= t < hi) or (lo == 0.0 and hi == 0.0):
