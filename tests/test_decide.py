@@ -44,6 +44,7 @@ def test_open_targets_straddle_or_zero():
     assert D.open_targets(row(0.002, 0.02), t) == ["max_dropped"]  # straddles
     assert D.open_targets(row(0.01, 0.02), t) == ["max_dropped"]  # lo on the target
     assert D.open_targets(row(0.0, 0.0), t) == ["max_dropped"]  # a run that saw no event
+    assert D.open_targets(row(0.0, 0.0), t, zero=False) == []  # one without slow regimes to miss
     assert D.open_targets(row(0.0, 0.005), t) == []  # passes
     assert D.open_targets(row(0.02, 0.03), t) == []  # fails
     assert D.open_targets(row(0.002, 0.02), {"max_dropped": None}) == []  # no target

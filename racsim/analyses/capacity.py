@@ -753,11 +753,13 @@ def replicate_count(cfg: RacsimConf, name: str, key: str, n: int, steps: int, wa
 def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict], res: Any,
                  targets: Dict[str, Any], budget: decide.Budget) -> Optional[decide.Decision]:
     """Count ``n``'s rare-event figures decided by independent replications (racsim.analyses.decide):
-    None where its row (``capacity.corrector``'s) is not steady or leaves none undecided; else the
+    None where its row (``capacity.corrector``'s) is not steady or leaves none undecided (a [0, 0]
+    reading is undecided only under slow regimes: :func:`regime_scales`); else the
     replications' intervals replace the figures, their lo and hi in every row of ``n`` (``rows``,
     in place), and ``replications`` says how many they rest on (the settled run ``res`` is the first)."""
     row = chosen_row(rows, targets["corrector"])
-    keys = decide.open_targets(row, targets) if row["status"] == "ok" else []
+    slow = bool(regime_scales(cfg, name))  # outages, bursts...: a run may miss their rare events
+    keys = decide.open_targets(row, targets, zero=slow) if row["status"] == "ok" else []
     if not keys:
         return None
     steps, w = int(row["steps"]), int(row["warmup_steps"])
