@@ -128,8 +128,8 @@ SMALL_QUEUE = ("scenario=capacity/code_verifier", f"latency@{V}.latency=exponent
                "corrector.names=[naive,rac]")
 
 
-def small_search(*more):
-    return run_capacity(scenario(compose_config(*SMALL_QUEUE, *more)))
+def small_search(*more, progress=None):
+    return run_capacity(scenario(compose_config(*SMALL_QUEUE, *more)), progress)
 
 
 def rac(curve: pd.DataFrame) -> pd.DataFrame:
@@ -141,9 +141,14 @@ def test_a_capacity_search_replicates_an_undecided_count():
     assert set(first["replications"]) <= {0, 1}
     n = next(n for n in (5, 6) if first.loc[n, "dropped_frac_lo"] < first.loc[n, "dropped_frac_hi"])
     target = float(first.loc[n, ["dropped_frac_lo", "dropped_frac_hi"]].mean())  # straddled by construction
-    res = small_search(f"capacity.max_dropped={target!r}", "capacity.decide_steps=160")  # 4 replications of 40
+    notes = []
+    res = small_search(f"capacity.max_dropped={target!r}", "capacity.decide_steps=160",  # 4 replications of 40
+                       progress=lambda k, note: notes.append((k, note)))
     got = rac(res.curve)
     assert got["replications"].max() >= 2 and res.timings["decide_steps"] <= 160
+    said = [note for k, note in notes if "replication" in note]  # one progress note per replication, no tick
+    assert len(said) == int(res.timings["decide_steps"]) // 40 == int((got["replications"] - 1).clip(0).sum())
+    assert all(k == 0 for k, note in notes if "replication" in note) and "max_dropped undecided" in said[0]
     for m in got.index[got["replications"] > 1]:  # each count replicated is one the answer depends on
         assert res.recommended is None or m in (res.recommended, res.recommended - 1) or not (
             got.loc[m, "dropped_frac_lo"] <= target < got.loc[m, "dropped_frac_hi"])

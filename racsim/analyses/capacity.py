@@ -751,12 +751,13 @@ def replicate_count(cfg: RacsimConf, name: str, key: str, n: int, steps: int, wa
 
 
 def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict], res: Any,
-                 targets: Dict[str, Any], budget: decide.Budget) -> Optional[decide.Decision]:
+                 targets: Dict[str, Any], budget: decide.Budget, tell=None) -> Optional[decide.Decision]:
     """Count ``n``'s rare-event figures decided by independent replications (racsim.analyses.decide):
     None where its row (``capacity.corrector``'s) is not steady or leaves none undecided (a [0, 0]
     reading is undecided only under slow regimes: :func:`regime_scales`); else the
     replications' intervals replace the figures, their lo and hi in every row of ``n`` (``rows``,
-    in place), and ``replications`` says how many they rest on (the settled run ``res`` is the first)."""
+    in place), and ``replications`` says how many they rest on (the settled run ``res`` is the first).
+    ``tell(note)``: called before each replication."""
     row = chosen_row(rows, targets["corrector"])
     slow = bool(regime_scales(cfg, name))  # outages, bursts...: a run may miss their rare events
     keys = decide.open_targets(row, targets, zero=slow) if row["status"] == "ok" else []
@@ -764,8 +765,13 @@ def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict],
         return None
     steps, w = int(row["steps"]), int(row["warmup_steps"])
     first = replicate_figures(res.schedules["async"], with_count(cfg, key, n), name, w)
-    found = decide.sequential(first, lambda r: replicate_count(cfg, name, key, n, steps, w, r), keys, targets,
-                              float(cfg.capacity.confidence), lambda r: budget.affords(steps))
+    def replicate(r: int) -> decide.Replicate:
+        if tell is not None:
+            tell(f"replication {r + 1}, {', '.join(keys)} undecided")
+        return replicate_count(cfg, name, key, n, steps, w, r)
+
+    found = decide.sequential(first, replicate, keys, targets, float(cfg.capacity.confidence),
+                              lambda r: budget.affords(steps))
     for r in rows:
         for k, (v, lo, hi) in found.found.items():
             fig = decide.RARE_TARGETS[k]
@@ -1055,7 +1061,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         n = todo[0]
         evaluate(n)
         decisions[n] = decide_count(cfg, name, key, n, rows[n], runs[n], {**targets, "corrector": chosen},
-                                    budget) if n in runs else None
+                                    budget, tell(f"{n} {unit}")) if n in runs else None
     timings["decide_s"], timings["decide_steps"] = time.perf_counter() - t0, float(budget.used)
     timings["search_s"] = time.perf_counter() - started  # wall-clock: runs_s sums the processes' seconds
 
