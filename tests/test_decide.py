@@ -145,9 +145,9 @@ def test_a_capacity_search_replicates_an_undecided_count():
     res = small_search(f"capacity.max_dropped={target!r}", "capacity.decide_steps=160",  # 4 replications of 40
                        progress=lambda k, note: notes.append((k, note)))
     got = rac(res.curve)
-    assert got["replications"].max() >= 2 and res.timings["decide_steps"] <= 160
+    assert got["replications"].max() >= 2 and res.replicated_steps <= 160
     said = [note for k, note in notes if "replication" in note]  # one progress note per replication, no tick
-    assert len(said) == int(res.timings["decide_steps"]) // 40 == int((got["replications"] - 1).clip(0).sum())
+    assert len(said) == int(res.replicated_steps) // 40 == int((got["replications"] - 1).clip(0).sum())
     assert all(k == 0 for k, note in notes if "replication" in note) and "max_dropped undecided" in said[0]
     for m in got.index[got["replications"] > 1]:  # each count replicated is one the answer depends on
         assert res.recommended is None or m in (res.recommended, res.recommended - 1) or not (
@@ -163,4 +163,4 @@ def test_a_capacity_search_replicates_an_undecided_count():
 
 def test_budget_zero_leaves_the_first_readings():
     base = small_search("capacity.decide_steps=0")
-    assert base.timings["decide_steps"] == 0 and set(rac(base.curve)["replications"]) <= {0, 1}
+    assert base.replicated_steps == 0 and set(rac(base.curve)["replications"]) <= {0, 1}

@@ -82,7 +82,8 @@ class CapacityResult:
     top: Optional[int] = None  # the largest count the search may try (search_top)
     binding: List[str] = field(default_factory=list)  # what the count below the recommended one fails (binding)
     sensitivity: Optional[pd.DataFrame] = None  # the answer with each guessed input moved (racsim/analyses/sensitivity.py)
-    notes: List[str] = field(default_factory=list)  # what the search changed to run (steps_that_fit)
+    notes: List[str] = field(default_factory=list)  # what the search changed to run (steps_that_fit), counts undecided
+    replicated_steps: int = 0  # steps the replications deciding the answer simulated (capacity.decide_steps)
 
 
 def channel_of(cfg: RacsimConf) -> str:
@@ -1062,7 +1063,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         evaluate(n)
         decisions[n] = decide_count(cfg, name, key, n, rows[n], runs[n], {**targets, "corrector": chosen},
                                     budget, tell(f"{n} {unit}")) if n in runs else None
-    timings["decide_s"], timings["decide_steps"] = time.perf_counter() - t0, float(budget.used)
+    timings["decide_s"] = time.perf_counter() - t0
     timings["search_s"] = time.perf_counter() - started  # wall-clock: runs_s sums the processes' seconds
 
     curve = pd.DataFrame([r for n in sorted(rows) for r in rows[n]])
@@ -1086,6 +1087,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
                             max_load=float(cap.max_load), listed=counts, top=top,
                             searched=sorted(n for n in rows if n not in counts),
                             binding=binding(curve, chosen, recommended), notes=[lowered] if lowered else [])
+    result.replicated_steps = budget.used
     result.notes += [undecided_text(n, recommended, d, chosen_row(rows[n], chosen), targets)
                      for n, d in sorted(decisions.items()) if d is not None and not d.decided]
     if scaled is not None:
