@@ -12,7 +12,11 @@ the fewest units for which the chosen corrector meets the targets
 (``capacity.max_bias``, ``capacity.max_bias_vs_naive``, ``capacity.max_step_s``, and the
 channel's service targets ``capacity.max_dropped``, ``capacity.max_sojourn_p95_s``,
 ``capacity.max_sojourn_p99_s``, ``capacity.max_delay_p95_steps``), and names the target that
-binds: the one the next smaller count fails.
+binds: the one the next smaller count fails. The counts the answer depends on (the fewest that
+passes and the one below) are then decided with enough evidence: a rare-event figure whose
+interval straddles its target (or reads [0, 0] under slow regimes) is rebuilt on independent
+replications until it lies on one side, within a budget (racsim/analyses/decide.py,
+:func:`decide_count`).
 
 Why one run that loops, rather than a Hydra multirun: the answer is a
 comparison across counts (a curve, a minimum), which a single process can
