@@ -52,6 +52,13 @@ def test_open_targets_straddle_or_zero():
     assert D.open_targets(row(0.0, 0.0), {"max_dropped": 0.0}) == []  # and none seen cannot settle it
 
 
+def test_bias_targets_are_open_only_where_asked():
+    r = {**row(0.0, 0.005), "bias_vs_naive_lo": 0.01, "bias_vs_naive_hi": 0.3, "bias_exact_lo": 1.0, "bias_exact_hi": 2.0}
+    t = {"max_dropped": 0.01, "max_bias_vs_naive": 0.1, "max_bias": 3.0}
+    assert D.open_targets(r, t) == []  # no slow regime: the trials' intervals stand
+    assert D.open_targets(r, t, bias=True) == ["max_bias_vs_naive"]  # straddles; the bias is clear
+
+
 def test_far_from_the_target_stops_early():
     p = erlang_b(5, 2.0)  # 3.7% blocked against a 1% target
     first = toy(p, 1)(0)

@@ -745,42 +745,65 @@ def replicate_figures(sched, cfg: RacsimConf, name: str, warmup: int) -> decide.
             **{fig: float(row[fig]) for fig in decide.RARE_TARGETS.values() if fig != "dropped_frac"}}
 
 
-def replicate_count(cfg: RacsimConf, name: str, key: str, n: int, steps: int, warmup: int, r: int) -> decide.Replicate:
-    """Replication ``r`` (>= 1) of count ``n``: its asynchronous pipeline alone (no bias study), at the
-    settled run's ``steps`` and ``warmup``, drawn from the stream ``capacity_replication`` split by ``r``
+def judged_only(cfg: RacsimConf, chosen: str) -> RacsimConf:
+    """The spec with only the correctors a count's verdict reads: ``chosen`` and naive (the
+    reference of its bias ratio). Each corrector's figures come from the same schedule on their
+    own, so the verdict is unchanged, without the other correctors' bias or the blocking pipeline
+    that wait_for_slow alone needs (about a third of a count's time on the judge)."""
+    return replace_at(cfg, "corrector.names", [n for n in corrector_names(cfg) if n in ("naive", chosen)])
+
+
+def replicate_count(cfg: RacsimConf, name: str, key: str, n: int, steps: int, warmup: int, r: int,
+                    bias: bool = False) -> decide.Replicate:
+    """Replication ``r`` (>= 1) of count ``n``: its asynchronous pipeline alone, at the settled run's
+    ``steps`` and ``warmup``, drawn from the stream ``capacity_replication`` split by ``r``
     (racsim.seeds: independent of the settled run's ``pipeline`` stream, and the same for every count,
-    so that counts are compared on common random numbers replication by replication)."""
+    so that counts are compared on common random numbers replication by replication); with ``bias``,
+    the bias study on its schedule too, for ``capacity.corrector`` and naive (:func:`judged_only`)."""
     c = replace_at(with_count(cfg, key, n), "pipeline.steps", int(steps))
     draws = draw(c.pipeline, int(c.learner.trials), rng_for(c.seed, "capacity_replication", r))
-    return replicate_figures(simulate(c.pipeline, int(c.learner.trials), None, draws=draws), c, name, warmup)
+    sched = simulate(c.pipeline, int(c.learner.trials), None, draws=draws)
+    out = replicate_figures(sched, c, name, warmup)
+    if bias:
+        chosen = str(cfg.capacity.corrector)
+        study = replace_at(judged_only(c, chosen), "pipeline.warmup_steps", int(warmup))
+        res = run_bias_study(expand(study), known=Known(draws, sched)).results.set_index("corrector")
+        naive = float(res.loc["naive", "bias_exact"])
+        out.update(bias_exact=float(res.loc[chosen, "bias_exact"]),
+                   bias_vs_naive=float(res.loc[chosen, "bias_exact"]) / naive if naive > 0 else np.nan)
+    return out
 
 
 def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict], res: Any,
                  targets: Dict[str, Any], budget: decide.Budget, tell=None) -> Optional[decide.Decision]:
     """Count ``n``'s rare-event figures decided by independent replications (racsim.analyses.decide):
-    None where its row (``capacity.corrector``'s) is not steady or leaves none undecided (a [0, 0]
-    reading is undecided only under slow regimes: :func:`regime_scales`); else the
+    None where its row (``capacity.corrector``'s) is not steady, leaves none undecided (a [0, 0]
+    reading is undecided only under slow regimes: :func:`regime_scales`) or fails a target that is
+    not undecided (no replication can make it pass); else the
     replications' intervals replace the figures, their lo and hi in every row of ``n`` (``rows``,
     in place), and ``replications`` says how many they rest on (the settled run ``res`` is the first).
     ``tell(note)``: called before each replication."""
     row = chosen_row(rows, targets["corrector"])
     slow = bool(regime_scales(cfg, name))  # outages, bursts...: a run may miss their rare events
-    keys = decide.open_targets(row, targets, zero=slow) if row["status"] == "ok" else []
-    if not keys:
+    keys = decide.open_targets(row, targets, zero=slow, bias=slow) if row["status"] == "ok" else []
+    if not keys or set(failed(row, targets)) - set(keys):  # none open, or it fails another target for sure
         return None
     steps, w = int(row["steps"]), int(row["warmup_steps"])
-    first = replicate_figures(res.schedules["async"], with_count(cfg, key, n), name, w)
+    bias = bool(set(keys) & set(decide.BIAS_TARGETS))
+    first = {**replicate_figures(res.schedules["async"], with_count(cfg, key, n), name, w),
+             **{fig: float(row[fig]) for fig in decide.BIAS_TARGETS.values()}}
     def replicate(r: int) -> decide.Replicate:
         if tell is not None:
             tell(f"replication {r + 1}, {', '.join(keys)} undecided")
-        return replicate_count(cfg, name, key, n, steps, w, r)
+        return replicate_count(cfg, name, key, n, steps, w, r, bias)
 
     found = decide.sequential(first, replicate, keys, targets, float(cfg.capacity.confidence),
                               lambda r: budget.affords(steps))
-    for r in rows:
+    for r in rows:  # the channel's figures are every corrector's; the bias figures the chosen one's
         for k, (v, lo, hi) in found.found.items():
-            fig = decide.RARE_TARGETS[k]
-            r[fig], r[f"{fig}_lo"], r[f"{fig}_hi"] = v, lo, hi
+            fig = decide.FIGURES[k]
+            if k in decide.RARE_TARGETS or r is row:
+                r[fig], r[f"{fig}_lo"], r[f"{fig}_hi"] = v, lo, hi
         r["replications"] = len(found.reps)
     return found
 
@@ -799,11 +822,13 @@ def answer_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, A
 
 
 FIGURE_WORDS = {"dropped_frac": "dropped", "sojourn_p95_s": "sojourn p95", "sojourn_p99_s": "sojourn p99",
-                "delay_p95_steps": "delay p95"}
+                "delay_p95_steps": "delay p95", "bias_exact": "bias", "bias_vs_naive": "bias x naive's"}
 
 
 def figure_text(fig: str, v: float) -> str:
-    """A rare-event figure as the answer's lines write it: a share in %, seconds, steps."""
+    """A rare-event figure as the answer's lines write it: a share in %, seconds, steps, a bias."""
+    if fig.startswith("bias"):
+        return f"{v:.3g}"
     return f"{v:.2%}" if fig == "dropped_frac" else f"{v:.3g} {'s' if fig.endswith('_s') else 'steps'}"
 
 
@@ -813,7 +838,7 @@ def undecided_text(n: int, answer: Optional[int], d: decide.Decision, row: dict,
     N steps in R replications' (the larger, safe count is the one recommended)."""
     figs = []
     for k in d.open:
-        fig = decide.RARE_TARGETS[k]
+        fig = decide.FIGURES[k]
         figs.append(f"{FIGURE_WORDS[fig]} at {n} is {figure_text(fig, row[fig])} [{figure_text(fig, row[f'{fig}_lo'])}, "
                     f"{figure_text(fig, row[f'{fig}_hi'])}] against {figure_text(fig, targets[k])}")
     return (f"{n} or {answer if answer is not None else 'more'}: " + "; ".join(figs)

@@ -25,18 +25,25 @@ from scipy import special
 # Targets whose figure is driven by rare events, and the figure (a column of the capacity curve).
 RARE_TARGETS = {"max_dropped": "dropped_frac", "max_sojourn_p95_s": "sojourn_p95_s",
                 "max_sojourn_p99_s": "sojourn_p99_s", "max_delay_p95_steps": "delay_p95_steps"}
+# The chosen corrector's bias targets: under outages or bursts the same rare episodes (results lost
+# together) drive them, so they are decided the same way there; each replication then runs the
+# bias study on its schedule.
+BIAS_TARGETS = {"max_bias": "bias_exact", "max_bias_vs_naive": "bias_vs_naive"}
+FIGURES = {**RARE_TARGETS, **BIAS_TARGETS}
 MIN_REPLICATIONS = 2  # an interval on the replications' spread is read from two on
 
-# A replication's figures: ``dropped`` and ``sent`` (counts), and each quantile figure of RARE_TARGETS.
+# A replication's figures: ``dropped`` and ``sent`` (counts), each quantile figure of RARE_TARGETS, and
+# where a bias target is open, the chosen corrector's figures of BIAS_TARGETS.
 Replicate = Dict[str, float]
 
 
-def open_targets(row, targets: Dict[str, float], zero: bool = True) -> List[str]:
-    """The rare-event targets (:data:`RARE_TARGETS`) that are set above 0 and that ``row``'s interval
-    leaves undecided: its [lo, hi] straddles the target (lo <= target < hi) or, with ``zero`` (a
-    channel with a slow random regime, whose rare events a run may miss), reads [0, 0] exactly."""
+def open_targets(row, targets: Dict[str, float], zero: bool = True, bias: bool = False) -> List[str]:
+    """The rare-event targets (:data:`RARE_TARGETS`, and with ``bias`` :data:`BIAS_TARGETS`) that are
+    set above 0 and that ``row``'s interval leaves undecided: its [lo, hi] straddles the target
+    (lo <= target < hi) or, with ``zero`` (a channel with a slow random regime, whose rare events a
+    run may miss), reads [0, 0] exactly."""
     out = []
-    for key, fig in RARE_TARGETS.items():
+    for key, fig in (FIGURES if bias else RARE_TARGETS).items():
         t = targets.get(key)
         if t is None or t <= 0:  # a target of 0: any event seen fails it for sure, and none seen cannot settle it
             continue
@@ -52,11 +59,12 @@ def t_quantile(level: float, df: int) -> float:
 
 
 def mean_interval(values: np.ndarray, level: float) -> Tuple[float, float, float]:
-    """(mean, lo, hi): the Student-t interval on the mean of independent replications' estimates."""
+    """(mean, lo, hi): the Student-t interval on the mean of independent replications' estimates of a
+    figure that is never negative (a quantile of seconds or steps, a bias norm or ratio): lo >= 0."""
     v = np.asarray(values, dtype=np.float64)
     m = float(v.mean())
     half = t_quantile(level, v.size - 1) * float(v.std(ddof=1)) / np.sqrt(v.size)
-    return m, m - half, m + half
+    return m, max(0.0, m - half), m + half
 
 
 def ratio_interval(num: np.ndarray, den: np.ndarray, level: float) -> Tuple[float, float, float]:
@@ -83,7 +91,7 @@ def intervals(reps: List[Replicate], keys: List[str], level: float) -> Dict[str,
             out[key] = ratio_interval(np.array([r["dropped"] for r in reps]), np.array([r["sent"] for r in reps]),
                                       level)
         else:
-            out[key] = mean_interval(np.array([r[RARE_TARGETS[key]] for r in reps]), level)
+            out[key] = mean_interval(np.array([r[FIGURES[key]] for r in reps]), level)
     return out
 
 
