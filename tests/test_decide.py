@@ -171,3 +171,17 @@ def test_a_capacity_search_replicates_an_undecided_count():
 def test_budget_zero_leaves_the_first_readings():
     base = small_search("capacity.decide_steps=0")
     assert base.replicated_steps == 0 and set(rac(base.curve)["replications"]) <= {0, 1}
+
+
+def test_an_undecided_bias_ratio_is_replicated_with_the_bias_study():
+    first = rac(small_search("capacity.decide_steps=0", "capacity.max_dropped=null").curve)
+    n = next(n for n in (5, 6, 7) if n in first.index and first.loc[n, "bias_vs_naive_lo"] < first.loc[n, "bias_vs_naive_hi"])
+    target = float(first.loc[n, ["bias_vs_naive_lo", "bias_vs_naive_hi"]].mean())
+    res = small_search("capacity.max_dropped=null", f"capacity.max_bias_vs_naive={target!r}", "capacity.decide_steps=120")
+    curve = res.curve.set_index(["count", "corrector"])
+    done = [m for m in curve.index.levels[0] if curve.loc[(m, "rac"), "replications"] > 1]
+    assert done and res.replicated_steps <= 120
+    for m in done:  # the chosen corrector's bias ratio rebuilt on the replications; naive's row keeps its own
+        assert curve.loc[(m, "rac"), "bias_vs_naive"] != first.loc[m, "bias_vs_naive"]
+        assert curve.loc[(m, "naive"), "bias_vs_naive"] == pytest.approx(1.0)
+        assert curve.loc[(m, "naive"), "replications"] == curve.loc[(m, "rac"), "replications"]
