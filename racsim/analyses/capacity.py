@@ -779,9 +779,10 @@ def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict],
     """Count ``n``'s rare-event figures decided by independent replications (racsim.analyses.decide):
     None where its row (``capacity.corrector``'s) is not steady, leaves none undecided (a [0, 0]
     reading is undecided only under slow regimes: :func:`regime_scales`) or fails a target that is
-    not undecided (no replication can make it pass); else the
-    replications' intervals replace the figures, their lo and hi in every row of ``n`` (``rows``,
-    in place), and ``replications`` says how many they rest on (the settled run ``res`` is the first).
+    not undecided (no replication can make it pass); else the replications' intervals replace the
+    figures, their lo and hi (the channel's in every row of ``n``, ``rows``, in place; the bias
+    figures in the chosen corrector's), and ``replications`` says how many they rest on (the
+    settled run ``res`` is the first).
     ``tell(note)``: called before each replication."""
     row = chosen_row(rows, targets["corrector"])
     slow = bool(regime_scales(cfg, name))  # outages, bursts...: a run may miss their rare events
@@ -792,6 +793,7 @@ def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict],
     bias = bool(set(keys) & set(decide.BIAS_TARGETS))
     first = {**replicate_figures(res.schedules["async"], with_count(cfg, key, n), name, w),
              **{fig: float(row[fig]) for fig in decide.BIAS_TARGETS.values()}}
+
     def replicate(r: int) -> decide.Replicate:
         if tell is not None:
             tell(f"replication {r + 1}, {', '.join(keys)} undecided")
