@@ -177,6 +177,8 @@ def test_queue_channel_capacity(hydra_ctx):
     (["capacity.run_length=forever"], "capacity.run_length"),
     (["capacity.max_steps=10"], "capacity.max_steps"),  # below pipeline.steps
     (["capacity.regime_cycles=-1"], "capacity.regime_cycles"),
+    (["capacity.decide_steps=-1"], "capacity.decide_steps"),
+    (["capacity.decide_s=-1"], "capacity.decide_s"),
     (["capacity.workers=-1"], "capacity.workers"),
     (["capacity.max_count=8"], "capacity.max_count"),  # below the largest listed count (16)
     (["pipeline.channels.judge.rm.tp=2", "pipeline.channels.judge.rm.gpus=2"], "capacity.counts"),  # odd counts

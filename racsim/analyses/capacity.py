@@ -12,7 +12,11 @@ the fewest units for which the chosen corrector meets the targets
 (``capacity.max_bias``, ``capacity.max_bias_vs_naive``, ``capacity.max_step_s``, and the
 channel's service targets ``capacity.max_dropped``, ``capacity.max_sojourn_p95_s``,
 ``capacity.max_sojourn_p99_s``, ``capacity.max_delay_p95_steps``), and names the target that
-binds: the one the next smaller count fails.
+binds: the one the next smaller count fails. The counts the answer depends on (the fewest that
+passes and the one below) are then decided with enough evidence: a rare-event figure whose
+interval straddles its target (or reads [0, 0] under slow regimes) is rebuilt on independent
+replications until it lies on one side, within a budget (racsim/analyses/decide.py,
+:func:`decide_count`).
 
 Why one run that loops, rather than a Hydra multirun: the answer is a
 comparison across counts (a curve, a minimum), which a single process can
@@ -35,6 +39,7 @@ import pandas as pd
 
 from racsim.pipeline import steady
 from racsim.pipeline.background import background_work
+from racsim.analyses import decide
 from racsim.analyses.bias_study import Known, corrector_names, prefetch_trajectories, run_bias_study
 from racsim.analyses.grid import expand
 from racsim.config.schema import CAPACITY_TARGETS, RacsimConf, warmup_steps
@@ -52,7 +57,7 @@ from racsim.pipeline.faults import availability, fault_spec, read_schedule
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, INJECTED, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
-from racsim.pipeline.stats import busy_seconds, useful_share
+from racsim.pipeline.stats import busy_seconds, channel_stats, queue_workers, useful_share
 from racsim.seeds import rng_for
 
 
@@ -81,7 +86,8 @@ class CapacityResult:
     top: Optional[int] = None  # the largest count the search may try (search_top)
     binding: List[str] = field(default_factory=list)  # what the count below the recommended one fails (binding)
     sensitivity: Optional[pd.DataFrame] = None  # the answer with each guessed input moved (racsim/analyses/sensitivity.py)
-    notes: List[str] = field(default_factory=list)  # what the search changed to run (steps_that_fit)
+    notes: List[str] = field(default_factory=list)  # what the search changed to run (steps_that_fit), counts undecided
+    replicated_steps: int = 0  # steps the replications deciding the answer simulated (capacity.decide_steps)
 
 
 def channel_of(cfg: RacsimConf) -> str:
@@ -249,6 +255,13 @@ def regime_scales(cfg: RacsimConf, name: str) -> Dict[str, float]:
     * ``bursts`` (the degrade/recover chain): a normal and a degraded spell, 1/p_degrade +
       1/p_recover steps (the chain's correlation time 1/(p_degrade + p_recover) is at most a
       quarter of it).
+    * ``horizon`` (with outages or bursts, and a drop horizon ``max_delay``): :data:`HORIZONS` drop
+      horizons. A result is known dropped only max_delay steps after it is sent (until then it is
+      pending, out of the dropped share), and the backlog that drops it builds from the run's empty
+      start over several horizons: with a window of a few horizons the dropped share reads low
+      whatever the regime's own cycle (the bursty judge, 1/0.05 + 1/0.2 = 25 steps, max_delay 20:
+      0.0% dropped at 6 GPUs in 75 steps with a 25-step warm-up, 0.3-0.4% in 300, 0.6% in 1200
+      with a 100-step warm-up).
     * ``autoscale``: a scale-up and back down, (for_s + startup_s + idle_s) / s.
     * ``schedule`` (known outages, once): its span, up to the last outage's end, / s."""
     ch, step = cfg.pipeline.channels[name], nominal_step(cfg.pipeline)
@@ -264,10 +277,16 @@ def regime_scales(cfg: RacsimConf, name: str) -> Dict[str, float]:
         out["schedule"] = float(max(ends, default=0.0)) / step
     if ch.degraded_factor != 1 and ch.p_degrade > 0:
         out["bursts"] = 1.0 / ch.p_degrade + 1.0 / ch.p_recover
+    if {"faults", "bursts"} & set(out) and ch.max_delay is not None:  # the drop horizon under a random regime
+        out["horizon"] = float(HORIZONS * ch.max_delay)
     if ch.autoscale is not None:
         a = ch.autoscale
         out["autoscale"] = (a.for_s + a.startup_s + a.idle_s) / step
     return out
+
+
+# Drop horizons (max_delay steps) a cycle of a random regime holds at least (regime_scales' horizon).
+HORIZONS = 5
 
 
 def slowest_regime(cfg: RacsimConf, name: str) -> Tuple[str, int]:
@@ -296,7 +315,7 @@ def regime_warmup(cfg: RacsimConf, name: str) -> Optional[int]:
     read low (a test's queue under outages: 0.0327 against 0.0354 with one cycle cut, sd 0.0087
     against 0.0080 over 60 seeds; tests/test_capacity_regime.py)."""
     kinds = regime_scales(cfg, name)
-    if not kinds or not cfg.capacity.regime_cycles or set(kinds) - {"faults", "bursts"}:
+    if not kinds or not cfg.capacity.regime_cycles or set(kinds) - {"faults", "bursts", "horizon"}:
         return None
     return regime_cycle(cfg, name)
 
@@ -504,6 +523,7 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
             "sojourn_p95_s": float(ch["sojourn_p95_s"]),
             "sojourn_p99_s": float(ch["sojourn_p99_s"]),
             "utilisation": float(ch["utilisation"]),  # busy: server-seconds holding work
+            "replications": 1,  # independent runs the rare-event figures rest on (decide_count)
             **chan,
             # useful: the share of server-seconds whose work delivered results, from the run (<= busy);
             # available: the long-run share up the load assumes
@@ -527,7 +547,7 @@ def _rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> List[
 CURVE_COLUMNS = ("steps", "warmup_steps", "bias_exact", "bias_exact_lo", "bias_exact_hi", "bias_mc", "mc_se",
                  "bias_vs_naive", "bias_vs_naive_lo", "bias_vs_naive_hi", "step_s", "step_s_lo", "step_s_hi", "eta",
                  "delay_p50_steps", "delay_p95_steps", "dropped_frac", "pending_frac", "wait_p95_s", "sojourn_p95_s",
-                 "sojourn_p99_s", "utilisation", "useful", "available", "cost_per_1000_steps")
+                 "sojourn_p99_s", "utilisation", "replications", "useful", "available", "cost_per_1000_steps")
 
 
 def overloaded_rows(cfg: RacsimConf, name: str, n: int, load: dict) -> List[dict]:
@@ -537,7 +557,8 @@ def overloaded_rows(cfg: RacsimConf, name: str, n: int, load: dict) -> List[dict
     shared = {"load_background": load["load_background"]} if cfg.pipeline.channels[name].background else {}
     return [{"count": int(n), "corrector": c, "load": load["load"], "load_sampled": load["load_sampled"], **shared,
              "headroom": 1.0 - load["load"],
-             "stationary": False, "cost_per_hour": n * price, "status": status({"load": load["load"]}, cfg)}
+             "stationary": False, "replications": 0, "cost_per_hour": n * price,
+             "status": status({"load": load["load"]}, cfg)}
             for c in corrector_names(cfg)]
 
 
@@ -686,14 +707,19 @@ def targets_of(cfg: RacsimConf) -> Dict[str, Any]:
     return {k: getattr(cfg.capacity, k) for k in CAPACITY_TARGETS}
 
 
+def chosen_row(rows: List[dict], chosen: str) -> dict:
+    """A count's curve row of the ``chosen`` corrector (``capacity.corrector``)."""
+    return next(r for r in rows if r["corrector"] == chosen)
+
+
 def meets(rows: List[dict], chosen: str, targets: Dict[str, Any]) -> bool:
     """Does a count (its curve rows) meet the targets with the ``chosen`` corrector?"""
-    return feasible(next(r for r in rows if r["corrector"] == chosen), targets)
+    return feasible(chosen_row(rows, chosen), targets)
 
 
 def count_note(rows: List[dict], chosen: str, targets: Dict[str, Any]) -> str:
     """A count's progress note: its load, run length and what it fails (or that it meets the targets)."""
-    r = next(r for r in rows if r["corrector"] == chosen)
+    r = chosen_row(rows, chosen)
     fails, steps = fails_text(r, targets), f"{r['steps']} steps, " if "steps" in r else ""
     return f"load {r['load']:.3g}, {steps}" + (f"fails {fails}" if fails else "meets the targets")
 
@@ -707,6 +733,120 @@ def count_rows(cfg: RacsimConf, name: str, key: str, n: int, load: dict,
         return None, overloaded_rows(cfg, name, n, load)
     run = settle(with_count(cfg, key, n), name, tell)
     return run, _rows(cfg, name, n, run, load)
+
+
+def replicate_figures(sched, cfg: RacsimConf, name: str, warmup: int) -> decide.Replicate:
+    """One replication's rare-event figures of channel ``name`` (:data:`~racsim.analyses.decide.RARE_TARGETS`),
+    measured from step ``warmup`` as the channel table measures them (racsim.pipeline.stats.channel_stats):
+    results dropped and sent, delay p95 (steps), sojourn p95 and p99 (s)."""
+    chans = channel_stats(sched, queue_workers(cfg.pipeline.channels), warmup)
+    row = chans[chans.channel == name].iloc[0]
+    return {"dropped": float(row["dropped"]), "sent": float(row["emitted"]),
+            **{fig: float(row[fig]) for fig in decide.RARE_TARGETS.values() if fig != "dropped_frac"}}
+
+
+def judged_only(cfg: RacsimConf, chosen: str) -> RacsimConf:
+    """The spec with only the correctors a count's verdict reads: ``chosen`` and naive (the
+    reference of its bias ratio). Each corrector's figures come from the same schedule on their
+    own, so the verdict is unchanged, without the other correctors' bias or the blocking pipeline
+    that wait_for_slow alone needs (about a third of a count's time on the judge)."""
+    return replace_at(cfg, "corrector.names", [n for n in corrector_names(cfg) if n in ("naive", chosen)])
+
+
+def replicate_count(cfg: RacsimConf, name: str, key: str, n: int, steps: int, warmup: int, r: int,
+                    bias: bool = False) -> decide.Replicate:
+    """Replication ``r`` (>= 1) of count ``n``: its asynchronous pipeline alone, at the settled run's
+    ``steps`` and ``warmup``, drawn from the stream ``capacity_replication`` split by ``r``
+    (racsim.seeds: independent of the settled run's ``pipeline`` stream, and the same for every count,
+    so that counts are compared on common random numbers replication by replication); with ``bias``,
+    the bias study on its schedule too, for ``capacity.corrector`` and naive (:func:`judged_only`)."""
+    c = replace_at(with_count(cfg, key, n), "pipeline.steps", int(steps))
+    draws = draw(c.pipeline, int(c.learner.trials), rng_for(c.seed, "capacity_replication", r))
+    sched = simulate(c.pipeline, int(c.learner.trials), None, draws=draws)
+    out = replicate_figures(sched, c, name, warmup)
+    if bias:
+        chosen = str(cfg.capacity.corrector)
+        study = replace_at(judged_only(c, chosen), "pipeline.warmup_steps", int(warmup))
+        res = run_bias_study(expand(study), known=Known(draws, sched)).results.set_index("corrector")
+        naive = float(res.loc["naive", "bias_exact"])
+        out.update(bias_exact=float(res.loc[chosen, "bias_exact"]),
+                   bias_vs_naive=float(res.loc[chosen, "bias_exact"]) / naive if naive > 0 else np.nan)
+    return out
+
+
+def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict], res: Any,
+                 targets: Dict[str, Any], budget: decide.Budget, tell=None) -> Optional[decide.Decision]:
+    """Count ``n``'s rare-event figures decided by independent replications (racsim.analyses.decide):
+    None where its row (``capacity.corrector``'s) is not steady, leaves none undecided (a [0, 0]
+    reading is undecided only under slow regimes: :func:`regime_scales`) or fails a target that is
+    not undecided (no replication can make it pass); else the replications' intervals replace the
+    figures, their lo and hi (the channel's in every row of ``n``, ``rows``, in place; the bias
+    figures in the chosen corrector's), and ``replications`` says how many they rest on (the
+    settled run ``res`` is the first).
+    ``tell(note)``: called before each replication."""
+    row = chosen_row(rows, targets["corrector"])
+    slow = bool(regime_scales(cfg, name))  # outages, bursts...: a run may miss their rare events
+    keys = decide.open_targets(row, targets, zero=slow, bias=slow) if row["status"] == "ok" else []
+    if not keys or set(failed(row, targets)) - set(keys):  # none open, or it fails another target for sure
+        return None
+    steps, w = int(row["steps"]), int(row["warmup_steps"])
+    bias = bool(set(keys) & set(decide.BIAS_TARGETS))
+    first = {**replicate_figures(res.schedules["async"], with_count(cfg, key, n), name, w),
+             **{fig: float(row[fig]) for fig in decide.BIAS_TARGETS.values()}}
+
+    def replicate(r: int) -> decide.Replicate:
+        if tell is not None:
+            tell(f"replication {r + 1}, {', '.join(keys)} undecided")
+        return replicate_count(cfg, name, key, n, steps, w, r, bias)
+
+    found = decide.sequential(first, replicate, keys, targets, float(cfg.capacity.confidence),
+                              lambda r: budget.affords(steps))
+    for r in rows:  # the channel's figures are every corrector's; the bias figures the chosen one's
+        for k, (v, lo, hi) in found.found.items():
+            fig = decide.FIGURES[k]
+            if k in decide.RARE_TARGETS or r is row:
+                r[fig], r[f"{fig}_lo"], r[f"{fig}_hi"] = v, lo, hi
+        r["replications"] = len(found.reps)
+    return found
+
+
+def answer_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int, lowest: int,
+                  top: int) -> List[int]:
+    """The counts the answer depends on: the fewest meeting the targets above which every evaluated
+    count does, and the one a server below it (from ``lowest``); where the largest evaluated count
+    fails, it and the one a server above it (up to ``top``)."""
+    ok = {n: meets(rs, chosen, targets) for n, rs in rows.items()}
+    ns = sorted(ok)
+    if ok[ns[-1]]:
+        f = min(n for n in ns if n > max((n for n in ns if not ok[n]), default=lowest - 1))
+        return [f] + ([f - step] if f - step >= lowest else [])
+    return [ns[-1]] + ([ns[-1] + step] if ns[-1] + step <= top else [])
+
+
+FIGURE_WORDS = {"dropped_frac": "dropped", "sojourn_p95_s": "sojourn p95", "sojourn_p99_s": "sojourn p99",
+                "delay_p95_steps": "delay p95", "bias_exact": "bias", "bias_vs_naive": "bias x naive's"}
+
+
+def figure_text(fig: str, v: float) -> str:
+    """A rare-event figure as the answer's lines write it: a share in %, seconds, steps, a bias."""
+    if fig.startswith("bias"):
+        return f"{v:.3g}"
+    return f"{v:.2%}" if fig == "dropped_frac" else f"{v:.3g} {'s' if fig.endswith('_s') else 'steps'}"
+
+
+def undecided_text(n: int, answer: Optional[int], d: decide.Decision, row: dict, targets: Dict[str, Any]) -> str:
+    """The line of a count left undecided when the budget ended, from its ``row`` (its figures, on the
+    replications where there were any): '7 or 8: dropped at 7 is 0.4% [0.1%, 1.3%] against 1.00% after
+    N steps in R replications' (the larger, safe count is the one recommended)."""
+    figs = []
+    for k in d.open:
+        fig = decide.FIGURES[k]
+        figs.append(f"{FIGURE_WORDS[fig]} at {n} is {figure_text(fig, row[fig])} [{figure_text(fig, row[f'{fig}_lo'])}, "
+                    f"{figure_text(fig, row[f'{fig}_hi'])}] against {figure_text(fig, targets[k])}")
+    return (f"{n} or {answer if answer is not None else 'more'}: " + "; ".join(figs)
+            + f" after {int(row['steps']) * len(d.reps)} steps in {len(d.reps)} replication"
+            + ("s" if len(d.reps) > 1 else "") + " (capacity.decide_steps or capacity.decide_s ran out; the larger "
+            "count is recommended)")
 
 
 # Seconds a spawned process takes to start: importing racsim, numpy, scipy and pandas (1.2-1.3 s
@@ -943,6 +1083,18 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     if scaled is not None:
         for n in (a.min * units, a.max * units):
             evaluate(n)
+    t0 = time.perf_counter()
+    budget = decide.Budget(int(cap.decide_steps), float(cap.decide_s))
+    decisions: Dict[int, Optional[decide.Decision]] = {}
+    while True:  # the counts the answer depends on, decided with enough evidence (racsim.analyses.decide)
+        todo = [n for n in answer_counts(rows, chosen, targets, step, lowest, top) if n not in decisions]
+        if not todo:
+            break
+        n = todo[0]
+        evaluate(n)
+        decisions[n] = decide_count(cfg, name, key, n, rows[n], runs[n], {**targets, "corrector": chosen},
+                                    budget, tell(f"{n} {unit}")) if n in runs else None
+    timings["decide_s"] = time.perf_counter() - t0
     timings["search_s"] = time.perf_counter() - started  # wall-clock: runs_s sums the processes' seconds
 
     curve = pd.DataFrame([r for n in sorted(rows) for r in rows[n]])
@@ -966,6 +1118,9 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
                             max_load=float(cap.max_load), listed=counts, top=top,
                             searched=sorted(n for n in rows if n not in counts),
                             binding=binding(curve, chosen, recommended), notes=[lowered] if lowered else [])
+    result.replicated_steps = budget.used
+    result.notes += [undecided_text(n, recommended, d, chosen_row(rows[n], chosen), targets)
+                     for n, d in sorted(decisions.items()) if d is not None and not d.decided]
     if scaled is not None:
         t0 = time.perf_counter()
         if progress is not None:

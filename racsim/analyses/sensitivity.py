@@ -17,7 +17,7 @@ counts are simulated per variant, all near its answer. The counts above are not 
 one of them fails (not stationary within ``capacity.max_steps``, say), a plain run, which needs
 every count it evaluated above its answer to pass, may answer otherwise. Each count is evaluated exactly as the plain capacity run
 evaluates it (:func:`~racsim.analyses.capacity.count_rows`: the same seed, draws and settle; only
-the correctors its verdict reads, :func:`judged_only`), so
+the correctors its verdict reads, :func:`~racsim.analyses.capacity.judged_only`), so
 where meeting the targets is monotone in the count, as the bisect search also assumes, a
 variant's answer is the plain run's of the varied spec.
 """
@@ -31,9 +31,8 @@ from typing import Callable, List, Optional, Tuple
 
 import pandas as pd
 
-from racsim.analyses.bias_study import corrector_names
 from racsim.analyses.capacity import (CapacityResult, channel_loads, channel_of, count_key, count_note, count_rows,
-                                      fewest_from, fewest_valid, fixed_pool, meets, pool_size, run_capacity,
+                                      fewest_from, fewest_valid, fixed_pool, judged_only, meets, pool_size, run_capacity,
                                       steps_that_fit, targets_of, units_per_server)
 from racsim.config.schema import LatencyConf, RacsimConf
 from racsim.config.spec import replace_at
@@ -152,14 +151,6 @@ def variants(cfg: RacsimConf) -> List[Variant]:
             if value != base:
                 out.append(Variant(what, v, value, base))
     return out
-
-
-def judged_only(cfg: RacsimConf, chosen: str) -> RacsimConf:
-    """The spec with only the correctors a count's verdict reads: ``chosen`` and naive (the
-    reference of its bias ratio). Each corrector's figures come from the same schedule on their
-    own, so the verdict is unchanged, without the other correctors' bias or the blocking pipeline
-    that wait_for_slow alone needs (about a third of a count's time on the judge)."""
-    return replace_at(cfg, "corrector.names", [n for n in corrector_names(cfg) if n in ("naive", chosen)])
 
 
 def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen: str,

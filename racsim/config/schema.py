@@ -579,6 +579,15 @@ class CapacityConf:
     # shorter is not stationary. The stationarity check tests the trials' slopes and the channel's
     # intervals resample batches of at least two cycles (racsim/analyses/capacity.py regime_scales); 0: off.
     regime_cycles: int = 100
+    # Deciding with enough evidence (racsim/analyses/decide.py): where the fewest count that passes,
+    # or the one a server below it, reads a rare-event figure (dropped share, sojourn p95/p99, delay
+    # p95) whose interval straddles its target or reads [0, 0], that count is simulated again as
+    # independent replications (its asynchronous pipeline, the settled run's length and warm-up)
+    # until the interval on the replications lies on one side of the target, or these budgets end,
+    # together for the whole answer: simulated steps (one replication: the run's length) and seconds
+    # of wall-clock (the steps budget alone gives the same answer on any machine). 0: no replications.
+    decide_steps: int = 12000
+    decide_s: float = 60.0
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
     # Processes that simulate a grid search's counts side by side (each count's figures are the
     # same in any of them): 1 one at a time; N up to N; 0 (default) up to every usable core beside

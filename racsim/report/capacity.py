@@ -190,9 +190,16 @@ def recommendation_text(res: CapacityResult) -> str:
                f"({int(row.background_jobs)} requests), " if "load_background" in row else "")
             + f"busy {_ci(row, 'utilisation', pct)}, ${row.cost_per_hour:.2f} per training hour "
             f"(${row.cost_per_1000_steps:.2f} per 1000 steps). Steady state: warm-up {int(row.warmup_steps)} of "
-            f"{int(row.steps)} steps, stationary. " + binding_text(res)
+            f"{int(row.steps)} steps, stationary" + replications_text(row) + ". " + binding_text(res)
             + (f" Fewer {res.unit} have no steady state: {why}." if why else "")
             + searched_text(res) + notes_text(res))
+
+
+def replications_text(row) -> str:
+    """'; its rare-event figures on R independent replications' where the answer's count was
+    decided by replications (racsim.analyses.decide), else ''."""
+    r = row.get("replications", 1)
+    return f"; its rare-event figures on {int(r)} independent replications" if r == r and r > 1 else ""
 
 
 def notes_text(res: CapacityResult) -> str:

@@ -157,6 +157,7 @@ TIME_WORDS = {
     "load_s": "offered loads",
     "runs_s": "counts simulated (summed over processes)",
     "search_s": "search (wall-clock)",
+    "decide_s": "replications deciding the answer (wall-clock, within the search)",
     "sensitivity_s": "sensitivity table (wall-clock)",
 }
 

@@ -90,6 +90,11 @@ def _run_length(c: Any, steps: int) -> None:
     need(isinstance(c.regime_cycles, int) and not isinstance(c.regime_cycles, bool) and c.regime_cycles >= 0,
          "capacity.regime_cycles", c.regime_cycles, "an integer >= 0: cycles of the slowest regime the measured "
          "windows hold together (default 100; 0: runs and intervals that ignore slow regimes)")
+    need(isinstance(c.decide_steps, int) and not isinstance(c.decide_steps, bool) and c.decide_steps >= 0,
+         "capacity.decide_steps", c.decide_steps, "an integer >= 0: simulated steps the replications that decide an "
+         "answer may take together (default 12000; 0: no replications)")
+    need(finite(c.decide_s) and c.decide_s >= 0, "capacity.decide_s", c.decide_s,
+         "a number >= 0: seconds of wall-clock the replications that decide an answer may take (default 60)")
     need(c.run_length == "fixed" or c.max_steps >= steps, "capacity.max_steps", c.max_steps,
          f"at least pipeline.steps ({steps}): the auto run length starts there and doubles up to it")
 
