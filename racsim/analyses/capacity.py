@@ -1084,7 +1084,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         for n in (a.min * units, a.max * units):
             evaluate(n)
     t0 = time.perf_counter()
-    budget = decide.Budget(int(cap.decide_steps), float(cap.decide_s))
+    budget = decide.Budget(int(cap.decide_steps), math.inf if cap.decide_s is None else float(cap.decide_s))
     decisions: Dict[int, Optional[decide.Decision]] = {}
     while True:  # the counts the answer depends on, decided with enough evidence (racsim.analyses.decide)
         todo = [n for n in answer_counts(rows, chosen, targets, step, lowest, top) if n not in decisions]

@@ -585,9 +585,10 @@ class CapacityConf:
     # independent replications (its asynchronous pipeline, the settled run's length and warm-up)
     # until the interval on the replications lies on one side of the target, or these budgets end,
     # together for the whole answer: simulated steps (one replication: the run's length) and seconds
-    # of wall-clock (the steps budget alone gives the same answer on any machine). 0: no replications.
+    # of wall-clock, null by default: the steps budget alone gives the same answer on any machine (a
+    # seconds budget that binds makes the answer depend on the machine's speed). 0: no replications.
     decide_steps: int = 12000
-    decide_s: float = 60.0
+    decide_s: Optional[float] = None
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
     # Processes that simulate a grid search's counts side by side (each count's figures are the
     # same in any of them): 1 one at a time; N up to N; 0 (default) up to every usable core beside

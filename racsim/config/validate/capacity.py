@@ -93,8 +93,9 @@ def _run_length(c: Any, steps: int) -> None:
     need(isinstance(c.decide_steps, int) and not isinstance(c.decide_steps, bool) and c.decide_steps >= 0,
          "capacity.decide_steps", c.decide_steps, "an integer >= 0: simulated steps the replications that decide an "
          "answer may take together (default 12000; 0: no replications)")
-    need(finite(c.decide_s) and c.decide_s >= 0, "capacity.decide_s", c.decide_s,
-         "a number >= 0: seconds of wall-clock the replications that decide an answer may take (default 60)")
+    need(c.decide_s is None or (finite(c.decide_s) and c.decide_s >= 0), "capacity.decide_s", c.decide_s,
+         "null (default: only capacity.decide_steps bounds them, the same answer on any machine) or a number >= 0: "
+         "seconds of wall-clock the replications that decide an answer may take")
     need(c.run_length == "fixed" or c.max_steps >= steps, "capacity.max_steps", c.max_steps,
          f"at least pipeline.steps ({steps}): the auto run length starts there and doubles up to it")
 
