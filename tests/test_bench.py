@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import messages
 from racsim.tools.bench import main
 
 
@@ -87,5 +88,5 @@ def test_capacity_trials_refused_unless_an_integer_of_two_or_more(bad, capsys):
     with pytest.raises(SystemExit) as e:
         main(["--capacity", "--trials", str(bad)])
     assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = messages(capsys.readouterr().err)
     assert "--trials" in err[-1]

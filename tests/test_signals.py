@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from helpers import messages
+
 SLOW = ["learner.trials=20000", "learner.train.enabled=false", "output.progress=false", "output.plots=false"]
 
 
@@ -34,5 +36,5 @@ def test_ctrl_c_at_any_instant_is_one_line_and_130(tmp_path, delays):
     code, out, err = interrupted(tmp_path, delays)
     assert code == 130, (code, err[-2000:])
     assert "Traceback" not in out + err, err[-2000:]
-    lines = [ln for ln in err.splitlines() if ln.startswith("racsim: ")]
+    lines = [ln for ln in messages(err) if ln.startswith("racsim: ")]
     assert len(lines) == 1 and "interrupted" in lines[0], err

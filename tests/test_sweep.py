@@ -231,8 +231,8 @@ def test_every_launcher_gathers_the_same_bytes_and_names_the_same_failures(mixed
     ref = mixed[-1]
     assert job_tables(sweep) == job_tables(ref)
     assert (sweep / "results.parquet").read_bytes() == (ref / "results.parquet").read_bytes()
-    assert [ln for ln in err.splitlines() if "jobs failed" in ln] == \
-        [ln for ln in mixed[2].splitlines() if "jobs failed" in ln]
+    assert [ln for ln in messages(err) if "jobs failed" in ln] == \
+        [ln for ln in messages(mixed[2]) if "jobs failed" in ln]
     for name in ("results.csv", "config.yaml", "summary.md", ".hydra/config.yaml"):  # output.job_files=auto: full
         assert (sweep / "0" / name).is_file(), name
 
@@ -345,7 +345,7 @@ def test_a_killed_worker_loses_no_job(serial, tmp_path, launcher, request):
     sweep = only_sweep(tmp_path)
     complete = {int(d.name) for d in sweep.iterdir() if d.name.isdigit() and is_complete(d)}
     if code == 1:  # the jobs the kill took are named, and only those
-        line = [ln for ln in err.splitlines() if "jobs failed" in ln]
+        line = [ln for ln in messages(err) if "jobs failed" in ln]
         assert len(line) == 1, err[-3000:]
         named = {int(j) for j in re.findall(r"job (\d+) \(", line[0])}  # the first five
         lost = set(range(N_JOBS)) - complete
@@ -527,7 +527,7 @@ def test_ctrl_c_says_one_line_and_the_sweep_resumes_to_the_same_bytes(serial, tm
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert [ln for ln in err.splitlines() if "interrupt" in ln.lower()] == [
+    assert [ln for ln in messages(err) if "interrupt" in ln.lower()] == [
         "racsim: interrupted; rerun the same command with resume=true to finish a sweep"]
     sweep = only_sweep(tmp_path)
     assert 2 <= len(list(sweep.glob("*/done.json"))) < N_JOBS and not (sweep / "results.parquet").exists()
@@ -607,7 +607,7 @@ def test_ctrl_c_under_submitit_local_says_one_line_and_ends_its_jobs(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
-    assert [ln for ln in err.splitlines() if "interrupt" in ln.lower()] == [
+    assert [ln for ln in messages(err) if "interrupt" in ln.lower()] == [
         "racsim: interrupted; rerun the same command with resume=true to finish a sweep"]
     done = sorted((tmp_path / "sweep").glob("*/done.json"))
     time.sleep(2)
@@ -632,7 +632,7 @@ def test_sigterm_ends_a_sweep_as_ctrl_c_does_and_leaves_no_process(tmp_path, lau
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
-    assert [ln for ln in err.splitlines() if "interrupt" in ln.lower()] == [
+    assert [ln for ln in messages(err) if "interrupt" in ln.lower()] == [
         "racsim: interrupted; rerun the same command with resume=true to finish a sweep"]
     deadline = time.time() + 30  # the workers' group: gone once they have shut down
     while time.time() < deadline:
@@ -653,7 +653,7 @@ def test_a_sweep_that_runs_nothing_leaves_nothing(tmp_path, args, says):
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     proc = subprocess.run([sys.executable, "-m", "racsim", "-m", *SMALL, *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("racsim: error:")]
+    errors = [ln for ln in messages(proc.stderr) if ln.startswith("racsim: error:")]
     assert proc.returncode == 2 and len(errors) == 1 and says in errors[0], proc.stderr
     assert list(tmp_path.iterdir()) == [], "a folder was left behind"
     assert "sweep of" not in proc.stdout + proc.stderr  # no line names a folder that is not made

@@ -134,7 +134,7 @@ def test_a_batched_sweep_writes_the_bytes_of_jobs_run_alone(tmp_path):
         assert p.returncode == 1, p.stderr[-3000:]
         assert "Traceback" not in p.stderr
         assert "racsim: sweep: 1 of 6 jobs failed" in p.stderr
-        assert "job 3 (seed=1 corrector.names=[naive,rac_no_age,retrace_a]): injected failure" in p.stderr
+        assert "job 3 (seed=1 corrector.names=[naive,rac_no_age,retrace_a]): injected failure" in " ".join(p.stderr.split())
     # the batch holding the failing job ran one by one; the others were computed together
     for p in (proc_lean, proc):
         assert p.stdout.count("run one by one") + p.stderr.count("run one by one") == 1

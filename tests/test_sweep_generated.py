@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from helpers import messages
 from racsim.sweep.markers import is_complete
 
 pytestmark = pytest.mark.long  # a whole sweep per example, under joblib: the long stage (-m long)
@@ -59,7 +60,7 @@ def test_generated_sweeps_under_joblib(tmp_path_factory, case):
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, (proc.stdout + proc.stderr)[-3000:]
     sweeps = list((cwd / "outputs").glob("*/multirun_*")) if (cwd / "outputs").is_dir() else []
     if proc.returncode == 2:
-        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("racsim: error:")]
+        errors = [ln for ln in messages(proc.stderr) if ln.startswith("racsim: error:")]
         assert len(errors) == 1, proc.stderr
         assert not sweeps and not list(cwd.rglob("done.json")), sweeps
         return
@@ -68,7 +69,7 @@ def test_generated_sweeps_under_joblib(tmp_path_factory, case):
     n = len(jobs)
     assert jobs == list(range(n)) and n in (2, 4), jobs
     complete = [j for j in jobs if is_complete(sweeps[0] / str(j))]
-    failed = [ln for ln in proc.stderr.splitlines() if "jobs failed" in ln]
+    failed = [ln for ln in messages(proc.stderr) if "jobs failed" in ln]
     if proc.returncode == 0:
         assert complete == jobs and not failed
     else:

@@ -26,7 +26,7 @@ from racsim.report.lm import value_label
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (racsim/app/docs.py)
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
-RESULTS_IN = re.compile(r"^racsim: results in (\S+)$", re.M)
+RESULTS_IN = re.compile(r"^racsim: results in\s+(\S+)$", re.M)  # the path on a line of its own when long (errors.wrapped)
 # Wall-clock figures in a block: the only part of a fresh block that may differ run to run.
 TIMING = re.compile(r"\b\d[\d.,e+]*(?= s\b| (?:requests|trajectories|trials|cells)/s\b)")
 
