@@ -1,6 +1,7 @@
 """Writing files safely, their digests, formatting numbers, the machine a job runs on (its
 usable cores, one BLAS thread), numbers that several runs compute alike computed once (and shared
-by a pool's processes): leaf helpers with no racsim imports.
+by a pool's processes, the one place a pool's failures become a user's line): leaf helpers that
+import nothing of racsim but its errors.
 
 Every file is written to a temporary name in the same folder and renamed into
 place, so an interrupted run never leaves a half-written result behind.

@@ -122,20 +122,21 @@ def recall_logged(kind: str, key: str, log_dir: str, seconds: float = 0.0, wait:
 
 
 def spread(cases, key=lambda case: case[1], value=lambda case: case[0][-1].split("=", 1)[-1], ids=None):
-    """A parametrized grid thinned for the README's test command: the first case of every key and of
-    every value run there, the others (the same key with a value already tried elsewhere) are marked
-    ``long``, so that each branch a key or a value reaches is still run fast and the whole grid in the
-    long stage. ``ids``: a case's test id (default: its arguments joined)."""
+    """A parametrized grid thinned for the README's test command: a few cases that between them reach every
+    key and every value (a greedy cover: each pick the case naming the most not yet reached) run there, the
+    others are marked ``long``, so that each branch a key or a value reaches still runs fast and the whole
+    grid in the long stage. ``ids``: a case's test id (default: its arguments joined)."""
     import pytest
 
-    keys, values, out = set(), set(), []
-    for case in cases:
-        k, v = key(case), value(case)
-        marks = () if k not in keys or v not in values else (pytest.mark.long,)
-        keys.add(k)
-        values.add(v)
-        out.append(pytest.param(*case, marks=marks, id=ids(case) if ids else " ".join(case[0])))
-    return out
+    need = {("k", key(c)) for c in cases} | {("v", value(c)) for c in cases}
+    reach = [{("k", key(c)), ("v", value(c))} for c in cases]
+    fast = set()
+    while need:
+        best = max(range(len(cases)), key=lambda i: (len(reach[i] & need), -i))
+        fast.add(best)
+        need -= reach[best]
+    return [pytest.param(*c, marks=() if i in fast else (pytest.mark.long,), id=ids(c) if ids else " ".join(c[0]))
+            for i, c in enumerate(cases)]
 
 
 def messages(text: str) -> list:
@@ -150,3 +151,20 @@ def messages(text: str) -> list:
         else:
             out.append(line)
     return out
+
+
+class Lazy:
+    """A module imported at its first use, not when a test file is collected (every xdist worker collects
+    every file: torch alone costs seconds each); where it is missing, the test using it is skipped."""
+
+    def __init__(self, name: str):
+        self._name, self._module = name, None
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("_") or attr == "pytestmark":  # pytest looking at what the file holds: not an import
+            raise AttributeError(attr)
+        if self._module is None:
+            import pytest
+
+            self._module = pytest.importorskip(self._name)
+        return getattr(self._module, attr)

@@ -11,10 +11,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
+from helpers import Lazy
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-torch = pytest.importorskip("torch")
+torch = Lazy("torch")  # imported by the first test that runs, not at collection
+LM = Lazy("racsim.learner.lm")
 
 from racsim.config.schema import CORRECTORS
 from racsim.analyses.lm_study import checkpoint_steps, value_at_clock  # noqa: E402
@@ -24,7 +27,6 @@ from racsim.errors import ConfigError  # noqa: E402
 from racsim.learner.bandit import BanditPolicy, expected_grpo_gradient, log_softmax  # noqa: E402
 from racsim.learner.correctors import CorrectorParams  # noqa: E402
 from racsim.learner.grpo import group_relative, make_task, missing_fraction, task_rewards, train_lane  # noqa: E402
-from racsim.learner.lm import TransformerPolicy  # noqa: E402
 from racsim.pipeline.schedule import DROPPED, INJECTED  # noqa: E402
 
 V, L, LP = 4, 2, 2  # vocab, response and prompt length: 16 responses per prompt
@@ -42,7 +44,7 @@ def tiny_task(rho=-0.5, n_prompts=3):
 
 
 def policy(task, seed=0, reference=False, **kw):
-    return TransformerPolicy(task.prompts, V, L, tiny_conf(**kw), seed, reference=reference)
+    return LM.TransformerPolicy(task.prompts, V, L, tiny_conf(**kw), seed, reference=reference)
 
 
 def schedule(N, P, K, delay, status=None):
@@ -357,6 +359,7 @@ def test_local_checkpoint_loads_the_same_model(tmp_path, backbone):
 @example(value="lean")  # allowed for output.job_files (refused as learner.lm.lr's type)
 @example(value=0.5)  # allowed for learner.lm.lr ("0.5" for output.job_files: refused)
 @given(value=st.one_of(st.text(min_size=1, max_size=12), st.integers(-10**20, 10**20), st.floats(allow_nan=True)))
+@pytest.mark.long
 def test_generated_values_for_job_files_and_lm_lr_on_a_tabular_run(value):
     """Generated values for output.job_files and learner.lm.lr (a tabular run): validated when
     allowed, else a ConfigError naming the key, never another exception."""

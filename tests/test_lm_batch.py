@@ -26,11 +26,13 @@ A token flips only if a uniform falls within ~1e-7 of a CDF boundary: not on the
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from helpers import Lazy
+
+torch = Lazy("torch")  # imported by the first test that runs, not at collection
+LM = Lazy("racsim.learner.lm")
 
 from racsim.learner.correctors import CorrectorParams  # noqa: E402
 from racsim.learner.grpo import make_task, train_lane, train_lanes  # noqa: E402
-from racsim.learner.lm import BatchedTransformerPolicy, TransformerPolicy  # noqa: E402
 from racsim.pipeline.schedule import DROPPED, INJECTED  # noqa: E402
 
 from test_lm import tiny_conf  # noqa: E402
@@ -61,13 +63,13 @@ def run_both(S, name, optimizer, kl, backbone="gpt2", checkpoints=(1, 3)):
     conf = tiny_conf(optimizer=optimizer, lr=0.05, backbone=backbone)
     prm = CorrectorParams(tau_age=3.0, rho_bar=1.2)
     scheds = [lane_schedule(s, name) for s in range(S)]
-    batch = BatchedTransformerPolicy(task.prompts, V, L, conf, [7 + s for s in range(S)], reference=kl > 0)
+    batch = LM.BatchedTransformerPolicy(task.prompts, V, L, conf, [7 + s for s in range(S)], reference=kl > 0)
     got = train_lanes(batch, task, *zip(*scheds), name, prm, SHARES, G, kl,
                       [np.random.default_rng(s) for s in range(S)], [np.random.default_rng(50 + s) for s in range(S)],
                       checkpoints, 2)
     singles, want = [], []
     for s in range(S):
-        pol = TransformerPolicy(task.prompts, V, L, conf, 7 + s, reference=kl > 0)
+        pol = LM.TransformerPolicy(task.prompts, V, L, conf, 7 + s, reference=kl > 0)
         want.append(train_lane(pol, task, *scheds[s], name, prm, SHARES, G, kl, np.random.default_rng(s),
                                np.random.default_rng(50 + s), checkpoints, 2))
         singles.append(pol)
@@ -95,7 +97,7 @@ def assert_same_lane(a, b, optimizer):
             assert abs(ga["cosine"] - gb["cosine"]) <= rtol
 
 
-def key_bias_mask(model) -> torch.Tensor:
+def key_bias_mask(model) -> "torch.Tensor":
     """True on the flat parameters that are a GPT-2 key bias (c_attn.bias's middle third)."""
     parts = []
     for name, p in model.named_parameters():
@@ -139,7 +141,7 @@ def test_batched_seeds_equal_one_seed_at_a_time(S, name, optimizer, kl):
         after = batch.lane_parameters(s)
         assert_same_parameters(after, singles[s].model, optimizer)
         assert_same_policy(batch, s, singles[s], optimizer)
-        assert not torch.allclose(after, params_of(TransformerPolicy(  # it trained
+        assert not torch.allclose(after, params_of(LM.TransformerPolicy(  # it trained
             batch.prompts, V, L, tiny_conf(), 7 + s).model), atol=1e-4)
         widths.add(got[s].ratio.size)
     if S == 3 and name != "naive":
@@ -158,8 +160,8 @@ def test_initial_weights_sampling_and_logprobs_are_each_seeds_own():
     task = make_task(3, LP, L, V, -0.5, seed=11)
     conf = tiny_conf()
     seeds = [3, 4, 9]
-    batch = BatchedTransformerPolicy(task.prompts, V, L, conf, seeds)
-    singles = [TransformerPolicy(task.prompts, V, L, conf, s) for s in seeds]
+    batch = LM.BatchedTransformerPolicy(task.prompts, V, L, conf, seeds)
+    singles = [LM.TransformerPolicy(task.prompts, V, L, conf, s) for s in seeds]
     for s, pol in enumerate(singles):
         assert torch.equal(batch.lane_parameters(s), params_of(pol.model))  # build_model(seed) exactly
     pidx = np.random.default_rng(0).integers(0, task.n_prompts, (3, 40))
@@ -185,8 +187,8 @@ def test_padding_rows_change_nothing(optimizer):
     pad_x = np.concatenate([x, np.zeros((2, 5), np.int64)], axis=1)
     pad_y = np.concatenate([y, rng.integers(0, V, (2, 5, L))], axis=1)
     pad_c = np.concatenate([coef, np.zeros((2, 5))], axis=1)
-    a = BatchedTransformerPolicy(task.prompts, V, L, conf, [0, 1])
-    b = BatchedTransformerPolicy(task.prompts, V, L, conf, [0, 1])
+    a = LM.BatchedTransformerPolicy(task.prompts, V, L, conf, [0, 1])
+    b = LM.BatchedTransformerPolicy(task.prompts, V, L, conf, [0, 1])
     assert np.array_equal(a.gradient(pad_x[:, 8:], pad_y[:, 8:], pad_c[:, 8:], 8.0), np.zeros((2, a.n_params)))
     np.testing.assert_allclose(a.gradient(pad_x, pad_y, pad_c, 8.0), b.gradient(x, y, coef, 8.0),
                                rtol=1e-6, atol=1e-9)
@@ -225,7 +227,7 @@ def test_study_trains_each_correctors_seeds_as_one_batch_with_each_seeds_own_run
     grad_stream = seed_sequence(cfg.seed, "lm_gradient").spawn(3)
     for name in ("naive", "rac", "wait_for_slow"):
         for lane, (d, s, land) in enumerate(lane_slices(schedule_for(name, out["schedules"]), name)):
-            pol = TransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm, lm.init_seed + lane, reference=True)
+            pol = LM.TransformerPolicy(task.prompts, lm.vocab, lm.response_len, lm, lm.init_seed + lane, reference=True)
             want = train_lane(pol, task, d, s, land, name, corrector_params(cfg), shares, lm.group_size, lm.kl_coef,
                               np.random.default_rng(stream[lane]), np.random.default_rng(grad_stream[lane]),
                               checkpoint_steps(p.steps, lm.checkpoints), lm.sync_batch)
@@ -238,8 +240,8 @@ def test_one_optimizer_over_stacked_leaves_steps_each_seed_as_its_own(optimizer)
     the stacked (S, ...) leaves moves seed s's slice exactly as seed s's own optimizer."""
     task = make_task(3, LP, L, V, -0.5, seed=11)
     conf = tiny_conf(optimizer=optimizer, lr=0.05)
-    batch = BatchedTransformerPolicy(task.prompts, V, L, conf, [0, 1])
-    singles = [TransformerPolicy(task.prompts, V, L, conf, s) for s in (0, 1)]
+    batch = LM.BatchedTransformerPolicy(task.prompts, V, L, conf, [0, 1])
+    singles = [LM.TransformerPolicy(task.prompts, V, L, conf, s) for s in (0, 1)]
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):
         for leaf, *ps in zip(batch.leaves, *(pol.params for pol in singles)):

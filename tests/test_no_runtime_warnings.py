@@ -26,7 +26,8 @@ RUNS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.long) if n.startswith("capacity") else n
+                                  for n in sorted(RUNS)])  # the capacity runs take seconds: the long stage
 def test_an_accepted_run_raises_no_runtime_warning(tmp_path, name):
     scenario, overrides = RUNS[name]
     with warnings.catch_warnings():
