@@ -187,9 +187,10 @@ def test_intervals_cover_the_long_run_under_slow_regimes(kind):
 
 # 4's row alone: no search above (capacity.max_count) nor below (3 workers overloaded under capacity.max_load 0.9,
 # so not simulated; 4's row the same as with 3 run beside it): test_the_bias_run_simulates_four_workers_alone
+# one run's interval is what the coverage test measures: no replications (capacity.decide_steps=0) rebuild it
 BIAS_RUN = ("capacity.enabled=true", "capacity.counts=[4]", "capacity.benchmark=false",
             "capacity.sensitivity.enabled=false", "capacity.max_load=0.9", "corrector.names=[rac,naive]",
-            "capacity.max_count=4")
+            "capacity.max_count=4", "capacity.decide_steps=0")
 
 
 def rac_bias(kind: str, seed: int, *more: str) -> dict:
