@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 CONFTEST = (Path(__file__).with_name("conftest.py")).read_text()
 
 TESTS = """
@@ -56,3 +58,16 @@ def test_a_slow_fast_tier_test_fails_naming_itself_and_the_way_out(pytester, mon
 def test_the_limit_can_be_raised_or_turned_off(pytester, monkeypatch):
     run(pytester, monkeypatch, "30").assert_outcomes(passed=4, failed=1)
     run(pytester, monkeypatch, "0").assert_outcomes(passed=4, failed=1)
+
+
+def test_the_readme_says_how_many_tests_its_command_runs(request):
+    """README.md's "about N tests" is within a tenth of what its command collects (checked when the
+    whole suite runs, as that command runs it; a run of some files collects fewer)."""
+    import re
+
+    c = request.config
+    if c.args not in ([], ["tests"]) or c.getoption("markexpr") != "not long" or c.getoption("keyword"):
+        pytest.skip("the README's count is of its whole command's tests")
+    text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    said = int(re.search(r"runs about ([\d,]+) tests", text).group(1).replace(",", ""))
+    assert abs(request.session.testscollected - said) <= said / 10, (request.session.testscollected, said)
