@@ -427,8 +427,14 @@ def guard_yaml() -> None:
     ou.get_yaml_loader = get_yaml_loader
 
 
+_SAID: list = []  # the interrupt's line, once written (a second Ctrl-C then ends the command quietly)
+
+
 def _again(signum, frame) -> None:
-    """A second Ctrl-C while the first is answered (its line, the run's files taken away): end now, quietly."""
+    """A second Ctrl-C while the first is answered (its line, the run's files taken away): end now,
+    with a line of its own if the first one's was not written yet."""
+    if not _SAID:
+        os.write(2, b"racsim: interrupted again: stopped at once (what the run wrote may remain)\n")
     os._exit(130)
 
 
@@ -469,6 +475,7 @@ def main(started: Optional[float] = None) -> None:
     except KeyboardInterrupt as ex:  # Ctrl-C (or SIGTERM during a single run: racsim.sweep.Stopped)
         answering = _answering()  # a second Ctrl-C while this one is answered: no traceback
         say(f"racsim: {_interrupted()}", sys.stderr)  # first: a second Ctrl-C during the clean-up ends it quietly
+        _SAID.append(True)
         end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
         sys.exit(143 if stopped_by_sigterm(ex) else 130)
     except (HydraException, OmegaConfBaseException, ConfigError) as ex:

@@ -619,8 +619,14 @@ def _stop(signum: int, frame: Any) -> None:
     raise Stopped()
 
 
+REPEAT_S = 1.0  # Ctrl-C pressed again within this many seconds is the same interrupt (a swallowed one is raised again after)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
-    _SINGLE["sigint"] = True  # kept: Python swallows an exception raised inside a weakref callback or a __del__
+    now = time.monotonic()
+    if now - _SINGLE.get("sigint", -REPEAT_S) < REPEAT_S:  # the first is being answered: not a second inside its clean-up
+        return
+    _SINGLE["sigint"] = now  # kept: Python swallows an exception raised inside a weakref callback or a __del__
     raise KeyboardInterrupt()
 
 
