@@ -6,6 +6,7 @@ import numpy as np
 
 from racsim.config.defaults import catalog
 from racsim.config.schema import GpuConf, LatencyConf, RMModelConf
+from racsim.progress import Progress
 
 GPU_CATALOG, RM_CATALOG = catalog("gpu"), catalog("model")  # conf/rm/*/*.yaml
 
@@ -168,3 +169,36 @@ class Lazy:
 
             self._module = pytest.importorskip(self._name)
         return getattr(self._module, attr)
+
+
+class Recorder(Progress):
+    """A progress that shows nothing and keeps what the work told it, in order: ``calls`` holds
+    (method, phase, its done, its total, note) after each call (racsim.progress)."""
+
+    def __init__(self):
+        super().__init__(mode="off", ticking=False)
+        self.calls = []
+
+    def _keep(self, method, note=""):
+        p = self.phase
+        self.calls.append((method, p and p.name, p and p.done, p and p.total, note or ""))
+
+    def start(self, name, total, unit="step", *, upto=False, note=""):
+        super().start(name, total, unit, upto=upto, note=note)
+        self._keep("start", note)
+
+    def update(self, done, note=None, line=False, left_s=None):
+        super().update(done, note, line, left_s)
+        self._keep("update", note)
+
+    def grow(self, more, why, upto=None):
+        super().grow(more, why, upto)
+        self._keep("grow", why)
+
+    def note(self, text, line=False):
+        super().note(text, line)
+        self._keep("note", text)
+
+    def notes(self, method=None):
+        """The notes told, by ``method`` (``update``: with units done; ``note``: what runs) or all."""
+        return [c[4] for c in self.calls if c[4] and (method is None or c[0] == method)]

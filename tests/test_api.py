@@ -52,19 +52,24 @@ def test_import_racsim_loads_no_simulator(touch, api_loaded):
     assert p.stdout.split() == [str(api_loaded), "[]"], p.stdout  # the simulator loads when racsim.run runs
 
 
-def test_run_returns_the_clis_tables_and_writes_nothing(tmp_path, empty_cwd):
+def test_run_returns_the_clis_tables_and_writes_nothing(tmp_path, empty_cwd, capsys):
     ok(racsim_cli(tmp_path, *QUIET, "seed=3", *run_dir_args(tmp_path / "cli")))
     t = racsim.run(overrides=[*QUIET, "seed=3"])
+    assert capsys.readouterr().err == ""  # output.progress=false: no progress
     assert isinstance(t, racsim.Tables) and t.curve is None and t.recommended is None and t.files == []
     for name, got in (("results", t.results), ("channels", t.channels)):
         pd.testing.assert_frame_equal(got, pd.read_parquet(tmp_path / "cli" / f"{name}.parquet"), check_exact=True)
     assert t.config.seed == 3 and t.config.name == "default" and (t.results.seed == 3).all()
 
 
-def test_a_capacity_plan_returns_its_curve(tmp_path, empty_cwd):
+def test_a_capacity_plan_returns_its_curve(tmp_path, empty_cwd, capsys):
+    """... and shows its progress on stderr by default, as the command does (issue 43: it said nothing)."""
     scenario, overrides = CAPACITY
     ok(racsim_cli(tmp_path, f"scenario={scenario}", *overrides, *run_dir_args(tmp_path / "cli")))
+    capsys.readouterr()
     t = racsim.run(scenario, overrides=overrides)
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("racsim: judge_rm_h100: capacity search (1/")]
+    assert len(said) >= len(t.curve["count"].unique()), said  # a line per count evaluated, at least
     pd.testing.assert_frame_equal(t.curve, pd.read_parquet(tmp_path / "cli" / "capacity.parquet"), check_exact=True)
     for name, got in (("results", t.results), ("channels", t.channels)):  # the run at the recommended count
         assert got.to_csv(index=False) == (tmp_path / "cli" / f"{name}.csv").read_text(), name
@@ -73,12 +78,14 @@ def test_a_capacity_plan_returns_its_curve(tmp_path, empty_cwd):
     assert t.recommended == t.raw.recommended and (t.recommended is None or t.recommended <= 8)
 
 
-def test_a_plan_whose_every_count_is_overloaded_returns_empty_run_tables(tmp_path, empty_cwd):
+def test_a_plan_whose_every_count_is_overloaded_returns_empty_run_tables(tmp_path, empty_cwd, capsys):
     """Every count up to twice the largest listed overloaded: nothing simulated, no answer; racsim.run
     returns the curve (the listed counts and 4, where the search above them stopped) and empty results
     and channels (it raised AttributeError), as the command writes capacity.csv alone."""
     scenario, overrides = CAPACITY
-    t = racsim.run(scenario, overrides=[*overrides, "capacity.counts=[1,2]", "capacity.sensitivity.enabled=false"])
+    t = racsim.run(scenario, overrides=[*overrides, "capacity.counts=[1,2]", "capacity.sensitivity.enabled=false"],
+                   progress=False)
+    assert capsys.readouterr().err == ""  # progress=False: none, whatever output.progress says
     assert t.recommended is None and t.raw.best is None and set(t.curve["status"].str[:10]) == {"overloaded"}
     assert t.results.empty and t.channels.empty and sorted(t.curve["count"].unique()) == [1, 2, 4]
     assert t.raw.top == 4 and t.raw.searched == [4]
@@ -115,6 +122,7 @@ def test_a_mistake_raises_config_error_naming_the_key(empty_cwd, scenario, overr
     ((None, [], ""), "out", "'.' for the current folder"),  # "" would write into the current folder unasked
     ((None, [], "FILE/sub"), "out", "is a file, so nothing can be made under it"),
     ((None, [], "FILE"), "out", "a folder, not a file"),
+    ((None, [], None, "yes"), "progress", "True (shown on stderr), False (not shown) or None"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, empty_cwd, monkeypatch, args, key, says):
     (tmp_path / "FILE").write_text("the user's")

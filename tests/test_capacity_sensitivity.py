@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_module
 
+from helpers import Recorder
 from racsim.analyses.capacity import run_capacity, steps_that_fit
 from racsim.analyses.capacity import fewest_from
 from racsim.analyses.sensitivity import run_capacity_sensitivity, scaled_law, variants, vary
@@ -221,19 +222,19 @@ def test_queue_service_sensitivity(hydra_ctx):
 @pytest.mark.long
 def test_variants_in_a_pool_give_the_same_table(hydra_ctx):
     """capacity.workers=2: the counts and the variants' searches in two spawned processes give the
-    same curve and table, to the last bit, as one process; a tick per variant counts its runs."""
+    same curve and table, to the last bit, as one process; a unit of progress per variant, of the four announced."""
     over = (*JUDGE, "capacity.counts=[4,6,8,12]", "capacity.max_steps=96", "pipeline.channels.judge.faults.mtbf_s=100",
             "pipeline.channels.judge.faults.mttr_s=50", "capacity.max_dropped=null",
             "capacity.sensitivity.inputs=[mfu,mttr_s]")
     one = run_capacity_sensitivity(spec(*over, "capacity.workers=1"))
-    ticks = []
-    two = run_capacity_sensitivity(spec(*over, "capacity.workers=2"), lambda k, note="": ticks.append((k, note)))
+    rec = Recorder()
+    two = run_capacity_sensitivity(spec(*over, "capacity.workers=2"), rec)
     pd.testing.assert_frame_equal(one.curve, two.curve, check_exact=True)
     pd.testing.assert_frame_equal(one.sensitivity, two.sensitivity, check_exact=True)
     t = two.sensitivity
-    variant = [(k, note) for k, note in ticks if note.startswith("sensitivity")]
-    assert len(variant) == (t.change != 0).sum() == 4
-    assert sum(k for k, _ in variant) == len(t[t.change != 0].simulated.str.split().explode().dropna())
+    variant = [c for c in rec.calls if c[1] == "sensitivity" and c[0] == "update"]
+    assert [done for _, _, done, _, _ in variant] == list(range(1, (t.change != 0).sum() + 1)) and len(variant) == 4
+    assert {total for _, _, _, total, _ in variant} == {4}  # the variants, announced before the first ran
 
 
 def test_shared_judge_sensitivity_to_the_other_tenants_rate(hydra_ctx):

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers import Recorder
 from racsim.analyses import capacity as C
 from racsim.analyses.capacity import TARGET_FIGURES, binding, failed, feasible, fewest, run_capacity
 from racsim.app.cli import error_line
@@ -135,22 +136,29 @@ SMALL = ["learner.trials=6", "learner.bootstrap=0", "pipeline.steps=12", "capaci
 
 
 def test_a_search_names_its_binding_target_and_ticks_once_per_count():
-    """A sojourn p99 target binds the small judge; the search reports one tick per count it evaluates
-    (the counts between the listed ones included) and a note per doubling of a run."""
-    ticks = []
+    """A sojourn p99 target binds the small judge; the search reports one unit per count it simulates
+    (the counts between the listed ones included: its total grows first), a line per overloaded count,
+    and a note per doubling of a run."""
+    rec = Recorder()
     res = run_capacity(scenario(compose_config("scenario=capacity/judge_rm_h100", *SMALL,
-                                               "capacity.max_sojourn_p99_s=6")),
-                       lambda k, note="": ticks.append((k, note)))
+                                               "capacity.max_sojourn_p99_s=6")), rec)
     rac = res.curve[res.curve.corrector == "rac"].set_index("count")
     assert rac.feasible.tolist() == [not f for f in rac.fails] and res.recommended == fewest(res.curve, "rac")
     below = rac.index[rac.index < res.recommended].max()
     assert res.binding == rac.fails[below].split(", ") and "max_sojourn_p99_s" in res.binding
     assert f"Binding: capacity.max_sojourn_p99_s = 6, which {below} GPUs" in recommendation_text(res)
     assert "sojourn p99 <= 6 s" in recommendation_text(res)
-    counted = [note.split(" GPUs")[0] for k, note in ticks if k == 1]
-    assert sorted(map(int, counted)) == sorted(rac.index) and sum(k for k, _ in ticks) == len(rac)
+    search = [c for c in rec.calls if c[1] == "capacity search"]
+    counted = [note.split(" GPUs")[0] for method, _, _, _, note in search if method == "update"]
+    simulated = rac[~rac.status.str.startswith("overloaded")].index
+    assert sorted(map(int, counted)) == sorted(simulated)  # a unit per count simulated, the unlisted ones included
+    assert [done for method, _, done, _, _ in search if method == "update"] == list(range(1, len(simulated) + 1))
+    assert all(done <= total for _, _, done, total, _ in search)  # the total grew before the unlisted counts ran
+    noted = [note.split(" GPUs")[0] for method, _, _, _, note in search if method == "note" and ": load " in note]
+    assert sorted(map(int, noted)) == sorted(set(rac.index) - set(simulated))  # the overloaded: a line, no unit
     for n, r in rac[rac.status == "ok"].iterrows():  # a note before each doubling: log2(steps / pipeline.steps)
-        doubled = [note for k, note in ticks if k == 0 and note.startswith(f"{n} GPUs: not stationary")]
+        doubled = [note for method, _, _, _, note in rec.calls
+                   if method == "note" and note.startswith(f"{n} GPUs: not stationary")]
         assert len(doubled) == round(math.log2(r.steps / 12)), (n, doubled)
 
 

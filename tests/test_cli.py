@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -308,37 +309,52 @@ def test_a_grid_cell_reads_as_a_law_not_a_dict_and_long_tables_are_cut():
     assert "{" not in text and len(format_table(rows).splitlines()) == 91  # summary.md: every row
 
 
+def said_lines(stderr: str, head: str) -> list:
+    """The progress lines of ``stderr`` of the phase ``head`` (``racsim: NAME: PHASE``), each from after its
+    place (``(1/3): ``), its wrapped rest joined back."""
+    joined = re.sub(r"\n {2,}", " ", stderr)  # racsim.errors.wrapped: the rest of a long line below, indented
+    return [ln[len(head):].split(": ", 1)[1] for ln in joined.splitlines() if ln.startswith(head)]
+
+
+# a running phase's line: done, total (or bound), unit, note (a phase's end, 'N of at most M needed', is not one)
+UNITS = re.compile(r"(\d+)(?:/| of at most )([\d,]+) ([\w -]+?)s? \(\d+%\).*?(?: - (.*))?$")
+
+
 @pytest.mark.long
 def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
-    """stderr is a pipe here: a capacity search says each count it evaluates on a line of its own (the
-    search adds the counts the list skips, and the total follows), and each doubling of a count's run
-    on one more; a GRPO run's header names it, and its seed-steps move."""
+    """stderr is a pipe here (racsim.progress): a capacity search says each count it evaluates on a line
+    of its own (a unit of its progress when simulated), its count of the total never past it (the search
+    grows the total first when it adds the counts the list skips), and each doubling of a count's run on
+    one more; its sensitivity phase counts the variants announced before the first; a GRPO run's phase
+    counts its seed-steps, each corrector noted."""
     p = ok(racsim(tmp_path, "scenario=capacity/judge_rm_h100", "learner.trials=4", "learner.bootstrap=0",
                   "pipeline.steps=12", "capacity.benchmark=false", "capacity.resamples=20", "capacity.counts=[4,8]",
                   *NOPLOTS, *run_dir_args(tmp_path / "cap")))
-    lines = [ln.split("racsim: capacity search (counts): ", 1)[1] for ln in p.stderr.splitlines()
-             if ln.startswith("racsim: capacity search (counts): ")]
-    sens = [ln for ln in lines if " - sensitivity, " in ln]  # the scenario's sensitivity table, after the search
-    lines = lines[:len(lines) - len(sens)]
-    counted = [ln for ln in lines if "not stationary" not in ln]
-    done = [int(ln.split("/")[0]) for ln in counted]
+    search = [m.groups() for m in map(UNITS.match, said_lines(p.stderr, "racsim: judge_rm_h100: capacity search")) if m]
+    assert all(int(done) <= int(total.replace(",", "")) and unit == "simulated count" for done, total, unit, _ in search)
+    counted = [(int(done), note) for done, _, _, note in search if note and " GPUs: load " in note and " steps, " in note]
     curve = pd.read_parquet(tmp_path / "cap" / "capacity.parquet").drop_duplicates("count")
-    evaluated = len(curve)
-    assert done == list(range(1, evaluated + 1)) and evaluated > 2
-    assert sorted(int(ln.split(" - ")[1].split(" ")[0]) for ln in counted) == sorted(curve["count"])
+    simulated = curve[~curve.status.str.startswith("overloaded")]
+    assert [done for done, _ in counted] == list(range(1, len(simulated) + 1)) and len(simulated) >= 2
+    assert sorted(int(note.split(" GPUs")[0]) for _, note in counted) == sorted(simulated["count"])
+    noted = [int(note.split(" GPUs")[0]) for *_, note in search if note and note.endswith("fails load")]
+    assert sorted(noted) == sorted(set(curve["count"]) - set(simulated["count"])) and noted  # overloaded: a line
     doublings = sum(round(math.log2(s / 12)) for s in curve.steps.dropna())
-    assert len(lines) - len(counted) == doublings > 0
-    simulated = pd.read_csv(tmp_path / "cap" / "sensitivity.csv").simulated.dropna().astype(str).str.split().explode()
-    sens_done = [int(ln.split("/")[0]) for ln in sens if "not stationary" not in ln]
-    assert sens_done == list(range(evaluated + 1, evaluated + 1 + len(simulated))) and len(simulated) >= 6
+    assert sum(1 for *_, note in search if note and "not stationary" in note) == doublings > 0
+    table = pd.read_csv(tmp_path / "cap" / "sensitivity.csv")
+    variants = int((table.change != 0).sum())
+    sens = [m.groups() for m in map(UNITS.match, said_lines(p.stderr, "racsim: judge_rm_h100: sensitivity")) if m]
+    done = [int(d) for d, total, unit, note in sens if note and re.match(r"\w+ [+-][\d.]+%: \d+ GPUs$", note)]
+    assert done == list(range(1, variants + 1)) and variants >= 6
+    assert {int(total) for _, total, _, _ in sens} == {variants}  # announced before the first variant ran
     p = ok(racsim(tmp_path, "learner=lm", "learner.lm.policy=bandit", "pipeline.steps=6", *NOPLOTS,
                   *run_dir_args(tmp_path / "lm")))
     assert p.stdout.startswith("racsim: default: GRPO (bandit), 4 seeds per corrector in ")
-    assert "bias benchmark" not in p.stderr  # no bar that would not move: GRPO's seed-steps, each corrector noted
-    grpo = [ln for ln in p.stderr.splitlines() if ln.startswith("racsim: GRPO (seed-steps): ")]
+    assert "bias benchmark" not in p.stderr  # no phase that would not move: GRPO's seed-steps, each corrector noted
     names = pd.read_csv(tmp_path / "lm" / "results.csv").corrector
-    assert [ln.split(" - ")[1] for ln in grpo if " - " in ln] == [f"{n}: seeds 0..3" for n in names]
-    assert grpo[-1] == f"racsim: GRPO (seed-steps): {6 * len(names) * 4}/{6 * len(names) * 4} seed-steps"
+    grpo = [m.groups() for m in map(UNITS.match, said_lines(p.stderr, "racsim: default: GRPO")) if m]
+    assert [note for *_, note in grpo if note and ": seeds " in note] == [f"{n}: seeds 0..3" for n in names]
+    assert {int(total) for _, total, _, _ in grpo} == {6 * len(names) * 4}
 
 
 @pytest.mark.parametrize("override,said", [

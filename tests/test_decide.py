@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers import Recorder
 from racsim.analyses import decide as D
 from racsim.analyses.capacity import run_capacity
 from racsim.config.defaults import compose_config
@@ -148,14 +149,16 @@ def test_a_capacity_search_replicates_an_undecided_count():
     assert set(first["replications"]) <= {0, 1}
     n = next(n for n in (5, 6) if first.loc[n, "dropped_frac_lo"] < first.loc[n, "dropped_frac_hi"])
     target = float(first.loc[n, ["dropped_frac_lo", "dropped_frac_hi"]].mean())  # straddled by construction
-    notes = []
+    rec = Recorder()
     res = small_search(f"capacity.max_dropped={target!r}", "capacity.decide_steps=160",  # 4 replications of 40
-                       progress=lambda k, note: notes.append((k, note)))
+                       progress=rec)
     got = rac(res.curve)
     assert got["replications"].max() >= 2 and res.replicated_steps <= 160
-    said = [note for k, note in notes if "replication" in note]  # one progress note per replication, no tick
+    said = [c for c in rec.calls if "replication" in c[4]]  # a line before each replication, its steps done so far
     assert len(said) == int(res.replicated_steps) // 40 == int((got["replications"] - 1).clip(0).sum())
-    assert all(k == 0 for k, note in notes if "replication" in note) and "max_dropped undecided" in said[0]
+    assert [done for _, _, done, _, _ in said] == [40 * i for i in range(len(said))]
+    assert {(phase, total) for _, phase, _, total, _ in said} == {("deciding replications", 160)}  # not a count's
+    assert "max_dropped undecided" in said[0][4] and rec.phase.done <= rec.phase.total
     for m in got.index[got["replications"] > 1]:  # each count replicated is one the answer depends on
         assert res.recommended is None or m in (res.recommended, res.recommended - 1) or not (
             got.loc[m, "dropped_frac_lo"] <= target < got.loc[m, "dropped_frac_hi"])

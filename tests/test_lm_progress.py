@@ -1,30 +1,20 @@
-"""learner=lm's progress (issue 26, point 4): the study tells the progress callback the seed-steps it
-will run, ticks once per GRPO step of each seed batch (k = the batch's seeds), notes each corrector's
-batch, adds what the seed rule asks for, and ends at its total; through a pipe, racsim.app.cli's _Lines
-prints a tenth at a time and each note."""
+"""learner=lm's progress (issue 26, point 4; issue 43, point 2): the study starts its phase with the
+seed-steps it will run, advances once per GRPO step of each seed batch (k = the batch's seeds), notes
+each corrector's batch, grows its total by what the seed rule asks for, and ends at its total."""
 
 import pytest
 
-from racsim.app.cli import _Lines
+from helpers import Recorder
 
 
-class Recorder:
-    """The calls ``progress(k, note="", more=0)`` receives, in order."""
-
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, k, note="", more=0):
-        self.calls.append((k, note, more))
-
-    def ticks(self):
-        return [k for k, note, more in self.calls if k]
-
-    def notes(self):
-        return [note for k, note, more in self.calls if note]
-
-    def total(self):
-        return sum(more for _, _, more in self.calls)
+def advances(rec):
+    """The units each advance added, in order."""
+    done, out = 0, []
+    for method, _, now, _, _ in rec.calls:
+        if method == "update":
+            out.append(now - done)
+            done = now
+    return out
 
 
 def test_transformer_run_ticks_once_per_step_of_each_corrector_batch_and_reaches_its_total():
@@ -39,10 +29,10 @@ def test_transformer_run_ticks_once_per_step_of_each_corrector_batch_and_reaches
                          "learner.lm.device=cpu", f"corrector.names=[{','.join(names)}]")
     rec = Recorder()
     res = run(cfg, rec)
-    assert rec.calls[0] == (0, "", steps * len(names) * seeds)  # the whole run's total, first
-    assert rec.ticks() == [seeds] * (steps * len(names))  # one tick per step of each corrector's one batch
-    assert sum(rec.ticks()) == rec.total()
-    assert rec.notes() == [f"{n}: seeds 0..{seeds - 1}" for n in names]
+    assert rec.calls[0][:4] == ("start", "GRPO", 0, steps * len(names) * seeds)  # the whole run's total, first
+    assert advances(rec) == [seeds] * (steps * len(names))  # one tick per step of each corrector's one batch
+    assert rec.phase.done == rec.phase.total
+    assert rec.notes("note") == [f"{n}: seeds 0..{seeds - 1}" for n in names]
     assert int(res.results.seeds.iloc[0]) == seeds
 
 
@@ -58,23 +48,8 @@ def test_power_study_adds_the_seeds_its_rule_asks_for_and_bandit_ticks_per_seed(
     rec = Recorder()
     res = run(cfg, rec)
     n, names = int(res.results.seeds.iloc[0]), list(res.results.corrector)
-    assert rec.calls[0] == (0, "", 8 * len(names) * 3)
-    assert set(rec.ticks()) == {1} and sum(rec.ticks()) == rec.total() == 8 * len(names) * n
-    grown = [note for k, note, more in rec.calls if more and note]
-    assert n > 3 and grown == [f"the seed rule asks for {n} seeds"]  # this pilot's rule asks for more
-    assert rec.notes()[-1] == f"{names[-1]}: seeds 3..{n - 1}"
-
-
-def test_lines_print_each_tenth_and_note_and_follow_a_growing_total(capsys):
-    bar = _Lines(0, "GRPO (seed-steps)", "seed-step")
-    bar.update(0, "", 20)
-    assert capsys.readouterr().err == ""  # the total alone says nothing
-    for _ in range(10):
-        bar.update(2)
-    shown = [int(ln.split(": ")[2].split("/")[0]) for ln in capsys.readouterr().err.splitlines()]
-    assert shown == list(range(2, 21, 2))  # every tenth of 20, once
-    bar.update(0, "rule", 20)
-    bar.update(2)
-    bar.update(2)  # 24/40: the next tenth of the grown total
-    out = capsys.readouterr().err.splitlines()
-    assert out == ["racsim: GRPO (seed-steps): 20/40 seed-steps - rule", "racsim: GRPO (seed-steps): 24/40 seed-steps"]
+    assert rec.calls[0][:4] == ("start", "GRPO", 0, 8 * len(names) * 3)
+    assert set(advances(rec)) == {1} and rec.phase.done == rec.phase.total == 8 * len(names) * n
+    grown = [(done, total, why) for method, _, done, total, why in rec.calls if method == "grow"]
+    assert n > 3 and grown == [(8 * len(names) * 3, 8 * len(names) * n, f"the seed rule asks for {n} seeds")]
+    assert rec.notes("note")[-1] == f"{names[-1]}: seeds 3..{n - 1}"

@@ -18,6 +18,7 @@ job run alone, at close to the grid's pace.
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -101,7 +102,7 @@ class RacsimLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        from racsim.sweep.callback import PREPARED
+        from racsim.sweep.callback import AHEAD, PREPARED
 
         jobs = list(enumerate(job_overrides, start=initial_job_idx))
         runs: List[JobReturn] = []
@@ -114,6 +115,7 @@ class RacsimLauncher(Launcher):
                     runs.append(self._run_one(idx, overrides))
             finally:
                 PREPARED.clear()
+                AHEAD.clear()
             at += n
         return runs
 
@@ -126,7 +128,7 @@ class RacsimLauncher(Launcher):
         from racsim.config.defaults import GRID_KEY, empirical_blocks
         from racsim.sweep.markers import override_key
         from racsim.analyses.dispatch import run_many
-        from racsim.sweep.callback import PREPARED, pin_blas_threads
+        from racsim.sweep.callback import AHEAD, PREPARED, SHARE, pin_blas_threads
 
         picked: List[Tuple[int, Any]] = []
         taken = slots = 0
@@ -146,6 +148,8 @@ class RacsimLauncher(Launcher):
                 picked.append((idx, obj))
         if picked:
             threads = pin_blas_threads()  # as each job alone would (racsim.sweep.Job.computing)
+            began = time.time()
+            AHEAD.update({idx: began for idx, _ in picked})  # running, for the sweep's job counter
             try:
                 for (idx, spec), res in zip(picked, run_many([obj for _, obj in picked])):
                     if res is not None:
@@ -154,6 +158,10 @@ class RacsimLauncher(Launcher):
                 log.warning(f"jobs {picked[0][0]}..{picked[-1][0]} run one by one: computing them together "
                             f"failed ({type(ex).__name__}: {ex})")
             finally:
+                share = (time.time() - began) / len(picked)
+                for idx, _ in picked:
+                    AHEAD.pop(idx, None)
+                    SHARE[idx] = share if idx in PREPARED else 0.0  # one the batch failed runs again alone
                 if threads is not None:
                     threads.restore_original_limits()
         return taken

@@ -30,6 +30,7 @@ from racsim.pipeline.engines import simulate
 from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
 from racsim.pipeline.schedule import INJECTED, PENDING, ArrivalSchedule
 from racsim.pipeline.stats import channel_stats, queue_timeseries, queue_workers
+from racsim.progress import Progress
 from racsim.seeds import rng_for, seed_sequence
 
 
@@ -112,17 +113,20 @@ class _GroupOut:
     each: Optional[list] = None  # with keep=True: (BiasRun, schedules) of every member, in order
 
 
-def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep: bool = False,
+def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None, keep: bool = False,
                known: Optional[Known] = None) -> _GroupOut:
     """Simulate every cell's pipeline, then the shared trajectories, then each cell's summary
     (``keep``: every member's BiasRun and schedules too, not only the run's first cell's;
-    ``known``: a one-cell group's draws and async schedule, already simulated)."""
+    ``known``: a one-cell group's draws and async schedule, already simulated; ``progress``: told
+    each cell's pipeline as it runs, and the trials as they are done)."""
     first = members[0][2]
     lr = first.learner
     theta = policy_theta(lr)
     t0 = time.perf_counter()
     bias_cells = []
-    for _, _, ccfg in members:
+    for i, _, ccfg in members:
+        if progress is not None:
+            progress.note(f"simulating the pipeline{f' of cell {i}' if n_cells > 1 else ''}")
         names = corrector_names(ccfg)
         predicted = {v: predicted_kernel(ccfg.pipeline, ccfg.corrector.wait_timeout_s, v == "blocking")
                      for v in ("async", "blocking")}
@@ -135,8 +139,10 @@ def _run_group(members: list, n_cells: int, progress: Optional[Any] = None, keep
     pipeline_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     mdp = bias_cells[0].mdp  # transitions shared by the group; each cell brings its own rewards
+    if progress is not None:
+        progress.note(f"{lr.trials:,} trials of {len(bias_cells)} cell{'s' if len(bias_cells) > 1 else ''}")
     runs = run_bias_cells(mdp, theta, bias_cells, lr.horizon, rng_for(first.seed, "trajectories"),
-                          fast_noise_std=lr.fast_noise_std, progress=progress)
+                          fast_noise_std=lr.fast_noise_std, progress=None if progress is None else progress.advance)
     # One resample of the trials for the whole group: paired across its cells.
     counts = bootstrap_counts(lr.trials, lr.bootstrap, rng_for(first.seed, "bootstrap")) if lr.bootstrap else None
     rows = []
@@ -258,29 +264,34 @@ def _training_table(curves: Dict[str, TrainCurve]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def run_bias_study(cells: list, progress: Optional[Any] = None, known: Optional[Known] = None) -> RunResult:
+def run_bias_study(cells: list, progress: Optional[Progress] = None, known: Optional[Known] = None) -> RunResult:
     """The bias benchmark on every cell (values, config) of a study grid and, for a
     single cell, the training loop. Cells sharing a learner form a group; with
     ``study.workers`` != 1 the groups run in that many processes (0: every core),
     with the same results as serially (each group seeds itself). ``known``: a single
-    cell's draws and async schedule, already simulated."""
+    cell's draws and async schedule, already simulated. ``progress``: the phases ``bias
+    benchmark`` (every group's trials) and ``training`` (its correctors)."""
     if known is not None and len(cells) != 1:
         raise ValueError("a known schedule belongs to a single cell")
     groups: Dict[tuple, list] = {}
     for i, (values, ccfg) in enumerate(cells):
         groups.setdefault(learner_key(ccfg), []).append((i, values, ccfg))
     workers = min(cells[0][1].study.workers or auto_workers(), len(groups))
+    if progress is not None:
+        progress.start("bias benchmark", sum(m[0][2].learner.trials for m in groups.values()), "trial")
     if workers > 1:
         jobs = [(m, len(cells)) for m in groups.values()]
+        if progress is not None:
+            progress.note(f"{len(jobs)} groups of cells in {workers} processes")
         with spawn_pool(workers) as pool:
             outs = []
             for (members, _), out in zip(jobs, pool.map(_group_worker, jobs)):  # map keeps the order
                 outs.append(out)
                 if progress is not None:
-                    progress(members[0][2].learner.trials)
+                    progress.advance(members[0][2].learner.trials)
     else:
         outs = [_run_group(m, len(cells), progress, known=known) for m in groups.values()]
-    return _assemble(cells, outs)
+    return _assemble(cells, outs, progress)
 
 
 def same_numbers_key(cfg: Any) -> tuple:
@@ -312,8 +323,9 @@ def run_bias_each(cells: list) -> List[RunResult]:
     return out
 
 
-def _assemble(cells: list, outs: List[_GroupOut]) -> RunResult:
-    """The run's tables from its groups' outputs and, for a single cell, its training."""
+def _assemble(cells: list, outs: List[_GroupOut], progress: Optional[Progress] = None) -> RunResult:
+    """The run's tables from its groups' outputs and, for a single cell, its training (``progress``:
+    the phase ``training``, a unit per corrector)."""
     tables: list = [None] * len(cells)
     channel_tables: list = [None] * len(cells)
     for out in outs:
@@ -331,11 +343,14 @@ def _assemble(cells: list, outs: List[_GroupOut]) -> RunResult:
         if ccfg.learner.train.enabled:
             t0 = time.perf_counter()
             lr = ccfg.learner
+            if progress is not None:
+                progress.start("training", len(names), "corrector", note="simulating the training pipeline")
             mdp = build_mdp(ccfg)
             theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
             train_sched = simulate_schedules(ccfg, lr.train.lanes, "train_pipeline", names)
             curves = train_all(mdp, theta, train_sched, names, corrector_params(ccfg), lr.horizon, lr.train.lr,
-                               seed_sequence(ccfg.seed, "training"), lr.fast_noise_std)
+                               seed_sequence(ccfg.seed, "training"), lr.fast_noise_std,
+                               None if progress is None else progress.advance)
             timings["training_s"] = time.perf_counter() - t0
             results = _add_training(results, curves)
     return RunResult(

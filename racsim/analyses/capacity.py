@@ -58,6 +58,7 @@ from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, INJECTED, UNROUTED
 from racsim.pipeline.simpy_engine import run_simpy
 from racsim.pipeline.stats import busy_seconds, channel_stats, queue_workers, useful_share
+from racsim.progress import Progress
 from racsim.seeds import rng_for
 
 
@@ -948,10 +949,29 @@ def pooled_spec(cfg: RacsimConf, name: str, runs: int) -> RacsimConf:
     return cfg if fits is None else replace_at(cfg, "capacity.max_steps", fits)
 
 
-def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
+SEARCH, DECIDING = "capacity search", "deciding replications"  # phases of a search's progress (racsim.progress)
+
+
+def capacity_phases(cfg: RacsimConf, name: str) -> List[str]:
+    """A search's phases, in order: the counts, the replications deciding the counts the answer
+    depends on, the autoscaled pool's run, the speed figure."""
+    cap = cfg.capacity
+    return [SEARCH, *([DECIDING] if cap.decide_steps > 0 else []),
+            *(["autoscaled pool"] if cfg.pipeline.channels[name].autoscale is not None else []),
+            *(["speed benchmark"] if cap.benchmark and cfg.pipeline.engine == "lanes" else [])]
+
+
+def search_bound(n: int) -> int:
+    """The most of ``n`` counts :func:`fewest_from` evaluates from the first (a gallop, then a bisection)."""
+    return 1 if n <= 1 else min(n, 2 * math.ceil(math.log2(n)))
+
+
+def run_capacity(cfg: RacsimConf, progress: Optional[Progress] = None) -> CapacityResult:
     """Evaluate the counts (all of them, or a bisection) and recommend one. The offered load
     of every count comes first; an overloaded count is never simulated nor recommended.
-    ``cfg``: the scenario's spec (racsim.config.spec.scenario), left as it is."""
+    ``cfg``: the scenario's spec (racsim.config.spec.scenario), left as it is. ``progress``: the
+    phases of :func:`capacity_phases`, each with its total (an upper bound where the search may stop sooner)."""
+    progress = progress or Progress.off()
     if not isinstance(cfg, RacsimConf):
         raise TypeError(f"run_capacity takes a RacsimConf (racsim.config.spec.scenario), not {type(cfg).__name__}")
     validate(cfg)
@@ -959,6 +979,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     check_limits(cfg)  # before the first count: a search too big for the machine is refused naming its knob
     cap = cfg.capacity
     name = channel_of(cfg)
+    progress.plan(*capacity_phases(cfg, name))
     scaled = cfg if cfg.pipeline.channels[name].autoscale is not None else None
     if scaled is not None:  # the curve: fixed pools; the autoscaled pool is compared with them below
         cfg = fixed_pool(cfg, name)
@@ -979,9 +1000,9 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     timings["load_s"] = time.perf_counter() - t0
     unit = "GPUs" if _is_gpu(cfg, name) else "workers"
 
-    def tell(what: str, k: int = 0):
-        """One progress tick (k counts more evaluated) with a note on the count or phase ``what``."""
-        return None if progress is None else lambda note: progress(k, f"{what}: {note}")
+    def tell(what: str):
+        """A line of progress on the count or phase ``what`` (a run doubled, a replication)."""
+        return lambda note: progress.note(f"{what}: {note}", line=True)
 
     def spent(run: Settled, seconds: float) -> None:
         timings["runs_s"] += seconds
@@ -993,17 +1014,25 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         if run is not None:
             spent(run, seconds)
             runs[n] = run.res
-        if progress is not None:  # one more count evaluated
-            tell(f"{n} {unit}", 1)(count_note(rows[n], chosen, targets))
+        note = f"{n} {unit}: {count_note(rows[n], chosen, targets)}"
+        if run is not None and progress.phase.name == SEARCH:
+            progress.advance(1, note)  # one more count simulated: the search's unit of work
+        else:  # overloaded (no run), or one the answer's deciding needs (that phase's units: replicated steps)
+            progress.note(note, line=True)
 
     def load_of(n: int) -> Dict[str, float]:
         if n not in loads:
             loads.update(channel_loads(cfg, name, key, [n], basis))
         return loads[n]
 
+    def simulated_of(ns: List[int]) -> int:
+        """How many of ``ns`` a search simulates (an overloaded count takes no run)."""
+        return sum(1 for n in ns if load_of(n)["load"] < cap.max_load)
+
     def evaluate(n: int) -> bool:
         if n not in rows:
             t0 = time.perf_counter()
+            progress.note(f"{n} {unit}: simulating")
             run, out = count_rows(cfg, name, key, n, load_of(n), tell(f"{n} {unit}"))
             record(n, run, out, time.perf_counter() - t0)
         return meets(rows[n], chosen, targets)
@@ -1051,6 +1080,7 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         (``here``: this one too, the first count and those the pool has not started when it is
         free); a count not stationary with a ``spec`` shorter than ``cfg`` is run again here."""
         again = []
+        progress.note(f"{', '.join(map(str, counts))} {unit}: side by side in {workers + here} processes")
         for i, (run, found, seconds) in side_by_side(workers, _count_worker,
                                                      [(spec, name, key, n, loads[n]) for n in counts],
                                                      count_here if here else None, share=True):
@@ -1065,17 +1095,23 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
     step = units_per_server(cfg, name)
     lowest = fewest_valid(cfg, name, key, counts[0])
     if cap.search == "bisect":  # assumes feasibility is monotone in the count
+        progress.start(SEARCH, simulated_of(counts), "simulated count", upto=True)
         if evaluate(counts[-1]):
             first_passing(counts[:-1], evaluate)
     else:
         gap = [n for n in range(lowest, counts[-1]) if n % step == 0 and n not in loads]  # unlisted
         bound = load_bound(counts, gap, lambda n: load_of(n)["load"], cap.max_load)
-        evaluate_grid(counts if bound is None else sorted(counts + [bound]))
+        todo = counts if bound is None else sorted(counts + [bound])
+        progress.start(SEARCH, simulated_of(todo), "simulated count")
+        evaluate_grid(todo)
     top = search_top(cap.max_count, counts)  # the listed ones and an autoscale's bounds
     # the fewest count meeting the targets, whatever the list: the counts it skipped, those below it, or above it
     more = between_counts(rows, chosen, targets, step, lowest) or counts_above(rows, chosen, targets, step, top)
     if more:
         k = load_bound_index(more, lambda n: load_of(n)["load"], cap.max_load)  # the first k fail, no run
+        if k < len(more):
+            progress.grow(search_bound(len(more) - k), f"the fewest count meeting the targets lies among "
+                                                      f"{len(more)} counts not listed", upto=True)
         if k:
             evaluate(more[k - 1])  # its row shows where the load bound sits
         if k < len(more):  # where the load binds, as it often does, the answer in one run
@@ -1085,6 +1121,14 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
             evaluate(n)
     t0 = time.perf_counter()
     budget = decide.Budget(int(cap.decide_steps), math.inf if cap.decide_s is None else float(cap.decide_s))
+    if cap.decide_steps > 0:
+        progress.start(DECIDING, int(cap.decide_steps), "replicated step", upto=True)
+
+    def replicating(n: int):
+        """Before each replication of count ``n``: the steps replicated so far (the budget less the one granted)."""
+        return lambda note: progress.update(budget.used - int(chosen_row(rows[n], chosen)["steps"]),
+                                            f"{n} {unit}: {note}", line=True)
+
     decisions: Dict[int, Optional[decide.Decision]] = {}
     while True:  # the counts the answer depends on, decided with enough evidence (racsim.analyses.decide)
         todo = [n for n in answer_counts(rows, chosen, targets, step, lowest, top) if n not in decisions]
@@ -1093,7 +1137,9 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
         n = todo[0]
         evaluate(n)
         decisions[n] = decide_count(cfg, name, key, n, rows[n], runs[n], {**targets, "corrector": chosen},
-                                    budget, tell(f"{n} {unit}")) if n in runs else None
+                                    budget, replicating(n)) if n in runs else None
+        if cap.decide_steps > 0:
+            progress.update(budget.used)
     timings["decide_s"] = time.perf_counter() - t0
     timings["search_s"] = time.perf_counter() - started  # wall-clock: runs_s sums the processes' seconds
 
@@ -1123,15 +1169,16 @@ def run_capacity(cfg: RacsimConf, progress=None) -> CapacityResult:
                      for n, d in sorted(decisions.items()) if d is not None and not d.decided]
     if scaled is not None:
         t0 = time.perf_counter()
-        if progress is not None:
-            tell("autoscaled pool")(f"running from {a.min} servers")
+        progress.start("autoscaled pool", 1, "run", note=f"running from {a.min} servers")
         auto = settle(with_count(scaled, key, a.min * units), name, tell("autoscaled pool"))
+        progress.advance()
         timings["runs_s"] += time.perf_counter() - t0
         whole = loads[a.min * units]
         pool = {**whole, "load": whole["work_per_s"] / (a.max * whole["availability"]),  # at most a.max servers
                 "load_sampled": whole["load_sampled"] * a.min / a.max}
         result.autoscale = autoscale_whatif(scaled, name, rows, _rows(scaled, name, 0, auto, pool), auto.res, targets)
     if cap.benchmark and cfg.pipeline.engine == "lanes" and simulated:  # the figure is the lanes engine's
+        progress.start("speed benchmark", 1, note="raw SimPy timed on one count")
         result.speed = (benchmark(cfg, key, simulated[len(simulated) // 2], requests[0], timings["pipeline_s"])
                         if scaled is None else
                         benchmark(scaled, key, a.min * units, auto.requests, auto.pipeline_s))

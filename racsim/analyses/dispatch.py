@@ -15,7 +15,7 @@ at the config boundary (racsim.config.spec.scenario), never here.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 import pandas as pd
 
@@ -30,34 +30,42 @@ from racsim.analyses.static_study import run_static_study
 from racsim.analyses.tvbound import tv_bound_study
 from racsim.config.schema import RacsimConf
 from racsim.io import small_pages
+from racsim.progress import Progress
 
 ANALYSES = {"probe": probe_study, "tv_bound": tv_bound_study}  # study.kind -> analysis; "bias" is the default
 
 
 @small_pages()  # racsim.io.small_pages: the same bits, less system time
-def compute(cfg: RacsimConf, progress: Optional[Any] = None) -> Union[RunResult, CapacityResult]:
+def compute(cfg: RacsimConf, progress: Optional[Progress] = None) -> Union[RunResult, CapacityResult]:
     """The results of a scenario's spec (racsim.config.spec.scenario): the capacity search
     when ``capacity.enabled`` (with its sensitivity table when ``capacity.sensitivity.enabled``:
-    racsim.analyses.sensitivity), else :func:`run`. ``progress(k)``: k more units of work done
-    (trials of the bias benchmark, counts of a capacity search, which passes a second argument: a
-    note on the count just evaluated, or on a long phase with k = 0; seed-steps of the LM learner's GRPO,
-    which passes a third: ``more`` work added to the total, all of it at first). Raises ConfigError on a
-    user's mistake."""
+    racsim.analyses.sensitivity), else :func:`run`. ``progress``: what each phase tells as it runs
+    (racsim.progress; None: nothing). Raises ConfigError on a user's mistake."""
     if cfg.capacity.enabled:
         return run_capacity_sensitivity(cfg, progress)
     return run(cfg, progress)
 
 
-def run(cfg: RacsimConf, progress: Optional[Any] = None) -> RunResult:
+def run(cfg: RacsimConf, progress: Optional[Progress] = None) -> RunResult:
     """Run the scenario of a spec. Every cell of its study grid is
-    resolved and validated first (one cell when there is no grid)."""
+    resolved and validated first (one cell when there is no grid). ``progress``: its phases are
+    planned first (the bias benchmark, the training, the static study, as the study has them), each
+    with its total as it starts."""
+    progress = progress or Progress.off()
     cells = expand(cfg)
-    kind = cells[0][1].study.kind
+    first = cells[0][1]
+    kind = first.study.kind
     if kind != "bias":
-        return ANALYSES[kind](cells[0][1])
-    if cells[0][1].learner.kind == "lm":
+        progress.start(f"{kind} study", 1)
+        res = ANALYSES[kind](first)
+        progress.finish()
+        return res
+    if first.learner.kind == "lm":
         return run_lm_study(cells, progress)
-    mode = cells[0][1].study.mode
+    mode = first.study.mode
+    progress.plan(*(["bias benchmark"] if mode != "static" else []),
+                  *(["training"] if mode != "static" and len(cells) == 1 and first.learner.train.enabled else []),
+                  *(["static study"] if mode != "pipeline" else []))
     res = run_bias_study(cells, progress) if mode != "static" else RunResult(results=pd.DataFrame())
     if mode == "pipeline":
         return res

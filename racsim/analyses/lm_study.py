@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import textwrap
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pandas as pd
@@ -41,6 +41,7 @@ from racsim.learner.grpo import (
 )
 from racsim.errors import ConfigError
 from racsim.pipeline.stats import queue_timeseries
+from racsim.progress import Progress
 from racsim.seeds import seed_sequence
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile: the CIs over seeds are mean +- Z95 * s.e.
@@ -204,12 +205,12 @@ def seed_steps(cfg: Any, seeds: int) -> int:
     return cfg.pipeline.steps * len(corrector_names(cfg)) * seeds
 
 
-def run_cell(cfg: Any, progress: Optional[Callable[..., None]] = None) -> Dict[str, Any]:
+def run_cell(cfg: Any, progress: Optional[Progress] = None) -> Dict[str, Any]:
     """Every corrector's GRPO runs on one cell: results rows, curves and gradient records.
     With ``learner.lm.pilot_seeds`` > 0 (and rac among the correctors) the pilot's seeds
-    run first and :func:`seed_rule` sets how many run in all. ``progress(k)`` after each step of
-    each seed batch (k seed-steps), ``progress(0, note)`` as each corrector's batch starts, and
-    ``progress(0, note, more)`` when the rule adds ``more`` seed-steps."""
+    run first and :func:`seed_rule` sets how many run in all. ``progress`` (racsim.progress): k
+    seed-steps after each step of each seed batch (k seeds), a note as each corrector's batch
+    starts, and its total grown by the seed-steps the rule adds."""
     lm = cfg.learner.lm
     p = cfg.pipeline
     names = corrector_names(cfg)
@@ -245,7 +246,7 @@ def run_cell(cfg: Any, progress: Optional[Callable[..., None]] = None) -> Dict[s
         rngs = lambda streams: [np.random.default_rng(streams[lane]) for lane in range(first, last)]  # noqa: E731
         for name in names:
             if progress is not None:
-                progress(0, f"{name}: seeds {first}..{last - 1}")
+                progress.note(f"{name}: seeds {first}..{last - 1}", line=True)
             if lm.policy != "bandit":
                 from racsim.learner.lm import BatchedTransformerPolicy  # lazy: torch loads only for this learner
 
@@ -256,7 +257,7 @@ def run_cell(cfg: Any, progress: Optional[Callable[..., None]] = None) -> Dict[s
                 d, s, land = zip(*slices[name][first:last])
                 curves[name].extend(train_lanes(batch, task, d, s, land, name, params, shares, lm.group_size,
                                                 lm.kl_coef, rngs(stream), rngs(grad_stream), checkpoints,
-                                                lm.sync_batch, progress))
+                                                lm.sync_batch, progress and progress.advance))
                 continue
             for lane, (d, s, land) in enumerate(slices[name][first:last], start=first):
                 policy = make_policy(lm, task, lm.init_seed + lane)
@@ -264,7 +265,7 @@ def run_cell(cfg: Any, progress: Optional[Callable[..., None]] = None) -> Dict[s
                 curves[name].append(train_lane(policy, task, d, s, land, name, params, shares, lm.group_size,
                                                lm.kl_coef, np.random.default_rng(stream[lane]),
                                                np.random.default_rng(grad_stream[lane]), checkpoints, lm.sync_batch,
-                                               progress))
+                                               progress and progress.advance))
 
     window = max(1, (p.steps + 1) // 10)
     t0 = time.perf_counter()
@@ -280,7 +281,7 @@ def run_cell(cfg: Any, progress: Optional[Callable[..., None]] = None) -> Dict[s
             if more <= seeds:
                 break
             if progress is not None:
-                progress(0, f"the seed rule asks for {more} seeds", seed_steps(cfg, more - seeds))
+                progress.grow(seed_steps(cfg, more - seeds), f"the seed rule asks for {more} seeds")
             train(seeds, more)
             seeds = more
         out["paired"] = paired_table(out, seeds, window, lm.effect_size)
@@ -379,14 +380,14 @@ def gradients_table(out: Dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_lm_study(cells: list, progress: Optional[Callable[..., None]] = None) -> RunResult:
+def run_lm_study(cells: list, progress: Optional[Progress] = None) -> RunResult:
     """Every cell of the grid; a single cell also keeps its curves, gradient records and
     schedules; with rac and another corrector, the paired differences (``lm_paired``) and the
     seed rule on them (``lm_seed_rule``: a power study's stages, or what the rule would ask).
-    ``progress``: as :func:`run_cell`'s, told first the seed-steps every cell will run before any seed rule
-    (``progress(0, "", total)``)."""
+    ``progress``: as :func:`run_cell`'s, its phase ``GRPO`` started with the seed-steps every cell
+    will run before any seed rule."""
     if progress is not None:
-        progress(0, "", sum(seed_steps(c, first_seeds(c.learner.lm)) for _, c in cells))
+        progress.start("GRPO", sum(seed_steps(c, first_seeds(c.learner.lm)) for _, c in cells), "seed-step")
     tables: Dict[str, list] = {"results": [], "lm_paired": [], "lm_seed_rule": []}
     timings = {"pipeline_s": 0.0, "training_s": 0.0}
     out: Dict[str, Any] = {}

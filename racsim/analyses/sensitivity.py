@@ -38,6 +38,7 @@ from racsim.config.schema import LatencyConf, RacsimConf
 from racsim.config.spec import replace_at
 from racsim.config.validate import check_limits, sensitivity_inputs, validate
 from racsim.errors import ConfigError
+from racsim.progress import Progress
 from racsim.io import side_by_side
 from racsim.pipeline.latency import build_latency
 
@@ -180,13 +181,14 @@ def variant_fewest(cfg: RacsimConf, counts: List[int], start_load: float, chosen
     return fewest_from(able, start, passes), sorted(seen)
 
 
-def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None) -> pd.DataFrame:
+def sensitivity_table(res: CapacityResult, planned: List[Variant], progress: Optional[Progress] = None) -> pd.DataFrame:
     """Per input, by change: the answer with the input moved (each of ``planned``) and as given
     (change 0): the input, the key(s) it sets, the relative change, its value, the recommended
     count, its difference from the base answer and the counts simulated for it. The variants'
     searches run side by side in a pool where that saves time (capacity.workers:
     :func:`~racsim.analyses.capacity.pool_size`, a variant's seconds taken as a count's of the
-    base search), with the same answers."""
+    base search), with the same answers. ``progress``: the phase ``sensitivity``, a unit per variant."""
+    progress = progress or Progress.off()
     name, chosen = res.channel, res.targets["corrector"]
     base_load = res.loads[res.recommended]["load"] if res.recommended is not None else 0.0  # none: from the top
     jobs = []  # (variant, its judged-only spec, the counts it may take, its relative change)
@@ -198,20 +200,21 @@ def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None
         jobs.append((v, judged_only(spec, chosen), counts, round(v.value / v.base - 1.0, 12)))
     simulated = res.curve[res.curve.status == "ok"]["count"].nunique()
     workers = pool_size(planned[0].spec, res.timings.get("runs_s", 0.0) / max(simulated, 1), len(jobs)) if jobs else 1
+    progress.start("sensitivity", len(jobs), "variant")
+    answers: list = [None] * len(jobs)
     if workers > 1:
-        answers = [None] * len(jobs)
-        for i, (rec, tried) in side_by_side(workers, variant_fewest,
-                                            [(spec, counts, base_load, chosen) for _, spec, counts, _ in jobs]):
-            answers[i] = rec, tried
-            if progress is not None:
-                progress(len(tried), f"sensitivity, {jobs[i][0].input} {jobs[i][3]:+.1%}: {rec} {res.unit}")
+        progress.note(f"the variants' searches in {workers} processes")
+        for i, answer in side_by_side(workers, variant_fewest,
+                                      [(spec, counts, base_load, chosen) for _, spec, counts, _ in jobs]):
+            answers[i] = answer
+            progress.advance(1, f"{jobs[i][0].input} {jobs[i][3]:+.1%}: {answers[i][0]} {res.unit}")
     else:
-        answers = []
-        for v, spec, counts, change in jobs:
+        for i, (v, spec, counts, change) in enumerate(jobs):
             def say(n: int, note: str, k: int, what=v.input, change=change) -> None:
-                progress(k, f"sensitivity, {what} {change:+.1%}: {n} {res.unit}: {note}")
+                progress.note(f"{what} {change:+.1%}: {n} {res.unit}: {note}", line=True)
 
-            answers.append(variant_fewest(spec, counts, base_load, chosen, say if progress is not None else None))
+            answers[i] = variant_fewest(spec, counts, base_load, chosen, say)
+            progress.advance(1, f"{v.input} {change:+.1%}: {answers[i][0]} {res.unit}")
     rows = []
     for what in dict.fromkeys(v.input for v in planned):
         group = [{"change": 0.0, "value": next(v.base for v in planned if v.input == what),
@@ -226,11 +229,15 @@ def sensitivity_table(res: CapacityResult, planned: List[Variant], progress=None
     return out
 
 
-def run_capacity_sensitivity(cfg: RacsimConf, progress=None) -> CapacityResult:
+def run_capacity_sensitivity(cfg: RacsimConf, progress: Optional[Progress] = None) -> CapacityResult:
     """:func:`~racsim.analyses.capacity.run_capacity`, then, with ``capacity.sensitivity.enabled``,
     the answer with each guessed input moved (``result.sensitivity``, :func:`sensitivity_table`;
-    its seconds in ``timings['sensitivity_s']``). The variants are checked before the search."""
+    its seconds in ``timings['sensitivity_s']``). The variants are checked before the search.
+    ``progress``: the search's phases, then ``sensitivity``, planned before the search starts."""
+    progress = progress or Progress.off()
     planned = variants(cfg) if cfg.capacity.sensitivity.enabled else []
+    if planned:
+        progress.plan("sensitivity", last=True)  # after the search's own phases (run_capacity plans them)
     res = run_capacity(cfg, progress)
     if planned:
         t0 = time.perf_counter()

@@ -15,7 +15,7 @@ cells (the paper's aggregation) from ``static_replicates.parquet``.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -26,6 +26,7 @@ from racsim.learner import mdp as M
 from racsim.learner import static as ST
 from racsim.pipeline.draws import draw_kernel_delays
 from racsim.pipeline.kernels import nominal_kernel
+from racsim.progress import Progress
 from racsim.seeds import rng_for
 
 
@@ -90,13 +91,16 @@ def static_key(cfg: Any) -> tuple:
             None if kernel is None else kernel.shape, cfg.seed, cfg.study.replications, cfg.name)
 
 
-def run_static_study(cells: List[tuple], progress: Any = None) -> Dict[str, pd.DataFrame]:
+def run_static_study(cells: List[tuple], progress: Optional[Progress] = None) -> Dict[str, pd.DataFrame]:
     """Every distinct cell (values, config) of a grid (:func:`static_key`): {"results": rows
-    with the grid values in front, "replicates": the replications' biases likewise}."""
+    with the grid values in front, "replicates": the replications' biases likewise}. ``progress``:
+    the phase ``static study``, a unit per distinct cell."""
     t0 = time.perf_counter()
     tables, reps, seen = [], [], set()
-    for i, (values, ccfg) in enumerate(cells):
-        key = static_key(ccfg)
+    keys = [static_key(ccfg) for _, ccfg in cells]
+    if progress is not None:
+        progress.start("static study", len(set(keys)), "cell")
+    for i, ((values, ccfg), key) in enumerate(zip(cells, keys)):
         if key in seen:  # differs only in what the static reading ignores (drain, steps, clock)
             continue
         seen.add(key)
@@ -107,7 +111,7 @@ def run_static_study(cells: List[tuple], progress: Any = None) -> Dict[str, pd.D
         if len(rep):
             reps.append((values, rep))
         if progress is not None:
-            progress(ccfg.learner.trials)
+            progress.advance()
     out = {"results": with_values(tables), "seconds": time.perf_counter() - t0}
     out["replicates"] = with_values(reps) if reps else pd.DataFrame()
     return out

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 from racsim.errors import ConfigError, write_failure
+from racsim.progress import Progress
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,22 +45,32 @@ class Tables:
     files: List[Path] = field(default_factory=list)  # what ``out`` received
 
 
-def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Union[str, Path, None] = None) -> Tables:
+def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Union[str, Path, None] = None,
+        progress: Optional[bool] = None) -> Tables:
     """Run ``scenario`` (a name as in ``racsim scenario=NAME``: ``capacity/judge_rm_h100``; None: the
     default scenario) with ``overrides`` (as on the command line: ``"seed=3"``, ``"corrector.tau_age=50"``)
     and return its tables. ``out``: a folder to write the run's files into (nothing is written without
-    it; ``output.force=true`` to replace files racsim did not write there). Raises ConfigError (the
-    key and what is allowed, the command line's wording) on a bad scenario, key or value."""
+    it; ``output.force=true`` to replace files racsim did not write there). ``progress``: whether to show
+    the run's progress on stderr as the command does (racsim.progress: a line redrawn in place on a terminal;
+    through a pipe, in a notebook or a log, a line at least every 10 s saying which phase runs, how far it
+    is and the time left); None (the default): as ``output.progress`` says, which is true unless an
+    override sets it false. Raises ConfigError (the key and what is allowed, the command line's wording)
+    on a bad scenario, key or value."""
     from omegaconf.errors import OmegaConfBaseException
 
     from racsim.app import job as J  # lazy: the simulator loads when run is called
 
-    given = _arguments(scenario, overrides, out)
+    given = _arguments(scenario, overrides, out, progress)
     t0 = time.perf_counter()
     cfg = _friendly(given, lambda: J.compose_config(*given), Exception)
     spec = _friendly(given, lambda: J.scenario(cfg), (ConfigError, OmegaConfBaseException))  # the config boundary
-    res = _friendly(given, lambda: J.compute(spec), (ConfigError, OmegaConfBaseException))
-    files = _written(out, lambda: _write(Path(out), cfg, spec, res, given, time.perf_counter() - t0)) if out else []
+    shown = spec.output.progress if progress is None else progress
+    with Progress(spec.name, mode="auto" if shown else "off", tail=[J.WRITING] if out else []) as bar:
+        res = _friendly(given, lambda: J.compute(spec, progress=bar), (ConfigError, OmegaConfBaseException))
+        if out:
+            bar.start(J.WRITING, 1)
+        files = _written(out, lambda: _write(Path(out), cfg, spec, res, given, time.perf_counter() - t0)) if out else []
+        bar.finish()
     if isinstance(res, J.CapacityResult):  # its results and channels: the run at the recommended (or largest) count
         import pandas as pd
 
@@ -70,11 +81,15 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
     return Tables(results=res.results, channels=res.channels, config=cfg, raw=res, files=files)
 
 
-def _arguments(scenario: Any, overrides: Any, out: Any) -> List[str]:
+def _arguments(scenario: Any, overrides: Any, out: Any, progress: Any = None) -> List[str]:
     """The command line ``run``'s arguments stand for, each checked first (a ConfigError naming it):
-    a scenario name or None, a list of override strings, an ``out`` folder that can be written."""
+    a scenario name or None, a list of override strings, an ``out`` folder that can be written, and
+    ``progress`` None, True or False."""
     from racsim.app import job as J  # lazy: see run
 
+    if progress is not None and not isinstance(progress, bool):
+        raise ConfigError("progress", progress, "True (shown on stderr), False (not shown) or None (as "
+                                                "output.progress says: shown unless an override sets it false)")
     if scenario is not None and not isinstance(scenario, str):
         raise ConfigError("scenario", scenario, "a scenario name as `racsim scenario=NAME` takes it "
                                                 "(e.g. 'capacity/judge_rm_h100'), or None for the default")

@@ -30,6 +30,7 @@ from racsim.config.names import missing_extra
 from racsim.config.schema import register_configs
 from racsim.config.validate import allowed_at
 from racsim.errors import ConfigError, causes, say, write_failure
+from racsim.progress import Progress
 from racsim.sweep.callback import (
     Job,
     end_single_run,
@@ -72,25 +73,26 @@ def _task(cfg) -> None:
                 say(f"racsim: {job.label}: results complete in {out_dir}, skipped (resume)")
                 return
             prepared = take_prepared(job.num)  # a sweep job the racsim launcher computed with its batch, its cell checked
-            if prepared is not None:
-                spec, res = prepared  # the job's spec, as racsim.config.spec.scenario gives it, and its results
-            else:
-                job.computing()
-                spec = J.scenario(cfg)  # the config boundary: checked against the schema, typed dataclasses
-                progress = _progress_bar(cfg)
-                try:
-                    res = J.compute(spec, progress=progress.update if progress else None)  # the same as racsim.run's
-                except MemoryError:  # past racsim.config.validate.check_limits' estimate: one line naming the knob
-                    raise J.memory_error(cfg) from None
-                finally:
-                    if progress:
-                        progress.close()
-            digests: dict = {}
-            about, changes = ([], []) if lean_job(cfg) else J.inputs_of(spec, hc)  # a lean job writes no summary.md
-            yaml_text = functools.partial(J.config_yaml, cfg)  # config.yaml: the composed config's, when written
-            written = publish_run(out_dir, cfg, lambda stage: J.write_run(stage, spec, res, yaml_text,
-                                                                        lean=lean_job(cfg), digests=digests,
-                                                                        found=found, about=about))
+            # a sweep job's progress is the sweep's job counter (racsim.sweep.callback)
+            with Progress(cfg.name, mode="auto" if cfg.output.progress and not in_multirun() else "off",
+                          tail=[J.WRITING]) as progress:
+                if prepared is not None:
+                    spec, res = prepared  # the job's spec, as racsim.config.spec.scenario gives it, and its results
+                else:
+                    job.computing()
+                    spec = J.scenario(cfg)  # the config boundary: checked against the schema, typed dataclasses
+                    try:
+                        res = J.compute(spec, progress=progress)  # the same as racsim.run's
+                    except MemoryError:  # past racsim.config.validate.check_limits' estimate: one line naming the knob
+                        raise J.memory_error(cfg) from None
+                progress.start(J.WRITING, 1)
+                digests: dict = {}
+                about, changes = ([], []) if lean_job(cfg) else J.inputs_of(spec, hc)  # a lean job writes no summary.md
+                yaml_text = functools.partial(J.config_yaml, cfg)  # config.yaml: the composed config's, when written
+                written = publish_run(out_dir, cfg, lambda stage: J.write_run(stage, spec, res, yaml_text,
+                                                                            lean=lean_job(cfg), digests=digests,
+                                                                            found=found, about=about))
+                progress.finish()
             keep_created()
             if found:
                 held.clear()
@@ -142,67 +144,6 @@ def _fail_after_writing(found: list, cfg, out_dir: Path, job) -> None:
     release()
     say(f"racsim: error: {ex}", sys.stderr)
     sys.exit(EXIT_FAILED)
-
-
-class _Lines:
-    """Progress through a pipe (stderr not a terminal): one line at each tenth of the work, and one
-    for each update with a note (a capacity search's count, or a long phase of it; an LM run's
-    corrector batch); an update wider than racsim.errors.WIDTH goes on indented lines below it. ``more``:
-    work added to the total (an LM run's, and its seed rule's)."""
-
-    def __init__(self, total: int, desc: str, unit: str):
-        self.total, self.desc, self.unit, self.done, self.shown = total, desc, unit, 0, 0
-
-    def update(self, k: int = 1, note: str = "", more: int = 0) -> None:
-        self.done += k
-        self.total += more
-        if more:
-            self.shown = min(self.shown, 10 * self.done // max(1, self.total))
-        tenth = min(10, 10 * self.done // max(1, self.total))
-        if tenth > self.shown or self.done > self.total or note:  # past the total: a search that added counts
-            self.shown, self.total = max(tenth, self.shown), max(self.total, self.done)
-            line = f"racsim: {self.desc}: {self.done}/{self.total} {self.unit}s" + (f" - {note}" if note else "")
-            say(line, sys.stderr)
-
-    def close(self) -> None:
-        pass
-
-
-class _Bar:
-    """Progress on a terminal: a tqdm bar whose total follows a search that adds counts, the last note
-    beside it."""
-
-    def __init__(self, bar):
-        self.bar = bar
-
-    def update(self, k: int = 1, note: str = "", more: int = 0) -> None:
-        self.bar.total = max(self.bar.total + more, self.bar.n + k)
-        if note:
-            self.bar.set_postfix_str(note, refresh=not k)
-        if k:
-            self.bar.update(k)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _progress_bar(cfg):
-    """What moves while a run computes: the bias benchmark's trials, a capacity search's counts (the
-    search may add counts between the listed ones), or learner=lm's GRPO steps of each seed (the study
-    gives their total, and adds the seeds its rule asks for)."""
-    if not cfg.output.progress or in_multirun():  # a sweep shows its own job counter
-        return None
-    if cfg.capacity.enabled:
-        total, desc, unit = len(set(cfg.capacity.counts)), "capacity search (counts)", "count"
-    elif cfg.learner.kind == "lm":
-        total, desc, unit = 0, "GRPO (seed-steps)", "seed-step"
-    else:
-        total, desc, unit = int(cfg.learner.trials), "bias benchmark (trials)", "trial"
-    if not sys.stderr.isatty():
-        return _Lines(total, desc, unit)
-    from tqdm import tqdm
-
-    return _Bar(tqdm(total=total, desc=desc, unit=unit, leave=False))
 
 
 def error_line(ex: BaseException) -> "str | None":

@@ -25,9 +25,10 @@ from racsim.sweep.callback import check_writable, publish_run
 from racsim.sweep.markers import DONE, cell_overrides, cell_values, override_key, write_marker
 
 TERMINAL_ROWS = 60  # the rows of a table a run prints (racsim.errors.WIDTH its width); its files hold everything
+WRITING = "writing the files"  # a run's last phase (racsim.progress), once it is computed
 
 # what racsim.app.cli and racsim.app.api take from here
-__all__ = ["CapacityResult", "DONE", "capacity_text", "cell_overrides", "cell_values", "check_writable",
+__all__ = ["CapacityResult", "DONE", "WRITING", "capacity_text", "cell_overrides", "cell_values", "check_writable",
            "compose_config", "compute", "config_yaml", "failure", "inputs_of", "memory_error", "override_key",
            "publish_run", "run_text", "scenario", "write_marker", "write_run"]
 

@@ -14,7 +14,7 @@ and the l2 distance of pi_theta to the optimal policy after every step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -114,11 +114,13 @@ def train(
 
 
 def train_all(mdp, theta0, schedules: Dict[str, ArrivalSchedule], names: List[str], params, horizon, lr, seed_seq,
-              fast_noise_std=0.0) -> Dict[str, TrainCurve]:
-    """One :func:`train` per corrector, each on its own child random stream."""
+              fast_noise_std=0.0, progress: Optional[Callable[[int], None]] = None) -> Dict[str, TrainCurve]:
+    """One :func:`train` per corrector, each on its own child random stream; ``progress(1)`` after each."""
     children = seed_seq.spawn(len(names))
-    return {
-        name: train(mdp, theta0, schedule_for(name, schedules), name, params, horizon, lr,
-                    np.random.default_rng(child), fast_noise_std)
-        for name, child in zip(names, children)
-    }
+    out = {}
+    for name, child in zip(names, children):
+        out[name] = train(mdp, theta0, schedule_for(name, schedules), name, params, horizon, lr,
+                          np.random.default_rng(child), fast_noise_std)
+        if progress is not None:
+            progress(1)
+    return out

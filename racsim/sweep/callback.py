@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import sys
-import threading
 import time
 import traceback
 from datetime import datetime
@@ -40,6 +40,7 @@ from racsim.config.spec import scenario
 from racsim.config.validate import check_name
 from racsim.errors import ConfigError, JobError, WriteFailure, reason, say, write_failure
 from racsim.io import pin_blas_threads, usable_cores
+from racsim.progress import Progress, hms
 from racsim.sweep.detached import detach_submitit_local, keep_sigterm_under_ray
 from racsim.sweep.markers import (
     DONE,
@@ -380,82 +381,94 @@ def log_to_files(title: str, error: BaseException) -> None:
             handler.handle(record)
 
 
-def _fmt_s(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+AHEAD: Dict[int, float] = {}  # job number -> when its batch began (time.time()): jobs racsim's launcher computes ahead now
+SHARE: Dict[int, float] = {}  # job number -> its share of its batch's seconds computed ahead (the seconds / the batch's jobs)
 
 
-class Progress:
-    """Counts the jobs of a sweep from its folder: done (marker present),
-    running (started after the sweep began, no marker yet) and left."""
+def _mtime(path: Path) -> Optional[float]:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+class JobCounts:
+    """A sweep's jobs, from its folder (any launcher that shares a file system) and from racsim's
+    launcher in this process: done (marker present), running (started since the sweep began and no
+    marker yet, or computed ahead here: :data:`AHEAD`, then :data:`PREPARED` until written) and left;
+    and the time left (:meth:`left_s`) from the finished jobs' seconds and how many run side by side."""
 
     def __init__(self, sweep: Path, total: Optional[int], started: float):
         self.sweep, self.total, self.started = Path(sweep), total, started
-        self.done_before: Optional[int] = None
+        self.took: Dict[Path, Tuple[float, float]] = {}  # a job finished in this sweep -> (its own seconds, its share)
+        self.side_by_side = 1  # the most jobs seen computing at once (a batch computed ahead is one process)
 
-    def counts(self) -> Dict[str, Optional[int]]:
-        done = fresh_done = running = 0
+    def counts(self, now: Optional[float] = None) -> Dict[str, Any]:
+        """``done``, ``running``, ``left`` (None: the total is not known) and ``left_s`` (None: no job finished yet)."""
+        now = time.time() if now is None else now
+        done, ages = 0, []
         for d in job_dirs(self.sweep):
-            marker = d / DONE
-            try:
-                m_time = marker.stat().st_mtime
-            except OSError:
-                m_time = None
-            if m_time is not None:
+            began = _mtime(d / ".hydra" / "overrides.yaml")  # Hydra's run_job and racsim's launcher write it first
+            ended = _mtime(d / DONE)
+            if ended is not None:
                 done += 1
-                fresh_done += m_time >= self.started
-                continue
-            try:  # Hydra's run_job and racsim's launcher (a lean folder too) write it as a job starts
-                running += (d / ".hydra" / "overrides.yaml").stat().st_mtime >= self.started
-            except OSError:
-                pass
+                if ended >= self.started and d not in self.took:
+                    self.took[d] = self._seconds(d, began, ended)
+            elif began is not None and began >= self.started:
+                ages.append(now - began)
+        ahead, prepared = list(AHEAD.values()), len(PREPARED)
+        self.side_by_side = max(self.side_by_side, len(ages) + (1 if ahead else 0))
+        running = len(ages) + len(ahead) + prepared
         left = None if self.total is None else max(self.total - done - running, 0)
-        return {"done": done, "fresh": fresh_done, "running": running, "left": left}
+        return {"done": done, "running": running, "left": left,
+                "left_s": self.left_s(now, ages, ahead, prepared, left)}
 
-    def line(self, now: Optional[float] = None) -> str:
-        c = self.counts()
-        elapsed = (now or time.time()) - self.started
-        total = "?" if self.total is None else str(self.total)
-        text = f"racsim: sweep {c['done']}/{total} done, {c['running']} running"
-        if c["left"] is not None:
-            text += f", {c['left']} left"
-        text += f"; {_fmt_s(elapsed)} elapsed"
-        if self.total is not None and c["done"] >= self.total:
-            return text
-        if c["fresh"] and c["left"] is not None:
-            eta = (c["left"] + c["running"]) * elapsed / c["fresh"]
-            text += f", about {_fmt_s(eta)} to go"
-        elif c["left"] is not None:
-            text += ", estimating time left"
-        return text
+    @staticmethod
+    def _seconds(d: Path, began: Optional[float], ended: float) -> Tuple[float, float]:
+        """A finished job's own seconds (from its folder's start to its marker) and its share of a batch
+        computed ahead."""
+        marker = read_marker(d) or {}
+        own = ended - began if began is not None and ended >= began else float(marker.get("runtime_s") or 0.0)
+        return own, SHARE.get(marker.get("job"), 0.0)
+
+    def left_s(self, now: float, ages: List[float], ahead: List[float], prepared: int,
+               left: Optional[int]) -> Optional[float]:
+        """The seconds left: every job left at the finished jobs' mean seconds, each running one's rest of
+        it (a batch computed ahead: its jobs' mean share, less what it has run), divided among the jobs
+        seen running side by side."""
+        if not self.took or left is None:
+            return None
+        own = sum(o for o, _ in self.took.values()) / len(self.took)
+        shares = [s for _, s in self.took.values() if s > 0]
+        share = sum(shares) / len(shares) if shares else own
+        each = own + sum(s for _, s in self.took.values()) / len(self.took)
+        work = left * each + sum(max(each - a, 0.0) for a in ages) + (len(ahead) + prepared) * own
+        if ahead:
+            work += max(len(ahead) * share - (now - min(ahead)), 0.0)
+        return work / self.side_by_side
 
 
-class _Monitor(threading.Thread):
-    def __init__(self, progress: Progress, every_s: float = 2.0, stream=None):
-        super().__init__(name="racsim-sweep-progress", daemon=True)
-        self.progress, self.every_s = progress, every_s
-        self.stream = stream or sys.stderr
-        self.stop_event = threading.Event()
-        self.last_key = None
-        self.last_print = 0.0
-        self.cost_s = 0.0  # the last count's time: a folder of 10,000 jobs is not walked every second
+class _Poll:
+    """The sweep's progress refreshed from its :class:`JobCounts` (at most every ``every_s`` seconds,
+    and 20 times less often than a count takes: a folder of 10,000 jobs is not walked every second)."""
 
-    def tick(self, force: bool = False) -> None:
-        t0 = time.perf_counter()
-        try:
-            c = self.progress.counts()
-        except Exception:
+    def __init__(self, counts: JobCounts, every_s: float):
+        self.counts, self.every_s = counts, every_s
+        self.last, self.cost_s, self.key = -math.inf, 0.0, None
+
+    def __call__(self, progress: Progress, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < max(self.every_s, 20 * self.cost_s):
             return
-        self.cost_s = time.perf_counter() - t0
+        try:
+            c = self.counts.counts()
+        except Exception:  # a folder that moved under the walk: the next poll
+            return
+        self.last, self.cost_s = now, time.monotonic() - now
         key = (c["done"], c["running"])
-        now = time.time()
-        if force or (key != self.last_key and now - self.last_print >= self.every_s) or now - self.last_print >= 60:
-            self.last_key, self.last_print = key, now
-            say(self.progress.line(now), self.stream)
-
-    def run(self) -> None:
-        while not self.stop_event.wait(max(min(self.every_s, 1.0), 20 * self.cost_s)):
-            self.tick()
+        note = f"{c['running']} running" + ("" if c["left"] is None else f", {c['left']} left")
+        progress.update(c["done"], note, line=key != self.key, left_s=c["left_s"])
+        self.key = key
 
 
 # what the end of a sweep writes in its folder (and a sweep_<knob>.png per swept numeric knob)
@@ -694,13 +707,13 @@ class SweepCallback(Callback):
     def __init__(self, progress_every_s: float = 2.0, gather: bool = True) -> None:
         self.progress_every_s = float(progress_every_s)
         self.gather = bool(gather)
-        self._monitor: Optional[_Monitor] = None
+        self._progress: Optional[Progress] = None
         self._job_t0: Optional[float] = None
         self._started = time.time()
 
-    def __getstate__(self) -> Dict[str, Any]:  # workers get the settings, not the thread
+    def __getstate__(self) -> Dict[str, Any]:  # workers get the settings, not the progress and its thread
         state = dict(self.__dict__)
-        state["_monitor"] = None
+        state["_progress"] = None
         return state
 
     # -- a single run: its folder is made (or taken) here, before Hydra writes into it
@@ -739,6 +752,7 @@ class SweepCallback(Callback):
         catch_sigterm()  # a sweep stopped by SIGTERM ends as by Ctrl-C: its launcher's workers with it, the resume hint
         self._started = time.time()
         _FAILURES.clear()
+        SHARE.clear()  # an earlier sweep's in this process
         detach_submitit_local(config)
         keep_sigterm_under_ray(config, lambda: catch_sigterm(again=True))
         try:
@@ -750,18 +764,20 @@ class SweepCallback(Callback):
         total = count_jobs(config)
         if total == 0:  # a swept key given no values (seed=range(0)): nothing to run, nothing made
             refuse(ConfigError("the sweep", "0 jobs", "at least one job: a swept key was given no values"))
-        if OmegaConf.select(config, "output.progress", default=True):
-            self._monitor = _Monitor(Progress(sweep, total, self._started), self.progress_every_s)
-            self._monitor.start()
+        if OmegaConf.select(config, "output.progress", default=True):  # lines: the jobs' own lines come between
+            poll = _Poll(JobCounts(sweep, total, self._started), self.progress_every_s)
+            self._progress = Progress("sweep", mode="lines", poll=poll)
+            self._progress.start("sweep", total, "job")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         release()
         raise_pending_interrupt()  # the sweep's last job swallowed it: the sweep is not gathered
-        mon, self._monitor = self._monitor, None
-        if mon is not None:
-            mon.stop_event.set()
-            mon.join(timeout=5)
-            mon.tick(force=True)
+        progress, self._progress = self._progress, None
+        if progress is not None:
+            progress.stop()
+            progress.poll(progress, force=True)  # the last count
+            progress.finish(progress.what)
+            progress.close()
         if self.gather:
             self._gather(config)
         if _FAILURES:  # the jobs that completed are gathered; the sweep still says it did not all run
@@ -774,9 +790,12 @@ class SweepCallback(Callback):
         from racsim.sweep.gather import answer_text, gather_and_write  # lazy
 
         sweep = Path(str(config.hydra.sweep.dir))
+        shown = OmegaConf.select(config, "output.progress", default=True)
         try:
-            g = gather_and_write(sweep, force=bool(OmegaConf.select(config, "output.force", default=False)),
-                                 plots=bool(OmegaConf.select(config, "output.plots", default=True)))
+            with Progress("sweep", mode="lines" if shown else "off") as progress:
+                g = gather_and_write(sweep, force=bool(OmegaConf.select(config, "output.force", default=False)),
+                                     plots=bool(OmegaConf.select(config, "output.plots", default=True)),
+                                     progress=progress)
         except FileExistsError as ex:
             say(f"racsim: sweep: the jobs are complete but not gathered: {ex} (output.force=true, or "
                 f"racsim-report {sweep} --out DIR)", sys.stderr)
@@ -789,7 +808,7 @@ class SweepCallback(Callback):
                 f"run racsim-report {sweep} to try again", sys.stderr)
             sys.exit(1)
         say(f"racsim: sweep: {g.table['job_dir'].nunique()} jobs gathered in {sweep} "
-            f"({_fmt_s(time.time() - self._started)}), {answer_text(g)}")
+            f"({hms(time.time() - self._started)}), {answer_text(g)}")
 
     # -- each job, in the process that runs it
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -34,6 +34,7 @@ import pandas as pd
 from racsim.analyses.capacity import fewest
 from racsim.errors import WIDTH, Parser, WriteFailure, say, write_failure, wrote_line
 from racsim.io import atomic_write, fmt, write_text
+from racsim.progress import Progress
 from racsim.sweep.markers import is_complete, job_dirs, publish, read_marker
 from racsim.report.aggregate import INTERVAL_NOTE, aggregate, fixed, format_aggregate, seed_axes, write_knob_plots
 from racsim.report.paper import paper_report
@@ -52,16 +53,21 @@ def _natural(rel: Path) -> tuple:
                  for part in rel.parts for t in re.split(r"(\d+)", part) if t)
 
 
-def find_jobs(root: Path) -> Tuple[List[Tuple[Path, dict]], List[Path]]:
-    """(complete jobs with their markers, incomplete job folders) under ``root``, in order."""
+def find_jobs(root: Path, progress: Optional[Progress] = None) -> Tuple[List[Tuple[Path, dict]], List[Path]]:
+    """(complete jobs with their markers, incomplete job folders) under ``root``, in order
+    (``progress``: the phase ``checking the job folders``, each one's files against its marker)."""
     root = Path(root)
+    progress = progress or Progress.off()
     complete, incomplete = [], []
-    for d in sorted(job_dirs(root, max_depth=6), key=lambda d: _natural(d.relative_to(root))):
+    folders = sorted(job_dirs(root, max_depth=6), key=lambda d: _natural(d.relative_to(root)))
+    progress.start("checking the job folders", len(folders), "folder")
+    for d in folders:
         m = read_marker(d)
         if m is not None and is_complete(d) and ((d / RESULTS).is_file() or (d / CAPACITY).is_file()):
             complete.append((d, m))
         else:
             incomplete.append(d)
+        progress.advance()
     return complete, incomplete
 
 
@@ -85,10 +91,10 @@ def gather(path) -> pd.DataFrame:
     return _gather(root, _jobs(root)[0])[0]
 
 
-def _jobs(root: Path) -> Tuple[List[Tuple[Path, dict]], List[Path]]:
+def _jobs(root: Path, progress: Optional[Progress] = None) -> Tuple[List[Tuple[Path, dict]], List[Path]]:
     if not root.exists():
         raise FileNotFoundError(f"{root}: no such folder")
-    complete, incomplete = find_jobs(root)
+    complete, incomplete = find_jobs(root, progress)
     if not complete:
         raise FileNotFoundError(f"{root}: no complete racsim run (a folder with {RESULTS} or {CAPACITY}, "
                                 f"and done.json)")
@@ -130,8 +136,11 @@ def job_table(d: Path) -> pd.DataFrame:
     return pd.read_parquet(d / RESULTS) if (d / RESULTS).is_file() else capacity_rows(pd.read_parquet(d / CAPACITY))
 
 
-def _gather(root: Path, complete) -> Tuple[pd.DataFrame, List[str]]:
-    """The table, and its axes: the columns of the jobs' overrides, then of their study-grid cells."""
+def _gather(root: Path, complete, progress: Optional[Progress] = None) -> Tuple[pd.DataFrame, List[str]]:
+    """The table, and its axes: the columns of the jobs' overrides, then of their study-grid cells
+    (``progress``: the phase ``reading the tables``, a unit per job)."""
+    progress = progress or Progress.off()
+    progress.start("reading the tables", len(complete), "job")
     tables, cells, rels, grid = [], [], [], []
     for d, m in complete:
         t = job_table(d)
@@ -140,6 +149,7 @@ def _gather(root: Path, complete) -> Tuple[pd.DataFrame, List[str]]:
         cell = m.get("cell") or {}
         cells.append((len(t), cell))
         rels += [d.relative_to(root).as_posix() or "."] * len(t)
+        progress.advance()
     results = pd.concat(tables, ignore_index=True)
 
     keys: List[str] = []
@@ -190,15 +200,19 @@ class Gathered(NamedTuple):
     written: List[Path]
 
 
-def gather_and_write(path, out: Optional[Path] = None, force: bool = False, plots: bool = True) -> Gathered:
+def gather_and_write(path, out: Optional[Path] = None, force: bool = False, plots: bool = True,
+                     progress: Optional[Progress] = None) -> Gathered:
     """Gather ``path`` and write ``results.parquet``, ``results.csv``, ``aggregate.parquet``,
     ``aggregate.csv``, the knob plots (``plots``) and ``report.md`` into ``out`` (default: ``path``;
     for a single job folder, whose own results are not overwritten, ``report.md`` and plots only).
     A file of the same name there that racsim did not write is never replaced unless ``force``
-    (FileExistsError; nothing is written)."""
+    (FileExistsError; nothing is written). ``progress``: its phases, planned first."""
+    progress = progress or Progress.off()
+    progress.plan("checking the job folders", "reading the tables", "writing the report")
     root = Path(path)
-    complete, incomplete = _jobs(root)
-    df, axes = _gather(root, complete)
+    complete, incomplete = _jobs(root, progress)
+    df, axes = _gather(root, complete, progress)
+    progress.start("writing the report", 1, note="the table averaged over seeds, its plots, report.md")
     agg = aggregate(df, axes)
     is_job = out is None and any(d == root for d, _ in complete)
     out_dir = Path(out) if out is not None else root
@@ -220,7 +234,9 @@ def gather_and_write(path, out: Optional[Path] = None, force: bool = False, plot
         write_text(md, head + ("\n" + paper if paper else ""))
         return written + figures + [md]
 
-    return Gathered(df, agg, publish(out_dir, write, force=force, track_edits=True))  # a report the user edits is theirs
+    written = publish(out_dir, write, force=force, track_edits=True)  # a report the user edits is theirs
+    progress.finish()
+    return Gathered(df, agg, written)
 
 
 def answer_text(g: Gathered) -> str:
@@ -240,8 +256,9 @@ def main(argv=None) -> None:
     ap.add_argument("--no-plots", action="store_true", help="no plot per swept knob")
     args = ap.parse_args(argv)
     try:
-        g = gather_and_write(Path(args.path), Path(args.out) if args.out else None, force=args.force,
-                             plots=not args.no_plots)
+        with Progress(prog="racsim-report") as progress:
+            g = gather_and_write(Path(args.path), Path(args.out) if args.out else None, force=args.force,
+                                 plots=not args.no_plots, progress=progress)
     except FileExistsError as ex:
         say(f"racsim-report: error: {ex}; pass --force to replace them", sys.stderr)
         sys.exit(2)

@@ -47,6 +47,7 @@ from racsim.config.spec import scenario
 from racsim.config.validate import validate
 from racsim.errors import Parser
 from racsim.io import small_pages
+from racsim.progress import Progress
 from racsim.learner import mdp as M
 from racsim.learner.correctors import BLOCKING, CorrectorParams
 from racsim.learner.grpo import train_lane, train_lanes
@@ -210,16 +211,21 @@ def bench_capacity(overrides, trials: int = None) -> Dict[str, float]:
                                                seconds)}
 
 
-def bench_capacity_knobs(trials: int = None) -> Dict[str, float]:
-    """:func:`bench_capacity` on every knob of :data:`CAPACITY_KNOBS`, a table row each as it goes."""
+def bench_capacity_knobs(trials: int = None, progress: Progress = None) -> Dict[str, float]:
+    """:func:`bench_capacity` on every knob of :data:`CAPACITY_KNOBS`, a table row each as it goes
+    (``progress``: a unit per knob; the rows printed past its bar)."""
+    progress = progress or Progress.off()
     out: Dict[str, float] = {}
-    print(f"{'capacity knob':<38} {'count':>5} {'lanes req/s':>12} {'raw SimPy':>10} {'x raw':>6} "
-          f"{'SimPy engine':>12}  >= 1e6")
+    progress.start("capacity knobs", len(CAPACITY_KNOBS), "knob")
+    progress.say(f"{'capacity knob':<38} {'count':>5} {'lanes req/s':>12} {'raw SimPy':>10} {'x raw':>6} "
+                 f"{'SimPy engine':>12}  >= 1e6")
     for label, overrides in CAPACITY_KNOBS.items():
+        progress.note(label)
         f = bench_capacity(overrides, trials)
         rate, raw, eng = f["lanes_requests_per_s"], f["raw_simpy_requests_per_s"], f["simpy_engine_requests_per_s"]
-        print(f"{label:<38} {f['count']:>5.0f} {rate:>12.3g} {raw:>10.3g} {rate / raw:>6.1f} {eng:>12.3g}  "
-              f"{'yes' if rate >= 1e6 else 'no'}", flush=True)
+        progress.say(f"{label:<38} {f['count']:>5.0f} {rate:>12.3g} {raw:>10.3g} {rate / raw:>6.1f} {eng:>12.3g}  "
+                     f"{'yes' if rate >= 1e6 else 'no'}")
+        progress.advance()
         tag = label.replace(", ", "_").replace(" ", "_")
         out.update({f"capacity_{tag}_{k}": v for k, v in f.items()})
     return out
@@ -228,45 +234,54 @@ def bench_capacity_knobs(trials: int = None) -> Dict[str, float]:
 SCALES = (1, 4, 16, 64)  # --scale: the judge's deployment times these (sequences per step and GPUs)
 
 
-def bench_capacity_scale(scales=SCALES, trials: int = 10) -> Dict[str, float]:
+def bench_capacity_scale(scales=SCALES, trials: int = 10, progress: Progress = None) -> Dict[str, float]:
     """How a capacity count's simulation grows with the deployment: the judge scenario with
     ``pipeline.batch_size`` and the count (5 GPUs, its answer) both times each of ``scales``, so that
     the load stays the same; per scale :func:`bench_capacity`'s figures (lanes requests/s against raw
-    SimPy timed in the same call) and the seconds one count takes, a table row each as it goes."""
+    SimPy timed in the same call) and the seconds one count takes, a table row each as it goes
+    (``progress``: a unit per scale)."""
+    progress = progress or Progress.off()
     base = spec_of(JUDGE)
     batch, per = int(base.pipeline.batch_size), int(base.pipeline.channels["judge"].rm.sequences_per_sample)
     out: Dict[str, float] = {}
-    print(f"{'scale':>5} {'sequences/step':>14} {'GPUs':>5} {'requests':>10} {'lanes s':>8} {'lanes req/s':>12} "
-          f"{'raw SimPy':>10} {'x raw':>6}")
+    progress.start("scales", len(scales), "scale")
+    progress.say(f"{'scale':>5} {'sequences/step':>14} {'GPUs':>5} {'requests':>10} {'lanes s':>8} {'lanes req/s':>12} "
+                 f"{'raw SimPy':>10} {'x raw':>6}")
     for k in scales:
+        progress.note(f"the judge times {k}")
         f = bench_capacity([JUDGE, f"pipeline.batch_size={batch * k}", f"capacity.counts=[{5 * k}]"], trials)
         rate, raw = f["lanes_requests_per_s"], f["raw_simpy_requests_per_s"]
-        print(f"{k:>5} {batch * per * k:>14,} {f['count']:>5.0f} {f['requests']:>10.3g} {f['lanes_s']:>8.2f} "
-              f"{rate:>12.3g} {raw:>10.3g} {rate / raw:>6.1f}", flush=True)
+        progress.say(f"{k:>5} {batch * per * k:>14,} {f['count']:>5.0f} {f['requests']:>10.3g} {f['lanes_s']:>8.2f} "
+                     f"{rate:>12.3g} {raw:>10.3g} {rate / raw:>6.1f}")
+        progress.advance()
         out.update({f"scale_{k}_{key}": v for key, v in f.items()})
     return out
 
 
 def bench_capacity_workers(scenarios=(JUDGE, "scenario=capacity/judge_rm_faults"), repeat: int = 2,
-                           workers: int = 0) -> Dict[str, float]:
+                           workers: int = 0, progress: Progress = None) -> Dict[str, float]:
     """A whole capacity search's wall-clock (counts, and the sensitivity table where the scenario has
     one; no speed figure), its counts one at a time (capacity.workers=1) against side by side
     (``workers``; 0: every usable core where it pays), alternated ``repeat`` times, best of each: the
-    same answer, and the ratio, a table row per scenario."""
+    same answer, and the ratio, a table row per scenario (``progress``: a unit per search)."""
+    progress = progress or Progress.off()
     out: Dict[str, float] = {}
-    print(f"{'scenario':<34} {'answer':>6} {'one at a time s':>16} {f'workers={workers} s':>12} {'ratio':>6}")
+    progress.start("capacity searches", len(scenarios) * repeat * 2, "search")
+    progress.say(f"{'scenario':<34} {'answer':>6} {'one at a time s':>16} {f'workers={workers} s':>12} {'ratio':>6}")
     for scen in scenarios:
         best = {1: np.inf, workers: np.inf}
         answer = set()
         for _ in range(repeat):
             for w in best:
+                progress.note(f"{scen.split('/')[-1]}, capacity.workers={w}")
                 cfg = spec_of(scen, "capacity.benchmark=false", f"capacity.workers={w}")
                 t0 = time.perf_counter()
                 answer.add(run_capacity_sensitivity(cfg).recommended)
                 best[w] = min(best[w], time.perf_counter() - t0)
+                progress.advance()
         tag = scen.split("/")[-1]
-        print(f"{tag:<34} {'/'.join(map(str, sorted(answer))):>6} {best[1]:>16.2f} {best[workers]:>12.2f} "
-              f"{best[1] / best[workers]:>6.2f}", flush=True)
+        progress.say(f"{tag:<34} {'/'.join(map(str, sorted(answer))):>6} {best[1]:>16.2f} {best[workers]:>12.2f} "
+                     f"{best[1] / best[workers]:>6.2f}")
         out.update({f"workers_{tag}_one_s": best[1], f"workers_{tag}_pool_s": best[workers],
                     f"workers_{tag}_ratio": best[1] / best[workers]})
     return out
@@ -482,7 +497,8 @@ def _lm_lane_schedule(steps: int, P: int, lane: int):
     return delay, status, np.where(status == INJECTED, np.arange(steps)[:, None, None] + delay, -1)
 
 
-def bench_lm_batch(steps: int, sizes=LM_BATCH_SIZES, seeds=LM_BATCH_SEEDS, repeat: int = 2) -> Dict[str, float]:
+def bench_lm_batch(steps: int, sizes=LM_BATCH_SIZES, seeds=LM_BATCH_SEEDS, repeat: int = 2,
+                   progress: Progress = None) -> Dict[str, float]:
     """Seconds per GRPO step per seed of learner=lm's transformer (the default task and batch,
     rac on a late schedule with drops, Adam, one thread): one seed at a time (train_lane on
     TransformerPolicy) against S seeds as one batch (train_lanes on BatchedTransformerPolicy:
@@ -530,10 +546,11 @@ def bench_lm_batch(steps: int, sizes=LM_BATCH_SIZES, seeds=LM_BATCH_SEEDS, repea
             out[f"{tag}_S{S}_wall_s_per_step_per_seed"] = wall[S]
             out[f"{tag}_S{S}_ratio"] = cpu[0] / cpu[S]
             rows.append((f"{layers}x{width}", S, cpu[0], cpu[S], cpu[0] / cpu[S], wall[0] / wall[S]))
-    print("learner=lm, CPU seconds per GRPO step per seed: one seed at a time vs S seeds as one batch")
-    print(f"{'model':>8} {'S':>4} {'one-at-a-time':>14} {'batched/seed':>13} {'ratio':>7} {'wall ratio':>11}")
+    say = (progress or Progress.off()).say
+    say("learner=lm, CPU seconds per GRPO step per seed: one seed at a time vs S seeds as one batch")
+    say(f"{'model':>8} {'S':>4} {'one-at-a-time':>14} {'batched/seed':>13} {'ratio':>7} {'wall ratio':>11}")
     for m, S, a, b, r, rw in rows:
-        print(f"{m:>8} {S:>4} {a:>14.4f} {b:>13.4f} {r:>7.2f} {rw:>11.2f}")
+        say(f"{m:>8} {S:>4} {a:>14.4f} {b:>13.4f} {r:>7.2f} {rw:>11.2f}")
     return out
 
 
@@ -608,50 +625,71 @@ def main(argv=None) -> None:
     if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         ap.error(f"--json {args.json}: a file path in an existing folder")
     n_vec, n_loop, trials = (20_000, 200, 50) if args.quick else (200_000, 2_000, 300)
-    figures: Dict[str, float] = {}
     if args.set:
         try:
             validate(spec_of(*args.set))
         except (ValueError, HydraException, OmegaConfBaseException) as e:  # ValueError: racsim's ConfigError
             ap.error(f"--set {' '.join(args.set)}: {e}")
-        figures.update(bench_pipeline(trials, args.set))
-    elif args.paper:
-        figures.update(bench_heavy_tail())
-    elif args.gpu_rm:
-        chunked = args.gpu_rm == "chunked"
-        try:
-            figures.update(bench_gpu_rm(10 if args.quick else 50, "continuous" if chunked else args.gpu_rm, chunked,
-                                        args.token_budget))
-        except ValueError as e:  # racsim's ConfigError: a token budget the judge cannot take
-            ap.error(f"--token-budget {args.token_budget}: {e}")
-    elif args.capacity:
-        figures.update(bench_capacity_knobs(args.trials or (5 if args.quick else None)))
-    elif args.scale:
-        figures.update(bench_capacity_scale(SCALES[:2] if args.quick else SCALES, args.trials or 10))
-    elif args.workers:
-        figures.update(bench_capacity_workers((JUDGE,), repeat=1) if args.quick else bench_capacity_workers())
-    elif args.lm:
-        try:
-            figures.update(bench_lm(3, LM_SIZES[:3], repeat=1) if args.quick else bench_lm(10))
-            figures.update(bench_lm_batch(1, LM_BATCH_SIZES[:1], LM_BATCH_SEEDS[:2], repeat=1) if args.quick
-                           else bench_lm_batch(4))
-        except ModuleNotFoundError as e:  # torch or transformers
-            ap.error(f"--lm needs torch and transformers ({e.name} is missing): pip install 'racsim[rm]'")
-    elif args.sweep and args.cells is not None:
+    if args.sweep and args.cells is not None:
         if args.budget is not None and not args.budget > 0:
             ap.error(f"--budget {args.budget}: a positive number of seconds")
         if args.cells < 4:
             ap.error(f"--cells {args.cells}: at least 4 (seeds x 4 values of corrector.tau_age)")
-        figures.update(bench_sweep_cells(args.cells, trials=args.trials or 20, keep=args.keep, budget_s=args.budget))
+
+    def gpu_rm() -> Dict[str, float]:
+        chunked = args.gpu_rm == "chunked"
+        try:
+            return bench_gpu_rm(10 if args.quick else 50, "continuous" if chunked else args.gpu_rm, chunked,
+                                args.token_budget)
+        except ValueError as e:  # racsim's ConfigError: a token budget the judge cannot take
+            ap.error(f"--token-budget {args.token_budget}: {e}")
+
+    def lm(fn: Callable[[], Dict[str, float]]) -> Callable[[], Dict[str, float]]:
+        def run_it() -> Dict[str, float]:
+            try:
+                return fn()
+            except ModuleNotFoundError as e:  # torch or transformers
+                ap.error(f"--lm needs torch and transformers ({e.name} is missing): pip install 'racsim[rm]'")
+        return run_it
+
+    # what runs, as (the phase, the benchmark): each bench_* that takes ``progress`` starts its phase of that name
+    if args.set:
+        steps = [("pipeline, lanes vs SimPy", lambda p: bench_pipeline(trials, args.set))]
+    elif args.paper:
+        steps = [("the paper's heavy-tail grid", lambda p: bench_heavy_tail())]
+    elif args.gpu_rm:
+        steps = [(f"gpu_rm, {args.gpu_rm} batching", lambda p: gpu_rm())]
+    elif args.capacity:
+        steps = [("capacity knobs", lambda p: bench_capacity_knobs(args.trials or (5 if args.quick else None), p))]
+    elif args.scale:
+        steps = [("scales", lambda p: bench_capacity_scale(SCALES[:2] if args.quick else SCALES, args.trials or 10, p))]
+    elif args.workers:
+        steps = [("capacity searches", lambda p: bench_capacity_workers((JUDGE,), repeat=1, progress=p) if args.quick
+                  else bench_capacity_workers(progress=p))]
+    elif args.lm:
+        steps = [("GRPO step, racsim vs plain PyTorch",
+                  lambda p: lm(lambda: bench_lm(3, LM_SIZES[:3], repeat=1) if args.quick else bench_lm(10))()),
+                 ("GRPO, seeds as one batch",
+                  lambda p: lm(lambda: bench_lm_batch(1, LM_BATCH_SIZES[:1], LM_BATCH_SEEDS[:2], repeat=1, progress=p)
+                               if args.quick else bench_lm_batch(4, progress=p))())]
+    elif args.sweep and args.cells is not None:
+        steps = [(f"{args.cells} cells, sweep vs grid", lambda p: bench_sweep_cells(
+            args.cells, trials=args.trials or 20, keep=args.keep, budget_s=args.budget))]
     elif args.sweep:
-        figures.update(bench_sweep(n_seeds=2, trials=50, keep=args.keep) if args.quick
-                       else bench_sweep(trials=args.trials or 500, keep=args.keep))
+        steps = [("sweeps, serial vs joblib", lambda p: bench_sweep(n_seeds=2, trials=50, keep=args.keep) if args.quick
+                  else bench_sweep(trials=args.trials or 500, keep=args.keep))]
     else:
-        figures.update(bench_bias(n_vec, n_loop))
-        figures.update(bench_pipeline(trials))
-    if not args.quick and not args.sweep and not args.paper and not args.set and not args.gpu_rm \
-            and not args.capacity and not args.scale and not args.lm and not args.workers:
-        figures.update(bench_default())
+        steps = [("bias benchmark, vectorised vs loop", lambda p: bench_bias(n_vec, n_loop)),
+                 ("pipeline, lanes vs SimPy", lambda p: bench_pipeline(trials))]
+        if not args.quick:
+            steps.append(("the default scenario end to end", lambda p: bench_default()))
+    figures: Dict[str, float] = {}
+    with Progress(prog="racsim-bench") as progress:
+        progress.plan(*(name for name, _ in steps))
+        for name, bench in steps:
+            progress.start(name, 1)  # a benchmark with units of its own starts its phase again with them
+            figures.update(bench(progress))
+        progress.finish()
     width = max(map(len, figures))
     for k, v in figures.items() if not (args.capacity or args.scale or args.workers) else ():  # they printed their tables
         print(f"{k:<{width}}  {v:,.3f}")

@@ -15,9 +15,8 @@ its slow regimes need (the run's dominant cost), so k seeds cost about k counts.
 
 from __future__ import annotations
 
-import sys
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import pandas as pd
 from hydra.errors import HydraException
@@ -28,6 +27,7 @@ from racsim.config.defaults import compose_config
 from racsim.config.schema import RacsimConf
 from racsim.config.spec import replace_at, scenario
 from racsim.errors import Parser
+from racsim.progress import Progress
 from racsim.io import spawn_pool, usable_cores
 
 
@@ -37,19 +37,20 @@ def _one_seed(cfg: RacsimConf, seed: int) -> dict:
     return {"seed": int(seed), "recommended": res.recommended, "unit": res.unit, "seconds": time.perf_counter() - t0}
 
 
-def seed_answers(cfg: RacsimConf, seeds: Sequence[int], progress: Optional[Callable[[str], None]] = None,
+def seed_answers(cfg: RacsimConf, seeds: Sequence[int], progress: Optional[Progress] = None,
                  jobs: int = 1) -> pd.DataFrame:
     """One row per seed: the capacity run's recommended count (None: no count met the targets),
     its unit and the seconds it took. ``cfg``: a capacity scenario's spec; only ``seed`` varies.
     ``jobs`` > 1: the seeds run in that many fresh processes (one BLAS thread each, each run's counts
-    one at a time: capacity.workers 1), the same rows."""
+    one at a time: capacity.workers 1), the same rows. ``progress``: the phase ``seeds``, a unit per seed."""
     seeds = [int(s) for s in seeds]
     rows = []
+    progress = progress or Progress.off()
+    progress.start("seeds", len(seeds), "seed")
 
     def tell(row: dict) -> None:
         rows.append(row)
-        if progress is not None:
-            progress(f"seed {row['seed']}: {row['recommended']} {row['unit']} ({row['seconds']:.1f} s)")
+        progress.advance(1, f"seed {row['seed']}: {row['recommended']} {row['unit']} ({row['seconds']:.1f} s)")
 
     if jobs > 1 and len(seeds) > 1:
         cfg = replace_at(cfg, "capacity.workers", 1)  # the seeds fill the cores: each run's counts one at a time
@@ -98,8 +99,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         cfg = scenario(compose_config(*args.overrides))
         if not cfg.capacity.enabled:
             ap.error(f"{' '.join(args.overrides)}: not a capacity scenario (capacity.enabled is false)")
-        table = seed_answers(cfg, range(args.first, args.first + args.seeds),
-                             lambda line: print(line, file=sys.stderr, flush=True), jobs=args.jobs)
+        with Progress("seeds", mode="lines", quiet_s=0) as progress:  # a line per seed on stderr
+            table = seed_answers(cfg, range(args.first, args.first + args.seeds), progress, jobs=args.jobs)
+            progress.finish()
     except (ValueError, HydraException, OmegaConfBaseException) as e:  # ValueError: racsim's ConfigError
         ap.error(f"{' '.join(args.overrides)}: {e}")
     print(table.to_string(index=False))
