@@ -12,7 +12,8 @@ units left at its pace so far (or, for a sweep, the estimate its job counter giv
 Shown on stderr: on a terminal as one line redrawn in place, its clock moving between updates
 (a thread redraws it every :data:`REDRAW_S`), taken away at the end; through a pipe as lines:
 each one the work asks for (a count evaluated, a run doubled, a sweep's jobs moving), and once
-the work has run :data:`QUIET_S`, one as each phase starts, at each tenth of it and as it ends;
+the work has run :data:`QUIET_S` (before, held back: said then if it still runs), one as each
+phase starts, at each tenth of it and as it ends;
 whatever runs inside one unit, a line at least every :data:`EVERY_S` seconds says where the phase
 stands and what runs. ``mode="off"`` (``output.progress=false``) shows nothing and keeps the count.
 """
@@ -82,7 +83,7 @@ class Progress:
     ``mode``: ``auto`` (a redrawn line on a terminal, lines through a pipe), ``bar``, ``lines`` or
     ``off``; ``stream``: where it writes (stderr); ``every_s``: through a pipe, the longest silence;
     ``quiet_s``: through a pipe, before the work has run that long, only the lines it asks for (quick
-    work says little);
+    work says little; what it held back is said at the first tick past it, if the work still runs);
     ``poll(progress)``: called at each tick to refresh the count from outside (a sweep's folder);
     ``clock``: the time (a fake one in tests); ``ticking``: a thread ticks (tests call :meth:`tick`)."""
 
@@ -105,6 +106,7 @@ class Progress:
         self._lock = threading.RLock()
         self._last = clock()  # when something was last written
         self._tenth = 0
+        self._owed = False  # a line held back while the work was young (quiet_s), owed at the next tick
         self._drawn = 0  # the bar's width on the terminal
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -207,7 +209,7 @@ class Progress:
 
     def tick(self) -> None:
         """Refresh from outside (``poll``), redraw the bar, and through a pipe write the state when
-        nothing was written for ``every_s`` seconds while a phase runs."""
+        nothing was written for ``every_s`` seconds while a phase runs, or a line held back is owed."""
         if self.poll is not None:
             self.poll(self)
         with self._lock:
@@ -215,7 +217,8 @@ class Progress:
                 return
             if self.mode == "bar":
                 self._draw()
-            elif self.mode == "lines" and self.clock() - self._last >= self.every_s:
+            elif self.mode == "lines" and (self.clock() - self._last >= self.every_s or
+                                           (self._owed and self.clock() - self.born >= self.quiet_s)):
                 self._write()
 
     def stop(self) -> None:
@@ -301,12 +304,15 @@ class Progress:
         if self.mode == "bar":
             if event != "update" or self.clock() - self._last >= 0.1:
                 self._draw()
-        elif self.mode == "lines" and (event == "said" or (event != "update" and
-                                                             self.clock() - self.born >= self.quiet_s)):
-            self._write()
+        elif self.mode == "lines" and event != "update":
+            if event == "said" or self.clock() - self.born >= self.quiet_s:
+                self._write()
+            else:  # written at the first tick past quiet_s, if the work still runs
+                self._owed = True
 
     def _write(self) -> None:
         say(self.text(), self.stream)
+        self._owed = False
         self._last = self.clock()
 
     def _draw(self) -> None:

@@ -130,9 +130,17 @@ def test_quick_work_through_a_pipe_says_only_what_it_asks_for_and_off_says_nothi
     p.start("capacity search", 2, "count")
     p.advance(1, "5 GPUs: meets the targets")
     assert out.getvalue() == "racsim: run: capacity search (2/2): 1/2 counts (50%) in 0:00 - 5 GPUs: meets the targets\n"
-    now.t += 3.0
-    p.start("training", 2, "corrector")
-    assert out.getvalue().splitlines()[-1] == "racsim: run: training (3/3): 0/2 correctors (0%) in 0:00"
+    now.t += 1.0
+    p.start("training", 2, "corrector")  # held back: the work is 1 s old
+    p.tick()
+    assert len(out.getvalue().splitlines()) == 1
+    now.t += 1.5
+    p.tick()  # past QUIET_S, the phase still running: the line held back is said now
+    assert out.getvalue().splitlines()[-1] == "racsim: run: training (3/3): 0/2 correctors (0%) in 0:02"
+    now.t += 1.0
+    p.tick()
+    p.start("static study", 1, "cell")
+    assert [ln.split(": ")[2] for ln in out.getvalue().splitlines()[2:]] == ["training (3/3)", "static study (4/4)"]
     off = Progress.off()
     off.start("x", 3, "count")
     off.advance(5)
