@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from racsim.analyses.capacity import (batch_units, channel_intervals, channel_loads, first_length, interval_units,
-                                      regime_cycle, regime_scales, regime_window, run_capacity, sized_run)
-from racsim.analyses.capacity import BATCH_CYCLES
+from racsim.analyses.capacity import BATCH_CYCLES, channel_loads, run_capacity
+from racsim.analyses.capacity.intervals import batch_units, channel_intervals, interval_units
+from racsim.analyses.capacity.length import first_length, sized_run
+from racsim.analyses.capacity.regimes import regime_cycle, regime_scales, regime_window
 from racsim.config.defaults import compose_config
 from racsim.config.spec import replace_at, scenario
 from racsim.pipeline import steady
