@@ -693,6 +693,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.long  # 3 CPU s
 def test_a_pool_starts_inside_a_joblib_worker(tmp_path):
     """joblib's workers (a racsim sweep under hydra/launcher=joblib) run with loky's own start method,
     which a plain spawned child cannot take: racsim's pool starts its children without it (before,

@@ -103,9 +103,16 @@ def check_run_folder(out: Path, correctors: list, plots: bool) -> pd.DataFrame:
 # 1, 2: a run of the default scenario.
 
 
-def test_racsim_default_scenario_with_plots(tmp_path):
-    out = tmp_path / "run"
-    p = ok(racsim(tmp_path, *SMALL, *run_dir_args(out)))  # plots on: the default
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """``racsim`` on SMALL sizes, plots on (the default), run once: (its cwd, its folder, the process)."""
+    tmp = tmp_path_factory.mktemp("default")
+    out = tmp / "run"
+    return tmp, out, ok(racsim(tmp, *SMALL, *run_dir_args(out)))
+
+
+def test_racsim_default_scenario_with_plots(default_run):
+    tmp_path, out, p = default_run
     rows = table_rows(p.stdout)
     assert "clock x" in rows[0] and "bias (exact)" in rows[0]
     assert rows[1:] == list(CORRECTORS)
@@ -114,9 +121,8 @@ def test_racsim_default_scenario_with_plots(tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
-def test_the_table_fits_a_terminal_and_the_files_keep_every_column(tmp_path):
-    out = tmp_path / "run"
-    p = ok(racsim(tmp_path, *SMALL, *NOPLOTS, *run_dir_args(out)))
+def test_the_table_fits_a_terminal_and_the_files_keep_every_column(default_run):
+    _, out, p = default_run
     rows = table_rows(p.stdout)
     table = p.stdout.splitlines()[p.stdout.splitlines().index(rows[0]):][: len(rows)]
     assert max(map(len, table)) <= 120, table

@@ -358,6 +358,7 @@ def test_a_killed_worker_loses_no_job(serial, tmp_path, launcher, request):
     assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
 
 
+@pytest.mark.long  # sweeps and racsim-report in subprocesses: 4 CPU s
 def test_report_command_gathers_any_folder(serial, tmp_path, capsys):
     sweep, _ = serial
     report_main([str(sweep), "--out", str(tmp_path / "again")])
