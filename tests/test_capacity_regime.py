@@ -142,18 +142,19 @@ def long_run(cfg, steps=20000, trials=20, warmup=200):
     return (st == DROPPED).sum() / (st != UNROUTED).sum(), np.quantile(soj[back], 0.95, method="inverted_cdf")
 
 
-def coverage(cfg, seeds):
+def coverage(cfg, seeds) -> np.ndarray:
+    """Per seed: whether its dropped share's and its sojourn p95's intervals hold the long run's (a row each)."""
     dropped, p95 = long_run(cfg)
-    hit = np.zeros(2)
+    hits = []
     for s in seeds:
         c = replace_at(cfg, "seed", int(s))
         run = sized_run(c, "verifier")
         units = interval_units(c, "verifier", c.learner.trials, run.verdict.warmup, run.steps)
         f = channel_intervals(run.sched, run.sched.channel_names.index("verifier"), 4, run.verdict.warmup, units,
                               float(c.capacity.confidence))
-        hit += [f["dropped_frac_lo"] <= dropped <= f["dropped_frac_hi"],
-                f["sojourn_p95_s_lo"] <= p95 <= f["sojourn_p95_s_hi"]]
-    return hit / len(seeds)
+        hits.append([f["dropped_frac_lo"] <= dropped <= f["dropped_frac_hi"],
+                     f["sojourn_p95_s_lo"] <= p95 <= f["sojourn_p95_s_hi"]])
+    return np.array(hits, dtype=float)
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,9 +175,12 @@ def test_intervals_cover_the_long_run_under_slow_regimes(kind):
     # an MSER-5 warm-up (two versions back) faults read 82% and 83% over 0-59. Without the analysis
     # faults read 60% and 80% over 0-29 while a warm-up on MSER-5's edge always doubled the run (by
     # chance a longer run); kept where the trials show it over (steady.replicated_mser), 50% and 60%.
-    got = coverage(small(kind), range(30))
-    assert (got >= 0.85).all(), got
-    before = coverage(small(kind, "capacity.regime_cycles=0"), range(30))
+    # Issue 41: the dropped share's 95% interval holds the long run's (20,000 steps x 20 trials, 500 times a
+    # run's length) at >= 90% of 60 seeds under each regime (measured: 91.7% and 95%), the p95's at >= 85%.
+    hits = coverage(small(kind), range(60))
+    assert hits[:, 0].mean() >= 0.9 and hits[:, 1].mean() >= 0.85, hits.mean(axis=0)
+    got = hits[:30].mean(axis=0)
+    before = coverage(small(kind, "capacity.regime_cycles=0"), range(30)).mean(axis=0)
     assert (before < got).any(), (before, got)
     # docs/capacity.md states these figures: within one seed of 30 (another CPU's last bits may move one)
     text = " ".join((ROOT / "docs" / "capacity.md").read_text().split())
