@@ -398,7 +398,7 @@ def test_detected_warmup_gives_erlang_c_wait():
     assert abs(m - want) <= h
 
 
-@pytest.mark.parametrize("steps", [50, 400, 2000])
+@pytest.mark.parametrize("steps", [50, 400, pytest.param(2000, marks=pytest.mark.long)])  # 2000: 2.3 CPU s
 def test_an_overloaded_queue_is_never_recommended(steps):
     """M/M/4 offered 1.05: never recommended, at any run length; its own series says so too. The
     list skips 5-7: the search finds 5 (offered 0.84), the fewest that meets the (load-only) targets."""

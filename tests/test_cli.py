@@ -144,6 +144,7 @@ def test_python_m_racsim_scenario_default(tmp_path):
 # 3: a sweep.
 
 
+@pytest.mark.long  # a sweep in a subprocess: 3.7 CPU s (tests/test_sweep.py's serial sweep runs fast)
 def test_multirun_sweep_one_folder_per_job(tmp_path):
     sweep = tmp_path / "sweep"
     p = ok(racsim(tmp_path, "-m", "corrector.tau_age=20,1000", "corrector.names=[naive,rac]", *SMALL, *NOPLOTS,
@@ -193,9 +194,9 @@ def bad_run(tmp_path_factory):
     return get
 
 
-# Two through a real process in the README's command (a range and a type mistake); the others in the long
-# stage (tests/test_fuzz.py runs each of them in-process fast).
-@pytest.mark.parametrize("override", [pytest.param(o, marks=() if i < 2 else pytest.mark.long)
+# One through a real process in the README's command (a range mistake; tests/test_fuzz.py runs a type mistake
+# through one); the others in the long stage (tests/test_fuzz.py runs each of them in-process fast).
+@pytest.mark.parametrize("override", [pytest.param(o, marks=() if i < 1 else pytest.mark.long)
                                       for i, o in enumerate(BAD)])
 def test_bad_override_fails_cleanly(bad_run, override):
     p, cwd, out = bad_run(override)
@@ -239,6 +240,7 @@ def test_bad_value_with_default_run_dir_leaves_no_outputs_folder(tmp_path):
     assert (tmp_path / "keep").exists()
 
 
+@pytest.mark.long  # a subprocess run: 2.6 CPU s
 def test_bad_value_keeps_the_users_empty_cwd(tmp_path):
     work = tmp_path / "project" / "work"
     work.mkdir(parents=True)
@@ -273,9 +275,8 @@ def test_same_command_gives_byte_identical_results(tmp_path):
 # 6: HYDRA_FULL_ERROR=1 restores Hydra's report.
 
 
-@pytest.mark.parametrize("override,exc", [("corrector.rho_bar=0", "ConfigError"),
-                                          pytest.param("pipeline.steps=abc", "ConfigCompositionException",
-                                                       marks=pytest.mark.long)])
+@pytest.mark.parametrize("override,exc", [pytest.param("corrector.rho_bar=0", "ConfigError", marks=pytest.mark.long),
+                                          ("pipeline.steps=abc", "ConfigCompositionException")])  # the cheaper fast
 def test_hydra_full_error_restores_traceback(tmp_path, override, exc):
     out = tmp_path / "run"
     p = racsim(tmp_path, override, *SMALL, *NOPLOTS, *run_dir_args(out), full_error=True)
