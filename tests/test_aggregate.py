@@ -213,6 +213,7 @@ def test_a_capacity_job_gathers_as_its_answer_per_corrector(seed):
             assert r["recommended_step_s"] == at["step_s"] and r["recommended_dropped"] == at["dropped_frac"]
 
 
+@pytest.mark.long  # a capacity sweep: 4 CPU s
 def test_capacity_jobs_are_gathered_and_reported(tmp_path):
     """Two capacity runs (two seeds) under one folder: racsim-report reads them, one row per job and
     corrector, and the answer over seeds is the fewest count with its load."""

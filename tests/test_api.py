@@ -52,16 +52,24 @@ def test_import_racsim_loads_no_simulator(touch, api_loaded):
     assert p.stdout.split() == [str(api_loaded), "[]"], p.stdout  # the simulator loads when racsim.run runs
 
 
-def test_run_returns_the_clis_tables_and_writes_nothing(tmp_path, empty_cwd, capsys):
-    ok(racsim_cli(tmp_path, *QUIET, "seed=3", *run_dir_args(tmp_path / "cli")))
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory) -> Path:
+    """The command's folder for ``QUIET seed=3``, run once for the tests that compare racsim.run with it."""
+    tmp = tmp_path_factory.mktemp("cli")
+    ok(racsim_cli(tmp, *QUIET, "seed=3", *run_dir_args(tmp / "cli")))
+    return tmp / "cli"
+
+
+def test_run_returns_the_clis_tables_and_writes_nothing(cli_run, empty_cwd, capsys):
     t = racsim.run(overrides=[*QUIET, "seed=3"])
     assert capsys.readouterr().err == ""  # output.progress=false: no progress
     assert isinstance(t, racsim.Tables) and t.curve is None and t.recommended is None and t.files == []
     for name, got in (("results", t.results), ("channels", t.channels)):
-        pd.testing.assert_frame_equal(got, pd.read_parquet(tmp_path / "cli" / f"{name}.parquet"), check_exact=True)
+        pd.testing.assert_frame_equal(got, pd.read_parquet(cli_run / f"{name}.parquet"), check_exact=True)
     assert t.config.seed == 3 and t.config.name == "default" and (t.results.seed == 3).all()
 
 
+@pytest.mark.long  # a capacity search twice (the command, then racsim.run): 5 CPU s
 def test_a_capacity_plan_returns_its_curve(tmp_path, empty_cwd, capsys):
     """... and shows its progress on stderr by default, as the command does (issue 43: it said nothing)."""
     scenario, overrides = CAPACITY
@@ -91,13 +99,12 @@ def test_a_plan_whose_every_count_is_overloaded_returns_empty_run_tables(tmp_pat
     assert t.raw.top == 4 and t.raw.searched == [4]
 
 
-def test_out_writes_the_clis_folder(tmp_path, empty_cwd):
-    ok(racsim_cli(tmp_path, *QUIET, *run_dir_args(tmp_path / "cli")))
+def test_out_writes_the_clis_folder(cli_run, tmp_path, empty_cwd):
     out = tmp_path / "api"
-    t = racsim.run(overrides=QUIET, out=out)
+    t = racsim.run(overrides=[*QUIET, "seed=3"], out=out)
     assert sorted(p.name for p in t.files) == sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
     for name in ("results.parquet", "channels.parquet", "results.csv", "channels.csv", "timeline.parquet"):
-        assert (out / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+        assert (out / name).read_bytes() == (cli_run / name).read_bytes(), name
     from racsim.sweep.gather import gather
 
     assert "## Time" in (out / "summary.md").read_text() and len(gather(out)) == len(t.results)  # done.json last: racsim-report takes it as a complete run

@@ -392,7 +392,8 @@ def test_autoscale_needs_a_queue_with_workers_or_gpu_rm(extra):
 def test_capacity_whatif_compares_with_every_fixed_pool_evaluated():
     from hydra import compose, initialize_config_module
 
-    from racsim.analyses.capacity import feasible, run_capacity
+    from racsim.analyses.capacity import run_capacity
+    from racsim.analyses.capacity.targets import feasible
     from racsim.config.schema import register_configs
     from racsim.config.spec import scenario
     from racsim.report.capacity import autoscale_verdict, capacity_summary_markdown

@@ -50,6 +50,7 @@ def test_capacity_knobs_compose_and_count_what_the_capacity_run_simulates():
     assert f["count"] == counts[len(counts) // 2]
 
 
+@pytest.mark.long  # 3 CPU s
 def test_scale_grows_the_judge_batch_and_count_together(capsys):
     """racsim-bench --scale: scale k simulates k times the sequences on k times the GPUs (the count
     is 5 k, the requests k times scale 1's), a table row per scale."""
@@ -62,6 +63,7 @@ def test_scale_grows_the_judge_batch_and_count_together(capsys):
     assert [r[0] for r in rows] == ["1", "3"] and rows[1][1] == f"{3 * 32 * 32:,}"
 
 
+@pytest.mark.long  # 3 CPU s
 def test_workers_bench_times_the_same_search_both_ways(capsys):
     """racsim-bench --workers: the same search one count at a time and in a pool of two, the same
     answer both ways, the ratio the two times'; a row per scenario."""

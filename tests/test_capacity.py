@@ -1,4 +1,4 @@
-"""Capacity planning (racsim/analyses/capacity.py), the timeline export (racsim/report/trace.py)
+"""Capacity planning (racsim/analyses/capacity/), the timeline export (racsim/report/trace.py)
 and the capacity scenarios, on small versions of the shipped scenarios."""
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from omegaconf import OmegaConf
 from racsim import io
 from racsim.analyses import capacity as C
 from racsim.analyses import dispatch
-from racsim.analyses.capacity import feasible, run_capacity
+from racsim.analyses.capacity import memory as CM
+from racsim.analyses.capacity import pool as CP
+from racsim.analyses.capacity import run as CR
+from racsim.analyses.capacity import run_capacity
+from racsim.analyses.capacity.length import first_length
+from racsim.analyses.capacity.targets import feasible
 from racsim.config.schema import register_configs
 from racsim.config.spec import replace_at
 from racsim.config.spec import scenario as spec_of
@@ -29,6 +34,7 @@ from racsim.config.validate import process_memory, run_estimate, runs_that_fit, 
 from racsim.errors import ConfigError
 from racsim.io import caller_script_hidden, forget, side_by_side
 from racsim.learner import bias as B
+from racsim.pipeline import steady
 from racsim.pipeline.engines import simulate
 from racsim.report.trace import trace_events, write_timeline
 
@@ -290,7 +296,7 @@ def _random_evaluated(rng, p_ok: float):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_between_counts_is_the_gap_below_the_fewest(seed):
-    from racsim.analyses.capacity import between_counts
+    from racsim.analyses.capacity.search import between_counts
 
     rng = np.random.default_rng(seed)
     step, ok, rows = _random_evaluated(rng, 0.6)
@@ -303,7 +309,7 @@ def test_load_bound_is_the_fewest_skipped_count_under_the_load(seed):
     """load_bound against a plain loop, on random lists and decreasing loads: the fewest unlisted
     count under max_load above every listed count over it and below the fewest listed under it;
     None when the list holds it or no listed count is under max_load. Its loads are few (a bisection)."""
-    from racsim.analyses.capacity import load_bound
+    from racsim.analyses.capacity.search import load_bound
 
     rng = np.random.default_rng(seed)
     step = int(rng.choice([1, 1, 2, 4]))
@@ -389,7 +395,7 @@ def test_counts_above_and_the_overloaded_prefix(seed):
     """counts_above against a plain loop on random evaluated counts (the largest passing or failing,
     a top at, above or far above it), and load_bound_index against a scan over decreasing loads
     (none, some or all of the counts overloaded), with a bisection's few loads."""
-    from racsim.analyses.capacity import counts_above, load_bound_index
+    from racsim.analyses.capacity.search import counts_above, load_bound_index
 
     rng = np.random.default_rng(seed)
     step, ok, rows = _random_evaluated(rng, 0.5)
@@ -420,7 +426,7 @@ def test_counts_in_a_pool_give_the_same_curve(hydra_ctx, monkeypatch, tmp_path):
             yield done
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the pool's shared folder: here
-    monkeypatch.setattr(C, "side_by_side", watched)
+    monkeypatch.setattr(CR, "side_by_side", watched)
     two = run_capacity(spec(*over, "capacity.workers=2"))
     simulated = sorted(n for n in two.curve["count"].unique() if n in {2, 4, 6, 8, 10, 5}
                        and not two.curve[two.curve["count"] == n]["status"].str.startswith("overloaded").any())
@@ -430,7 +436,7 @@ def test_counts_in_a_pool_give_the_same_curve(hydra_ctx, monkeypatch, tmp_path):
     # of each per length run (a key that differed between processes would publish more), the folder gone with it
     # (a count run longer went through the doublings from the first length: tokens drawn at each; trajectories
     # asked for at the first length, then taken at the last)
-    first, finals = C.first_length(spec(*over), "judge"), {int(v) for v in two.curve["steps"].dropna()}
+    first, finals = first_length(spec(*over), "judge"), {int(v) for v in two.curve["steps"].dropna()}
     kinds = [n.split("-")[0] for n in published[-1] if n.endswith(".npy")]
     assert kinds.count("tokens") == len({first * 2**k for k in range(20) if first * 2**k <= max(finals)})
     assert kinds.count("gradients") == len({first} | finals)
@@ -463,17 +469,17 @@ def test_a_pool_short_of_memory_runs_shorter_and_gives_the_same_curve(hydra_ctx,
     length. Runs under ``floor`` steps are made not stationary: at 24 the pool's runs double once
     and stand, at 48 every one is run again. Either way the curve is the same, to the last bit, as
     one process's, and so is the answer."""
-    real = C.steady.verdict
-    monkeypatch.setattr(C.steady, "verdict", lambda x, w=None, k=C.steady.N_BATCHES: real(x, w, k) if x.shape[-1] >= floor
-                        else C.steady.Verdict(2, False, "forced"))
+    real = steady.verdict
+    monkeypatch.setattr(steady, "verdict", lambda x, w=None, k=steady.N_BATCHES: real(x, w, k) if x.shape[-1] >= floor
+                        else steady.Verdict(2, False, "forced"))
     over = ("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[5,6,8,10]")
     cfg = spec(*over, "capacity.workers=2")
     at = lambda s: run_estimate(replace_at(cfg, "capacity.max_steps", s))["memory"]  # noqa: E731
-    monkeypatch.setattr(C, "memory_room", lambda c: 2 * at(24) * 1.01)
+    monkeypatch.setattr(CM, "memory_room", lambda c: 2 * at(24) * 1.01)
     assert at(48) < 2 * at(24) * 1.01 < 2 * at(48)
-    pooled = C.pooled_spec(cfg, "judge", 2)
-    assert pooled.capacity.max_steps == 24 and C.pooled_spec(cfg, "judge", 1) is cfg
-    assert C.pooled_spec(spec(*over, "capacity.max_steps=24"), "judge", 2).capacity.max_steps == 24  # two fit: as it is
+    pooled = CP.pooled_spec(cfg, "judge", 2)
+    assert pooled.capacity.max_steps == 24 and CP.pooled_spec(cfg, "judge", 1) is cfg
+    assert CP.pooled_spec(spec(*over, "capacity.max_steps=24"), "judge", 2).capacity.max_steps == 24  # two fit: as it is
     one = run_capacity(spec(*over, "capacity.workers=1"))
     pools = []
 
@@ -482,7 +488,7 @@ def test_a_pool_short_of_memory_runs_shorter_and_gives_the_same_curve(hydra_ctx,
         for i, args in enumerate(arglists):
             yield i, (here or fn)(*args)
 
-    monkeypatch.setattr(C, "side_by_side", fake)
+    monkeypatch.setattr(CR, "side_by_side", fake)
     two = run_capacity(cfg)
     assert pools == [(1, [24, 24, 24, 24])]
     pd.testing.assert_frame_equal(one.curve, two.curve, check_exact=True)
@@ -497,23 +503,23 @@ def test_pool_size_rules(hydra_ctx, monkeypatch):
     racsim.io.auto_workers), never more than the counts left nor than the runs that fit in memory;
     with 0 only when the pool saves more than it costs to start (the first count's seconds times
     the counts it takes off this process)."""
-    monkeypatch.setattr(C, "auto_workers", lambda: 8)
+    monkeypatch.setattr(CP, "auto_workers", lambda: 8)
     fit = {"n": 100}
-    monkeypatch.setattr(C, "runs_that_fit", lambda cfg: fit["n"])
+    monkeypatch.setattr(CP, "runs_that_fit", lambda cfg: fit["n"])
     cfg = lambda w: spec("scenario=capacity/judge_rm_h100", f"capacity.workers={w}")  # noqa: E731
-    assert C.pool_size(cfg(0), 10.0, 3) == 3 and C.pool_size(cfg(0), 10.0, 20) == 8
-    assert C.pool_size(cfg(0), 0.08, 20) == 1  # 0.08 s x (20 - 3) = 1.36 s: less than a start
+    assert CP.pool_size(cfg(0), 10.0, 3) == 3 and CP.pool_size(cfg(0), 10.0, 20) == 8
+    assert CP.pool_size(cfg(0), 0.08, 20) == 1  # 0.08 s x (20 - 3) = 1.36 s: less than a start
     saved = lambda first, left, w: first * (left - math.ceil(left / w))  # noqa: E731
     for first, left in [(0.1, 20), (0.3, 3), (0.8, 2), (2.0, 2), (1.0, 7), (0.05, 100)]:
         w = min(8, left)
-        assert (C.pool_size(cfg(0), first, left) > 1) == (saved(first, left, w) > C.POOL_START_S), (first, left)
-    assert C.pool_size(cfg(1), 100.0, 20) == 1  # one at a time, asked
-    assert C.pool_size(cfg(3), 0.001, 20) == 3  # asked for: no saving test
-    assert C.pool_size(cfg(3), 0.001, 2) == 2 and C.pool_size(cfg(3), 5.0, 0) == 1
+        assert (CP.pool_size(cfg(0), first, left) > 1) == (saved(first, left, w) > CP.POOL_START_S), (first, left)
+    assert CP.pool_size(cfg(1), 100.0, 20) == 1  # one at a time, asked
+    assert CP.pool_size(cfg(3), 0.001, 20) == 3  # asked for: no saving test
+    assert CP.pool_size(cfg(3), 0.001, 2) == 2 and CP.pool_size(cfg(3), 5.0, 0) == 1
     fit["n"] = 2
-    assert C.pool_size(cfg(0), 10.0, 20) == 2 and C.pool_size(cfg(6), 10.0, 20) == 2
+    assert CP.pool_size(cfg(0), 10.0, 20) == 2 and CP.pool_size(cfg(6), 10.0, 20) == 2
     fit["n"] = 1
-    assert C.pool_size(cfg(6), 10.0, 20) == 1
+    assert CP.pool_size(cfg(6), 10.0, 20) == 1
 
 
 def shared_cores(jobs: int, at_once: int, cores: int) -> float:
@@ -538,13 +544,13 @@ def test_counts_run_at_once_as_many_as_end_them_soonest():
     for jobs in range(1, 13):
         for cores in (1, 2, 3, 4):
             for k in range(1, jobs + 1):
-                assert C.makespan(jobs, k, cores) == pytest.approx(shared_cores(jobs, k, cores)), (jobs, k, cores)
+                assert CP.makespan(jobs, k, cores) == pytest.approx(shared_cores(jobs, k, cores)), (jobs, k, cores)
             for most in range(1, jobs + 2):
                 times = {k: shared_cores(jobs, k, cores) for k in range(1, min(jobs, most) + 1)}
                 best = min(times.values())
-                assert C.soonest(jobs, cores, most) == min(k for k, t in times.items() if t <= best + 1e-9)
-    assert C.soonest(4, 2, 3) == 2 and C.soonest(3, 2, 3) == 3 and C.soonest(5, 2, 3) == 3
-    assert C.soonest(1, 2, 3) == 1 and C.soonest(4, 2, 1) == 1
+                assert CP.soonest(jobs, cores, most) == min(k for k, t in times.items() if t <= best + 1e-9)
+    assert CP.soonest(4, 2, 3) == 2 and CP.soonest(3, 2, 3) == 3 and CP.soonest(5, 2, 3) == 3
+    assert CP.soonest(1, 2, 3) == 1 and CP.soonest(4, 2, 1) == 1
 
 
 def test_side_by_side_takes_back_what_the_pool_has_not_started():
@@ -598,9 +604,9 @@ def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     first count, as many as end the counts soonest (4 counts on 2 cores: two at a time, this
     process and one worker); never when one more run does not fit in memory; else the first
     count alone here."""
-    monkeypatch.setattr(C, "auto_workers", lambda: 2)
+    monkeypatch.setattr(CP, "auto_workers", lambda: 2)
     fit = {"n": 100}
-    monkeypatch.setattr(C, "runs_that_fit", lambda cfg: fit["n"])
+    monkeypatch.setattr(CP, "runs_that_fit", lambda cfg: fit["n"])
     pools = []
 
     def fake(workers, fn, arglists, here=None, share=False):
@@ -608,13 +614,13 @@ def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
         for i, args in enumerate(arglists):
             yield i, (here or fn)(*args)
 
-    monkeypatch.setattr(C, "side_by_side", fake)
+    monkeypatch.setattr(CR, "side_by_side", fake)
     over = ("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[6,7,8]")
     c = spec(*over)
     per = c.pipeline.channels["judge"].rm.sequences_per_sample
     requests = 2 * c.learner.trials * c.pipeline.steps * c.pipeline.batch_size * per  # rac and wait_for_slow
-    assert C.count_seconds(c, "judge") == pytest.approx(requests / C.COUNT_REQUESTS_PER_S)
-    monkeypatch.setattr(C, "COUNT_REQUESTS_PER_S", requests / 10.0)  # 10 s a count: the pool pays
+    assert CP.count_seconds(c, "judge") == pytest.approx(requests / CP.COUNT_REQUESTS_PER_S)
+    monkeypatch.setattr(CP, "COUNT_REQUESTS_PER_S", requests / 10.0)  # 10 s a count: the pool pays
     res = run_capacity(c)
     # with 5, where the load binds (4 is overloaded); then below the list, all passing
     assert pools[0] == (1, [5, 6, 7, 8], True) and all(n < 6 for n in res.searched)
@@ -624,7 +630,7 @@ def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     run_capacity(c)
     assert pools == []
     fit["n"] = 100
-    monkeypatch.setattr(C, "COUNT_REQUESTS_PER_S", requests / 0.01)  # 0.01 s: the first here alone
+    monkeypatch.setattr(CP, "COUNT_REQUESTS_PER_S", requests / 0.01)  # 0.01 s: the first here alone
     run_capacity(c)
     assert not any(here for *_, here in pools)  # a pool, if the first count's time says so, without this process
 
@@ -687,6 +693,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.long  # 3 CPU s
 def test_a_pool_starts_inside_a_joblib_worker(tmp_path):
     """joblib's workers (a racsim sweep under hydra/launcher=joblib) run with loky's own start method,
     which a plain spawned child cannot take: racsim's pool starts its children without it (before,

@@ -47,6 +47,7 @@ def _loads(scenario_name, seed, counts, *extra):
     ("capacity/judge_rm_h100", ("pipeline.channels.judge.degraded_factor=2", "pipeline.channels.judge.p_degrade=0.05",
                                 "pipeline.channels.judge.p_recover=0.2")),
 ])
+@pytest.mark.long  # 3 CPU s a case
 def test_a_counts_load_does_not_move_with_the_seed(scenario_name, extra):
     counts = [5, 6, 7]
     runs = [_loads(scenario_name, seed, counts, *extra) for seed in range(8)]

@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from racsim.analyses.capacity import (batch_units, channel_intervals, channel_loads, first_length, interval_units,
-                                      regime_cycle, regime_scales, regime_window, run_capacity, sized_run)
-from racsim.analyses.capacity import BATCH_CYCLES
+from racsim.analyses.capacity import BATCH_CYCLES, channel_loads, run_capacity
+from racsim.analyses.capacity.intervals import batch_units, channel_intervals, interval_units
+from racsim.analyses.capacity.length import first_length, sized_run
+from racsim.analyses.capacity.regimes import regime_cycle, regime_scales, regime_window
 from racsim.config.defaults import compose_config
 from racsim.config.spec import replace_at, scenario
 from racsim.pipeline import steady
@@ -141,18 +142,19 @@ def long_run(cfg, steps=20000, trials=20, warmup=200):
     return (st == DROPPED).sum() / (st != UNROUTED).sum(), np.quantile(soj[back], 0.95, method="inverted_cdf")
 
 
-def coverage(cfg, seeds):
+def coverage(cfg, seeds) -> np.ndarray:
+    """Per seed: whether its dropped share's and its sojourn p95's intervals hold the long run's (a row each)."""
     dropped, p95 = long_run(cfg)
-    hit = np.zeros(2)
+    hits = []
     for s in seeds:
         c = replace_at(cfg, "seed", int(s))
         run = sized_run(c, "verifier")
         units = interval_units(c, "verifier", c.learner.trials, run.verdict.warmup, run.steps)
         f = channel_intervals(run.sched, run.sched.channel_names.index("verifier"), 4, run.verdict.warmup, units,
                               float(c.capacity.confidence))
-        hit += [f["dropped_frac_lo"] <= dropped <= f["dropped_frac_hi"],
-                f["sojourn_p95_s_lo"] <= p95 <= f["sojourn_p95_s_hi"]]
-    return hit / len(seeds)
+        hits.append([f["dropped_frac_lo"] <= dropped <= f["dropped_frac_hi"],
+                     f["sojourn_p95_s_lo"] <= p95 <= f["sojourn_p95_s_hi"]])
+    return np.array(hits, dtype=float)
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,9 +175,12 @@ def test_intervals_cover_the_long_run_under_slow_regimes(kind):
     # an MSER-5 warm-up (two versions back) faults read 82% and 83% over 0-59. Without the analysis
     # faults read 60% and 80% over 0-29 while a warm-up on MSER-5's edge always doubled the run (by
     # chance a longer run); kept where the trials show it over (steady.replicated_mser), 50% and 60%.
-    got = coverage(small(kind), range(30))
-    assert (got >= 0.85).all(), got
-    before = coverage(small(kind, "capacity.regime_cycles=0"), range(30))
+    # Issue 41: the dropped share's 95% interval holds the long run's (20,000 steps x 20 trials, 500 times a
+    # run's length) at >= 90% of 60 seeds under each regime (measured: 91.7% and 95%), the p95's at >= 85%.
+    hits = coverage(small(kind), range(60))
+    assert hits[:, 0].mean() >= 0.9 and hits[:, 1].mean() >= 0.85, hits.mean(axis=0)
+    got = hits[:30].mean(axis=0)
+    before = coverage(small(kind, "capacity.regime_cycles=0"), range(30)).mean(axis=0)
     assert (before < got).any(), (before, got)
     # docs/capacity.md states these figures: within one seed of 30 (another CPU's last bits may move one)
     text = " ".join((ROOT / "docs" / "capacity.md").read_text().split())
@@ -219,12 +224,13 @@ BIAS_DOCUMENTED = r"rac's exact bias under outages (\d+)% of the time, under bur
 @pytest.mark.long
 @pytest.mark.parametrize("kind", ["faults", "bursts"])
 def test_the_bias_interval_covers_the_long_run_under_slow_regimes(kind):
-    # The long run: two runs of 100 trials x 6000 steps (the truth's own standard error about 4%
-    # of the bias, a tenth of an interval's half-width). Measured over seeds 0-59 against four
-    # such runs: 95% under outages and under bursts (the trials resampled, percentile intervals
-    # of the resampled bias, one version back: 82% and 88%, the misses all above the interval).
-    truth = np.mean([rac_bias(kind, 10 ** 6 + i, "capacity.run_length=fixed", "pipeline.steps=6000",
-                              "learner.trials=100", "pipeline.warmup_steps=300")["bias_exact"] for i in range(2)])
+    # The long run: one run of 100 trials x 6000 steps (the truth's own standard error about 6%
+    # of the bias, a seventh of an interval's half-width; a second such run moved it by 0.13 of a
+    # half-width and no seed's verdict). Measured over seeds 0-59 against four such runs: 95% under
+    # outages and under bursts (the trials resampled, percentile intervals of the resampled bias,
+    # one version back: 82% and 88%, the misses all above the interval).
+    truth = rac_bias(kind, 10 ** 6, "capacity.run_length=fixed", "pipeline.steps=6000", "learner.trials=100",
+                     "pipeline.warmup_steps=300")["bias_exact"]
     rows = [rac_bias(kind, s) for s in range(30)]
     got = np.mean([r["bias_exact_lo"] <= truth <= r["bias_exact_hi"] for r in rows])
     assert got >= 0.85, (got, truth)

@@ -174,6 +174,7 @@ def check_table(res, cfg):
         assert set(tried) <= set(range(1, res.top + 1)) and len(tried) <= len(simulated)
 
 
+@pytest.mark.long  # the judge's search and its variants: 4 CPU s
 def test_judge_sensitivity(hydra_ctx):
     cfg = spec(*JUDGE)
     res = run_capacity_sensitivity(cfg)
@@ -237,6 +238,7 @@ def test_variants_in_a_pool_give_the_same_table(hydra_ctx):
     assert {total for _, _, _, total, _ in variant} == {4}  # the variants, announced before the first ran
 
 
+@pytest.mark.long  # 4 CPU s
 def test_shared_judge_sensitivity_to_the_other_tenants_rate(hydra_ctx):
     """A judge shared with other tenants: their rate is an input (x 0.5 and x 1.5 here, the answer
     moving by the load), each variant against a plain run of its spec; the sentence names it."""

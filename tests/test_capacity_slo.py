@@ -18,7 +18,16 @@ import pytest
 
 from helpers import Recorder
 from racsim.analyses import capacity as C
-from racsim.analyses.capacity import TARGET_FIGURES, binding, failed, feasible, fewest, run_capacity
+from racsim.analyses.capacity import TARGET_FIGURES, fewest, run_capacity
+from racsim.analyses.capacity import memory as CM
+from racsim.analyses.capacity import pool as CP
+from racsim.analyses.capacity import result as CResult
+from racsim.analyses.capacity import rows as CRows
+from racsim.analyses.capacity import run as CR
+from racsim.analyses.capacity.length import settle
+from racsim.analyses.capacity.load import load_basis
+from racsim.analyses.capacity.result import binding
+from racsim.analyses.capacity.targets import failed, fails_text, feasible
 from racsim.app.cli import error_line
 from racsim.config import validate as V
 from racsim.config.defaults import compose_config
@@ -94,7 +103,7 @@ def test_the_binding_target_is_what_the_next_fewer_count_fails():
             {**base, "count": 7, "dropped_frac_hi": 0.004},
             {**base, "count": 8}]
     curve = pd.DataFrame(rows)
-    curve["fails"] = [C.fails_text(r, targets) for _, r in curve.iterrows()]
+    curve["fails"] = [fails_text(r, targets) for _, r in curve.iterrows()]
     curve["feasible"] = curve.fails == ""
     assert fewest(curve, "rac") == 7
     assert binding(curve, "rac", 7) == ["max_dropped"]
@@ -126,8 +135,8 @@ def test_a_count_that_fails_by_its_interval_alone_is_on_the_edge():
 def test_the_autoscale_whatif_meets_by_the_same_targets():
     targets = {k: None for k in CAPACITY_TARGETS} | {"max_dropped": 0.01}
     row = {"corrector": "rac", "status": "ok", **{f"{c}_hi": 0.0 for c in TARGET_FIGURES.values()}}
-    assert C._whatif(row, targets)["meets"] and C._whatif(row, targets)["fails"] == ""
-    over = C._whatif({**row, "dropped_frac_hi": 0.02}, targets)
+    assert CResult._whatif(row, targets)["meets"] and CResult._whatif(row, targets)["fails"] == ""
+    over = CResult._whatif({**row, "dropped_frac_hi": 0.02}, targets)
     assert not over["meets"] and over["fails"] == "max_dropped"
 
 
@@ -206,7 +215,7 @@ def test_the_estimate_covers_a_search_doubled_to_its_longest_run(monkeypatch):
     name = C.channel_of(cfg)
     tracemalloc.start()
     try:
-        run = C.settle(C.with_count(cfg, C.count_key(cfg, name), 128), name)
+        run = settle(C.with_count(cfg, C.count_key(cfg, name), 128), name)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -229,7 +238,7 @@ def test_a_search_too_long_for_memory_runs_shorter(monkeypatch):
         seen.append(int(cfg.capacity.max_steps))
         raise Simulated
 
-    monkeypatch.setattr(C, "settle", first_count)
+    monkeypatch.setattr(CRows, "settle", first_count)
     over = ["scenario=capacity/judge_rm_h100", "learner.trials=50", "capacity.max_steps=1600", "limits.memory_gb=3",
             "capacity.workers=1"]  # one process: its first count runs with the search's spec
     with pytest.raises(Simulated):
@@ -240,7 +249,7 @@ def test_a_search_too_long_for_memory_runs_shorter(monkeypatch):
                                                                   "of 1280 steps needs about")
     assert V.run_estimate(fitted)["memory"] <= 3e9 < V.run_estimate(replace_at(fitted, "capacity.max_steps", 1280))["memory"]
     assert C.steps_that_fit(scenario(compose_config(*over[:3])))[1] is None  # fits as it is: unchanged
-    monkeypatch.setattr(C, "channel_loads", lambda *a, **k: pytest.fail("the loads were drawn"))
+    monkeypatch.setattr(CR, "channel_loads", lambda *a, **k: pytest.fail("the loads were drawn"))
     with pytest.raises(ConfigError) as info:  # not even the first run of 40 steps fits
         run_capacity(scenario(compose_config(*over[:3], "limits.memory_gb=0.05")))
     assert info.value.key == "capacity.max_steps" and seen == [640]
@@ -255,7 +264,7 @@ def test_the_answer_says_its_runs_were_shortened(monkeypatch):
     summary.md's, the same text) ends with the note naming the lowered capacity.max_steps."""
     cfg = scenario(compose_config("scenario=capacity/judge_rm_h100", *SMALL))
     first = V.run_estimate(replace_at(cfg, "capacity.max_steps", 12))["memory"]
-    monkeypatch.setattr(C, "memory_room", lambda c: first * 1.01)  # 12 steps fit, 24 do not
+    monkeypatch.setattr(CM, "memory_room", lambda c: first * 1.01)  # 12 steps fit, 24 do not
     res = run_capacity(cfg)
     assert res.notes and res.notes[0].startswith("capacity.max_steps lowered from 48 to 12: a run of 24 steps")
     assert recommendation_text(res).endswith(f"Note: {res.notes[0]}.")
@@ -272,18 +281,18 @@ def test_the_documented_deployment_figures(monkeypatch):
     text = " ".join((ROOT / "docs" / "capacity.md").read_text().split())
     cfg = scenario(compose_config("scenario=capacity/judge_rm_h100", "pipeline.batch_size=512",
                                   "capacity.counts=[64,72,80,88,96]"))
-    monkeypatch.setattr(C, "memory_room", lambda c: 12.6e9)
+    monkeypatch.setattr(CM, "memory_room", lambda c: 12.6e9)
     fitted, note = C.steps_that_fit(cfg)
     assert fitted.capacity.max_steps == 160 and " ".join(note.split()[:17]) in text, note
     # "runs its counts two at a time at 40 steps on 2 cores": two runs fit at the first length, not at 160
-    pooled = C.pooled_spec(fitted, "judge", 2)
+    pooled = CP.pooled_spec(fitted, "judge", 2)
     assert "two at a time at 40 steps on 2 cores" in text and fitted.pipeline.steps == 40
-    assert 40 <= pooled.capacity.max_steps < 160 and C.runs_that_fit(pooled) >= 2 > C.runs_that_fit(fitted)
+    assert 40 <= pooled.capacity.max_steps < 160 and V.runs_that_fit(pooled) >= 2 > V.runs_that_fit(fitted)
     quoted = re.search(r"`racsim scenario=capacity/judge_rm_h100 pipeline.batch_size=512 "
                        r"'capacity.counts=\[64,72,80,88,96\]'`: (\d+) GPUs, load ([\d.]+)\)", text)
     assert quoted, "docs/capacity.md no longer quotes the 16x deployment's answer"
     name = C.channel_of(cfg)
     key = C.count_key(cfg, name)
     n = int(quoted.group(1))
-    loads = C.channel_loads(cfg, name, key, [n - 1, n], C.load_basis(cfg, name))
+    loads = C.channel_loads(cfg, name, key, [n - 1, n], load_basis(cfg, name))
     assert f"{loads[n]['load']:.3g}" == quoted.group(2) and loads[n - 1]["load"] >= cfg.capacity.max_load

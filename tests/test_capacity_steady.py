@@ -1,4 +1,4 @@
-"""Steady-state capacity answers (racsim/pipeline/steady.py, racsim/analyses/capacity.py) against
+"""Steady-state capacity answers (racsim/pipeline/steady.py, racsim/analyses/capacity/) against
 oracles written here: slow loops for the estimators, Erlang C for M/M/c queues, a hand-built
 batching loop for the judge's offered load, an AR(1) process of known mean for the intervals."""
 
@@ -398,7 +398,7 @@ def test_detected_warmup_gives_erlang_c_wait():
     assert abs(m - want) <= h
 
 
-@pytest.mark.parametrize("steps", [50, 400, 2000])
+@pytest.mark.parametrize("steps", [50, 400, pytest.param(2000, marks=pytest.mark.long)])  # 2000: 2.3 CPU s
 def test_an_overloaded_queue_is_never_recommended(steps):
     """M/M/4 offered 1.05: never recommended, at any run length; its own series says so too. The
     list skips 5-7: the search finds 5 (offered 0.84), the fewest that meets the (load-only) targets."""
@@ -526,7 +526,7 @@ def test_the_t_tests_are_scipy_stats_ones():
 def test_interval_units_and_landed_weights_against_loops(seed):
     # Units.means: a ratio of resampled sums (each unit's steps over each unit's count of steps),
     # batches of unequal size included; landed_means: each weight in the update it lands in.
-    from racsim.analyses.capacity import Units, batch_units
+    from racsim.analyses.capacity.intervals import Units, batch_units
     from racsim.learner.bias import landed_means
 
     rng = np.random.default_rng(seed)
@@ -610,7 +610,7 @@ def test_bias_intervals_push_the_studentized_weights_through_the_norm():
     # the ratio's interval is the bias's divided by naive's bias (one resample for both)
     from types import SimpleNamespace
 
-    from racsim.analyses.capacity import Units, batch_units, bias_intervals
+    from racsim.analyses.capacity.intervals import Units, batch_units, bias_intervals
 
     rng = np.random.default_rng(3)
     T, W, K, SA = 6, 40, 2, 5

@@ -104,9 +104,16 @@ def check_run_folder(out: Path, correctors: list, plots: bool) -> pd.DataFrame:
 # 1, 2: a run of the default scenario.
 
 
-def test_racsim_default_scenario_with_plots(tmp_path):
-    out = tmp_path / "run"
-    p = ok(racsim(tmp_path, *SMALL, *run_dir_args(out)))  # plots on: the default
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """``racsim`` on SMALL sizes, plots on (the default), run once: (its cwd, its folder, the process)."""
+    tmp = tmp_path_factory.mktemp("default")
+    out = tmp / "run"
+    return tmp, out, ok(racsim(tmp, *SMALL, *run_dir_args(out)))
+
+
+def test_racsim_default_scenario_with_plots(default_run):
+    tmp_path, out, p = default_run
     rows = table_rows(p.stdout)
     assert "clock x" in rows[0] and "bias (exact)" in rows[0]
     assert rows[1:] == list(CORRECTORS)
@@ -115,9 +122,8 @@ def test_racsim_default_scenario_with_plots(tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
-def test_the_table_fits_a_terminal_and_the_files_keep_every_column(tmp_path):
-    out = tmp_path / "run"
-    p = ok(racsim(tmp_path, *SMALL, *NOPLOTS, *run_dir_args(out)))
+def test_the_table_fits_a_terminal_and_the_files_keep_every_column(default_run):
+    _, out, p = default_run
     rows = table_rows(p.stdout)
     table = p.stdout.splitlines()[p.stdout.splitlines().index(rows[0]):][: len(rows)]
     assert max(map(len, table)) <= 120, table
@@ -139,6 +145,7 @@ def test_python_m_racsim_scenario_default(tmp_path):
 # 3: a sweep.
 
 
+@pytest.mark.long  # a sweep in a subprocess: 3.7 CPU s (tests/test_sweep.py's serial sweep runs fast)
 def test_multirun_sweep_one_folder_per_job(tmp_path):
     sweep = tmp_path / "sweep"
     p = ok(racsim(tmp_path, "-m", "corrector.tau_age=20,1000", "corrector.names=[naive,rac]", *SMALL, *NOPLOTS,
@@ -188,9 +195,9 @@ def bad_run(tmp_path_factory):
     return get
 
 
-# Two through a real process in the README's command (a range and a type mistake); the others in the long
-# stage (tests/test_fuzz.py runs each of them in-process fast).
-@pytest.mark.parametrize("override", [pytest.param(o, marks=() if i < 2 else pytest.mark.long)
+# One through a real process in the README's command (a range mistake; tests/test_fuzz.py runs a type mistake
+# through one); the others in the long stage (tests/test_fuzz.py runs each of them in-process fast).
+@pytest.mark.parametrize("override", [pytest.param(o, marks=() if i < 1 else pytest.mark.long)
                                       for i, o in enumerate(BAD)])
 def test_bad_override_fails_cleanly(bad_run, override):
     p, cwd, out = bad_run(override)
@@ -234,6 +241,7 @@ def test_bad_value_with_default_run_dir_leaves_no_outputs_folder(tmp_path):
     assert (tmp_path / "keep").exists()
 
 
+@pytest.mark.long  # a subprocess run: 2.6 CPU s
 def test_bad_value_keeps_the_users_empty_cwd(tmp_path):
     work = tmp_path / "project" / "work"
     work.mkdir(parents=True)
@@ -268,9 +276,8 @@ def test_same_command_gives_byte_identical_results(tmp_path):
 # 6: HYDRA_FULL_ERROR=1 restores Hydra's report.
 
 
-@pytest.mark.parametrize("override,exc", [("corrector.rho_bar=0", "ConfigError"),
-                                          pytest.param("pipeline.steps=abc", "ConfigCompositionException",
-                                                       marks=pytest.mark.long)])
+@pytest.mark.parametrize("override,exc", [pytest.param("corrector.rho_bar=0", "ConfigError", marks=pytest.mark.long),
+                                          ("pipeline.steps=abc", "ConfigCompositionException")])  # the cheaper fast
 def test_hydra_full_error_restores_traceback(tmp_path, override, exc):
     out = tmp_path / "run"
     p = racsim(tmp_path, override, *SMALL, *NOPLOTS, *run_dir_args(out), full_error=True)

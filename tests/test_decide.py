@@ -1,4 +1,4 @@
-"""Deciding with enough evidence (issue 41): the sequential rule of racsim/analyses/decide.py on toys
+"""Deciding with enough evidence (issue 41): the sequential rule of racsim/analyses/capacity/stopping.py on toys
 whose truth is known in closed form (an M/M/c/c loss system's blocking probability: Erlang B),
 and a capacity search that adds replications to a count its first run leaves undecided."""
 
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from helpers import Recorder
-from racsim.analyses import decide as D
 from racsim.analyses.capacity import run_capacity
+from racsim.analyses.capacity import stopping as D
 from racsim.config.defaults import compose_config
 from racsim.config.spec import scenario
 

@@ -79,6 +79,7 @@ def test_the_walk_finds_racsims_exceptions():
     assert "racsim.errors:ConfigError" in CLASSES
 
 
+@pytest.mark.long  # imports every module, torch too: 6 CPU s
 def test_the_source_walk_finds_what_importing_finds():
     assert [load(n) for n in CLASSES] == exception_classes()
 

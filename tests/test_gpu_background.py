@@ -228,7 +228,7 @@ def test_other_tenants_sojourns_fall_in_the_unit_of_their_arrivals_step():
     """:func:`background_sojourns` against a loop: a request arriving in [step_start[lane, w],
     step_start[lane, -1]] belongs to the step whose start it follows (the last step for the end
     itself), and to that step's unit; the others are left out."""
-    from racsim.analyses.capacity import background_sojourns, batch_units
+    from racsim.analyses.capacity.intervals import background_sojourns, batch_units
 
     rng = np.random.default_rng(3)
     for _ in range(40):

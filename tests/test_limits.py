@@ -130,6 +130,7 @@ def test_a_memory_error_that_escapes_is_one_line_and_leaves_nothing(tmp_path, mo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
 
 
+@pytest.mark.long  # 3 CPU s
 def test_under_a_4_gb_cap_the_command_refuses_in_one_line(tmp_path):
     """The real limit, in a subprocess: 6 GB of workers fit limits.memory_gb=1000 but not RLIMIT_AS."""
     cap = 4 * 2**30

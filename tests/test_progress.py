@@ -262,7 +262,7 @@ def test_a_sweep_progress_line_from_its_counter(tmp_path):
 def test_the_bound_a_search_announces_holds(n):
     """The counts racsim.analyses.capacity.fewest_from may evaluate among n (the growth a search
     announces before it runs them): at most search_bound(n), wherever the answer lies."""
-    from racsim.analyses.capacity import fewest_from, search_bound
+    from racsim.analyses.capacity.search import fewest_from, search_bound
 
     worst = 0
     for answer in range(n + 1):

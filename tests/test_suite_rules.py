@@ -11,22 +11,36 @@ import pytest
 CONFTEST = (Path(__file__).with_name("conftest.py")).read_text()
 
 TESTS = """
+import subprocess
+import sys
 import time
 import pytest
 
+def busy(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
 @pytest.fixture
 def slow_setup():
-    time.sleep(0.2)
+    busy(0.2)
 
 def test_slow_call():
-    time.sleep(0.3)
+    busy(0.3)
 
 def test_slow_setup(slow_setup):
-    time.sleep(0.2)
+    busy(0.2)
+
+def test_slow_child():  # CPU seconds of a process it started and waited for count
+    code = "import time; end = time.process_time() + 0.3; all(iter(lambda: time.process_time() < end, False))"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+def test_sleeps():  # the clock, at 3 times the limit, catches a test that only waits
+    time.sleep(0.8)
 
 @pytest.mark.long
 def test_slow_but_long():
-    time.sleep(0.3)
+    busy(0.3)
 
 def test_fast():
     pass
@@ -46,18 +60,18 @@ def run(pytester, monkeypatch, limit: str):
 
 def test_a_slow_fast_tier_test_fails_naming_itself_and_the_way_out(pytester, monkeypatch):
     res = run(pytester, monkeypatch, "0.25")
-    res.assert_outcomes(passed=2, failed=3)
+    res.assert_outcomes(passed=2, failed=5)
     out = res.stdout.str()
-    for name in ("test_slow_call", "test_slow_setup"):
-        assert f"test_timed.py::{name} took " in out, out
+    for name in ("test_slow_call", "test_slow_setup", "test_slow_child", "test_sleeps"):
+        assert f"test_timed.py::{name} used " in out, out
     assert "mark it @pytest.mark.long" in out and "RACSIM_FAST_LIMIT_S" in out
-    assert "test_slow_but_long took" not in out and "test_fast took" not in out
+    assert "test_slow_but_long used" not in out and "test_fast used" not in out
     assert "its own failure" in out  # a failing test keeps its own report
 
 
 def test_the_limit_can_be_raised_or_turned_off(pytester, monkeypatch):
-    run(pytester, monkeypatch, "30").assert_outcomes(passed=4, failed=1)
-    run(pytester, monkeypatch, "0").assert_outcomes(passed=4, failed=1)
+    run(pytester, monkeypatch, "30").assert_outcomes(passed=6, failed=1)
+    run(pytester, monkeypatch, "0").assert_outcomes(passed=6, failed=1)
 
 
 def test_the_readme_says_how_many_tests_its_command_runs(request):

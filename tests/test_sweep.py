@@ -117,14 +117,15 @@ QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 # The launchers that start processes of their own (loky workers, submitit jobs, a Ray node) take tens of
 # seconds a sweep: their cases run in the long stage (python -m pytest -q -n auto -m long).
-OTHER_PROCESSES = ("joblib", "submitit_local", "ray")
+# So does Hydra's basic one (in this process, but the reference sweep again: 4.5 CPU s).
+LONG_LAUNCHERS = ("joblib", "submitit_local", "ray", "basic")
 
 
 def launchers(*names):
     needs_ray = pytest.mark.skipif(not _has("hydra_plugins.hydra_ray_launcher"),
                                    reason="the ray extra is not installed (pip install -e '.[test]')")
     return pytest.mark.parametrize("launcher", [
-        pytest.param(LAUNCHERS[n], id=n, marks=[needs_ray] * (n == "ray") + [pytest.mark.long] * (n in OTHER_PROCESSES))
+        pytest.param(LAUNCHERS[n], id=n, marks=[needs_ray] * (n == "ray") + [pytest.mark.long] * (n in LONG_LAUNCHERS))
         for n in names])
 
 
@@ -359,6 +360,7 @@ def test_a_killed_worker_loses_no_job(serial, tmp_path, launcher, request):
     assert (sweep / "results.parquet").read_bytes() == (sweep_ref / "results.parquet").read_bytes()
 
 
+@pytest.mark.long  # sweeps and racsim-report in subprocesses: 4 CPU s
 def test_report_command_gathers_any_folder(serial, tmp_path, capsys):
     sweep, _ = serial
     report_main([str(sweep), "--out", str(tmp_path / "again")])

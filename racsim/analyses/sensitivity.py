@@ -12,7 +12,7 @@ Cheaply: the base answer n and its offered load are known, so each variant's lon
 (:func:`~racsim.analyses.capacity.channel_loads`, no simulation) rule out its overloaded counts
 and name where to start: the count whose load is nearest the base answer's. From there an
 exponential search (:func:`~racsim.analyses.capacity.fewest_from`) brackets the variant's fewest passing count and
-bisects inside the bracket (:func:`~racsim.analyses.capacity.first_passing`); usually one or two
+bisects inside the bracket (:func:`~racsim.analyses.capacity.search.first_passing`); usually one or two
 counts are simulated per variant, all near its answer. The counts above are not simulated: where
 one of them fails (not stationary within ``capacity.max_steps``, say), a plain run, which needs
 every count it evaluated above its answer to pass, may answer otherwise. Each count is evaluated exactly as the plain capacity run

@@ -101,8 +101,8 @@ def recommendations(run: Run) -> str:
     return fenced("\n".join(f"$ {c}\n{recommendation(o)}" for c, o in zip(run.commands, run.stdout)))
 
 
-SHIPPED_CAPACITY = ("judge_rm_h100", "code_verifier", "human_review", "judge_rm_faults", "judge_rm_autoscale",
-                    "judge_rm_preempt")
+SHIPPED_CAPACITY = ("judge_rm_h100", "code_verifier", "human_review", "judge_rm_faults", "judge_rm_bursts",
+                    "judge_rm_autoscale", "judge_rm_preempt")
 SEEDS = ("python -m racsim.tools.seeds scenario=capacity/{} --seeds 20 --jobs 2 capacity.sensitivity.enabled=false "
          "capacity.benchmark=false")
 

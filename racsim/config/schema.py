@@ -531,7 +531,7 @@ class SensitivityConf:
 
 @dataclass
 class CapacityConf:
-    """Capacity planning (racsim/analyses/capacity.py): the scenario is run once per count
+    """Capacity planning (racsim/analyses/capacity/): the scenario is run once per count
     in ``counts`` of ``channel``'s GPUs (gpu_rm) or workers (queue), all counts
     (``grid``) or a bisection for the fewest that meets the targets (``bisect``):
     ``corrector``'s exact bias at most ``max_bias`` (and at most
@@ -577,9 +577,9 @@ class CapacityConf:
     # the slowest one (a schedule's whole span), each trial's at least one, after a warm-up of
     # one cycle where the regimes start stationary (outages, bursts); a run max_steps keeps
     # shorter is not stationary. The stationarity check tests the trials' slopes and the channel's
-    # intervals resample batches of at least two cycles (racsim/analyses/capacity.py regime_scales); 0: off.
+    # intervals resample batches of at least two cycles (racsim/analyses/capacity/regimes.py); 0: off.
     regime_cycles: int = 100
-    # Deciding with enough evidence (racsim/analyses/decide.py): where the fewest count that passes,
+    # Deciding with enough evidence (racsim/analyses/capacity/stopping.py): where the fewest count that passes,
     # or the one a server below it, reads a rare-event figure (dropped share, sojourn p95/p99, delay
     # p95) whose interval straddles its target or reads [0, 0], that count is simulated again as
     # independent replications (its asynchronous pipeline, the settled run's length and warm-up)
@@ -593,7 +593,7 @@ class CapacityConf:
     # Processes that simulate a grid search's counts side by side (each count's figures are the
     # same in any of them): 1 one at a time; N up to N; 0 (default) up to every usable core beside
     # this process, as many as end the counts soonest (4 counts on 2 cores: two at a time;
-    # racsim/analyses/capacity.py soonest), where starting them saves time: at once when a lower
+    # racsim/analyses/capacity/pool.py soonest), where starting them saves time: at once when a lower
     # bound on a count's seconds says so, else once the first count simulated shows it (one
     # inside a sweep's joblib job, whose siblings hold the cores). Never more than the memory
     # budget (limits.memory_gb) holds at one run's estimated peak each.

@@ -68,7 +68,7 @@ class BiasRun:
     estimates: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)  # view -> name -> (trials, S*A)
     mean_weight: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)  # view -> name -> (K,)
     # steady view: name -> (trials, steps - warmup, K) the weights landed in each step's update, over the
-    # batch (for intervals over trials or batches of steps: racsim.analyses.capacity.bias_intervals)
+    # batch (for intervals over trials or batches of steps: racsim.analyses.capacity.intervals.bias_intervals)
     step_weight: Dict[str, np.ndarray] = field(default_factory=dict)
     nominal_slack: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,) eta_k predicted, NaN: no law
     trajectories: int = 0

@@ -283,7 +283,7 @@ def bca_interval(num: np.ndarray, den: np.ndarray, counts: np.ndarray, level: fl
 
 def ratio_interval(num: np.ndarray, den: np.ndarray, counts: np.ndarray, level: float) -> Tuple[float, float]:
     """The studentized bootstrap (bootstrap-t) interval of r = sum(num) / sum(den) over independent
-    units (trials, or batches of their windows: racsim.analyses.capacity.batch_units), resampled by
+    units (trials, or batches of their windows: racsim.analyses.capacity.intervals.batch_units), resampled by
     ``counts`` (R, units). Each resample's t = (r* - r) / se*, with the ratio's delta-method standard
     error se = sqrt(n / (n - 1) sum_i (num_i - r den_i)^2) / sum(den) over the n units; the interval
     is [r - t_hi se, r - t_lo se] for t's upper and lower (1 - level) / 2 quantiles, within [0, 1]

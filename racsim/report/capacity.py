@@ -197,7 +197,7 @@ def recommendation_text(res: CapacityResult) -> str:
 
 def replications_text(row) -> str:
     """'; its rare-event figures on R independent replications' where the answer's count was
-    decided by replications (racsim.analyses.decide), else ''."""
+    decided by replications (racsim.analyses.capacity.stopping), else ''."""
     r = row.get("replications", 1)
     return f"; its rare-event figures on {int(r)} independent replications" if r == r and r > 1 else ""
 
@@ -316,7 +316,7 @@ def method_text(res: CapacityResult, cfg: RacsimConf) -> str:
 
 
 def interval_units_text(res: CapacityResult, cfg: RacsimConf) -> str:
-    """What a count's intervals resample (racsim.analyses.capacity.interval_units), in words."""
+    """What a count's intervals resample (racsim.analyses.capacity.intervals.interval_units), in words."""
     trials = f"the {cfg.learner.trials} trials (independent replications of the pipeline from empty"
     kind, cycle = slowest_regime(cfg, res.channel)
     if not cycle:

@@ -33,7 +33,7 @@ _NONE_LANDED = "no result of that channel landed in the measured window (all dro
 MAY_BE_NAN = {
     "*.*": "a study grid's config key (a dotted name) left null in that cell: it does not apply there",
     "autoscale:cost_per_1000_steps": "a blocking corrector: the autoscaled pool's cost is measured on the "
-                                     "asynchronous pipeline (racsim/analyses/capacity.py, autoscale_whatif)",
+                                     "asynchronous pipeline (racsim/analyses/capacity/result.py, autoscale_whatif)",
     "bias_theorem": _NO_LAW,
     "theorem_gap": _NO_LAW,
     "eta_nominal": _NO_LAW,
@@ -51,7 +51,7 @@ MAY_BE_NAN = {
     "utilisation": "the channel has no worker limit (workers=null), so it has no utilisation",
     "autoscale:*": "a fixed pool whose offered load reaches capacity.max_load is not simulated (no steady state)",
     "capacity:*": "a count whose offered load reaches capacity.max_load is not simulated: its queue has no "
-                  "steady state, so it has no steady-state figure (racsim/analyses/capacity.py)",
+                  "steady state, so it has no steady-state figure (racsim/analyses/capacity/rows.py)",
     "channels:offered_load": "the channel the capacity search does not size (only the sized one's load is computed)",
     "channels:availability": "no failures are modelled on that channel (no faults block), beside one that has them",
     "lm_gradients:cosine": _NO_ANGLE,

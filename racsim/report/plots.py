@@ -201,7 +201,7 @@ def alike(c, column: str) -> list:
 def capacity_curve(res, path: Path) -> bool:
     """Capacity curve: units vs delay (p50/p95, steps) with the share dropped, bias per corrector (the
     chosen one with its interval), wall-clock per step with the slack eta, the offered load with
-    utilisation and cost (racsim/analyses/capacity.py). Series that coincide are drawn once, named
+    utilisation and cost (racsim/analyses/capacity/). Series that coincide are drawn once, named
     together. Counts that are overloaded or not stationary are shaded red: they have no steady-state
     figure."""
     c = res.curve

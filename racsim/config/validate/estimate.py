@@ -47,14 +47,14 @@ def _capacity_runs(cfg: Any) -> int:
 
 
 def search_top(max_count: Optional[int], listed: list) -> int:
-    """The largest count a capacity search may try (racsim.analyses.capacity.counts_above):
+    """The largest count a capacity search may try (racsim.analyses.capacity.search.counts_above):
     ``capacity.max_count`` (never below the largest of ``listed``), or twice the largest listed."""
     return 2 * max(listed) if max_count is None else max(int(max_count), max(listed))
 
 
 def longest_steps(steps: int, max_steps: int) -> int:
     """The longest run of a capacity search with ``capacity.run_length=auto``: ``pipeline.steps``
-    doubled while the double is at most ``capacity.max_steps`` (racsim.analyses.capacity.settle)."""
+    doubled while the double is at most ``capacity.max_steps`` (racsim.analyses.capacity.length.settle)."""
     while 1 <= steps and steps * 2 <= max_steps:
         steps *= 2
     return steps

@@ -11,7 +11,7 @@ interval lies on one side of its target or the budget ends (:func:`sequential`).
 
 This module is the pure rule: what a replication yields (:class:`Replicate`, a dict of figures)
 and how they are read; the simulation of one replication is the caller's
-(racsim.analyses.capacity.replicate_count)."""
+(racsim.analyses.capacity.replications.replicate_count)."""
 
 from __future__ import annotations
 
