@@ -331,7 +331,8 @@ def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
     simulated = pd.read_csv(tmp_path / "cap" / "sensitivity.csv").simulated.dropna().astype(str).str.split().explode()
     sens_done = [int(ln.split("/")[0]) for ln in sens if "not stationary" not in ln]
     assert sens_done == list(range(evaluated + 1, evaluated + 1 + len(simulated))) and len(simulated) >= 6
-    p = ok(racsim(tmp_path, "learner=lm", "learner.lm.policy=bandit", "pipeline.steps=6", *NOPLOTS,
+    p = ok(racsim(tmp_path, "learner=lm", "learner.lm.policy=bandit", "pipeline.steps=6", "learner.lm.seeds=4",
+                  "learner.lm.decide=[]", *NOPLOTS,
                   *run_dir_args(tmp_path / "lm")))
     assert p.stdout.startswith("racsim: default: GRPO (bandit), 4 seeds per corrector in ")
     assert "bias benchmark" not in p.stderr  # no bar that would not move: GRPO's seed-steps, each corrector noted
