@@ -228,6 +228,21 @@ def test_agree_holds_numbers_within_the_tolerance_and_everything_else_exactly():
     assert not docs.agree(old, old.replace("(+0.753", "(+0.753 +0.1"), tol)  # a number more
 
 
+def test_an_lm_answer_is_its_verdicts_and_seed_rule_with_their_wrapped_lines():
+    out = ("racsim: default: GRPO (transformer), 8 seeds per corrector in 80.1 s\n"
+           "racsim: rac vs naive: better, decided at 8 seeds (+0.753 [+0.216, +1.290])\n"
+           "racsim: seed rule (one stage of 8 seeds): stopped at 8 seeds, rac vs naive\n  decided; each interval 98.33%\n"
+           "racsim: rac vs wait_for_slow: undecided after 8 seeds: [-0.293, +0.613] (+0.160; about 42 seeds\n"
+           "  would decide it)\n"
+           "  corrector clock x\n        naive       1\n  sync_oracle     1\nracsim: results in out\n")
+    run = docs.Run(Path("."), ("racsim learner=lm",), (out,))
+    lines = out.splitlines()
+    assert docs.answer_lines(run) == lines[1:6]
+    assert docs.verdicts(run) == docs.fenced("\n".join(["$ racsim learner=lm", *lines[:6]]))
+    with pytest.raises(docs.DocsError):
+        docs.answer_lines(docs.Run(Path("."), ("racsim",), ("racsim: default: K=2\n",)))
+
+
 def test_masked_blanks_wall_clock_figures_only():
     one = "racsim: default: K=2, 1000 trials, 200000 trajectories in 4.6 s\nrac 0.04446"
     assert docs.masked(one) == docs.masked(one.replace("4.6 s", "55.1 s"))

@@ -169,10 +169,12 @@ LM_TOLERANCE = (0.05, 0.02)
 
 
 def answer_lines(run: Run) -> List[str]:
-    """An LM run's answer: the lines of its verdicts and its seed rule, each with the lines it wrapped onto."""
+    """An LM run's answer: the lines of its verdicts and its seed rule, each with the lines it wrapped onto
+    (indented by two spaces: racsim.errors.wrapped; the table that follows starts with its header)."""
     lines, own = [], False
     for line in run.stdout[-1].splitlines():
-        own = bool(VERDICT.match(line)) or (own and line.startswith("  "))
+        wrapped = re.match(r"  \S", line) is not None and not line.lstrip().startswith("corrector ")
+        own = bool(VERDICT.match(line)) or (own and wrapped)
         if own:
             lines.append(line)
     if not lines:
@@ -180,15 +182,11 @@ def answer_lines(run: Run) -> List[str]:
     return lines
 
 
-def ranking(run: Run) -> str:
-    """The transformer ranking: its command, the line saying how many seeds it ran in what time, its answer."""
+def verdicts(run: Run) -> str:
+    """An LM run's answer: its command, the line saying how many seeds it ran in what time, its verdict lines
+    (rac against each other corrector) and its seed rule's."""
     ran = [ln for ln in run.stdout[-1].splitlines() if "seeds per corrector in" in ln]
     return fenced("\n".join([f"$ {run.commands[-1]}", *ran, *answer_lines(run)]))
-
-
-def verdicts(run: Run) -> str:
-    """An LM run's answer: its verdict lines (rac against each other corrector) and its seed rule's."""
-    return fenced("\n".join(answer_lines(run)))
 
 
 def sweep_rows(run: Run) -> str:
@@ -258,7 +256,7 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.above": Recipe(("racsim scenario=capacity/judge_rm_faults seed=5",), recommendations),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts, fresh=True, tolerance=LM_TOLERANCE),
-    "lm.ranking": Recipe((RANKING,), ranking),
+    "lm.ranking": Recipe((RANKING,), verdicts),
     "python.script": Recipe((PYTHON,), script, fresh=True),
     "python.output": Recipe((PYTHON,), lambda run: fenced(run.stdout[-1]), fresh=True),
     "layout": Recipe(("python -m racsim.app.layout",), lambda run: fenced(run.stdout[0]), fresh=True),
