@@ -416,7 +416,8 @@ class LMConf:
     rac minus each corrector of ``decide`` (true reward at naive's wall-clock, seed by seed) has an
     interval that excludes 0 (better or worse) or is narrower than ``bound`` (the same, true-reward
     units), or when the next stage would not end within ``budget_s`` seconds of training (null: no
-    limit); the intervals hold with 95% confidence over all the looks together. ``decide=[]``:
+    limit; each cell of a grid has its own); the intervals hold with 95% confidence over all the
+    looks together. ``decide=[]``:
     ``seeds`` seeds, no rule. Defaults live here
     (learner/lm.yaml only sets kind)."""
 
