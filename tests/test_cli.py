@@ -354,7 +354,8 @@ def test_progress_through_a_pipe_moves_one_line_at_a_time(tmp_path):
     done = [int(d) for d, total, unit, note in sens if note and re.match(r"\w+ [+-][\d.]+%: \d+ GPUs$", note)]
     assert done == list(range(1, variants + 1)) and variants >= 6
     assert {int(total) for _, total, _, _ in sens} == {variants}  # announced before the first variant ran
-    p = ok(racsim(tmp_path, "learner=lm", "learner.lm.policy=bandit", "pipeline.steps=6", *NOPLOTS,
+    p = ok(racsim(tmp_path, "learner=lm", "learner.lm.policy=bandit", "pipeline.steps=6", "learner.lm.seeds=4",
+                  "learner.lm.decide=[]", *NOPLOTS,
                   *run_dir_args(tmp_path / "lm")))
     assert p.stdout.startswith("racsim: default: GRPO (bandit), 4 seeds per corrector in ")
     assert "bias benchmark" not in p.stderr  # no phase that would not move: GRPO's seed-steps, each corrector noted

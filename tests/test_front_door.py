@@ -73,7 +73,7 @@ def test_no_did_you_mean_where_nothing_is_near(tmp_path):
 
 
 @pytest.mark.parametrize("seeds,key", [("learner.lm.seeds=1000000", "learner.lm.seeds"),
-                                       ("learner.lm.pilot_seeds=3 learner.lm.max_seeds=100000000",
+                                       ("learner.lm.max_seeds=100000000",
                                         "learner.lm.max_seeds")])
 def test_an_lm_runs_seeds_are_named_as_its_size(seeds, key):
     """``learner.lm.seeds=1000000`` was refused as "limits.memory_gb = None ... ran out of memory": the

@@ -360,7 +360,7 @@ TALLY = "RACSIM_FUZZ_CASES" in os.environ  # the big run tallies every case befo
 CLEAN = ("clean refusal", "accepted")
 FAULTS = ["scenario=capacity/judge_rm_faults", "capacity.counts=[3]", "capacity.benchmark=false"]
 FAULT_KEYS = sorted(k for k in leaf_keys(compose_config(*FAULTS)) if k.startswith((f"{J}.faults.", f"{J}.rm.")))
-LM = ["learner=lm", "learner.lm.policy=bandit", "learner.lm.seeds=2", "learner.lm.n_prompts=2"]
+LM = ["learner=lm", "learner.lm.policy=bandit", "learner.lm.seeds=2", "learner.lm.n_prompts=2", "learner.lm.decide=[]"]
 LM_KEYS = sorted(k for k in KEYS if k.startswith("learner.lm."))
 FAULT_EXTREMES = ["1e-320", "5e-324", "1e-9", "0.001", "1e9", "1e308", "1000000", "2.2250738585072014e-308"]
 EXTREME_VALUES = st.one_of(BAD_VALUES, st.sampled_from(FAULT_EXTREMES + EXTREMES))

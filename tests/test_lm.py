@@ -319,7 +319,7 @@ def test_learner_lm_runs_end_to_end(tmp_path):
     from racsim.analyses.dispatch import run
 
     cfg = default_config("learner=lm", "pipeline.steps=4", "learner.lm.seeds=2", "learner.lm.checkpoints=1",
-                         "learner.lm.d_model=16", "learner.lm.layers=1", "learner.lm.vocab=6",
+                         "learner.lm.decide=[]", "learner.lm.d_model=16", "learner.lm.layers=1", "learner.lm.vocab=6",
                          "learner.lm.response_len=3", "learner.lm.group_size=4")
     res = run(cfg)
     r = res.results

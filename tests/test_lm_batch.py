@@ -215,7 +215,7 @@ def test_study_trains_each_correctors_seeds_as_one_batch_with_each_seeds_own_run
     from racsim.seeds import seed_sequence
 
     cfg = default_config("learner=lm", "pipeline.steps=4", "learner.lm.seeds=3", "learner.lm.checkpoints=1",
-                         "learner.lm.d_model=16", "learner.lm.layers=1", "learner.lm.vocab=6",
+                         "learner.lm.decide=[]", "learner.lm.d_model=16", "learner.lm.layers=1", "learner.lm.vocab=6",
                          "learner.lm.response_len=3", "learner.lm.group_size=4", "learner.lm.device=cpu",
                          "learner.lm.kl_coef=0.1", "corrector.names=[naive,rac,wait_for_slow]")
     validate(cfg)

@@ -1,6 +1,6 @@
-"""learner=lm with power (scenario lm/ranking): paired differences over seeds, the seed
-rule, the missing share of the slow gradient, the reduced scenario, device selection and
-the --lm benchmark.
+"""learner=lm with power (scenario lm/ranking): paired differences over seeds, the missing
+share of the slow gradient, the reduced scenario, device selection and the --lm benchmark
+(the seed rule itself: tests/test_lm_seed_rule.py).
 
 Oracles: scipy's paired t-test (ttest_rel) and hand loops; a loop over every slow result
 for the missing share; Theorem 2.1's slack on the measured kernel at a frozen policy."""
@@ -13,13 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from racsim.analyses.lm_study import (
-    paired_differences,
-    seed_rule,
-    seeds_needed,
-    share_origins,
-    t_halfwidth,
-)
+from racsim.analyses.lm_study import paired_differences, share_origins, t_halfwidth
 from racsim.learner.bandit import BanditPolicy
 from racsim.learner.bias import kernel_slack
 from racsim.learner.correctors import CorrectorParams, correction_weight
@@ -27,7 +21,7 @@ from racsim.learner.grpo import delivered_and_owed, make_task, missing_share, tr
 from racsim.learner.theory import measured_kernel
 from racsim.pipeline.schedule import DROPPED, INJECTED
 
-# ---- paired differences and the seed rule ------------------------------------------------
+# ---- paired differences ----------------------------------------------------------------------
 
 
 def test_paired_differences_against_a_hand_loop_and_ttest_rel():
@@ -35,7 +29,7 @@ def test_paired_differences_against_a_hand_loop_and_ttest_rel():
     common = rng.standard_normal(12)  # what every corrector's seed shares: pairing removes it
     values = {"naive": common + rng.normal(0.0, 0.1, 12), "rac": common + 0.3 + rng.normal(0.0, 0.1, 12),
               "bare_additive": common + 0.29 + rng.normal(0.0, 0.1, 12)}
-    df = paired_differences(values, "rac", effect_size=0.2).set_index("pair")
+    df = paired_differences(values, "rac", bound=0.2).set_index("pair")
     assert list(df.index) == ["rac - naive", "rac - bare_additive"]
     for other in ("naive", "bare_additive"):
         d = [a - b for a, b in zip(values["rac"], values[other])]
@@ -45,61 +39,12 @@ def test_paired_differences_against_a_hand_loop_and_ttest_rel():
         row = df.loc[f"rac - {other}"]
         assert row.seeds == 12 and row["diff"] == pytest.approx(m, abs=1e-12) and row.sd == pytest.approx(sd)
         assert (row.ci_lo, row.ci_hi) == (pytest.approx(lo), pytest.approx(hi))
-        assert row.excludes_zero == (lo > 0 or hi < 0) and row.narrower_than_effect == (hi - lo < 0.2)
-    assert df.loc["rac - naive"].excludes_zero and not df.loc["rac - bare_additive"].excludes_zero
+        want = ("better" if lo > 0 else "worse") if (lo > 0 or hi < 0) else ("same" if hi - lo < 0.2 else "open")
+        assert row.answer == want and row.level == 0.95
+    assert df.loc["rac - naive"].answer == "better" and df.loc["rac - bare_additive"].answer != "better"
     # marginal intervals of rac and naive overlap (the shared noise), the paired one does not
     marginal = [t_halfwidth(np.std(values[n], ddof=1), 12) for n in ("rac", "naive")]
     assert values["rac"].mean() - marginal[0] < values["naive"].mean() + marginal[1]
-
-
-def loop_counts(mean, sd, n0, delta, power=0.8):
-    """seeds_needed by the obvious loop over n."""
-    effect = abs(mean) - stats.t.ppf(0.975, n0 - 1) * sd / math.sqrt(n0)
-    n_prec = n_sep = None
-    for n in range(2, 100_000):
-        t = stats.t.ppf(0.975, n - 1)
-        if n_prec is None and 2 * t * sd / math.sqrt(n) < delta:
-            n_prec = n
-        if n_sep is None and effect > 0 and (t + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n) <= effect:
-            n_sep = n
-        if n_prec is not None and (n_sep is not None or effect <= 0):
-            break
-    return n_prec, n_sep
-
-
-@pytest.mark.parametrize("mean,sd,n0,delta", [(0.5, 1.0, 8, 0.1), (-0.2, 0.3, 10, 0.05), (0.01, 0.2, 8, 0.05),
-                                              (2.0, 0.2, 5, 0.5)])
-def test_seeds_needed_against_a_loop(mean, sd, n0, delta):
-    n_prec, n_sep = seeds_needed(mean, sd, n0, delta)
-    want_prec, want_sep = loop_counts(mean, sd, n0, delta)
-    assert n_prec == want_prec
-    assert n_sep == (want_sep if want_sep is not None else 10**6)
-    # the closed forms they approach for large n: (2 z sd / delta)^2 and ((z + z_0.8) sd / e)^2
-    assert abs(n_prec - (2 * 1.959964 * sd / delta) ** 2) < 0.1 * n_prec + 4
-
-
-def test_seed_rule_on_synthetic_pilots_gives_the_promised_intervals():
-    """Pilots of paired differences drawn with a known mean and sd: the rule's count gives
-    intervals that exclude 0 (a large effect) in about 80% of replications or more, and
-    intervals narrower than the effect size (no effect) about half the time at the pilot's
-    sd; the count sits between the pilot's seeds and max_seeds, capped when it must be."""
-    rng = np.random.default_rng(0)
-    reps = 400
-    for mean, sd, delta, want in ((0.4, 1.0, 0.05, "excludes_zero"), (0.0, 0.3, 0.15, "narrower_than_effect")):
-        hits, counts = 0, []
-        for _ in range(reps // 20):
-            pilot = mean + sd * rng.standard_normal(8)
-            table = paired_differences({"rac": pilot, "naive": np.zeros(8)}, "rac", delta)
-            n, rule = seed_rule(table, delta, 500)
-            counts.append(n)
-            assert 8 <= n <= 500 and rule.n_pair.iloc[0] == min(rule.n_precision.iloc[0], rule.n_separation.iloc[0])
-            full = np.concatenate([np.broadcast_to(pilot, (20, 8)), mean + sd * rng.standard_normal((20, n - 8))], 1)
-            h = t_halfwidth(full.std(axis=1, ddof=1), n)  # paired_differences' interval, 20 replications at once
-            hits += int((np.abs(full.mean(axis=1)) > h if want == "excludes_zero" else 2 * h < delta).sum())
-        assert hits / reps > (0.75 if want == "excludes_zero" else 0.3), (want, hits / reps, counts)
-    capped_n, capped = seed_rule(paired_differences({"rac": rng.normal(0, 1, 8), "naive": np.zeros(8)}, "rac", 0.01),
-                                 0.01, 20)
-    assert capped_n == 20 and capped.capped.all()
 
 
 # ---- the missing share of the slow gradient -------------------------------------------------
@@ -212,7 +157,7 @@ def test_missing_share_of_a_learning_policy_is_measured_not_the_slack():
 def reduced(*extra):
     from racsim.config.defaults import default_config
 
-    return default_config("scenario=lm/ranking", "pipeline.steps=8", "learner.lm.pilot_seeds=3",
+    return default_config("scenario=lm/ranking", "pipeline.steps=8", "learner.lm.seeds=3", "learner.lm.policy=bandit",
                           "learner.lm.max_seeds=6", "learner.lm.n_responses=16", "learner.lm.vocab=4",
                           "learner.lm.response_len=3", *extra)
 
@@ -230,7 +175,8 @@ def test_ranking_scenario_runs_reduced_and_its_pairs_are_the_curves_differences(
     assert set(paired.pair) == {"rac - naive", "rac - wait_for_slow", "rac - rac_adaptive", "rac - bare_additive"}
     assert (paired.seeds == n).all()
     rule = res.extra["lm_seed_rule"]
-    assert rule.stage.iloc[0] == 0 and rule.pilot_seeds.iloc[0] == 3 and rule.seeds.iloc[-1] == n
+    assert rule.look.iloc[0] == 0 and rule.seeds.iloc[0] == 3 and rule.seeds.iloc[-1] == n
+    assert set(rule.pair[rule.waited]) == set(paired.pair)  # the ranking waits for all four pairs
     # true_final per seed from the curves table, differenced seed by seed
     cv = res.extra["lm_curves"]
     last = cv[cv.step == cv.step.max()].set_index(["corrector", "seed_lane"]).true  # the last 10% of 9 entries
@@ -250,32 +196,40 @@ def test_ranking_scenario_on_a_tiny_transformer():
     from racsim.analyses.dispatch import run
 
     res = run(reduced("learner.lm.policy=transformer", "learner.lm.layers=1", "learner.lm.d_model=8",
-                      "learner.lm.heads=2", "pipeline.steps=2", "learner.lm.max_seeds=3", "corrector.names=[naive,rac]"))
+                      "learner.lm.heads=2", "pipeline.steps=2", "learner.lm.max_seeds=3", "corrector.names=[naive,rac]",
+                      "learner.lm.decide=[naive]"))
     r = res.results
     assert (r.seeds == 3).all() and (r.layers == 1).all() and (r.d_model == 8).all() and (r.params > 0).all()
     assert (r.seconds_per_step > 0).all() and list(res.extra["lm_paired"].pair) == ["rac - naive"] * 2
 
 
-@pytest.mark.parametrize("override,key", [("learner.lm.pilot_seeds=2", "learner.lm.pilot_seeds"),
-                                          ("learner.lm.max_seeds=4", "learner.lm.max_seeds"),
-                                          ("learner.lm.effect_size=0", "learner.lm.effect_size")])
-def test_bad_power_values_name_the_key(override, key):
+@pytest.mark.parametrize("override,key,said", [
+    ("learner.lm.max_seeds=4", "learner.lm.max_seeds", "an integer >= 5"),
+    ("learner.lm.bound=0", "learner.lm.bound", "a positive number"),
+    ("learner.lm.budget_s=-1", "learner.lm.budget_s", "a positive number"),
+    ("learner.lm.decide=[rac]", "learner.lm.decide", "correctors other than rac"),
+    ("learner.lm.decide=[naive,naive]", "learner.lm.decide", "each corrector at most once"),
+])
+def test_bad_seed_rule_values_name_the_key(override, key, said):
     from racsim.config.defaults import default_config
     from racsim.config.validate import validate
     from racsim.errors import ConfigError
 
     with pytest.raises(ConfigError) as ex:
-        validate(default_config("learner=lm", "learner.lm.pilot_seeds=5", override))
-    assert ex.value.key == key
+        validate(default_config("learner=lm", "learner.lm.seeds=5", override))
+    assert ex.value.key == key and said in ex.value.allowed
 
 
-def test_a_power_study_without_rac_is_refused_before_any_work():
+@pytest.mark.parametrize("names,absent", [("[naive,wait_for_slow]", "rac"), ("[rac,wait_for_slow]", "naive")])
+def test_a_seed_rule_on_pairs_that_do_not_run_is_refused_before_any_work(names, absent):
     from racsim.errors import ConfigError
     from racsim.analyses.dispatch import run
 
     with pytest.raises(ConfigError) as ex:
-        run(reduced("corrector.names=[naive,wait_for_slow]"))
-    assert ex.value.key == "learner.lm.pilot_seeds" and "rac" in str(ex.value)
+        run(reduced(f"corrector.names={names}", "learner.lm.decide=[naive]"))
+    assert ex.value.key == "learner.lm.decide" and f"{absent} not in corrector.names" in ex.value.allowed
+    assert "learner.lm.decide=[] for a fixed seed count" in ex.value.allowed
+    run(reduced(f"corrector.names={names}", "learner.lm.decide=[]"))  # a fixed count runs without rac
 
 
 def test_device_selection_takes_cuda_when_present(monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from racsim.analyses.result import RunResult
 from racsim.report import lm as LM
@@ -40,26 +41,62 @@ def test_the_note_names_exactly_the_shares_outside_0_1():
     assert LM.share_note(pd.DataFrame({"corrector": ["naive"]})) == ""
 
 
-def test_every_lm_run_gives_a_verdict_per_pair_that_its_interval_backs():
-    """An LM run's answer comes first: rac against each other corrector, one line each, and each
-    word follows from the paired interval (better / worse when it excludes 0, the same when it is
-    narrower than the effect size or identical, unresolved otherwise, with the seeds the rule asks)."""
+def _said(line, r, bound):
+    """The verdict ``line`` says of a pair follows from its row ``r`` of the paired table (at the last look)."""
+    if r.ci_lo > 0 or r.ci_hi < 0:
+        return (": better" in line) == (r.diff > 0) and (": worse" in line) == (r.diff < 0)
+    if r.sd == 0 and r.diff == 0:
+        return ": identical at every one of" in line
+    if r.ci_hi - r.ci_lo < bound:
+        return f": the same within {max(abs(r.ci_lo), abs(r.ci_hi)):.3g}" in line
+    said = f": undecided after {r.seeds} seeds: [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}]"
+    return said in line and "seeds would decide" in line
+
+
+@pytest.mark.parametrize("extra,ended", [(["learner.lm.max_seeds=8", "pipeline.steps=12"], "max_seeds"),
+                                         (["learner.lm.decide=[]", "learner.lm.seeds=3", "pipeline.steps=12"], "fixed"),
+                                         (["learner.lm.bound=10", "pipeline.steps=6"], "decided")])
+def test_every_lm_run_gives_a_verdict_per_pair_that_its_interval_backs(extra, ended):
+    """An LM run's answer comes first: the pair the seed rule waited for (rac vs naive), then how the rule
+    ended (at how many seeds, why), then every other pair at the same seeds; each word follows from the
+    pair's interval (better / worse when it excludes 0, the same when it is narrower than the bound or
+    identical, undecided otherwise, with a projection of the seeds that would decide it)."""
     import racsim
     from racsim.report.lm import verdict_lines
 
-    t = racsim.run(overrides=["learner=lm", "learner.lm.policy=bandit", "pipeline.steps=12", "output.plots=false"])
+    t = racsim.run(overrides=["learner=lm", "learner.lm.policy=bandit", "output.plots=false", *extra])
     paired, rule = t.raw.extra["lm_paired"], t.raw.extra["lm_seed_rule"]
     lines = verdict_lines(paired, rule)
     first = paired[paired.metric == "true_at_naive_clock"]
-    assert len(lines) == len(first) == len(t.results.corrector.unique()) - 1
-    for line, r in zip(lines, first.itertuples()):
-        assert line.startswith(f"rac vs {r.pair.split(' - ')[1]}: ")
-        if r.ci_lo > 0 or r.ci_hi < 0:
-            assert (": better (" in line) == (r.diff > 0) and (": worse (" in line) == (r.diff < 0)
-        elif r.sd == 0 and r.diff == 0:
-            assert ": identical at every one of" in line
-        elif 2 * r.ci_half < 0.05:
-            assert ": the same within " in line
-        else:
-            n = int(rule.set_index("pair").loc[r.pair, "n_pair"])
-            assert f": unresolved at {r.seeds} seeds" in line and f"the seed rule asks for {n}" in line
+    seeds = int(t.results.seeds.iloc[0])
+    assert (first.seeds == seeds).all() and rule.ended.iloc[-1] == ended and rule.seeds.iloc[-1] == seeds
+    assert len(lines) == len(first) + 1 == len(t.results.corrector.unique())
+    waited = 0 if ended == "fixed" else 1
+    assert lines[waited].startswith("seed " + ("count fixed at learner.lm.seeds=3" if ended == "fixed" else "rule ("))
+    pairs = [ln for i, ln in enumerate(lines) if i != waited]
+    assert pairs[0].startswith("rac vs naive: ") and "true reward at naive's clock" in pairs[0]
+    bound = float(rule.bound.iloc[0])
+    for line, r in zip(pairs, first.itertuples()):
+        assert line.startswith(f"rac vs {r.pair.split(' - ')[1]}: ") and _said(line, r, bound), line
+    assert (f"decided at {seeds} seeds" in pairs[0]) == (ended == "decided")
+    said = {"max_seeds": "rac vs naive undecided at learner.lm.max_seeds=8", "fixed": "(learner.lm.decide=[])",
+            "decided": f"stopped at {seeds} seeds, rac vs naive decided"}
+    assert said[ended] in lines[waited]
+    if ended != "fixed":  # the looks: the plan's doubling counts, each at the split level
+        assert list(dict.fromkeys(rule.seeds)) == [8, 16, 32][:rule.look.max() + 1]
+        assert rule.level.iloc[0] == pytest.approx(1 - 0.05 / len(str(rule.planned.iloc[0]).split(",")))
+
+
+def test_the_budget_line_says_the_budget_ended_the_rule():
+    from racsim.report.lm import verdict_lines
+
+    rule = pd.DataFrame({"pair": ["rac - naive", "rac - other"] * 2, "seeds": [8, 8, 16, 16], "level": 0.9833,
+                         "diff": 0.1, "ci_lo": -0.1, "ci_hi": 0.3, "sd": 0.4, "answer": "open",
+                         "look": [0, 0, 1, 1], "waited": [True, False] * 2, "bound": 0.05, "max_seeds": 32,
+                         "budget_s": 150.0, "planned": "8,16,32", "ended": "budget", "next_would_end_s": 212.4})
+    paired = rule[rule.look == 1].drop(columns="look").assign(metric="true_at_naive_clock")
+    lines = verdict_lines(paired, rule)
+    assert lines[0].startswith("rac vs naive: undecided after 16 seeds: [-0.100, +0.300]")
+    assert ("the time budget ended it at 16 seeds: the next stage, to 32 seeds, would have ended at about 212 s of "
+            "training, past learner.lm.budget_s=150 s; rac vs naive undecided") in lines[1]
+    assert lines[2].startswith("rac vs other: undecided after 16 seeds")

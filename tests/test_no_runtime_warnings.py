@@ -22,7 +22,7 @@ RUNS = {
     "capacity, targets near 0": ("capacity/judge_rm_h100", [*SMALL_CAPACITY, "capacity.max_bias=1e-300",
                                                           "capacity.max_step_s=1e-300", "capacity.max_dropped=0"]),
     "default": (None, ["learner.trials=8", "pipeline.steps=20"]),
-    "lm": (None, ["learner=lm", "learner.lm.policy=bandit", "learner.lm.seeds=2", "pipeline.steps=8"]),
+    "lm": (None, ["learner=lm", "learner.lm.policy=bandit", "learner.lm.seeds=2", "pipeline.steps=8", "learner.lm.decide=[]"]),
 }
 
 

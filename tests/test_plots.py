@@ -26,7 +26,7 @@ SMALL = ["learner.trials=4", "learner.bootstrap=20", "pipeline.steps=30", "pipel
 RUNS = {
     "default": ["learner.trials=8", "pipeline.steps=20", "learner.bootstrap=20"],
     "capacity": ["scenario=capacity/judge_rm_faults", *SMALL, "capacity.counts=[4,8]"],
-    "lm": ["learner=lm", "learner.lm.policy=bandit", "learner.lm.seeds=3", "pipeline.steps=8"],
+    "lm": ["learner=lm", "learner.lm.policy=bandit", "learner.lm.seeds=3", "pipeline.steps=8", "learner.lm.decide=[]"],
 }
 
 

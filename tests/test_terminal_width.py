@@ -76,14 +76,15 @@ def test_a_capacity_run_prints_at_most_120_columns(tmp_path, monkeypatch, capsys
 
 @pytest.mark.parametrize("power", [False, True])
 def test_an_lm_run_prints_at_most_120_columns(tmp_path, monkeypatch, capsys, power):
-    """A plain LM run, and a power study (lm/ranking: the seed rule's lines at each stage)."""
+    """A fixed seed count, and the seed rule's stages (lm/ranking: its verdicts and the rule's line)."""
     monkeypatch.chdir(tmp_path)
-    which = ["scenario=lm/ranking", "learner.lm.max_seeds=8", "learner.lm.pilot_seeds=3"] if power else ["learner=lm", "learner.lm.seeds=2"]
+    which = (["scenario=lm/ranking", "learner.lm.max_seeds=8", "learner.lm.seeds=3"] if power
+             else ["learner=lm", "learner.lm.seeds=2", "learner.lm.decide=[]"])
     out = _lines(*main_in_process(monkeypatch, capsys, [*which, "learner.lm.policy=bandit", "pipeline.steps=8",
                                                         "pipeline.warmup_steps=2", "output.plots=false",
                                                         f"hydra.run.dir={tmp_path / 'run'}"]))
     assert "rac vs " in out and "left out here:" in out
-    assert ("seed rule on " in out) == power
+    assert ("seed rule (" in out) == power and ("seed count fixed" in out) != power
 
 
 def test_wrapped_breaks_only_long_lines_and_keeps_every_word():

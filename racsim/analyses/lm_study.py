@@ -8,16 +8,27 @@ seed s starts from the same weights and draws from the same random stream
 (common random numbers: the same prompts and the same uniforms behind every
 sampled token at every step, the same delays, wait_for_slow's from the same
 draws), so the curves differ by the corrector alone, and the study compares
-correctors by paired differences over seeds (:func:`paired_differences`), with a
-seed count a pilot's variance decides (:func:`seed_rule`) when
-``learner.lm.pilot_seeds`` > 0.
+correctors by paired differences over seeds (:func:`paired_differences`).
+
+How many seeds: the seed rule (:func:`sequential_seeds`) trains stages of seeds
+(``learner.lm.seeds``, then doubling up to ``max_seeds``; each stage's seeds of a
+corrector as one batch) and reads every pair's interval after each stage, until
+the pairs of ``learner.lm.decide`` are answered: better or worse (the interval
+excludes 0) or the same (narrower than ``learner.lm.bound``). Reading the
+intervals again after each stage would make a wrong answer likelier than a
+single interval's 5%; each look's interval is therefore at the level
+:func:`look_level` gives (Bonferroni over the planned looks), so that all of a
+pair's intervals hold together with 95% confidence. A time budget
+(``budget_s``) may end the rule before a stage it projects would not finish in
+time, and the run then says so: the seeds, not the clock, decide otherwise, so
+the same config and seed give the same answer.
 """
 
 from __future__ import annotations
 
-import textwrap
 import time
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import pandas as pd
@@ -39,7 +50,6 @@ from racsim.learner.grpo import (
     train_lane,
     train_lanes,
 )
-from racsim.errors import ConfigError
 from racsim.pipeline.stats import queue_timeseries
 from racsim.progress import Progress
 from racsim.seeds import seed_sequence
@@ -86,25 +96,52 @@ def t_halfwidth(sd, n: int, level: float = 0.95):
     return stats.t.ppf(0.5 + level / 2, n - 1) * np.asarray(sd) / np.sqrt(n)
 
 
-def paired_differences(values: Dict[str, np.ndarray], base: str, effect_size: float) -> pd.DataFrame:
+LEVEL = 0.95  # the confidence that a pair's intervals hold with, all of the seed rule's looks together
+
+
+def look_plan(first: int, most: int) -> List[int]:
+    """The seed counts at which the seed rule reads the paired intervals: ``first``, doubled until
+    ``most`` (the last look at ``most`` itself; ``first`` alone when ``most`` <= ``first``)."""
+    plan = [first]
+    while plan[-1] < most:
+        plan.append(min(2 * plan[-1], most))
+    return plan
+
+
+def look_level(looks: int, level: float = LEVEL) -> float:
+    """The confidence of each look's interval such that the intervals of all ``looks`` planned looks
+    hold together with probability at least ``level`` (Bonferroni): 1 - (1 - level) / looks."""
+    return 1.0 - (1.0 - level) / looks
+
+
+def answer(lo: float, hi: float, bound: float) -> str:
+    """A pair's answer from its interval [lo, hi] on (rac minus the other): ``better`` or ``worse``
+    when it excludes 0, ``same`` when it is narrower than ``bound`` (then it lies within
+    +-bound, since it holds 0), else ``open``."""
+    if lo > 0 or hi < 0:
+        return "better" if lo > 0 else "worse"
+    return "same" if hi - lo < bound else "open"
+
+
+def paired_differences(values: Dict[str, np.ndarray], base: str, bound: float, level: float = LEVEL) -> pd.DataFrame:
     """``base`` minus each other corrector, seed by seed (entry s of every array is seed s:
-    common random numbers), one row per pair: mean difference over seeds, its 95%
-    t-interval (t over seeds, n - 1 degrees of freedom), the standard deviation of the
-    differences, and whether the interval excludes 0 or is narrower than ``effect_size``."""
+    common random numbers), one row per pair: mean difference over seeds, its t-interval at
+    ``level`` (t over seeds, n - 1 degrees of freedom), the standard deviation of the
+    differences, and the pair's :func:`answer` (``bound``: the width below which the two are
+    the same)."""
     rows = []
     for other in values:
         if other == base:
             continue
         d = np.asarray(values[base], dtype=np.float64) - np.asarray(values[other], dtype=np.float64)
         n, m, sd = len(d), float(d.mean()), float(d.std(ddof=1))
-        h = float(t_halfwidth(sd, n))
-        rows.append({"pair": f"{base} - {other}", "seeds": n, "diff": m, "ci_lo": m - h, "ci_hi": m + h,
-                     "ci_half": h, "sd": sd, "excludes_zero": bool(m - h > 0 or m + h < 0),
-                     "narrower_than_effect": bool(2 * h < effect_size)})
+        h = float(t_halfwidth(sd, n, level))
+        rows.append({"pair": f"{base} - {other}", "seeds": n, "level": level, "diff": m, "ci_lo": m - h,
+                     "ci_hi": m + h, "ci_half": h, "sd": sd, "answer": answer(m - h, m + h, bound)})
     return pd.DataFrame(rows)
 
 
-SEARCH_SEEDS = 10**6  # the seed counts the rule searches: 2 .. SEARCH_SEEDS
+SEARCH_SEEDS = 10**6  # the seed counts a projection searches: 2 .. SEARCH_SEEDS
 
 
 def first_n(ok) -> int:
@@ -122,54 +159,71 @@ def first_n(ok) -> int:
     return hi
 
 
-def seeds_needed(mean: float, sd: float, n0: int, effect_size: float, power: float = 0.8) -> tuple:
-    """The seed counts a paired difference needs, from ``n0`` pilot seeds with mean
-    ``mean`` and standard deviation ``sd``: (n_precision, n_separation), the smallest
-    n >= 2 with 2 t_{0.975, n-1} sd / sqrt(n) < effect_size (the 95% interval narrower
-    than the effect size), and with (t_{0.975, n-1} + t_{power, n-1}) sd / sqrt(n) <= e
-    (the interval excludes 0 with probability ``power`` when the true difference is e),
-    e = |mean| - t_{0.975, n0-1} sd / sqrt(n0), the smallest effect the pilot's own 95%
-    interval allows (no n when that interval holds 0); SEARCH_SEEDS where no n up to
-    it does. Both sides fall as n grows, so :func:`first_n` finds them."""
-    effect = abs(mean) - float(t_halfwidth(sd, n0))
-    n_prec = first_n(lambda n: 2 * float(t_halfwidth(sd, n)) < effect_size)
-    if effect <= 0:
-        return n_prec, SEARCH_SEEDS
-    return n_prec, first_n(lambda n: (stats.t.ppf(0.975, n - 1) + stats.t.ppf(power, n - 1)) * sd / np.sqrt(n) <= effect)
+def seeds_to_decide(diff: float, sd: float, bound: float, level: float) -> int:
+    """A projection for an open pair: the fewest seeds n >= 2 at which a pair whose differences
+    keep this mean ``diff`` and standard deviation ``sd`` would be answered at ``level``: its
+    interval (half-width t_{(1 + level) / 2, n - 1} sd / sqrt(n)) narrower than ``|diff|``
+    (excluding 0) or than ``bound`` (the same); SEARCH_SEEDS when no n up to it is. A rough
+    guide (the mean and sd are estimates), not a promise."""
+    return first_n(lambda n: float(t_halfwidth(sd, n, level)) < max(abs(diff), bound / 2))
 
 
-def seed_rule(pilot: pd.DataFrame, effect_size: float, max_seeds: int) -> tuple:
-    """The study's seed count from a :func:`paired_differences` table of the seeds run so
-    far: each pair needs min(n_precision, n_separation) seeds (:func:`seeds_needed`), the
-    study the largest of these, at least the seeds already run and at most ``max_seeds``
-    (the pilot's seeds count among them: an internal pilot). Returns (seeds, the table
-    of the rule's inputs and counts per pair)."""
-    n0 = int(pilot["seeds"].iloc[0])
-    rows = []
-    for _, r in pilot.iterrows():
-        n_prec, n_sep = seeds_needed(r["diff"], r["sd"], n0, effect_size)
-        rows.append({"pair": r["pair"], "pilot_seeds": n0, "pilot_diff": float(r["diff"]),
-                     "pilot_sd": float(r["sd"]), "effect_size": effect_size, "n_precision": n_prec,
-                     "n_separation": n_sep, "n_pair": min(n_prec, n_sep)})
-    table = pd.DataFrame(rows)
-    seeds = int(min(max_seeds, max(n0, int(table["n_pair"].max()))))
-    table["seeds"] = seeds
-    table["capped"] = bool(table["n_pair"].max() > max_seeds)
-    return seeds, table
+class TimeBudget:
+    """The seconds the seed rule's stages may take (None: no limit), from its creation: a stage is
+    granted when, at the seconds per seed-step measured so far, it would end within them."""
+
+    def __init__(self, seconds: Optional[float], clock: Callable[[], float] = time.perf_counter):
+        self.seconds, self.clock, self.started = seconds, clock, clock()
+        self.would_end = float("nan")  # the last refused stage's projected end (s from the start)
+
+    def affords(self, done: float, more: float) -> bool:
+        """Whether ``more`` units of work fit after ``done`` units took the seconds so far."""
+        if self.seconds is None:
+            return True
+        spent = self.clock() - self.started
+        self.would_end = spent + spent / max(done, 1e-12) * more
+        return self.would_end <= self.seconds
 
 
-def rule_text(table: pd.DataFrame, max_seeds: int) -> str:
-    """The seed rule and its inputs, one line per pair, as the study prints them (within 120 columns
-    after a ``racsim: NAME: `` of up to 20)."""
-    first = table.iloc[0]
-    lines = [f"seed rule on {first.pilot_seeds} seeds: per pair n = min(n_precision, n_separation); seeds = the "
-             f"largest n, at most learner.lm.max_seeds={max_seeds}",
-             f"  n_precision: 2 t_0.975 sd / sqrt(n) < {first.effect_size:g}; n_separation: (t_0.975 + t_0.8) sd / "
-             "sqrt(n) <= |diff| - the seeds' own 95% half-width"]
-    lines += [f"  {r.pair:<28} diff {r.pilot_diff:+.4f} sd {r.pilot_sd:.4f}: n_precision {r.n_precision}, "
-              f"n_separation {r.n_separation} -> {r.n_pair}" for r in table.itertuples()]
-    lines.append(f"  seeds = {first.seeds}" + (" (capped: some pair needs more)" if first.capped else ""))
-    return "\n".join(textwrap.fill(line, 100, subsequent_indent="    ", break_long_words=False) for line in lines)
+@dataclass
+class Stop:
+    """What the seed rule did: the seed counts it looked at (``looks``) of those it planned (``plan``),
+    why it ended (``decided``: every waited-for pair answered; ``max_seeds``: the plan ran out;
+    ``budget``: the next stage would not have ended within the time budget; ``fixed``: no pair was
+    waited for, one look), and the waited-for pairs left open."""
+
+    looks: List[int]
+    plan: List[int]
+    ended: str
+    open: List[str] = field(default_factory=list)
+
+    @property
+    def seeds(self) -> int:
+        return self.looks[-1]
+
+
+def sequential_seeds(plan: List[int], train: Callable[[int, int], None], look: Callable[[int], Dict[str, str]],
+                     wanted: List[str], affords: Callable[[int, int], bool]) -> Stop:
+    """The seed rule: train the stages of ``plan`` (seed counts, increasing) in order, each stage's
+    seeds [previous count, count) at once (``train(first, last)``), and after each read every pair's
+    answer on the seeds so far (``look(n)``: pair -> better, worse, same or open); stop as soon as
+    every pair of ``wanted`` is answered (not open), when the plan runs out, or when
+    ``affords(seeds done, seeds more)`` refuses the next stage. The first stage always runs."""
+    looks: List[int] = []
+    left = list(wanted)
+    for n in plan:
+        done = looks[-1] if looks else 0
+        if looks and not affords(done, n - done):
+            return Stop(looks, plan, "budget", left)
+        train(done, n)
+        looks.append(n)
+        answers = look(n)
+        left = [p for p in wanted if answers[p] == "open"]
+        if not wanted:
+            return Stop(looks, plan, "fixed")
+        if not left:
+            return Stop(looks, plan, "decided")
+    return Stop(looks, plan, "max_seeds", left)
 
 
 def lane_metrics(out: Dict[str, Any], name: str, seeds: int, window: int) -> Dict[str, np.ndarray]:
@@ -186,18 +240,24 @@ PAIRED_METRICS = ("true_at_naive_clock", "true_final")
 BASE = "rac"  # the corrector every paired difference starts from
 
 
-def paired_table(out: Dict[str, Any], seeds: int, window: int, effect_size: float) -> pd.DataFrame:
-    """:func:`paired_differences` of both metrics (rac minus each other corrector)."""
+def paired_table(out: Dict[str, Any], seeds: int, window: int, bound: float, level: float = LEVEL) -> pd.DataFrame:
+    """:func:`paired_differences` of both metrics (rac minus each other corrector) on the first ``seeds`` seeds."""
     per = {name: lane_metrics(out, name, seeds, window) for name in out["names"]}
-    frames = [paired_differences({n: per[n][m] for n in out["names"]}, BASE, effect_size).assign(metric=m)
+    frames = [paired_differences({n: per[n][m] for n in out["names"]}, BASE, bound, level).assign(metric=m)
               for m in PAIRED_METRICS]
     df = pd.concat(frames, ignore_index=True)
     return df[["metric"] + [c for c in df.columns if c != "metric"]]
 
 
-def first_seeds(lm: Any) -> int:
-    """The seeds a cell trains before any seed rule: the pilot's, or ``learner.lm.seeds``."""
-    return lm.pilot_seeds if lm.pilot_seeds > 0 else lm.seeds
+def waited_pairs(lm: Any) -> List[str]:
+    """The pairs the seed rule waits for (``learner.lm.decide``: rac minus each of those correctors)."""
+    return [f"{BASE} - {other}" for other in lm.decide]
+
+
+def planned_looks(lm: Any) -> List[int]:
+    """The seed counts a cell may look at: :func:`look_plan` from ``learner.lm.seeds`` to ``max_seeds``
+    when some pair is waited for, else ``seeds`` alone."""
+    return look_plan(lm.seeds, lm.max_seeds) if lm.decide else [lm.seeds]
 
 
 def seed_steps(cfg: Any, seeds: int) -> int:
@@ -205,22 +265,34 @@ def seed_steps(cfg: Any, seeds: int) -> int:
     return cfg.pipeline.steps * len(corrector_names(cfg)) * seeds
 
 
+def rule_table(looks: List[pd.DataFrame], stop: Stop, lm: Any, budget: TimeBudget) -> pd.DataFrame:
+    """The seed rule's record: at each look, every pair's interval and answer on the first metric
+    (true reward at naive's clock), whether the rule waited for the pair, and the rule's settings
+    and why it ended (the same on every row)."""
+    df = pd.concat(looks, ignore_index=True)
+    df = df[df.metric == PAIRED_METRICS[0]].drop(columns=["metric", "ci_half"])
+    waited = set(waited_pairs(lm))
+    return df.assign(waited=[p in waited for p in df.pair], bound=lm.bound, max_seeds=lm.max_seeds,
+                     budget_s=np.nan if lm.budget_s is None else float(lm.budget_s),
+                     planned=",".join(map(str, stop.plan)), ended=stop.ended,
+                     next_would_end_s=budget.would_end if stop.ended == "budget" else np.nan).reset_index(drop=True)
+
+
 def run_cell(cfg: Any, progress: Optional[Progress] = None) -> Dict[str, Any]:
-    """Every corrector's GRPO runs on one cell: results rows, curves and gradient records.
-    With ``learner.lm.pilot_seeds`` > 0 (and rac among the correctors) the pilot's seeds
-    run first and :func:`seed_rule` sets how many run in all. ``progress`` (racsim.progress): k
-    seed-steps after each step of each seed batch (k seeds), a note as each corrector's batch
-    starts, and its total grown by the seed-steps the rule adds."""
+    """Every corrector's GRPO runs on one cell: results rows, curves and gradient records, and with rac
+    and another corrector the paired differences, by the seed rule (:func:`sequential_seeds`): stages
+    of seeds from ``learner.lm.seeds``, doubling up to ``max_seeds``, each stage's seeds trained as one
+    batch, until every pair of ``learner.lm.decide`` is answered or ``budget_s`` ends it (no pair to
+    decide: ``seeds`` seeds, one look). ``progress`` (racsim.progress): k seed-steps after each step of
+    each seed batch (k seeds), a note as each corrector's batch starts, and its total grown by the
+    seed-steps of each stage the rule adds."""
     lm = cfg.learner.lm
     p = cfg.pipeline
     names = corrector_names(cfg)
     params = corrector_params(cfg)
     shares = np.array([float(ch.share) for ch in p.channels.values()])
-    power = lm.pilot_seeds > 0
-    if power and (BASE not in names or len(names) < 2):
-        raise ConfigError("learner.lm.pilot_seeds", lm.pilot_seeds, f"0 unless corrector.names holds {BASE} and "
-                          f"another corrector (the paired differences are {BASE} minus each other one)")
-    lanes = lm.max_seeds if power else lm.seeds
+    plan = planned_looks(lm)
+    lanes = plan[-1]
     t0 = time.perf_counter()
     schedules = simulate_schedules(cfg, lanes, "train_pipeline", names)
     pipeline_s = time.perf_counter() - t0
@@ -268,28 +340,31 @@ def run_cell(cfg: Any, progress: Optional[Progress] = None) -> Dict[str, Any]:
                                                progress and progress.advance))
 
     window = max(1, (p.steps + 1) // 10)
+    level = look_level(len(plan))
+    looks: List[pd.DataFrame] = []
+    budget = TimeBudget(lm.budget_s)
+
+    def look(n: int) -> Dict[str, str]:
+        table = paired_table(out, n, window, lm.bound, level)
+        looks.append(table.assign(look=len(looks)))
+        first = table[table.metric == PAIRED_METRICS[0]]
+        return dict(zip(first.pair, first.answer))
+
+    def affords(done: int, more: int) -> bool:
+        ok = budget.affords(done, more)
+        if ok and progress is not None:
+            progress.grow(seed_steps(cfg, more), f"the seed rule adds seeds {done}..{done + more - 1}")
+        return ok
+
     t0 = time.perf_counter()
-    seeds = first_seeds(lm)
-    train(0, seeds)
-    if power:  # the pilot, then the rule on every seed run so far until it asks for no more (at most 3 stages)
-        rules = []
-        for _ in range(3):
-            paired = paired_table(out, seeds, window, lm.effect_size)
-            more, rule = seed_rule(paired[paired.metric == PAIRED_METRICS[0]], lm.effect_size, lm.max_seeds)
-            rules.append(rule.assign(stage=len(rules)))
-            print(f"racsim: {cfg.name}: " + rule_text(rule, lm.max_seeds), flush=True)
-            if more <= seeds:
-                break
-            if progress is not None:
-                progress.grow(seed_steps(cfg, more - seeds), f"the seed rule asks for {more} seeds")
-            train(seeds, more)
-            seeds = more
-        out["paired"] = paired_table(out, seeds, window, lm.effect_size)
-        out["seed_rule"] = pd.concat(rules, ignore_index=True)
-    elif BASE in names and len(names) > 1 and seeds > 1:  # every run's verdict, and what the rule would ask
-        out["paired"] = paired_table(out, seeds, window, lm.effect_size)
-        first = out["paired"][out["paired"].metric == PAIRED_METRICS[0]]
-        out["seed_rule"] = seed_rule(first, lm.effect_size, lm.max_seeds)[1].assign(stage=0)
+    if BASE in names and len(names) > 1 and lm.seeds > 1:
+        stop = sequential_seeds(plan, train, look, waited_pairs(lm), affords)
+        out["paired"] = looks[-1].drop(columns="look")
+        out["seed_rule"] = rule_table(looks, stop, lm, budget)
+        seeds = stop.seeds
+    else:  # no pair to compare
+        seeds = lm.seeds
+        train(0, seeds)
     out["seeds"] = seeds
     out["training_s"] = time.perf_counter() - t0
     return out
@@ -382,12 +457,12 @@ def gradients_table(out: Dict[str, Any]) -> pd.DataFrame:
 
 def run_lm_study(cells: list, progress: Optional[Progress] = None) -> RunResult:
     """Every cell of the grid; a single cell also keeps its curves, gradient records and
-    schedules; with rac and another corrector, the paired differences (``lm_paired``) and the
-    seed rule on them (``lm_seed_rule``: a power study's stages, or what the rule would ask).
-    ``progress``: as :func:`run_cell`'s, its phase ``GRPO`` started with the seed-steps every cell
-    will run before any seed rule."""
+    schedules; with rac and another corrector, the paired differences at the last look
+    (``lm_paired``) and the seed rule's record of every look (``lm_seed_rule``).
+    ``progress``: as :func:`run_cell`'s, its phase ``GRPO`` started with the seed-steps every cell's
+    first stage will run."""
     if progress is not None:
-        progress.start("GRPO", sum(seed_steps(c, first_seeds(c.learner.lm)) for _, c in cells), "seed-step")
+        progress.start("GRPO", sum(seed_steps(c, c.learner.lm.seeds) for _, c in cells), "seed-step")
     tables: Dict[str, list] = {"results": [], "lm_paired": [], "lm_seed_rule": []}
     timings = {"pipeline_s": 0.0, "training_s": 0.0}
     out: Dict[str, Any] = {}

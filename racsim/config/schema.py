@@ -409,18 +409,20 @@ class LMConf:
     causal LM built from ``backbone``/``layers``/``d_model``/``heads`` with random
     weights, or a local ``checkpoint``; torch, on ``device``) or ``bandit`` (its NumPy
     stand-in: a softmax over ``n_responses`` responses per prompt, 0: all of them).
-    ``seeds`` independent runs per corrector; at ``checkpoints`` evenly spaced steps
-    the update's gradient is compared with the synchronous one on ``sync_batch``
-    times as many groups. ``pilot_seeds`` > 0 makes the seed count a power rule's
-    (racsim.analyses.lm_study.seeds_needed): the first ``pilot_seeds`` seeds are a pilot
-    whose paired differences (rac minus each other corrector, true reward at naive's
-    wall-clock) set the count, at most ``max_seeds``, so that each difference's 95%
-    t-interval excludes 0 (80% power at the pilot's mean) or is narrower than
-    ``effect_size`` (true-reward units); ``seeds`` is then unused. Defaults live here
+    Every corrector runs on the same seeds (paired: common random numbers); at ``checkpoints``
+    evenly spaced steps the update's gradient is compared with the synchronous one on ``sync_batch``
+    times as many groups. How many seeds: the seed rule (racsim.analyses.lm_study.sequential_seeds)
+    trains ``seeds`` seeds, then stages doubling the count up to ``max_seeds``, and stops as soon as
+    rac minus each corrector of ``decide`` (true reward at naive's wall-clock, seed by seed) has an
+    interval that excludes 0 (better or worse) or is narrower than ``bound`` (the same, true-reward
+    units), or when the next stage would not end within ``budget_s`` seconds of training (null: no
+    limit; each cell of a grid has its own); the intervals hold with 95% confidence over all the
+    looks together. ``decide=[]``:
+    ``seeds`` seeds, no rule. Defaults live here
     (learner/lm.yaml only sets kind)."""
 
     policy: str = "transformer"
-    seeds: int = 4
+    seeds: int = 8
     group_size: int = 8
     n_prompts: int = 8
     prompt_len: int = 4
@@ -430,8 +432,8 @@ class LMConf:
     task_seed: int = 0
     init_seed: int = 0
     backbone: str = "gpt2"
-    layers: int = 2
-    d_model: int = 64
+    layers: int = 1
+    d_model: int = 32
     heads: int = 4
     checkpoint: Optional[str] = None
     device: str = "auto"
@@ -440,11 +442,12 @@ class LMConf:
     lr: float = 0.01
     kl_coef: float = 0.0
     n_responses: int = 64
-    checkpoints: int = 8
+    checkpoints: int = 2
     sync_batch: int = 4
-    pilot_seeds: int = 0
-    max_seeds: int = 64
-    effect_size: float = 0.05
+    decide: List[str] = field(default_factory=lambda: ["naive"])
+    max_seeds: int = 32
+    bound: float = 0.05
+    budget_s: Optional[float] = 150.0
 
 
 @dataclass

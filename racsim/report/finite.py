@@ -55,6 +55,8 @@ MAY_BE_NAN = {
     "channels:offered_load": "the channel the capacity search does not size (only the sized one's load is computed)",
     "channels:availability": "no failures are modelled on that channel (no faults block), beside one that has them",
     "lm_gradients:cosine": _NO_ANGLE,
+    "lm_seed_rule:budget_s": "the seed rule had no time budget (learner.lm.budget_s=null)",
+    "lm_seed_rule:next_would_end_s": "the time budget did not end the seed rule (its column ended says what did)",
     "grad_cosine": _NO_ANGLE + " (at every checkpoint of every seed)",
 }
 

@@ -9,7 +9,7 @@ from typing import List
 import numpy as np
 import pandas as pd
 
-from racsim.analyses.lm_study import Z95
+from racsim.analyses.lm_study import SEARCH_SEEDS, Z95, seeds_to_decide
 from racsim.report.plots import MARKERS, _plt, _save, figure_legend, legend_outside
 from racsim.report.tables import format_table, time_section
 
@@ -155,39 +155,87 @@ def share_note(r: pd.DataFrame) -> str:
 def format_paired(paired: pd.DataFrame) -> str:
     """The paired differences (racsim.analyses.lm_study.paired_differences) as a text table."""
     df = paired.copy()
-    df["95% CI"] = [f"[{a:+.4f}, {b:+.4f}]" for a, b in zip(df.ci_lo, df.ci_hi)]
-    df["answer"] = np.where(df.excludes_zero, np.where(df["diff"] > 0, "rac ahead", "rac behind"),
-                            np.where(df.narrower_than_effect, "tie (CI < effect size)", "unresolved"))
-    keep = [c for c in ("cell", "metric", "pair", "seeds", "diff", "95% CI", "sd", "answer") if c in df]
+    df["CI"] = [f"[{a:+.4f}, {b:+.4f}]" for a, b in zip(df.ci_lo, df.ci_hi)]
+    df["level"] = [f"{100 * v:.4g}%" for v in df.level]
+    keep = [c for c in ("cell", "metric", "pair", "seeds", "diff", "CI", "level", "sd", "answer") if c in df]
     return df[keep].to_string(index=False, float_format=lambda v: f"{v:+.4f}")
 
 
+def pair_line(r, waited: bool, bound: float, level: float, named: bool = False) -> str:
+    """One pair's verdict (a row of the paired table at the last look): better or worse when its
+    interval excludes 0, the same within the interval's farthest end when it is narrower than the
+    bound, identical when every seed's difference is 0, else undecided, with the seeds a projection
+    at this mean and spread would take (racsim.analyses.lm_study.seeds_to_decide). ``named``: the
+    line says what the figures are."""
+    other = r.pair.split(" - ", 1)[1]
+    what = " true reward at naive's clock" if named else ""
+    ci = f"{r.diff:+.3f} [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}]{what}"
+    at = f", decided at {r.seeds} seeds" if waited else f" at {r.seeds} seeds"
+    if r.answer in ("better", "worse"):
+        return f"rac vs {other}: {r.answer}{at} ({ci})"
+    if r.sd == 0 and r.diff == 0:
+        return f"rac vs {other}: identical at every one of {r.seeds} seeds (the same updates here)"
+    if r.answer == "same":
+        return f"rac vs {other}: the same within {max(abs(r.ci_lo), abs(r.ci_hi)):.3g}{at} ({ci})"
+    n = seeds_to_decide(r.diff, r.sd, bound, level)
+    more = f"about {n} seeds would decide it at this mean and spread" if n < SEARCH_SEEDS else "no seed count in sight"
+    return (f"rac vs {other}: undecided after {r.seeds} seeds: [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}] "
+            f"({r.diff:+.3f}{what}; {more})")
+
+
+def listed(items: List[str]) -> str:
+    """a, b and c."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def rule_line(rule: pd.DataFrame) -> str:
+    """How the seed rule ended (one cell's rows of the rule's record, racsim.analyses.lm_study.rule_table),
+    its stages and its intervals' confidence."""
+    last = rule.iloc[-1]
+    looks = [str(n) for n in dict.fromkeys(rule.seeds)]
+    plan = str(last.planned).split(",")
+    waited = list(dict.fromkeys(rule.pair[rule.waited]))
+    left = [p.replace(" - ", " vs ") for p in waited if (rule[rule.look == last.look].set_index("pair")
+                                                         .loc[p, "answer"] == "open")]
+    stages = f"stages of {listed(looks)} seeds" if len(looks) > 1 else f"one stage of {looks[0]} seeds"
+    level = (f"each interval {100 * last.level:.4g}%, 95% over the {len(plan)} planned looks together"
+             if len(plan) > 1 else "95% intervals")
+    if last.ended == "fixed":
+        return f"seed count fixed at learner.lm.seeds={looks[-1]} (learner.lm.decide=[]): {level}"
+    head = f"seed rule ({stages}, doubling up to learner.lm.max_seeds={last.max_seeds}): "
+    if last.ended == "decided":
+        what = listed([p.replace(" - ", " vs ") for p in waited])
+        return head + f"stopped at {looks[-1]} seeds, {what} decided; {level}"
+    if last.ended == "max_seeds":
+        return head + f"{listed(left)} undecided at learner.lm.max_seeds={last.max_seeds}; {level}"
+    return (head + f"the time budget ended it at {looks[-1]} seeds: the next stage, to "
+            f"{plan[len(looks)]} seeds, would have ended at about {last.next_would_end_s:.0f} s of training, past "
+            f"learner.lm.budget_s={last.budget_s:g} s; {listed(left)} undecided; {level}")
+
+
 def verdict_lines(paired: pd.DataFrame, rule: pd.DataFrame) -> List[str]:
-    """The answer of an LM run, one line per pair (rac minus each other corrector, true reward at
-    naive's wall-clock, seed by seed): better or worse when the 95% interval excludes 0; a tie when it
-    is narrower than the effect size; else unresolved, with the seeds the seed rule asks for."""
-    asks = dict(zip(rule.pair, rule.n_pair)) if rule is not None else {}
+    """The answer of an LM run (rac minus each other corrector, true reward at naive's wall-clock, seed
+    by seed), per cell: the pairs the seed rule waited for, how the rule ended (at how many seeds, why),
+    then the other pairs at the same seeds (:func:`pair_line`). A grid's lines start with their cell."""
+    cells = paired["cell"].unique() if "cell" in paired else [None]
     lines = []
-    for r in paired[paired.metric == "true_at_naive_clock"].itertuples():
-        other = r.pair.split(" - ", 1)[1]
-        ci = f"{r.diff:+.3f} [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}]"
-        if r.excludes_zero:
-            word = "better" if r.diff > 0 else "worse"
-            lines.append(f"rac vs {other}: {word} ({ci} true reward at naive's clock, {r.seeds} seeds)")
-        elif r.sd == 0 and r.diff == 0:
-            lines.append(f"rac vs {other}: identical at every one of {r.seeds} seeds (the same updates here)")
-        elif r.narrower_than_effect:
-            bound = max(abs(r.ci_lo), abs(r.ci_hi))
-            lines.append(f"rac vs {other}: the same within {bound:.3g} with 95% confidence ({ci}, {r.seeds} seeds)")
-        else:
-            more = asks.get(r.pair)
-            ask = f"; the seed rule asks for {int(more)}" if more is not None else ""
-            lines.append(f"rac vs {other}: unresolved at {r.seeds} seeds ({ci}{ask})")
+    for cell in cells:
+        p = paired if cell is None else paired[paired.cell == cell]
+        r = rule if cell is None else rule[rule.cell == cell]
+        p = p[p.metric == "true_at_naive_clock"]
+        last = r.iloc[-1]
+        waited = set(r.pair[r.waited])
+        rows = [row for row in p.itertuples() if row.pair in waited] + \
+               [row for row in p.itertuples() if row.pair not in waited]
+        said = [pair_line(row, row.pair in waited, last.bound, last.level, i == 0) for i, row in enumerate(rows)]
+        said.insert(len(waited), rule_line(r))
+        lines += [said_line if cell is None else f"cell {cell}: {said_line}" for said_line in said]
     return lines
 
 
 def paired_markdown(res) -> list:
-    """The power study's sections: paired differences and the seed rule's inputs (none without them)."""
+    """The sections of an LM run with paired seeds: the answer, the paired differences at the last look and
+    the seed rule's record of every look (none without them)."""
     paired = res.extra.get("lm_paired")
     if paired is None:
         return []
@@ -195,18 +243,21 @@ def paired_markdown(res) -> list:
     out = ["## The answer", "", *[f"- {v}" for v in verdict_lines(paired, rule)], "",
            "## Paired differences: rac minus each corrector, seed by seed", "",
            "Every corrector's seed s sees the same prompts, the same uniforms behind every sampled token and the same "
-           "delays (common random numbers), so each seed gives one difference; `diff` is their mean, `95% CI` the "
-           "t-interval over seeds (n - 1 degrees of freedom), `sd` their standard deviation. "
+           "delays (common random numbers), so each seed gives one difference; `diff` is their mean, `CI` the "
+           "t-interval over seeds (n - 1 degrees of freedom) at `level`, `sd` their standard deviation. "
            "`true_at_naive_clock`: true reward when the seed's naive run has finished; `true_final`: the last 10% "
-           f"of steps. `answer`: the interval excludes 0, or is narrower than the effect size "
-           f"{rule.effect_size.iloc[0]:g}, or neither.", "", "```", format_paired(paired), "```", "",
-           "## Seed count", "",
-           "From a pilot's paired differences (true reward at naive's clock), per pair n = min(n_precision, "
-           "n_separation): n_precision the smallest n whose 95% interval is narrower than the effect size at the "
-           "pilot's sd, n_separation the smallest n whose interval excludes 0 with 80% power when the difference is "
-           "the pilot's |diff| less its own 95% half-width (none when that interval holds 0); the study runs the "
-           "largest n (the pilot's seeds among them), at most learner.lm.max_seeds, and applies the rule again on "
-           "every seed run so far (stages) until it asks for no more.", "", "```",
+           f"of steps. `answer`: better or worse (the interval excludes 0), the same (it is narrower than the bound "
+           f"{rule.bound.iloc[0]:g}, so it lies within +-{rule.bound.iloc[0]:g}), or open.", "", "```",
+           format_paired(paired), "```", "",
+           "## The seed rule", "",
+           "Stages of seeds: learner.lm.seeds, then doubling up to learner.lm.max_seeds, each stage's seeds of a "
+           "corrector trained as one batch; after each stage (a look) every pair's interval on true reward at "
+           "naive's clock is read on all the seeds so far, and the rule stops once each pair it waits for "
+           "(learner.lm.decide) is answered, or when the next stage would not end within learner.lm.budget_s "
+           "seconds of training. Looking again after each stage would make a wrong answer likelier than one "
+           "interval's 5%, so each look's interval is at 1 - 0.05 / (the planned looks) (Bonferroni): all of a "
+           "pair's intervals hold together with 95% confidence (each pair's own; the pairs are not adjusted for "
+           "one another).", "", "```",
            rule.drop(columns=["cell"], errors="ignore").to_string(index=False), "```", ""]
     return out
 

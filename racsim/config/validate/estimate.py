@@ -86,7 +86,8 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     p = cfg.pipeline
     K = max(len(p.channels or {}), len(p.delay_steps or []), 1)
     if cfg.learner.kind == "lm":  # its schedules: the tabular one's, one lane per seed (racsim.analyses.lm_study)
-        seeds = "learner.lm.max_seeds" if cfg.learner.lm.pilot_seeds > 0 else "learner.lm.seeds"
+        lm_seeds = ("learner.lm.seeds", "learner.lm.max_seeds") if cfg.learner.lm.decide else ("learner.lm.seeds",)
+        seeds = _blame(sizes, *lm_seeds)  # with the seed rule, its last stage
         return {_blame(sizes, seeds, steps_key(sizes), "pipeline.batch_size"):
                 SCHEDULE_BYTES * sizes[seeds] * sizes[steps_key(sizes)] * sizes["pipeline.batch_size"] * (K + 1)}
     if cfg.study.kind != "bias" or cfg.learner.kind != "tabular":

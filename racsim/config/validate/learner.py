@@ -6,12 +6,15 @@ study's, in the order the first error of a config has always been named."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from typing import Any
 
 from racsim.config.names import missing_extra
-from racsim.config.schema import LEARNERS, LM_BACKBONES, LM_POLICIES, OPTIMIZERS, REWARD_SPLITS, TOPOLOGIES
+from racsim.config.schema import CORRECTORS, LEARNERS, LM_BACKBONES, LM_POLICIES, OPTIMIZERS, REWARD_SPLITS, TOPOLOGIES
 from racsim.config.validate.common import INT64, MAX_GAIN, finite, int_at_least, need, need_one_of, nonneg, positive
 from racsim.errors import ConfigError
+
+BASE = "rac"  # the corrector of every pair (racsim.analyses.lm_study.BASE)
 
 
 def validate_tabular(lr: Any) -> None:
@@ -77,11 +80,31 @@ def validate_lm(lm: Any) -> None:
 
 
 def _seed_count(lm: Any, key: str) -> None:
-    """The seeds a comparison runs: fixed, or set by a pilot's variance up to max_seeds."""
-    need(lm.pilot_seeds == 0 or (isinstance(lm.pilot_seeds, int) and lm.pilot_seeds >= 3), f"{key}.pilot_seeds",
-         lm.pilot_seeds, "0 (the seed count is learner.lm.seeds) or an integer >= 3 (a pilot's variance sets it)")
-    int_at_least(f"{key}.max_seeds", lm.max_seeds, max(lm.pilot_seeds, 2))
-    positive(f"{key}.effect_size", lm.effect_size)
+    """The seeds a comparison runs: ``seeds`` first, then the seed rule's stages up to ``max_seeds``
+    while a pair of ``decide`` is open, within ``budget_s``."""
+    need(isinstance(lm.decide, Sequence) and not isinstance(lm.decide, str)
+         and all(isinstance(n, str) for n in lm.decide), f"{key}.decide", lm.decide,
+         "a list of correctors (rac against each is what the seed rule decides; [] for a fixed seed count)")
+    for n in lm.decide:
+        need(n in CORRECTORS, f"{key}.decide", n, "each one of " + ", ".join(c for c in CORRECTORS if c != BASE))
+    need(BASE not in lm.decide, f"{key}.decide", list(lm.decide),
+         f"correctors other than {BASE} (each pair is {BASE} minus the corrector named)")
+    need(len(set(lm.decide)) == len(lm.decide), f"{key}.decide", list(lm.decide), "each corrector at most once")
+    int_at_least(f"{key}.max_seeds", lm.max_seeds, lm.seeds if lm.decide else 2)
+    positive(f"{key}.bound", lm.bound)
+    if lm.budget_s is not None:
+        positive(f"{key}.budget_s", lm.budget_s)
+
+
+def validate_lm_pairs(lr: Any, names: Any) -> None:
+    """An LM run's seed rule decides rac against correctors that run: rac and each of
+    ``learner.lm.decide`` among ``corrector.names``."""
+    if lr.kind != "lm" or not lr.lm.decide:
+        return
+    absent = [n for n in [BASE, *lr.lm.decide] if n not in names]
+    need(not absent, "learner.lm.decide", list(lr.lm.decide),
+         f"correctors that run, and {BASE} with them: {', '.join(absent)} not in corrector.names="
+         f"[{','.join(names)}] (learner.lm.decide=[] for a fixed seed count of learner.lm.seeds)")
 
 
 def _bandit_space(lm: Any, key: str) -> None:

@@ -15,6 +15,7 @@ from racsim.config.validate.learner import (
     validate_channel_rewards,
     validate_lm,
     validate_lm_packages,
+    validate_lm_pairs,
     validate_seeds,
     validate_tabular,
 )
@@ -68,6 +69,7 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     validate_study_runs(st)
     validate_lm(lr.lm)  # also when learner.kind is tabular: a bad value is never silently carried
     validate_lm_packages(lr)
+    validate_lm_pairs(lr, list(cfg.corrector.names))
     validate_study_targets(st)
     validate_probe(st)
     if getattr(cfg, "output", None) is not None:
