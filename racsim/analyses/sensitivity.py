@@ -207,14 +207,14 @@ def sensitivity_table(res: CapacityResult, planned: List[Variant], progress: Opt
         for i, answer in side_by_side(workers, variant_fewest,
                                       [(spec, counts, base_load, chosen) for _, spec, counts, _ in jobs]):
             answers[i] = answer
-            progress.advance(1, f"{jobs[i][0].input} {jobs[i][3]:+.1%}: {answers[i][0]} {res.unit}")
+            progress.advance(1, f"{jobs[i][0].input} {jobs[i][3]:+.1%}: {answer_words(answers[i][0], res)}")
     else:
         for i, (v, spec, counts, change) in enumerate(jobs):
             def say(n: int, note: str, k: int, what=v.input, change=change) -> None:
                 progress.note(f"{what} {change:+.1%}: {n} {res.unit}: {note}", line=True)
 
             answers[i] = variant_fewest(spec, counts, base_load, chosen, say)
-            progress.advance(1, f"{v.input} {change:+.1%}: {answers[i][0]} {res.unit}")
+            progress.advance(1, f"{v.input} {change:+.1%}: {answer_words(answers[i][0], res)}")
     rows = []
     for what in dict.fromkeys(v.input for v in planned):
         group = [{"change": 0.0, "value": next(v.base for v in planned if v.input == what),
@@ -229,17 +229,27 @@ def sensitivity_table(res: CapacityResult, planned: List[Variant], progress: Opt
     return out
 
 
+def answer_words(rec: Optional[int], res: CapacityResult) -> str:
+    """A variant's answer in words: '6 GPUs', or that no count up to the search's top meets the targets."""
+    return f"{rec} {res.unit}" if rec is not None else f"no count up to {res.top} {res.unit} meets the targets"
+
+
 def run_capacity_sensitivity(cfg: RacsimConf, progress: Optional[Progress] = None) -> CapacityResult:
     """:func:`~racsim.analyses.capacity.run_capacity`, then, with ``capacity.sensitivity.enabled``,
     the answer with each guessed input moved (``result.sensitivity``, :func:`sensitivity_table`;
     its seconds in ``timings['sensitivity_s']``). The variants are checked before the search.
-    ``progress``: the search's phases, then ``sensitivity``, planned before the search starts."""
+    ``progress``: the search's phases, then ``sensitivity``, planned before the search starts. A
+    search that found a target out of reach of more capacity (status ``infeasible``) moves no
+    input: no count meets the targets whose answer could move; a note says so."""
     progress = progress or Progress.off()
     planned = variants(cfg) if cfg.capacity.sensitivity.enabled else []
     if planned:
         progress.plan("sensitivity", last=True)  # after the search's own phases (run_capacity plans them)
     res = run_capacity(cfg, progress)
-    if planned:
+    if planned and res.status == "infeasible":
+        res.notes.append("capacity.sensitivity's variants were not run (no count meets the targets, so there is "
+                         "no answer to move)")
+    elif planned:
         t0 = time.perf_counter()
         res.sensitivity = sensitivity_table(res, planned, progress)
         res.timings["sensitivity_s"] = time.perf_counter() - t0

@@ -2,7 +2,7 @@
 
     import racsim
     t = racsim.run("capacity/judge_rm_h100", overrides=["learner.trials=50"])
-    t.curve, t.recommended, t.results, t.channels
+    t.curve, t.recommended, t.status, t.results, t.channels
 
 The config is composed as the command line composes it (Hydra's compose API over the
 package's conf/ and scenarios/: from any working directory, which it leaves as it is)
@@ -39,6 +39,9 @@ class Tables:
     channels: "pd.DataFrame"  # one row per slow channel (capacity: at the recommended count; empty likewise)
     curve: "Optional[pd.DataFrame]" = None  # capacity planning: one row per count and corrector (capacity.csv)
     recommended: Optional[int] = None  # capacity planning: the fewest units meeting the targets (None: no count)
+    # capacity planning: "recommended", "infeasible" (a target out of reach of more capacity: the search stopped
+    # early; the command exits 3) or "not_found" (racsim.analyses.capacity.STATUSES); None for other runs
+    status: Optional[str] = None
     sensitivity: "Optional[pd.DataFrame]" = None  # capacity: the answer with each guessed input moved (sensitivity.csv)
     config: Any = None  # the composed config (an OmegaConf DictConfig)
     raw: Any = None  # everything computed: a RunResult (schedules, training curves...) or a CapacityResult
@@ -76,8 +79,8 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
 
         best = res.best  # None: every count overloaded, none simulated (the CLI writes capacity.csv alone)
         return Tables(results=best.results if best else pd.DataFrame(), channels=best.channels if best else pd.DataFrame(),
-                      curve=res.curve, recommended=res.recommended, sensitivity=res.sensitivity, config=cfg, raw=res,
-                      files=files)
+                      curve=res.curve, recommended=res.recommended, status=res.status, sensitivity=res.sensitivity,
+                      config=cfg, raw=res, files=files)
     return Tables(results=res.results, channels=res.channels, config=cfg, raw=res, files=files)
 
 

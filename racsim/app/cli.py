@@ -9,6 +9,12 @@ A run is computed by racsim.analyses.dispatch.compute, the function ``racsim.run
 seeds (racsim.sweep.gather). A user mistake (bad value, unknown key or scenario) ends with one line on
 stderr naming the key and what is allowed, exit status 2, and no output folder
 left behind. Set HYDRA_FULL_ERROR=1 to see Hydra's own report instead.
+
+Exit statuses: 0 done; 1 a run that failed after writing what it computed (a
+non-finite value where a number must be); 2 a usage error; 3 a capacity plan
+whose targets no count can meet (status ``infeasible``: a target out of reach of
+more capacity, racsim.analyses.capacity.reach; its files are written, done.json
+included); 130 and 143 an interrupt (SIGINT, SIGTERM); 141 a closed stdout.
 """
 
 from __future__ import annotations
@@ -49,10 +55,12 @@ from racsim.sweep.detached import end_detached
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1  # a run that failed after writing what it computed (a non-finite value where a number must be)
+EXIT_INFEASIBLE = 3  # a capacity plan with a target no count can meet (CapacityResult.status "infeasible")
 
 
 _FRIENDLY = True  # set by main(): False when the user asked for Hydra's full error reports
 _STARTED: Optional[float] = None  # set by main(): when the command started (time.perf_counter)
+_EXIT: list = []  # set by _task: a single run's exit status other than 0 once it is complete (EXIT_INFEASIBLE)
 
 
 def _task(cfg) -> None:
@@ -117,6 +125,8 @@ def _task(cfg) -> None:
         say(f"racsim: note: {change}")
     say(J.capacity_text(spec, res, _STARTED) if spec.capacity.enabled else J.run_text(spec, res, _STARTED))
     say(f"racsim: results in {out_dir}")
+    if spec.capacity.enabled and res.status == "infeasible":  # complete, but no count to recommend: main exits 3
+        _EXIT.append(EXIT_INFEASIBLE)
 
 
 @contextlib.contextmanager
@@ -408,8 +418,11 @@ def main(started: Optional[float] = None) -> None:
         os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us instead of Hydra's printer
     app = hydra.main(version_base="1.3", config_path="pkg://racsim.conf", config_name="config")(_task)
     answering = None
+    _EXIT.clear()
     try:
         app()
+        if _EXIT:  # a complete single run whose answer says no (a capacity plan's infeasible targets)
+            sys.exit(_EXIT.pop())
     except BrokenPipeError:  # stdout closed by its reader (racsim ... | head): what was written stays
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes it
         sys.exit(141)  # 128 + SIGPIPE, as a shell reports a command its pipe stopped

@@ -61,13 +61,15 @@ class Recipe:
 
     ``fresh``: deterministic and quick, so a test reruns it and compares (timings masked), its numbers
     within ``tolerance`` (relative, absolute: each pair of numbers within the looser of the two; (0, 0):
-    the same text). ``figures``: files of the run's last results folder copied to docs/ under a name."""
+    the same text). ``figures``: files of the run's last results folder copied to docs/ under a name.
+    ``exit_status``: the status each command exits with (3: a capacity plan whose targets no count meets)."""
 
     commands: Tuple[str, ...]
     render: Callable[[Run], str]
     fresh: bool = False
     figures: Tuple[Tuple[str, str], ...] = ()
     tolerance: Tuple[float, float] = (0.0, 0.0)
+    exit_status: int = 0
 
 
 def fenced(text: str) -> str:
@@ -85,15 +87,18 @@ def console(run: Run) -> str:
     return fenced("".join(shown(c, o) for c, o in zip(run.commands, run.stdout)))
 
 
+ANSWERS = ("Recommended", "Infeasible", "No count")  # how a capacity run's answer begins (racsim.report.capacity)
+
+
 def recommendation(out: str) -> str:
-    """The capacity run's answer: its lines from "Recommended" on, less racsim's own lines (speed, folder),
-    each with the indented lines it wrapped onto."""
+    """The capacity run's answer: its lines from "Recommended" (or "Infeasible", "No count") on, less racsim's
+    own lines (speed, folder), each with the indented lines it wrapped onto."""
     lines, own = [], False
     for line in out.strip("\n").splitlines():
         own = line.startswith("racsim:") or (own and line.startswith("  "))
         if not own:
             lines.append(line)
-    start = next((i for i, line in enumerate(lines) if line.startswith("Recommended")), None)
+    start = next((i for i, line in enumerate(lines) if line.startswith(ANSWERS)), None)
     if start is None:
         raise DocsError("a capacity run printed no recommendation")
     return "\n".join(lines[start:]) + "\n"
@@ -254,6 +259,7 @@ RECIPES: Dict[str, Recipe] = {
                                    JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),
     "capacity.seeds": Recipe(tuple(SEEDS.format(n) for n in SHIPPED_CAPACITY), seed_table),
     "capacity.above": Recipe(("racsim scenario=capacity/judge_rm_faults seed=5",), recommendations),
+    "capacity.impossible": Recipe((JUDGE + " capacity.max_bias_vs_naive=0.0001",), recommendations, exit_status=3),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts, fresh=True, tolerance=LM_TOLERANCE),
     "lm.ranking": Recipe((RANKING,), verdicts),
@@ -281,8 +287,9 @@ def blocks(root: Path = ROOT) -> Dict[str, List[Tuple[Path, str]]]:
     return found
 
 
-def execute(commands: Sequence[str], cwd: Path, root: Path = ROOT) -> Run:
-    """Run the commands in order in cwd (with the repository's scenarios/ and docs/ beside them, as from its root)."""
+def execute(commands: Sequence[str], cwd: Path, root: Path = ROOT, exit_status: int = 0) -> Run:
+    """Run the commands in order in cwd (with the repository's scenarios/ and docs/ beside them, as from its root),
+    each expected to exit with ``exit_status``."""
     for name in ("scenarios", "docs"):
         if not (cwd / name).exists():
             os.symlink(root / name, cwd / name)
@@ -290,7 +297,7 @@ def execute(commands: Sequence[str], cwd: Path, root: Path = ROOT) -> Run:
     outs = []
     for cmd in commands:
         p = subprocess.run(cmd, shell=True, cwd=cwd, env=env, capture_output=True, text=True)
-        if p.returncode != 0:
+        if p.returncode != exit_status:
             tail = (p.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
             raise DocsError(f"`{cmd}` exited {p.returncode}: {tail}")
         outs.append(p.stdout)
@@ -307,7 +314,7 @@ def made(names: Sequence[str], workdir: Path, root: Path = ROOT) -> Iterator[Tup
             cwd = workdir / f"run{len(runs)}"
             cwd.mkdir()
             try:
-                runs[recipe.commands] = execute(recipe.commands, cwd, root)
+                runs[recipe.commands] = execute(recipe.commands, cwd, root, recipe.exit_status)
             except DocsError as e:
                 runs[recipe.commands] = e
         run = runs[recipe.commands]

@@ -171,6 +171,8 @@ def recommendation_text(res: CapacityResult) -> str:
     goal = goals_text(res)
     over = res.curve[(res.curve.corrector == chosen) & (res.curve.status != "ok")]
     why = "; ".join(f"{int(r['count'])}: {r['status']}" for _, r in over.iterrows())
+    if res.status == "infeasible":
+        return unreachable_text(res) + notes_text(res)
     if res.recommended is None:
         return (f"No count of {res.channel}'s {res.unit} up to {res.top} meets the targets for {chosen} ({goal}, "
                 f"each by the upper end of its {res.level:.0%} interval); raise capacity.max_count or relax the "
@@ -193,6 +195,42 @@ def recommendation_text(res: CapacityResult) -> str:
             f"{int(row.steps)} steps, stationary" + replications_text(row) + ". " + binding_text(res)
             + (f" Fewer {res.unit} have no steady state: {why}." if why else "")
             + searched_text(res) + notes_text(res))
+
+
+def unreachable_text(res: CapacityResult) -> str:
+    """The answer of a search stopped by a target out of reach of more capacity (status ``infeasible``,
+    racsim.analyses.capacity.reach): per such target, its key and value, the figure at the two counts
+    that show it, and what would be met; what else the user may change; where the search stopped."""
+    chosen, u0 = res.targets["corrector"], res.unreachable[0]
+    said = []
+    for u in res.unreachable:
+        name, unit, scale = FIGURE_WORDS[u.figure]
+        v = lambda x: f"{scale * x:.3g}{unit}"  # noqa: E731
+        ci = lambda t: f"{v(t[0])} [{v(t[1])}, {v(t[2])}]"  # noqa: E731
+        whose = chosen if u.figure.startswith("bias") or u.figure == "step_s" else res.channel  # a queue figure
+        seen = (f"{whose}'s {name} is {ci(u.at_fewer)} at {u.fewer} {res.unit} (load {u.load_fewer:.3g}) and "
+                f"{ci(u.at_more)} at {u.more} (load {u.load_more:.3g}), above the target by each interval's lower end")
+        if u.flat:
+            said.append(f"capacity.{u.key} = {u.target:g} cannot be met by more {res.unit}: {seen}; it does not fall "
+                        f"with the count, so no count up to {u.top} (capacity.max_count) brings it to {v(u.target)}. "
+                        f"Relax capacity.{u.key} (the counts evaluated meet it from {u.met_from:.3g})")
+        else:
+            said.append(f"capacity.{u.key} = {u.target:g} cannot be met by up to {u.top} {res.unit} "
+                        f"(capacity.max_count): {seen}; falling at most {v(u.slope)} a {res.unit.rstrip('s')} "
+                        f"(the steepest the two intervals allow), it would not reach {v(u.target)} before "
+                        f"{u.needs} {res.unit}. Relax capacity.{u.key} (the counts evaluated meet it from "
+                        f"{u.met_from:.3g}) or raise capacity.max_count")
+    others = [(r.corrector, int(r.fewest)) for r in res.per_corrector.itertuples()
+              if r.corrector != chosen and r.fewest is not None and pd.notna(r.fewest)]
+    if others:
+        change = ("; or change the corrector: " + ", ".join(f"{c} meets every target from {n} {res.unit}"
+                                                              for c, n in others) + " (capacity.corrector)")
+    elif any(u.figure.startswith("bias") for u in res.unreachable):  # the corrector makes the bias, not the queue
+        change = "; no other corrector evaluated meets every target either"
+    else:
+        change = ""
+    return ("Infeasible: " + ". ".join(said) + change + f". The search stopped at {u0.more} {res.unit} and tried "
+            f"no count above it.")
 
 
 def replications_text(row) -> str:

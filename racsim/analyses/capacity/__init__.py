@@ -15,7 +15,10 @@ channel's service targets ``capacity.max_dropped``, ``capacity.max_sojourn_p95_s
 binds: the one the next smaller count fails. The counts the answer depends on (the fewest that
 passes and the one below) are then decided with enough evidence: a rare-event figure whose
 interval straddles its target (or reads [0, 0] under slow regimes) is rebuilt on independent
-replications until it lies on one side, within a budget (stopping.py, replications.py).
+replications until it lies on one side, within a budget (stopping.py, replications.py). A target the
+counts evaluated show that no count up to ``capacity.max_count`` can meet (a figure that does not fall
+with the count, as a corrector's bias past the queue's knee) stops the search there: the answer's
+status is ``infeasible`` and it names the target (reach.py).
 
 Why one run that loops, rather than a Hydra multirun: the answer is a
 comparison across counts (a curve, a minimum), which a single process can
@@ -29,9 +32,10 @@ The modules, in the order a search uses them: channel.py (the channel sized, its
 unit), load.py (each count's offered load), regimes.py and length.py (the slow regimes' time
 scales; the run length that shows a steady state), intervals.py (each figure's interval), targets.py
 and rows.py (what a count must meet; its rows of the curve), search.py (where the fewest count
-lies), memory.py and pool.py (the runs that fit in memory; counts side by side), stopping.py and
-replications.py (the stopping rule; the replications that decide the answer's counts), result.py
-(the answer), speed.py (the engine's speed), run.py (:func:`run_capacity`, the search itself).
+lies), reach.py (the targets more capacity cannot meet), memory.py and pool.py (the runs that fit
+in memory; counts side by side), stopping.py and replications.py (the stopping rule; the
+replications that decide the answer's counts), result.py (the answer), speed.py (the engine's
+speed), run.py (:func:`run_capacity`, the search itself).
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ from racsim.analyses.capacity.length import requests_per_schedule
 from racsim.analyses.capacity.load import channel_loads
 from racsim.analyses.capacity.memory import steps_that_fit
 from racsim.analyses.capacity.pool import pool_size
+from racsim.analyses.capacity.reach import OutOfReach, out_of_reach
 from racsim.analyses.capacity.regimes import slowest_regime
 from racsim.analyses.capacity.replications import judged_only
-from racsim.analyses.capacity.result import CapacityResult, fewest
+from racsim.analyses.capacity.result import STATUSES, CapacityResult, fewest
 from racsim.analyses.capacity.rows import count_note, count_rows
 from racsim.analyses.capacity.run import run_capacity
 from racsim.analyses.capacity.search import fewest_from, fewest_valid

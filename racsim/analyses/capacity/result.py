@@ -12,6 +12,7 @@ import pandas as pd
 
 from racsim.analyses.capacity import stopping
 from racsim.analyses.capacity.channel import units_per_server
+from racsim.analyses.capacity.reach import OutOfReach
 from racsim.analyses.capacity.rows import CURVE_COLUMNS
 from racsim.analyses.capacity.targets import TARGET_FIGURES, fails_text, feasible
 from racsim.config.schema import RacsimConf
@@ -45,6 +46,22 @@ class CapacityResult:
     sensitivity: Optional[pd.DataFrame] = None  # the answer with each guessed input moved (racsim/analyses/sensitivity.py)
     notes: List[str] = field(default_factory=list)  # what the search changed to run (steps_that_fit), counts undecided
     replicated_steps: int = 0  # steps the replications deciding the answer simulated (capacity.decide_steps)
+    unreachable: List[OutOfReach] = field(default_factory=list)  # targets no count up to top meets (reach.py)
+
+    @property
+    def status(self) -> str:
+        """What the search found, as :data:`STATUSES` words it: ``recommended`` (a count meets the
+        targets), ``infeasible`` (a target is out of reach of more capacity: the search stopped early,
+        ``unreachable`` says which; the command exits 3) or ``not_found`` (no count up to ``top`` met them)."""
+        if self.recommended is not None:
+            return "recommended"
+        return "infeasible" if self.unreachable else "not_found"
+
+
+STATUSES = {"recommended": "a count meets the targets: the fewest is recommended",
+            "infeasible": "a target no count up to capacity.max_count can meet, shown from the counts evaluated: "
+                          "the search stopped there",
+            "not_found": "no count up to capacity.max_count met the targets (a larger capacity.max_count may)"}
 
 
 def curve_frame(rows: Dict[int, List[dict]], name: str, targets: Dict[str, Any]) -> pd.DataFrame:

@@ -1,7 +1,8 @@
 """One capacity search from start to answer: the listed counts (a grid, side by side where that
 saves time, or a bisection), the counts the list skipped where the fewest may lie, the counts the
 answer depends on decided with enough evidence, then the answer, the autoscaled pool's what-if and
-the engine's speed."""
+the engine's speed. A target the counts evaluated show out of reach of more capacity (reach.py)
+stops the search there: no count above, no replications, no what-if; the answer says so."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from racsim.analyses.capacity.length import Settled, settle
 from racsim.analyses.capacity.load import LoadBasis, channel_loads, load_basis
 from racsim.analyses.capacity.memory import steps_that_fit
 from racsim.analyses.capacity.pool import count_worker, pool_spec, workers_after_first, workers_at_start
+from racsim.analyses.capacity.reach import OutOfReach, out_of_reach
 from racsim.analyses.capacity.replications import decide_count
 from racsim.analyses.capacity.result import (CapacityResult, autoscale_whatif, binding, curve_frame, fewest,
                                              per_corrector, undecided_text)
@@ -51,13 +53,16 @@ def run_capacity(cfg: RacsimConf, progress: Optional[Progress] = None) -> Capaci
     s = Search.start(cfg if scaled is None else fixed_pool(cfg, name), name, listed, progress)
     lowest, top = fewest_valid(s.cfg, name, s.key, listed[0]), search_top(s.cfg.capacity.max_count, listed)
     s.search(listed, lowest, top)
-    if scaled is not None:
-        for n in autoscale_bounds(scaled, name):
-            s.evaluate(n)
-    budget, decisions = s.decide(lowest, top)
+    if s.unreachable:  # no count up to top can meet a target: nothing left to decide or compare
+        budget, decisions = stopping.Budget(0, 0.0), {}
+    else:
+        if scaled is not None:
+            for n in autoscale_bounds(scaled, name):
+                s.evaluate(n)
+        budget, decisions = s.decide(lowest, top)
     s.timings["search_s"] = time.perf_counter() - s.started  # wall-clock: runs_s sums the processes' seconds
     result = s.result(listed, top, lowered, budget, decisions)
-    auto = None if scaled is None else s.autoscaled(scaled, result)
+    auto = None if scaled is None or s.unreachable else s.autoscaled(scaled, result)
     result.speed = s.speed(scaled, auto)
     return result
 
@@ -86,6 +91,10 @@ def listed_counts(cfg: RacsimConf, name: str) -> List[int]:
     return sorted(counts)
 
 
+class Unreachable(Exception):
+    """Raised inside a search (:meth:`Search.evaluate_or_stop`) once a target is out of reach."""
+
+
 @dataclass
 class Search:
     """A capacity search under way: its spec (fixed pools), the sized channel, what a count must
@@ -107,6 +116,7 @@ class Search:
     rows: Dict[int, List[dict]] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=lambda: {"runs_s": 0.0, "pipeline_s": 0.0})
     requests: int = 0
+    unreachable: List[OutOfReach] = field(default_factory=list)  # the targets out of reach: the search stopped
 
     @classmethod
     def start(cls, cfg: RacsimConf, name: str, counts: List[int], progress: Optional[Progress] = None) -> "Search":
@@ -166,6 +176,19 @@ class Search:
             self.record(n, *self.count_here(self.cfg, self.name, self.key, n, self.load_of(n)))
         return meets(self.rows[n], self.chosen, self.targets)
 
+    def reach(self, top: int) -> bool:
+        """Is a target out of reach of every count up to ``top``, by the counts evaluated so far
+        (:func:`~racsim.analyses.capacity.reach.out_of_reach`; ``unreachable`` then says which)?"""
+        self.unreachable = out_of_reach(self.rows, self.chosen, self.targets, top)
+        return bool(self.unreachable)
+
+    def evaluate_or_stop(self, n: int, top: int) -> bool:
+        """:meth:`evaluate`, then :class:`Unreachable` raised when the counts evaluated show a target out of reach."""
+        passes = self.evaluate(n)
+        if not passes and self.reach(top):
+            raise Unreachable
+        return passes
+
     def evaluate_grid(self, todo: List[int]) -> None:
         """Every count of ``todo``, side by side in a pool of processes where that saves time: from
         the start, this process simulating the first count and then those the pool has not started
@@ -211,7 +234,8 @@ class Search:
         """The ``listed`` counts: all of them (with the count where the load binds, when the list
         skips it) or a bisection (``capacity.search``); then the fewest count meeting the targets,
         whatever the list: among the counts it skipped, those below it (from ``lowest``), or above
-        it (up to ``top``)."""
+        it (up to ``top``). It stops as soon as the counts evaluated show a target that no count up to
+        ``top`` can meet (:meth:`reach`; a failing count above the list: :meth:`evaluate_or_stop`)."""
         cap = self.cfg.capacity
         if cap.search == "bisect":  # assumes feasibility is monotone in the count
             self.progress.start(SEARCH, self.simulated_of(listed), "simulated count", upto=True)
@@ -223,6 +247,8 @@ class Search:
             todo = listed if bound is None else sorted(listed + [bound])
             self.progress.start(SEARCH, self.simulated_of(todo), "simulated count")
             self.evaluate_grid(todo)
+        if not meets(self.rows[max(self.rows)], self.chosen, self.targets) and self.reach(top):
+            return
         more = (between_counts(self.rows, self.chosen, self.targets, self.step, lowest)
                 or counts_above(self.rows, self.chosen, self.targets, self.step, top))
         if more:
@@ -233,7 +259,10 @@ class Search:
             if k:
                 self.evaluate(more[k - 1])  # its row shows where the load bound sits
             if k < len(more):  # where the load binds, as it often does, the answer in one run
-                fewest_from(more[k:], 0, self.evaluate)
+                try:
+                    fewest_from(more[k:], 0, lambda n: self.evaluate_or_stop(n, top))
+                except Unreachable:
+                    pass
 
     def decide(self, lowest: int, top: int) -> Tuple[stopping.Budget, Dict[int, Optional[stopping.Decision]]]:
         """The counts the answer depends on (:func:`~racsim.analyses.capacity.search.answer_counts`),
@@ -289,7 +318,8 @@ class Search:
                               level=float(cap.confidence), max_load=float(cap.max_load), listed=listed, top=top,
                               searched=sorted(n for n in self.rows if n not in listed),
                               binding=binding(curve, self.chosen, recommended),
-                              notes=([lowered] if lowered else []) + undecided, replicated_steps=budget.used)
+                              notes=([lowered] if lowered else []) + undecided, replicated_steps=budget.used,
+                              unreachable=list(self.unreachable))
 
     def autoscaled(self, scaled: RacsimConf, result: CapacityResult) -> Settled:
         """The autoscaled pool's run (spec ``scaled``), from its rule's min servers, and its what-if
