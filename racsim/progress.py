@@ -107,6 +107,7 @@ class Progress:
         self._last = clock()  # when something was last written
         self._tenth = 0
         self._owed = False  # a line held back while the work was young (quiet_s), owed at the next tick
+        self._spoke = False  # a line of the running phase was written: its end is written too
         self._drawn = 0  # the bar's width on the terminal
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -140,7 +141,7 @@ class Progress:
                 self.plan(name)
             began = p.started if p is not None and p.ended is None else self.clock()
             self.phase = Phase(name, None if total is None else max(int(total), 0), unit, began, upto)
-            self.what, self._tenth = note, 0
+            self.what, self._tenth, self._spoke = note, 0, False
             self._show("start")
         if self._ticking and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="racsim-progress", daemon=True)
@@ -300,19 +301,20 @@ class Progress:
 
     def _show(self, event: str) -> None:
         """Draw the bar (an update at most every 0.1 s), or write a line: each one the work says
-        (``said``), and once the work has run ``quiet_s``, each phase's start, tenths and end."""
+        (``said``), the end of a phase that wrote a line, and once the work has run ``quiet_s``, each
+        phase's start, tenths and end."""
         if self.mode == "bar":
             if event != "update" or self.clock() - self._last >= 0.1:
                 self._draw()
         elif self.mode == "lines" and event != "update":
-            if event == "said" or self.clock() - self.born >= self.quiet_s:
+            if event == "said" or (event == "end" and self._spoke) or self.clock() - self.born >= self.quiet_s:
                 self._write()
             else:  # written at the first tick past quiet_s, if the work still runs
                 self._owed = True
 
     def _write(self) -> None:
         say(self.text(), self.stream)
-        self._owed = False
+        self._owed, self._spoke = False, True
         self._last = self.clock()
 
     def _draw(self) -> None:

@@ -120,7 +120,8 @@ def test_the_thread_writes_while_the_work_says_nothing():
 
 def test_quick_work_through_a_pipe_says_only_what_it_asks_for_and_off_says_nothing_ever():
     """Within QUIET_S of the start, a phase's start, tenths and end write nothing; a line the work asks
-    for (a count evaluated) is written; past it, every phase start is."""
+    for (a count evaluated) is written, and then its phase's end too (a quick sweep that said its count
+    says that it ended); past QUIET_S, every phase start is."""
     p, out, now = lines()
     p.quiet_s = 2.0
     p.start("bias benchmark", 10, "trial")
@@ -131,16 +132,16 @@ def test_quick_work_through_a_pipe_says_only_what_it_asks_for_and_off_says_nothi
     p.advance(1, "5 GPUs: meets the targets")
     assert out.getvalue() == "racsim: run: capacity search (2/2): 1/2 counts (50%) in 0:00 - 5 GPUs: meets the targets\n"
     now.t += 1.0
-    p.start("training", 2, "corrector")  # held back: the work is 1 s old
+    p.start("training", 2, "corrector")  # held back: the work is 1 s old; the search, which spoke, ends aloud
     p.tick()
-    assert len(out.getvalue().splitlines()) == 1
+    assert out.getvalue().splitlines()[1:] == ["racsim: run: capacity search (2/2): 1/2 counts (50%), done in 0:01"]
     now.t += 1.5
     p.tick()  # past QUIET_S, the phase still running: the line held back is said now
     assert out.getvalue().splitlines()[-1] == "racsim: run: training (3/3): 0/2 correctors (0%) in 0:02"
     now.t += 1.0
     p.tick()
     p.start("static study", 1, "cell")
-    assert [ln.split(": ")[2] for ln in out.getvalue().splitlines()[2:]] == ["training (3/3)", "static study (4/4)"]
+    assert [ln.split(": ")[2] for ln in out.getvalue().splitlines()[3:]] == ["training (3/3)", "static study (4/4)"]
     off = Progress.off()
     off.start("x", 3, "count")
     off.advance(5)
