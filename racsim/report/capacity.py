@@ -31,7 +31,8 @@ def speed_line(res: CapacityResult) -> str:
     """The one-line speed figure a capacity run prints (:func:`speed_scope` says what it times)."""
     s = res.speed
     return (f"speed: {s['lanes_requests_per_s']:.3g} simulated requests/s in the lanes engine ({speed_scope(res)}, "
-            f"{s['lanes_s']:.2f} s) vs {s['raw_simpy_requests_per_s']:.3g} raw SimPy timed here "
+            f"{s['lanes_s']:.2f} s of simulation, summed over the processes that ran them) vs "
+            f"{s['raw_simpy_requests_per_s']:.3g} raw SimPy timed here "
             f"({s['speedup_vs_raw_simpy']:.1f}x)")
 
 
