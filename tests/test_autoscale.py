@@ -389,6 +389,7 @@ def test_autoscale_needs_a_queue_with_workers_or_gpu_rm(extra):
     validate(compose_cfg(["channel@pipeline.channels.judge=judge_gpu_rm"], channel="judge"))
 
 
+@pytest.mark.long  # 2.2 CPU s
 def test_capacity_whatif_compares_with_every_fixed_pool_evaluated():
     from hydra import compose, initialize_config_module
 

@@ -195,6 +195,7 @@ def test_capacity_config_errors(hydra_ctx, over, key):
     assert info.value.key == key, info.value
 
 
+@pytest.mark.long  # 1.6 CPU s
 def test_speed_benchmark_figures(hydra_ctx):
     res = run_capacity(spec("scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[2,6,8]",
                             "capacity.benchmark=true", "capacity.run_length=fixed", "pipeline.steps=30"))
@@ -411,6 +412,7 @@ def test_counts_above_and_the_overloaded_prefix(seed):
     assert len(asked) <= 2 + int(np.log2(len(cands) + 1))
 
 
+@pytest.mark.long  # a process pool: 2.4 CPU s
 def test_counts_in_a_pool_give_the_same_curve(hydra_ctx, monkeypatch, tmp_path):
     """capacity.workers=2 simulates the first count here and the others in a spawned process
     beside it, started at once: every row of the curve is the same, to the last bit, as one
@@ -597,6 +599,7 @@ def test_small_pages_holds_while_it_runs_and_in_every_worker_and_gives_the_setti
         io._hugepages(found)
 
 
+@pytest.mark.long  # 1.6 CPU s
 def test_a_long_search_starts_its_pool_at_once(hydra_ctx, monkeypatch):
     """capacity.workers=0 starts the pool before any count has run when a lower bound on a count's
     seconds (its requests at the length it first runs, both pipelines, at COUNT_REQUESTS_PER_S)

@@ -276,6 +276,7 @@ def test_seed_answers_are_the_runs_answers():
     assert side.drop(columns="seconds").equals(table.drop(columns="seconds"))
 
 
+@pytest.mark.long  # the seeds tool on two seeds: 2.3 CPU s
 def test_the_seeds_command_takes_overrides_before_and_after_its_options(capsys, tmp_path):
     """As the capacity page writes it: the scenario, --seeds N, then more overrides (argparse's plain
     parse refused the overrides after an option as unrecognized)."""

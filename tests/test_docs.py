@@ -23,7 +23,7 @@ ROOT = docs.ROOT
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 EXIT = re.compile(r"#\s*exit (\d+)")
 SETUP = re.compile(r"^(python3 -m venv \S+|\. \S+/bin/activate)$")
-PIP = re.compile(r"^pip install (--no-compile )?(-e )?(?P<spec>\S+)$")
+PIP = re.compile(r"^pip install (-e )?(?P<spec>\S+)$")
 # The test command runs the suite this file belongs to: checked against .ci/run instead.
 SUITE = "python -m pytest -q -n auto"
 

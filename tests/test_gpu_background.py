@@ -187,6 +187,7 @@ def test_the_capacity_load_counts_the_other_tenant_in_full_batches():
         assert more[n]["load_sampled"] == pytest.approx(base[n]["load_sampled"] + 4.0 * per_request / n, rel=1e-9)
 
 
+@pytest.mark.long  # 2.1 CPU s
 def test_what_a_shared_pool_refuses_is_named():
     from racsim.config.spec import scenario
     from racsim.config.validate import validate

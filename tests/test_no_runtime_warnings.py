@@ -26,8 +26,8 @@ RUNS = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.long) if n.startswith("capacity") else n
-                                  for n in sorted(RUNS)])  # the capacity runs take seconds: the long stage
+@pytest.mark.long  # a run of each kind, 2-4 CPU s each
+@pytest.mark.parametrize("name", sorted(RUNS))
 def test_an_accepted_run_raises_no_runtime_warning(tmp_path, name):
     scenario, overrides = RUNS[name]
     with warnings.catch_warnings():

@@ -62,6 +62,7 @@ def test_the_same_key_is_computed_once_in_a_process_and_another_replaces_it():
     assert len(calls) == 4
 
 
+@pytest.mark.long  # a process pool: 2.3 CPU s
 def test_a_pool_that_shares_computes_a_value_once(tmp_path):
     """Four jobs asking for one key in a pool of two processes and this one: one computes it (the
     others wait while it does), all get the same numbers, read-only, and the folder goes with the pool."""

@@ -219,6 +219,7 @@ def mixed(tmp_path_factory):
     return mixed_sweep(tmp_path_factory.mktemp("mixed"), [])
 
 
+@pytest.mark.long  # the mixed sweep: 9 CPU s with its fixture
 def test_a_failed_job_is_named_and_the_others_gathered(mixed):
     assert_failures_attributed(*mixed)
 
@@ -618,7 +619,8 @@ def test_ctrl_c_under_submitit_local_says_one_line_and_ends_its_jobs(tmp_path):
     assert sorted((tmp_path / "sweep").glob("*/done.json")) == done  # nothing ran on
 
 
-@pytest.mark.parametrize("launcher", ["basic", *(pytest.param(x, marks=pytest.mark.long) for x in ("joblib", "ray"))])
+@pytest.mark.long  # a sweep under each launcher, stopped: 2.4 CPU s and more each
+@pytest.mark.parametrize("launcher", ["basic", "joblib", "ray"])
 def test_sigterm_ends_a_sweep_as_ctrl_c_does_and_leaves_no_process(tmp_path, launcher):
     """SIGTERM to the sweep's process alone (what a scheduler or `kill` sends): one line with the
     resume hint, exit 143, no traceback, and no process of the sweep left (joblib's workers end with it)."""
