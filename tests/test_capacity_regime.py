@@ -188,6 +188,12 @@ def test_intervals_cover_the_long_run_under_slow_regimes(kind):
     assert m, f"docs/capacity.md no longer states the {kind} coverage"
     documented = np.array([int(v) for v in m.groups()]) / 100
     np.testing.assert_allclose(documented, np.concatenate([before, got]), atol=1.5 / 30)
+    # and the dropped share's over seeds 0-59, within one seed of 60
+    m = re.search(r"Over seeds 0-59 the dropped share's interval, with the analysis, holds the long run "
+                  r"\(20,000 steps x 20 trials\) ([\d.]+)% of the time under outages and ([\d.]+)% under bursts", text)
+    assert m, "docs/capacity.md no longer states the dropped share's coverage over seeds 0-59"
+    said = float(m.group(1 if kind == "faults" else 2)) / 100
+    assert abs(said - hits[:, 0].mean()) <= 1.5 / 60, (said, hits[:, 0].mean())
 
 
 # 4's row alone: no search above (capacity.max_count) nor below (3 workers overloaded under capacity.max_load 0.9,

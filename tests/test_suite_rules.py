@@ -85,3 +85,18 @@ def test_the_readme_says_how_many_tests_its_command_runs(request):
     text = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
     said = int(re.search(r"runs about ([\d,]+) tests", text).group(1).replace(",", ""))
     assert abs(request.session.testscollected - said) <= said / 10, (request.session.testscollected, said)
+
+
+def test_every_long_first_entry_names_a_long_test():
+    """conftest.LONG_FIRST orders the long stage by node id prefixes: each must still name a test of its
+    file (a renamed test would silently lose its place)."""
+    import ast
+
+    from conftest import LONG_FIRST
+
+    root = Path(__file__).parents[1]
+    for prefix in LONG_FIRST:
+        path, name = prefix.split("::")
+        tree = ast.parse((root / path).read_text())
+        tests = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+        assert name.split("[")[0] in tests, prefix

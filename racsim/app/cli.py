@@ -378,7 +378,7 @@ def guard_yaml() -> None:
     ou.get_yaml_loader = get_yaml_loader
 
 
-_SAID: list = []  # the interrupt's line, once written (a second Ctrl-C then ends the command quietly)
+_SAID = False  # this command's interrupt line is written (a second Ctrl-C then ends it quietly)
 
 
 def _again(signum, frame) -> None:
@@ -406,7 +406,8 @@ def main(started: Optional[float] = None) -> None:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    global _FRIENDLY, _STARTED
+    global _FRIENDLY, _STARTED, _SAID
+    _SAID = False
     _STARTED = time.perf_counter() if started is None else started
     guard_yaml()
     register_configs()
@@ -429,7 +430,7 @@ def main(started: Optional[float] = None) -> None:
     except KeyboardInterrupt as ex:  # Ctrl-C (or SIGTERM during a single run: racsim.sweep.Stopped)
         answering = _answering()  # a second Ctrl-C while this one is answered: no traceback
         say(f"racsim: {_interrupted()}", sys.stderr)  # first: a second Ctrl-C during the clean-up ends it quietly
-        _SAID.append(True)
+        _SAID = True
         end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
         sys.exit(143 if stopped_by_sigterm(ex) else 130)
     except (HydraException, OmegaConfBaseException, ConfigError) as ex:
