@@ -87,6 +87,20 @@ LONG_FIRST = {
 }
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test starts with the SIGINT and SIGTERM handlers the worker had. Once in several runs of the suite a
+    test found SIGINT ignored, left so by an earlier test of the same worker (not yet found: a run that
+    recorded every test's SIGINT disposition did not reproduce it); test_pools asserts the disposition."""
+    import signal
+
+    saved = [(s, signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM)]
+    yield
+    for signum, handler in saved:
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
+
+
 def long_weight(nodeid: str) -> int:
     return max((s for prefix, s in LONG_FIRST.items() if nodeid.startswith(prefix)), default=0)
 
