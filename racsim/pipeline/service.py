@@ -19,6 +19,16 @@ seconds. Two models:
   Tensor parallelism divides both terms by ``tp`` and adds no communication
   cost (optimistic for tp > 1 over PCIe).
 
+  One decode step of ``b`` running sequences (a rollout engine, racsim/generation/) puts one
+  token of each through the model, attending over ``context`` tokens of KV cache in all::
+
+      FLOPs   = 2 * N_ne * b + 4 * layers * d_model * context      (QK^T and AV per cached token)
+      compute = FLOPs / (tp * peak * MFU)
+      memory  = (non-embedding weight bytes + 2 * layers * kv_dim * bytes * context) / (tp * HBM bandwidth)
+      seconds = max(compute, memory) + overhead_s
+
+  with kv_dim = n_kv_heads * d_model / n_heads (keys and values read once each).
+
 * :class:`Profiled`: a table of measured (batch size, sequence length) ->
   seconds, the CSV that ``racsim-profile`` writes (racsim/profile.py),
   interpolated bilinearly after a monotone envelope (a batch never takes less
@@ -99,6 +109,11 @@ class ServiceModel:
     def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def decode_seconds(self, running, context) -> np.ndarray:  # pragma: no cover - interface
+        """Seconds of one decode step of ``running`` sequences whose KV caches hold ``context``
+        tokens in all (elementwise over arrays)."""
+        raise NotImplementedError
+
     def describe(self) -> str:  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -114,7 +129,11 @@ class Roofline(ServiceModel):
         self.params = float(size.non_embedding)
         self.attn = 2.0 * float(m.layers) * float(m.d_model)
         self.flops_per_s = float(rm.tp) * float(g.peak_tflops) * 1e12 * float(rm.mfu)
-        self.floor = size.non_embedding * float(m.bytes_per_param) / (float(rm.tp) * float(g.mem_bw_tbs) * 1e12)
+        bandwidth = float(rm.tp) * float(g.mem_bw_tbs) * 1e12
+        self.floor = size.non_embedding * float(m.bytes_per_param) / bandwidth
+        kv_dim = int(m.n_kv_heads) * (int(m.d_model) // int(m.n_heads))
+        self.kv_per_token = 2.0 * float(m.layers) * kv_dim * float(m.bytes_per_param) / bandwidth  # s per cached token
+        self.decode_attn = 4.0 * float(m.layers) * float(m.d_model)  # FLOPs per cached token a step
         self.overhead = float(rm.overhead_s)
         self.mfu = float(rm.mfu)
         self.padded = bool(rm.padded)
@@ -130,6 +149,11 @@ class Roofline(ServiceModel):
     def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
         compute = self.flops(count, tok_sum, sq_sum, max_len) / self.flops_per_s
         return np.maximum(compute, self.floor) + self.overhead
+
+    def decode_seconds(self, running, context) -> np.ndarray:
+        running, context = np.asarray(running, dtype=np.float64), np.asarray(context, dtype=np.float64)
+        compute = (2.0 * self.params * running + self.decode_attn * context) / self.flops_per_s
+        return np.maximum(compute, self.floor + self.kv_per_token * context) + self.overhead
 
     def describe(self) -> str:
         return (f"roofline: {self.name} RM on {self.gpu_name} x tp={self.tp}, MFU {self.mfu:g}, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from racsim.config.schema import ARRIVAL_MODES, ENGINES, PHASES, phase_conf
+from racsim.config.schema import ARRIVAL_MODES, ENGINES, GENERATION_MODES, PHASES, phase_conf
 from racsim.config.validate.channel import validate_channel
 from racsim.config.validate.common import int_at_least, need, need_file, need_one_of
 from racsim.config.validate.latency import seconds_in_range, validate_latency
@@ -35,6 +35,8 @@ def validate_pipeline(p: Any) -> None:
              "false: the fast scorer's phase is modelled without chunked prefill (batching=continuous is allowed)")
     if getattr(p, "arrivals", None) is not None:
         validate_arrivals(p)
+    if getattr(p, "generation", None) is not None:
+        validate_generation(p)
 
 
 def _clock(p: Any) -> None:
@@ -77,3 +79,10 @@ def validate_arrivals(p: Any) -> None:
         need_file(f"{key}.path", a.path, "the path of a CSV file whose column (pipeline.arrivals.column) holds "
                                          "each sample's offset in seconds from its step's start")
         need(isinstance(a.column, str) and bool(a.column), f"{key}.column", a.column, "the name of a CSV column")
+
+
+def validate_generation(p: Any) -> None:
+    """pipeline.generation: its mode (async: the engines, trainer, admission and queue)."""
+    g, key = p.generation, "pipeline.generation"
+    need_one_of(f"{key}.mode", g.mode, GENERATION_MODES)
+    need(g.mode == "sync", f"{key}.mode", g.mode, "sync (asynchronous generation is being built)")
