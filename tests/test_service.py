@@ -67,7 +67,8 @@ def test_roofline_hand_worked_8b_on_h100():
 
 
 def test_roofline_padding_tp_and_memory_floor():
-    rm = RMConf(model=RMModelConf(**RM_CATALOG["8B"]), gpu=GpuConf(**GPU_CATALOG["H100"]), overhead_s=0.0)
+    """A flat MFU (rm.mfu set, as before the efficiency curve): padding, tp and the weights' floor."""
+    rm = RMConf(model=RMModelConf(**RM_CATALOG["8B"]), gpu=GpuConf(**GPU_CATALOG["H100"]), mfu=0.4, overhead_s=0.0)
     packed = Roofline(RMConf(**{**rm.__dict__, "padded": False}))
     padded = Roofline(rm)
     # padded: two sequences of 100 and 400 tokens cost as two of 400
@@ -79,7 +80,7 @@ def test_roofline_padding_tp_and_memory_floor():
     x = (8, 8 * 450.0, 8 * 450.0**2, 450.0)
     assert float(tp2.seconds(*x)) == pytest.approx(float(padded.seconds(*x)) / 2, rel=1e-12)
     # one token of a 70B model on B200s x 8: the weights' read time, not the FLOPs
-    big = RMConf(model=RMModelConf(**RM_CATALOG["70B"]), gpu=GpuConf(**GPU_CATALOG["B200"]), gpus=8, tp=8,
+    big = RMConf(model=RMModelConf(**RM_CATALOG["70B"]), gpu=GpuConf(**GPU_CATALOG["B200"]), gpus=8, tp=8, mfu=0.4,
                  overhead_s=0.0)
     m = Roofline(big)
     floor = model_size(big.model).non_embedding * 2 / (8 * 8e12)

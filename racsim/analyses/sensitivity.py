@@ -4,7 +4,9 @@ A capacity answer rests on inputs a user guesses: the GPU's MFU, the token lengt
 rate, the failures' MTBF and MTTR, a queue's service times. With ``capacity.sensitivity.enabled``,
 each input that applies to the sized channel (``capacity.sensitivity.inputs``, null: all of
 :func:`~racsim.config.validate.sensitivity_inputs`) is moved ``spread`` down and up, the others
-as given, and the fewest count meeting the same targets is found for each variant, over the same
+as given (a roofline's answer is also found under measured kernels, ``rm.service=kernels``: one
+variant, its value a full batch's seconds, :func:`full_batch_seconds`),
+and the fewest count meeting the same targets is found for each variant, over the same
 range of counts as the plain search (the fewest the channel can have up to the largest it may try,
 :func:`~racsim.config.validate.estimate.search_top`; whole servers).
 
@@ -41,6 +43,7 @@ from racsim.errors import ConfigError
 from racsim.progress import Progress
 from racsim.io import side_by_side
 from racsim.pipeline.latency import build_latency
+from racsim.pipeline.service import build_service
 
 # Location and scale fields of a LatencyConf: multiplied together they scale the law (shape kept).
 LAW_SCALES = ("mean", "std", "median", "scale", "low", "high")
@@ -72,20 +75,25 @@ def scaled_law(law: LatencyConf, factor: float) -> LatencyConf:
 def input_keys(name: str, what: str) -> str:
     """The config key(s) input ``what`` of channel ``name`` sets."""
     at = f"pipeline.channels.{name}"
-    return {"mfu": f"{at}.rm.mfu", "tokens": f"{at}.rm.prompt_tokens, {at}.rm.response_tokens",
+    return {"mfu": f"{at}.rm.mfu", "mfu_scale": f"{at}.rm.mfu_scale",
+            "tokens": f"{at}.rm.prompt_tokens, {at}.rm.response_tokens",
             "batch_size": "pipeline.batch_size", "mtbf_s": f"{at}.faults.mtbf_s", "mttr_s": f"{at}.faults.mttr_s",
-            "service": f"{at}.latency", "background_rate": f"{at}.background.rate_per_s"}[what]
+            "service": f"{at}.latency", "background_rate": f"{at}.background.rate_per_s",
+            "kernels": f"{at}.rm.service"}[what]
 
 
 def input_value(cfg: RacsimConf, name: str, what: str) -> float:
-    """The value the table shows for input ``what``: the MFU, mean tokens per sequence (prompt +
-    response), the batch size, the MTBF or MTTR in seconds, the mean service seconds, the other
-    tenants' requests a second."""
+    """The value the table shows for input ``what``: the MFU or its scale on the efficiency curve, mean
+    tokens per sequence (prompt + response), the batch size, the MTBF or MTTR in seconds, the mean
+    service seconds, the other tenants' requests a second; for ``kernels``, the seconds of a full
+    batch (:func:`full_batch_seconds`) under the spec's service model."""
     ch = cfg.pipeline.channels[name]
-    if what == "mfu":
-        return float(ch.rm.mfu)
+    if what in ("mfu", "mfu_scale"):
+        return float(getattr(ch.rm, what))
+    if what == "kernels":
+        return full_batch_seconds(ch.rm, f"pipeline.channels.{name}.rm")
     if what == "tokens":
-        return float(build_latency(ch.rm.prompt_tokens).mean() + build_latency(ch.rm.response_tokens).mean())
+        return mean_tokens(ch.rm)
     if what == "batch_size":
         return float(cfg.pipeline.batch_size)
     if what in ("mtbf_s", "mttr_s"):
@@ -95,14 +103,32 @@ def input_value(cfg: RacsimConf, name: str, what: str) -> float:
     return float(build_latency(ch.latency).mean())
 
 
+def mean_tokens(rm) -> float:
+    """Mean tokens of a sequence an RM scores: its prompt's and response's laws' means."""
+    return float(build_latency(rm.prompt_tokens).mean() + build_latency(rm.response_tokens).mean())
+
+
+def full_batch_seconds(rm, key: str) -> float:
+    """Seconds of one full batch of sequences of the mean length (rounded) under the RM's service model:
+    as many as ``max_batch`` and the token budget allow, at least one."""
+    length = max(1.0, round(mean_tokens(rm)))
+    count = float(max(1, min(int(rm.max_batch), int(rm.token_budget // length))))
+    return float(build_service(rm, key).seconds(count, count * length, count * length * length, length))
+
+
 def vary(cfg: RacsimConf, name: str, what: str, factor: float) -> RacsimConf:
-    """The spec with input ``what`` of channel ``name`` multiplied by ``factor``: the MFU (at most 1),
-    both token laws (:func:`scaled_law`), the batch size (the nearest integer, at least one away
-    from the given one, at least 1: the arrival rate, the step's clock unchanged), the MTBF or
-    MTTR, the queue's service law, the other tenants' rate."""
+    """The spec with input ``what`` of channel ``name`` multiplied by ``factor``: the MFU (at most 1) or
+    its scale on the efficiency curve, both token laws (:func:`scaled_law`), the batch size (the nearest
+    integer, at least one away from the given one, at least 1: the arrival rate, the step's clock
+    unchanged), the MTBF or MTTR, the queue's service law, the other tenants' rate; ``kernels``: the
+    kernel service model instead of the roofline (``factor`` aside)."""
     at, ch = f"pipeline.channels.{name}", cfg.pipeline.channels[name]
     if what == "mfu":
         return replace_at(cfg, f"{at}.rm.mfu", min(1.0, times(ch.rm.mfu, factor)))
+    if what == "mfu_scale":
+        return replace_at(cfg, f"{at}.rm.mfu_scale", times(ch.rm.mfu_scale, factor))
+    if what == "kernels":
+        return replace_at(cfg, f"{at}.rm.service", "kernels")
     if what == "tokens":
         for law in ("prompt_tokens", "response_tokens"):
             cfg = replace_at(cfg, f"{at}.rm.{law}", scaled_law(getattr(ch.rm, law), factor))
@@ -141,7 +167,7 @@ def variants(cfg: RacsimConf) -> List[Variant]:
     out = []
     for what in (s.inputs if s.inputs is not None else sensitivity_inputs(cfg.pipeline.channels[name])):
         base = input_value(cfg, name, what)
-        for factor in (1.0 - s.spread, 1.0 + s.spread):
+        for factor in ((1.0,) if what == "kernels" else (1.0 - s.spread, 1.0 + s.spread)):
             v = vary(cfg, name, what, factor)
             try:
                 v = searchable(v)
@@ -149,7 +175,7 @@ def variants(cfg: RacsimConf) -> List[Variant]:
                 raise ConfigError("capacity.sensitivity.spread", s.spread,
                                   f"a spread whose moved {what} is still a valid input ({e})") from e
             value = input_value(v, name, what)
-            if value != base:
+            if value != base or what == "kernels":
                 out.append(Variant(what, v, value, base))
     return out
 

@@ -33,7 +33,7 @@ LATENCY_KINDS = ("deterministic", "gaussian", "lognormal", "pareto", "cauchy", "
 CHANNEL_KINDS = ("queue", "gpu_rm")
 
 
-SERVICE_MODELS = ("roofline", "profiled")
+SERVICE_MODELS = ("roofline", "profiled", "kernels")
 
 
 BATCH_ORDERS = ("fifo", "shortest")
@@ -47,10 +47,12 @@ CAPACITY_SEARCHES = ("grid", "bisect")
 CAPACITY_TARGETS = ("max_bias", "max_bias_vs_naive", "max_step_s", "max_dropped", "max_sojourn_p95_s",
                     "max_sojourn_p99_s", "max_delay_p95_steps", "max_background_sojourn_p95_s")
 # The inputs a capacity answer's sensitivity table varies (capacity.sensitivity.inputs;
-# racsim/analyses/sensitivity.py): the sized gpu_rm channel's MFU and token lengths, the arrival
-# rate (pipeline.batch_size), its failures' MTBF and MTTR, a queue channel's service-time scale,
-# its other tenants' rate (background.rate_per_s).
-SENSITIVITY_INPUTS = ("mfu", "tokens", "batch_size", "mtbf_s", "mttr_s", "service", "background_rate")
+# racsim/analyses/sensitivity.py): the sized gpu_rm channel's MFU (a flat rm.mfu, or the scale on
+# the efficiency curve) and token lengths, the arrival rate (pipeline.batch_size), its failures' MTBF
+# and MTTR, a queue channel's service-time scale, its other tenants' rate (background.rate_per_s),
+# and a roofline's answer under the kernel service model instead (kernels: one variant).
+SENSITIVITY_INPUTS = ("mfu", "mfu_scale", "tokens", "batch_size", "mtbf_s", "mttr_s", "service", "background_rate",
+                      "kernels")
 
 
 CORRECTORS = (
@@ -175,8 +177,11 @@ class RMConf:
     and ``token_budget`` tokens (padded to the longest when ``padded``), flushed
     ``max_wait_s`` after the oldest waiting request arrived, taken in ``order``
     (fifo or shortest first). A batch's seconds come from the ``service`` model:
-    ``roofline`` (FLOPs at ``mfu`` of the GPU's peak, a memory-bound floor, plus
-    ``overhead_s``) or ``profiled`` (the CSV ``profile`` written by racsim-profile).
+    ``roofline`` (FLOPs at ``mfu`` of the GPU's peak, null: the efficiency curve fitted to
+    measured kernels times ``mfu_scale``; a memory-bound floor, plus ``overhead_s``),
+    ``profiled`` (the CSV ``profile`` written by racsim-profile) or ``kernels`` (measured
+    per-layer operator times: the tables racsim ships, or ``profile`` in their format; attention
+    at ``attn_mfu``; ``kernel_overhead`` a share added to the kernels' seconds, then ``overhead_s``).
     Each pipeline sample is ``sequences_per_sample`` sequences (a GRPO group, say),
     scored when all of them are; lengths in tokens are drawn from ``prompt_tokens``
     + ``response_tokens`` (assumption: about 150 + 300, UltraFeedback's scale).
@@ -188,7 +193,10 @@ class RMConf:
     gpus: int = 1
     tp: int = 1
     service: str = "roofline"
-    mfu: float = 0.4
+    mfu: Optional[float] = None
+    mfu_scale: float = 1.0
+    attn_mfu: float = 0.4
+    kernel_overhead: float = 0.0
     overhead_s: float = 0.01
     mem_util: float = 0.9
     profile: Optional[str] = None

@@ -3,19 +3,22 @@
 A gpu_rm channel (racsim/pipeline/) scores batches of sequences on replicas
 of ``tp`` GPUs; this module turns a batch -- its number of sequences, the sum
 and the sum of squares of their token lengths, the longest length -- into
-seconds. Two models:
+seconds. A pass's tokens are ``count * max_len`` with ``padded`` batches (every
+sequence counts as long as the batch's longest, sum seq^2 = count * max_len^2,
+as with a right-padded Hugging Face batch), else their sum (packed/varlen
+attention). Three models:
 
 * :class:`Roofline` (prefill-only scoring, no KV cache kept)::
 
       FLOPs   = 2 * N_ne * tokens + 2 * layers * d_model * sum_i seq_i^2
-      compute = FLOPs / (tp * peak * MFU)
+      compute = FLOPs / (tp * peak * MFU(tokens, tp))
       memory  = non-embedding weight bytes / (tp * HBM bandwidth)   (weights read once per batch)
       seconds = max(compute, memory) + overhead_s
 
-  with N_ne the non-embedding parameters (the embedding is a lookup). With
-  ``padded`` batches every sequence counts as long as the batch's longest
-  (tokens = count * max_len, sum seq^2 = count * max_len^2), as with a
-  right-padded Hugging Face batch; unpadded is packed/varlen attention.
+  with N_ne the non-embedding parameters (the embedding is a lookup). MFU is
+  ``rm.mfu`` where set (flat in the batch), else the efficiency curve fitted to
+  measured kernels (racsim.pipeline.efficiency: a layer's MFU on passes of that
+  many tokens at that tp on that GPU, times ``rm.mfu_scale``, at most 1).
   Tensor parallelism divides both terms by ``tp`` and adds no communication
   cost (optimistic for tp > 1 over PCIe).
 
@@ -23,11 +26,22 @@ seconds. Two models:
   token of each through the model, attending over ``context`` tokens of KV cache in all::
 
       FLOPs   = 2 * N_ne * b + 4 * layers * d_model * context      (QK^T and AV per cached token)
-      compute = FLOPs / (tp * peak * MFU)
+      compute = FLOPs / (tp * peak * MFU(b, tp))
       memory  = (non-embedding weight bytes + 2 * layers * kv_dim * bytes * context) / (tp * HBM bandwidth)
       seconds = max(compute, memory) + overhead_s
 
   with kv_dim = n_kv_heads * d_model / n_heads (keys and values read once each).
+
+* :class:`Kernels`: measured per-layer operator times (racsim.pipeline.layer_times: the tables racsim
+  ships for the models and GPUs they cover, mapped or extrapolated for the others, or the user's own
+  ``rm.profile`` in the same format)::
+
+      prefill = layers * layer(tokens) + emb(tokens) + 2 * layers * d_model * sum_i seq_i^2 / (tp * peak * attn_mfu)
+      decode  = layers * layer(b) + emb(b) + 2 * layers * kv_dim * bytes * context / (tp * HBM bandwidth)
+      seconds = (1 + kernel_overhead) * (prefill or decode) + overhead_s
+
+  ``kernel_overhead`` is what a real engine adds to its kernels' sum (launch gaps, host-side
+  scheduling), a share; tp adds no communication cost here either.
 
 * :class:`Profiled`: a table of measured (batch size, sequence length) ->
   seconds, the CSV that ``racsim-profile`` writes (racsim/profile.py),
@@ -49,6 +63,8 @@ from typing import Any, Dict, Tuple
 import numpy as np
 
 from racsim.errors import ConfigError
+from racsim.pipeline.efficiency import layer_params, shipped_curve
+from racsim.pipeline.layer_times import curve_row, kernel_source, model_layer, profile_source
 
 
 @dataclass(frozen=True)
@@ -66,9 +82,25 @@ class ModelSize:
 
 def model_size(m: Any) -> ModelSize:
     """Parameters of an :class:`~racsim.config.schema.RMModelConf`."""
-    d, kv = int(m.d_model), int(m.n_kv_heads) * (int(m.d_model) // int(m.n_heads))
-    per_layer = 2 * d * d + 2 * d * kv + 3 * d * int(m.d_ff) + 2 * d  # q, o; k, v; gate, up, down; 2 norms
+    d = int(m.d_model)
+    per_layer = layer_params(d, int(m.d_ff), int(m.n_heads), int(m.n_kv_heads)) + 2 * d  # the matmuls; 2 norms
     return ModelSize(non_embedding=int(m.layers) * per_layer + 2 * d, embedding=int(m.vocab) * d)  # + final norm, head
+
+
+def pass_tokens(padded: bool, count, tok_sum, sq_sum, max_len) -> Tuple[np.ndarray, np.ndarray]:
+    """(tokens, sum of squared lengths) a batch puts through the model: every sequence as long as the
+    longest when ``padded``, else as long as it is."""
+    count, tok_sum, sq_sum, max_len = (np.asarray(x, dtype=np.float64) for x in (count, tok_sum, sq_sum, max_len))
+    if padded:
+        return count * max_len, count * (max_len * max_len)
+    return tok_sum, sq_sum
+
+
+def kv_seconds_per_token(rm: Any) -> float:
+    """Seconds to read one cached token's keys and values of every layer on a replica."""
+    m = rm.model
+    kv_dim = int(m.n_kv_heads) * (int(m.d_model) // int(m.n_heads))
+    return 2.0 * float(m.layers) * kv_dim * float(m.bytes_per_param) / (float(rm.tp) * float(rm.gpu.mem_bw_tbs) * 1e12)
 
 
 def activation_bytes(m: Any, tokens: float) -> float:
@@ -119,8 +151,9 @@ class ServiceModel:
 
 
 class Roofline(ServiceModel):
-    """See the module docstring. All arithmetic is +, *, / and max, so the two
-    pipeline engines get bit-identical seconds for the same batch."""
+    """See the module docstring. All arithmetic is +, *, / and max (the efficiency curve is
+    tabulated once and read by linear interpolation), so the two pipeline engines get
+    bit-identical seconds for the same batch."""
 
     def __init__(self, rm: Any):
         m, g = rm.model, rm.gpu
@@ -128,36 +161,94 @@ class Roofline(ServiceModel):
         self.name, self.gpu_name, self.tp = str(m.name), str(g.name), int(rm.tp)
         self.params = float(size.non_embedding)
         self.attn = 2.0 * float(m.layers) * float(m.d_model)
-        self.flops_per_s = float(rm.tp) * float(g.peak_tflops) * 1e12 * float(rm.mfu)
+        self.peak = float(rm.tp) * float(g.peak_tflops) * 1e12
         bandwidth = float(rm.tp) * float(g.mem_bw_tbs) * 1e12
         self.floor = size.non_embedding * float(m.bytes_per_param) / bandwidth
-        kv_dim = int(m.n_kv_heads) * (int(m.d_model) // int(m.n_heads))
-        self.kv_per_token = 2.0 * float(m.layers) * kv_dim * float(m.bytes_per_param) / bandwidth  # s per cached token
+        self.kv_per_token = kv_seconds_per_token(rm)  # s per cached token
         self.decode_attn = 4.0 * float(m.layers) * float(m.d_model)  # FLOPs per cached token a step
         self.overhead = float(rm.overhead_s)
-        self.mfu = float(rm.mfu)
+        self.mfu = None if rm.mfu is None else float(rm.mfu)
+        self.scale = float(rm.mfu_scale)
         self.padded = bool(rm.padded)
+        if self.mfu is None:  # the layer's seconds on the curve, and its FLOPs per token per GPU
+            layer = model_layer(m)
+            self.curve = curve_row(shipped_curve(), layer, self.tp, float(g.peak_tflops) * 1e12,
+                                   float(g.mem_bw_tbs) * 1e12)
+            self.layer_flops = 2.0 * layer.params / self.tp
+
+    def efficiency(self, tokens) -> np.ndarray:
+        """The MFU of a pass of ``tokens`` tokens: ``rm.mfu``, or the curve's times ``rm.mfu_scale`` (at most 1)."""
+        n = np.asarray(tokens, dtype=np.float64)
+        if self.mfu is not None:
+            return np.full(n.shape, self.mfu)
+        seconds = self.curve.at(n)[0]
+        return np.minimum(1.0, self.scale * (self.layer_flops * n / (self.peak / self.tp * seconds)))
 
     def flops(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
-        count, tok_sum, sq_sum, max_len = (np.asarray(x, dtype=np.float64) for x in (count, tok_sum, sq_sum, max_len))
-        if self.padded:
-            tokens, squares = count * max_len, count * (max_len * max_len)
-        else:
-            tokens, squares = tok_sum, sq_sum
+        tokens, squares = pass_tokens(self.padded, count, tok_sum, sq_sum, max_len)
         return 2.0 * self.params * tokens + self.attn * squares
 
     def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
-        compute = self.flops(count, tok_sum, sq_sum, max_len) / self.flops_per_s
+        tokens = pass_tokens(self.padded, count, tok_sum, sq_sum, max_len)[0]
+        compute = self.flops(count, tok_sum, sq_sum, max_len) / (self.peak * self.efficiency(tokens))
         return np.maximum(compute, self.floor) + self.overhead
 
     def decode_seconds(self, running, context) -> np.ndarray:
         running, context = np.asarray(running, dtype=np.float64), np.asarray(context, dtype=np.float64)
-        compute = (2.0 * self.params * running + self.decode_attn * context) / self.flops_per_s
+        compute = (2.0 * self.params * running + self.decode_attn * context) / (self.peak * self.efficiency(running))
         return np.maximum(compute, self.floor + self.kv_per_token * context) + self.overhead
 
     def describe(self) -> str:
-        return (f"roofline: {self.name} RM on {self.gpu_name} x tp={self.tp}, MFU {self.mfu:g}, "
+        if self.mfu is not None:
+            mfu = f"MFU {self.mfu:g}"
+        else:
+            at = self.efficiency(np.array([256.0, 4096.0]))
+            mfu = (f"MFU from the efficiency curve ({at[0]:.2f} at 256 tokens a pass, {at[1]:.2f} at 4096"
+                   + (f", x {self.scale:g}" if self.scale != 1.0 else "") + ")")
+        return (f"roofline: {self.name} RM on {self.gpu_name} x tp={self.tp}, {mfu}, "
                 f"{'padded' if self.padded else 'packed'} batches, overhead {self.overhead:g} s")
+
+
+class Kernels(ServiceModel):
+    """Measured per-layer operator times (see the module docstring): ``source`` says which table
+    (racsim.pipeline.layer_times.Source: measured, mapped or extrapolated, and how). Interpolation
+    is linear and the rest +, *, /, so the two pipeline engines get bit-identical seconds."""
+
+    def __init__(self, rm: Any, key: str = "rm"):
+        m, g = rm.model, rm.gpu
+        self.name, self.gpu_name, self.tp = str(m.name), str(g.name), int(rm.tp)
+        if rm.profile is not None:
+            self.source, self.changes = profile_source(rm.profile, m, self.tp, f"{key}.profile")
+        else:
+            self.source = kernel_source(m, g, self.tp)
+        self.layers = float(m.layers)
+        self.attn = 2.0 * float(m.layers) * float(m.d_model)
+        self.attn_rate = float(rm.tp) * float(g.peak_tflops) * 1e12 * float(rm.attn_mfu)
+        self.kv_per_token = kv_seconds_per_token(rm)
+        self.scale = 1.0 + float(rm.kernel_overhead)
+        self.overhead = float(rm.overhead_s)
+        self.attn_mfu = float(rm.attn_mfu)
+        self.padded = bool(rm.padded)
+
+    def kernels(self, tokens) -> np.ndarray:
+        """Seconds of the operators outside attention for passes of ``tokens`` tokens: every layer's and
+        the embedding's."""
+        layer, emb = self.source.row.at(tokens)
+        return self.layers * layer + emb
+
+    def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
+        tokens, squares = pass_tokens(self.padded, count, tok_sum, sq_sum, max_len)
+        return self.scale * (self.kernels(tokens) + self.attn * squares / self.attn_rate) + self.overhead
+
+    def decode_seconds(self, running, context) -> np.ndarray:
+        context = np.asarray(context, dtype=np.float64)
+        return self.scale * (self.kernels(running) + self.kv_per_token * context) + self.overhead
+
+    def describe(self) -> str:
+        more = f" + {self.scale - 1.0:.0%}" if self.scale != 1.0 else ""
+        return (f"kernels: {self.name} RM on {self.gpu_name} x tp={self.tp}, per-layer times {self.source.kind}: "
+                f"{self.source.how}; attention at MFU {self.attn_mfu:g}, "
+                f"{'padded' if self.padded else 'packed'} batches, overhead {self.overhead:g} s{more}")
 
 
 class Profiled(ServiceModel):
@@ -267,4 +358,6 @@ def build_service(rm: Any, key: str = "rm") -> ServiceModel:
         return Roofline(rm)
     if rm.service == "profiled":
         return Profiled(rm.profile, rm.padded, f"{key}.profile")
-    raise ConfigError(f"{key}.service", rm.service, "one of roofline, profiled")
+    if rm.service == "kernels":
+        return Kernels(rm, key)
+    raise ConfigError(f"{key}.service", rm.service, "one of roofline, profiled, kernels")

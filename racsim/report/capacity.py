@@ -307,7 +307,9 @@ def searched_text(res: CapacityResult) -> str:
 
 
 # input -> how the summary names a variant's value (racsim/analyses/sensitivity.py)
-SENSITIVITY_PHRASES = {"mfu": "MFU is {:.3g}", "tokens": "sequences average {:.0f} tokens",
+SENSITIVITY_PHRASES = {"mfu": "MFU is {:.3g}", "mfu_scale": "MFU is {:.3g}x the efficiency curve's",
+                       "kernels": "measured kernels serve ({:.3g} s a full batch)",
+                       "tokens": "sequences average {:.0f} tokens",
                        "batch_size": "pipeline.batch_size is {:.0f}", "mtbf_s": "MTBF is {:.4g} s",
                        "mttr_s": "MTTR is {:.4g} s", "service": "service averages {:.3g} s",
                        "background_rate": "other tenants send {:.3g} requests/s"}

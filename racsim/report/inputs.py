@@ -10,7 +10,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 from racsim.config.schema import PHASES, RacsimConf, phase_conf
 from racsim.io import fmt
 from racsim.pipeline.latency import build_latency
-from racsim.pipeline.service import Profiled
+from racsim.pipeline.service import build_service
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ def channel_laws(cfg: RacsimConf, choices: Mapping[str, Any], overrides: Sequenc
     for name, ch in cfg.pipeline.channels.items():
         key = f"pipeline.channels.{name}"
         if ch.kind == "gpu_rm":
-            law, mean = (f"gpu_rm: {ch.rm.model.name} on {ch.rm.gpus} x {ch.rm.gpu.name} "
-                         f"({ch.rm.service} service, batched)"), None
+            law, mean = (f"gpu_rm: {ch.rm.model.name} on {ch.rm.gpus} x {ch.rm.gpu.name}, batched; "
+                         f"{build_service(ch.rm, f'{key}.rm').describe()}"), None
         elif ch.kernel is not None:
             law, mean = f"delay kernel over {len(ch.kernel)} steps (given as {key}.kernel)", None
         else:
@@ -62,18 +62,18 @@ def channel_laws(cfg: RacsimConf, choices: Mapping[str, Any], overrides: Sequenc
 def data_changes(cfg: RacsimConf) -> List[str]:
     """What racsim did to a user's data, one line each: every empirical law of the pipeline
     (its phases and channels) rescaled to a mean or clipped to [low, high], and a GPU pool's measured
-    profile made monotone."""
+    profile (racsim-profile's, or per-layer kernel times) made monotone."""
     p = cfg.pipeline
     blocks: List[Tuple[str, Any]] = [(f"pipeline.{ph}", phase_conf(p, ph)) for ph in PHASES]
     blocks += [(f"pipeline.channels.{n}.latency", ch.latency) for n, ch in p.channels.items()
                if ch.kind != "gpu_rm" and ch.kernel is None]
-    profiles = [(f"pipeline.channels.{n}.rm.profile", ch.rm) for n, ch in p.channels.items()
-                 if ch.kind == "gpu_rm" and ch.rm.service == "profiled"]
+    profiles = [(f"pipeline.channels.{n}.rm", ch.rm) for n, ch in p.channels.items()
+                if ch.kind == "gpu_rm" and ch.rm.service in ("profiled", "kernels") and ch.rm.profile is not None]
     return ([f"{key}: the data of {conf.path}:{conf.column}: {change}"
              for key, conf in blocks if conf.kind == "empirical"
              for change in build_latency(conf, key).changes]
-            + [f"{key}: {rm.profile}: {change}" for key, rm in profiles
-               for change in Profiled(rm.profile, rm.padded, key).changes])
+            + [f"{key}.profile: {rm.profile}: {change}" for key, rm in profiles
+               for change in build_service(rm, key).changes])
 
 
 def summary_lines(laws: Sequence[Law], changes: Sequence[str], overrides: Sequence[str]) -> List[str]:

@@ -108,15 +108,17 @@ def scalable(law: Any) -> bool:
 
 def sensitivity_inputs(ch: Any) -> List[str]:
     """The inputs of :data:`~racsim.config.schema.SENSITIVITY_INPUTS` that apply to the sized
-    channel ``ch``: a roofline's MFU and the token laws of a gpu_rm channel, the arrival rate,
-    the MTBF and MTTR of random failures, a queue channel's service times, its other tenants' rate."""
+    channel ``ch``: a roofline's MFU (a flat ``rm.mfu``, or ``rm.mfu_scale`` on the efficiency curve),
+    the token laws of a gpu_rm channel, the arrival rate, the MTBF and MTTR of random failures, a queue
+    channel's service times, its other tenants' rate, and a roofline's answer under measured kernels."""
     gpu = channel_kind(ch) == "gpu_rm"
+    roofline = gpu and ch.rm.service == "roofline"
     failing = getattr(getattr(ch, "faults", None), "mtbf_s", None) is not None
-    applies = {"mfu": gpu and ch.rm.service == "roofline",
+    applies = {"mfu": roofline and ch.rm.mfu is not None, "mfu_scale": roofline and ch.rm.mfu is None,
                "tokens": gpu and scalable(ch.rm.prompt_tokens) and scalable(ch.rm.response_tokens),
                "batch_size": True, "mtbf_s": failing, "mttr_s": failing,
                "service": not gpu and scalable(ch.latency),
-               "background_rate": getattr(ch, "background", None) is not None}
+               "background_rate": getattr(ch, "background", None) is not None, "kernels": roofline}
     return [k for k in SENSITIVITY_INPUTS if applies[k]]
 
 
@@ -136,4 +138,5 @@ def _sensitivity(c: Any, ch: Any) -> None:
         need_one_of("capacity.sensitivity.inputs", x, SENSITIVITY_INPUTS)
         need(not s.enabled or x in able, "capacity.sensitivity.inputs", x,
              "an input that applies to the sized channel: " + ", ".join(able)
-             + " (mfu, tokens: a gpu_rm roofline; mtbf_s, mttr_s: faults.mtbf_s set; service: a queue channel)")
+             + " (mfu: a gpu_rm roofline with rm.mfu set, mfu_scale: one without, kernels: a roofline; tokens: a "
+             "gpu_rm channel; mtbf_s, mttr_s: faults.mtbf_s set; service: a queue channel)")

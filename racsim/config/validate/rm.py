@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from racsim.config.schema import BATCH_ORDERS, BATCH_POLICIES, SERVICE_MODELS
-from racsim.config.validate.common import fraction, int_at_least, need, need_file, need_one_of, nonneg, positive
+from racsim.config.validate.common import (finite, fraction, int_at_least, need, need_file, need_one_of, nonneg,
+                                          positive)
 from racsim.config.validate.latency import validate_latency
 
 
@@ -47,13 +48,21 @@ def _pool(rm: Any, key: str) -> None:
 
 
 def _service(rm: Any, key: str) -> None:
-    """How a batch's seconds are told: a roofline (mfu, overhead, memory use) or a measured profile."""
+    """How a batch's seconds are told: a roofline (mfu or the efficiency curve, overhead, memory use), a
+    measured profile, or measured kernels (attention's MFU, their overhead; a profile of the user's own)."""
     need_one_of(f"{key}.service", rm.service, SERVICE_MODELS)
-    fraction(f"{key}.mfu", rm.mfu)
+    need(rm.mfu is None or (finite(rm.mfu) and 0 < rm.mfu <= 1), f"{key}.mfu", rm.mfu,
+         "null (the efficiency curve fitted to measured kernels) or a number in (0, 1]")
+    positive(f"{key}.mfu_scale", rm.mfu_scale)
+    fraction(f"{key}.attn_mfu", rm.attn_mfu)
+    nonneg(f"{key}.kernel_overhead", rm.kernel_overhead)
     nonneg(f"{key}.overhead_s", rm.overhead_s)
     fraction(f"{key}.mem_util", rm.mem_util)
     if rm.service == "profiled":
         need_file(f"{key}.profile", rm.profile, "the path of a CSV written by racsim-profile")
+    if rm.service == "kernels" and rm.profile is not None:
+        need_file(f"{key}.profile", rm.profile, "null (the tables racsim ships) or the path of a CSV of per-layer "
+                  "operator times (docs/kernels.md)")
 
 
 def _batcher(rm: Any, key: str) -> None:
