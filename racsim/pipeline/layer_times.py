@@ -163,16 +163,17 @@ def read_table(path: str, key: str) -> Table:
     return Table(str(path), shape, rows, measured)
 
 
-def raised(table: Table) -> Tuple[int, int, float]:
-    """What the running maximum did to a table's layer times: how many it raised, of how many, and the
-    most, as a share of the measured time."""
-    up = np.concatenate([table.rows[tp].layer / np.maximum(table.measured[tp], 1e-300) for tp in table.tps])
-    return int(np.sum(up > 1.0)), len(up), float(up.max() - 1.0)
+def raised(table: Table) -> Tuple[int, int, float, float]:
+    """What the running maximum did to a table's layer times: how many it raised, of how many, by how
+    much on average where it did and the most, each as a share of the measured time."""
+    up = np.concatenate([table.rows[tp].layer / np.maximum(table.measured[tp], 1e-300) for tp in table.tps]) - 1.0
+    n = int(np.sum(up > 0))
+    return n, len(up), float(up[up > 0].mean()) if n else 0.0, float(up.max())
 
 
 def raised_note(table: Table) -> Tuple[str, ...]:
     """What the running maximum did to a user's file: one line, or nothing when it raised no time."""
-    n, cells, most = raised(table)
+    n, cells, _, most = raised(table)
     if n == 0:
         return ()
     return (f"not monotone: {n} of {cells} layer times were below a smaller pass's, raised to it (the most by "
@@ -221,11 +222,13 @@ def shipped_gpus() -> Dict[str, Tuple[float, float]]:
 @dataclass(frozen=True)
 class Source:
     """Where a model's layer times on a GPU come from: ``kind`` (measured, mapped, extrapolated), in
-    words (``how``), and the row at its tp."""
+    words (``how``), the row at its tp, and the shipped table it rests on (``gpu/model``; None: the curve
+    alone, or a user's file)."""
 
     kind: str
     how: str
     row: Row
+    table: Optional[str] = None
 
 
 def curve_row(curve: Curve, layer: Layer, tp: int, peak: float, bandwidth: float) -> Row:
@@ -248,22 +251,30 @@ def kernel_source(m: Any, g: Any, tp: int, curve: Optional[Curve] = None) -> Sou
     chip = g.name if g.name in shipped() else SAME_CHIP.get(g.name)
     able = [(stem, t) for stem, t in shipped().get(chip, []) if t.row(tp) is not None]
     if not able:
-        why = f"no measured table of a {g.name}" + ("" if chip is None else f" at tp {tp}")
+        why = f"no measured table for the {g.name}" + ("" if chip is None else f" at tp {tp}")
         return Source("extrapolated", f"the efficiency curve at the {g.name}'s peak and bandwidth ({why})",
                       curve_row(curve, layer, tp, peak, bw))
     stem, table = nearest(able, shape, layer)
-    row, name = table.row(tp), f"{chip.lower()}/{stem}"
+    name = f"{chip.lower()}/{stem}"
     if same_layer(table.shape, shape) and chip == g.name:
-        return Source("measured", f"{name}", row)
-    src_peak, src_bw = shipped_gpus()[chip]
-    ratio = (layer_seconds(curve, layer, tp, row.tokens, peak, bw)
-             / layer_seconds(curve, table.layer, tp, row.tokens, src_peak, src_bw))
+        return Source("measured", f"{name}", table.row(tp), name)
+    row = transferred(table, tp, shipped_gpus()[chip], layer, (peak, bw), curve)
     if same_layer(table.shape, shape):
         return Source("mapped", f"{name} (the same chip), times the efficiency curve's {g.name} / {chip} ratio",
-                      row.scaled(ratio))
+                      row, name)
     on = "" if chip == g.name else f" on the {chip} (the same chip as the {g.name})"
     return Source("extrapolated", f"{name}{on}, times the efficiency curve's ratio of the {m.name} to that shape"
-                  + ("" if chip == g.name else f" and of the {g.name} to the {chip}"), row.scaled(ratio))
+                  + ("" if chip == g.name else f" and of the {g.name} to the {chip}"), row, name)
+
+
+def transferred(table: Table, tp: int, measured_on: Tuple[float, float], layer: Layer, on: Tuple[float, float],
+                curve: Curve) -> Optional[Row]:
+    """``table``'s row at ``tp`` (measured on a GPU of (peak, bandwidth) ``measured_on``) carried to
+    ``layer`` on a GPU of ``on``: times the curve's ratio of the two at each measured token count, kept
+    monotone; None where the table has no row at ``tp``."""
+    row = table.row(tp)
+    return None if row is None else row.scaled(layer_seconds(curve, layer, tp, row.tokens, *on)
+                      / layer_seconds(curve, table.layer, tp, row.tokens, *measured_on))
 
 
 def measured_rows() -> pd.DataFrame:

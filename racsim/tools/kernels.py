@@ -5,6 +5,7 @@ to them, which table serves each catalog model on each catalog GPU, and decode t
     python -m racsim.tools.kernels fit          # the curve: parameters, residuals, leave-one-out errors
     python -m racsim.tools.kernels catalog      # each catalog model on each GPU: measured, mapped, extrapolated
     python -m racsim.tools.kernels decode       # decode tokens/s per GPU against concurrency (and decode.png)
+    python -m racsim.tools.kernels answers --jobs 2   # every shipped GPU capacity scenario under each service model
 
 ``derive`` reads files in the Vidur format (racsim/data/kernels/README.md), keeps each operator's median,
 merges rows measured twice by their median (5 significant digits), writes one file per model and GPU with
@@ -17,16 +18,22 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from importlib.resources import files
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
-from racsim.config.defaults import catalog
-from racsim.config.schema import GpuConf, RMConf, RMModelConf
+from racsim.analyses.capacity import run_capacity
+from racsim.config.defaults import catalog, compose_config
+from racsim.config.schema import GpuConf, RMConf, RMModelConf, RacsimConf
+from racsim.config.spec import replace_at, scenario
 from racsim.errors import ConfigError, Parser, say
-from racsim.io import write_text
+from racsim.io import spawn_pool, write_text
+from racsim.progress import Progress
 from racsim.pipeline import layer_times
 from racsim.pipeline.efficiency import FIT_TOKENS, Layer, curve_text, efficiency, fit, predicted, shipped_curve
 from racsim.pipeline.layer_times import EMBEDDING, OPERATORS, SHAPE, TOKENS, TP, VOCAB, GATED, median
@@ -127,7 +134,65 @@ def fit_report() -> str:
         worst = more.iloc[np.argmax(np.abs(more.to_numpy()))] if len(more) else None
         loo.append({"file": f, **cells, "worst tp > 1": "-" if worst is None else pct(worst)})
     lines.append(pd.DataFrame(loo).set_index("file").to_string())
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + checks_report())
+
+
+# (from, to): a table carried to another shape or GPU by the curve's ratio, where both are measured
+TRANSFERS = (("a100/Llama-2-7b-hf", "a100/Meta-Llama-3-8B"), ("a100/CodeLlama-34b-Instruct-hf", "a100/Meta-Llama-3-70B"),
+             ("a100/Llama-2-7b-hf", "a100/Meta-Llama-3-70B"), ("h100/phi-2", "h100/Llama-2-7b-hf"),
+             ("a100/Llama-2-7b-hf", "h100/Llama-2-7b-hf"), ("a100/Llama-2-70b-hf", "a100/Meta-Llama-3-70B"))
+
+
+def errors_row(predict, target: layer_times.Table, tokens: Sequence[int]) -> dict:
+    """A row of errors (predicted / measured - 1) at ``tokens``, tp 1 apart from the worst over the other tps;
+    ``predict(tp)``: the predicted Row at tp (None: no prediction there)."""
+    cells, worst, more = {}, 0.0, False
+    for tp in target.tps:
+        row, measured = predict(tp), dict(zip(target.rows[tp].tokens, target.measured[tp]))
+        if row is None:  # the source did not measure this tp
+            continue
+        more = more or tp > 1
+        for n in tokens:
+            e = float(row.at(n)[0]) / measured[n] - 1.0
+            if tp == 1:
+                cells[f"{n}"] = pct(e)
+            elif abs(e) > abs(worst):
+                worst = e
+    return {**cells, "worst tp > 1": pct(worst) if more else "-"}
+
+
+def checks_report() -> List[str]:
+    """How far the kernel model's own steps stray, where the files can tell: the monotone envelope, the
+    proportional extension past the last measured pass, and tables carried to another shape or GPU."""
+    tables = {f"{g.lower()}/{stem}": t for g, ts in layer_times.shipped().items() for stem, t in ts}
+    gpus, c = layer_times.shipped_gpus(), shipped_curve()
+    lines = ["The monotone envelope (running maximum over tokens, per tp): layer times it raised, by how much on "
+             "average where it did, and the most:"]
+    lines += [f"  {name}: {n} of {cells}, {pct(mean)} on average, at most {pct(most)}" for name, (n, cells, mean, most)
+              in ((name, layer_times.raised(t)) for name, t in tables.items())]
+    lines += ["", "Past the last measured pass, its time per token (the files measured to 32768 tokens, cut at 4096; "
+                  "error at tp 1, the worst over tp 2-8):"]
+    far = [(name, t) for name, t in tables.items() if t.rows[1].tokens[-1] > 4096]
+
+    def cut(t, tp):
+        r = t.rows[tp]
+        keep = r.tokens <= 4096
+        return layer_times.Row(r.tokens[keep], r.layer[keep], r.emb[keep])
+
+    rows = [{"file": name, **errors_row(lambda tp, t=t: cut(t, tp), t, (8192, 16384, 32768))} for name, t in far]
+    lines += [pd.DataFrame(rows).set_index("file").to_string(), ""]
+    lines += ["A table carried to another shape or GPU by the curve's ratio, against that one measured (error at tp 1, "
+              "the worst over tp 2-8; the last pair: one layer measured twice, as a model of the other):"]
+    rows = []
+    for src, dst in TRANSFERS:
+        a, b = tables[src], tables[dst]
+        on, measured_on = gpus[dst.split("/")[0].upper()], gpus[src.split("/")[0].upper()]
+        same = layer_times.same_layer(a.shape, b.shape) and on == measured_on
+        predict = (lambda tp, a=a: a.row(tp)) if same else (
+            lambda tp, a=a, b=b, on=on, mo=measured_on: layer_times.transferred(a, tp, mo, b.layer, on, c))
+        rows.append({"from -> to": f"{src} -> {dst}", **errors_row(predict, b, CHECK_TOKENS)})
+    lines.append(pd.DataFrame(rows).set_index("from -> to").to_string())
+    return lines
 
 
 def smallest_tp(m: dict, g: dict) -> Optional[int]:
@@ -171,7 +236,7 @@ def catalog_report() -> str:
                          "from": k.source.how})
     t = pd.DataFrame(rows)
     head = ("racsim: per-layer times of each catalog model on each catalog GPU (tp: the fewest that hold its "
-            "weights); MFU of one layer, kernel model / efficiency curve")
+            "weights in half their memory); MFU of one layer, kernel model / efficiency curve")
     return head + "\n" + t.drop(columns="from").to_string(index=False) + "\n\n" + "\n".join(
         f"{r.model} on {r.GPU}: {r._4}: {r._8}" for r in t.itertuples())
 
@@ -243,6 +308,79 @@ def decode_plot(t: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
+# The service models each shipped GPU capacity scenario is answered under: a name, and the sized channel's
+# rm keys that make it (the scenario's own service: the roofline on the efficiency curve, racsim's default).
+SERVICES = (("roofline, MFU 0.4", {"mfu": 0.4}), ("roofline, efficiency curve", {}),
+            ("kernels", {"service": "kernels"}), ("kernels + 10%", {"service": "kernels", "kernel_overhead": 0.1}),
+            ("kernels + 30%", {"service": "kernels", "kernel_overhead": 0.3}))
+QUIET = ("capacity.sensitivity.enabled=false", "capacity.benchmark=false")
+
+
+def shipped_capacity() -> List[str]:
+    """The shipped capacity scenarios (scenarios/capacity/*.yaml), by name."""
+    folder = files("racsim.scenarios.scenario").joinpath("capacity")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def one_answer(cfg: RacsimConf, name: str, service: str) -> dict:
+    """A capacity run's answer: the recommended count, its offered load and costs (for capacity.corrector)."""
+    res = run_capacity(cfg)
+    row = {"scenario": name, "service": service, "GPUs": res.recommended}
+    if res.recommended is not None:
+        r = res.curve[(res.curve["count"] == res.recommended) & (res.curve.corrector == res.targets["corrector"])].iloc[0]
+        row.update({"load": r.load, "$/h": r.cost_per_hour, "$/1000 steps": r.cost_per_1000_steps})
+    return row
+
+
+def answers(overrides: Sequence[str], jobs: int = 1, progress: Optional[Progress] = None) -> Tuple[pd.DataFrame, List[str]]:
+    """Every shipped capacity scenario whose sized channel is a GPU pool, answered under each of
+    :data:`SERVICES` (``overrides`` after the scenario's, the sensitivity table and the speed figure
+    off): a row per scenario and service; and the scenarios left out (not a GPU pool)."""
+    plans, skipped = [], []
+    for name in shipped_capacity():
+        base = scenario(compose_config(f"scenario=capacity/{name}", *QUIET, *overrides))
+        ch = base.capacity.channel
+        if base.pipeline.channels[ch].kind != "gpu_rm":
+            skipped.append(name)
+            continue
+        for service, keys in SERVICES:
+            extra = [f"pipeline.channels.{ch}.rm.{k}={v}" for k, v in keys.items()]
+            plans.append((scenario(compose_config(f"scenario=capacity/{name}", *QUIET, *overrides, *extra)), name,
+                          service))
+    progress = progress or Progress.off()
+    progress.start("answers", len(plans), "run")
+    rows = []
+    if jobs > 1:
+        with spawn_pool(min(jobs, len(plans))) as pool:
+            for row in pool.map(one_answer, *zip(*((replace_workers(c), n, s) for c, n, s in plans))):
+                rows.append(row)
+                progress.advance(1, f"{row['scenario']}, {row['service']}: {gpus_text(row['GPUs'])}")
+    else:
+        for plan in plans:
+            rows.append(one_answer(*plan))
+            progress.advance(1, f"{plan[1]}, {plan[2]}: {gpus_text(rows[-1]['GPUs'])}")
+    return pd.DataFrame(rows), skipped
+
+
+def gpus_text(n: Optional[int]) -> str:
+    return "no count meets the targets" if n is None else f"{n} GPUs"
+
+
+def replace_workers(cfg: RacsimConf) -> RacsimConf:
+    """A run in a pool of runs: its counts one at a time (the runs fill the cores)."""
+    return replace_at(cfg, "capacity.workers", 1)
+
+
+def answers_report(table: pd.DataFrame, skipped: List[str]) -> str:
+    shown = table.copy()
+    shown["GPUs"] = [("none" if pd.isna(v) else f"{int(v)}") for v in table["GPUs"]]
+    for c, f in (("load", "{:.3f}"), ("$/h", "{:.2f}"), ("$/1000 steps", "{:.2f}")):
+        shown[c] = [("-" if pd.isna(v) else f.format(v)) for v in table.get(c, [np.nan] * len(table))]
+    head = ("racsim: each shipped capacity scenario whose sized channel is a GPU pool, under each service model "
+            "(capacity.corrector's answer: GPUs, offered load, cost); not a GPU pool: " + ", ".join(skipped))
+    return head + "\n" + shown.to_string(index=False)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = Parser(prog="python -m racsim.tools.kernels", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -253,6 +391,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     sub.add_parser("catalog", help="where each catalog model's layer times on each GPU come from")
     dc = sub.add_parser("decode", help="decode tokens/s per GPU against concurrency")
     dc.add_argument("--out", type=Path, default=None, help="a folder for decode.png (default: no plot)")
+    an = sub.add_parser("answers", help="every shipped GPU capacity scenario under each service model")
+    an.add_argument("--jobs", type=int, default=1, help="runs side by side in that many processes (default 1)")
+    an.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="overrides for every run, as racsim takes them")
     args = ap.parse_args(argv)
     try:
         if args.what == "derive":
@@ -262,9 +403,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             say(fit_report())
         elif args.what == "catalog":
             say(catalog_report())
-        else:
+        elif args.what == "decode":
             say(decode_report(args.out))
-    except ConfigError as e:
+        else:
+            with Progress("answers", mode="lines", quiet_s=0) as progress:
+                table, skipped = answers(args.overrides, max(1, args.jobs), progress)
+                progress.finish()
+            say(answers_report(table, skipped))
+    except (ConfigError, HydraException, OmegaConfBaseException) as e:
         say(f"python -m racsim.tools.kernels: error: {e}", sys.stderr)
         sys.exit(2)
 

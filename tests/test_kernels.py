@@ -1,0 +1,330 @@
+"""Service times from measured kernels (issue 48): the kernel service model against hand sums of a
+shipped file's rows (read here with the csv module), monotone in tokens for every catalog model and
+GPU, the catalog's mapping, a user's own profile and its malformed forms, the efficiency curve (its
+closed form, a fit that recovers known parameters, the shipped fit against a refit, leave-one-out
+errors) and the roofline's use of it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from racsim.config.defaults import catalog
+from racsim.config.schema import GpuConf, RMConf, RMModelConf
+from racsim.errors import ConfigError
+from racsim.pipeline import layer_times
+from racsim.pipeline.efficiency import (FIT_TOKENS, Curve, Layer, curve_text, efficiency, fit, layer_params,
+                                        layer_seconds, predicted, shipped_curve)
+from racsim.pipeline.service import Kernels, Roofline, build_service, model_size
+
+MODELS, GPUS = catalog("model"), catalog("gpu")
+DATA = Path(layer_times.__file__).resolve().parents[1] / "data" / "kernels"
+OPS = layer_times.OPERATORS
+
+
+def rm(model="8B", gpu="H100", **kw) -> RMConf:
+    tp = kw.pop("tp", 1)
+    return RMConf(**{"model": RMModelConf(**MODELS[model]), "gpu": GpuConf(**GPUS[gpu]), "gpus": tp, "tp": tp,
+                     "overhead_s": 0.0, **kw})
+
+
+def hand_rows(path: Path, tp: int):
+    """{tokens: (layer ms, emb ms)} of a file at ``tp``, by a loop: each row's operator medians summed
+    (the embedding apart), a pair measured twice by its median, then each the largest of its own and
+    every smaller pass's."""
+    seen = {}
+    with open(path) as f:
+        lines = [ln for ln in f if not ln.startswith("#")]
+    for r in csv.DictReader(lines):
+        if int(r["num_tensor_parallel_workers"]) != tp:
+            continue
+        layer = sum(float(r[f"time_stats.{op}.median"]) for op in OPS if f"time_stats.{op}.median" in r)
+        seen.setdefault(int(r["num_tokens"]), []).append((layer, float(r.get("time_stats.emb.median") or 0.0)))
+    out, top_l, top_e = {}, 0.0, 0.0
+    for n in sorted(seen):
+        pairs = seen[n]
+        layer = float(np.median([p[0] for p in pairs]))
+        emb = float(np.median([p[1] for p in pairs]))
+        top_l, top_e = max(top_l, layer), max(top_e, emb)
+        out[n] = (top_l, top_e)
+    return out
+
+
+CELLS = [("8B", "A100", "a100/Meta-Llama-3-8B.csv", 1, 256), ("8B", "A100", "a100/Meta-Llama-3-8B.csv", 4, 3072),
+         ("7B", "H100", "h100/Llama-2-7b-hf.csv", 1, 64), ("7B", "H100", "h100/Llama-2-7b-hf.csv", 2, 1024),
+         ("7B", "A100", "a100/Llama-2-7b-hf.csv", 8, 4096), ("70B", "A100", "a100/Meta-Llama-3-70B.csv", 4, 512)]
+
+
+@pytest.mark.parametrize("model,gpu,path,tp,n", CELLS)
+def test_kernel_model_is_a_hand_sum_of_the_files_rows(model, gpu, path, tp, n):
+    """Prefill of one sequence of n tokens: layers x the row's operators + the embedding + attention's FLOPs
+    at attn_mfu; a decode step of n sequences: the same operators + the KV cache over the bandwidth; each
+    times 1 + kernel_overhead, plus overhead_s."""
+    m, g = MODELS[model], GPUS[gpu]
+    layer_ms, emb_ms = hand_rows(DATA / path, tp)[n]
+    conf = rm(model, gpu, tp=tp, service="kernels", kernel_overhead=0.1, overhead_s=0.01, attn_mfu=0.5)
+    k = build_service(conf)
+    assert k.source.kind == "measured"
+    attn = 2 * m["layers"] * m["d_model"] * n * n / (tp * g["peak_tflops"] * 1e12 * 0.5)
+    want = 1.1 * (m["layers"] * layer_ms * 1e-3 + emb_ms * 1e-3 + attn) + 0.01
+    assert float(k.seconds(1, n, n * n, n)) == pytest.approx(want, rel=1e-12)
+    kv = 2 * m["layers"] * m["n_kv_heads"] * (m["d_model"] // m["n_heads"]) * 2.0 * (n * 700) / (tp * g["mem_bw_tbs"] * 1e12)
+    want = 1.1 * (m["layers"] * layer_ms * 1e-3 + emb_ms * 1e-3 + kv) + 0.01
+    assert float(k.decode_seconds(n, n * 700)) == pytest.approx(want, rel=1e-12)
+
+
+def test_between_and_past_the_measured_tokens():
+    """Linear between two measured counts; past the last, its time per token; below the first, the first's."""
+    rows = hand_rows(DATA / "h100/Llama-2-7b-hf.csv", 1)
+    k = build_service(rm("7B", "H100", service="kernels"))
+    layer = lambda n: float(k.kernels(n))  # noqa: E731
+    (l0, e0), (l1, e1) = rows[256], rows[264]
+    assert layer(259) == pytest.approx(32 * (l0 + 3 / 8 * (l1 - l0)) * 1e-3 + (e0 + 3 / 8 * (e1 - e0)) * 1e-3, rel=1e-12)
+    top = rows[4096]
+    assert layer(10_000) == pytest.approx((32 * top[0] + top[1]) * 1e-3 * 10_000 / 4096, rel=1e-12)
+    assert layer(0.5) == layer(1)
+    packed = build_service(rm("7B", "H100", service="kernels", padded=False))
+    # padded: every sequence as long as the longest (tokens and squares); packed: as they are
+    assert float(k.seconds(3, 900, 3 * 400 ** 2, 400)) == pytest.approx(float(packed.seconds(3, 1200, 3 * 400 ** 2, 400)))
+    assert float(packed.seconds(3, 900, 270_000, 400)) < float(k.seconds(3, 900, 270_000, 400))
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_monotone_in_tokens_for_every_catalog_model_and_gpu(model, gpu):
+    """Prefill and decode seconds never fall as tokens (or running sequences, or cached tokens) grow,
+    under the kernel model and the curve's roofline, at every tp a model's heads allow up to 8."""
+    rng = np.random.default_rng(len(model) * 31 + len(gpu))
+    n = np.sort(np.concatenate([rng.integers(1, 40_000, 300), [1, 2, 8, 4095, 4096, 4097, 32768, 32769]])).astype(float)
+    for tp in (t for t in (1, 2, 3, 4, 8) if MODELS[model]["n_heads"] % t == 0):
+        for service in ("kernels", "roofline"):
+            s = Kernels(rm(model, gpu, tp=tp, service="kernels")) if service == "kernels" else Roofline(rm(model, gpu, tp=tp))
+            for t in (s.seconds(np.ones_like(n), n, n * n, n), s.decode_seconds(n, 500 * n), s.decode_seconds(64, n)):
+                assert np.all(np.diff(t) >= 0), (model, gpu, tp, service)
+
+
+KIND = {("7B", "A100"): "measured", ("8B", "A100"): "measured", ("70B", "A100"): "measured",
+        ("7B", "H100"): "measured", ("7B", "H200"): "mapped"}
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_the_catalog_mapping(model, gpu):
+    """Measured where a table of that GPU has the model's layer shape; mapped where its chip's has (the
+    H200's, the H100's); extrapolated otherwise (by the nearest table of that chip, else the curve), and
+    each row is its source's times the curve's ratio, by hand."""
+    tp = 4 if model == "70B" else 1
+    src = layer_times.kernel_source(RMModelConf(**MODELS[model]), GpuConf(**GPUS[gpu]), tp)
+    assert src.kind == KIND.get((model, gpu), "extrapolated"), src.how
+    c, m, g = shipped_curve(), RMModelConf(**MODELS[model]), GPUS[gpu]
+    mine = layer_times.model_layer(m)
+    peak, bw = g["peak_tflops"] * 1e12, g["mem_bw_tbs"] * 1e12
+    if gpu in ("B200", "L40S"):  # no table of that chip: the curve itself
+        assert "efficiency curve" in src.how
+        n = np.array([1.0, 64.0, 4096.0])
+        np.testing.assert_allclose(src.row.at(n)[0], layer_seconds(c, mine, tp, n, peak, bw), rtol=1e-12)
+        return
+    chip = "H100" if gpu == "H200" else gpu
+    assert src.table.startswith(chip.lower() + "/") and src.table in src.how
+    table = layer_times.read_table(str(DATA / f"{src.table}.csv"), "x")
+    hand = hand_rows(DATA / f"{src.table}.csv", tp)
+    other = {"A100": (312e12, 2.039e12), "H100": (989.5e12, 3.35e12)}[chip]
+    def scaled(m):
+        ratio = layer_seconds(c, mine, tp, m, peak, bw) / layer_seconds(c, table.layer, tp, m, *other)
+        return hand[m][0] * 1e-3 * (1.0 if src.kind == "measured" else float(ratio))
+
+    for n in (1, 64, 256, 4096):  # the largest of the scaled times of this pass and every smaller one
+        assert float(src.row.at(n)[0]) == pytest.approx(max(scaled(m) for m in hand if m <= n), rel=1e-12)
+    if model == "8B" and gpu == "H100":
+        assert src.table == "h100/Llama-2-7b-hf"  # the 7B's table, nearest in size of the H100's that measured tp 1
+
+
+def test_shipped_gpus_are_the_catalogs():
+    for name, (peak, bw) in layer_times.shipped_gpus().items():
+        assert (peak, bw) == (GPUS[name]["peak_tflops"] * 1e12, GPUS[name]["mem_bw_tbs"] * 1e12)
+
+
+def test_the_attribution_ships_with_the_tables():
+    text = (DATA / "README.md").read_text() + (DATA / "LICENSE").read_text()
+    assert "microsoft/vidur" in text and "MIT License" in text and "Copyright (c) Microsoft Corporation" in text
+    for f in sorted(DATA.glob("*/*.csv")):
+        assert f.read_text().startswith("# Derived from the Vidur simulator's profiling data"), f
+
+
+# ----------------------------------------------------------------------------
+# A user's own profile.
+
+HEADER = ("time_stats.emb.median,time_stats.attn_pre_proj.median,time_stats.mlp_up_proj.median,n_head,n_kv_head,"
+          "n_embd,n_expanded_embd,vocab_size,use_gated_mlp,num_tokens,num_tensor_parallel_workers")
+SHAPE_8B = "32,8,4096,14336,128256,True"
+
+
+def profile(tmp_path, rows, header=HEADER):
+    p = tmp_path / "mine.csv"
+    p.write_text(header + "\n" + "".join(r + "\n" for r in rows))
+    return str(p)
+
+
+def test_a_users_profile_is_read_interpolated_in_tp_and_made_monotone(tmp_path):
+    path = profile(tmp_path, [f"0.01,0.1,0.3,{SHAPE_8B},1,1", f"0.02,0.5,1.5,{SHAPE_8B},100,1",
+                              f"0.02,0.4,1.4,{SHAPE_8B},200,1",  # faster than 100: raised to it
+                              f"0.01,0.05,0.1,{SHAPE_8B},1,4", f"0.01,0.2,0.5,{SHAPE_8B},100,4",
+                              f"0.01,0.3,0.7,{SHAPE_8B},200,4"])
+    k = Kernels(rm(service="kernels", profile=path, tp=1))
+    assert k.source.kind == "measured" and path in k.source.how
+    assert float(k.kernels(200)) == pytest.approx(32 * 2.0e-3 + 0.02e-3, rel=1e-12)
+    assert k.changes and "1 of 6" in k.changes[0] and "by 11%" in k.changes[0]  # 1.8 ms raised to 2.0
+    two = Kernels(rm(service="kernels", profile=path, tp=2, gpus=2))
+    # tp 2: halfway in log2 between tp 1 and tp 4
+    assert float(two.kernels(100)) == pytest.approx(32 * 0.5 * (2.0e-3 + 0.7e-3) + 0.5 * (0.02e-3 + 0.01e-3), rel=1e-12)
+    with pytest.raises(ConfigError) as info:
+        Kernels(rm(service="kernels", profile=path, tp=8, gpus=8), "pipeline.channels.judge.rm")
+    assert info.value.key == "pipeline.channels.judge.rm.tp" and "1, 4" in info.value.allowed
+
+
+BAD = {
+    "lacks a column": (HEADER.replace(",num_tensor_parallel_workers", ""), [f"0.01,0.1,0.3,{SHAPE_8B},1"]),
+    "no operator": ("time_stats.emb.median," + HEADER.split(",", 3)[3], [f"0.01,{SHAPE_8B},1,1"]),
+    "empty": (HEADER, []),
+    "a word": (HEADER, [f"0.01,fast,0.3,{SHAPE_8B},1,1"]),
+    "negative": (HEADER, [f"0.01,-0.1,0.3,{SHAPE_8B},1,1"]),
+    "fractional tokens": (HEADER, [f"0.01,0.1,0.3,{SHAPE_8B},1.5,1"]),
+    "zero tp": (HEADER, [f"0.01,0.1,0.3,{SHAPE_8B},1,0"]),
+    "gated": (HEADER, [f"0.01,0.1,0.3,{SHAPE_8B.replace('True', 'maybe')},1,1"]),
+    "two shapes": (HEADER, [f"0.01,0.1,0.3,{SHAPE_8B},1,1", f"0.01,0.1,0.3,{SHAPE_8B.replace('4096', '2048')},2,1"]),
+    "another model": (HEADER, [f"0.01,0.1,0.3,{SHAPE_8B.replace('14336', '11008')},1,1"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_malformed_profile_is_one_clear_line(tmp_path, case):
+    header, rows = BAD[case]
+    path = profile(tmp_path, rows, header)
+    with pytest.raises(ConfigError) as info:
+        Kernels(rm(service="kernels", profile=path), "pipeline.channels.judge.rm")
+    assert info.value.key == "pipeline.channels.judge.rm.profile" and info.value.value == path
+    assert "\n" not in str(info.value)
+
+
+def test_an_unreadable_profile(tmp_path):
+    p = tmp_path / "bin.csv"
+    p.write_bytes(b"\xff\xfe\x00garbage\x00")
+    with pytest.raises(ConfigError) as info:
+        Kernels(rm(service="kernels", profile=str(p)), "k")
+    assert info.value.key == "k.profile"
+
+
+# ----------------------------------------------------------------------------
+# The efficiency curve.
+
+
+def test_the_curve_by_hand():
+    """tau + the g-norm of the weights' read and the matmuls + the replicated elementwise bytes."""
+    c = Curve(tau_s=30e-6, eta=0.8, e_max=0.7, sharpness=2.0, kappa=40.0)
+    lay = Layer(params=2e8, d_model=4096, bytes=2.0)
+    weights = 2e8 * 2 / (2 * 2e12 * 0.8)
+    compute = 2 * 2e8 * 512 / (2 * 300e12 * 0.7)
+    want = 30e-6 + math.sqrt(weights ** 2 + compute ** 2) + 40 * 512 * 4096 / 2e12
+    assert float(layer_seconds(c, lay, 2, 512, 300e12, 2e12)) == pytest.approx(want, rel=1e-12)
+    assert float(efficiency(c, lay, 2, 512, 300e12, 2e12)) == pytest.approx(2 * 2e8 * 512 / (2 * 300e12 * want))
+    assert layer_params(4096, 14336, 32, 8) == 2 * 4096 ** 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    assert layer_params(2560, 10240, 32, 32, gated=False) == 4 * 2560 ** 2 + 2 * 2560 * 10240
+    ms = model_size(RMModelConf(**MODELS["8B"]))
+    assert ms.non_embedding == 32 * (layer_params(4096, 14336, 32, 8) + 2 * 4096) + 2 * 4096
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_fit_recovers_the_parameters_that_made_its_data(seed):
+    rng = np.random.default_rng(seed)
+    truth = Curve(tau_s=float(rng.uniform(10e-6, 80e-6)), eta=float(rng.uniform(0.5, 0.95)),
+                  e_max=float(rng.uniform(0.4, 0.9)), sharpness=float(rng.uniform(1.2, 4.0)),
+                  kappa=float(rng.uniform(5.0, 80.0)))
+    rows = []
+    for params, d in ((2e8, 4096), (8.6e8, 8192), (7.9e7, 2560)):
+        for (peak, bw) in ((312e12, 2.039e12), (989.5e12, 3.35e12)):
+            for tp in (1, 2, 4, 8):
+                rows.append(pd.DataFrame({"params": params, "d_model": d, "bytes": 2.0, "tp": tp,
+                                          "tokens": np.array(FIT_TOKENS, float), "peak": peak, "bandwidth": bw}))
+    df = pd.concat(rows, ignore_index=True)
+    df["seconds"] = predicted(truth, df)
+    got = fit(df)
+    for f in ("tau_s", "eta", "e_max", "sharpness", "kappa"):
+        assert getattr(got, f) == pytest.approx(getattr(truth, f), rel=2e-3), f
+
+
+def test_the_shipped_curve_is_a_fit_of_the_shipped_tables():
+    refit = fit(layer_times.measured_rows())
+    shipped = shipped_curve()
+    for f in ("tau_s", "eta", "e_max", "sharpness", "kappa"):
+        assert getattr(refit, f) == pytest.approx(getattr(shipped, f), rel=2e-3), f
+    assert json.loads(curve_text(shipped)) == json.loads((DATA / "curve.json").read_text())
+
+
+def loo_errors(file: str) -> pd.Series:
+    rows = layer_times.measured_rows()
+    c = fit(rows[rows.file != file])
+    mine = rows[(rows.file == file) & rows.tokens.isin([256, 1024, 4096])]
+    return pd.Series(predicted(c, mine) / mine.seconds.to_numpy() - 1.0, index=pd.MultiIndex.from_frame(mine[["tp", "tokens"]]))
+
+
+@pytest.mark.parametrize("file", ["h100/Llama-2-7b-hf", "a100/Meta-Llama-3-8B"])
+def test_leave_one_out_errors_of_the_judges_neighbours(file):
+    """The curve fitted without a file predicts its layer seconds at 256, 1024 and 4096 tokens within
+    20% at every tp (docs/kernels.md lists every file's)."""
+    err = loo_errors(file)
+    assert len(err) == 12 and err.abs().max() < 0.2, err
+
+
+@pytest.mark.long  # eight fits: 3 CPU s
+def test_leave_one_out_errors_of_every_file():
+    """Within 25% for every file (phi-2 on the H100 at 1024 tokens is the worst, its measured pass an outlier
+    of its own neighbours)."""
+    for file in layer_times.measured_rows().file.unique():
+        assert loo_errors(file).abs().max() < 0.25, file
+
+
+def test_the_roofline_on_the_curve():
+    """rm.mfu null: the compute term at the curve's MFU of the pass (times rm.mfu_scale, at most 1); its
+    tabulated curve agrees with the closed form at the table's points and within 0.1% between them."""
+    c, m, g = shipped_curve(), MODELS["8B"], GPUS["H100"]
+    lay = layer_times.model_layer(RMModelConf(**m))
+    base = Roofline(rm(mfu=None, overhead_s=0.01))
+    size = model_size(RMModelConf(**m)).non_embedding
+    for n in (64.0, 450.0, 4096.0, 14_400.0, 100_000.0):
+        e = float(efficiency(c, lay, 1, n, 989.5e12, 3.35e12))
+        flops = 2 * size * n + 2 * 32 * 4096 * n * n
+        want = max(flops / (989.5e12 * e), size * 2 / 3.35e12) + 0.01
+        assert float(base.seconds(1, n, n * n, n)) == pytest.approx(want, rel=1e-3), n
+        assert float(base.efficiency(n)) == pytest.approx(e, rel=1e-3)
+        dec = (2 * size * n + 4 * 32 * 4096 * 1000 * n) / (989.5e12 * e)
+        mem = (size * 2 + 2 * 32 * 1024 * 2 * 1000 * n) / 3.35e12
+        assert float(base.decode_seconds(n, 1000 * n)) == pytest.approx(max(dec, mem) + 0.01, rel=1e-3)
+    grid = layer_times.CURVE_TOKENS[::37]
+    np.testing.assert_allclose(base.efficiency(grid), efficiency(c, lay, 1, grid, 989.5e12, 3.35e12), rtol=1e-12)
+    faster = Roofline(rm(mfu=None, mfu_scale=1.2))
+    assert float(faster.efficiency(4096)) == pytest.approx(1.2 * float(base.efficiency(4096)), rel=1e-12)
+    assert float(Roofline(rm(mfu=None, mfu_scale=100.0)).efficiency(4096)) == 1.0
+    assert "efficiency curve" in base.describe() and "MFU 0.4" in Roofline(rm(mfu=0.4)).describe()
+
+
+def test_the_issues_gap_between_the_flat_roofline_and_measured_kernels():
+    """Issue 48's reading of the H100 7B file: the 0.4 roofline is too fast for short passes and too slow
+    for long ones; the curve and the kernels agree with each other within 10% from 64 tokens on."""
+    flat = Roofline(rm("7B", "H100", mfu=0.4))
+    curve = Roofline(rm("7B", "H100"))
+    kern = Kernels(rm("7B", "H100", service="kernels"))
+
+    def batch(model, n):  # n tokens a pass in sequences of at most 256
+        seq = min(n, 256)
+        return float(model.seconds(n // seq, n, n // seq * seq * seq, seq))
+
+    ratio = {n: batch(kern, n) / batch(flat, n) for n in (64, 256, 1024, 4096)}
+    assert ratio[64] > 1.3 and 0.8 < ratio[256] < 1.2 and ratio[1024] < 0.75 and ratio[4096] < 0.75, ratio
+    for n in (64, 256, 1024, 4096, 14_336):
+        assert batch(curve, n) == pytest.approx(batch(kern, n), rel=0.1), n
