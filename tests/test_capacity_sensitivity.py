@@ -28,7 +28,8 @@ from test_capacity import SMALL, SMALL_JUDGE
 JUDGE = ["scenario=capacity/judge_rm_h100", *SMALL_JUDGE, "capacity.counts=[1,2,3,4,6,8,16]",
          "capacity.sensitivity.enabled=true"]
 # more load on the harder side: the answer never falls; on the easier side never rises
-HARDER = {"mfu": -1, "tokens": +1, "batch_size": +1, "mtbf_s": -1, "mttr_s": +1, "service": +1, "background_rate": +1}
+HARDER = {"mfu": -1, "mfu_scale": -1, "tokens": +1, "batch_size": +1, "mtbf_s": -1, "mttr_s": +1, "service": +1,
+          "background_rate": +1}
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +128,7 @@ def test_a_variant_whose_longest_run_does_not_fit_is_lowered_as_the_base_is(hydr
     with pytest.raises(ConfigError):
         check_limits(tight)  # what the variants met before
     planned = variants(tight)
-    assert {v.input for v in planned} == {"mfu", "tokens", "batch_size"}
+    assert {v.input for v in planned} == {"mfu_scale", "tokens", "batch_size", "kernels"}
     for v in planned:
         assert cfg.pipeline.steps <= v.spec.capacity.max_steps < 640, (v.input, v.value)
         assert run_estimate(v.spec)["memory"] <= memory_room(v.spec)
@@ -147,13 +148,18 @@ def test_the_batch_moves_to_the_nearest_other_integer(hydra_ctx):
 
 
 def check_table(res, cfg):
-    """The table's base rows, directions and each variant against a plain run of its spec."""
+    """The table's base rows, directions and each variant against a plain run of its spec (the kernels
+    variant: one, its change the full batch's seconds under the kernels over the roofline's)."""
     t = res.sensitivity
     assert set(t.columns) >= {"input", "key", "change", "value", "recommended", "delta", "simulated"}
     assert (t[t.change == 0].recommended == res.recommended).all()  # the base rows: the plain run's answer
     big = res.top + 1  # none: more than the largest count searched
     for what, rows in t.groupby("input", sort=False):
         rec = rows.sort_values("change").recommended.fillna(big).astype(int).to_numpy()
+        if what == "kernels":
+            base, moved = rows[rows.change == 0].iloc[0], rows[rows.change != 0].iloc[0]
+            assert len(rows) == 2 and moved.change == pytest.approx(moved.value / base.value - 1.0, abs=1e-12)
+            continue
         assert len(rec) == 3 and rows.change.is_monotonic_increasing, what
         if HARDER[what] > 0:
             assert rec[0] <= rec[1] <= rec[2], (what, rec)
@@ -182,16 +188,42 @@ def test_judge_sensitivity(hydra_ctx):
     pd.testing.assert_frame_equal(res.curve, plain.curve)  # the table leaves the plain answer as it is
     assert res.recommended == plain.recommended == 5
     t = res.sensitivity
-    assert list(dict.fromkeys(t.input)) == ["mfu", "tokens", "batch_size"]  # every input a gpu_rm roofline has
+    assert list(dict.fromkeys(t.input)) == ["mfu", "tokens", "batch_size", "kernels"]  # every input a roofline has
     assert t[t.input == "batch_size"].value.tolist() == [13, 16, 19]  # the nearest integers to 16 x 0.8 and x 1.2
     np.testing.assert_allclose(t[t.input == "mfu"].value, [0.32, 0.4, 0.48])
     assert res.timings["sensitivity_s"] > 0
-    assert len(t[t.change != 0].simulated.str.split().explode()) <= 2 * 6  # at most two counts a variant
+    assert len(t[t.change != 0].simulated.str.split().explode()) <= 2 * 7  # at most two counts a variant
     check_table(res, cfg)
     typed = run_capacity(spec(*JUDGE[:-1], "pipeline.channels.judge.rm.mfu=0.32"))  # as a user would type it
     assert typed.recommended == t[(t.input == "mfu") & (t.change < 0)].recommended.iloc[0]
     text = sensitivity_text(res, 0.2)
     assert text.startswith("How the answer moves") and "5 GPUs; " in text and "if MFU is 0.32" in text
+    assert "if measured kernels serve (" in text
+
+
+def test_the_curve_and_the_kernels_as_inputs(hydra_ctx):
+    """The judge as shipped (rm.mfu null): its MFU input moves the curve's scale, 0.8 and 1.2 (no cap: the
+    curve's MFU is capped at 1 pass by pass); the kernels variant's value is a full batch's seconds (32
+    sequences of the mean 450 tokens, padded) under the kernel model, its base the roofline's, each by hand."""
+    from racsim.analyses.sensitivity import full_batch_seconds
+    from racsim.pipeline.service import build_service
+
+    cfg = spec("scenario=capacity/judge_rm_h100")
+    planned = variants(cfg)
+    assert [v.input for v in planned] == ["mfu_scale", "mfu_scale", "tokens", "tokens", "batch_size", "batch_size",
+                                          "kernels"]
+    assert [(v.value, v.base) for v in planned if v.input == "mfu_scale"] == [(0.8, 1.0), (1.2, 1.0)]
+    k = next(v for v in planned if v.input == "kernels")
+    rm = cfg.pipeline.channels["judge"].rm
+    assert k.spec.pipeline.channels["judge"].rm.service == "kernels" and rm.service == "roofline"
+    for spec_, value in ((cfg, k.base), (k.spec, k.value)):
+        model = build_service(spec_.pipeline.channels["judge"].rm)
+        assert value == pytest.approx(float(model.seconds(32, 32 * 450, 32 * 450 ** 2, 450)), rel=1e-12)
+    assert full_batch_seconds(dataclasses.replace(rm, token_budget=900), "x") == pytest.approx(
+        float(build_service(rm).seconds(2, 900, 2 * 450 ** 2, 450)), rel=1e-12)  # the budget holds two
+    with pytest.raises(ConfigError) as info:
+        validate(compose("config", overrides=["scenario=capacity/judge_rm_h100", "capacity.sensitivity.inputs=[mfu]"]))
+    assert info.value.key == "capacity.sensitivity.inputs" and "mfu_scale" in info.value.allowed
 
 
 @pytest.mark.long

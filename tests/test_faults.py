@@ -162,7 +162,7 @@ def random_pcfg(seed: int) -> PipelineConf:
 
     def rm(order):
         return RMConf(model=rm_model("8B"), gpu=gpu("H100", name="slow", peak_tflops=float(rng.uniform(40, 150))),
-                      gpus=int(rng.integers(1, 4)) * 2, tp=int(rng.choice([1, 2])), max_batch=int(rng.integers(1, 6)),
+                      mfu=0.4, gpus=int(rng.integers(1, 4)) * 2, tp=int(rng.choice([1, 2])), max_batch=int(rng.integers(1, 6)),
                       token_budget=4000, max_wait_s=float(rng.choice([0.0, 0.3])), order=order,
                       sequences_per_sample=int(rng.integers(1, 3)),
                       prompt_tokens=LatencyConf(kind="lognormal", mean=150.0, sigma=0.6, low=1.0),

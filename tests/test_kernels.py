@@ -15,13 +15,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dataclasses import replace
+
+from helpers import assert_same_schedule
 from racsim.config.defaults import catalog
 from racsim.config.schema import GpuConf, RMConf, RMModelConf
 from racsim.errors import ConfigError
 from racsim.pipeline import layer_times
 from racsim.pipeline.efficiency import (FIT_TOKENS, Curve, Layer, curve_text, efficiency, fit, layer_params,
                                         layer_seconds, predicted, shipped_curve)
+from racsim.pipeline.draws import draw
+from racsim.pipeline.lanes import run_lanes
 from racsim.pipeline.service import Kernels, Roofline, build_service, model_size
+from racsim.pipeline.simpy_engine import run_simpy
 
 MODELS, GPUS = catalog("model"), catalog("gpu")
 DATA = Path(layer_times.__file__).resolve().parents[1] / "data" / "kernels"
@@ -328,3 +334,23 @@ def test_the_issues_gap_between_the_flat_roofline_and_measured_kernels():
     assert ratio[64] > 1.3 and 0.8 < ratio[256] < 1.2 and ratio[1024] < 0.75 and ratio[4096] < 0.75, ratio
     for n in (64, 256, 1024, 4096, 14_336):
         assert batch(curve, n) == pytest.approx(batch(kern, n), rel=0.1), n
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_engines_agree_under_the_kernel_model(seed):
+    """tests/test_gpu_rm.py's random pipelines with every GPU pool an A100 under measured kernels (slowed
+    20-fold by kernel_overhead so that queues form): the lanes engine, its per-lane loop and SimPy give the
+    same schedule to the last bit."""
+    from test_gpu_rm import random_pcfg
+
+    pcfg = random_pcfg(seed)
+    for ch in [c for c in pcfg.channels.values() if c.kind == "gpu_rm"]:
+        ch.rm = replace(ch.rm, gpu=GpuConf(**GPUS["A100"]), service="kernels", kernel_overhead=20.0)
+    draws = draw(pcfg, 3, np.random.default_rng(seed))
+    queued = False
+    for blocking, timeout in ((False, None), (True, 0.6)):
+        sim = run_simpy(draws, blocking, timeout)
+        assert_same_schedule(run_lanes(draws, blocking, timeout), sim, f"lanes, seed {seed}")
+        assert_same_schedule(run_lanes(draws, blocking, timeout, gpu_loop=True), sim, f"loop, seed {seed}")
+        queued |= bool((sim.service_start > sim.submit_time).any())
+    assert queued

@@ -208,7 +208,8 @@ def test_a_capacity_run_with_failures_prints_up_and_useful_from_the_run():
         "pipeline.steps=12", "capacity.benchmark=false", "capacity.run_length=fixed", "capacity.resamples=20",
         "pipeline.warmup_steps=2", f"{J}.rm.sequences_per_sample=16", "pipeline.batch_size=16",
         "pipeline.generate.mean=1.5", "pipeline.fast_score.mean=0.25", "pipeline.update.mean=0.375",
-        f"{J}.faults.mtbf_s=40", f"{J}.faults.mttr_s=10", f"{J}.max_delay=6", "capacity.max_count=8"))
+        f"{J}.faults.mtbf_s=40", f"{J}.faults.mttr_s=10", f"{J}.max_delay=6", "capacity.max_count=8",
+        f"{J}.rm.mfu=0.4"))
     res = run_capacity(cfg)
     c = res.curve[(res.curve.corrector == res.targets["corrector"]) & res.curve.utilisation.notna()]  # simulated
     assert len(c) == 2
