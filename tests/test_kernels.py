@@ -80,7 +80,8 @@ def test_kernel_model_is_a_hand_sum_of_the_files_rows(model, gpu, path, tp, n):
     attn = 2 * m["layers"] * m["d_model"] * n * n / (tp * g["peak_tflops"] * 1e12 * 0.5)
     want = 1.1 * (m["layers"] * layer_ms * 1e-3 + emb_ms * 1e-3 + attn) + 0.01
     assert float(k.seconds(1, n, n * n, n)) == pytest.approx(want, rel=1e-12)
-    kv = 2 * m["layers"] * m["n_kv_heads"] * (m["d_model"] // m["n_heads"]) * 2.0 * (n * 700) / (tp * g["mem_bw_tbs"] * 1e12)
+    kv_bytes = 2 * m["layers"] * m["n_kv_heads"] * (m["d_model"] // m["n_heads"]) * 2.0  # keys and values, a token
+    kv = kv_bytes * (n * 700) / (tp * g["mem_bw_tbs"] * 1e12)
     want = 1.1 * (m["layers"] * layer_ms * 1e-3 + emb_ms * 1e-3 + kv) + 0.01
     assert float(k.decode_seconds(n, n * 700)) == pytest.approx(want, rel=1e-12)
 
@@ -91,13 +92,15 @@ def test_between_and_past_the_measured_tokens():
     k = build_service(rm("7B", "H100", service="kernels"))
     layer = lambda n: float(k.kernels(n))  # noqa: E731
     (l0, e0), (l1, e1) = rows[256], rows[264]
-    assert layer(259) == pytest.approx(32 * (l0 + 3 / 8 * (l1 - l0)) * 1e-3 + (e0 + 3 / 8 * (e1 - e0)) * 1e-3, rel=1e-12)
+    between = 32 * (l0 + 3 / 8 * (l1 - l0)) * 1e-3 + (e0 + 3 / 8 * (e1 - e0)) * 1e-3
+    assert layer(259) == pytest.approx(between, rel=1e-12)
     top = rows[4096]
     assert layer(10_000) == pytest.approx((32 * top[0] + top[1]) * 1e-3 * 10_000 / 4096, rel=1e-12)
     assert layer(0.5) == layer(1)
     packed = build_service(rm("7B", "H100", service="kernels", padded=False))
     # padded: every sequence as long as the longest (tokens and squares); packed: as they are
-    assert float(k.seconds(3, 900, 3 * 400 ** 2, 400)) == pytest.approx(float(packed.seconds(3, 1200, 3 * 400 ** 2, 400)))
+    as_long = float(packed.seconds(3, 1200, 3 * 400 ** 2, 400))
+    assert float(k.seconds(3, 900, 3 * 400 ** 2, 400)) == pytest.approx(as_long)
     assert float(packed.seconds(3, 900, 270_000, 400)) < float(k.seconds(3, 900, 270_000, 400))
 
 
@@ -110,7 +113,8 @@ def test_monotone_in_tokens_for_every_catalog_model_and_gpu(model, gpu):
     n = np.sort(np.concatenate([rng.integers(1, 40_000, 300), [1, 2, 8, 4095, 4096, 4097, 32768, 32769]])).astype(float)
     for tp in (t for t in (1, 2, 3, 4, 8) if MODELS[model]["n_heads"] % t == 0):
         for service in ("kernels", "roofline"):
-            s = Kernels(rm(model, gpu, tp=tp, service="kernels")) if service == "kernels" else Roofline(rm(model, gpu, tp=tp))
+            conf = rm(model, gpu, tp=tp, service=service)
+            s = Kernels(conf) if service == "kernels" else Roofline(conf)
             for t in (s.seconds(np.ones_like(n), n, n * n, n), s.decode_seconds(n, 500 * n), s.decode_seconds(64, n)):
                 assert np.all(np.diff(t) >= 0), (model, gpu, tp, service)
 
@@ -276,7 +280,8 @@ def loo_errors(file: str) -> pd.Series:
     rows = layer_times.measured_rows()
     c = fit(rows[rows.file != file])
     mine = rows[(rows.file == file) & rows.tokens.isin([256, 1024, 4096])]
-    return pd.Series(predicted(c, mine) / mine.seconds.to_numpy() - 1.0, index=pd.MultiIndex.from_frame(mine[["tp", "tokens"]]))
+    at = pd.MultiIndex.from_frame(mine[["tp", "tokens"]])
+    return pd.Series(predicted(c, mine) / mine.seconds.to_numpy() - 1.0, index=at)
 
 
 @pytest.mark.parametrize("file", ["h100/Llama-2-7b-hf", "a100/Meta-Llama-3-8B"])

@@ -34,7 +34,8 @@ ROOMS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
                                                                       "pipeline", "learner")),
     ("report", "what a user reads of one run", ("errors", "io", "config", "pipeline", "learner", "analyses")),
     ("sweep", "many runs: launch, resume, mark, gather", ("errors", "io", "progress", "config", "analyses", "report")),
-    ("tools", "how fast is it, and what does a real RM cost? (racsim-bench, racsim-profile)",
+    ("tools", "how fast is it, and what does a real RM cost? (racsim-bench, racsim-profile, the measured kernel "
+              "tables and their curve)",
      ("errors", "io", "progress", "config", "pipeline", "learner", "analyses", "sweep.markers")),
     ("app", "what a person or a program calls: racsim, racsim.run, --help, the docs' blocks",
      ("errors", "io", "progress", "config", "analyses", "report", "sweep")),

@@ -74,7 +74,8 @@ class Row:
         measured counts, the first one's below them, proportional past the last."""
         n = np.asarray(tokens, dtype=np.float64)
         top = self.tokens[-1]
-        return tuple(np.where(n <= top, np.interp(n, self.tokens, v), v[-1] * (n / top)) for v in (self.layer, self.emb))
+        return tuple(np.where(n <= top, np.interp(n, self.tokens, v), v[-1] * (n / top))
+                     for v in (self.layer, self.emb))
 
     def scaled(self, factor: np.ndarray) -> "Row":
         """The row with both columns times ``factor`` (one per token count), kept monotone."""
@@ -233,7 +234,8 @@ class Source:
 
 def curve_row(curve: Curve, layer: Layer, tp: int, peak: float, bandwidth: float) -> Row:
     """The curve's seconds of one layer at :data:`CURVE_TOKENS` (no embedding term)."""
-    return Row(CURVE_TOKENS, layer_seconds(curve, layer, tp, CURVE_TOKENS, peak, bandwidth), np.zeros(len(CURVE_TOKENS)))
+    seconds = layer_seconds(curve, layer, tp, CURVE_TOKENS, peak, bandwidth)
+    return Row(CURVE_TOKENS, seconds, np.zeros(len(CURVE_TOKENS)))
 
 
 def nearest(tables: List[Tuple[str, Table]], shape: Dict[str, Any], layer: Layer) -> Tuple[str, Table]:

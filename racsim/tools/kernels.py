@@ -138,7 +138,8 @@ def fit_report() -> str:
 
 
 # (from, to): a table carried to another shape or GPU by the curve's ratio, where both are measured
-TRANSFERS = (("a100/Llama-2-7b-hf", "a100/Meta-Llama-3-8B"), ("a100/CodeLlama-34b-Instruct-hf", "a100/Meta-Llama-3-70B"),
+TRANSFERS = (("a100/Llama-2-7b-hf", "a100/Meta-Llama-3-8B"),
+             ("a100/CodeLlama-34b-Instruct-hf", "a100/Meta-Llama-3-70B"),
              ("a100/Llama-2-7b-hf", "a100/Meta-Llama-3-70B"), ("h100/phi-2", "h100/Llama-2-7b-hf"),
              ("a100/Llama-2-7b-hf", "h100/Llama-2-7b-hf"), ("a100/Llama-2-70b-hf", "a100/Meta-Llama-3-70B"))
 
@@ -327,12 +328,14 @@ def one_answer(cfg: RacsimConf, name: str, service: str) -> dict:
     res = run_capacity(cfg)
     row = {"scenario": name, "service": service, "GPUs": res.recommended}
     if res.recommended is not None:
-        r = res.curve[(res.curve["count"] == res.recommended) & (res.curve.corrector == res.targets["corrector"])].iloc[0]
+        at = (res.curve["count"] == res.recommended) & (res.curve.corrector == res.targets["corrector"])
+        r = res.curve[at].iloc[0]
         row.update({"load": r.load, "$/h": r.cost_per_hour, "$/1000 steps": r.cost_per_1000_steps})
     return row
 
 
-def answers(overrides: Sequence[str], jobs: int = 1, progress: Optional[Progress] = None) -> Tuple[pd.DataFrame, List[str]]:
+def answers(overrides: Sequence[str], jobs: int = 1,
+            progress: Optional[Progress] = None) -> Tuple[pd.DataFrame, List[str]]:
     """Every shipped capacity scenario whose sized channel is a GPU pool, answered under each of
     :data:`SERVICES` (``overrides`` after the scenario's, the sensitivity table and the speed figure
     off): a row per scenario and service; and the scenarios left out (not a GPU pool)."""
