@@ -65,6 +65,8 @@ REDUCE = [
     (r"capacity.max_bias_vs_naive=0.0001", [],
      "learner.trials=4 learner.bootstrap=20 output.plots=false capacity.resamples=20 capacity.benchmark=false "
      "capacity.counts=[4,5,12]"),
+    # every shipped GPU capacity scenario under five service models: each run as small as the others here
+    (r"racsim.tools.kernels answers", [], CAPACITY + " capacity.counts=[4]"),
     (r"scenario=capacity/code_verifier", [], CAPACITY + " capacity.counts=[64]"),
     (r"scenario=capacity/", [], CAPACITY + " capacity.counts=[4]"),
     (r"scenario=adaptive_tau", [], "learner.trials=20 learner.bootstrap=20 pipeline.steps=30 pipeline.warmup_steps=10 output.plots=false"),
