@@ -274,7 +274,7 @@ RECIPES: Dict[str, Recipe] = {
     "kernels.catalog": Recipe(("python -m racsim.tools.kernels catalog",), console, fresh=True),
     "kernels.decode": Recipe(("python -m racsim.tools.kernels decode --out outputs/kernels",), console, fresh=True,
                              figures=(("decode.png", "decode.png"),)),
-    "capacity.services": Recipe(("python -m racsim.tools.kernels answers --jobs 2",), console),
+    "capacity.services": Recipe(("python -m racsim.tools.kernels answers",), console),
     "bench.default": Recipe(("racsim-bench",), console),
     "bench.paper": Recipe(("racsim-bench --paper",), console),
 }
