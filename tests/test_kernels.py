@@ -316,6 +316,11 @@ def test_the_roofline_on_the_curve():
         dec = (2 * size * n + 4 * 32 * 4096 * 1000 * n) / (989.5e12 * e)
         mem = (size * 2 + 2 * 32 * 1024 * 2 * 1000 * n) / 3.35e12
         assert float(base.decode_seconds(n, 1000 * n)) == pytest.approx(max(dec, mem) + 0.01, rel=1e-3)
+    flat = Roofline(rm(mfu=0.4, overhead_s=0.01))  # a set MFU: flat in the pass, as before the curve
+    for b, ctx in ((1, 500.0), (64, 64_000.0), (512, 2e6)):
+        dec = (2 * size * b + 4 * 32 * 4096 * ctx) / (989.5e12 * 0.4)
+        mem = (size * 2 + 2 * 32 * 1024 * 2 * ctx) / 3.35e12
+        assert float(flat.decode_seconds(b, ctx)) == pytest.approx(max(dec, mem) + 0.01, rel=1e-12)
     grid = layer_times.CURVE_TOKENS[::37]
     np.testing.assert_allclose(base.efficiency(grid), efficiency(c, lay, 1, grid, 989.5e12, 3.35e12), rtol=1e-12)
     faster = Roofline(rm(mfu=None, mfu_scale=1.2))
