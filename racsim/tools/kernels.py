@@ -65,8 +65,10 @@ def derive_file(src: Path) -> str:
     return ATTRIBUTION + "\n" + out[[*ops, *shape, TOKENS, TP]].to_csv(index=False, lineterminator="\n")
 
 
-def derive(src: Path, out: Path = HERE) -> List[Path]:
-    """Write the derived tables of every SRC/<gpu>/<model>.csv, gpus.csv and curve.json under ``out``."""
+def derive(src: Path) -> List[Path]:
+    """Write the derived tables of every SRC/<gpu>/<model>.csv, gpus.csv and curve.json (fitted to the tables
+    written) into racsim/data/kernels/."""
+    out = HERE
     gpus = catalog("gpu")
     written, used = [], []
     for f in sorted(src.glob("*/*.csv")):
