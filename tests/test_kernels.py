@@ -364,3 +364,28 @@ def test_the_engines_agree_under_the_kernel_model(seed):
         assert_same_schedule(run_lanes(draws, blocking, timeout, gpu_loop=True), sim, f"loop, seed {seed}")
         queued |= bool((sim.service_start > sim.submit_time).any())
     assert queued
+
+
+def test_deriving_a_table_keeps_the_medians_and_merges_repeated_rows(tmp_path):
+    """racsim.tools.kernels: of a file in the shared format, each operator's median (std dropped), a (tokens, tp)
+    measured twice as the median of the two to 5 significant digits, the attribution line first; read back, the
+    layer's time is the sum of the operators."""
+    from racsim.tools.kernels import ATTRIBUTION, derive_file
+
+    head = ("time_stats.emb.median,time_stats.emb.std,time_stats.attn_pre_proj.median,time_stats.attn_pre_proj.std,"
+            "time_stats.add.median,time_stats.add.std,n_head,n_kv_head,n_embd,n_expanded_embd,vocab_size,use_gated_mlp,"
+            "num_tokens,num_tensor_parallel_workers")
+    shape = "32,8,4096,14336,128256,True"
+    src = tmp_path / "m.csv"
+    rows = [f"0.1,0.01,0.5,0.02,0.03,0.001,{shape},8,1", f"0.2,0.01,0.7,0.02,0.05,0.001,{shape},8,1",
+            f"0.1,0.01,0.3,0.02,0.02,0.001,{shape},1,1"]
+    src.write_text("\n".join([head, *rows]) + "\n")
+    text = derive_file(src)
+    lines = text.splitlines()
+    assert lines[0] == ATTRIBUTION and "std" not in lines[1]
+    assert lines[2:] == [f"0.1,0.3,0.02,{shape},1,1", f"0.15,0.6,0.04,{shape},8,1"]
+    out = tmp_path / "d.csv"
+    out.write_text(text)
+    t = layer_times.read_table(str(out), "x")
+    np.testing.assert_allclose(t.rows[1].layer, [0.32e-3, 0.64e-3], rtol=1e-12)
+    np.testing.assert_allclose(t.rows[1].emb, [0.1e-3, 0.15e-3], rtol=1e-12)
