@@ -11,6 +11,7 @@ import pandas as pd
 
 from racsim.analyses.grid import learner_key
 from racsim.config.schema import warmup_steps
+from racsim.generation.schedule import async_schedules
 from racsim.io import auto_workers, sharing, spawn_pool
 from racsim.analyses.result import RunResult
 from racsim.learner import mdp as M
@@ -55,6 +56,9 @@ def simulate_schedules(cfg: Any, n_trials: int, stream: str, names,
     wait-for-slow runs on, from the same draws (common random numbers); ``known``: the
     draws and async schedule, already made."""
     p = cfg.pipeline
+    if p.generation.mode == "async":  # rollout engines ahead of the trainer (racsim/generation/schedule.py)
+        return async_schedules(p, n_trials, rng_for(cfg.seed, stream), blocking=any(n in BLOCKING for n in names),
+                               engine=p.engine)
     draws = known.draws if known is not None else draw(p, n_trials, rng_for(cfg.seed, stream))
     out = {"async": known.schedule if known is not None else simulate(p, n_trials, None, draws=draws)}
     if any(n in BLOCKING for n in names):
