@@ -114,8 +114,11 @@ class LaneDraws:
         return tuple((ch.workers, self.service[k], self.routed[k]) for k, (_, ch) in enumerate(self.channels))
 
 
-def first_groups(steps: int, groups: int, engines: int, concurrency: int, group_size: int) -> int:
-    """Groups to draw for a lane's first try (more are drawn if it asks): the trained ones, a step's more,
-    and what the engines hold at once, in whole blocks."""
-    need = (steps + 1) * groups + math.ceil(engines * concurrency / group_size)
+def first_groups(steps: int, groups: int, engines: int, concurrency: int, group_size: int,
+                 capacity: Optional[int] = None) -> int:
+    """Groups to draw for a lane's first try (a lane that asks for more runs again with twice as many): the
+    trained ones, a step's more, a full queue, and four times the groups the engines hold at once (a group
+    stays in flight until its longest response ends, while its finished ones free their slots), in whole
+    blocks."""
+    need = (steps + 1) * groups + (capacity or 0) + 4 * math.ceil(engines * concurrency / group_size)
     return BLOCK * math.ceil(need / BLOCK)

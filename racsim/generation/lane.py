@@ -11,7 +11,7 @@ the last step's publish and sync end are its start plus its trainer seconds, plu
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Tuple
 
 import numpy as np
@@ -80,6 +80,8 @@ class LaneTrace:
     wasted_tokens: int  # tokens decoded by aborted sequences
     groups_admitted: int
     generated: Optional[np.ndarray] = None  # (groups_admitted,) the instant each was generated (inf: not yet)
+    entered: Optional[np.ndarray] = None  # (groups_admitted,) the instant each entered the queue (inf: not yet)
+    events: int = 0  # events the engine delivered (the fast engine's count; its speed's unit)
 
 
 def check_inputs(x: LaneInputs) -> None:
@@ -192,6 +194,7 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
     state = LaneState(inputs, Hooks)
     fire, end_of_round, engine_event = state.fire, state.end_of_round, state.engine_event
     end_of_round(0.0)
+    events = 0
     while not state.done:
         if not heap:
             raise state.starved()
@@ -201,7 +204,9 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
             if cls == ENGINE:
                 if tok == token[idx]:
                     engine_event(now, idx)
+                    events += 1
             else:
                 fire(now, cls, idx)
+                events += 1
         end_of_round(now)
-    return trace_of(state, slow)
+    return replace(trace_of(state, slow), events=events)

@@ -94,7 +94,8 @@ class AsyncRun:
 
     def run_lane(self, lane: int, gate: str) -> LaneTrace:
         """Lane ``lane`` with ``gate``, more groups drawn until it has enough."""
-        n = first_groups(self.steps, self.G, self.replicas, int(self.gen.engines.concurrency), self.S)
+        n = first_groups(self.steps, self.G, self.replicas, int(self.gen.engines.concurrency), self.S,
+                         self.gen.queue.capacity)
         while True:
             try:
                 return LANES[self.engine](self.inputs(lane, gate, n))
@@ -126,7 +127,7 @@ class AsyncRun:
             wasted_tokens=np.array([tr.wasted_tokens for tr in traces], dtype=np.int64),
             groups_admitted=np.array([tr.groups_admitted for tr in traces], dtype=np.int64),
             generated=tuple(d.response[:tr.groups_admitted][np.isfinite(tr.generated)].reshape(-1)
-                            for tr, d in zip(traces, drawn)))
+                            for tr, d in zip(traces, drawn)), group_size=self.S)
 
     def fast_schedule(self) -> ArrivalSchedule:
         """Gate fast: the slow channels simulated by the pipeline's engines from the trained samples' queue

@@ -62,6 +62,31 @@ def floor_diff(x: float, a: float) -> int:
     return fx - fa - (1 if x - fx < a - fa else 0)
 
 
+def token_versions(switch_k: List[float], switch_v: List[int], k0: float, n: int, f: float) -> List[tuple]:
+    """(version, tokens) of each run of a sequence's tokens by the policy version that produced them, in order
+    (they sum to ``n``): it started decoding at counter ``k0`` and finished at ``f`` = k0 + n (in floats) on an
+    engine that adopted version ``switch_v[i]`` with its counter at ``switch_k[i]`` (non-decreasing; before
+    the first switch: version 0). Token m < n is produced when the counter reaches k0 + m (exactly), the
+    last at f; a token produced when the counter stands at a switch carries the version before it."""
+    j0 = bisect.bisect_right(switch_k, k0) - 1
+    version = switch_v[j0] if j0 >= 0 else 0
+    out, before = [], 0
+    a = math.floor(k0)
+    y = k0 - a
+    for idx in range(j0 + 1, bisect.bisect_left(switch_k, f)):
+        x = switch_k[idx]
+        c = math.floor(x)
+        c = c - a - (1 if x - c < y else 0)  # floor_diff(x, k0), inlined: the hot loop of a long sequence
+        if c > n:
+            c = n
+        if c > before:
+            out.append((version, c - before))
+            before = c
+        version = switch_v[idx]
+    out.append((version, n - before))
+    return out
+
+
 class Engine:
     """One rollout engine (a replica): its version, decode counter and the sequences it runs."""
 
@@ -105,6 +130,7 @@ class LaneState:
         self.P = x.prompt.tolist()
         self.N = x.response.reshape(-1).tolist()  # by sequence id j * S + i
         self.decode, self.prefill_s = x.decode_seconds, x.prefill_seconds
+        self.one_prefill: dict = {}  # prompt length -> a prefill pass of that one prompt
         self.rule, self.gate_fast = x.admission, x.gate == "fast"
         self.eta, self.ahead = int(x.eta), 0 if x.admission == "sync" else int(x.ahead)
         self.verl_cap = math.floor((1.0 + float(x.staleness)) * self.B)
@@ -349,26 +375,18 @@ class LaneState:
             self._retime(g)
 
     def _finish(self, g: Engine, sid: int, f: float, now: float) -> None:
-        """Sequence ``sid`` produced its last token (at counter ``f``): the versions of its tokens (those
-        produced after a switch at counter k_s carry the version adopted there), and its group's record if
-        it was the group's last."""
+        """Sequence ``sid`` produced its last token (at counter ``f``): the versions of its tokens
+        (:func:`token_versions`), and its group's record if it was the group's last."""
         k0, n = self.k0[sid], self.N[sid]
         sk, sv = g.switch_k, g.switch_v
         j0 = bisect.bisect_right(sk, k0) - 1
-        version = sv[j0] if j0 >= 0 else 0
-        j1 = bisect.bisect_left(sk, f)
-        if j1 == j0 + 1:  # no switch while it decoded
+        if bisect.bisect_left(sk, f) == j0 + 1:  # no switch while it decoded
+            version = sv[j0] if j0 >= 0 else 0
             self.mean_v[sid] = float(version)
         else:
-            total, before = 0, 0
-            for idx in range(j0 + 1, j1):
-                c = floor_diff(sk[idx], k0)
-                if c > n:
-                    c = n
-                total += version * (c - before)
-                before, version = c, sv[idx]
-            total += version * (n - before)
-            self.mean_v[sid] = total / n
+            segments = token_versions(sk, sv, k0, n, f)
+            self.mean_v[sid] = sum(v * c for v, c in segments) / n
+            version = segments[-1][0]
         self.last_v[sid] = version
         self.finished[sid] = now
         j = sid // self.S
@@ -427,7 +445,11 @@ class LaneState:
         work = bool(self.fifo) or self._admissible()
         if work and self.hungry:
             candidates = candidates | self.hungry
-        if candidates:
+        if len(candidates) == 1:
+            self.touched = set()
+            for e in candidates:
+                self._pull(self.engines[e], now, work)
+        elif candidates:
             self.touched = set()
             for e in sorted(candidates):
                 work = self._pull(self.engines[e], now, work)
@@ -511,18 +533,28 @@ class LaneState:
         if not took:
             return work
         S, P = self.S, self.P
-        prompts = [P[sid // S] for sid in took]
         for sid in took:
             self.eng[sid] = g.index
             self.taken[sid] = now
             self.start_v[sid] = g.version
         self._freeze(g, now)
         g.prefill = took
-        g.prefill_end = now + self.prefill_s(len(took), float(sum(prompts)),
-                                             float(sum(p * p for p in prompts)), float(max(prompts)))
+        g.prefill_end = now + self._prefill_seconds([P[sid // S] for sid in took])
         self._set_state(g, now)
         self.hooks.engine_changed(g.index)
         return work
+
+    def _prefill_seconds(self, prompts: List[int]) -> float:
+        """pi(k, sum P, sum P^2, max P) of one prefill pass; a single prompt's is kept (most passes start one
+        sequence, in a slot a completion freed, and prompt lengths repeat)."""
+        if len(prompts) == 1:
+            p = prompts[0]
+            s = self.one_prefill.get(p)
+            if s is None:
+                s = self.one_prefill[p] = self.prefill_s(1, float(p), float(p * p), float(p))
+            return s
+        return self.prefill_s(len(prompts), float(sum(prompts)), float(sum(p * p for p in prompts)),
+                              float(max(prompts)))
 
     def starved(self) -> Starved:
         return Starved(f"the trainer starves at step {self.step}: {len(self.queue)} of {self.G} groups queued "
@@ -545,4 +577,5 @@ class LaneState:
             dropped=np.asarray(self.dropped, dtype=np.int64), dropped_at=np.asarray(self.dropped_at),
             engine_time=np.asarray([g.time for g in self.engines]), queue_times=np.asarray(self.q_times),
             queue_length=np.asarray(self.q_lengths, dtype=np.int64), wasted_tokens=int(self.wasted),
-            groups_admitted=int(self.next_group), generated=np.asarray(self.generated[:self.next_group]))
+            groups_admitted=int(self.next_group), generated=np.asarray(self.generated[:self.next_group]),
+            entered=np.asarray(self.queue_in[:self.next_group]))
