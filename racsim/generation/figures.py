@@ -27,18 +27,16 @@ def versions_at(sync_end: np.ndarray, when: np.ndarray) -> np.ndarray:
 
 
 def time_average(times: np.ndarray, lengths: np.ndarray, start: float, end: float) -> Tuple[float, int]:
-    """(time-average, maximum) over [start, end] of a step function that is 0 before ``times[0]`` and
-    ``lengths[i]`` from ``times[i]`` on (the queue-length timeline). A length set at ``start`` counts."""
+    """(time-average, maximum) over [start, end) of a step function that is 0 before ``times[0]`` and
+    ``lengths[i]`` from ``times[i]`` on (the queue-length timeline): a length set at ``start`` counts, one set
+    at ``end`` does not."""
     if end <= start:
         return 0.0, 0
-    edges = np.concatenate([[start], np.clip(times, start, end), [end]])
-    values = np.concatenate([[0], lengths])
     before = np.searchsorted(times, start, side="right")  # changes up to start: the value at start
-    values[0] = lengths[before - 1] if before else 0
-    width = np.diff(edges)
-    inside = np.concatenate([[True], (times > start) & (times <= end)])
-    width = np.where(inside, width, 0.0)
-    return float((width * values).sum() / (end - start)), int(values[inside].max())
+    inside = (times > start) & (times < end)
+    edges = np.concatenate([[start], times[inside], [end]])
+    values = np.concatenate([[lengths[before - 1] if before else 0], lengths[inside]])
+    return float((np.diff(edges) * values).sum() / (end - start)), int(values.max())
 
 
 def trainer_split(rec: GenerationRecord) -> Dict[str, float]:

@@ -100,7 +100,7 @@ class AsyncRun:
             try:
                 return LANES[self.engine](self.inputs(lane, gate, n))
             except Starved as e:
-                raise starved_error(self.gen, e) from None
+                raise starved_error(e) from None
             except ValueError as e:
                 if str(e) != "more groups needed":
                     raise
@@ -160,14 +160,9 @@ class AsyncRun:
             phase=phase, lag=rec.head_lag, generation=rec)
 
 
-def starved_error(gen, e: Starved) -> ConfigError:
-    """A starving trainer as the user's setting that made it: drops under a rule whose slots never come back."""
-    q, rule = gen.queue, gen.admission.rule
-    drops = q.max_lag is not None or (q.full == "drop_oldest" and q.capacity is not None)
-    if drops and rule in ("steps_ahead", "sync", "verl"):
-        return ConfigError(f"{KEY}.admission.rule", rule,
-                           f"areal or none with dropped groups (queue.max_lag, queue.full=drop_oldest): {e}")
-    return ConfigError(f"{KEY}.queue.capacity", q.capacity, f"a larger queue: {e}")
+def starved_error(e: Starved) -> ConfigError:
+    """A trainer that can never get a batch (no setting known makes one: a guard), as one line."""
+    return ConfigError(f"{KEY}.queue", "...", f"settings under which the trainer gets its batches: {e}")
 
 
 def async_schedules(pcfg, n_trials: int, rng: np.random.Generator, *, blocking: bool,

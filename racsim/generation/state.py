@@ -51,8 +51,8 @@ GATES = ("fast", "all")
 
 
 class Starved(ValueError):
-    """The trainer waits for groups that can never come: no event is left before the last step starts
-    (a queue smaller than a step, or drops under an admission rule whose slots never come back)."""
+    """The trainer waits for groups that can never come: no event is left before the last step starts (a
+    guard: the lanes' checks keep the queue at least a step, and drops take only groups admitted ahead)."""
 
 
 def floor_diff(x: float, a: float) -> int:
@@ -558,8 +558,7 @@ class LaneState:
 
     def starved(self) -> Starved:
         return Starved(f"the trainer starves at step {self.step}: {len(self.queue)} of {self.G} groups queued "
-                       "and no engine can make more (a queue smaller than a step, or dropped groups whose "
-                       "admission slots never come back)")
+                       "and no event left that could bring more")
 
     def trace_arrays(self) -> dict:
         """The per-sample records of the trained batches, (steps, B) each, and the per-lane figures."""
