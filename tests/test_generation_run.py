@@ -237,6 +237,8 @@ def test_figures_add_up(fast_and_blocking):
     assert row.head_lag_max >= row.head_lag_p95 >= row.head_lag_p50 >= 0 and row.head_lag_mean >= row.mean_lag
     assert row.mean_lag >= row.last_lag_mean >= 0
     assert row.samples_per_hour == pytest.approx(16 * row.steps_per_hour)
+    per_sample = (rec.prompt + rec.response)[:, 2:].mean()
+    assert row.tokens_per_hour == pytest.approx(row.samples_per_hour * per_sample)
     h = lag_histogram(s, 2)
     assert h.head_share.sum() == pytest.approx(1.0) and h.head_samples.sum() == 3 * 6 * 16
     assert (h.lag * h.head_samples).sum() / h.head_samples.sum() == pytest.approx(row.head_lag_mean)

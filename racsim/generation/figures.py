@@ -78,7 +78,7 @@ def generation_table(sched: ArrivalSchedule, warmup: int, scenario: str = "") ->
     made = rec.finished.reshape(n, steps, batch // S, S).max(axis=-1).repeat(S, axis=-1)[:, win]
     span = rec.step_start[:, -1] - rec.step_start[:, warmup]
     per_step = float((steps - 1 - warmup) / span.mean()) if steps - 1 > warmup and span.mean() > 0 else 0.0
-    tokens = (rec.prompt + rec.response)[:, win].sum(axis=2).mean()
+    tokens = (rec.prompt + rec.response)[:, win].sum(axis=2).mean()  # a step's, on average
     queue = [time_average(times, lengths, rec.step_start[i, warmup], rec.step_start[i, -1])
              for i, (times, lengths) in enumerate(rec.queue)]
     dropped = np.array([len(d[0]) for d in rec.dropped])
@@ -105,7 +105,7 @@ def generation_table(sched: ArrivalSchedule, warmup: int, scenario: str = "") ->
         "queue_s": float((rec.step_start[:, win, None] - rec.queue_in[:, win]).mean()),
         "steps_per_hour": 3600.0 * per_step,
         "samples_per_hour": 3600.0 * per_step * batch,
-        "tokens_per_hour": 3600.0 * per_step * float(tokens) / max(steps - warmup, 1),
+        "tokens_per_hour": 3600.0 * per_step * float(tokens),
         **{f"engine_{k}": v for k, v in eng.items()},
         **{f"trainer_{k}": v for k, v in trn.items()},
         "binds": binding(trn["waiting"], eng["idle"]),
