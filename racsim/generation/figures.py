@@ -72,7 +72,7 @@ def generation_table(sched: ArrivalSchedule, warmup: int, scenario: str = "") ->
     n, steps, batch = rec.start_version.shape
     t = np.arange(steps)[None, :, None]
     win = slice(warmup, steps)
-    head, mean, last = (t - rec.start_version)[:, win], (t - rec.mean_version)[:, win], (t - rec.last_version)[:, win]
+    head, mean, last = rec.head_lag[:, win], rec.mean_lag[:, win], (t - rec.last_version)[:, win]
     v_in = versions_at(rec.sync_end, rec.queue_in)[:, win]
     S = rec.group_size
     made = rec.finished.reshape(n, steps, batch // S, S).max(axis=-1).repeat(S, axis=-1)[:, win]
@@ -126,9 +126,8 @@ def lag_histogram(sched: ArrivalSchedule, warmup: int) -> pd.DataFrame:
     """The trained samples of the measured window by lag: head lag (t - start version) and mean lag
     (t - token-weighted mean version, binned [L, L + 1)), counts and shares, one row per L from 0."""
     rec = sched.generation
-    t = np.arange(rec.start_version.shape[1])[None, :, None]
-    head = (t - rec.start_version)[:, warmup:].reshape(-1)
-    mean = np.floor(t - rec.mean_version)[:, warmup:].reshape(-1).astype(np.int64)
+    head = rec.head_lag[:, warmup:].reshape(-1)
+    mean = np.floor(rec.mean_lag[:, warmup:]).reshape(-1).astype(np.int64)
     top = int(max(head.max(), mean.max())) + 1
     h, m = np.bincount(head, minlength=top), np.bincount(mean, minlength=top)
     return pd.DataFrame({"lag": np.arange(top), "head_samples": h, "head_share": h / head.size,

@@ -140,13 +140,11 @@ class LaneState:
         n_seq = self.n_groups * self.S
         self.fifo: deque = deque()
         self.next_group = 0  # admission index of the next group
-        self.admitted_at: List[float] = []
         self.a_samples = 0  # areal: samples admitted minus those of dropped groups
         self.w_samples = 0  # verl: samples admitted since the global version last changed
         self.v_global = 0  # syncs ended
         self.published = 0  # versions published
         # per sequence
-        self.eng = [0] * n_seq
         self.k0 = [0.0] * n_seq
         self.taken = [0.0] * n_seq
         self.start_v = [0] * n_seq
@@ -498,7 +496,6 @@ class LaneState:
         if j >= self.n_groups:
             raise ValueError("more groups needed")
         self.next_group = j + 1
-        self.admitted_at.append(now)
         self.a_samples += self.S
         self.w_samples += self.S
         self.fifo.extend(range(j * self.S, (j + 1) * self.S))
@@ -534,7 +531,6 @@ class LaneState:
             return work
         S, P = self.S, self.P
         for sid in took:
-            self.eng[sid] = g.index
             self.taken[sid] = now
             self.start_v[sid] = g.version
         self._freeze(g, now)
