@@ -33,9 +33,9 @@ Choices where the spec leaves room (they are the same in both engines):
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import math
+from bisect import bisect_left, bisect_right, insort
+from heapq import heappop, heappush
 from collections import deque
 from typing import Any, List, Optional
 
@@ -68,12 +68,12 @@ def token_versions(switch_k: List[float], switch_v: List[int], k0: float, n: int
     engine that adopted version ``switch_v[i]`` with its counter at ``switch_k[i]`` (non-decreasing; before
     the first switch: version 0). Token m < n is produced when the counter reaches k0 + m (exactly), the
     last at f; a token produced when the counter stands at a switch carries the version before it."""
-    j0 = bisect.bisect_right(switch_k, k0) - 1
+    j0 = bisect_right(switch_k, k0) - 1
     version = switch_v[j0] if j0 >= 0 else 0
     out, before = [], 0
     a = math.floor(k0)
     y = k0 - a
-    for idx in range(j0 + 1, bisect.bisect_left(switch_k, f)):
+    for idx in range(j0 + 1, bisect_left(switch_k, f)):
         x = switch_k[idx]
         c = math.floor(x)
         c = c - a - (1 if x - c < y else 0)  # floor_diff(x, k0), inlined: the hot loop of a long sequence
@@ -123,6 +123,7 @@ class LaneState:
 
     def __init__(self, inputs: Any, hooks: Any):
         self.x, self.hooks = inputs, hooks
+        self.engine_changed = hooks.engine_changed
         x = inputs
         self.G, self.S, self.C = int(x.groups_per_step), int(x.group_size), int(x.concurrency)
         self.B = self.G * self.S
@@ -206,7 +207,7 @@ class LaneState:
         if g.b:
             k = g.k
             kf = math.floor(k)
-            above = g.b - bisect.bisect_right(g.fracs, k - kf)
+            above = g.b - bisect_right(g.fracs, k - kf)
             context = g.sum_p + g.b * kf - g.sum_a - above
             g.tau = self.decode(g.b, float(context))
             if not g.tau > 0:
@@ -266,7 +267,7 @@ class LaneState:
             g.stalled = True
             self.hungry.discard(g.index)
             self._set_state(g, now)
-            self.hooks.engine_changed(g.index)
+            self.engine_changed(g.index)
 
     def end_sync(self, now: float, t: int) -> None:
         """E_t: the global version becomes t + 1; with inflight or abort every engine adopts it (abort: its
@@ -293,7 +294,7 @@ class LaneState:
             self._retime(g)
             self._set_state(g, now)
             self.touched.add(g.index)
-            self.hooks.engine_changed(g.index)
+            self.engine_changed(g.index)
         if aborted:
             aborted.sort()
             self.fifo.extendleft(reversed(aborted))
@@ -330,7 +331,7 @@ class LaneState:
         if heap:  # every running sequence due by now finishes, by finish counter then sequence
             stalled, k, t_a, tau = g.stalled, g.k, g.t_a, g.tau
             fracs, k0s, P, S, finish = g.fracs, self.k0, self.P, self.S, self._finish
-            pop, floor, left = heapq.heappop, math.floor, bisect.bisect_left
+            pop, floor, left = heappop, math.floor, bisect_left
             last = None
             while heap:
                 f = heap[0][0]
@@ -352,18 +353,18 @@ class LaneState:
             self._drain_stall(g, now)
         self._set_state(g, now)
         self.touched.add(e)
-        self.hooks.engine_changed(e)
+        self.engine_changed(e)
 
     def _end_prefill(self, g: Engine, now: float) -> None:
         k = g.k
         a = math.floor(k)
         y = k - a
-        lo = bisect.bisect_left(g.fracs, y)
+        lo = bisect_left(g.fracs, y)
         seqs = g.prefill
         g.fracs[lo:lo] = [y] * len(seqs)
         for sid in seqs:
             self.k0[sid] = k
-            heapq.heappush(g.heap, (k + self.N[sid], sid))
+            heappush(g.heap, (k + self.N[sid], sid))
             g.sum_p += self.P[sid // self.S]
         g.sum_a += a * len(seqs)
         g.b += len(seqs)
@@ -377,8 +378,8 @@ class LaneState:
         (:func:`token_versions`), and its group's record if it was the group's last."""
         k0, n = self.k0[sid], self.N[sid]
         sk, sv = g.switch_k, g.switch_v
-        j0 = bisect.bisect_right(sk, k0) - 1
-        if bisect.bisect_left(sk, f) == j0 + 1:  # no switch while it decoded
+        j0 = bisect_right(sk, k0) - 1
+        if bisect_left(sk, f) == j0 + 1:  # no switch while it decoded
             version = sv[j0] if j0 >= 0 else 0
             self.mean_v[sid] = float(version)
         else:
@@ -413,7 +414,7 @@ class LaneState:
     def enter(self, now: float, j: int) -> None:
         """Group j enters the queue (gate fast: when generated; gate all: when its slow results are back)."""
         self.queue_in[j] = now
-        bisect.insort(self.queue, (now, j))
+        insort(self.queue, (now, j))
         cap = self.x.capacity
         if self.block is None and cap is not None and len(self.queue) > cap:
             _, old = self.queue.pop(0)
@@ -537,7 +538,7 @@ class LaneState:
         g.prefill = took
         g.prefill_end = now + self._prefill_seconds([P[sid // S] for sid in took])
         self._set_state(g, now)
-        self.hooks.engine_changed(g.index)
+        self.engine_changed(g.index)
         return work
 
     def _prefill_seconds(self, prompts: List[int]) -> float:

@@ -590,17 +590,18 @@ def raw_simpy_events(n: int) -> float:
 
 def bench_generation(steps: int = 1000, simpy_steps: int = 20, overrides=(), tag: str = "generation") -> Dict[str, float]:
     """One lane of asynchronous generation at the issue's size (:data:`GENERATION` and ``overrides``) for
-    ``steps`` trainer steps: its draws and the fast engine's event loop in seconds; the samples (sequences)
+    ``steps`` trainer steps: its draws and the fast engine's event loop in seconds (wall-clock, and this
+    process's CPU seconds: the same on a machine busy with other work); the samples (sequences)
     it simulated per second against raw SimPy's requests per second (a process per request on a Resource of
     one engine's slots: the cheapest a per-request SimPy model gets, racsim.analyses.capacity.speed), and the
     events it delivered per second against bare SimPy timeouts and the SimPy engine of record (on the first
     ``simpy_steps`` steps, the same events), all timed in this run; and the regime (which side binds)."""
     cfg = spec_of(*GENERATION, *overrides, f"pipeline.steps={steps}")
     validate(cfg)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     run = AsyncRun(cfg.pipeline, 1, np.random.default_rng(0), "lanes")
     trace = run.run_lane(0, "fast")
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     rec = run.record([trace], "fast")
     short = AsyncRun(spec_of(*GENERATION, *overrides, f"pipeline.steps={simpy_steps}").pipeline, 1,
                      np.random.default_rng(0), "lanes")
@@ -612,7 +613,7 @@ def bench_generation(steps: int = 1000, simpy_steps: int = 20, overrides=(), tag
     samples = trace.groups_admitted * run.S
     raw = raw_simpy_rate(50_000, servers=int(cfg.pipeline.generation.engines.concurrency))
     trainer, engines = trainer_split(rec), engine_split(rec)
-    return {f"{tag}_steps": float(steps), f"{tag}_s": seconds, f"{tag}_samples": float(samples),
+    return {f"{tag}_steps": float(steps), f"{tag}_s": seconds, f"{tag}_cpu_s": cpu, f"{tag}_samples": float(samples),
             f"{tag}_samples_per_s": samples / seconds, f"{tag}_raw_simpy_requests_per_s": raw,
             f"{tag}_speedup_vs_raw_simpy": samples / seconds / raw, f"{tag}_events": float(trace.events),
             f"{tag}_events_per_s": trace.events / seconds, f"{tag}_bare_simpy_events_per_s": raw_simpy_events(200_000),
