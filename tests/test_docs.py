@@ -34,6 +34,7 @@ NOT_RUN = {
     "racsim-bench --scale": "simulates up to 65,536 sequences a step (tests/test_bench.py covers it reduced)",
     "racsim-bench --sweep": "times two sweeps of 64 jobs (tests/test_bench.py covers it reduced)",
     "racsim-bench --paper": "the paper's full heavy-tail grid (tests/test_bench.py covers --paper's parts)",
+    "racsim-bench --generation": "times 1,000 steps at the issue's size (tests/test_bench.py covers it reduced)",
     "python tests/golden.py check": "tests/test_golden.py runs the golden runs",
     "python -m racsim.app.docs": "rewrites the pages (test_deterministic_blocks_are_up_to_date reruns the fast blocks)",
     "mkdocs build": ".ci/run builds the site (test_ci_runs_the_readme_test_command_and_builds_the_site)",

@@ -11,6 +11,8 @@ import pandas as pd
 
 from racsim.analyses.grid import learner_key
 from racsim.config.schema import warmup_steps
+from racsim.generation.figures import generation_table, lag_histogram
+from racsim.generation.schedule import async_schedules
 from racsim.io import auto_workers, sharing, spawn_pool
 from racsim.analyses.result import RunResult
 from racsim.learner import mdp as M
@@ -55,6 +57,9 @@ def simulate_schedules(cfg: Any, n_trials: int, stream: str, names,
     wait-for-slow runs on, from the same draws (common random numbers); ``known``: the
     draws and async schedule, already made."""
     p = cfg.pipeline
+    if p.generation.mode == "async":  # rollout engines ahead of the trainer (racsim/generation/schedule.py)
+        return async_schedules(p, n_trials, rng_for(cfg.seed, stream), blocking=any(n in BLOCKING for n in names),
+                               engine=p.engine)
     draws = known.draws if known is not None else draw(p, n_trials, rng_for(cfg.seed, stream))
     out = {"async": known.schedule if known is not None else simulate(p, n_trials, None, draws=draws)}
     if any(n in BLOCKING for n in names):
@@ -104,7 +109,7 @@ def corrector_params(cfg: Any) -> CorrectorParams:
 class _GroupOut:
     """What one learner group contributes (computed in this process or a worker)."""
 
-    rows: list  # (cell index, values, results table, channel table)
+    rows: list  # (cell index, values, results table, channel table, generation table or None)
     bias: Optional[BiasRun]  # of the run's first cell, if it is in this group
     schedules: Optional[Dict[str, ArrivalSchedule]]  # likewise
     trajectories: int
@@ -152,9 +157,10 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
         summary = summarize(brun, lr.bootstrap, None, counts=counts)
         workers = queue_workers(ccfg.pipeline.channels)
         chans = channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))
-        table = _results_table(ccfg, cell.names, cell.schedules, summary, brun)
+        gen = generation_tables(ccfg, cell.schedules)
+        table = _results_table(ccfg, cell.names, cell.schedules, summary, brun, gen)
         table["stationary"] = bool(chans.stationary.all())  # every channel in a steady state over the window
-        rows.append((i, values, table, chans))
+        rows.append((i, values, table, chans, gen))
     head = members[0][0] == 0
     each = [(brun, cell.schedules) for cell, brun in zip(bias_cells, runs)] if keep else None
     return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,
@@ -184,7 +190,23 @@ def with_values(tables: list) -> pd.DataFrame:
     return pd.concat([head, df.drop(columns=[k for k in front if k in df])], axis=1)
 
 
-def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
+def generation_tables(cfg, schedules: Dict[str, ArrivalSchedule]) -> Optional[pd.DataFrame]:
+    """Async generation: the generation figures of each schedule (racsim.generation.figures), a row each:
+    ``async`` (what the non-blocking correctors read) and ``blocking`` (wait_for_slow's gate-all schedule);
+    None in sync mode."""
+    if schedules["async"].generation is None:
+        return None
+    rows = [generation_table(sched, warmup_steps(cfg.pipeline), cfg.name).assign(schedule=key)
+            for key, sched in schedules.items()]
+    table = pd.concat(rows, ignore_index=True)
+    return table[["schedule"] + [c for c in table.columns if c != "schedule"]]
+
+
+# Async generation: the figures of a corrector's schedule its results row carries (generation.csv has them all).
+LAG_COLUMNS = ("mean_lag", "head_lag_p95", "head_lag_max", "steps_per_hour", "samples_per_hour")
+
+
+def _results_table(cfg, names, schedules, summary, bias, gen: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     p = cfg.pipeline
     warmup = warmup_steps(p)
     naive_clock = schedules["async"].wallclock.mean()
@@ -218,6 +240,9 @@ def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
         for k, ch in enumerate(sched.channel_names):
             row[f"eta_{ch}"] = float(bias.slack(name)[k])
         row["delay_past_warmup"] = past_warmup(sched, warmup)
+        if gen is not None:  # the lags of the schedule it reads (sync_oracle: the async one's)
+            key = "blocking" if name in BLOCKING else "async"
+            row.update(gen.loc[gen.schedule == key, list(LAG_COLUMNS)].iloc[0].to_dict())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -316,8 +341,8 @@ def run_bias_each(cells: list) -> List[RunResult]:
     out: List[Optional[RunResult]] = [None] * len(cells)
     for idx in groups.values():
         g = _run_group([(k, cells[i][0], cells[i][1]) for k, i in enumerate(idx)], 1, keep=True)
-        for (_, values, table, chans), (brun, schedules), i in zip(g.rows, g.each, idx):
-            one = _GroupOut([(0, values, table, chans)], brun, schedules, g.trajectories,
+        for (_, values, table, chans, gen), (brun, schedules), i in zip(g.rows, g.each, idx):
+            one = _GroupOut([(0, values, table, chans, gen)], brun, schedules, g.trajectories,
                             g.pipeline_s / len(idx), g.bias_s / len(idx))
             out[i] = _assemble([cells[i]], [one])
     return out
@@ -328,9 +353,10 @@ def _assemble(cells: list, outs: List[_GroupOut], progress: Optional[Progress] =
     the phase ``training``, a unit per corrector)."""
     tables: list = [None] * len(cells)
     channel_tables: list = [None] * len(cells)
+    gen_tables: list = [None] * len(cells)
     for out in outs:
-        for i, values, table, chans in out.rows:
-            tables[i], channel_tables[i] = (values, table), (values, chans)
+        for i, values, table, chans, gen in out.rows:
+            tables[i], channel_tables[i], gen_tables[i] = (values, table), (values, chans), (values, gen)
     head = next(o for o in outs if o.bias is not None)
     timings = {"pipeline_s": sum(o.pipeline_s for o in outs), "bias_s": sum(o.bias_s for o in outs)}
     results = with_values(tables)
@@ -353,7 +379,13 @@ def _assemble(cells: list, outs: List[_GroupOut], progress: Optional[Progress] =
                                None if progress is None else progress.advance)
             timings["training_s"] = time.perf_counter() - t0
             results = _add_training(results, curves)
+    extra = {}
+    if all(gen is not None for _, gen in gen_tables):  # async generation (racsim/generation/figures.py)
+        extra["generation"] = with_values(gen_tables)
+        if schedules:
+            extra["lag_histogram"] = lag_histogram(schedules["async"], warmup_steps(ccfg.pipeline))
     return RunResult(
+        extra=extra,
         results=results,
         channels=with_values(channel_tables),
         timeline=queue_timeseries(schedules["async"]) if schedules else pd.DataFrame(),

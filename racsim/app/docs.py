@@ -260,6 +260,7 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.seeds": Recipe(tuple(SEEDS.format(n) for n in SHIPPED_CAPACITY), seed_table),
     "capacity.above": Recipe(("racsim scenario=capacity/judge_rm_faults seed=5",), recommendations),
     "capacity.impossible": Recipe((JUDGE + " capacity.max_bias_vs_naive=0.0001",), recommendations, exit_status=3),
+    "generation": Recipe(("racsim scenario=async/areal",), console, figures=(("lag.png", "generation_lag.png"),)),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts, fresh=True, tolerance=LM_TOLERANCE),
     "lm.ranking": Recipe((RANKING,), verdicts),

@@ -18,6 +18,7 @@ from racsim.errors import WIDTH, wrapped
 from racsim.report import inputs as report_inputs
 from racsim.report.capacity import recommendation_text, sensitivity_text, speed_line, terminal_curve
 from racsim.report.finite import failure
+from racsim.report.generation import console_text
 from racsim.report.lm import format_paired, share_note, verdict_lines
 from racsim.report.tables import format_table, stationarity_warning, warmup_warning
 from racsim.report.writers import write_run
@@ -62,7 +63,9 @@ def run_text(cfg, res, started: Optional[float] = None) -> str:
         verdicts = [f"racsim: {v}" for v in verdict_lines(res.extra["lm_paired"], res.extra.get("lm_seed_rule"))]
         paired = [format_paired(res.extra["lm_paired"])]
     table = format_table(res.results, width=WIDTH, max_rows=TERMINAL_ROWS)
-    return wrapped("\n".join([head, *verdicts, table] + paired + [f"racsim: {w}" for w in warnings if w]),
+    gen = res.extra.get("generation")  # async generation: the async schedule's figures (the first cell's)
+    block = [] if gen is None else [f"racsim: {console_text(gen[gen.schedule == 'async'].iloc[0])}"]
+    return wrapped("\n".join([head, *verdicts, table] + paired + block + [f"racsim: {w}" for w in warnings if w]),
                    WIDTH)
 
 

@@ -58,6 +58,7 @@ MAY_BE_NAN = {
     "lm_seed_rule:budget_s": "the seed rule had no time budget (learner.lm.budget_s=null)",
     "lm_seed_rule:next_would_end_s": "the time budget did not end the seed rule (its column ended says what did)",
     "grad_cosine": _NO_ANGLE + " (at every checkpoint of every seed)",
+    "generation:response_dropped_mean": "no group was dropped from the trainer's queue",
 }
 
 ROW_KEYS = ("cell", "mode", "corrector", "channel", "count", "eta", "K")  # what names a row, when present

@@ -120,6 +120,48 @@ def queue(res, path: Path) -> bool:
     return True
 
 
+def lag(res, path: Path) -> bool:
+    """Async generation: the trained samples by lag (head and token-weighted mean), lag_histogram.csv."""
+    h = res.extra.get("lag_histogram")
+    if h is None or not len(h):
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.2, 3.6), layout="constrained")
+    ax.bar(h.lag - 0.2, h.head_share, width=0.4, label="head lag (t - start version)")
+    ax.bar(h.lag + 0.2, h.mean_share, width=0.4, label="mean lag (t - token-weighted version), floor")
+    ax.set_xlabel("lag (policy versions)")
+    ax.set_ylabel("share of trained samples")
+    ax.set_title("Generation lag of the trained samples (measured window)")
+    ax.set_xticks(h.lag)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def generation_queue(res, path: Path) -> bool:
+    """Async generation: the trainer's queue length over the run (lane 0), the trainer's step starts marked."""
+    sched = (res.schedules or {}).get("async")
+    rec = None if sched is None else sched.generation
+    if rec is None:
+        return False
+    times, lengths = rec.queue[0]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.4, 3.4), layout="constrained")
+    ax.step(np.concatenate([[0.0], times]) / 60.0, np.concatenate([[0], lengths]), where="post",
+            label="groups queued (trial 0)")
+    for s in rec.step_start[0]:
+        ax.axvline(s / 60.0, color="0.8", lw=0.5, zorder=0)
+    ax.set_xlabel("simulated wall-clock (min); grey: the trainer's step starts")
+    ax.set_ylabel("groups in the queue")
+    ax.set_title("The trainer's queue over the run")
+    ax.grid(True, axis="y", alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
 def legend_outside(ax, fontsize: int = 8, handles=None, **kw):
     """One legend for ``ax`` and its twins (every series they name, or ``handles``), off the data: to the
     right of the axes, past a twin's tick labels and label (measured, in inches, so it holds whatever the

@@ -87,7 +87,8 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: Union[str, Callable[[
     write_text(out_dir / "config.yaml", yaml_text())
     written.append(out_dir / "config.yaml")
     if plots and "corrector" in res.results:
-        figures = (("pareto.png", P.pareto), ("training.png", P.training), ("queue.png", P.queue))
+        figures = (("pareto.png", P.pareto), ("training.png", P.training), ("queue.png", P.queue),
+                   ("lag.png", P.lag), ("generation_queue.png", P.generation_queue))
         if LM.is_lm(res):  # learner=lm: its own figures
             figures = LM.PLOTS + (("queue.png", P.queue),)
         for name, fn in figures:
@@ -162,11 +163,27 @@ def summary_markdown(res: RunResult, files: list) -> str:
         ]
     lines += ["## Results accounting (all channels, all trials)", "", "```",
               r[["corrector", "emitted", "injected", "dropped", "pending"]].to_string(index=False), "```", ""]
+    if "generation" in res.extra:
+        lines += GENERATION_NOTE + ["", "```", res.extra["generation"].T.to_string(header=False), "```", ""]
     lines += ["## Slow channels (asynchronous pipeline)", "", "```", res.channels.to_string(index=False), "```", ""]
     lines += time_section(res.timings)
     lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
     return "\n".join(lines)
 
+
+GENERATION_NOTE = [
+    "## Generation (asynchronous engines)",
+    "",
+    "pipeline.generation.mode=async (docs/generation.md): rollout engines ran ahead of the trainer. Per schedule "
+    "(`async`: what the non-blocking correctors read; `blocking`: wait_for_slow's, gate all), over the trained "
+    "samples of the measured window: `mean_lag` is the step t minus the token-weighted policy version of a "
+    "sample (split into versions that passed before its group entered the queue and in it), `head_lag_*` t minus "
+    "its start version (the lag AReaL caps), `last_lag_mean` t minus its last token's; `generation_s`, "
+    "`reward_wait_s` (gate all) and `queue_s` the seconds from its start to its end, to its group's queue entry "
+    "and to its training step. The engines' and the trainer's time splits are shares of the run; `binds` names "
+    "the side that waits less (`admission` where both wait more than a quarter of the time). generation.csv and "
+    "lag_histogram.csv hold these; lag.png and generation_queue.png plot them.",
+]
 
 STATIC_NOTE = [
     "## Static mode (the paper's experiment)",

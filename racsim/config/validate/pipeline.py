@@ -9,6 +9,7 @@ from typing import Any
 from racsim.config.schema import ARRIVAL_MODES, ENGINES, GENERATION_MODES, PHASES, phase_conf
 from racsim.config.validate.channel import validate_channel
 from racsim.config.validate.common import int_at_least, need, need_file, need_one_of
+from racsim.config.validate.generation import validate_async
 from racsim.config.validate.latency import seconds_in_range, validate_latency
 from racsim.config.validate.rm import validate_rm
 
@@ -85,4 +86,5 @@ def validate_generation(p: Any) -> None:
     """pipeline.generation: its mode (async: the engines, trainer, admission and queue)."""
     g, key = p.generation, "pipeline.generation"
     need_one_of(f"{key}.mode", g.mode, GENERATION_MODES)
-    need(g.mode == "sync", f"{key}.mode", g.mode, "sync (asynchronous generation is being built)")
+    if g.mode == "async":
+        validate_async(p)

@@ -11,6 +11,7 @@ from racsim.errors import ConfigError
 from racsim.config.validate.capacity import validate_capacity
 from racsim.config.validate.common import need, node
 from racsim.config.validate.corrector import validate_corrector
+from racsim.config.validate.generation import validate_async_run
 from racsim.config.validate.learner import (
     validate_channel_rewards,
     validate_lm,
@@ -60,6 +61,7 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     that is the order their first error has always been named in."""
     check_name(cfg.name)
     validate_pipeline(cfg.pipeline)
+    validate_async_run(cfg)
     validate_corrector(cfg.corrector)
     lr, st = cfg.learner, cfg.study
     validate_tabular(lr)
