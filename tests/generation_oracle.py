@@ -1,39 +1,19 @@
 """An independent event loop for asynchronous generation (issue 46, point 5): the test oracle.
 
-Written from /work/notes/async-generation-spec.md alone (the model's contract), apart from
-racsim/generation/, and importing nothing of racsim. It is slow and plain on purpose: a loop over
-instants, each instant processed in the spec's order (1. publishes, sync ends, stall ends;
-2. engine events in engine order; 3. gate-all entries in group order; 4. the trainer; 5. pulls in
-engine order), with plain lists and one record per sequence, group and engine.
+Written from the model's spec alone (issue 46's contract, kept with the project's shared
+notes), apart from racsim/generation/, and importing nothing of racsim. It is slow and plain on
+purpose: a loop over instants, each instant processed in the spec's order (1. publishes, sync
+ends, stall ends; 2. engine events in engine order; 3. gate-all entries in group order; 4. the
+trainer; 5. pulls in engine order), with plain lists and one record per sequence, group and
+engine.
 
 :class:`Inputs` has the field names of ``racsim.generation.lane.LaneInputs`` and :func:`simulate`
 returns a :class:`Trace` with the fields of ``LaneTrace`` (same names and meaning), plus
 ``queue_log`` (every group that entered the queue: index, entry, exit or None) for Little's law.
 
-Readings of the spec where it leaves a choice (docs/generation_theory.md, "Where the spec leaves
-a choice", lists them for the lead):
-
-* an engine's decode interval ends at each of its own events only (a prefill starting or ending,
-  a completion, a stall starting or ending, an abort); tau(b, X) is evaluated there, X counting
-  each running sequence's prompt and its whole tokens decoded, floor(counter - k0);
-* a completion or a prefill end due exactly at a publish P_t still happens at that instant (step 2),
-  although the stall began in step 1 of the same instant: the counter had reached it;
-* with abort and sync_s = 0 (P_t = E_t), a sequence due to finish at that instant is aborted
-  (step 1 comes before step 2); the tokens of a sequence at the instant of an in-flight adoption
-  count as the old version (the counter reached them before the adoption);
-* sequences put back by an abort, and "sequence order" among simultaneous completions, follow
-  admission order (group index, then sample index): the order the FIFO had them in;
-* a drain stall of length 0 (sync_s = 0) is an adoption at once (the engine pulls in step 5 of the
-  same instant, in its place among the engines);
-* a gate-all group whose routed results are all back when it is generated (or that has none)
-  enters in step 3 of that instant; only routed samples are submitted to a channel (a channel's
-  n-th routed sample takes its n-th service draw); the slow arrays hold inf where not routed;
-* max_lag drops, several at once, go in queue order (entry time, then group index);
-* the simulation stops after step 4 of the instant the last step starts (no pulls then:
-  groups_admitted counts admissions before it);
-* ``queue_times``/``queue_length`` hold one row per instant at which the queue length at the end
-  of the instant differs from the length before it (so a group that enters and is dropped at
-  one instant leaves no row); the length before time 0 is 0.
+Where the spec leaves a choice, the reading taken here is one of the numbered list of
+docs/generation_theory.md ("Where the spec leaves a choice"), marked "(choice N)" below; most
+are pinned by a lane worked out by hand in tests/test_generation_oracle.py.
 """
 
 from __future__ import annotations
@@ -217,15 +197,17 @@ class Lane:
         kf = min(s.finish_counter() for s in e.running)
         if now == self.next_completion(e):
             return kf
-        return min(e.k + (now - e.t_last) / e.tau, np.nextafter(kf, -math.inf))
+        return min(e.k + (now - e.t_last) / e.tau, math.nextafter(kf, -math.inf))
 
     def freeze(self, e, now):
-        """An event of engine e: the counter is brought to ``now`` (call before its state changes)."""
+        """An event of engine e (its own events only, choice 1): the counter is brought to ``now``
+        (call before its state changes)."""
         e.k = self.counter(e, now)
         e.t_last = now
 
     def retau(self, e):
-        """A new decode interval: tau(b, X) with X from the running sequences now (call after the change)."""
+        """A new decode interval: tau(b, X), X from the running sequences' prompts and whole tokens
+        (choice 2) now (call after the change)."""
         if e.advancing():
             x = sum(s.P + s.tokens_at(e.k) for s in e.running)
             e.tau = float(self.inp.decode_seconds(len(e.running), float(x)))
@@ -293,7 +275,7 @@ class Lane:
         for c in range(self.K):
             workers, service, routed = self.inp.channels[c]
             for i in range(self.S):
-                if routed is not None and not routed[j, i]:
+                if routed is not None and not routed[j, i]:  # no draw used (choice 7)
                     continue
                 n = self.jobs[c]
                 self.jobs[c] += 1
@@ -319,13 +301,13 @@ class Lane:
 
     def stall(self, e, now, until):
         self.freeze(e, now)
-        if e.prefill_end is not None and e.prefill_end > now:
+        if e.prefill_end is not None and e.prefill_end > now:  # one ending now ends now (choice 3)
             e.prefill_left = e.prefill_end - now
             e.prefill_end = None
         e.stall_until = until
 
     def start_drain_stall(self, e, now):
-        if self.inp.sync_s == 0:
+        if self.inp.sync_s == 0:  # choice 9
             e.version = self.published
             e.draining = False
             return
@@ -345,7 +327,7 @@ class Lane:
         self.retau(e)
 
     def adopt_inflight(self, e, v):
-        for s in e.running:
+        for s in e.running:  # tokens the counter has reached are the old version's (choice 4)
             s.segs.append((v, s.tokens_at(e.k)))
         e.version = v
 
@@ -357,7 +339,7 @@ class Lane:
             back.append(s)
         e.running = []
         e.prefill_end = e.prefill_left = None
-        self.fifo = sorted(back + self.fifo, key=Seq.key)
+        self.fifo = sorted(back + self.fifo, key=Seq.key)  # choice 6
         e.version = v
 
     # -- one instant, in the spec's order ---------------------------------------------------------
@@ -370,10 +352,12 @@ class Lane:
             for e in self.engines:
                 if inp.adoption in ("inflight", "abort"):
                     self.stall(e, now, self.sync_at)
-                elif not e.draining and not e.drain_stall:
-                    e.draining = True
-                    if not e.running:
-                        self.start_drain_stall(e, now)
+                    continue
+                if e.draining or e.drain_stall:  # drain: already on its way to an adoption
+                    continue
+                e.draining = True
+                if not e.running:
+                    self.start_drain_stall(e, now)
         if self.sync_at == now:
             self.sync_at = None
             v = self.step + 1
@@ -383,7 +367,7 @@ class Lane:
                 if inp.adoption == "inflight":
                     self.adopt_inflight(e, v)
                 elif inp.adoption == "abort":
-                    self.abort(e, v)
+                    self.abort(e, v)  # before this instant's completions (choice 5)
         for e in self.engines:
             if e.stall_until == now:
                 self.end_stall(e, now)
@@ -397,7 +381,7 @@ class Lane:
                         s.k0 = e.k
                 e.t_last = now
                 self.retau(e)
-            k = self.counter(e, now)
+            k = self.counter(e, now)  # a stall begun this instant froze it here (choice 3)
             ended = [s for s in e.running if s.k0 is not None and s.finish_counter() <= k]
             if not ended:
                 continue
@@ -421,7 +405,7 @@ class Lane:
             return False
         t, inp = self.step, self.inp
         if inp.max_lag is not None:
-            for j in self.oldest_first(self.queue):
+            for j in self.oldest_first(self.queue):  # choice 10
                 if t - self.v_min(j) > inp.max_lag:
                     self.drop(j, now)
         if len(self.queue) < self.G:
@@ -434,7 +418,7 @@ class Lane:
         self.step_start.append(now)
         self.publish.append(now + float(inp.trainer_seconds[t]))
         self.sync_end.append(self.publish[-1] + inp.sync_s)
-        if t == inp.steps - 1:
+        if t == inp.steps - 1:  # the run stops here, before the pulls (choice 8)
             return True
         self.running_step = True
         self.publish_at, self.sync_at = self.publish[-1], self.sync_end[-1]
@@ -473,10 +457,12 @@ class Lane:
         return later
 
     def account(self, start, end):
+        """[start, end) in each engine's state then (a stall counts as stalled, choice 12)."""
         for e in self.engines:
             e.time[e.state()] += end - start
 
     def note_length(self, now):
+        """One row per instant whose closing queue length differs from the one before (choice 11)."""
         if len(self.queue) != self.length_before:
             self.length_rows.append((now, len(self.queue)))
             self.length_before = len(self.queue)
