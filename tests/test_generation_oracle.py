@@ -54,7 +54,7 @@ def full_wave(p: float, n: int, tau_c: float) -> float:
 
 
 def lockstep_generation(batch: int, engines: int, conc: int, p: float, n: int, tau) -> float:
-    """The time to generate one batch from idle engines (G2): q full waves of M = E*C sequences, then
+    """The time to generate one batch from idle engines (G3): q full waves of M = E*C sequences, then
     one wave whose busiest engine holds min(C, rho) sequences, B = q*M + rho."""
     q, rho = divmod(batch, engines * conc)
     return q * full_wave(p, n, tau(conc)) + (full_wave(p, n, tau(min(conc, rho))) if rho else 0.0)
@@ -62,7 +62,7 @@ def lockstep_generation(batch: int, engines: int, conc: int, p: float, n: int, t
 
 def chained_starts(first: float, trainer: np.ndarray, sync: float, gen: float = 0.0) -> np.ndarray:
     """S_0 = first, S_t = S_{t-1} + T_{t-1} + sigma + gen: each step starts ``gen`` seconds after the
-    previous one's sync ends (lockstep (G3) with gen = g; the trainer binding (G9) with gen = 0)."""
+    previous one's sync ends (lockstep (G4) with gen = g; the trainer binding (G9) with gen = 0)."""
     starts = [first]
     for t in range(1, len(trainer)):
         starts.append(starts[-1] + trainer[t - 1] + sync + gen)
@@ -70,13 +70,13 @@ def chained_starts(first: float, trainer: np.ndarray, sync: float, gen: float = 
 
 
 def old_tokens(active: float, p: float, n: int, tau_c: float) -> int:
-    """Tokens a wave produced before a publish ``active`` seconds of engine time into it (G5):
+    """Tokens a wave produced before a publish ``active`` seconds of engine time into it (G2):
     min(N, floor(max(0, active - p) / tau(C)))."""
     return min(n, math.floor(max(0.0, active - p) / tau_c))
 
 
 def engines_bind_waves(trainer: np.ndarray, sync: float, r: int, p: float, n: int, tau_c: float):
-    """Engines bind, B = r*M (G4-G6): step starts, and per step and wave of its batch the head, mean
+    """Engines bind, B = r*M (G2, G5, G6): step starts, and per step and wave of its batch the head, mean
     and last-token lags. Batch t+1's wave u started before the publish of step t if u <= u*,
     u* = ceil(T_t / D) - 1; wave u* has n* old tokens."""
     d = full_wave(p, n, tau_c)
@@ -125,8 +125,8 @@ def engine_loads(samples: int, engines: int, conc: int) -> list:
 
 def ahead_engine_time(steps: int, trainer: np.ndarray, sync: float, k: int, batch: int, engines: int, conc: int,
                       p: float, n: int, tau) -> np.ndarray:
-    """Each engine's decoding, prefill, stalled and idle seconds on [0, S_{T-1}] when the trainer binds
-    (G10): the first wave of (k+1)B samples, then T-2 batches of B, T-1 stalls of sigma."""
+    """Each engine's decoding, prefill, stalled and idle seconds on [0, S_{H-1}] (H = ``steps``) when the
+    trainer binds (G10): the first wave of (k+1)B samples, then H-2 batches of B, H-1 stalls of sigma."""
     first, rest = engine_loads((k + 1) * batch, engines, conc), engine_loads(batch, engines, conc)
     window = ahead_bind(trainer, sync, k, batch, conc, p, n, tau)[0][-1]
     out = np.zeros((engines, 4))
@@ -215,7 +215,7 @@ def decode_draw(rng):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_lockstep_sync_has_lag_zero_and_steps_of_generation_plus_trainer(sim, seed):
-    """(G2, G3) under each adoption, B below, at or above M."""
+    """(G3, G4) under each adoption, B below, at or above M."""
     rng = np.random.default_rng(seed)
     G, S, E, C = (int(x) for x in rng.integers(1, 4, 4))
     N, P, steps = int(rng.integers(1, 9)), int(rng.integers(1, 20)), int(rng.integers(3, 8))
@@ -235,7 +235,7 @@ def test_lockstep_sync_has_lag_zero_and_steps_of_generation_plus_trainer(sim, se
 
 
 def engines_bind_case(seed):
-    """Random parameters with B = r*M and max_t T_t <= r*D, the floors of (G5) off their jumps."""
+    """Random parameters with B = r*M and max_t T_t <= r*D, the floors of (G2) off their jumps."""
     rng = np.random.default_rng(100 + seed)
     while True:
         E, S, r = int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(1, 4))
@@ -254,7 +254,7 @@ def engines_bind_case(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_engines_bind_one_batch_per_r_waves(sim, seed):
-    """(G4-G6), under each rule that does not bind there, and each engine's time split."""
+    """(G2, G5, G6), under each rule that does not bind there, and each engine's time split."""
     kw, r = engines_bind_case(seed)
     rules = [dict(), dict(admission="steps_ahead", ahead=1), dict(admission="areal", eta=1),
              dict(max_lag=1), dict(capacity=kw["G"], full="block"), dict(capacity=kw["G"], full="drop_oldest")]
@@ -317,7 +317,7 @@ def test_trainer_binds_under_steps_ahead_and_areal(sim, seed):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_verl_lag_grows_as_its_admission_count_says(sim, seed):
-    """(G11-G13); s = 0 is lockstep (G3)."""
+    """(G11-G13); s = 0 is lockstep (G4)."""
     rng = np.random.default_rng(400 + seed)
     G, S = int(rng.integers(1, 4)), int(rng.integers(1, 4))
     B = G * S
@@ -399,6 +399,7 @@ def dyadic_decode(kind: str, threshold: int):
 
 
 def dyadic_prefill(kind: str):
+    """A prefill pass of dyadic seconds: none, constant, by the tokens packed, or padded to the longest."""
     return {"zero": lambda k, tok, sq, mx: 0.0,
             "constant": lambda k, tok, sq, mx: 0.25,
             "packed": lambda k, tok, sq, mx: tok / 32,
@@ -418,10 +419,12 @@ def agreement_case(i: int) -> Inputs:
     full = "drop_oldest" if queue == 2 else "block"
     ahead = int(rng.integers(0, 3))
     max_lag = None
-    if i % 4 == 1 and admission in ("areal", "sync") or (i % 4 == 1 and admission == "none" and gate == "fast"):
-        max_lag = int(rng.integers(0, 3))  # (none under gate all: a slow channel's backlog can starve the trainer)
-    elif i % 4 == 1 and admission == "steps_ahead":
-        max_lag = ahead  # below the rule's own cap, drops could starve the trainer forever
+    if i % 4 == 1:
+        if admission == "steps_ahead":
+            max_lag = ahead  # below the rule's own cap, its drops could starve the trainer for good
+        elif admission in ("areal", "sync") or (admission == "none" and gate == "fast"):
+            # (none under gate all: a slow channel's backlog can outlast every group's max_lag)
+            max_lag = int(rng.integers(0, 3))
     decode = ("flat", "batch", "kv", "rotation", "rotation")[int(rng.integers(0, 5))]
     channels = ()
     if gate == "all":
