@@ -697,6 +697,22 @@ def test_a_decode_interval_ends_at_the_engines_own_events_only(sim):
     close(tr.engine_time, [[1.0, 0.0, 0.0, 1.25], [0.25, 0.0, 0.0, 2.0]], "engine time")
 
 
+def test_a_stall_ends_a_decode_interval(sim):
+    """In flight, tau(b, X) = 0.25 s while X < 6 else 0.125 s, prompts of 4. Engine 1 decodes group 1
+    (8 tokens) from 0; step 0 publishes at 0.6875 (counter 2.75: 2 tokens made, X = 6) and syncs
+    until 0.9375. The decode resumes in a new interval, tau read again: 6 tokens of version 1 at
+    0.125 s, done at 1.59375 (resuming at the old 0.25 s would end it at 2.5 and start step 2 then)."""
+    decode = lambda b, x: 0.25 if x < 6 else 0.125  # noqa: E731
+    tr = sim(tiny([1, 8, 1] + [1] * 7, steps=3, trainer=0.4375, sync=0.25, E=2, C=1, decode=decode,
+                  admission="steps_ahead", ahead=1))
+    close(tr.step_start, [0.25, 1.1875, 1.875], "S_t")
+    assert tr.group.ravel().tolist() == [0, 2, 1]
+    close(tr.finished.ravel(), [0.25, 1.1875, 1.59375], "finished")
+    close(tr.mean_version.ravel(), [0, 1, 0.75], "mean version")
+    assert tr.start_version.ravel().tolist() == [0, 1, 0] and tr.last_version.ravel().tolist() == [0, 1, 1]
+    close(tr.engine_time, [[0.5, 0.0, 0.5, 0.875], [1.34375, 0.0, 0.5, 0.03125]], "engine time")
+
+
 def test_the_kv_term_counts_whole_tokens(sim):
     """tau(b, X) = 0.25 s while X < 10.5 else 0.125 s, prompts of 4. Group 1 (8 tokens) decodes from 0;
     at E_0 = 0.625 its counter reads 2.5 and group 2 joins it: X = 4 + 2 + 4 = 10 (whole tokens), so
