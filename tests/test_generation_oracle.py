@@ -12,8 +12,6 @@
   power of two, so both sides compute them exactly whatever the order of their sums, and ties (the
   "one instant" rules) happen as they should.
 
-The implementation is imported with ``pytest.importorskip("racsim.generation.lane")``: the tests
-that need it skip until it is merged.
 """
 
 from __future__ import annotations
@@ -26,14 +24,14 @@ import numpy as np
 import pytest
 
 from generation_oracle import Inputs, simulate
+from racsim.generation.lane import LaneInputs, simulate_lane
 
 RTOL = 1e-12  # closed forms: float rounding only
 AGREE = 1e-9  # oracle against implementation
 
 
 def run_lane(inp: Inputs):
-    lane = pytest.importorskip("racsim.generation.lane")
-    return lane.simulate_lane(lane.LaneInputs(**{f.name: getattr(inp, f.name) for f in dataclasses.fields(inp)}))
+    return simulate_lane(LaneInputs(**{f.name: getattr(inp, f.name) for f in dataclasses.fields(inp)}))
 
 
 SIMULATORS = {"oracle": simulate, "lane": run_lane}
