@@ -58,7 +58,7 @@ def fmt(v: Any) -> str:
         return v
     if isinstance(v, (bool,)):
         return str(v)
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if v is None or (isinstance(v, float) and math.isnan(v)) or type(v).__name__ == "NAType":  # pandas' missing
         return "-"
     if isinstance(v, float):
         if math.isinf(v):

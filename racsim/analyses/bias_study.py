@@ -25,7 +25,7 @@ from racsim.learner.bias import (
 )
 from racsim.learner.correctors import BLOCKING, CorrectorParams
 from racsim.learner.training import TrainCurve, train_all
-from racsim.pipeline.draws import PipelineDraws, draw
+from racsim.pipeline.draws import PipelineDraws, draw, sampled_loads
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
 from racsim.pipeline.schedule import INJECTED, PENDING, ArrivalSchedule
@@ -49,13 +49,18 @@ class Known:
     schedule: ArrivalSchedule
 
 
+def pipeline_draws(cfg: Any, n_trials: int, stream: str, known: Optional[Known] = None) -> PipelineDraws:
+    """The draws of :func:`simulate_schedules` (``known``'s, when they are made already)."""
+    return known.draws if known is not None else draw(cfg.pipeline, n_trials, rng_for(cfg.seed, stream))
+
+
 def simulate_schedules(cfg: Any, n_trials: int, stream: str, names,
-                       known: Optional[Known] = None) -> Dict[str, ArrivalSchedule]:
+                       known: Optional[Known] = None, draws: Optional[PipelineDraws] = None) -> Dict[str, ArrivalSchedule]:
     """The async schedule every non-blocking corrector shares, and the blocking one
     wait-for-slow runs on, from the same draws (common random numbers); ``known``: the
-    draws and async schedule, already made."""
+    draws and async schedule, already made; ``draws``: those of :func:`pipeline_draws`, drawn already."""
     p = cfg.pipeline
-    draws = known.draws if known is not None else draw(p, n_trials, rng_for(cfg.seed, stream))
+    draws = pipeline_draws(cfg, n_trials, stream, known) if draws is None else draws
     out = {"async": known.schedule if known is not None else simulate(p, n_trials, None, draws=draws)}
     if any(n in BLOCKING for n in names):
         out["blocking"] = simulate(p, n_trials, None, draws=draws, blocking=True,
@@ -123,14 +128,16 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
     lr = first.learner
     theta = policy_theta(lr)
     t0 = time.perf_counter()
-    bias_cells = []
+    bias_cells, loads = [], []
     for i, _, ccfg in members:
         if progress is not None:
             progress.note(f"simulating the pipeline{f' of cell {i}' if n_cells > 1 else ''}")
         names = corrector_names(ccfg)
         predicted = {v: predicted_kernel(ccfg.pipeline, ccfg.corrector.wait_timeout_s, v == "blocking")
                      for v in ("async", "blocking")}
-        bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names, known), names,
+        draws = pipeline_draws(ccfg, lr.trials, "pipeline", known)
+        loads.append(sampled_loads(ccfg.pipeline, draws))
+        bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names, known, draws), names,
                                corrector_params(ccfg), nominal_kernel(ccfg.pipeline), ccfg.corrector.row_normalize,
                                mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std,
                                predicted=predicted,
@@ -146,12 +153,12 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
     # One resample of the trials for the whole group: paired across its cells.
     counts = bootstrap_counts(lr.trials, lr.bootstrap, rng_for(first.seed, "bootstrap")) if lr.bootstrap else None
     rows = []
-    for (i, values, ccfg), cell, brun in zip(members, bias_cells, runs):
+    for (i, values, ccfg), cell, brun, load in zip(members, bias_cells, runs, loads):
         if n_cells > 1:
             values = {"cell": i, **values}
         summary = summarize(brun, lr.bootstrap, None, counts=counts)
         workers = queue_workers(ccfg.pipeline.channels)
-        chans = channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))
+        chans = channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline), load)
         table = _results_table(ccfg, cell.names, cell.schedules, summary, brun)
         table["stationary"] = bool(chans.stationary.all())  # every channel in a steady state over the window
         rows.append((i, values, table, chans))
