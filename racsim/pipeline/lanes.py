@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import replace
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -333,10 +333,11 @@ class _GpuLanes:
         return start, end, _batch_log(rows, self.spec.replicas)
 
 
-def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float] = None, *,
-              gpu_loop: bool = False) -> ArrivalSchedule:
+def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float] = None,
+              tick: Optional[Callable[[float], None]] = None, *, gpu_loop: bool = False) -> ArrivalSchedule:
     """Vectorised engine: every trial is a lane; one array operation per job position.
-    gpu_rm channels: see :class:`_GpuLanes` (``gpu_loop`` forces the per-lane event loop)."""
+    gpu_rm channels: see :class:`_GpuLanes` (``gpu_loop`` forces the per-lane event loop).
+    ``tick(share)``: told the share of the steps simulated after each one."""
     gen, fast, sub, upd = draws.phase
     n, steps = gen.shape
     names = list(draws.service)
@@ -397,6 +398,8 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                     late = end[nm][:, t] > done[:, None]
                     land[nm][:, t] = np.where(late, -1, land[nm][:, t])
         step_start[:, t + 1] = done + upd[:, t]
+        if tick is not None:
+            tick((t + 1) / steps)
     gpu_log, pool_log = {}, {}
     for nm, g in gpus.items():
         if nm in draws.autoscale:
