@@ -538,9 +538,9 @@ def rerun_refusal(sweep: Path, finished: int, total: Optional[int]) -> str:
     again = shlex.join(["racsim", *sys.argv[1:], f"{RESUME_KEY}=true"])
     of = f" of {total}" if total is not None else ""
     state = "gathered" if not interrupted(sweep) else "interrupted"
-    return (f"a folder whose sweep is not computed again over its finished jobs: it holds this sweep, {state}, "
-            f"{finished}{of} jobs done; continue it with {again} (the finished jobs are kept), or compute "
-            f"every job again with output.force=true, or choose another folder")
+    return (f"a folder without finished jobs of this sweep, unless resume=true: it holds this sweep ({state}, "
+            f"{finished}{of} jobs done); continue it with: {again} (its finished jobs kept), or compute every "
+            f"job again with output.force=true, or choose another folder")
 
 
 def users_in_job_folders(sweep: Path, config: DictConfig) -> List[str]:
