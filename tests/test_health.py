@@ -94,6 +94,8 @@ def test_a_cells_health_over_its_seeds_and_the_warning_line():
     assert sixteen.stationary and sixteen.offered_load == 0.2 and sixteen.warnings == ""
     assert unhealthy(agg) == [("w=4", "load 2.5, not stationary, 40% dropped, warm-up short")]
     assert health_line(agg).startswith("warning: 1 of 2 cells are not healthy: w=4 (load 2.5,")
+    mixed = aggregate(rows.assign(tau=[np.nan, np.nan, 20.0, 20.0]), ["w", "tau", "seed"])  # a knob one job lacks
+    assert unhealthy(mixed) == [("w=4", "load 2.5, not stationary, 40% dropped, warm-up short")]
 
 
 def test_the_flag_in_a_few_words():

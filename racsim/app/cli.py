@@ -477,6 +477,7 @@ def _interrupted() -> str:
         remove_created()
         return "interrupted before the run began; nothing was written"
     if run is None:
+        release()  # the sweep's folder: its lock goes with it, its finished jobs stay
         return "interrupted; rerun the same command with resume=true to finish a sweep"
     if run["done"]:
         release()

@@ -164,7 +164,7 @@ def unhealthy(agg: pd.DataFrame) -> List[Tuple[str, str]]:
     out: Dict[str, str] = {}
     for (_, row), flag in zip(agg.iterrows(), health_flags(agg)):
         if flag not in ("ok", "?"):
-            label = " ".join(f"{names[c]}={fmt(row[c])}" for c in cells) or "the only cell"
+            label = " ".join(f"{names[c]}={fmt(row[c])}" for c in cells if pd.notna(row[c])) or "the only cell"
             out.setdefault(label, flag)
     return list(out.items())
 
