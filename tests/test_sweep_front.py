@@ -230,20 +230,29 @@ def test_the_bar_fits_the_terminal_it_draws_on(monkeypatch):
     os.close(master)
 
 
-@pytest.mark.parametrize("engine", ["simpy", "lanes"])
-def test_the_engines_tick_inside_a_simulation_and_change_nothing(engine):
-    """simpy: after each trial; lanes: after each step; the same schedule with or without the ticks."""
+GPU = ["channel@pipeline.channels.judge=judge_gpu_rm"]
+
+
+@pytest.mark.parametrize("engine, over", [("simpy", []), ("lanes", []), ("lanes", GPU),
+                                          ("lanes", [*GPU, "pipeline.channels.judge.rm.order=shortest"])])
+def test_the_engines_tick_inside_a_simulation_and_change_nothing(engine, over):
+    """simpy: after each trial; lanes: after each step, then (a gpu_rm pool served once every submission
+    is known) as its serving goes, the pool's part after the steps'; the same schedule with or without."""
     from racsim.config.defaults import default_config
     from racsim.pipeline.draws import draw
     from racsim.pipeline.engines import simulate
     from tests.helpers import assert_same_schedule
 
-    p = default_config("pipeline.steps=12", "learner.trials=5").pipeline
+    p = default_config("pipeline.steps=12", "learner.trials=5", *over).pipeline
     draws = draw(p, 5, np.random.default_rng(3))
     shares: list = []
     ticked = simulate(p, 5, None, engine=engine, draws=draws, tick=shares.append)
     n = 5 if engine == "simpy" else 12
-    assert shares == pytest.approx([(i + 1) / n for i in range(n)])
+    if not over:
+        assert shares == pytest.approx([(i + 1) / n for i in range(n)])
+    else:  # the steps are the first half, the pool's serving the second
+        assert shares[:n] == pytest.approx([(i + 1) / (2 * n) for i in range(n)]) and len(shares) > n
+    assert all(a <= b for a, b in zip(shares, shares[1:])) and shares[-1] == pytest.approx(1.0)
     assert_same_schedule(ticked, simulate(p, 5, None, engine=engine, draws=draws), engine)
 
 
