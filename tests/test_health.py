@@ -18,7 +18,8 @@ from racsim.report.tables import health_flag, run_health, with_health
 DETERMINISTIC = ["pipeline.generate.kind=deterministic", "latency@pipeline.channels.judge.latency=deterministic"]
 
 
-@pytest.mark.parametrize("workers, mean", [(1, 20.0), (4, 7.5), (16, 20.0), (3, 200.0)])
+@pytest.mark.parametrize("workers, mean", [(4, 7.5), (3, 200.0),
+                                           *(pytest.param(w, 20.0, marks=pytest.mark.long) for w in (1, 16))])
 def test_the_load_of_deterministic_work_is_its_closed_form(workers, mean):
     """Every phase and the judge's service deterministic: rho = B x S / (T x c), T the sum of the phases."""
     cfg = default_config(*DETERMINISTIC, f"pipeline.channels.judge.workers={workers}",

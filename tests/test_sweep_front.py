@@ -141,7 +141,7 @@ def test_a_rerun_into_a_sweeps_own_folder_resumes_or_is_refused_with_the_command
     assert sorted(p.relative_to(tmp_path) for p in sweep.rglob("*")) == before  # nothing touched
 
 
-@pytest.mark.parametrize("where", ["a file", "under a file", "read-only"])
+@pytest.mark.parametrize("where", ["a file", pytest.param("under a file", marks=pytest.mark.long), "read-only"])
 def test_a_folder_that_cannot_be_made_or_written_is_one_line_naming_its_key(tmp_path, monkeypatch, capsys, where):
     """The sweep's folder (with resume=true too) and a run's: one line naming hydra.sweep.dir or hydra.run.dir
     and why, exit 2, no Hydra callback warning before it, nothing blamed on racsim's config."""
@@ -233,8 +233,11 @@ def test_the_bar_fits_the_terminal_it_draws_on(monkeypatch):
 GPU = ["channel@pipeline.channels.judge=judge_gpu_rm"]
 
 
-@pytest.mark.parametrize("engine, over", [("simpy", []), ("lanes", []), ("lanes", GPU),
-                                          ("lanes", [*GPU, "pipeline.channels.judge.rm.order=shortest"])])
+SHORTEST = [*GPU, "pipeline.channels.judge.rm.order=shortest"]  # a pool served lane by lane
+
+
+@pytest.mark.parametrize("engine, over", [("simpy", []), ("lanes", GPU),
+                                          *(pytest.param("lanes", o, marks=pytest.mark.long) for o in ([], SHORTEST))])
 def test_the_engines_tick_inside_a_simulation_and_change_nothing(engine, over):
     """simpy: after each trial; lanes: after each step, then (a gpu_rm pool served once every submission
     is known) as its serving goes, the pool's part after the steps'; the same schedule with or without."""

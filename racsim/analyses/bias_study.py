@@ -66,7 +66,8 @@ def simulate_schedules(cfg: Any, n_trials: int, stream: str, names, known: Optio
     out = {"async": known.schedule if known is not None else
            simulate(p, n_trials, None, draws=draws, tick=share_note(note, "simulating the pipeline"))}
     if any(n in BLOCKING for n in names):
-        out["blocking"] = simulate(p, n_trials, None, draws=draws, blocking=True, wait_timeout=cfg.corrector.wait_timeout_s,
+        out["blocking"] = simulate(p, n_trials, None, draws=draws, blocking=True,
+                                   wait_timeout=cfg.corrector.wait_timeout_s,
                                    tick=share_note(note, "simulating the blocking pipeline (wait-for-slow)"))
     if p.drain:
         out = {k: drain(v, draws) for k, v in out.items()}

@@ -385,7 +385,8 @@ def log_to_files(title: str, error: BaseException) -> None:
 # batch's job before it (a batch computes its jobs one after another)
 AHEAD: Dict[int, float] = {}
 SHARE: Dict[int, float] = {}  # job number -> its own seconds of the batch that computed it ahead
-BATCH: List[Any] = []  # the batch racsim's launcher computes now: [its Progress (units: trials), when it began, its jobs]
+# the batch racsim's launcher computes now: [its Progress (units: trials), when it began, its jobs]
+BATCH: List[Any] = []
 
 
 def _mtime(path: Path) -> Optional[float]:

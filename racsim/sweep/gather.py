@@ -142,7 +142,8 @@ def job_table(d: Path) -> pd.DataFrame:
     its channels' table where it has one), or its capacity plan's answer (:func:`capacity_rows`)."""
     if not (d / RESULTS).is_file():
         return capacity_rows(pd.read_parquet(d / CAPACITY))
-    return with_health(pd.read_parquet(d / RESULTS), pd.read_parquet(d / CHANNELS) if (d / CHANNELS).is_file() else None)
+    channels = pd.read_parquet(d / CHANNELS) if (d / CHANNELS).is_file() else None
+    return with_health(pd.read_parquet(d / RESULTS), channels)
 
 
 def _gather(root: Path, complete, progress: Optional[Progress] = None) -> Tuple[pd.DataFrame, List[str]]:
