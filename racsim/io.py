@@ -58,7 +58,7 @@ def fmt(v: Any) -> str:
         return v
     if isinstance(v, (bool,)):
         return str(v)
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if v is None or (isinstance(v, float) and math.isnan(v)) or type(v).__name__ == "NAType":  # pandas' missing
         return "-"
     if isinstance(v, float):
         if math.isinf(v):
@@ -341,8 +341,8 @@ def shared_numbers() -> Iterator[Optional[str]]:
     temporary folder, yielded to be handed to a pool's workers; removed at the end. None where no
     temporary folder can be made (each process then computes its own)."""
     global _shared
-    clear_dead_shares()
     try:
+        clear_dead_shares()  # finding the temporary folder fails too where none can be written
         folder = tempfile.mkdtemp(prefix=f"{SHARE_PREFIX}{os.getpid()}-")
     except OSError:
         yield None

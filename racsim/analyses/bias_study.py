@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,7 @@ from racsim.learner.bias import (
 )
 from racsim.learner.correctors import BLOCKING, CorrectorParams
 from racsim.learner.training import TrainCurve, train_all
-from racsim.pipeline.draws import PipelineDraws, draw
+from racsim.pipeline.draws import PipelineDraws, draw, sampled_loads
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
 from racsim.pipeline.schedule import INJECTED, PENDING, ArrivalSchedule
@@ -51,23 +51,48 @@ class Known:
     schedule: ArrivalSchedule
 
 
-def simulate_schedules(cfg: Any, n_trials: int, stream: str, names,
-                       known: Optional[Known] = None) -> Dict[str, ArrivalSchedule]:
+def pipeline_draws(cfg: Any, n_trials: int, stream: str, known: Optional[Known] = None) -> PipelineDraws:
+    """The draws of :func:`simulate_schedules` (``known``'s, when they are made already)."""
+    return known.draws if known is not None else draw(cfg.pipeline, n_trials, rng_for(cfg.seed, stream))
+
+
+def simulate_schedules(cfg: Any, n_trials: int, stream: str, names, known: Optional[Known] = None,
+                       draws: Optional[PipelineDraws] = None,
+                       note: Optional[Callable[[str], None]] = None) -> Dict[str, ArrivalSchedule]:
     """The async schedule every non-blocking corrector shares, and the blocking one
     wait-for-slow runs on, from the same draws (common random numbers); ``known``: the
-    draws and async schedule, already made."""
+    draws and async schedule, already made; ``draws``: those of :func:`pipeline_draws`, drawn already;
+    ``note(text)``: told how far each simulation is as it runs (progress inside a long one)."""
     p = cfg.pipeline
     if p.generation.mode == "async":  # rollout engines ahead of the trainer (racsim/generation/schedule.py)
         return async_schedules(p, n_trials, rng_for(cfg.seed, stream), blocking=any(n in BLOCKING for n in names),
                                engine=p.engine)
-    draws = known.draws if known is not None else draw(p, n_trials, rng_for(cfg.seed, stream))
-    out = {"async": known.schedule if known is not None else simulate(p, n_trials, None, draws=draws)}
+    draws = pipeline_draws(cfg, n_trials, stream, known) if draws is None else draws
+    out = {"async": known.schedule if known is not None else
+           simulate(p, n_trials, None, draws=draws, tick=share_note(note, "simulating the pipeline"))}
     if any(n in BLOCKING for n in names):
         out["blocking"] = simulate(p, n_trials, None, draws=draws, blocking=True,
-                                            wait_timeout=cfg.corrector.wait_timeout_s)
+                                   wait_timeout=cfg.corrector.wait_timeout_s,
+                                   tick=share_note(note, "simulating the blocking pipeline (wait-for-slow)"))
     if p.drain:
         out = {k: drain(v, draws) for k, v in out.items()}
     return out
+
+
+def share_note(note: Optional[Callable[[str], None]], what: str) -> Optional[Callable[[float], None]]:
+    """An engine's ``tick(share)`` (racsim.pipeline.engines.simulate) as ``note("WHAT: 45%")``, said when
+    the whole percent moves; None without ``note``."""
+    if note is None:
+        return None
+    said = [-1]
+
+    def tick(share: float) -> None:
+        pct = int(100 * share)
+        if pct != said[0]:
+            said[0] = pct
+            note(f"{what}: {pct}%")
+
+    return tick
 
 
 def build_mdp(cfg: Any) -> M.TabularMDP:
@@ -128,14 +153,21 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
     lr = first.learner
     theta = policy_theta(lr)
     t0 = time.perf_counter()
-    bias_cells = []
+    bias_cells, loads = [], []
     for i, _, ccfg in members:
         if progress is not None:
             progress.note(f"simulating the pipeline{f' of cell {i}' if n_cells > 1 else ''}")
         names = corrector_names(ccfg)
         predicted = {v: predicted_kernel(ccfg.pipeline, ccfg.corrector.wait_timeout_s, v == "blocking")
                      for v in ("async", "blocking")}
-        bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names, known), names,
+        draws = pipeline_draws(ccfg, lr.trials, "pipeline", known)
+        where = f" (cell {i})" if n_cells > 1 else ""
+        told = None if progress is None else lambda text, where=where: progress.note(text + where)
+        schedules = simulate_schedules(ccfg, lr.trials, "pipeline", names, known, draws, told)
+        # the load on the clock the run kept (async generation: the trainer's, not the drawn generate phase)
+        clock = schedules["async"].phase
+        loads.append(sampled_loads(ccfg.pipeline, draws if clock is None else replace(draws, phase=clock)))
+        bias_cells.append(Cell(schedules, names,
                                corrector_params(ccfg), nominal_kernel(ccfg.pipeline), ccfg.corrector.row_normalize,
                                mdp=build_mdp(ccfg), fast_noise_std=ccfg.learner.fast_noise_std,
                                predicted=predicted,
@@ -151,12 +183,12 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
     # One resample of the trials for the whole group: paired across its cells.
     counts = bootstrap_counts(lr.trials, lr.bootstrap, rng_for(first.seed, "bootstrap")) if lr.bootstrap else None
     rows = []
-    for (i, values, ccfg), cell, brun in zip(members, bias_cells, runs):
+    for (i, values, ccfg), cell, brun, load in zip(members, bias_cells, runs, loads):
         if n_cells > 1:
             values = {"cell": i, **values}
         summary = summarize(brun, lr.bootstrap, None, counts=counts)
         workers = queue_workers(ccfg.pipeline.channels)
-        chans = channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))
+        chans = channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline), load)
         gen = generation_tables(ccfg, cell.schedules)
         table = _results_table(ccfg, cell.names, cell.schedules, summary, brun, gen)
         table["stationary"] = bool(chans.stationary.all())  # every channel in a steady state over the window
@@ -331,21 +363,27 @@ def same_numbers_key(cfg: Any) -> tuple:
             *(a.tobytes() for a in arrays))
 
 
-def run_bias_each(cells: list) -> List[RunResult]:
-    """``run_bias_study([cell])`` of every cell (values, config), byte for byte, with the
-    trajectories sampled once per :func:`same_numbers_key` (what makes a sweep of one-cell
-    jobs run at the in-process grid's pace)."""
+def run_bias_each(cells: list, progress: Optional[Progress] = None) -> Iterator[Tuple[int, RunResult]]:
+    """(index, ``run_bias_study([cell])``) of every cell (values, config), byte for byte, each as soon
+    as it is computed, with the trajectories sampled once per :func:`same_numbers_key` (what makes a
+    sweep of one-cell jobs run at the in-process grid's pace): the cells of one group together, the
+    groups in order of their first cell. ``progress``: its phase's units are the cells' trials, each
+    counted twice (its group's bias benchmark, then its tables and training)."""
     groups: Dict[tuple, list] = {}
     for i, (_, ccfg) in enumerate(cells):
         groups.setdefault(same_numbers_key(ccfg), []).append(i)
-    out: List[Optional[RunResult]] = [None] * len(cells)
+    if progress is not None:
+        trials = [c.learner.trials for _, c in cells]
+        progress.start("computing", sum(trials[idx[0]] for idx in groups.values()) + sum(trials), "trial")
     for idx in groups.values():
-        g = _run_group([(k, cells[i][0], cells[i][1]) for k, i in enumerate(idx)], 1, keep=True)
+        g = _run_group([(k, cells[i][0], cells[i][1]) for k, i in enumerate(idx)], 1, progress, keep=True)
         for (_, values, table, chans, gen), (brun, schedules), i in zip(g.rows, g.each, idx):
             one = _GroupOut([(0, values, table, chans, gen)], brun, schedules, g.trajectories,
                             g.pipeline_s / len(idx), g.bias_s / len(idx))
-            out[i] = _assemble([cells[i]], [one])
-    return out
+            res = _assemble([cells[i]], [one])
+            if progress is not None:
+                progress.advance(cells[i][1].learner.trials)
+            yield i, res
 
 
 def _assemble(cells: list, outs: List[_GroupOut], progress: Optional[Progress] = None) -> RunResult:

@@ -52,7 +52,8 @@ MAY_BE_NAN = {
     "autoscale:*": "a fixed pool whose offered load reaches capacity.max_load is not simulated (no steady state)",
     "capacity:*": "a count whose offered load reaches capacity.max_load is not simulated: its queue has no "
                   "steady state, so it has no steady-state figure (racsim/analyses/capacity/rows.py)",
-    "channels:offered_load": "the channel the capacity search does not size (only the sized one's load is computed)",
+    "channels:offered_load": "the channel has no fixed number of servers (a kernel channel, workers=null, an "
+                             "autoscaled pool), or every one of them was down over the measured window",
     "channels:availability": "no failures are modelled on that channel (no faults block), beside one that has them",
     "lm_gradients:cosine": _NO_ANGLE,
     "lm_seed_rule:budget_s": "the seed rule had no time budget (learner.lm.budget_s=null)",

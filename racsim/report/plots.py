@@ -35,6 +35,38 @@ def _save(fig, path: Path) -> None:
     atomic_write(path, lambda t: fig.savefig(t, dpi=120, bbox_inches="tight", format="png"))
 
 
+def finite(values) -> np.ndarray:
+    """The finite numbers among ``values``, flat: NaN, infinities and what is not a number (text, None) left out."""
+    import pandas as pd
+
+    x = pd.to_numeric(pd.Series(np.asarray(values, dtype=object).ravel()), errors="coerce").to_numpy(dtype=float)
+    return x[np.isfinite(x)]
+
+
+def log_fits(values, spread: float = 1.0) -> bool:
+    """Whether ``values`` can be drawn on a log axis: at least one finite value, every finite one above 0,
+    and the largest at least ``spread`` times the smallest (1: any positive data)."""
+    x = finite(values)
+    return bool(len(x)) and bool((x > 0).all()) and x.max() >= spread * x.min()
+
+
+def scale_from_data(ax, which: str, values, log: bool = True) -> bool:
+    """The one plotting guard: ``ax``'s ``which`` axis ("x" or "y") on a log scale when one is wanted
+    (``log``) and the values drawn on it allow it (:func:`log_fits`), else linear; a panel with no finite
+    value to draw says so in its middle instead of standing blank. Returns whether the axis is
+    logarithmic. (A log axis chosen from a whole table fails on a panel whose own values are all NaN or
+    at most 0: matplotlib's "Data cannot be log-scaled"; here the values drawn decide.)"""
+    log = log and log_fits(values)
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log" if log else "linear")
+    if not len(finite(values)) and not any(t.get_gid() == NO_DATA for t in ax.texts):
+        ax.text(0.5, 0.5, "no finite value to draw here", transform=ax.transAxes, ha="center", va="center",
+                fontsize=8, color="grey", gid=NO_DATA)
+    return log
+
+
+NO_DATA = "racsim-no-data"  # the gid of a panel's note that it has nothing to draw
+
+
 # One matplotlib marker per corrector, in the order of config.CORRECTORS (the one list of
 # their names): a corrector added there without a marker here fails at import.
 MARKERS = dict(zip(CORRECTORS, ("o", "s", "v", "*", "P", "X", "D", "^"), strict=True))
@@ -49,24 +81,26 @@ def pareto(res, path: Path) -> bool:
     r = res.results
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.6, 4.6), layout="constrained")
-    for _, row in r.iterrows():
+    drawn = r[np.isfinite(r["reduction_exact"].to_numpy(dtype=float))
+              & np.isfinite(r["wallclock_ratio"].to_numpy(dtype=float))]
+    for _, row in drawn.iterrows():
         y = row["reduction_exact"]
-        if not np.isfinite(y):
-            continue
         lo, hi = row.get("reduction_ci_lo", np.nan), row.get("reduction_ci_hi", np.nan)
         yerr = [[max(y - lo, 0)], [max(hi - y, 0)]] if np.isfinite(lo) and np.isfinite(hi) else None
         name = row["corrector"]
         ax.errorbar(row["wallclock_ratio"], y, yerr=yerr, fmt=MARKERS.get(name, "o"), ms=12 if name == "rac" else 8,
                     capsize=3, alpha=0.85, label=f"{name} ({row['wallclock_ratio']:.2g}x, {y:.3g}x)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    scale_from_data(ax, "x", drawn["wallclock_ratio"])
+    scale_from_data(ax, "y", drawn["reduction_exact"])
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     ax.xaxis.set_major_formatter(plain)
     ax.xaxis.set_minor_formatter(plain)
     ax.yaxis.set_major_formatter(plain)
     ax.set_xlabel("wall-clock relative to naive (simulated)")
     ax.set_ylabel("bias reduction vs naive (exact; bars: bootstrap 95% CI)")
-    ax.set_title(f"Cost-quality Pareto, K={r['K'].iloc[0]} ({r['scenario'].iloc[0]}): up and left is better",
+    left_out = [n for n in r["corrector"] if n not in set(drawn["corrector"])]
+    ax.set_title(f"Cost-quality Pareto, K={r['K'].iloc[0]} ({r['scenario'].iloc[0]}): up and left is better"
+                 + (f"\nnot drawn (no finite reduction or clock): {', '.join(left_out)}" if left_out else ""),
                  fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     legend_outside(ax, title="corrector (clock, reduction)", title_fontsize=8)
@@ -284,7 +318,7 @@ def capacity_curve(res, path: Path) -> bool:
     if t.get("max_bias") is not None:
         target_line(a, t["max_bias"], c.bias_exact, log=True, color="red", ls=":", lw=1,
                     label=f"target: {t['max_bias']:g}")
-    a.set_yscale("log")
+    scale_from_data(a, "y", c.bias_exact)
     a.set_ylabel("bias (exact), || E[g] - g* ||")
     a.set_title("Bias per corrector")
     a = axes[1, 0]
@@ -302,7 +336,8 @@ def capacity_curve(res, path: Path) -> bool:
     a.plot(x, 100 * base.utilisation, "o-", label="utilisation: busy (%)")
     a.axhline(100 * res.max_load, color="C3", ls=":", lw=1, label=f"capacity.max_load ({res.max_load:g})")
     a.set_ylabel("load and utilisation of the pool (%)")
-    a.set_yscale("log")
+    scale_from_data(a, "y", np.r_[base.load.to_numpy(dtype=float), base.utilisation.to_numpy(dtype=float),
+                                  res.max_load])
     a4 = a.twinx()
     a4.plot(x, base.cost_per_hour, "s--", color="C1", label="$ per training hour (right)")
     a4.set_ylabel("pool cost ($ per training hour)", color="C1")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any, List, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 
 from racsim.errors import wrapped
@@ -41,9 +43,10 @@ TABLE = [
 def warmup_warning(results: pd.DataFrame, threshold: float = 0.05) -> str:
     """One line when the warm-up is too short for the delays (``delay_past_warmup``
     above ``threshold``): the steady-state figures then miss part of the slow results."""
-    if "delay_past_warmup" not in results or not len(results):
+    known = results.delay_past_warmup.dropna() if "delay_past_warmup" in results else ()
+    if not len(known):
         return ""
-    worst = results.loc[results.delay_past_warmup.idxmax()]
+    worst = results.loc[known.idxmax()]
     if worst.delay_past_warmup <= threshold:
         return ""
     return (f"warning: {worst.delay_past_warmup:.0%} of the slow results land (or are still in flight) more than "
@@ -51,16 +54,85 @@ def warmup_warning(results: pd.DataFrame, threshold: float = 0.05) -> str:
             "them; raise pipeline.warmup_steps (and pipeline.steps)")
 
 
+def overload_note(load: float) -> str:
+    """``offered load L >= 1: overloaded; `` when ``load`` is at or above :data:`OVERLOADED`, else ''."""
+    return f"offered load {fmt(float(load))} >= 1: overloaded; " if load >= OVERLOADED else ""
+
+
 def stationarity_warning(channels: pd.DataFrame) -> str:
     """One line naming the channels that are not in a steady state over the measured window
     (``stationary`` False in channels.csv): their steady-state figures are not ones."""
     if "stationary" not in channels or channels.stationary.all():
         return ""
-    bad = channels[~channels.stationary.astype(bool)]
-    names = "; ".join(f"{r.channel} ({r.steady_note})" for r in bad.drop_duplicates("channel").itertuples())
+    bad = channels[~channels.stationary.astype(bool)].drop_duplicates("channel")
+    names = "; ".join(f"{r['channel']} ({overload_note(r.get('offered_load', math.nan))}{r['steady_note']})"
+                      for _, r in bad.iterrows())
     return (f"warning: not stationary over the measured window: {names}; its queue still drifts, so the "
             "steady-state figures are not steady-state ones: raise pipeline.steps, or the channel's capacity "
             "if its offered load is near or above 1 (racsim scenario=capacity/... finds it)")
+
+
+# A run's health: whether its figures are steady-state ones (DESIGN.md, "Answers that hold for a whole run").
+HEALTH = ("stationary", "offered_load", "dropped_share", "warnings")
+OVERLOADED = 1.0  # an offered load at or above this: the channel's backlog grows for as long as the run lasts
+DROPPED_FLAG = 0.01  # a larger share of a channel's results dropped is flagged (capacity.max_dropped's default)
+
+
+def run_health(results: pd.DataFrame, channels: Optional[pd.DataFrame]) -> dict:
+    """One run's (or one grid cell's) health record: ``stationary`` (every slow channel in a steady state
+    over the measured window; None: not known), ``offered_load`` (the largest channel's, work arriving over
+    its servers' capacity: racsim.pipeline.draws.sampled_loads; NaN: none known), ``dropped_share`` (the
+    largest share of a channel's results dropped in the window) and ``warnings`` (what the run alone
+    warns of, in short: a warm-up too short for the delays, channels not stationary; '' for none)."""
+    chans = channels if channels is not None and len(channels) else None
+    warnings = []
+    if warmup_warning(results):
+        warnings.append("warm-up too short")
+    if chans is not None and stationarity_warning(chans):
+        bad = chans[~chans.stationary.astype(bool)].channel.drop_duplicates()
+        warnings.append(f"not stationary: {', '.join(map(str, bad))}")
+    if chans is not None and "stationary" in chans:
+        stationary = bool(chans.stationary.astype(bool).all())
+    elif "stationary" in results and results.stationary.notna().any():
+        stationary = bool(results.stationary.astype(bool).all())
+    else:
+        stationary = None
+    load, dropped = math.nan, math.nan
+    if chans is not None and "offered_load" in chans and chans.offered_load.notna().any():
+        load = float(chans.offered_load.max())
+    if chans is not None and {"dropped", "emitted"} <= set(chans):
+        shares = chans.dropped.to_numpy(dtype=float) / np.maximum(chans.emitted.to_numpy(dtype=float), 1.0)
+        dropped = float(shares.max())
+    return {"stationary": stationary, "offered_load": load, "dropped_share": dropped,
+            "warnings": "; ".join(warnings)}
+
+
+def with_health(results: pd.DataFrame, channels: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """``results`` with the health record (:data:`HEALTH`, :func:`run_health`) on every row, as its last
+    columns: a grid cell's own where the rows and the channels name their ``cell``, else the run's."""
+    out = results.drop(columns=[c for c in HEALTH if c in results])
+    if "cell" in results and channels is not None and "cell" in channels:
+        each = {c: run_health(results[results["cell"] == c], channels[channels["cell"] == c])
+                for c in results["cell"].unique()}
+        records = [each[c] for c in results["cell"]]
+    else:
+        records = [run_health(results, channels)] * len(results)
+    health = pd.DataFrame(records, columns=list(HEALTH), index=out.index)
+    return pd.concat([out, health.astype({"stationary": "boolean"})], axis=1)
+
+
+def health_flag(stationary: Any, load: float, dropped: float, warnings: Any) -> str:
+    """A health record (:func:`run_health`, or a cell's over its seeds) in a few words for a table: ``ok``, or
+    what is wrong: an offered load at or above :data:`OVERLOADED`, not stationary, more than
+    :data:`DROPPED_FLAG` of a channel's results dropped, a warm-up too short; ``?`` when nothing is known
+    (a run without slow channels' statistics, as the LM study's)."""
+    load, dropped = (float(v) if pd.notna(v) else math.nan for v in (load, dropped))
+    flags = [f"load {fmt(load)}"] if load >= OVERLOADED else []
+    flags += ["not stationary"] if pd.notna(stationary) and not bool(stationary) else []
+    flags += [f"{dropped:.0%} dropped"] if dropped > DROPPED_FLAG else []
+    flags += ["warm-up short"] if pd.notna(warnings) and "warm-up" in str(warnings) else []
+    known = pd.notna(stationary) or not math.isnan(load) or not math.isnan(dropped)
+    return ", ".join(flags) if flags else "ok" if known else "?"
 
 
 # The terminal shows what fits its width: these columns go first, in this order, when the table is wider

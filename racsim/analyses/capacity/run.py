@@ -166,7 +166,8 @@ class Search:
     def count_here(self, c: RacsimConf, nm: str, k: str, n: int, load: dict):
         """:func:`~racsim.analyses.capacity.pool.count_worker` in this process, with its progress notes."""
         t0 = time.perf_counter()
-        run, out = count_rows(c, nm, k, n, load, self.tell(f"{n} {self.unit}"))
+        run, out = count_rows(c, nm, k, n, load, self.tell(f"{n} {self.unit}"),
+                              lambda text: self.progress.note(f"{n} {self.unit}: {text}"))
         return run, out, time.perf_counter() - t0
 
     def evaluate(self, n: int) -> bool:
