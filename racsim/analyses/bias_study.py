@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -23,21 +23,29 @@ from racsim.learner.bias import (
     schedule_for,
     summarize,
 )
-from racsim.learner.correctors import BLOCKING, CorrectorParams
+from racsim.learner.correctors import BLOCKING, CorrectorParams, row_name, split_name
+from racsim.learner.drift import has_lags, lag_figures, lagged_bias_run
 from racsim.learner.training import TrainCurve, train_all
-from racsim.pipeline.draws import PipelineDraws, draw
+from racsim.pipeline.draws import PipelineDraws, draw, draw_lags
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
 from racsim.pipeline.schedule import INJECTED, PENDING, ArrivalSchedule
 from racsim.pipeline.stats import channel_stats, queue_timeseries, queue_workers
 from racsim.progress import Progress
-from racsim.seeds import rng_for, seed_sequence
+from racsim.seeds import STREAMS, rng_for, seed_sequence
 
 
 def corrector_names(cfg: Any) -> list:
     """Requested correctors, with naive first: it is the reference of every ratio."""
     names = list(cfg.corrector.names)
     return names if names and names[0] == "naive" else ["naive"] + [n for n in names if n != "naive"]
+
+
+def row_names(cfg: Any) -> list:
+    """The bias study's rows: every corrector (:func:`corrector_names`) with each rollout-axis corrector of
+    ``corrector.rollout`` in turn (``rac+tis``; with ``none`` the corrector alone, so the default's rows
+    are :func:`corrector_names`), naive first."""
+    return [row_name(n, r) for r in cfg.corrector.rollout for n in corrector_names(cfg)]
 
 
 @dataclass(frozen=True)
@@ -57,12 +65,14 @@ def simulate_schedules(cfg: Any, n_trials: int, stream: str, names,
     p = cfg.pipeline
     draws = known.draws if known is not None else draw(p, n_trials, rng_for(cfg.seed, stream))
     out = {"async": known.schedule if known is not None else simulate(p, n_trials, None, draws=draws)}
-    if any(n in BLOCKING for n in names):
+    if any(split_name(n)[0] in BLOCKING for n in names):
         out["blocking"] = simulate(p, n_trials, None, draws=draws, blocking=True,
                                             wait_timeout=cfg.corrector.wait_timeout_s)
     if p.drain:
         out = {k: drain(v, draws) for k, v in out.items()}
-    return out
+    # the generation lags (pipeline.generation.lag), from a stream of their own: both pipelines share them
+    lag = draw_lags(p, n_trials, rng_for(cfg.seed, "generation_lag", STREAMS[stream]))
+    return out if lag is None else {k: replace(v, lag=lag) for k, v in out.items()}
 
 
 def build_mdp(cfg: Any) -> M.TabularMDP:
@@ -97,7 +107,8 @@ def corrector_params(cfg: Any) -> CorrectorParams:
     c = cfg.corrector
     return CorrectorParams(alpha=c.alpha, tau_age=c.tau_age, rho_bar=c.rho_bar, retrace_gamma=c.retrace_gamma,
                            adaptive_quantile=c.adaptive_quantile, adaptive_scale=c.adaptive_scale,
-                           adaptive_min_results=c.adaptive_min_results)
+                           adaptive_min_results=c.adaptive_min_results, tis_cap=c.tis_cap,
+                           decoupled_cap=c.decoupled_cap, version_cap=c.version_cap)
 
 
 @dataclass
@@ -127,7 +138,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
     for i, _, ccfg in members:
         if progress is not None:
             progress.note(f"simulating the pipeline{f' of cell {i}' if n_cells > 1 else ''}")
-        names = corrector_names(ccfg)
+        names = row_names(ccfg)
         predicted = {v: predicted_kernel(ccfg.pipeline, ccfg.corrector.wait_timeout_s, v == "blocking")
                      for v in ("async", "blocking")}
         bias_cells.append(Cell(simulate_schedules(ccfg, lr.trials, "pipeline", names, known), names,
@@ -141,8 +152,19 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
     mdp = bias_cells[0].mdp  # transitions shared by the group; each cell brings its own rewards
     if progress is not None:
         progress.note(f"{lr.trials:,} trials of {len(bias_cells)} cell{'s' if len(bias_cells) > 1 else ''}")
-    runs = run_bias_cells(mdp, theta, bias_cells, lr.horizon, rng_for(first.seed, "trajectories"),
-                          fast_noise_std=lr.fast_noise_std, progress=None if progress is None else progress.advance)
+    advance = None if progress is None else progress.advance
+    runs: list = [None] * len(bias_cells)
+    fixed = [i for i, cell in enumerate(bias_cells) if not has_lags(cell)]  # a fixed policy: shared trajectories
+    if fixed:
+        shared = run_bias_cells(mdp, theta, [bias_cells[i] for i in fixed], lr.horizon,
+                                rng_for(first.seed, "trajectories"), fast_noise_std=lr.fast_noise_std, progress=advance)
+        for i, brun in zip(fixed, shared):
+            runs[i] = brun
+    for i, (cell, (_, _, ccfg)) in enumerate(zip(bias_cells, members)):
+        if runs[i] is None:  # generation lags: a moving policy, each cell its own trajectories (racsim.learner.drift)
+            noise = lr.fast_noise_std if cell.fast_noise_std is None else cell.fast_noise_std
+            runs[i] = lagged_bias_run(cell.mdp, theta, cell, lr.horizon, ccfg.learner.train.lr,
+                                      rng_for(ccfg.seed, "trajectories"), noise, advance)
     # One resample of the trials for the whole group: paired across its cells.
     counts = bootstrap_counts(lr.trials, lr.bootstrap, rng_for(first.seed, "bootstrap")) if lr.bootstrap else None
     rows = []
@@ -157,8 +179,17 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
         rows.append((i, values, table, chans))
     head = members[0][0] == 0
     each = [(brun, cell.schedules) for cell, brun in zip(bias_cells, runs)] if keep else None
+    sampled = (runs[fixed[0]].trajectories if fixed else 0) + sum(runs[i].trajectories for i in range(len(runs))
+                                                                  if i not in fixed)
     return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,
-                     runs[0].trajectories, pipeline_s, time.perf_counter() - t0, each)
+                     sampled, pipeline_s, time.perf_counter() - t0, each)
+
+
+def progress_units(members: list) -> int:
+    """The trials a group's bias benchmark advances its progress by: once for the cells that share
+    trajectories (a fixed policy), once more for each cell with generation lags (its own)."""
+    lagged = sum(ccfg.pipeline.generation.lag is not None for _, _, ccfg in members)
+    return members[0][2].learner.trials * (lagged + (lagged < len(members)))
 
 
 def _group_worker(args) -> _GroupOut:
@@ -189,7 +220,9 @@ def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
     warmup = warmup_steps(p)
     naive_clock = schedules["async"].wallclock.mean()
     rows = []
+    params = corrector_params(cfg)
     for name in names:
+        base = split_name(name)[0]
         sched = schedule_for(name, schedules)
         counts = sched.counts()
         row: Dict[str, Any] = {
@@ -204,16 +237,19 @@ def _results_table(cfg, names, schedules, summary, bias) -> pd.DataFrame:
             "trials": cfg.learner.trials,
             "seed": cfg.seed,
         }
+        if sched.lag is not None:  # the generation lags its steady updates train on (racsim.learner.drift)
+            row.update(lag_figures(sched, warmup, name, params))
+            row["lr"] = float(cfg.learner.train.lr)
         row.update(summary[name])
-        clock = naive_clock if name == "sync_oracle" else sched.wallclock.mean()
+        clock = naive_clock if base == "sync_oracle" else sched.wallclock.mean()
         row["wallclock_s"] = float(clock)
         row["wallclock_ratio"] = float(clock / naive_clock)
         # seconds per step in the steady state (the steps after the warm-up)
-        timed = schedules["async"] if name == "sync_oracle" else sched
+        timed = schedules["async"] if base == "sync_oracle" else sched
         row["step_s"] = float((timed.step_start[:, -1] - timed.step_start[:, warmup]).mean() / (p.steps - warmup))
         for key in ("emitted", "injected", "dropped", "pending"):
             row[key] = sum(v[key] for v in counts.values())
-        if name == "sync_oracle":  # every slow result at Delta = 0, by definition
+        if base == "sync_oracle":  # every slow result at Delta = 0, by definition
             row.update(injected=row["emitted"], dropped=0, pending=0)
         for k, ch in enumerate(sched.channel_names):
             row[f"eta_{ch}"] = float(bias.slack(name)[k])
@@ -231,6 +267,23 @@ def past_warmup(sched: ArrivalSchedule, warmup: int) -> float:
     seen = sched.status[:, : sched.n_steps - warmup]
     late = (seen == PENDING) | ((seen == INJECTED) & (sched.delay[:, : sched.n_steps - warmup] > warmup))
     return float(late.mean())
+
+
+def trains(cells: list) -> bool:
+    """Whether a run of these cells (values, config) trains: a single cell, or each cell of a grid with
+    ``learner.train.each_cell``, when ``learner.train.enabled``."""
+    train = cells[0][1].learner.train
+    return bool(train.enabled and (len(cells) == 1 or train.each_cell))
+
+
+def train_cell(cfg: Any, progress: Optional[Progress] = None) -> Dict[str, TrainCurve]:
+    """The training curves of every row of one cell (racsim.learner.training), on its training pipeline."""
+    lr = cfg.learner
+    names = row_names(cfg)
+    train_sched = simulate_schedules(cfg, lr.train.lanes, "train_pipeline", names)
+    return train_all(build_mdp(cfg), policy_theta(lr), train_sched, names, corrector_params(cfg), lr.horizon,
+                     lr.train.lr, seed_sequence(cfg.seed, "training"), lr.fast_noise_std,
+                     None if progress is None else progress.advance)
 
 
 def _add_training(results: pd.DataFrame, curves: Dict[str, TrainCurve]) -> pd.DataFrame:
@@ -278,7 +331,7 @@ def run_bias_study(cells: list, progress: Optional[Progress] = None, known: Opti
         groups.setdefault(learner_key(ccfg), []).append((i, values, ccfg))
     workers = min(cells[0][1].study.workers or auto_workers(), len(groups))
     if progress is not None:
-        progress.start("bias benchmark", sum(m[0][2].learner.trials for m in groups.values()), "trial")
+        progress.start("bias benchmark", sum(progress_units(m) for m in groups.values()), "trial")
     if workers > 1:
         jobs = [(m, len(cells)) for m in groups.values()]
         if progress is not None:
@@ -288,7 +341,7 @@ def run_bias_study(cells: list, progress: Optional[Progress] = None, known: Opti
             for (members, _), out in zip(jobs, pool.map(_group_worker, jobs)):  # map keeps the order
                 outs.append(out)
                 if progress is not None:
-                    progress.advance(members[0][2].learner.trials)
+                    progress.advance(progress_units(members))
     else:
         outs = [_run_group(m, len(cells), progress, known=known) for m in groups.values()]
     return _assemble(cells, outs, progress)
@@ -324,8 +377,8 @@ def run_bias_each(cells: list) -> List[RunResult]:
 
 
 def _assemble(cells: list, outs: List[_GroupOut], progress: Optional[Progress] = None) -> RunResult:
-    """The run's tables from its groups' outputs and, for a single cell, its training (``progress``:
-    the phase ``training``, a unit per corrector)."""
+    """The run's tables from its groups' outputs and, for a single cell (or every cell, with
+    ``learner.train.each_cell``), its training (``progress``: the phase ``training``, a unit per row)."""
     tables: list = [None] * len(cells)
     channel_tables: list = [None] * len(cells)
     for out in outs:
@@ -333,26 +386,19 @@ def _assemble(cells: list, outs: List[_GroupOut], progress: Optional[Progress] =
             tables[i], channel_tables[i] = (values, table), (values, chans)
     head = next(o for o in outs if o.bias is not None)
     timings = {"pipeline_s": sum(o.pipeline_s for o in outs), "bias_s": sum(o.bias_s for o in outs)}
-    results = with_values(tables)
     curves: Dict[str, TrainCurve] = {}
-    values, ccfg = cells[0]
-    schedules = None
-    if len(cells) == 1:
-        names = corrector_names(ccfg)
-        schedules = head.schedules
-        if ccfg.learner.train.enabled:
-            t0 = time.perf_counter()
-            lr = ccfg.learner
-            if progress is not None:
-                progress.start("training", len(names), "corrector", note="simulating the training pipeline")
-            mdp = build_mdp(ccfg)
-            theta = M.canonical_theta(lr.n_states, lr.n_actions, seed=lr.theta_seed, scale=lr.theta_scale)
-            train_sched = simulate_schedules(ccfg, lr.train.lanes, "train_pipeline", names)
-            curves = train_all(mdp, theta, train_sched, names, corrector_params(ccfg), lr.horizon, lr.train.lr,
-                               seed_sequence(ccfg.seed, "training"), lr.fast_noise_std,
-                               None if progress is None else progress.advance)
-            timings["training_s"] = time.perf_counter() - t0
-            results = _add_training(results, curves)
+    schedules = head.schedules if len(cells) == 1 else None
+    if trains(cells):
+        t0 = time.perf_counter()
+        if progress is not None:
+            progress.start("training", sum(len(row_names(c)) for _, c in cells), "corrector",
+                           note="simulating the training pipeline")
+        for i, (_, ccfg) in enumerate(cells):
+            trained = train_cell(ccfg, progress)
+            tables[i] = (tables[i][0], _add_training(tables[i][1], trained))
+            curves = trained if len(cells) == 1 else curves
+        timings["training_s"] = time.perf_counter() - t0
+    results = with_values(tables)
     return RunResult(
         results=results,
         channels=with_values(channel_tables),
