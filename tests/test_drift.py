@@ -180,12 +180,15 @@ def test_monte_carlo_is_the_estimator_written_out():
     rewards = np.concatenate([mdp.r_fast[None], mdp.r_slow])
     for name in names:
         reward, rollout = split_name(name)
+        tm = row_terms(name, cell)
         for view in ("steady", "run"):
-            tm = row_terms(name, cell, view)
-            window = steps - (2 if view == "steady" else 0)
+            first = 2 if view == "steady" else 0
+            window = steps - first
             want = np.zeros((trials, 4))
             for j in range(len(tm.trial)):
                 n, u, v, c = tm.sample[j], tm.update[j], tm.version[j], tm.channel[j]
+                if not first <= u < steps:
+                    continue
                 g = np.zeros((2, 2))
                 for h in range(horizon):
                     G = sum(mdp.gamma ** (x - h) * (rewards[c][st[x, n], ac[x, n]] + (noise * eps[x, n] if c == 0

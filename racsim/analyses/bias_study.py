@@ -24,8 +24,8 @@ from racsim.learner.bias import (
     summarize,
 )
 from racsim.learner.correctors import BLOCKING, CorrectorParams, row_name, split_name
-from racsim.learner.drift import has_lags, lag_figures, lagged_bias_run
-from racsim.learner.training import TrainCurve, train_all
+from racsim.learner.drift import first_order_table, has_lags, lag_figures, lagged_bias_run
+from racsim.learner.training import TrainCurve, split_lanes, stack_lanes, train_all
 from racsim.pipeline.draws import PipelineDraws, draw, draw_lags
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
@@ -269,6 +269,48 @@ def past_warmup(sched: ArrivalSchedule, warmup: int) -> float:
     return float(late.mean())
 
 
+LAG_KEY = "pipeline.generation.lag"  # a study grid's lag keys start so
+
+
+def lag_tables(cells: list, results: pd.DataFrame) -> Dict[str, pd.DataFrame]:
+    """A run with generation lags: ``first_order``, the first-order law of its first lagged cell checked
+    against the exact figure (racsim.learner.drift.first_order_table, at its rollout correctors, steps,
+    warm-up and learner.train.lr); and, where its cells span several lags, ``lags``: one row per cell of its
+    other grid keys and row, the steady bias (exact) with its interval and J at naive's clock at each lag
+    (:func:`lag_table`). Empty without lags."""
+    lagged = [c for _, c in cells if c.pipeline.generation.lag is not None]
+    if not lagged:
+        return {}
+    c, lr = lagged[0], lagged[0].learner
+    p = c.pipeline
+    rows = first_order_table(build_mdp(c), policy_theta(lr), lr.horizon, corrector_params(c), list(c.corrector.rollout),
+                             p.steps, warmup_steps(p), lr.train.lr)
+    out = {"first_order": pd.DataFrame(rows)}
+    if results["lag_mean"].nunique() > 1:
+        out["lags"] = lag_table(results)
+    return out
+
+
+def lag_table(results: pd.DataFrame) -> pd.DataFrame:
+    """The pairs x lags table: one row per value of the grid's other keys and row (corrector), in the order
+    they first come; per mean lag L its steady bias (exact) ``bias_L<L>`` with its bootstrap interval
+    (``bias_lo_L<L>``, ``bias_hi_L<L>``, where the run resampled) and J at naive's clock (``J_L<L>``, where it
+    trained each cell)."""
+    r = results.assign(lag=results["lag_mean"].round(6))
+    front = list(r.columns[: list(r.columns).index("scenario")]) if "scenario" in r else []
+    keys = [k for k in front if k != "cell" and not k.startswith(LAG_KEY)] + ["corrector"]
+    what = {"bias": "bias_exact", "bias_lo": "bias_exact_ci_lo", "bias_hi": "bias_exact_ci_hi",
+            "J": "J_at_naive_clock"}
+    rows: Dict[tuple, dict] = {}
+    for _, row in r.iterrows():
+        at = rows.setdefault(tuple(str(row[k]) for k in keys), {k: row[k] for k in keys})
+        tag = f"{row['lag']:g}"
+        for prefix, col in what.items():
+            if col in r:
+                at[f"{prefix}_L{tag}"] = row[col]
+    return pd.DataFrame(list(rows.values()))
+
+
 def trains(cells: list) -> bool:
     """Whether a run of these cells (values, config) trains: a single cell, or each cell of a grid with
     ``learner.train.each_cell``, when ``learner.train.enabled``."""
@@ -276,14 +318,27 @@ def trains(cells: list) -> bool:
     return bool(train.enabled and (len(cells) == 1 or train.each_cell))
 
 
-def train_cell(cfg: Any, progress: Optional[Progress] = None) -> Dict[str, TrainCurve]:
-    """The training curves of every row of one cell (racsim.learner.training), on its training pipeline."""
+def training_key(cfg: Any) -> tuple:
+    """Cells with equal keys train on the same draws (the learner, its rewards, rows and knobs, the seed):
+    they train together as one run's lanes (:func:`train_cells`), each cell's curves those of its own run."""
     lr = cfg.learner
+    return same_numbers_key(cfg), tuple(row_names(cfg)), corrector_params(cfg), lr.train.lanes, lr.train.lr
+
+
+def train_cells(cfgs: list, progress: Optional[Progress] = None) -> List[Dict[str, TrainCurve]]:
+    """The training curves of every row of each cell (racsim.learner.training) of cells that share a
+    :func:`training_key`, each on its own training pipeline and all on one stream of draws, as each
+    would be trained alone: one run of their lanes together (``progress``: told each row as it is done,
+    a unit per cell)."""
+    cfg, lr = cfgs[0], cfgs[0].learner
     names = row_names(cfg)
-    train_sched = simulate_schedules(cfg, lr.train.lanes, "train_pipeline", names)
-    return train_all(build_mdp(cfg), policy_theta(lr), train_sched, names, corrector_params(cfg), lr.horizon,
-                     lr.train.lr, seed_sequence(cfg.seed, "training"), lr.fast_noise_std,
-                     None if progress is None else progress.advance)
+    scheds = [simulate_schedules(c, lr.train.lanes, "train_pipeline", names) for c in cfgs]
+    stacked = {kind: stack_lanes([s[kind] for s in scheds]) for kind in scheds[0]}
+    advance = None if progress is None else (lambda k: progress.advance(k * len(cfgs)))
+    curves = train_all(build_mdp(cfg), policy_theta(lr), stacked, names, corrector_params(cfg), lr.horizon,
+                       lr.train.lr, seed_sequence(cfg.seed, "training"), lr.fast_noise_std, advance, copies=len(cfgs))
+    split = {name: split_lanes(cv, len(cfgs)) for name, cv in curves.items()}
+    return [{name: split[name][i] for name in names} for i in range(len(cfgs))]
 
 
 def _add_training(results: pd.DataFrame, curves: Dict[str, TrainCurve]) -> pd.DataFrame:
@@ -393,14 +448,19 @@ def _assemble(cells: list, outs: List[_GroupOut], progress: Optional[Progress] =
         if progress is not None:
             progress.start("training", sum(len(row_names(c)) for _, c in cells), "corrector",
                            note="simulating the training pipeline")
+        together: Dict[tuple, list] = {}
         for i, (_, ccfg) in enumerate(cells):
-            trained = train_cell(ccfg, progress)
-            tables[i] = (tables[i][0], _add_training(tables[i][1], trained))
-            curves = trained if len(cells) == 1 else curves
+            together.setdefault(training_key(ccfg), []).append(i)
+        for group in together.values():
+            for i, trained in zip(group, train_cells([cells[i][1] for i in group], progress)):
+                tables[i] = (tables[i][0], _add_training(tables[i][1], trained))
+                curves = trained if len(cells) == 1 else curves
         timings["training_s"] = time.perf_counter() - t0
     results = with_values(tables)
+    extra = lag_tables(cells, results)
     return RunResult(
         results=results,
+        extra=extra,
         channels=with_values(channel_tables),
         timeline=queue_timeseries(schedules["async"]) if schedules else pd.DataFrame(),
         training=_training_table(curves),

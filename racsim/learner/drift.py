@@ -57,6 +57,7 @@ from racsim.learner.correctors import (
     split_name,
 )
 from racsim.learner.rollouts import cell_index, cell_sums, discounted_returns, sample_trajectories, softmax_score
+from racsim.learner.theory import staleness_derivative
 from racsim.pipeline.schedule import INJECTED, ArrivalSchedule
 
 VIEWS = ("steady", "run")
@@ -79,9 +80,9 @@ def behaviour_version(sched: ArrivalSchedule) -> np.ndarray:
 @dataclass(frozen=True)
 class Terms:
     """Every term of one view's updates for one row (a reward-axis corrector with a rollout-axis one), as
-    flat arrays, ordered by trial: its trial, the step u of the update it joins, the version v of its
-    behaviour policy, its channel c (0: the fast return; 1..K: slow channel c - 1), the sample it comes
-    from (flat index over trials x steps x batch), its scalar weight, and whether phi carries eq. (1)'s ratio."""
+    flat arrays: its trial, the step u of the update it joins, the version v of its behaviour policy, its
+    channel c (0: the fast return; 1..K: slow channel c - 1), the sample it comes from (flat index over
+    trials x steps x batch), its scalar weight, and whether phi carries eq. (1)'s ratio."""
 
     trial: np.ndarray
     update: np.ndarray
@@ -91,9 +92,15 @@ class Terms:
     scalar: np.ndarray
     ratio: np.ndarray
 
+    def subset(self, keep: np.ndarray) -> "Terms":
+        return Terms(*(getattr(self, f)[keep] for f in Terms.__dataclass_fields__))
 
-def row_terms(name: str, cell: Cell, view: str) -> Terms:
-    """The terms of row ``name`` in ``view`` (:data:`VIEWS`) of a cell whose schedules carry lags."""
+
+def row_terms(name: str, cell: Cell) -> Terms:
+    """The terms of every update of row ``name`` of a cell whose schedules carry lags: the fast return of
+    every sample its rollout corrector keeps, at its own step, and every slow result its reward-axis
+    corrector uses, at the step it lands at (the synchronous oracle's: its own step; a drain's past the
+    run's last step). The steady view keeps those of steps warmup .. steps-1 (:func:`view_slots`)."""
     reward, rollout = split_name(name)
     sched = schedule_for(reward, cell.schedules)
     trials, steps, batch, K = sched.delay.shape
@@ -103,28 +110,22 @@ def row_terms(name: str, cell: Cell, view: str) -> Terms:
     t = np.broadcast_to(np.arange(steps)[None, :, None], lag.shape)
     sample = np.arange(trials * steps * batch).reshape(lag.shape)
     trial = np.broadcast_to(np.arange(trials)[:, None, None], lag.shape)
-    first = cell.warmup if view == "steady" else 0
-    fast = (t >= first) & (keep > 0)
+    fast = keep > 0
     gain = channel_gain(reward, cell) * routing_gain(reward, cell)
     scalar = reward_scalar(reward, sched.delay, sched.status, cell.params) * gain * keep[..., None]
-    if view == "steady":
-        used = steady_mask(reward, sched, cell.warmup)
-    else:
-        used = np.ones(sched.delay.shape, dtype=bool) if reward == "sync_oracle" else sched.status == INJECTED
+    used = np.ones(sched.delay.shape, dtype=bool) if reward == "sync_oracle" else sched.status == INJECTED
     used = used & (scalar != 0)
     land = landing_step(reward, sched)
-    exp4 = (slice(None), slice(None), slice(None), None)
-    parts = [(trial[fast], t[fast], version[fast], np.zeros(int(fast.sum()), dtype=np.int64), sample[fast],
-              keep[fast], np.zeros(int(fast.sum()), dtype=bool))]
-    k = np.broadcast_to(np.arange(K), sched.delay.shape)
-    bshape = sched.delay.shape
-    parts.append((np.broadcast_to(trial[exp4], bshape)[used], land[used],
-                  np.broadcast_to(version[exp4], bshape)[used], k[used] + 1,
-                  np.broadcast_to(sample[exp4], bshape)[used], scalar[used],
-                  np.full(int(used.sum()), reward in USES_RATIO)))
-    cols = [np.concatenate(c) for c in zip(*parts)]
-    order = np.argsort(cols[0], kind="stable")
-    return Terms(*(c[order] for c in cols))
+    shape4, per_sample = sched.delay.shape, (slice(None), slice(None), slice(None), None)
+    n_fast, n_slow = int(fast.sum()), int(used.sum())
+    return Terms(
+        trial=np.concatenate([trial[fast], np.broadcast_to(trial[per_sample], shape4)[used]]),
+        update=np.concatenate([t[fast], land[used]]),
+        version=np.concatenate([version[fast], np.broadcast_to(version[per_sample], shape4)[used]]),
+        channel=np.concatenate([np.zeros(n_fast, dtype=np.int64), np.broadcast_to(np.arange(1, K + 1), shape4)[used]]),
+        sample=np.concatenate([sample[fast], np.broadcast_to(sample[per_sample], shape4)[used]]),
+        scalar=np.concatenate([keep[fast], scalar[used]]),
+        ratio=np.concatenate([np.zeros(n_fast, dtype=bool), np.full(n_slow, reward in USES_RATIO)]))
 
 
 def term_weights(pairs: np.ndarray, pis: np.ndarray, rollout: str, params: CorrectorParams) -> Tuple[np.ndarray, ...]:
@@ -137,19 +138,70 @@ def term_weights(pairs: np.ndarray, pis: np.ndarray, rollout: str, params: Corre
     return phi, phi * clipped_ratio(use / beh, params.rho_bar)
 
 
-def accumulate(terms: Terms, values: np.ndarray, phi: Tuple[np.ndarray, np.ndarray], pair: np.ndarray,
-               pis: np.ndarray, horizon: int, lo: int, hi: int, divisor: float) -> np.ndarray:
-    """(hi - lo, S*A): the estimate of each trial lo..hi-1 (the terms are theirs), the mean of its updates'
-    gradients over the batch: the sum over its updates u of softmax_score(sum of scalar * phi * values over
-    the terms of u, pi_u, T), over ``divisor`` (updates x batch). ``values`` (n_terms, S*A): each term's
-    M_v (exact) or its trajectory's per-cell return sums (Monte Carlo); ``pair`` each term's row of ``phi``."""
+@dataclass(frozen=True)
+class Layout:
+    """Where a row's terms go: each term's row of ``phi`` (the weight of its (u, v) pair, ``pairs``, without
+    eq. (1)'s ratio in rows 0 .. P-1 and with it in P .. 2P-1: (2P, S*A)) and its update's slot among the
+    updates ``first`` .. ``first + slots - 1``."""
+
+    pairs: np.ndarray
+    phi: np.ndarray
+    row: np.ndarray
+    slot: np.ndarray
+    first: int
+    slots: int
+
+    @staticmethod
+    def of(terms: Terms, pis: np.ndarray, rollout: str, params: CorrectorParams) -> "Layout":
+        versions = pis.shape[0]
+        code = terms.update * versions + terms.version
+        present = np.zeros(versions * versions, dtype=bool)
+        present[code] = True
+        codes = np.flatnonzero(present)
+        lookup = np.zeros(present.size, dtype=np.int64)
+        lookup[codes] = np.arange(len(codes))
+        pairs = np.stack([codes // versions, codes % versions], axis=1)
+        phi = np.concatenate(term_weights(pairs, pis, rollout, params)).reshape(2 * len(codes), pis[0].size)
+        first = int(terms.update.min()) if len(code) else 0
+        slots = int(terms.update.max()) - first + 1 if len(code) else 0
+        return Layout(pairs, phi, lookup[code] + terms.ratio * len(codes), terms.update - first, first, slots)
+
+
+def exact_updates(terms: Terms, layout: Layout, moments: np.ndarray, pis: np.ndarray, horizon: int,
+                  trials: int, views) -> list:
+    """Each view's (trials, S*A) exact sums of its updates' expected gradients: per trial, the coefficients
+    (summed scalars) of each (phi row, channel) times its basis vector softmax_score(phi * M_v^c, pi_u, T),
+    the basis vectors of the updates within each view's range of steps ``views`` [(first, end), ...]."""
+    C = moments.shape[1]
     S, A = pis.shape[1:]
-    weight = np.where(terms.ratio[:, None, None], phi[1][pair], phi[0][pair]).reshape(len(pair), S * A)
-    slots, slot = np.unique(terms.update, return_inverse=True)
+    P = len(layout.pairs)
+    u, v = np.tile(layout.pairs[:, 0], 2), np.tile(layout.pairs[:, 1], 2)
+    basis = softmax_score((layout.phi[:, None, :] * moments[v]).reshape(2 * P, C, S, A), pis[u][:, None], horizon)
+    coef = np.bincount((terms.trial * (2 * P) + layout.row) * C + terms.channel, weights=terms.scalar,
+                       minlength=trials * 2 * P * C).reshape(trials, 2 * P * C)
+    step = np.repeat(u, C)
+    out = []
+    for first, end in views:
+        cols = (step >= first) & (step < end)
+        out.append(coef[:, cols] @ basis.reshape(2 * P * C, S * A)[cols])
+    return out
+
+
+def sampled_updates(terms: Terms, layout: Layout, values: np.ndarray, pis: np.ndarray, horizon: int, lo: int,
+                    hi: int, views, at: Optional[np.ndarray] = None) -> list:
+    """Each view's (hi - lo, S*A) Monte-Carlo sums of its updates' gradients for trials lo..hi-1: per update u,
+    softmax_score(sum of scalar * phi * values over the terms of u, pi_u, T), summed over the updates within
+    each view's range of steps ``views`` [(first, end), ...]. ``values`` (n, S*A): each term's trajectory's
+    per-cell return sums, for the terms ``at`` (a boolean mask of those of trials lo..hi-1; None: every term)."""
+    S, A = pis.shape[1:]
+    pick = (lambda x: x) if at is None else (lambda x: x[at])
     n = hi - lo
-    Y = group_sums(((terms.trial - lo) * len(slots) + slot)[:, None], terms.scalar[:, None] * weight * values,
-                   n * len(slots)).reshape(n, len(slots), S, A)
-    return softmax_score(Y, pis[slots][None], horizon).sum(axis=1).reshape(n, S * A) / divisor
+    index = (pick(terms.trial) - lo) * layout.slots + pick(layout.slot)
+    Y = group_sums(index[:, None], pick(terms.scalar)[:, None] * layout.phi[pick(layout.row)] * values,
+                   n * layout.slots).reshape(n, layout.slots, S, A)
+    scored = softmax_score(Y, pis[layout.first:layout.first + layout.slots][None], horizon)
+    steps = np.arange(layout.first, layout.first + layout.slots)
+    return [scored[:, (steps >= first) & (steps < end)].sum(axis=1).reshape(n, S * A) for first, end in views]
 
 
 def sample_moments(mdp: M.TabularMDP, pis: np.ndarray, versions: np.ndarray, tables: np.ndarray, horizon: int,
@@ -180,29 +232,28 @@ def lagged_bias_run(mdp: M.TabularMDP, theta0: np.ndarray, cell: Cell, horizon: 
     S, A = mdp.n_states, mdp.n_actions
     SA = S * A
     tables = np.concatenate([mdp.r_fast[None], mdp.r_slow]).reshape(K + 1, SA)
-    terms = {(view, name): row_terms(name, cell, view) for name in cell.names for view in VIEWS}
+    terms = {name: row_terms(name, cell) for name in cell.names}
     last = max([steps - 1] + [int(t.update.max()) for t in terms.values() if len(t.update)])
     path = M.policy_path(mdp, theta0, lr, last + 1)
     pis = M.softmax_policy(path)
     moments = np.stack([M.behaviour_moments(mdp, path[v], horizon, tables.reshape(K + 1, S, A))
                         for v in range(steps)]).reshape(steps, K + 1, SA)
-    windows = {"steady": range(cell.warmup, steps), "run": range(steps)}
+    windows = {"steady": (cell.warmup, steps), "run": (0, last + 1)}  # the run's drained results land past it
+    means = {"steady": range(cell.warmup, steps), "run": range(steps)}
+    divisor = [len(means[view]) * batch for view in VIEWS]
     targets = {view: np.mean([M.true_gradient(mdp, path[u]).ravel() for u in w], axis=0)
-               for view, w in windows.items()}
+               for view, w in means.items()}
     exact_sync = np.mean([M.finite_horizon_expectation(mdp, path[u], horizon, tables.reshape(K + 1, S, A))
-                          for u in windows["steady"]], axis=0).reshape(K + 1, SA)
+                          for u in means["steady"]], axis=0).reshape(K + 1, SA)
     run = BiasRun(target=targets["steady"], channel_exact=exact_sync, targets=targets)
-    weights = {}
-    for key, tm in terms.items():
-        view, name = key
-        codes, pair = np.unique(tm.update * steps + tm.version, return_inverse=True)
-        pairs = np.stack([codes // steps, codes % steps], axis=1)
-        weights[key] = (term_weights(pairs, pis, split_name(name)[1], cell.params), pair)
-        divisor = len(windows[view]) * batch
-        exact = accumulate(tm, moments[tm.version, tm.channel], weights[key][0], weights[key][1], pis, horizon,
-                           0, trials, divisor)
-        run.exact_trials.setdefault(view, {})[name] = exact
-        run.estimates.setdefault(view, {})[name] = np.empty((trials, SA))
+    views = [windows[view] for view in VIEWS]
+    layouts = {}
+    for name, tm in terms.items():
+        layouts[name] = Layout.of(tm, pis, split_name(name)[1], cell.params)
+        for view, sums, d in zip(VIEWS, exact_updates(tm, layouts[name], moments, pis, horizon, trials, views),
+                                 divisor):
+            run.exact_trials.setdefault(view, {})[name] = sums / d
+            run.estimates.setdefault(view, {})[name] = np.empty((trials, SA))
     _kernel_weights(run, cell)
     versions = behaviour_version(sched0).reshape(trials, steps * batch)
     per_trial = steps * batch
@@ -210,14 +261,13 @@ def lagged_bias_run(mdp: M.TabularMDP, theta0: np.ndarray, cell: Cell, horizon: 
     for lo in range(0, trials, chunk):
         hi = min(trials, lo + chunk)
         m = sample_moments(mdp, pis, versions[lo:hi].ravel(), tables, horizon, rng, fast_noise_std)
-        for key, tm in terms.items():
-            view, name = key
-            at = slice(*np.searchsorted(tm.trial, [lo, hi]))
-            sub = Terms(*(getattr(tm, f)[at] for f in Terms.__dataclass_fields__))
-            phi, pair = weights[key]
-            values = m[sub.sample - lo * per_trial, sub.channel]
-            run.estimates[view][name][lo:hi] = accumulate(sub, values, phi, pair[at], pis, horizon, lo, hi,
-                                                          len(windows[view]) * batch)
+        for name, tm in terms.items():
+            at = None if (lo, hi) == (0, trials) else (tm.trial >= lo) & (tm.trial < hi)
+            sub = tm if at is None else tm.subset(at)
+            sums = sampled_updates(tm, layouts[name], m[sub.sample - lo * per_trial, sub.channel], pis, horizon,
+                                   lo, hi, views, at)
+            for view, part, d in zip(VIEWS, sums, divisor):
+                run.estimates[view][name][lo:hi] = part / d
         run.trajectories += (hi - lo) * per_trial
         if progress is not None:
             progress(hi - lo)
@@ -249,10 +299,76 @@ def lag_figures(sched: ArrivalSchedule, warmup: int, name: str, params: Correcto
             "lag_dropped": float(1.0 - kept(rollout, lag, params).mean())}
 
 
+def staleness_bias(mdp: M.TabularMDP, theta0: np.ndarray, lr: float, horizon: int, lags, rollout: str,
+                   params: CorrectorParams, steps: int, warmup: int) -> np.ndarray:
+    """(len(lags), S*A): the staleness part of the steady bias for each deterministic lag L, exactly: the mean
+    over the updates u = warmup..steps-1 of the path of ``lr`` of the synchronous estimator (every reward at
+    Delta = 0) on samples of version max(0, u - L), weighed by ``rollout``, minus the same on samples of
+    version u (the first-order law's subject: racsim.learner.theory.first_order_staleness)."""
+    path = M.policy_path(mdp, theta0, lr, steps)
+    moments = np.stack([M.behaviour_moments(mdp, th, horizon, mdp.reward_total) for th in path])
+    return _staleness(M.softmax_policy(path), moments, np.arange(warmup, steps), lags, rollout, params, horizon)
+
+
+def _staleness(pis: np.ndarray, moments: np.ndarray, window: np.ndarray, lags, rollout: str, params: CorrectorParams,
+               horizon: int) -> np.ndarray:
+    """:func:`staleness_bias` from the path's policies and behaviour moments (steps, S, A)."""
+    fresh = softmax_score(moments[window], pis[window], horizon)
+    out = np.empty((len(lags), fresh[0].size))
+    for i, lag in enumerate(lags):
+        v = np.maximum(window - int(lag), 0)
+        phi = term_weights(np.stack([window, v], axis=1), pis, rollout, params)[0]
+        keep = kept(rollout, window - v, params)[:, None, None]
+        stale = softmax_score(keep * phi * moments[v], pis[window], horizon)
+        out[i] = (stale - fresh).mean(axis=0).ravel()
+    return out
+
+
+def first_order_table(mdp: M.TabularMDP, theta0: np.ndarray, horizon: int, params: CorrectorParams, rollouts,
+                      steps: int, warmup: int, lr: float, lags=(1, 2, 4, 8), small=(1e-3, 4e-3)) -> list:
+    """The first-order law checked against the exact figure, per rollout corrector: at ``small`` step sizes
+    (where the law should hold) and at the run's ``lr``, for each lag L, the staleness bias
+    ||:func:`staleness_bias`|| beside eta L ||D||, D the mean over the same updates of
+    racsim.learner.theory.first_order_staleness at theta_u; the slope measured (least squares through 0 of the
+    bias on eta x L over the small step sizes) beside the predicted one (||D|| at the smallest). NaN where no
+    law holds (drop). Rows of dicts: rollout, lr, lag, lr_x_lag, staleness_bias, first_order_bias,
+    slope_measured, slope_predicted."""
+    window = np.arange(warmup, steps)
+    found = {}
+    for eta in (*small, lr):
+        path = M.policy_path(mdp, theta0, eta, steps)
+        pis = M.softmax_policy(path)
+        moments = np.stack([M.behaviour_moments(mdp, th, horizon, mdp.reward_total) for th in path])
+        grads = [M.true_gradient(mdp, path[u]) for u in window]
+        jvps = [M.behaviour_moments_jvp(mdp, path[u], horizon, -g, mdp.reward_total) for u, g in zip(window, grads)]
+        for rollout in rollouts:
+            bias = np.linalg.norm(_staleness(pis, moments, window, lags, rollout, params, horizon), axis=1)
+            one = rollout != "decoupled" or params.decoupled_cap > 1  # D is the same at every lag
+            for L, b in zip(lags, bias):
+                if not one or L == lags[0]:
+                    D = np.mean([staleness_derivative(pis[u], g, jvp, horizon, rollout, params, L)
+                                 for u, g, jvp in zip(window, grads, jvps)], axis=0)
+                found[rollout, eta, L] = (float(b), float(np.linalg.norm(D)))
+    rows = []
+    for rollout in rollouts:
+        x = np.array([eta * L for eta in small for L in lags], dtype=np.float64)
+        y = np.array([found[rollout, eta, L][0] for eta in small for L in lags])
+        measured = float(x @ y / (x @ x)) if rollout != "drop" else float("nan")  # drop: a step, no slope
+        predicted = float(np.mean([found[rollout, small[0], L][1] for L in lags]))
+        for eta in (*small, lr):
+            for L in lags:
+                bias, slope = found[rollout, eta, L]
+                rows.append({"rollout": rollout, "lr": eta, "lag": int(L), "lr_x_lag": eta * L,
+                             "staleness_bias": bias, "first_order_bias": slope * eta * L,
+                             "slope_measured": measured, "slope_predicted": predicted})
+    return rows
+
+
 def has_lags(cell: Cell) -> bool:
     """Whether the cell's schedules carry generation lags (then the policy moves: :func:`lagged_bias_run`)."""
     return cell.schedules["async"].lag is not None
 
 
-__all__: List[str] = ["VIEWS", "Terms", "accumulate", "behaviour_version", "effective_lag", "has_lags",
-                      "lag_figures", "lagged_bias_run", "row_terms", "sample_moments", "term_weights"]
+__all__: List[str] = ["VIEWS", "Layout", "Terms", "behaviour_version", "effective_lag", "exact_updates",
+                      "first_order_table", "has_lags", "lag_figures", "lagged_bias_run", "row_terms", "sample_moments",
+                      "sampled_updates", "staleness_bias", "term_weights"]

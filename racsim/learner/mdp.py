@@ -230,9 +230,10 @@ def softmax_policy(theta: np.ndarray) -> np.ndarray:
 
 
 def _check_pi(mdp: TabularMDP, pi: np.ndarray) -> np.ndarray:
+    """``pi`` as float64, (S, A) or a stack of policies (..., S, A)."""
     pi = np.asarray(pi, dtype=np.float64)
-    if pi.shape != (mdp.n_states, mdp.n_actions):
-        raise ValueError(f"pi must be {(mdp.n_states, mdp.n_actions)}, got {pi.shape}")
+    if pi.shape[-2:] != (mdp.n_states, mdp.n_actions) or pi.ndim < 2:
+        raise ValueError(f"pi must be {(mdp.n_states, mdp.n_actions)} (or a stack of them), got {pi.shape}")
     return pi
 
 
@@ -248,29 +249,30 @@ def _reward(mdp: TabularMDP, reward) -> Tuple[np.ndarray, bool]:
 
 
 def state_transition(mdp: TabularMDP, pi: np.ndarray) -> np.ndarray:
-    """(S, S) state chain under pi: P_pi[s, s'] = sum_a pi(a|s) P(s'|s, a)."""
-    return np.einsum("sa,sat->st", _check_pi(mdp, pi), mdp.P)
+    """(S, S) state chain under pi: P_pi[s, s'] = sum_a pi(a|s) P(s'|s, a); (..., S, S) for a stack of policies."""
+    return np.einsum("...sa,sat->...st", _check_pi(mdp, pi), mdp.P)
 
 
 def stationary_distribution(mdp: TabularMDP, pi: np.ndarray) -> np.ndarray:
-    """(S,) stationary distribution d of P_pi (d P_pi = d, sum d = 1).
+    """(S,) stationary distribution d of P_pi (d P_pi = d, sum d = 1); (..., S) for a stack of policies.
 
     Solves d (I - P_pi + 1 1^T) = 1^T, non-singular for a unichain P_pi.
     """
     P_pi = state_transition(mdp, pi)
     S = mdp.n_states
     M = np.eye(S) - P_pi + 1.0
-    d = np.linalg.solve(M.T, np.ones(S))
+    d = np.linalg.solve(np.swapaxes(M, -1, -2), np.ones(P_pi.shape[:-1])[..., None])[..., 0]
     d = np.clip(d, 0.0, None)
-    return d / d.sum()
+    return d / d.sum(axis=-1, keepdims=True)
 
 
 def _values(mdp: TabularMDP, pi: np.ndarray, r: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Q (C, S, A) and V (C, S) for a (C, S, A) reward, by one linear solve."""
+    """Q (C, S, A) and V (C, S) for a (C, S, A) reward, by one linear solve; (..., C, S, A) and
+    (..., C, S) for a stack of policies (..., S, A)."""
     P_pi = state_transition(mdp, pi)
-    r_pi = np.einsum("csa,sa->cs", r, pi)
-    V = np.linalg.solve(np.eye(mdp.n_states) - mdp.gamma * P_pi, r_pi.T).T
-    Q = r + mdp.gamma * np.einsum("sat,ct->csa", mdp.P, V)
+    r_pi = np.einsum("csa,...sa->...cs", r, pi)
+    V = np.swapaxes(np.linalg.solve(np.eye(mdp.n_states) - mdp.gamma * P_pi, np.swapaxes(r_pi, -1, -2)), -1, -2)
+    Q = r + mdp.gamma * np.einsum("sat,...ct->...csa", mdp.P, V)
     return Q, V
 
 
@@ -299,14 +301,16 @@ def objective(mdp: TabularMDP, theta: np.ndarray, reward=None, start=None):
     then J equals the long-run average reward d . r_pi. Note that with
     start=None, d moves with theta: ``true_gradient(start=None)`` is NOT the
     gradient of this function but of ``objective(., start=d(theta))`` with d
-    frozen. A float for an (S, A) reward, a (C,) array for (C, S, A).
+    frozen. A float for an (S, A) reward, a (C,) array for (C, S, A); for a stack of policies ``theta``
+    (..., S, A), one J each (as computed one by one, to the bit): (...) or (..., C).
     """
     r, single = _reward(mdp, reward)
     pi = softmax_policy(theta)
     _, V = _values(mdp, pi, r)
-    mu = stationary_distribution(mdp, pi) if start is None else _start(mdp, start)
-    J = (1.0 - mdp.gamma) * V @ mu
-    return float(J[0]) if single else J
+    mu = stationary_distribution(mdp, pi) if start is None else np.broadcast_to(_start(mdp, start), pi.shape[:-1])
+    J = ((1.0 - mdp.gamma) * V @ mu[..., None])[..., 0]
+    J = J[..., 0] if single else J
+    return float(J) if J.ndim == 0 else J
 
 
 def true_gradient(mdp: TabularMDP, theta: np.ndarray, reward=None, start=None) -> np.ndarray:

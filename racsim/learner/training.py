@@ -63,7 +63,7 @@ def landing_step(sched: ArrivalSchedule, name: str) -> np.ndarray:
 
 def _record(mdp, theta, optimal):
     pi = M.softmax_policy(theta)
-    J = np.array([M.objective(mdp, th) for th in theta])
+    J = M.objective(mdp, theta)  # every lane's at once (the same bits as one by one)
     dist = np.linalg.norm((pi - optimal[None]).reshape(len(theta), -1), axis=1)
     return J, dist
 
@@ -78,9 +78,11 @@ def train(
     lr: float,
     rng: np.random.Generator,
     fast_noise_std: float = 0.0,
+    copies: int = 1,
 ) -> TrainCurve:
     """Train ``sched.n_trials`` lanes with row ``name`` (a corrector, or one combined with a rollout-axis
-    corrector) for ``sched.n_steps`` steps."""
+    corrector) for ``sched.n_steps`` steps. ``copies`` > 1: the lanes are that many runs' lanes one after
+    the other (:func:`stack_lanes`) that share ``rng``'s draws, each run's as if trained alone."""
     L, N, B, K = sched.delay.shape
     T = horizon
     name, rollout = split_name(name)
@@ -110,13 +112,13 @@ def train(
         if lagged:
             policies[t] = pi
             v = version[:, t].reshape(-1)  # lane-major, as lane_of
-            s, a = sample_trajectories(mdp, policies[v, lane_of], L * B, T, rng)
+            s, a = sample_trajectories(mdp, policies[v, lane_of], L * B, T, rng, copies=copies)
             beh = policies[v, lane_of][rows, s, a]
         else:
-            s, a = sample_trajectories(mdp, pi[lane_of], L * B, T, rng)
+            s, a = sample_trajectories(mdp, pi[lane_of], L * B, T, rng, copies=copies)
         r = rewards[:, s, a]
         if fast_noise_std > 0:
-            r[0] = r[0] + fast_noise_std * rng.standard_normal(r[0].shape)
+            r[0] = r[0] + fast_noise_std * np.tile(rng.standard_normal((L * B // copies, T)), (copies, 1))
         G = discounted_returns(r, mdp.gamma)  # (C, L*B, T)
         states[:, t], actions[:, t] = s.reshape(L, B, T), a.reshape(L, B, T)
         behaviour[:, t] = (beh if lagged else pi[lane_of[:, None], s, a]).reshape(L, B, T)
@@ -159,13 +161,32 @@ def _stale_weight(rollout: str, policies: np.ndarray, t: int, version: np.ndarra
 
 
 def train_all(mdp, theta0, schedules: Dict[str, ArrivalSchedule], names: List[str], params, horizon, lr, seed_seq,
-              fast_noise_std=0.0, progress: Optional[Callable[[int], None]] = None) -> Dict[str, TrainCurve]:
-    """One :func:`train` per corrector, each on its own child random stream; ``progress(1)`` after each."""
+              fast_noise_std=0.0, progress: Optional[Callable[[int], None]] = None,
+              copies: int = 1) -> Dict[str, TrainCurve]:
+    """One :func:`train` per corrector, each on its own child random stream; ``progress(1)`` after each
+    (``copies``: :func:`train`'s)."""
     children = seed_seq.spawn(len(names))
     out = {}
     for name, child in zip(names, children):
         out[name] = train(mdp, theta0, schedule_for(name, schedules), name, params, horizon, lr,
-                          np.random.default_rng(child), fast_noise_std)
+                          np.random.default_rng(child), fast_noise_std, copies)
         if progress is not None:
             progress(1)
     return out
+
+
+def stack_lanes(schedules: List[ArrivalSchedule]) -> ArrivalSchedule:
+    """Several runs' schedules (of equal steps, batch and channels) as one, their lanes one after the other:
+    what training reads of them (delays, statuses, the clock, the generation lags)."""
+    first = schedules[0]
+    lag = None if first.lag is None else np.concatenate([s.lag for s in schedules])
+    return ArrivalSchedule(delay=np.concatenate([s.delay for s in schedules]),
+                           status=np.concatenate([s.status for s in schedules]),
+                           step_start=np.concatenate([s.step_start for s in schedules]),
+                           blocking=first.blocking, channel_names=first.channel_names, lag=lag)
+
+
+def split_lanes(curve: TrainCurve, copies: int) -> List[TrainCurve]:
+    """The curves of each of ``copies`` runs trained together (:func:`stack_lanes`), in order."""
+    return [TrainCurve(*(np.split(getattr(curve, f), copies)[i] for f in ("wallclock", "objective", "distance")))
+            for i in range(copies)]
