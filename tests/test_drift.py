@@ -170,6 +170,9 @@ def test_monte_carlo_is_the_estimator_written_out():
     names = ["rac+tis", "naive+drop", "retrace_a+decoupled"]
     cell = Cell({"async": sched}, names, params, warmup=2)
     run = lagged_bias_run(mdp, theta0, cell, horizon, lr, np.random.default_rng(7), fast_noise_std=noise)
+    again = lagged_bias_run(mdp, theta0, cell, horizon, lr, np.random.default_rng(7), fast_noise_std=noise)
+    for name in names:  # the same inputs and seed: the same bits
+        np.testing.assert_array_equal(again.estimates["steady"][name], run.estimates["steady"][name])
     trials, steps, batch, K = sched.delay.shape
     path = M.policy_path(mdp, theta0, lr, steps + 8)
     pis = M.softmax_policy(path)

@@ -13,7 +13,7 @@ import pandas as pd
 
 from racsim.io import fmt
 from racsim.report.plots import COLORS, MARKERS, _plt, _save, figure_legend
-from racsim.report.tables import cell_text, fitted_text, short_names
+from racsim.report.tables import cell_text, fitted_text
 
 _LAG = re.compile(r"^bias_L(.+)$")
 
@@ -29,43 +29,55 @@ def _keys(table: pd.DataFrame) -> List[str]:
     return list(table.columns[: list(table.columns).index(first)])
 
 
-def _labelled(table: pd.DataFrame) -> pd.DataFrame:
-    keys = _keys(table)
-    return pd.DataFrame({h: table[k].map(cell_text) for k, h in zip(keys, short_names(keys))})
+def _groups(table: pd.DataFrame) -> list:
+    """(title, rows) per setting of the grid's other keys (one untitled group without them), in order."""
+    keys = _keys(table)[:-1]
+    if not keys:
+        return [("", table)]
+    out = []
+    for value, rows in table.groupby(keys, sort=False):
+        title = ", ".join(f"{k} = {cell_text(v)}" for k, v in zip(keys, np.atleast_1d(value)))
+        out.append((title, rows))
+    return out
 
 
 def lag_text(table: pd.DataFrame, width: int) -> str:
-    """The terminal's pairs x lags table: each row's steady bias (exact) at each lag, at most ``width`` wide."""
-    out = _labelled(table)
-    for lag in lag_values(table):
-        out[f"L={lag}"] = table[f"bias_L{lag}"].map(fmt)
-    head = "steady bias (exact) by generation lag L (intervals and J at naive's clock: lags.csv, summary.md)"
-    return head + "\n" + fitted_text(out, width, (), "lags.csv")
+    """The terminal's pairs x lags tables, one per setting of the grid's other keys: each row's steady bias
+    (exact) at each lag, at most ``width`` wide."""
+    lines = ["steady bias (exact) by generation lag L (intervals and J at naive's clock: lags.csv, summary.md)"]
+    for title, rows in _groups(table):
+        out = pd.DataFrame({"corrector": rows["corrector"]})
+        for lag in lag_values(table):
+            out[f"L={lag}"] = rows[f"bias_L{lag}"].map(fmt)
+        lines += ([f"{title}:"] if title else []) + [fitted_text(out, width, (), "lags.csv")]
+    return "\n".join(lines)
+
+
+def _markdown(rows: pd.DataFrame, lags: List[str], cell) -> List[str]:
+    head = "| corrector | " + " | ".join(f"L={x}" for x in lags) + " |"
+    return [head, "|---|" + "---|" * len(lags)] + [
+        "| " + " | ".join([row["corrector"]] + [cell(row, x) for x in lags]) + " |" for _, row in rows.iterrows()]
 
 
 def lag_markdown(table: pd.DataFrame) -> List[str]:
-    """summary.md's tables: the steady bias with its 95% interval at each lag, then J at naive's clock."""
+    """summary.md's tables, per setting of the grid's other keys: the steady bias with its 95% interval at each
+    lag, then J at naive's clock."""
     lags = lag_values(table)
-    names = _labelled(table)
-    lines = ["| " + " | ".join(list(names.columns) + [f"L={x}" for x in lags]) + " |",
-             "|" + "---|" * (len(names.columns) + len(lags))]
-    for i in range(len(table)):
-        cells = []
-        for lag in lags:
-            b = fmt(table[f"bias_L{lag}"].iloc[i])
-            if f"bias_lo_L{lag}" in table:
-                b += f" [{fmt(table[f'bias_lo_L{lag}'].iloc[i])}, {fmt(table[f'bias_hi_L{lag}'].iloc[i])}]"
-            cells.append(b)
-        lines.append("| " + " | ".join(list(names.iloc[i]) + cells) + " |")
-    out = ["Steady bias (exact) of one update, by generation lag L, with its bootstrap 95% interval over trials:", "",
-           *lines, ""]
-    if f"J_L{lags[0]}" in table:
-        out += ["J at naive's wall-clock, by generation lag L:", "",
-                "| " + " | ".join(list(names.columns) + [f"L={x}" for x in lags]) + " |",
-                "|" + "---|" * (len(names.columns) + len(lags))]
-        out += ["| " + " | ".join(list(names.iloc[i]) + [fmt(table[f"J_L{x}"].iloc[i]) for x in lags]) + " |"
-                for i in range(len(table))]
-        out.append("")
+
+    def bias(row, lag):
+        text = fmt(row[f"bias_L{lag}"])
+        if f"bias_lo_L{lag}" in row:
+            text += f" [{fmt(row[f'bias_lo_L{lag}'])}, {fmt(row[f'bias_hi_L{lag}'])}]"
+        return text
+
+    out = []
+    for title, rows in _groups(table):
+        where = f" ({title})" if title else ""
+        out += [f"Steady bias (exact) of one update by generation lag L{where}, with its bootstrap 95% interval "
+                "over trials:", "", *_markdown(rows, lags, bias), ""]
+        if f"J_L{lags[0]}" in table:
+            out += [f"J at naive's wall-clock by generation lag L{where}:", "",
+                    *_markdown(rows, lags, lambda row, lag: fmt(row[f"J_L{lag}"])), ""]
     return out
 
 
@@ -99,13 +111,12 @@ def lags_plot(res, path: Path) -> bool:
         return False
     lags = lag_values(table)
     x = np.array([float(v) for v in lags])
-    keys = _keys(table)[:-1]
-    groups = list(table.groupby(keys, sort=False)) if keys else [((), table)]
+    groups = _groups(table)
     has_j = f"J_L{lags[0]}" in table
     plt = _plt()
     fig, axes = plt.subplots(1 + has_j, len(groups), figsize=(5.2 * len(groups) + 2.6, 3.6 * (1 + has_j)),
                              layout="constrained", squeeze=False)
-    for j, (value, rows) in enumerate(groups):
+    for j, (title, rows) in enumerate(groups):
         for _, row in rows.iterrows():
             name = row["corrector"]
             reward, _, rollout = name.partition("+")
@@ -119,7 +130,6 @@ def lags_plot(res, path: Path) -> bool:
                 axes[0, j].fill_between(x, lo, hi, color=look["color"], alpha=0.12)
             if has_j:
                 axes[1, j].plot(x, [row[f"J_L{v}"] for v in lags], style, **look)
-        title = ", ".join(f"{h} = {cell_text(v)}" for h, v in zip(short_names(keys), np.atleast_1d(value)))
         axes[0, j].set_title(title or "steady bias", fontsize=9)
         axes[0, j].set_yscale("log")
         axes[0, j].set_ylabel("steady bias (exact)")
