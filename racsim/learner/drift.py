@@ -30,7 +30,7 @@ racsim.learner.bias applies, unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -92,17 +92,17 @@ class Terms:
     scalar: np.ndarray
     ratio: np.ndarray
 
-    def subset(self, keep: np.ndarray) -> "Terms":
-        return Terms(*(getattr(self, f)[keep] for f in Terms.__dataclass_fields__))
 
-
-def row_terms(name: str, cell: Cell) -> Terms:
-    """The terms of every update of row ``name`` of a cell whose schedules carry lags: the fast return of
-    every sample its rollout corrector keeps, at its own step, and every slow result its reward-axis
-    corrector uses, at the step it lands at (the synchronous oracle's: its own step; a drain's past the
-    run's last step). The steady view keeps those of steps warmup .. steps-1 (:func:`view_slots`)."""
+def row_terms(name: str, cell: Cell, lo: int = 0, hi: Optional[int] = None) -> Terms:
+    """The terms of every update of row ``name`` in trials lo..hi-1 (every trial by default) of a cell whose
+    schedules carry lags: the fast return of every sample its rollout corrector keeps, at its own step, and
+    every slow result its reward-axis corrector uses, at the step it lands at (the synchronous oracle's: its
+    own step; a drain's past the run's last step). Trials and samples are numbered from trial ``lo``."""
     reward, rollout = split_name(name)
-    sched = schedule_for(reward, cell.schedules)
+    whole = schedule_for(reward, cell.schedules)
+    part = slice(lo, hi)
+    sched = replace(whole, delay=whole.delay[part], status=whole.status[part], step_start=whole.step_start[part],
+                    lag=whole.lag[part])
     trials, steps, batch, K = sched.delay.shape
     lag = effective_lag(sched)
     version = behaviour_version(sched)
@@ -126,6 +126,16 @@ def row_terms(name: str, cell: Cell) -> Terms:
         sample=np.concatenate([sample[fast], np.broadcast_to(sample[per_sample], shape4)[used]]),
         scalar=np.concatenate([keep[fast], scalar[used]]),
         ratio=np.concatenate([np.zeros(n_fast, dtype=bool), np.full(n_slow, reward in USES_RATIO)]))
+
+
+def last_update(cell: Cell) -> int:
+    """The last step whose update a term of the cell joins: the run's last, or a drained result's past it."""
+    ends = [s.n_steps - 1 for s in cell.schedules.values()]
+    for s in cell.schedules.values():
+        t = np.broadcast_to(np.arange(s.n_steps)[None, :, None, None], s.delay.shape)
+        landed = (t + s.delay)[s.status == INJECTED]
+        ends.append(int(landed.max()) if landed.size else 0)
+    return max(ends)
 
 
 def term_weights(pairs: np.ndarray, pis: np.ndarray, rollout: str, params: CorrectorParams) -> Tuple[np.ndarray, ...]:
@@ -187,21 +197,19 @@ def exact_updates(terms: Terms, layout: Layout, moments: np.ndarray, pis: np.nda
     return out
 
 
-def sampled_updates(terms: Terms, layout: Layout, values: np.ndarray, pis: np.ndarray, horizon: int, lo: int,
-                    hi: int, views, at: Optional[np.ndarray] = None) -> list:
-    """Each view's (hi - lo, S*A) Monte-Carlo sums of its updates' gradients for trials lo..hi-1: per update u,
+def sampled_updates(terms: Terms, layout: Layout, values: np.ndarray, pis: np.ndarray, horizon: int, trials: int,
+                    views) -> list:
+    """Each view's (trials, S*A) Monte-Carlo sums of its updates' gradients: per update u,
     softmax_score(sum of scalar * phi * values over the terms of u, pi_u, T), summed over the updates within
-    each view's range of steps ``views`` [(first, end), ...]. ``values`` (n, S*A): each term's trajectory's
-    per-cell return sums, for the terms ``at`` (a boolean mask of those of trials lo..hi-1; None: every term)."""
+    each view's range of steps ``views`` [(first, end), ...]. ``values`` (n_terms, S*A): each term's
+    trajectory's per-cell return sums."""
     S, A = pis.shape[1:]
-    pick = (lambda x: x) if at is None else (lambda x: x[at])
-    n = hi - lo
-    index = (pick(terms.trial) - lo) * layout.slots + pick(layout.slot)
-    Y = group_sums(index[:, None], pick(terms.scalar)[:, None] * layout.phi[pick(layout.row)] * values,
-                   n * layout.slots).reshape(n, layout.slots, S, A)
+    index = terms.trial * layout.slots + layout.slot
+    Y = group_sums(index[:, None], terms.scalar[:, None] * layout.phi[layout.row] * values,
+                   trials * layout.slots).reshape(trials, layout.slots, S, A)
     scored = softmax_score(Y, pis[layout.first:layout.first + layout.slots][None], horizon)
     steps = np.arange(layout.first, layout.first + layout.slots)
-    return [scored[:, (steps >= first) & (steps < end)].sum(axis=1).reshape(n, S * A) for first, end in views]
+    return [scored[:, (steps >= first) & (steps < end)].sum(axis=1).reshape(trials, S * A) for first, end in views]
 
 
 def sample_moments(mdp: M.TabularMDP, pis: np.ndarray, versions: np.ndarray, tables: np.ndarray, horizon: int,
@@ -232,8 +240,7 @@ def lagged_bias_run(mdp: M.TabularMDP, theta0: np.ndarray, cell: Cell, horizon: 
     S, A = mdp.n_states, mdp.n_actions
     SA = S * A
     tables = np.concatenate([mdp.r_fast[None], mdp.r_slow]).reshape(K + 1, SA)
-    terms = {name: row_terms(name, cell) for name in cell.names}
-    last = max([steps - 1] + [int(t.update.max()) for t in terms.values() if len(t.update)])
+    last = last_update(cell)
     path = M.policy_path(mdp, theta0, lr, last + 1)
     pis = M.softmax_policy(path)
     moments = np.stack([M.behaviour_moments(mdp, path[v], horizon, tables.reshape(K + 1, S, A))
@@ -246,28 +253,25 @@ def lagged_bias_run(mdp: M.TabularMDP, theta0: np.ndarray, cell: Cell, horizon: 
     exact_sync = np.mean([M.finite_horizon_expectation(mdp, path[u], horizon, tables.reshape(K + 1, S, A))
                           for u in means["steady"]], axis=0).reshape(K + 1, SA)
     run = BiasRun(target=targets["steady"], channel_exact=exact_sync, targets=targets)
-    views = [windows[view] for view in VIEWS]
-    layouts = {}
-    for name, tm in terms.items():
-        layouts[name] = Layout.of(tm, pis, split_name(name)[1], cell.params)
-        for view, sums, d in zip(VIEWS, exact_updates(tm, layouts[name], moments, pis, horizon, trials, views),
-                                 divisor):
-            run.exact_trials.setdefault(view, {})[name] = sums / d
-            run.estimates.setdefault(view, {})[name] = np.empty((trials, SA))
+    for view in VIEWS:
+        run.exact_trials[view] = {name: np.empty((trials, SA)) for name in cell.names}
+        run.estimates[view] = {name: np.empty((trials, SA)) for name in cell.names}
     _kernel_weights(run, cell)
+    views = [windows[view] for view in VIEWS]
     versions = behaviour_version(sched0).reshape(trials, steps * batch)
     per_trial = steps * batch
     chunk = max(1, CHUNK_TRAJECTORIES // per_trial)
-    for lo in range(0, trials, chunk):
+    for lo in range(0, trials, chunk):  # a chunk of trials at a time: its trajectories, then every row's terms
         hi = min(trials, lo + chunk)
         m = sample_moments(mdp, pis, versions[lo:hi].ravel(), tables, horizon, rng, fast_noise_std)
-        for name, tm in terms.items():
-            at = None if (lo, hi) == (0, trials) else (tm.trial >= lo) & (tm.trial < hi)
-            sub = tm if at is None else tm.subset(at)
-            sums = sampled_updates(tm, layouts[name], m[sub.sample - lo * per_trial, sub.channel], pis, horizon,
-                                   lo, hi, views, at)
-            for view, part, d in zip(VIEWS, sums, divisor):
-                run.estimates[view][name][lo:hi] = part / d
+        for name in cell.names:
+            tm = row_terms(name, cell, lo, hi)
+            layout = Layout.of(tm, pis, split_name(name)[1], cell.params)
+            exact = exact_updates(tm, layout, moments, pis, horizon, hi - lo, views)
+            sampled = sampled_updates(tm, layout, m[tm.sample, tm.channel], pis, horizon, hi - lo, views)
+            for view, e, mc, d in zip(VIEWS, exact, sampled, divisor):
+                run.exact_trials[view][name][lo:hi] = e / d
+                run.estimates[view][name][lo:hi] = mc / d
         run.trajectories += (hi - lo) * per_trial
         if progress is not None:
             progress(hi - lo)
@@ -370,5 +374,5 @@ def has_lags(cell: Cell) -> bool:
 
 
 __all__: List[str] = ["VIEWS", "Layout", "Terms", "behaviour_version", "effective_lag", "exact_updates",
-                      "first_order_table", "has_lags", "lag_figures", "lagged_bias_run", "row_terms", "sample_moments",
+                      "first_order_table", "has_lags", "lag_figures", "lagged_bias_run", "last_update", "row_terms", "sample_moments",
                       "sampled_updates", "staleness_bias", "term_weights"]
