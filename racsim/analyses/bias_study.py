@@ -185,10 +185,16 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
                      sampled, pipeline_s, time.perf_counter() - t0, each)
 
 
+def carries_lags(cfg: Any) -> bool:
+    """Whether a cell's schedules carry generation lags: a lag law (sync), or engines that run ahead (async)."""
+    g = cfg.pipeline.generation
+    return g.lag is not None or g.mode != "sync"
+
+
 def progress_units(members: list) -> int:
     """The trials a group's bias benchmark advances its progress by: once for the cells that share
     trajectories (a fixed policy), once more for each cell with generation lags (its own)."""
-    lagged = sum(ccfg.pipeline.generation.lag is not None for _, _, ccfg in members)
+    lagged = sum(carries_lags(ccfg) for _, _, ccfg in members)
     return members[0][2].learner.trials * (lagged + (lagged < len(members)))
 
 
@@ -278,7 +284,7 @@ def lag_tables(cells: list, results: pd.DataFrame) -> Dict[str, pd.DataFrame]:
     warm-up and learner.train.lr); and, where its cells span several lags, ``lags``: one row per cell of its
     other grid keys and row, the steady bias (exact) with its interval and J at naive's clock at each lag
     (:func:`lag_table`). Empty without lags."""
-    lagged = [c for _, c in cells if c.pipeline.generation.lag is not None]
+    lagged = [c for _, c in cells if carries_lags(c)]
     if not lagged:
         return {}
     c, lr = lagged[0], lagged[0].learner

@@ -169,11 +169,13 @@ def lags_reading(run: Run) -> str:
     said = []
     for d, rows in lags[lags["corrector"].isin(free)].groupby(delay, sort=False):
         best = {v: rows.loc[rows[f"bias_L{v}"].idxmin()] for v in (low, high)}
-        said.append(f"With Delta = {fmt(d)}, the least-biased pair at naive's wall-clock is {best[low]['corrector']} "
+        said.append(f"With a mean Delta of {fmt(d)}, the least-biased pair at naive's wall-clock is "
+                    f"{best[low]['corrector']} "
                     f"at L = {low} ({fmt(best[low][f'bias_L{low}'])}) and {best[high]['corrector']} at L = {high} "
                     f"({fmt(best[high][f'bias_L{high}'])}).")
-    one = lags[lags[delay] == lags[delay].iloc[0]].set_index("corrector")
-    said.append(f"RAC with truncated IS carries the behaviour ratio twice: at Delta = {fmt(lags[delay].iloc[0])} "
+    first_delay = lags[delay].iloc[0]
+    one = lags[lags[delay] == first_delay].set_index("corrector")
+    said.append(f"RAC with truncated IS carries the behaviour ratio twice: at a mean Delta of {fmt(first_delay)} "
                 f"and L = {high} its bias is {fmt(one.loc['rac+tis', f'bias_L{high}'])} against RAC's "
                 f"{fmt(one.loc['rac', f'bias_L{high}'])}, while bare_additive+tis, which carries it once, has "
                 f"{fmt(one.loc['bare_additive+tis', f'bias_L{high}'])}.")

@@ -18,6 +18,11 @@ is reported beside the Monte-Carlo figure and its standard error. Two views:
 * ``run``: the whole finite run, every rollout's slow results weighted by
   rollout step, so results in flight at the end count as lost (the end-of-run
   loss of a run this short; it vanishes in a run of thousands of steps).
+
+A schedule with generation lags (samples from older policies) makes the policy
+move: racsim.learner.drift measures that case; its BiasRun carries per-view
+targets and exact figures per trial (:attr:`BiasRun.targets`,
+:attr:`BiasRun.exact_trials`).
 """
 
 from __future__ import annotations

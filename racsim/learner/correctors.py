@@ -88,6 +88,9 @@ class CorrectorParams:
         tau_age(u) = adaptive_scale * max(1, q-quantile of the delays landed before
         update u), with ``tau_age`` as the prior until adaptive_min_results have landed
         (per trial and channel). A result at the quantile keeps w_age = exp(-1/scale).
+    tis_cap, decoupled_cap, version_cap: the rollout axis's knobs (:func:`rollout_weight`, :func:`kept`):
+        truncated IS's cap on pi_now / pi_behaviour, the decoupled objective's cap on pi_prox / pi_behaviour
+        (each >= 1, inf: none), and the largest generation lag drop trains on.
     """
 
     alpha: float = 1.0

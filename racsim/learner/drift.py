@@ -79,8 +79,8 @@ def behaviour_version(sched: ArrivalSchedule) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Terms:
-    """Every term of one view's updates for one row (a reward-axis corrector with a rollout-axis one), as
-    flat arrays: its trial, the step u of the update it joins, the version v of its behaviour policy, its
+    """Every term of the updates of one row (a reward-axis corrector with a rollout-axis one), as flat
+    arrays: its trial, the step u of the update it joins, the version v of its behaviour policy, its
     channel c (0: the fast return; 1..K: slow channel c - 1), the sample it comes from (flat index over
     trials x steps x batch), its scalar weight, and whether phi carries eq. (1)'s ratio."""
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from racsim.learner import mdp as M
 from racsim.learner.bias import schedule_for
+from racsim.learner.drift import behaviour_version, effective_lag
 from racsim.learner.correctors import (
     CorrectorParams,
     adaptive_tau_age,
@@ -94,9 +95,8 @@ def train(
     tau = adaptive_tau_age(sched.delay, sched.status, params) if name == "rac_adaptive" else None
     lagged = sched.lag is not None
     if lagged:  # each sample's behaviour version t - L and whether the rollout corrector keeps it
-        lag = np.minimum(sched.lag, np.arange(N)[None, :, None])
-        version = np.arange(N)[None, :, None] - lag
-        keep = kept(rollout, lag, params).astype(np.float64)
+        version = behaviour_version(sched)
+        keep = kept(rollout, effective_lag(sched), params).astype(np.float64)
         policies = np.empty((N, L) + theta0.shape)  # the lane's policy of every version so far
     theta = np.repeat(theta0[None].astype(np.float64), L, axis=0)
     states = np.zeros((L, N, B, T), dtype=np.int64)
