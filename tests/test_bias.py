@@ -63,7 +63,7 @@ def make_cfg(channels, *, names=ALL, seed=0, steps=20, batch=2, trials=200, hori
     le = cfg.learner
     le.n_states, le.n_actions, le.horizon, le.trials = n_states, n_actions, horizon, trials
     le.bootstrap, le.fast_noise_std = bootstrap, noise
-    le.train = TrainConf(enabled=train, lanes=lanes, lr=lr)
+    le.train = TrainConf(enabled=train, lanes=lanes, lr=lr, each_cell=False)
     cfg.output = OutputConf(plots=False, progress=False)
     return structured(cfg)
 

@@ -69,6 +69,8 @@ REDUCE = [
     (r"scenario=capacity/code_verifier", [], CAPACITY + " capacity.counts=[64]"),
     (r"scenario=capacity/", [], CAPACITY + " capacity.counts=[4]"),
     (r"scenario=adaptive_tau", [], "learner.trials=20 learner.bootstrap=20 pipeline.steps=30 pipeline.warmup_steps=10 output.plots=false"),
+    (r"scenario=two_lags", [], "learner.trials=4 learner.bootstrap=20 learner.horizon=5 pipeline.steps=10 "
+                               "pipeline.warmup_steps=4 learner.train.lanes=2 output.plots=false"),
     (r"scenario=lm/", [], LM),
     (r"learner=lm", [], LM + " corrector.names=[naive,rac]"),
     (r"scenario=paper/k_sweep,", [(r"scenario=\S+", "scenario=paper/tv_bound,paper/identity_kernel")], "study.fast=true"),

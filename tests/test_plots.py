@@ -27,6 +27,9 @@ RUNS = {
     "default": ["learner.trials=8", "pipeline.steps=20", "learner.bootstrap=20"],
     "capacity": ["scenario=capacity/judge_rm_faults", *SMALL, "capacity.counts=[4,8]"],
     "lm": ["learner=lm", "learner.lm.policy=bandit", "learner.lm.seeds=3", "pipeline.steps=8", "learner.lm.decide=[]"],
+    "lags": ["scenario=two_lags", "learner.trials=4", "learner.bootstrap=20", "learner.horizon=5", "pipeline.steps=10", "pipeline.warmup_steps=4",
+             "learner.train.lanes=2",
+             "study.grid={pipeline.delay_distribution.mean: [1.0, 4.0], pipeline.generation.lag.mean: [0.0, 3.0]}"],
 }
 
 
@@ -73,7 +76,7 @@ def _run(mp, argv):
     return 0
 
 
-# the capacity run takes a few seconds: in the long stage, with the capacity curve's own test
+# the capacity run takes a few seconds: in the long stage, with the capacity curve's own test (and the lag grid's)
 @pytest.mark.parametrize("run", [pytest.param(r, marks=pytest.mark.long) if r != "default" else r for r in sorted(RUNS)])
 def test_every_legend_is_inside_the_figure_and_off_the_data_and_text(drawn, run):
     figs = {k: v for k, v in drawn(run).items() if k != "_dir"}

@@ -19,7 +19,7 @@ from typing import Iterator, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
-from racsim.analyses.bias_study import run_bias_each, run_bias_study
+from racsim.analyses.bias_study import run_bias_each, run_bias_study, trains
 from racsim.analyses.capacity import CapacityResult
 from racsim.analyses.grid import expand
 from racsim.analyses.lm_study import run_lm_study
@@ -64,7 +64,7 @@ def run(cfg: RacsimConf, progress: Optional[Progress] = None) -> RunResult:
         return run_lm_study(cells, progress)
     mode = first.study.mode
     progress.plan(*(["bias benchmark"] if mode != "static" else []),
-                  *(["training"] if mode != "static" and len(cells) == 1 and first.learner.train.enabled else []),
+                  *(["training"] if mode != "static" and trains(cells) else []),
                   *(["static study"] if mode != "pipeline" else []))
     res = run_bias_study(cells, progress) if mode != "static" else RunResult(results=pd.DataFrame())
     if mode == "pipeline":

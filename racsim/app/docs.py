@@ -157,6 +157,34 @@ def by_law(run: Run) -> str:
     return markdown_table(rac.join(rest).reset_index().rename(columns={law: "delay law"}))
 
 
+def lags_reading(run: Run) -> str:
+    """two_lags's answer in a few sentences, from its results.csv, lags.csv and first_order.csv: per reward
+    delay, the least-biased pair at naive's wall-clock at the smallest and the largest lag; what RAC's ratio
+    composed with truncated IS does; the first-order slopes measured beside the predicted ones."""
+    lags, first, results = run.csv("lags.csv"), run.csv("first_order.csv"), run.csv("results.csv")
+    free = set(results.loc[results["wallclock_ratio"] <= 1.001, "corrector"])
+    values = [c[len("bias_L"):] for c in lags.columns if c.startswith("bias_L")]
+    low, high = values[0], values[-1]
+    delay = lags.columns[0]
+    said = []
+    for d, rows in lags[lags["corrector"].isin(free)].groupby(delay, sort=False):
+        best = {v: rows.loc[rows[f"bias_L{v}"].idxmin()] for v in (low, high)}
+        said.append(f"With a mean Delta of {fmt(d)}, the least-biased pair at naive's wall-clock is "
+                    f"{best[low]['corrector']} "
+                    f"at L = {low} ({fmt(best[low][f'bias_L{low}'])}) and {best[high]['corrector']} at L = {high} "
+                    f"({fmt(best[high][f'bias_L{high}'])}).")
+    first_delay = lags[delay].iloc[0]
+    one = lags[lags[delay] == first_delay].set_index("corrector")
+    said.append(f"RAC with truncated IS carries the behaviour ratio twice: at a mean Delta of {fmt(first_delay)} "
+                f"and L = {high} its bias is {fmt(one.loc['rac+tis', f'bias_L{high}'])} against RAC's "
+                f"{fmt(one.loc['rac', f'bias_L{high}'])}, while bare_additive+tis, which carries it once, has "
+                f"{fmt(one.loc['bare_additive+tis', f'bias_L{high}'])}.")
+    slopes = first.groupby("rollout", sort=False)[["slope_measured", "slope_predicted"]].first().dropna()
+    said.append("The first-order law's slope, measured on the exact figure (predicted): " + "; ".join(
+        f"{r} {fmt(v.slope_measured)} ({fmt(v.slope_predicted)})" for r, v in slopes.iterrows()) + ".")
+    return " ".join(said) + "\n"
+
+
 def final_reward(run: Run) -> str:
     """The LM delay sweep's final true reward per delay law (rows) and corrector (columns)."""
     df = run.csv("results.csv")
@@ -229,6 +257,8 @@ RECIPES: Dict[str, Recipe] = {
     "sweep": Recipe((f"racsim -m seed=0,1,2 corrector.tau_age=20,1000 hydra.sweep.dir={SWEEP_DIR}",
                      f"racsim-report {SWEEP_DIR}"), sweep_rows),
     "adaptive_tau": Recipe(("racsim scenario=adaptive_tau",), by_law),
+    "two_lags": Recipe(("racsim scenario=two_lags",), console, figures=(("lags.png", "lags.png"),)),
+    "two_lags.reading": Recipe(("racsim scenario=two_lags",), lags_reading),
     "capacity.judge": Recipe((JUDGE,), console, figures=(("capacity.png", "capacity.png"),)),
     "capacity.code_verifier": Recipe(("racsim scenario=capacity/code_verifier",), recommendations),
     "capacity.human_review": Recipe(("racsim scenario=capacity/human_review",), recommendations),

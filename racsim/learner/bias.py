@@ -18,6 +18,11 @@ is reported beside the Monte-Carlo figure and its standard error. Two views:
 * ``run``: the whole finite run, every rollout's slow results weighted by
   rollout step, so results in flight at the end count as lost (the end-of-run
   loss of a run this short; it vanishes in a run of thousands of steps).
+
+A schedule with generation lags (samples from older policies) makes the policy
+move: racsim.learner.drift measures that case; its BiasRun carries per-view
+targets and exact figures per trial (:attr:`BiasRun.targets`,
+:attr:`BiasRun.exact_trials`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from racsim.learner.correctors import (
     CorrectorParams,
     correction_weight,
     kernel_tau_age,
+    split_name,
 )
 from racsim.learner.rollouts import (
     discounted_returns,
@@ -72,10 +78,22 @@ class BiasRun:
     step_weight: Dict[str, np.ndarray] = field(default_factory=dict)
     nominal_slack: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,) eta_k predicted, NaN: no law
     trajectories: int = 0
+    # With generation lags (racsim.learner.drift), the policy moves: each view's target (the mean true
+    # gradient of its updates) and each row's exact expectation per trial, (trials, S*A), given its schedule.
+    targets: Dict[str, np.ndarray] = field(default_factory=dict)  # view -> (S*A,)
+    exact_trials: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)  # view -> name -> (trials, S*A)
+
+    def target_of(self, view: str) -> np.ndarray:
+        """The true gradient a view's estimates are compared with: g*, or with a moving policy the mean
+        of g*(theta_u) over the view's updates."""
+        return self.targets.get(view, self.target)
 
     def exact(self, name: str, view: str = "steady") -> np.ndarray:
         """E[estimate | arrival schedule] for corrector ``name``: G_fast + sum_k mean(c_k) G_k,
-        from the weights the run applied."""
+        from the weights the run applied (with a moving policy: the mean over trials of
+        :attr:`exact_trials`)."""
+        if name in self.exact_trials.get(view, {}):
+            return self.exact_trials[view][name].mean(axis=0)
         return self.channel_exact[0] + self.mean_weight[view][name] @ self.channel_exact[1:]
 
     def slack(self, name: str, view: str = "steady") -> np.ndarray:
@@ -92,7 +110,9 @@ class BiasRun:
 
 
 def schedule_for(name: str, schedules: Dict[str, ArrivalSchedule]) -> ArrivalSchedule:
-    return schedules["blocking" if name in BLOCKING else "async"]
+    """The schedule a row (a corrector, or one combined with a rollout-axis corrector) runs on: the
+    blocking pipeline's for wait-for-slow, the asynchronous one's otherwise."""
+    return schedules["blocking" if split_name(name)[0] in BLOCKING else "async"]
 
 
 @dataclass
@@ -287,12 +307,13 @@ def run_bias_cells(
         w_cell = {}
         n_win = (steps - cell.warmup) * batch  # the steady view's trajectories per trial
         for name in cell.names:
-            sched = schedule_for(name, cell.schedules)
-            gain = channel_gain(name, cell) * routing_gain(name, cell)
-            w = np.broadcast_to(correction_weight(name, sched.delay, sched.status, None, cell.params) * gain,
+            base = split_name(name)[0]  # a fixed policy: every rollout-axis weight is 1 (no sample is stale)
+            sched = schedule_for(base, cell.schedules)
+            gain = channel_gain(base, cell) * routing_gain(base, cell)
+            w = np.broadcast_to(correction_weight(base, sched.delay, sched.status, None, cell.params) * gain,
                                 sched.delay.shape)
-            ss = np.where(steady_mask(name, sched, cell.warmup), w, 0.0)
-            run.step_weight[name] = landed_means(ss, landing_step(name, sched), cell.warmup)
+            ss = np.where(steady_mask(base, sched, cell.warmup), w, 0.0)
+            run.step_weight[name] = landed_means(ss, landing_step(base, sched), cell.warmup)
             w_cell["run", name] = w.reshape(trials, steps * batch, K)
             w_cell["steady", name] = ss.reshape(trials, steps * batch, K)
             run.mean_weight.setdefault("run", {})[name] = w_cell["run", name].mean(axis=(0, 1))
@@ -300,8 +321,8 @@ def run_bias_cells(
             for view in VIEWS:
                 run.estimates.setdefault(view, {})[name] = np.empty((trials, SA))
             if cell.predicted is not None:
-                lam = cell.predicted["blocking" if name in BLOCKING else "async"]
-                run.nominal_slack[name] = kernel_slack(name, lam, cell.params, gain)
+                lam = cell.predicted["blocking" if base in BLOCKING else "async"]
+                run.nominal_slack[name] = kernel_slack(base, lam, cell.params, gain)
         runs.append(run)
         weights.append((_distinct_weights(w_cell), cell.warmup))
     per_trial = steps * batch
@@ -406,7 +427,7 @@ def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.nda
 def _view_figures(run: BiasRun, view: str, name: str, boot: Optional[np.ndarray]) -> dict:
     """Bias of one corrector in one view: Monte Carlo with its s.e. and bootstrap CI, exact."""
     est = run.estimates[view][name]
-    g = run.target
+    g = run.target_of(view)
     row = {
         "bias_mc": float(np.linalg.norm(est.mean(axis=0) - g)),
         "mc_se": float(np.sqrt(est.var(axis=0, ddof=1).sum() / est.shape[0])),
@@ -425,7 +446,7 @@ def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: 
     kernel and its gap, VIF, RMSE, the bias-reduction ratio against ``baseline``
     with a paired bootstrap 95% CI, and the run-level figures as ``run_*``.
     ``counts`` (from :func:`bootstrap_counts`) may be passed to reuse a resample."""
-    g = run.target
+    g = run.target_of("steady")
     names = list(run.estimates["steady"])
     trials = next(iter(run.estimates["steady"].values())).shape[0]
     if counts is None and resamples > 0:
@@ -435,7 +456,7 @@ def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: 
         keys = [(v, nm) for v in VIEWS for nm in names]
         stacked = np.concatenate([run.estimates[v][nm] for v, nm in keys], axis=1)
         means = (counts @ stacked / trials).reshape(len(counts), len(keys), -1)
-        boot_bias = {key: np.linalg.norm(means[:, j] - g, axis=1) for j, key in enumerate(keys)}
+        boot_bias = {key: np.linalg.norm(means[:, j] - run.target_of(key[0]), axis=1) for j, key in enumerate(keys)}
     sync = run.channel_exact.sum(0)
     out = {}
     for name in names:
@@ -457,6 +478,9 @@ def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: 
         if "sync_oracle" in names:
             row["linf_vs_sync"] = float(np.abs(est - run.estimates["steady"]["sync_oracle"]).max())
         row["at_noise_floor"] = bool(row["bias_mc"] < 2.0 * row["mc_se"])
+        if counts is not None and name in run.exact_trials.get("steady", {}):  # a moving policy: exact per trial
+            boot = np.linalg.norm(counts @ run.exact_trials["steady"][name] / trials - g, axis=1)
+            row["bias_exact_ci_lo"], row["bias_exact_ci_hi"] = map(float, np.percentile(boot, [2.5, 97.5]))
         whole = _view_figures(run, "run", name, boot_bias.get(("run", name)))
         row.update({f"run_{k}": v for k, v in whole.items()})
         # the end-of-run loss: the part of the run's slack a stationary update does not have

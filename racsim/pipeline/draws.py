@@ -18,7 +18,7 @@ from racsim.pipeline.background import BackgroundSpec, background_spec, backgrou
 from racsim.pipeline.batcher import GpuSpec
 from racsim.pipeline.cbatch import drain_seconds, serving_spec
 from racsim.pipeline.faults import Timeline, fault_spec, read_schedule
-from racsim.pipeline.latency import build_latency, token_lengths
+from racsim.pipeline.latency import build_latency, token_lengths, whole_number_law
 from racsim.pipeline.steady import offered_load
 
 
@@ -128,6 +128,18 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         faults=faults,
         background=background,
     )
+
+
+def draw_lags(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Optional[np.ndarray]:
+    """(trials, steps, batch) int64: each sample's generation lag L from ``pipeline.generation.lag``
+    (policy versions between the one that generated it and the step that trains on it), drawn from
+    ``rng`` alone, a stream of its own (racsim.seeds: every other draw stays what it was); None when
+    no law is set (every sample on-policy)."""
+    law = pcfg.generation.lag
+    if law is None:
+        return None
+    draws = whole_number_law(law, "pipeline.generation.lag").sample(rng, (n_trials, pcfg.steps, pcfg.batch_size))
+    return draws.astype(np.int64)
 
 
 def fault_timeline(ch: Any, name: str, n_trials: int, servers: int, seed: int) -> Timeline:

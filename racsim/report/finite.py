@@ -23,7 +23,10 @@ import pandas as pd
 
 from racsim.errors import ConfigError
 
-_NO_LAW = "no delay law predicts the kernel (a gpu_rm channel, a GPU fast scorer), so Theorem 2.1 has no prediction"
+_NO_LAW = ("no delay law predicts the kernel (a gpu_rm channel, a GPU fast scorer), or the policy moves (generation "
+           "lags: condition (U) fails), so Theorem 2.1 has no prediction")
+_NO_SLOPE = ("drop has no first-order law: a sample is kept whole or dropped whole, a step at the version cap "
+             "(racsim.learner.theory.staleness_derivative)")
 _NO_ANGLE = ("the cosine of the update's gradient and synchronous GRPO's is undefined where either gradient is "
              "zero (no angle to a zero vector): with every group's rewards tied, every group-relative "
              "advantage is 0")
@@ -60,6 +63,8 @@ MAY_BE_NAN = {
     "lm_seed_rule:next_would_end_s": "the time budget did not end the seed rule (its column ended says what did)",
     "grad_cosine": _NO_ANGLE + " (at every checkpoint of every seed)",
     "generation:response_dropped_mean": "no group was dropped from the trainer's queue",
+    "first_order:first_order_bias": _NO_SLOPE,
+    "first_order:slope_*": _NO_SLOPE,
 }
 
 ROW_KEYS = ("cell", "mode", "corrector", "channel", "count", "eta", "K")  # what names a row, when present

@@ -7,11 +7,10 @@ from typing import Any, List
 
 from racsim.config.schema import CAPACITY_SEARCHES, CORRECTORS, SENSITIVITY_INPUTS
 from racsim.config.validate.channel import channel_kind, pooled
-from racsim.config.validate.common import finite, int_at_least, need, need_one_of, nonneg, positive
+from racsim.config.validate.common import MAX_PRICE, finite, int_at_least, need, need_one_of, nonneg, positive
 
 RUN_LENGTHS = ("auto", "fixed")
 MAX_COUNT = 1_000_000  # GPUs or workers in one pool: past it, a typo
-MAX_PRICE = 1e9  # USD per unit-hour
 
 
 def validate_capacity(cfg: Any) -> None:

@@ -10,7 +10,7 @@ from racsim.config.schema import JOB_FILES
 from racsim.errors import ConfigError
 from racsim.config.validate.capacity import validate_capacity
 from racsim.config.validate.common import need, node
-from racsim.config.validate.corrector import validate_corrector
+from racsim.config.validate.corrector import validate_corrector, validate_lag_use
 from racsim.config.validate.generation import validate_async_run
 from racsim.config.validate.learner import (
     validate_channel_rewards,
@@ -72,6 +72,7 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     validate_lm(lr.lm)  # also when learner.kind is tabular: a bad value is never silently carried
     validate_lm_packages(lr)
     validate_lm_pairs(lr, list(cfg.corrector.names))
+    validate_lag_use(cfg)
     validate_study_targets(st)
     validate_probe(st)
     if getattr(cfg, "output", None) is not None:
