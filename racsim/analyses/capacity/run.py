@@ -340,12 +340,13 @@ class Search:
 
     def speed(self, scaled: Optional[RacsimConf], auto: Optional[Settled]) -> Dict[str, float]:
         """The lanes engine's speed in this run (:func:`benchmark`; ``capacity.benchmark``, the lanes
-        engine, a count simulated): at the middle simulated count, or the autoscaled pool's run."""
+        engine, a count simulated): on the autoscaled pool's run where there is one (``auto``), else at
+        the middle simulated count (also when a target out of reach skipped the autoscaled pool's run)."""
         simulated = sorted(self.runs)
         if not (self.cfg.capacity.benchmark and self.cfg.pipeline.engine == "lanes" and simulated):
             return {}
         self.progress.start("speed benchmark", 1, note="raw SimPy timed on one count")
-        if scaled is None:
+        if scaled is None or auto is None:
             return benchmark(self.cfg, self.key, simulated[len(simulated) // 2], self.requests,
                              self.timings["pipeline_s"])
         return benchmark(scaled, self.key, autoscale_bounds(scaled, self.name)[0], auto.requests, auto.pipeline_s)
