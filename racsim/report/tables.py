@@ -87,13 +87,15 @@ def cell_text(value: Any) -> str:
 
 def fitted(table: pd.DataFrame, width: int, order: Sequence[str] = LEAST_ESSENTIAL) -> tuple:
     """(the table less its least essential columns (``order``, by default :data:`LEAST_ESSENTIAL`)
-    until its text is at most ``width`` wide, the names of those left out)."""
+    until its text is at most ``width`` wide, the names of those left out). A column leaves with its
+    ``+-`` column: an interval's half-width is never shown without the value it qualifies."""
     dropped: List[str] = []
     for name in order:
         if len(table.to_string(index=False).splitlines()[0]) <= width:
             break
+        gone = [c for c in (name, f"{name} +-") if c in table]
         if name in table:
-            table = table.drop(columns=[name])
+            table = table.drop(columns=gone)
             dropped.append(name)
     return table, dropped
 
