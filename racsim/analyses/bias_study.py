@@ -25,6 +25,7 @@ from racsim.learner.bias import (
 )
 from racsim.learner.correctors import BLOCKING, CorrectorParams
 from racsim.learner.training import TrainCurve, train_all
+from racsim.pipeline import steady
 from racsim.pipeline.draws import PipelineDraws, draw
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
@@ -149,7 +150,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
     for (i, values, ccfg), cell, brun in zip(members, bias_cells, runs):
         if n_cells > 1:
             values = {"cell": i, **values}
-        summary = summarize(brun, lr.bootstrap, None, counts=counts)
+        summary = summarize(brun, lr.bootstrap, None, counts=counts, exact_boot=exact_replicates(brun, counts))
         workers = queue_workers(ccfg.pipeline.channels)
         chans = channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline))
         table = _results_table(ccfg, cell.names, cell.schedules, summary, brun)
@@ -159,6 +160,19 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
     each = [(brun, cell.schedules) for cell, brun in zip(bias_cells, runs)] if keep else None
     return _GroupOut(rows, runs[0] if head else None, bias_cells[0].schedules if head else None,
                      runs[0].trajectories, pipeline_s, time.perf_counter() - t0, each)
+
+
+def exact_replicates(run: BiasRun, counts: Optional[np.ndarray]) -> Optional[Dict[str, np.ndarray]]:
+    """Per corrector: (R,) bootstrap replicates of its exact steady-state bias, the trials resampled by
+    ``counts`` (R, trials; one resample for every corrector, so paired): eq. (2)'s norm at the mean
+    correction weights of the resampled trials' updates (``BiasRun.step_weight``), bootstrap-t
+    (racsim.pipeline.steady.norm_replicates). The exact bias depends on the trials through those
+    weights alone (the arrival schedule), not through the sampled trajectories; None without ``counts``."""
+    if counts is None:
+        return None
+    return {name: steady.norm_replicates(run.channel_exact[0], run.channel_exact[1:], run.target, sw.sum(axis=1),
+                                         np.full(sw.shape[0], float(sw.shape[1])), counts)
+            for name, sw in run.step_weight.items()}
 
 
 def _group_worker(args) -> _GroupOut:

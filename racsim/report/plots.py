@@ -43,7 +43,7 @@ COLORS = dict(zip(CORRECTORS, (f"C{i}" for i in range(len(CORRECTORS))), strict=
 
 
 def pareto(res, path: Path) -> bool:
-    """Cost-quality plane: wall-clock relative to naive vs bias reduction (exact, MC CI)."""
+    """Cost-quality plane: wall-clock relative to naive vs bias reduction (exact, with its 95% CI)."""
     from matplotlib.ticker import FuncFormatter
 
     r = res.results
