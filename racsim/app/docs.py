@@ -24,6 +24,7 @@ import pandas as pd
 from racsim.errors import Parser
 from racsim.io import fmt, write_text
 from racsim.report.lm import value_label
+from racsim.report.tables import answer_line
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (racsim/app/docs.py)
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
@@ -134,16 +135,10 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 
 def reading(run: Run) -> str:
-    """A run's answer in one sentence, from its results.csv: the least-biased corrector that costs no
-    wall-clock (the synchronous oracle aside), and what waiting costs."""
-    r = run.csv("results.csv").set_index("corrector")
-    free = r.drop(index="sync_oracle", errors="ignore").query("wallclock_ratio <= 1.001")
-    best, wait = r.loc[free["bias_exact"].idxmin()], r.loc["wait_for_slow"]
-    return (f"Here the least-biased corrector at naive's wall-clock is {best.name}: "
-            f"{fmt(best['reduction_exact'])}x less bias than naive. Wait-for-slow removes "
-            f"{fmt(wait['reduction_exact'])}x but takes {fmt(wait['wallclock_ratio'])}x the wall-clock, so within "
-            f"naive's time it trains to J = {fmt(wait['J_at_naive_clock'])} against {best.name}'s "
-            f"{fmt(best['J_at_naive_clock'])}.\n")
+    """A run's answer in one sentence, from its results.csv: the line the run prints after its table
+    (racsim.report.tables.answer_line: which corrector, why, at what cost)."""
+    said = answer_line(run.csv("results.csv"))
+    return f"Here: {said}.\n"
 
 
 def by_law(run: Run) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any, List, Optional, Sequence
 
 import pandas as pd
@@ -49,6 +50,43 @@ def warmup_warning(results: pd.DataFrame, threshold: float = 0.05) -> str:
     return (f"warning: {worst.delay_past_warmup:.0%} of the slow results land (or are still in flight) more than "
             f"pipeline.warmup_steps={worst.warmup_steps} steps after their own step: the steady-state bias misses "
             "them; raise pipeline.warmup_steps (and pipeline.steps)")
+
+
+FREE_CLOCK = 1.001  # a corrector within this wall-clock ratio of naive's costs no wall-clock
+
+
+def answer_line(results: pd.DataFrame) -> str:
+    """Which corrector to use, why, and at what cost, in one sentence, from a one-cell run's results: the
+    least-biased (exact) corrector that costs no wall-clock (clock x within :data:`FREE_CLOCK`; the
+    synchronous oracle, a reference, aside), its reduction of naive's bias with its interval, and what
+    waiting for the slow results would buy and cost (wait_for_slow's reduction and clock, and the objective
+    each trains to within naive's wall-clock where training ran). Empty for a grid, a run without those
+    columns, or without a corrector that costs no wall-clock."""
+    need = {"corrector", "bias_exact", "reduction_exact", "wallclock_ratio"}
+    if "cell" in results or not need <= set(results):
+        return ""
+    r = results[results["mode"] == "pipeline"] if "mode" in results else results
+    r = r.set_index("corrector")
+    free = r.drop(index="sync_oracle", errors="ignore").query(f"wallclock_ratio <= {FREE_CLOCK}")
+    if not len(free):
+        return ""
+    best = r.loc[free["bias_exact"].idxmin()]
+    if best.name == "naive":
+        head = "use naive: no corrector that costs no wall-clock has less bias here"
+    else:
+        ci = (f" [{fmt(best['reduction_ci_lo'])}, {fmt(best['reduction_ci_hi'])}]"
+              if pd.notna(best.get("reduction_ci_lo", math.nan)) else "")
+        head = (f"use {best.name}: the least-biased corrector at naive's wall-clock, {fmt(best['reduction_exact'])}x"
+                f"{ci} less bias than naive at no cost in wall-clock")
+    if "wait_for_slow" not in r.index:
+        return head
+    wait = r.loc["wait_for_slow"]
+    tail = (f"; wait_for_slow removes {fmt(wait['reduction_exact'])}x but takes {fmt(wait['wallclock_ratio'])}x "
+            "the wall-clock")
+    if "J_at_naive_clock" in r and pd.notna(wait["J_at_naive_clock"]) and best.name != "wait_for_slow":
+        tail += (f", so within naive's time it trains to J = {fmt(wait['J_at_naive_clock'])} against "
+                 f"{best.name}'s {fmt(best['J_at_naive_clock'])}")
+    return head + tail
 
 
 def stationarity_warning(channels: pd.DataFrame) -> str:

@@ -22,7 +22,7 @@ from racsim.report import lm as LM
 from racsim.report import plots as P
 from racsim.report.capacity import write_capacity
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
-from racsim.report.tables import format_table, stationarity_warning, time_section, warmup_warning
+from racsim.report.tables import answer_line, format_table, stationarity_warning, time_section, warmup_warning
 from racsim.report.trace import write_timeline
 
 
@@ -149,6 +149,9 @@ def summary_markdown(res: RunResult, files: list) -> str:
         "```",
         "",
     ]
+    answer = answer_line(r)
+    if answer:
+        lines += [f"Answer: {answer}.", ""]
     for warning in (warmup_warning(r), stationarity_warning(res.channels)):
         if warning:
             lines += [warning[0].upper() + warning[1:] + ".", ""]
