@@ -78,3 +78,77 @@ def test_the_run_prints_its_answer_after_its_table(tmp_path):
     assert lines[at - 1].startswith("(to fit") or lines[at - 1].split()[0] in set(t.results.corrector)
     assert " ".join(text[text.index("racsim: answer: "):].split()).startswith(
         "racsim: answer: " + " ".join(answer_line(t.results).split()))
+
+
+def _curve(rng, counts, max_load):
+    """One corrector's curve rows (rac) over ``counts``: the load falling as 1 / count, overloaded at max_load or
+    more, some of the others not stationary, every figure with an interval around it."""
+    rows = []
+    scale = rng.uniform(2.0, 6.0)
+    for n in counts:
+        load = scale / n
+        status = (f"overloaded: load {load:.3g} >= capacity.max_load {max_load:g}" if load >= max_load
+                  else "not stationary at 40 steps (capacity.max_steps 640)" if rng.random() < 0.15 else "ok")
+        row = {"count": n, "corrector": "rac", "load": load, "status": status, "cost_per_hour": 2.5 * n}
+        for fig, v in (("sojourn_p95_s", 10 / (1.01 - min(load, 1))), ("dropped_frac", rng.uniform(0, 0.02)),
+                       ("bias_exact", rng.uniform(5e-4, 1e-3)), ("utilisation", min(load, 1) * rng.uniform(0.9, 1))):
+            row.update({fig: v, f"{fig}_lo": 0.9 * v, f"{fig}_hi": min(1.1 * v, 1) if fig == "utilisation" else 1.1 * v})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_counts_without_a_steady_state_fold_into_ranges():
+    from racsim.report.capacity import without_steady_state
+
+    rng = np.random.default_rng(7)
+    seen = {"range": 0, "single": 0, "other": 0}
+    for _ in range(200):
+        counts = sorted(set(rng.integers(1, 17, int(rng.integers(2, 10))).tolist()))
+        c = _curve(rng, counts, 0.95)
+        bad = c[c.status != "ok"]
+        said = without_steady_state(bad, 0.95)
+        over = [int(n) for n, s in zip(bad["count"], bad.status) if s.startswith("overloaded")]  # the lowest counts
+        parts = said.split("; ") if said else []
+        if len(over) > 1:
+            loads = bad.set_index("count").load
+            assert parts[0] == (f"{over[0]} to {over[-1]} ({len(over)} counts): overloaded, load "
+                                f"{loads[over[0]]:.3g} down to {loads[over[-1]]:.3g}, each >= capacity.max_load 0.95")
+            seen["range"] += 1
+        elif over:
+            assert parts[0].startswith(f"{over[0]}: overloaded: load ")
+            seen["single"] += 1
+        others = [f"{int(n)}: {s}" for n, s in zip(bad["count"], bad.status) if not s.startswith("overloaded")]
+        assert parts[1 if over else 0:] == others
+        seen["other"] += bool(others)
+        assert said.count("overloaded") == (1 if over else 0)
+    assert min(seen.values()) >= 5, seen
+
+
+def test_the_margin_says_what_the_next_count_buys_and_warns_of_a_hot_pool():
+    from racsim.analyses.capacity import CapacityResult
+    from racsim.report.capacity import HOT, margin_text
+
+    rng = np.random.default_rng(11)
+    seen = {"hot": 0, "cool": 0, "none above": 0}
+    for _ in range(200):
+        counts = sorted(set(rng.integers(1, 17, int(rng.integers(2, 8))).tolist()))
+        c = _curve(rng, counts, 0.95)
+        ok = c[c.status == "ok"]
+        if ok.empty:
+            continue
+        rec = int(rng.choice(ok["count"]))
+        res = CapacityResult(c, "judge", "GPUs", "k", rec, pd.DataFrame(), {"corrector": "rac"})
+        said = margin_text(res)
+        above = [n for n in ok["count"] if n > rec]
+        if not above:
+            assert said == ""
+            seen["none above"] += 1
+            continue
+        here, nxt = c.set_index("count").loc[rec], c.set_index("count").loc[min(above)]
+        assert said.startswith(f" Margin: {min(above)} GPUs, the next count evaluated, give sojourn p95 "
+                               f"{nxt.sojourn_p95_s:.3g} [{nxt.sojourn_p95_s_lo:.3g}, {nxt.sojourn_p95_s_hi:.3g}] s")
+        assert f"${nxt.cost_per_hour - here.cost_per_hour:.2f} more per training hour" in said
+        hot = here.utilisation_hi >= HOT or here.load >= HOT
+        assert (f"Warning: at {rec} GPUs the pool runs hot" in said) == hot, said
+        seen["hot" if hot else "cool"] += 1
+    assert min(seen.values()) >= 5, seen
