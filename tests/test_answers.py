@@ -5,6 +5,8 @@ its overrides. Each checked against a slow loop over random inputs that reach ev
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -152,3 +154,38 @@ def test_the_margin_says_what_the_next_count_buys_and_warns_of_a_hot_pool():
         assert (f"Warning: at {rec} GPUs the pool runs hot" in said) == hot, said
         seen["hot" if hot else "cool"] += 1
     assert min(seen.values()) >= 5, seen
+
+
+def test_a_what_if_names_its_folder():
+    from racsim.config.names import WHAT_IF_MAX, what_if_name
+
+    assert what_if_name([]) == "" and what_if_name(["output.plots=false", "scenario=capacity/judge_rm_h100"]) == ""
+    assert what_if_name(["rm/gpu@pipeline.channels.judge.rm.gpu=A100", "rm/model@pipeline.channels.judge.rm.model=70B"]) \
+        == "_rm.gpu=A100,rm.model=70B"
+    assert what_if_name(["pipeline.channels.judge.latency.mean=3", "pipeline.channels.verifier.latency.mean=4",
+                         "seed=2"]) == "_judge.latency.mean=3,verifier.latency.mean=4,seed=2"  # alike keys lengthen
+    assert what_if_name(["capacity.counts=[1,2,4]", "pipeline.channels.judge.background={rate_per_s: 20}",
+                         "+learner.lm.checkpoint=/models/my lm"]) \
+        == "_capacity.counts=1,2,4,judge.background=rate_per_s_20,lm.checkpoint=_models_mylm"
+    rng = np.random.default_rng(3)
+    names = set()
+    for _ in range(200):  # any overrides: one path component, of safe characters, bounded, distinct per what-if
+        over = [f"pipeline.channels.judge.k{int(rng.integers(0, 30))}={rng.integers(0, 10 ** int(rng.integers(1, 12)))}"
+                for _ in range(int(rng.integers(1, 8)))]
+        name = what_if_name(over)
+        assert name.startswith("_") and len(name) <= WHAT_IF_MAX + 1 and "/" not in name
+        assert all(c.isalnum() or c in "._=,+-~" for c in name), name
+        names.add((tuple(over), name))
+    assert len({n for _, n in names}) == len({o for o, _ in names})
+
+
+def test_a_single_runs_folder_says_its_what_if(tmp_path, monkeypatch, capsys):
+    from helpers import main_in_process, messages
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = main_in_process(monkeypatch, capsys, ["learner.trials=5", "learner.train.enabled=false",
+                                                           "output.plots=false", "output.progress=false"])
+    assert code == 0, err
+    run = Path(messages(out)[-1].split("results in ", 1)[1])
+    assert run.parent == tmp_path / "outputs" / "default" and (run / "results.csv").is_file()
+    assert run.name.endswith("_learner.trials=5,train.enabled=false"), run.name

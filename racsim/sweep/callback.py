@@ -36,6 +36,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from racsim.config.defaults import replace_grid
+from racsim.config.names import what_if_name
 from racsim.config.spec import scenario
 from racsim.config.validate import check_name
 from racsim.errors import ConfigError, JobError, WriteFailure, reason, say, write_failure
@@ -314,6 +315,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("racsim.sweep_dir", sweep_dir, use_cache=True)
     if not OmegaConf.has_resolver("racsim.unique_dir"):
         OmegaConf.register_new_resolver("racsim.unique_dir", unique_dir, use_cache=True)
+    if not OmegaConf.has_resolver("racsim.what_if"):  # a single run's folder named after its overrides
+        OmegaConf.register_new_resolver("racsim.what_if", what_if_name, use_cache=True)
 
 
 register_resolvers()  # at import: workers unpickle the callback (this module) before composing
