@@ -402,8 +402,8 @@ def sigterm_held():
     handler as it ends: a process being spawned meanwhile gets the whole of what its parent sends it
     (cut short by the handler's exception, it would read a closed pipe and print EOFError's traceback
     after the run's last line), and is in the pool, so that ending the pool ends it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is None:
+        yield  # not the main thread, or a handler installed outside Python (which could not be put back)
         return
     came: List[int] = []
     before = signal.signal(signal.SIGTERM, lambda signum, frame: came.append(signum))

@@ -78,12 +78,12 @@ def answer_line(results: pd.DataFrame) -> str:
               if pd.notna(best.get("reduction_ci_lo", math.nan)) else "")
         head = (f"use {best.name}: the least-biased corrector at naive's wall-clock, {fmt(best['reduction_exact'])}x"
                 f"{ci} less bias than naive at no cost in wall-clock")
-    if "wait_for_slow" not in r.index:
+    if "wait_for_slow" not in r.index or best.name == "wait_for_slow":
         return head
     wait = r.loc["wait_for_slow"]
     tail = (f"; wait_for_slow removes {fmt(wait['reduction_exact'])}x but takes {fmt(wait['wallclock_ratio'])}x "
             "the wall-clock")
-    if "J_at_naive_clock" in r and pd.notna(wait["J_at_naive_clock"]) and best.name != "wait_for_slow":
+    if "J_at_naive_clock" in r and pd.notna(wait["J_at_naive_clock"]):
         tail += (f", so within naive's time it trains to J = {fmt(wait['J_at_naive_clock'])} against "
                  f"{best.name}'s {fmt(best['J_at_naive_clock'])}")
     return head + tail
