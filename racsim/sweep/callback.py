@@ -308,6 +308,14 @@ def sweep_dir(base: str, task_overrides: Any, resume: Any) -> str:
     return new
 
 
+def what_if_folder(*, _root_: Any) -> str:
+    """Resolver ``racsim.what_if``: :func:`~racsim.config.names.what_if_name` of the run's task overrides as
+    written (an override holding an interpolation, ``seed=${nope}``, is named, not resolved: its own check
+    refuses it, naming its key)."""
+    task = OmegaConf.select(_root_, "hydra.overrides.task", default=None)
+    return what_if_name(OmegaConf.to_container(task, resolve=False) if task is not None else [])
+
+
 def register_resolvers() -> None:
     # Cached, like ${now:}: every job of the sweep sees the value the launcher saw
     # (the cache travels with the config to joblib, submitit and Ray workers).
@@ -316,7 +324,7 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("racsim.unique_dir"):
         OmegaConf.register_new_resolver("racsim.unique_dir", unique_dir, use_cache=True)
     if not OmegaConf.has_resolver("racsim.what_if"):  # a single run's folder named after its overrides
-        OmegaConf.register_new_resolver("racsim.what_if", what_if_name, use_cache=True)
+        OmegaConf.register_new_resolver("racsim.what_if", what_if_folder)
 
 
 register_resolvers()  # at import: workers unpickle the callback (this module) before composing
