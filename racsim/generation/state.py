@@ -87,6 +87,28 @@ def token_versions(switch_k: List[float], switch_v: List[int], k0: float, n: int
     return out
 
 
+def version_sums(switch_k: List[float], switch_v: List[int], k0: np.ndarray, n: np.ndarray) -> tuple:
+    """(token-weighted mean version, last version) of each of several sequences that ran on one engine, as
+    :func:`token_versions` reads their runs (the sum of version x tokens over its runs, over ``n``, and the
+    version of its last run), for arrays: ``k0`` (float) and ``n`` (int) the sequences' start counters and
+    lengths, their finish counters k0 + n. Token m is produced before a switch at counter x when m <= floor(x
+    - k0) (exactly), so a switch from version u to v inside a sequence adds (v - u) x its tokens after it."""
+    sk = np.asarray(switch_k, dtype=np.float64)
+    before = np.concatenate([[0], np.asarray(switch_v, dtype=np.int64)])  # the version before switch i: before[i]
+    first = np.searchsorted(sk, k0, side="right")  # the switches strictly after a sequence's start ...
+    end = np.searchsorted(sk, k0 + n, side="left")  # ... and before its last token, [first, end)
+    inside = end - first
+    seq = np.repeat(np.arange(len(k0)), inside)
+    ends = np.cumsum(inside)
+    idx = np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - inside - first, inside)
+    x, a = sk[idx], k0[seq]
+    fx, fa = np.floor(x), np.floor(a)
+    done = (fx - fa).astype(np.int64) - (x - fx < a - fa)  # its tokens by the switch: floor_diff(x, a)
+    added = np.concatenate([[0], np.cumsum((before[idx + 1] - before[idx]) * (n[seq] - done))])
+    total = n * before[first] + added[ends] - added[ends - inside]
+    return total / n, before[end]
+
+
 class Engine:
     """One rollout engine (a replica): its version, decode counter and the sequences it runs."""
 
@@ -150,8 +172,7 @@ class LaneState:
         self.taken = [0.0] * n_seq
         self.start_v = [0] * n_seq
         self.finished = [0.0] * n_seq
-        self.mean_v = [0.0] * n_seq
-        self.last_v = [0] * n_seq
+        self.engine_of = [0] * n_seq  # the engine that took it (last)
         # per group
         self.left = [self.S] * self.n_groups
         self.generated = [INF] * self.n_groups
@@ -345,7 +366,7 @@ class LaneState:
                 g.sum_a -= a
                 g.sum_p -= P[sid // S]
                 g.b -= 1
-                finish(g, sid, f, now)
+                finish(g, sid, now)
             if last is not None and not stalled:
                 g.k, g.t_a = last, now
                 self._retime(g)
@@ -373,20 +394,9 @@ class LaneState:
             g.t_a = now
             self._retime(g)
 
-    def _finish(self, g: Engine, sid: int, f: float, now: float) -> None:
-        """Sequence ``sid`` produced its last token (at counter ``f``): the versions of its tokens
-        (:func:`token_versions`), and its group's record if it was the group's last."""
-        k0, n = self.k0[sid], self.N[sid]
-        sk, sv = g.switch_k, g.switch_v
-        j0 = bisect_right(sk, k0) - 1
-        if bisect_left(sk, f) == j0 + 1:  # no switch while it decoded
-            version = sv[j0] if j0 >= 0 else 0
-            self.mean_v[sid] = float(version)
-        else:
-            segments = token_versions(sk, sv, k0, n, f)
-            self.mean_v[sid] = sum(v * c for v, c in segments) / n
-            version = segments[-1][0]
-        self.last_v[sid] = version
+    def _finish(self, g: Engine, sid: int, now: float) -> None:
+        """Sequence ``sid`` produced its last token: its group's record if it was the group's last (the
+        versions of its tokens are read off its engine's switches at the end: :func:`version_sums`)."""
         self.finished[sid] = now
         j = sid // self.S
         self.left[j] -= 1
@@ -534,6 +544,7 @@ class LaneState:
         for sid in took:
             self.taken[sid] = now
             self.start_v[sid] = g.version
+            self.engine_of[sid] = g.index
         self._freeze(g, now)
         g.prefill = took
         g.prefill_end = now + self._prefill_seconds([P[sid // S] for sid in took])
@@ -557,16 +568,30 @@ class LaneState:
         return Starved(f"the trainer starves at step {self.step}: {len(self.queue)} of {self.G} groups queued "
                        "and no event left that could bring more")
 
+    def _versions(self, sid: np.ndarray) -> tuple:
+        """(mean version, last version) of the finished sequences ``sid`` (:func:`version_sums`, engine by
+        engine)."""
+        on = np.asarray(self.engine_of, dtype=np.int64)[sid]
+        k0 = np.asarray(self.k0)[sid]
+        n = np.asarray(self.N, dtype=np.int64)[sid]
+        mean_v, last_v = np.zeros(len(sid)), np.zeros(len(sid), dtype=np.int64)
+        for g in self.engines:
+            mine = np.flatnonzero(on == g.index)
+            if len(mine):
+                mean_v[mine], last_v[mine] = version_sums(g.switch_k, g.switch_v, k0[mine], n[mine])
+        return mean_v, last_v
+
     def trace_arrays(self) -> dict:
         """The per-sample records of the trained batches, (steps, B) each, and the per-lane figures."""
         groups = np.asarray(self.batches, dtype=np.int64).reshape(self.steps, self.G)
         sid = (groups[:, :, None] * self.S + np.arange(self.S)[None, None, :]).reshape(self.steps, self.B)
         gid = sid // self.S
+        mean_v, last_v = self._versions(sid.reshape(-1))
         return dict(
             step_start=np.asarray(self.step_start), publish=np.asarray(self.publish_at),
             sync_end=np.asarray(self.sync_end), group=gid,
             start_version=np.asarray(self.start_v, dtype=np.int64)[sid],
-            mean_version=np.asarray(self.mean_v)[sid], last_version=np.asarray(self.last_v, dtype=np.int64)[sid],
+            mean_version=mean_v.reshape(sid.shape), last_version=last_v.reshape(sid.shape),
             taken=np.asarray(self.taken)[sid], finished=np.asarray(self.finished)[sid],
             queue_in=np.asarray(self.queue_in)[gid], prompt=np.asarray(self.P, dtype=np.int64)[gid],
             response=np.asarray(self.N, dtype=np.int64)[sid],
