@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right, insort
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from collections import deque
 from typing import Any, List, Optional
 
@@ -113,8 +113,8 @@ class Engine:
     """One rollout engine (a replica): its version, decode counter and the sequences it runs."""
 
     __slots__ = ("index", "version", "k", "t_a", "tau", "heap", "fracs", "sum_a", "sum_p", "b", "prefill",
-                 "prefill_end", "prefill_left", "stalled", "pending", "switch_k", "switch_v", "state", "since",
-                 "time")
+                 "prefill_end", "prefill_left", "folded", "resume", "stalled", "pending", "switch_k", "switch_v",
+                 "state", "since", "time")
 
     def __init__(self, index: int):
         self.index = index
@@ -130,6 +130,8 @@ class Engine:
         self.prefill: Optional[list] = None  # sequences in the prefill pass
         self.prefill_end = INF
         self.prefill_left = 0.0  # a prefill's seconds left while a weight sync suspends it
+        self.folded: Optional[list] = None  # a folded prefill pass's sequences (LaneState._fold), running from:
+        self.resume = INF  # the instant that pass ends
         self.stalled = False
         self.pending = False  # drain: a version published since the engine last adopted; it pulls no work
         self.switch_k: list = []  # counters at which the engine adopted a version, and the versions
@@ -234,8 +236,10 @@ class LaneState:
             if not g.tau > 0:
                 raise ValueError(f"decode_seconds({g.b}, {context}) = {g.tau}: a decode step takes > 0 s")
 
-    def _set_state(self, g: Engine, now: float) -> None:
-        s = STALLED if g.stalled else PREFILL if g.prefill is not None else DECODING if g.b else IDLE
+    def _set_state(self, g: Engine, now: float, s: Optional[int] = None) -> None:
+        """Engine g is in state ``s`` (by default, what its flags say) from ``now``: its time split."""
+        if s is None:
+            s = STALLED if g.stalled else PREFILL if g.prefill is not None else DECODING if g.b else IDLE
         if s != g.state:
             g.time[g.state] += now - g.since
             g.state, g.since = s, now
@@ -282,6 +286,11 @@ class LaneState:
                 if not g.stalled and g.prefill is None and not g.b:
                     self._drain_stall(g, now)
                 continue
+            if g.folded is not None:
+                if now <= g.resume:
+                    self._unfold(g)
+                else:
+                    self._resume(g)
             if g.prefill is not None:
                 g.prefill_left = g.prefill_end - now
             self._freeze(g, now)
@@ -344,6 +353,8 @@ class LaneState:
 
     def engine_event(self, now: float, e: int) -> None:
         g = self.engines[e]
+        if g.folded is not None:
+            self._resume(g)
         if g.prefill is not None:
             if not (g.prefill_left == 0.0 if g.stalled else g.prefill_end <= now):
                 return
@@ -366,7 +377,7 @@ class LaneState:
                 g.sum_a -= a
                 g.sum_p -= P[sid // S]
                 g.b -= 1
-                finish(g, sid, now)
+                finish(sid, now)
             if last is not None and not stalled:
                 g.k, g.t_a = last, now
                 self._retime(g)
@@ -394,7 +405,36 @@ class LaneState:
             g.t_a = now
             self._retime(g)
 
-    def _finish(self, g: Engine, sid: int, now: float) -> None:
+    def _fold(self, g: Engine, now: float) -> None:
+        """Engine g, full, starts a prefill pass at ``now``: until the pass ends nothing but a publish can reach
+        it (it takes no work, decodes nothing), so the pass's end is taken at once and its sequences decode
+        from then (``resume``): the engine's next event is its next completion, one event fewer a sequence. A
+        publish before or at ``resume`` unfolds it (:meth:`_unfold`); whatever reaches it later finds the pass
+        over and its time split at ``resume`` (:meth:`_resume`)."""
+        self._set_state(g, now, PREFILL)
+        g.folded, g.resume = g.prefill, g.prefill_end
+        self._end_prefill(g, g.prefill_end)
+
+    def _unfold(self, g: Engine) -> None:
+        """A folded prefill pass back in the spec's state: its sequences in the pass, out of the running set."""
+        seqs, g.prefill, g.prefill_end = g.folded, g.folded, g.resume
+        g.folded, g.resume = None, INF
+        out = set(seqs)
+        g.heap = [entry for entry in g.heap if entry[1] not in out]
+        heapify(g.heap)
+        a = math.floor(g.k)
+        lo = bisect_left(g.fracs, g.k - a)
+        del g.fracs[lo:lo + len(seqs)]
+        g.sum_a -= a * len(seqs)
+        g.sum_p -= sum(self.P[sid // self.S] for sid in seqs)
+        g.b -= len(seqs)
+
+    def _resume(self, g: Engine) -> None:
+        """A folded prefill pass over by now: the engine has decoded since its end."""
+        t, g.folded, g.resume = g.resume, None, INF
+        self._set_state(g, t, DECODING)
+
+    def _finish(self, sid: int, now: float) -> None:
         """Sequence ``sid`` produced its last token: its group's record if it was the group's last (the
         versions of its tokens are read off its engine's switches at the end: :func:`version_sums`)."""
         self.finished[sid] = now
@@ -447,6 +487,8 @@ class LaneState:
             self._trainer(now)
             if self.done:
                 for g in self.engines:
+                    if g.resume <= now:
+                        self._resume(g)
                     g.time[g.state] += now - g.since
                     g.since = now
                 return
@@ -548,7 +590,10 @@ class LaneState:
         self._freeze(g, now)
         g.prefill = took
         g.prefill_end = now + self._prefill_seconds([P[sid // S] for sid in took])
-        self._set_state(g, now)
+        if free:
+            self._set_state(g, now)
+        else:
+            self._fold(g, now)
         self.engine_changed(g.index)
         return work
 
