@@ -81,7 +81,7 @@ class LaneTrace:
     groups_admitted: int
     generated: Optional[np.ndarray] = None  # (groups_admitted,) the instant each was generated (inf: not yet)
     entered: Optional[np.ndarray] = None  # (groups_admitted,) the instant each entered the queue (inf: not yet)
-    events: int = 0  # events the engine delivered (the fast engine's count; its speed's unit)
+    events: int = 0  # events of the model the fast engine delivered, a folded prefill's end one (its speed's unit)
 
 
 def check_inputs(x: LaneInputs) -> None:
@@ -159,11 +159,16 @@ def trace_of(state: LaneState, slow: np.ndarray) -> LaneTrace:
 def simulate_lane(inputs: LaneInputs) -> LaneTrace:
     """Run one lane to the instant its last step starts (the fast engine: a heapq event loop). Raises
     ValueError("more groups needed") when ``inputs`` holds too few groups, :class:`Starved` when the trainer
-    can never get a batch."""
+    can never get a batch.
+
+    An engine whose next event moved is scheduled once its round is over (its event is later: most often it
+    moves again in the round's pulls), or at once if its event is due in the instant being delivered; its
+    token voids the entry it had."""
     check_inputs(inputs)
     heap: list = []
     push, pop = heapq.heappush, heapq.heappop
     token = [0] * int(inputs.engines)
+    moved: set = set()  # engines whose next event moved since they were last scheduled
     channels = [FifoChannel(*c) for c in inputs.channels]
     slow = slow_records(inputs)
     S = int(inputs.group_size)
@@ -176,9 +181,7 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
         @staticmethod
         def engine_changed(e: int) -> None:
             token[e] += 1
-            t = state.engine_next(e)
-            if t < INF:
-                push(heap, (t, ENGINE, e, token[e]))
+            moved.add(e)
 
         @staticmethod
         def generated(j: int, now: float) -> None:
@@ -191,9 +194,21 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
                         entry = max(entry, got[1])
             push(heap, (entry, ENTRY, j, -1))
 
+    def schedule(by: float) -> None:
+        """Schedule the moved engines whose next event is due by ``by`` (inf: all that have one)."""
+        for e in list(moved):
+            t = engine_next(e)
+            if t <= by:
+                moved.discard(e)
+                if t < INF:
+                    push(heap, (t, ENGINE, e, token[e]))
+        if by == INF:
+            moved.clear()
+
     state = LaneState(inputs, Hooks)
-    fire, end_of_round, engine_event = state.fire, state.end_of_round, state.engine_event
+    fire, end_of_round, engine_event, engine_next = state.fire, state.end_of_round, state.engine_event, state.engine_next
     end_of_round(0.0)
+    schedule(INF)
     events = 0
     while not state.done:
         if not heap:
@@ -201,12 +216,15 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
         now = heap[0][0]
         while heap and heap[0][0] == now:
             _, cls, idx, tok = pop(heap)
-            if cls == ENGINE:
-                if tok == token[idx]:
-                    engine_event(now, idx)
-                    events += 1
-            else:
+            if cls != ENGINE:
                 fire(now, cls, idx)
-                events += 1
+            elif tok == token[idx]:
+                engine_event(now, idx)
+            else:
+                continue
+            events += 1
+            if moved:
+                schedule(now)
         end_of_round(now)
-    return replace(trace_of(state, slow), events=events)
+        schedule(INF)
+    return replace(trace_of(state, slow), events=events + state.resumed)

@@ -199,6 +199,7 @@ class LaneState:
         self.done = False
         self.hungry: set = set()  # engines that could pull but found no work allowed
         self.touched = set(range(len(self.engines)))  # engines whose state changed this round (all, at 0)
+        self.resumed = 0  # folded prefill passes that ended (:meth:`_fold`): each an event of the model
 
     # ---- the engines' clock -------------------------------------------------------------------------------
 
@@ -433,6 +434,7 @@ class LaneState:
         """A folded prefill pass over by now: the engine has decoded since its end."""
         t, g.folded, g.resume = g.resume, None, INF
         self._set_state(g, t, DECODING)
+        self.resumed += 1
 
     def _finish(self, sid: int, now: float) -> None:
         """Sequence ``sid`` produced its last token: its group's record if it was the group's last (the
