@@ -161,14 +161,14 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
     ValueError("more groups needed") when ``inputs`` holds too few groups, :class:`Starved` when the trainer
     can never get a batch.
 
-    An engine whose next event moved is scheduled once its round is over (its event is later: most often it
-    moves again in the round's pulls), or at once if its event is due in the instant being delivered; its
-    token voids the entry it had."""
+    An engine whose next event moved is scheduled at once if that event is due in the instant being
+    delivered, else once its round is over (most often it moves again in the round's pulls); its token voids
+    the entry it had."""
     check_inputs(inputs)
     heap: list = []
     push, pop = heapq.heappush, heapq.heappop
     token = [0] * int(inputs.engines)
-    moved: set = set()  # engines whose next event moved since they were last scheduled
+    later: dict = {}  # engine -> its next event, to schedule once the round is over
     channels = [FifoChannel(*c) for c in inputs.channels]
     slow = slow_records(inputs)
     S = int(inputs.group_size)
@@ -179,9 +179,14 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
             push(heap, (time, cls, idx, -1))
 
         @staticmethod
-        def engine_changed(e: int) -> None:
+        def engine_changed(e: int, now: float) -> None:
             token[e] += 1
-            moved.add(e)
+            t = engine_next(e)
+            if t <= now:
+                push(heap, (t, ENGINE, e, token[e]))
+                later.pop(e, None)
+            else:
+                later[e] = t
 
         @staticmethod
         def generated(j: int, now: float) -> None:
@@ -194,21 +199,16 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
                         entry = max(entry, got[1])
             push(heap, (entry, ENTRY, j, -1))
 
-    def schedule(by: float) -> None:
-        """Schedule the moved engines whose next event is due by ``by`` (inf: all that have one)."""
-        for e in list(moved):
-            t = engine_next(e)
-            if t <= by:
-                moved.discard(e)
-                if t < INF:
-                    push(heap, (t, ENGINE, e, token[e]))
-        if by == INF:
-            moved.clear()
+    def schedule_later() -> None:
+        for e, t in later.items():
+            if t < INF:
+                push(heap, (t, ENGINE, e, token[e]))
+        later.clear()
 
     state = LaneState(inputs, Hooks)
     fire, end_of_round, engine_event, engine_next = state.fire, state.end_of_round, state.engine_event, state.engine_next
     end_of_round(0.0)
-    schedule(INF)
+    schedule_later()
     events = 0
     while not state.done:
         if not heap:
@@ -223,8 +223,7 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
             else:
                 continue
             events += 1
-            if moved:
-                schedule(now)
         end_of_round(now)
-        schedule(INF)
+        if later:
+            schedule_later()
     return replace(trace_of(state, slow), events=events + state.resumed)

@@ -8,8 +8,8 @@ A driver delivers the model's events in the order of one instant: (time, class, 
 (prefill ends, then completions, engine by engine) and :data:`ENTRY` (gate all: a group enters the queue),
 then :meth:`LaneState.end_of_round` (the trainer, then the engines' pulls). Events that a round schedules for
 the same instant make another round of it. The model tells its driver what to schedule through ``hooks``:
-``at(time, class, index)`` for a one-off event, ``engine_changed(e)`` when engine e's next event
-(:meth:`LaneState.engine_next`) moved, and ``generated(j, now)`` (gate all) when group j's last sample
+``at(time, class, index)`` for a one-off event, ``engine_changed(e, now)`` when engine e's next event
+(:meth:`LaneState.engine_next`) moved (its state final for the event or pull being delivered at ``now``), and ``generated(j, now)`` (gate all) when group j's last sample
 finished, to be sent to the slow channels; the driver then delivers ``ENTRY`` j when its results are back.
 
 Choices where the spec leaves room (they are the same in both engines):
@@ -228,14 +228,15 @@ class LaneState:
     def _retime(self, g: Engine) -> None:
         """Seconds per decode step from now on: b running sequences over their KV context X (prompts plus
         tokens decoded, held for the interval: docs/generation.md)."""
-        if g.b:
+        b = g.b
+        if b:
             k = g.k
             kf = math.floor(k)
-            above = g.b - bisect_right(g.fracs, k - kf)
-            context = g.sum_p + g.b * kf - g.sum_a - above
-            g.tau = self.decode(g.b, float(context))
-            if not g.tau > 0:
-                raise ValueError(f"decode_seconds({g.b}, {context}) = {g.tau}: a decode step takes > 0 s")
+            above = b - bisect_right(g.fracs, k - kf)  # sequences whose start counter's fraction is above k's
+            context = g.sum_p + b * kf - g.sum_a - above
+            tau = g.tau = self.decode(b, float(context))
+            if not tau > 0:
+                raise ValueError(f"decode_seconds({b}, {context}) = {tau}: a decode step takes > 0 s")
 
     def _set_state(self, g: Engine, now: float, s: Optional[int] = None) -> None:
         """Engine g is in state ``s`` (by default, what its flags say) from ``now``: its time split."""
@@ -298,7 +299,7 @@ class LaneState:
             g.stalled = True
             self.hungry.discard(g.index)
             self._set_state(g, now)
-            self.engine_changed(g.index)
+            self.engine_changed(g.index, now)
 
     def end_sync(self, now: float, t: int) -> None:
         """E_t: the global version becomes t + 1; with inflight or abort every engine adopts it (abort: its
@@ -325,7 +326,7 @@ class LaneState:
             self._retime(g)
             self._set_state(g, now)
             self.touched.add(g.index)
-            self.engine_changed(g.index)
+            self.engine_changed(g.index, now)
         if aborted:
             aborted.sort()
             self.fifo.extendleft(reversed(aborted))
@@ -353,40 +354,50 @@ class LaneState:
     # ---- step 2: prefill ends and completions, engine by engine ------------------------------------------
 
     def engine_event(self, now: float, e: int) -> None:
+        """Engine e's prefill end, then its completions due by ``now``: every running sequence whose instant is
+        due, by finish counter then sequence (step 2)."""
         g = self.engines[e]
         if g.folded is not None:
             self._resume(g)
-        if g.prefill is not None:
+        elif g.prefill is not None:
             if not (g.prefill_left == 0.0 if g.stalled else g.prefill_end <= now):
                 return
             self._end_prefill(g, now)
         heap = g.heap
-        if heap:  # every running sequence due by now finishes, by finish counter then sequence
+        if heap:
             stalled, k, t_a, tau = g.stalled, g.k, g.t_a, g.tau
-            fracs, k0s, P, S, finish = g.fracs, self.k0, self.P, self.S, self._finish
-            pop, floor, left = heappop, math.floor, bisect_left
-            last = None
-            while heap:
-                f = heap[0][0]
-                if (f > k) if stalled else (t_a + (f - k) * tau > now):
-                    break
-                sid = pop(heap)[1]
-                last = f
-                k0 = k0s[sid]
-                a = floor(k0)
-                del fracs[left(fracs, k0 - a)]
-                g.sum_a -= a
-                g.sum_p -= P[sid // S]
-                g.b -= 1
-                finish(sid, now)
-            if last is not None and not stalled:
-                g.k, g.t_a = last, now
-                self._retime(g)
+            f = heap[0][0]
+            if (f <= k) if stalled else (t_a + (f - k) * tau <= now):
+                fracs, k0s, P, S, finished, left = g.fracs, self.k0, self.P, self.S, self.finished, self.left
+                sum_a, sum_p, b = g.sum_a, g.sum_p, g.b
+                while True:
+                    sid = heappop(heap)[1]
+                    last = f
+                    k0 = k0s[sid]
+                    a = math.floor(k0)
+                    del fracs[bisect_left(fracs, k0 - a)]
+                    sum_a -= a
+                    j = sid // S
+                    sum_p -= P[j]
+                    b -= 1
+                    finished[sid] = now
+                    left[j] -= 1
+                    if not left[j]:
+                        self._generated(j, now)
+                    if not heap:
+                        break
+                    f = heap[0][0]
+                    if (f > k) if stalled else (t_a + (f - k) * tau > now):
+                        break
+                g.sum_a, g.sum_p, g.b = sum_a, sum_p, b
+                if not stalled:
+                    g.k, g.t_a = last, now
+                    self._retime(g)
         if g.pending and not g.b and g.prefill is None and not g.stalled:
             self._drain_stall(g, now)
         self._set_state(g, now)
         self.touched.add(e)
-        self.engine_changed(e)
+        self.engine_changed(e, now)
 
     def _end_prefill(self, g: Engine, now: float) -> None:
         k = g.k
@@ -436,19 +447,15 @@ class LaneState:
         self._set_state(g, t, DECODING)
         self.resumed += 1
 
-    def _finish(self, sid: int, now: float) -> None:
-        """Sequence ``sid`` produced its last token: its group's record if it was the group's last (the
-        versions of its tokens are read off its engine's switches at the end: :func:`version_sums`)."""
-        self.finished[sid] = now
-        j = sid // self.S
-        self.left[j] -= 1
-        if self.left[j] == 0:
-            self.generated[j] = now
-            self.vmin[j] = min(self.start_v[j * self.S:(j + 1) * self.S])
-            if self.gate_fast:
-                self.enter(now, j)
-            else:
-                self.hooks.generated(j, now)
+    def _generated(self, j: int, now: float) -> None:
+        """Group j's last sequence finished at ``now`` (the versions of its tokens are read off its engines'
+        switches at the end: :func:`version_sums`): to the queue (gate fast) or the slow channels."""
+        self.generated[j] = now
+        self.vmin[j] = min(self.start_v[j * self.S:(j + 1) * self.S])
+        if self.gate_fast:
+            self.enter(now, j)
+        else:
+            self.hooks.generated(j, now)
 
     # ---- the queue (steps 2 and 3) -----------------------------------------------------------------------
 
@@ -494,10 +501,12 @@ class LaneState:
                     g.time[g.state] += now - g.since
                     g.since = now
                 return
-        candidates = self.touched
+        candidates, hungry = self.touched, self.hungry
+        if not (candidates or hungry):
+            return
         work = bool(self.fifo) or self._admissible()
-        if work and self.hungry:
-            candidates = candidates | self.hungry
+        if work and hungry:
+            candidates = candidates | hungry
         if len(candidates) == 1:
             self.touched = set()
             for e in candidates:
@@ -573,9 +582,13 @@ class LaneState:
                 if not self._admissible():
                     break
                 self._admit(now)
-            n = min(free, len(fifo))
-            took += [fifo.popleft() for _ in range(n)]
-            free -= n
+            if free == 1:
+                took.append(fifo.popleft())
+                free = 0
+            else:
+                n = min(free, len(fifo))
+                took += [fifo.popleft() for _ in range(n)]
+                free -= n
         if free:
             self.hungry.add(g.index)
             work = False
@@ -584,30 +597,31 @@ class LaneState:
             work = bool(fifo) or self._admissible()
         if not took:
             return work
-        S, P = self.S, self.P
+        version, e, taken, start_v, engine_of = g.version, g.index, self.taken, self.start_v, self.engine_of
         for sid in took:
-            self.taken[sid] = now
-            self.start_v[sid] = g.version
-            self.engine_of[sid] = g.index
+            taken[sid] = now
+            start_v[sid] = version
+            engine_of[sid] = e
         self._freeze(g, now)
         g.prefill = took
-        g.prefill_end = now + self._prefill_seconds([P[sid // S] for sid in took])
+        g.prefill_end = now + self._prefill_seconds(took)
         if free:
             self._set_state(g, now)
         else:
             self._fold(g, now)
-        self.engine_changed(g.index)
+        self.engine_changed(g.index, now)
         return work
 
-    def _prefill_seconds(self, prompts: List[int]) -> float:
-        """pi(k, sum P, sum P^2, max P) of one prefill pass; a single prompt's is kept (most passes start one
-        sequence, in a slot a completion freed, and prompt lengths repeat)."""
-        if len(prompts) == 1:
-            p = prompts[0]
+    def _prefill_seconds(self, seqs: List[int]) -> float:
+        """pi(k, sum P, sum P^2, max P) of one prefill pass over sequences ``seqs``; a single prompt's is kept
+        (most passes start one sequence, in a slot a completion freed, and prompt lengths repeat)."""
+        if len(seqs) == 1:
+            p = self.P[seqs[0] // self.S]
             s = self.one_prefill.get(p)
             if s is None:
                 s = self.one_prefill[p] = self.prefill_s(1, float(p), float(p * p), float(p))
             return s
+        prompts = [self.P[sid // self.S] for sid in seqs]
         return self.prefill_s(len(prompts), float(sum(prompts)), float(sum(p * p for p in prompts)),
                               float(max(prompts)))
 
