@@ -206,7 +206,8 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
         later.clear()
 
     state = LaneState(inputs, Hooks)
-    fire, end_of_round, engine_event, engine_next = state.fire, state.end_of_round, state.engine_event, state.engine_next
+    fire, end_of_round, engine_event = state.fire, state.end_of_round, state.engine_event
+    engine_next = state.engine_next
     end_of_round(0.0)
     schedule_later()
     events = 0

@@ -9,8 +9,15 @@ A driver delivers the model's events in the order of one instant: (time, class, 
 then :meth:`LaneState.end_of_round` (the trainer, then the engines' pulls). Events that a round schedules for
 the same instant make another round of it. The model tells its driver what to schedule through ``hooks``:
 ``at(time, class, index)`` for a one-off event, ``engine_changed(e, now)`` when engine e's next event
-(:meth:`LaneState.engine_next`) moved (its state final for the event or pull being delivered at ``now``), and ``generated(j, now)`` (gate all) when group j's last sample
-finished, to be sent to the slow channels; the driver then delivers ``ENTRY`` j when its results are back.
+(:meth:`LaneState.engine_next`) moved (its state final for the event or pull delivered at ``now``), and
+``generated(j, now)`` (gate all) when group j's last sample finished, to be sent to the slow channels; the
+driver then delivers ``ENTRY`` j when its results are back.
+
+Two shortcuts keep an engine-bound lane near one event a sequence without changing a result (tests hold both
+engines to the spec's own reading): a prefill pass that fills its engine is folded (:meth:`LaneState._fold`:
+its end taken at once, so the engine's next event is its next completion), and the versions of a sequence's
+tokens are read off its engine's switches at the end, for every trained sequence at once
+(:func:`version_sums`), not at each completion.
 
 Choices where the spec leaves room (they are the same in both engines):
 
@@ -63,7 +70,8 @@ def floor_diff(x: float, a: float) -> int:
 
 
 def token_versions(switch_k: List[float], switch_v: List[int], k0: float, n: int, f: float) -> List[tuple]:
-    """(version, tokens) of each run of a sequence's tokens by the policy version that produced them, in order
+    """The spec's reading of one sequence's token versions, which :func:`version_sums` sums for many at once:
+    (version, tokens) of each run of a sequence's tokens by the policy version that produced them, in order
     (they sum to ``n``): it started decoding at counter ``k0`` and finished at ``f`` = k0 + n (in floats) on an
     engine that adopted version ``switch_v[i]`` with its counter at ``switch_k[i]`` (non-decreasing; before
     the first switch: version 0). Token m < n is produced when the counter reaches k0 + m (exactly), the
@@ -71,14 +79,8 @@ def token_versions(switch_k: List[float], switch_v: List[int], k0: float, n: int
     j0 = bisect_right(switch_k, k0) - 1
     version = switch_v[j0] if j0 >= 0 else 0
     out, before = [], 0
-    a = math.floor(k0)
-    y = k0 - a
     for idx in range(j0 + 1, bisect_left(switch_k, f)):
-        x = switch_k[idx]
-        c = math.floor(x)
-        c = c - a - (1 if x - c < y else 0)  # floor_diff(x, k0), inlined: the hot loop of a long sequence
-        if c > n:
-            c = n
+        c = min(floor_diff(switch_k[idx], k0), n)
         if c > before:
             out.append((version, c - before))
             before = c

@@ -19,8 +19,9 @@
    its GPUs times 1, 4, 16 and 64 (the same load): seconds and requests/s against raw SimPy.
 7. ``--generation`` (alone): asynchronous generation (racsim/generation/), one lane of 1,000 trainer steps
    with 64 engines x 256 sequences and 16 groups x 64 samples a step, the AReaL-like scenario and an
-   engine-bound variant: seconds; samples/s against raw SimPy's requests/s, events/s against bare SimPy's
-   and the SimPy engine of record's, timed in the same run.
+   engine-bound variant: seconds (wall-clock, and CPU seconds with the load average beside them); samples/s
+   against raw SimPy's requests/s, events/s against bare SimPy's and the SimPy engine of record's, timed in
+   the same run.
 8. ``--lm`` (alone): seconds per GRPO step of learner=lm's transformer on CPU at several
    sizes, racsim's loop against a plain PyTorch loop of the same update timed in the same
    run (the ratio), and time per step against parameters fitted and projected to a
@@ -595,9 +596,12 @@ def bench_generation(steps: int = 1000, simpy_steps: int = 20, overrides=(), tag
     it simulated per second against raw SimPy's requests per second (a process per request on a Resource of
     one engine's slots: the cheapest a per-request SimPy model gets, racsim.analyses.capacity.speed), and the
     events it delivered per second against bare SimPy timeouts and the SimPy engine of record (on the first
-    ``simpy_steps`` steps, the same events), all timed in this run; and the regime (which side binds)."""
+    ``simpy_steps`` steps, the same events), all timed in this run; the machine's load (its 1-minute load
+    average as the lane starts: CPU seconds are the figure to read on a busy machine); and the regime (which
+    side binds)."""
     cfg = spec_of(*GENERATION, *overrides, f"pipeline.steps={steps}")
     validate(cfg)
+    load = os.getloadavg()[0]
     t0, c0 = time.perf_counter(), time.process_time()
     run = AsyncRun(cfg.pipeline, 1, np.random.default_rng(0), "lanes")
     trace = run.run_lane(0, "fast")
@@ -618,6 +622,8 @@ def bench_generation(steps: int = 1000, simpy_steps: int = 20, overrides=(), tag
             f"{tag}_speedup_vs_raw_simpy": samples / seconds / raw, f"{tag}_events": float(trace.events),
             f"{tag}_events_per_s": trace.events / seconds, f"{tag}_bare_simpy_events_per_s": raw_simpy_events(200_000),
             f"{tag}_simpy_engine_events_per_s": first.events / simpy_s,
+            f"{tag}_speedup_vs_simpy_engine": trace.events / seconds / (first.events / simpy_s),
+            f"{tag}_load_1min": load,
             f"{tag}_engines_idle": engines["idle"], f"{tag}_trainer_waiting": trainer["waiting"],
             f"{tag}_binds_{binding(trainer['waiting'], engines['idle'])}": 1.0}
 
