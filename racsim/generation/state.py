@@ -41,6 +41,7 @@ Choices where the spec leaves room (they are the same in both engines):
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left, bisect_right, insort
 from heapq import heapify, heappop, heappush
 from collections import deque
@@ -93,21 +94,28 @@ def version_sums(switch_k: List[float], switch_v: List[int], k0: np.ndarray, n: 
     """(token-weighted mean version, last version) of each of several sequences that ran on one engine, as
     :func:`token_versions` reads their runs (the sum of version x tokens over its runs, over ``n``, and the
     version of its last run), for arrays: ``k0`` (float) and ``n`` (int) the sequences' start counters and
-    lengths, their finish counters k0 + n. Token m is produced before a switch at counter x when m <= floor(x
-    - k0) (exactly), so a switch from version u to v inside a sequence adds (v - u) x its tokens after it."""
+    lengths, their finish counters k0 + n.
+
+    A switch i at counter x_i, from version u to u + d_i, inside a sequence adds d_i x (n - c_i), c_i its
+    tokens by then, floor_diff(x_i, k0) = floor(x_i) - floor(k0) - [frac(x_i) < frac(k0)]; summed over the
+    switches inside, the first two terms are differences of running sums over the engine's switches, and only
+    the last is counted switch by switch. Integers throughout, so the sums are exact."""
     sk = np.asarray(switch_k, dtype=np.float64)
     before = np.concatenate([[0], np.asarray(switch_v, dtype=np.int64)])  # the version before switch i: before[i]
+    d = np.diff(before)
+    whole = np.floor(sk)
+    frac = sk - whole
+    tally = np.concatenate([[0], np.cumsum(d * whole.astype(np.int64))])  # sum of d_i floor(x_i) over i < j
     first = np.searchsorted(sk, k0, side="right")  # the switches strictly after a sequence's start ...
     end = np.searchsorted(sk, k0 + n, side="left")  # ... and before its last token, [first, end)
+    fa = np.floor(k0)
     inside = end - first
-    seq = np.repeat(np.arange(len(k0)), inside)
     ends = np.cumsum(inside)
     idx = np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - inside - first, inside)
-    x, a = sk[idx], k0[seq]
-    fx, fa = np.floor(x), np.floor(a)
-    done = (fx - fa).astype(np.int64) - (x - fx < a - fa)  # its tokens by the switch: floor_diff(x, a)
-    added = np.concatenate([[0], np.cumsum((before[idx + 1] - before[idx]) * (n[seq] - done))])
-    total = n * before[first] + added[ends] - added[ends - inside]
+    early = np.concatenate([[0], np.cumsum(np.where(frac[idx] < np.repeat(k0 - fa, inside), d[idx], 0))])
+    rose = before[end] - before[first]
+    total = (n * before[first] + (n + fa.astype(np.int64)) * rose - (tally[end] - tally[first])
+             + early[ends] - early[ends - inside])
     return total / n, before[end]
 
 
@@ -172,11 +180,12 @@ class LaneState:
         self.v_global = 0  # syncs ended
         self.published = 0  # versions published
         # per sequence
-        self.k0 = [0.0] * n_seq
-        self.taken = [0.0] * n_seq
-        self.start_v = [0] * n_seq
-        self.finished = [0.0] * n_seq
-        self.engine_of = [0] * n_seq  # the engine that took it (last)
+        # per sequence (typed arrays: numpy reads them in place at the end)
+        self.k0 = array("d", [0.0]) * n_seq
+        self.taken = array("d", [0.0]) * n_seq
+        self.start_v = array("q", [0]) * n_seq
+        self.finished = array("d", [0.0]) * n_seq
+        self.engine_of = array("q", [0]) * n_seq  # the engine that took it (last)
         # per group
         self.left = [self.S] * self.n_groups
         self.generated = [INF] * self.n_groups
@@ -634,12 +643,14 @@ class LaneState:
     def _versions(self, sid: np.ndarray) -> tuple:
         """(mean version, last version) of the finished sequences ``sid`` (:func:`version_sums`, engine by
         engine)."""
-        on = np.asarray(self.engine_of, dtype=np.int64)[sid]
-        k0 = np.asarray(self.k0)[sid]
-        n = np.asarray(self.N, dtype=np.int64)[sid]
+        on = np.frombuffer(self.engine_of, dtype=np.int64)[sid]
+        k0 = np.frombuffer(self.k0)[sid]
+        n = np.asarray(self.x.response, dtype=np.int64).reshape(-1)[sid]
         mean_v, last_v = np.zeros(len(sid)), np.zeros(len(sid), dtype=np.int64)
+        by_engine = np.argsort(on, kind="stable")
+        bounds = np.searchsorted(on[by_engine], np.arange(len(self.engines) + 1))
         for g in self.engines:
-            mine = np.flatnonzero(on == g.index)
+            mine = by_engine[bounds[g.index]:bounds[g.index + 1]]
             if len(mine):
                 mean_v[mine], last_v[mine] = version_sums(g.switch_k, g.switch_v, k0[mine], n[mine])
         return mean_v, last_v
@@ -653,11 +664,11 @@ class LaneState:
         return dict(
             step_start=np.asarray(self.step_start), publish=np.asarray(self.publish_at),
             sync_end=np.asarray(self.sync_end), group=gid,
-            start_version=np.asarray(self.start_v, dtype=np.int64)[sid],
+            start_version=np.frombuffer(self.start_v, dtype=np.int64)[sid],
             mean_version=mean_v.reshape(sid.shape), last_version=last_v.reshape(sid.shape),
-            taken=np.asarray(self.taken)[sid], finished=np.asarray(self.finished)[sid],
-            queue_in=np.asarray(self.queue_in)[gid], prompt=np.asarray(self.P, dtype=np.int64)[gid],
-            response=np.asarray(self.N, dtype=np.int64)[sid],
+            taken=np.frombuffer(self.taken)[sid], finished=np.frombuffer(self.finished)[sid],
+            queue_in=np.asarray(self.queue_in)[gid], prompt=np.asarray(self.x.prompt, dtype=np.int64)[gid],
+            response=np.asarray(self.x.response, dtype=np.int64).reshape(-1)[sid],
             dropped=np.asarray(self.dropped, dtype=np.int64), dropped_at=np.asarray(self.dropped_at),
             engine_time=np.asarray([g.time for g in self.engines]), queue_times=np.asarray(self.q_times),
             queue_length=np.asarray(self.q_lengths, dtype=np.int64), wasted_tokens=int(self.wasted),
