@@ -271,6 +271,7 @@ RECIPES: Dict[str, Recipe] = {
                           fresh=True),
     "bench.default": Recipe(("racsim-bench",), console),
     "bench.paper": Recipe(("racsim-bench --paper",), console),
+    "bench.generation": Recipe(("racsim-bench --generation",), console),
 }
 
 

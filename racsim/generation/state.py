@@ -411,16 +411,19 @@ class LaneState:
         self.engine_changed(e, now)
 
     def _end_prefill(self, g: Engine, now: float) -> None:
+        """Engine g's prefill pass ends at ``now``: its sequences decode from the counter k (their k0)."""
         k = g.k
         a = math.floor(k)
         y = k - a
+        seqs, heap, k0s, N, P, S = g.prefill, g.heap, self.k0, self.N, self.P, self.S
         lo = bisect_left(g.fracs, y)
-        seqs = g.prefill
         g.fracs[lo:lo] = [y] * len(seqs)
+        sum_p = g.sum_p
         for sid in seqs:
-            self.k0[sid] = k
-            heappush(g.heap, (k + self.N[sid], sid))
-            g.sum_p += self.P[sid // self.S]
+            k0s[sid] = k
+            heappush(heap, (k + N[sid], sid))
+            sum_p += P[sid // S]
+        g.sum_p = sum_p
         g.sum_a += a * len(seqs)
         g.b += len(seqs)
         g.prefill = None
