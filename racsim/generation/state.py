@@ -13,11 +13,11 @@ the same instant make another round of it. The model tells its driver what to sc
 ``generated(j, now)`` (gate all) when group j's last sample finished, to be sent to the slow channels; the
 driver then delivers ``ENTRY`` j when its results are back.
 
-Two shortcuts keep an engine-bound lane near one event a sequence without changing a result (tests hold both
-engines to the spec's own reading): a prefill pass that fills its engine is folded (:meth:`LaneState._fold`:
-its end taken at once, so the engine's next event is its next completion), and the versions of a sequence's
-tokens are read off its engine's switches at the end, for every trained sequence at once
-(:func:`version_sums`), not at each completion.
+Two shortcuts save work without changing a result (tests hold them to the spec's own reading): a prefill
+pass that fills its engine is folded (:meth:`LaneState._fold`: its end taken at once, so the engine's next
+event is its next completion, and an engine-bound lane has one event a sequence, not two), and the versions
+of a sequence's tokens are read off its engine's switches once, at the end, for every trained sequence
+together (:func:`version_sums`), not at each completion.
 
 Choices where the spec leaves room (they are the same in both engines):
 
