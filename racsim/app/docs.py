@@ -322,6 +322,7 @@ RECIPES: Dict[str, Recipe] = {
                           fresh=True),
     "bench.default": Recipe(("racsim-bench",), console),
     "bench.paper": Recipe(("racsim-bench --paper",), console),
+    "bench.generation": Recipe(("racsim-bench --generation",), console),
 }
 
 
