@@ -11,12 +11,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from test_generation_lane import SEEDS, differences, outcome, random_inputs
+from test_generation_lane import SEEDS, differences, outcome, random_inputs, token_versions
 
 from racsim.config.defaults import catalog
 from racsim.config.schema import GpuConf, RMConf, RMModelConf
 from racsim.generation import state as ST
-from racsim.generation.state import token_versions, version_sums
+from racsim.generation.state import version_sums
 from racsim.pipeline.service import Roofline, model_size
 
 

@@ -70,30 +70,10 @@ def floor_diff(x: float, a: float) -> int:
     return fx - fa - (1 if x - fx < a - fa else 0)
 
 
-def token_versions(switch_k: List[float], switch_v: List[int], k0: float, n: int, f: float) -> List[tuple]:
-    """The spec's reading of one sequence's token versions, which :func:`version_sums` sums for many at once:
-    (version, tokens) of each run of a sequence's tokens by the policy version that produced them, in order
-    (they sum to ``n``): it started decoding at counter ``k0`` and finished at ``f`` = k0 + n (in floats) on an
-    engine that adopted version ``switch_v[i]`` with its counter at ``switch_k[i]`` (non-decreasing; before
-    the first switch: version 0). Token m < n is produced when the counter reaches k0 + m (exactly), the
-    last at f; a token produced when the counter stands at a switch carries the version before it."""
-    j0 = bisect_right(switch_k, k0) - 1
-    version = switch_v[j0] if j0 >= 0 else 0
-    out, before = [], 0
-    for idx in range(j0 + 1, bisect_left(switch_k, f)):
-        c = min(floor_diff(switch_k[idx], k0), n)
-        if c > before:
-            out.append((version, c - before))
-            before = c
-        version = switch_v[idx]
-    out.append((version, n - before))
-    return out
-
-
 def version_sums(switch_k: List[float], switch_v: List[int], k0: np.ndarray, n: np.ndarray) -> tuple:
-    """(token-weighted mean version, last version) of each of several sequences that ran on one engine, as
-    :func:`token_versions` reads their runs (the sum of version x tokens over its runs, over ``n``, and the
-    version of its last run), for arrays: ``k0`` (float) and ``n`` (int) the sequences' start counters and
+    """(token-weighted mean version, last version) of each of several sequences that ran on one engine (the
+    spec's reading: token m < n is produced when the counter reaches k0 + m exactly, the last at k0 + n, and a
+    token produced when the counter stands at a switch carries the version before it), for arrays: ``k0`` (float) and ``n`` (int) the sequences' start counters and
     lengths, their finish counters k0 + n.
 
     A switch i at counter x_i, from version u to u + d_i, inside a sequence adds d_i x (n - c_i), c_i its
