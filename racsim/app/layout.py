@@ -29,14 +29,17 @@ ROOMS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
     ("config", "what is asked? the schema, defaults, names, rules, and the boundary where a "
                "composed config becomes a spec", ("errors",)),
     ("pipeline", "when is each slow result usable?", ("errors", "io", "config")),
+    ("generation", "how stale is each sample? rollout engines running ahead of the trainer, and the schedule "
+                   "they make", ("errors", "io", "config", "pipeline")),
     ("learner", "what is the update, and how biased is it?", ("errors", "io", "config", "pipeline.schedule")),
     ("analyses", "the studies: bias, probe, TV bound, capacity, LM", ("errors", "io", "seeds", "progress", "config",
-                                                                      "pipeline", "learner")),
-    ("report", "what a user reads of one run", ("errors", "io", "config", "pipeline", "learner", "analyses")),
+                                                                      "pipeline", "generation", "learner")),
+    ("report", "what a user reads of one run", ("errors", "io", "config", "pipeline", "generation", "learner",
+                                                "analyses")),
     ("sweep", "many runs: launch, resume, mark, gather", ("errors", "io", "progress", "config", "analyses", "report")),
     ("tools", "how fast is it, and what does a real RM cost? (racsim-bench, racsim-profile, the measured kernel "
               "tables and their curve)",
-     ("errors", "io", "progress", "config", "pipeline", "learner", "analyses", "sweep.markers")),
+     ("errors", "io", "progress", "config", "pipeline", "generation", "learner", "analyses", "sweep.markers")),
     ("app", "what a person or a program calls: racsim, racsim.run, --help, the docs' blocks",
      ("errors", "io", "progress", "config", "analyses", "report", "sweep")),
     ("__main__", "the racsim command and python -m racsim", ("app.cli",)),

@@ -90,7 +90,9 @@ def model_size(m: Any) -> ModelSize:
 def pass_tokens(padded: bool, count, tok_sum, sq_sum, max_len) -> Tuple[np.ndarray, np.ndarray]:
     """(tokens, sum of squared lengths) a batch puts through the model: every sequence as long as the
     longest when ``padded``, else as long as it is."""
-    count, tok_sum, sq_sum, max_len = (np.asarray(x, dtype=np.float64) for x in (count, tok_sum, sq_sum, max_len))
+    if not scalars(count, tok_sum, sq_sum, max_len):
+        count, tok_sum, sq_sum, max_len = (np.asarray(x, dtype=np.float64)
+                                           for x in (count, tok_sum, sq_sum, max_len))
     if padded:
         return count * max_len, count * (max_len * max_len)
     return tok_sum, sq_sum
@@ -132,6 +134,20 @@ def check_memory(rm: Any, key: str) -> None:
         f"use tp >= {tp_min}, a smaller token_budget, or a larger GPU")
 
 
+def scalars(*xs) -> bool:
+    """Whether every argument is a Python int or float: one batch or decode step, computed in Python floats
+    (the rollout engines' event loop, one call per event), the same IEEE operations as NumPy's elementwise."""
+    for x in xs:
+        if type(x) is not float and type(x) is not int:
+            return False
+    return True
+
+
+def larger(a, b):
+    """The elementwise maximum of arrays (np.maximum), or of two Python floats (max): the same value."""
+    return max(a, b) if type(a) is float and type(b) is float else np.maximum(a, b)
+
+
 class ServiceModel:
     """Seconds for batches, elementwise over arrays of batch statistics."""
 
@@ -168,6 +184,7 @@ class Roofline(ServiceModel):
         self.decode_attn = 4.0 * float(m.layers) * float(m.d_model)  # FLOPs per cached token a step
         self.overhead = float(rm.overhead_s)
         self.mfu = None if rm.mfu is None else float(rm.mfu)
+        self.flops_per_s = None if self.mfu is None else self.peak * self.mfu
         self.scale = float(rm.mfu_scale)
         self.padded = bool(rm.padded)
         if self.mfu is None:  # the layer's seconds on the curve, and its FLOPs per token per GPU
@@ -182,21 +199,29 @@ class Roofline(ServiceModel):
         if self.mfu is not None:
             return np.full(n.shape, self.mfu)
         seconds = self.curve.at(n)[0]
-        return np.minimum(1.0, self.scale * (self.layer_flops * n / (self.peak / self.tp * seconds)))
+        mfu = np.minimum(1.0, self.scale * (self.layer_flops * n / (self.peak / self.tp * seconds)))
+        return float(mfu) if scalars(tokens) else mfu
 
-    def flops(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
-        tokens, squares = pass_tokens(self.padded, count, tok_sum, sq_sum, max_len)
-        return 2.0 * self.params * tokens + self.attn * squares
+    def rate(self, tokens):
+        """FLOPs per second of a replica on passes of ``tokens`` tokens: ``tp * peak * MFU``."""
+        return self.flops_per_s if self.mfu is not None else self.peak * self.efficiency(tokens)
 
     def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
-        tokens = pass_tokens(self.padded, count, tok_sum, sq_sum, max_len)[0]
-        compute = self.flops(count, tok_sum, sq_sum, max_len) / (self.peak * self.efficiency(tokens))
-        return np.maximum(compute, self.floor) + self.overhead
+        tokens, squares = pass_tokens(self.padded, count, tok_sum, sq_sum, max_len)
+        compute = (2.0 * self.params * tokens + self.attn * squares) / self.rate(tokens)
+        return larger(compute, self.floor) + self.overhead
 
     def decode_seconds(self, running, context) -> np.ndarray:
-        running, context = np.asarray(running, dtype=np.float64), np.asarray(context, dtype=np.float64)
-        compute = (2.0 * self.params * running + self.decode_attn * context) / (self.peak * self.efficiency(running))
-        return np.maximum(compute, self.floor + self.kv_per_token * context) + self.overhead
+        if scalars(running, context):
+            return self.decode_step(running, context)
+        return self.decode_step(np.asarray(running, dtype=np.float64), np.asarray(context, dtype=np.float64),
+                                np.maximum)
+
+    def decode_step(self, running, context, top=max):
+        """:meth:`decode_seconds` without its check: of Python numbers (``top`` max), or of arrays with
+        ``top`` np.maximum. The rollout engines' event loop calls it once per event."""
+        compute = (2.0 * self.params * running + self.decode_attn * context) / self.rate(running)
+        return top(compute, self.floor + self.kv_per_token * context) + self.overhead
 
     def describe(self) -> str:
         if self.mfu is not None:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-from racsim.analyses.bias_study import Known, corrector_names, prefetch_trajectories, run_bias_study
+from racsim.analyses.bias_study import Known, corrector_names, prefetch_trajectories, run_bias_study, share_note
 from racsim.analyses.capacity.regimes import regime_warmup, regime_window
 from racsim.analyses.grid import expand
 from racsim.config.schema import RacsimConf, warmup_steps
@@ -77,7 +77,7 @@ class Sized:
     requests: int
 
 
-def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
+def sized_run(cfg: RacsimConf, name: str, tell=None, note=None) -> Sized:
     """Simulate one count's asynchronous pipeline at a length that shows its steady state.
     ``capacity.run_length=auto``: from ``pipeline.steps``, doubled up to ``capacity.max_steps``
     until the series of requests in the channel at each step's start (mean over trials) is
@@ -88,7 +88,8 @@ def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
     cycle where the regimes start stationary, else MSER-5), up to ``capacity.max_steps`` and within
     the ``limits``, doubles until the window after the warm-up holds it too, and is judged by the
     trials' slopes (:func:`racsim.pipeline.steady.trials_verdict`).
-    ``tell(note)``: called before each doubling (a long run says why it goes on)."""
+    ``tell(note)``: called before each doubling (a long run says why it goes on); ``note(text)``: told
+    how far each simulation is as it runs (racsim.analyses.bias_study.share_note)."""
     cap = cfg.capacity
     auto = cap.run_length == "auto"
     need, cut, steps = run_plan(cfg, name)
@@ -99,7 +100,8 @@ def sized_run(cfg: RacsimConf, name: str, tell=None) -> Sized:
         c = replace_at(cfg, "pipeline.steps", steps)
         t0 = time.perf_counter()
         draws = draw(c.pipeline, int(c.learner.trials), rng_for(c.seed, "pipeline"))  # as the bias study draws
-        sched = simulate(c.pipeline, int(c.learner.trials), None, draws=draws)
+        sched = simulate(c.pipeline, int(c.learner.trials), None, draws=draws,
+                         tick=share_note(note, f"simulating {steps:,} steps"))
         spent += time.perf_counter() - t0
         requests += requests_per_schedule(c)
         series = steady.in_system(sched, sched.channel_names.index(name))
@@ -140,11 +142,14 @@ def doubling_note(v: steady.Verdict, steps: int, need: int) -> str:
             f"regimes need, running {2 * steps}")
 
 
-def settle(cfg: RacsimConf, name: str, tell=None) -> Settled:
+def settle(cfg: RacsimConf, name: str, tell=None, note=None) -> Settled:
     """Run one count at a length that shows its steady state (:func:`sized_run`; ``tell``: its
-    note before each doubling); the bias study then reuses the simulated asynchronous schedule."""
+    note before each doubling; ``note``: how far each simulation is); the bias study then reuses the
+    simulated asynchronous schedule."""
     prefetch_trajectories(cfg, first_length(cfg, name))  # the bias study's, at the run's first length
-    run = sized_run(cfg, name, tell)
+    run = sized_run(cfg, name, tell, note)
+    if note is not None:
+        note(f"the bias study of {run.steps:,} steps")
     c = replace_at(run.cfg, "pipeline.warmup_steps", run.verdict.warmup)
     res = run_bias_study(expand(c), known=Known(run.draws, run.sched))
     requests = run.requests
