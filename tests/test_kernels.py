@@ -389,3 +389,41 @@ def test_deriving_a_table_keeps_the_medians_and_merges_repeated_rows(tmp_path):
     t = layer_times.read_table(str(out), "x")
     np.testing.assert_allclose(t.rows[1].layer, [0.32e-3, 0.64e-3], rtol=1e-12)
     np.testing.assert_allclose(t.rows[1].emb, [0.1e-3, 0.15e-3], rtol=1e-12)
+
+
+def test_the_rollout_engines_decode_and_prefill_on_the_kernels():
+    """pipeline.generation.engines.service=kernels: a decode step of b sequences over X cached tokens is b tokens
+    through every layer and the embedding of the table serving the policy, plus the KV cache's bytes over the HBM
+    bandwidth, plus overhead_s; a prefill pass adds attention at the engines' mfu; both Python floats, and the
+    lane's two engines make the same schedules on them."""
+    from racsim.config.defaults import compose_config
+    from racsim.config.spec import scenario
+    from racsim.generation.draws import engine_model, kv_bytes_per_token
+    from racsim.generation.schedule import async_schedules
+    from racsim.seeds import rng_for
+
+    tiny = ["pipeline.steps=4", "pipeline.batch_size=16", "pipeline.generation.engines.gpus=2",
+            "pipeline.generation.engines.concurrency=8", "pipeline.generation.engines.response_tokens.mean=128",
+            "pipeline.generation.engines.max_response_tokens=512", "pipeline.generation.engines.service=kernels"]
+    cfg = scenario(compose_config("scenario=async/areal", *tiny))
+    e = cfg.pipeline.generation.engines
+    model = engine_model(e)
+    assert isinstance(model, Kernels) and model.scale == 1.0 and model.attn_mfu == e.mfu
+    m, g = e.model, e.gpu
+    row = layer_times.kernel_source(m, g, e.tp).row
+    bw, peak = e.tp * g.mem_bw_tbs * 1e12, e.tp * g.peak_tflops * 1e12
+    for b, X in ((1, 300.0), (7, 5000.0), (128, 2.5e5)):
+        layer, emb = (float(v) for v in row.at(b))
+        step = model.decode_step(b, X)
+        assert type(step) is float
+        assert step == pytest.approx(m.layers * layer + emb + X * kv_bytes_per_token(m) / bw + e.overhead_s, rel=1e-12)
+    prompts = [100, 37, 400]
+    n = sum(prompts)
+    layer, emb = (float(v) for v in row.at(n))
+    attn = 2.0 * m.layers * m.d_model * sum(p * p for p in prompts) / (peak * e.mfu)
+    pass_s = model.seconds(3, float(n), float(sum(p * p for p in prompts)), 400.0)
+    assert type(pass_s) is float and pass_s == pytest.approx(m.layers * layer + emb + attn + e.overhead_s, rel=1e-12)
+    one = async_schedules(cfg.pipeline, 2, rng_for(1, "pipeline"), blocking=False, engine="lanes")
+    two = async_schedules(cfg.pipeline, 2, rng_for(1, "pipeline"), blocking=False, engine="simpy")
+    for key in one:
+        assert_same_schedule(one[key], two[key], key)

@@ -361,7 +361,7 @@ ADMISSION_RULES = ("none", "areal", "verl", "steps_ahead", "sync")
 QUEUE_FULL = ("block", "drop_oldest")
 ADOPTIONS = ("inflight", "abort", "drain")
 GATES = ("fast", "all")
-ENGINE_SERVICES = ("roofline",)  # a decode step's seconds (racsim/pipeline/service.py)
+ENGINE_SERVICES = ("roofline", "kernels")  # a decode step's seconds (racsim/pipeline/service.py)
 TRAINER_SERVICES = ("drawn", "roofline")
 
 
@@ -370,8 +370,10 @@ class EnginesConf:
     """The rollout engines (pipeline.generation.engines): ``gpus / tp`` replicas of the policy, each decoding
     at most ``concurrency`` sequences at once (vLLM's max_num_seqs; SGLang's max_running_requests). A decode
     step's seconds come from the ``service`` model (``roofline``: weights and KV-cache bytes over the HBM
-    bandwidth against FLOPs at ``mfu``, whichever binds, plus ``overhead_s`` a step), and each prefill pass
-    is the roofline's packed forward pass over the prompts it starts. A prompt and each of its responses
+    bandwidth against FLOPs at ``mfu``, whichever binds, plus ``overhead_s`` a step; ``kernels``: measured
+    per-layer operator times for the step's tokens, docs/kernels.md, plus the KV cache's bytes over the HBM
+    bandwidth and ``overhead_s``), and each prefill pass is that model's packed forward pass over the prompts
+    it starts (under ``kernels`` its attention at ``mfu``). A prompt and each of its responses
     have ``prompt_tokens`` and ``response_tokens`` tokens (rounded, capped at ``max_prompt_tokens`` and
     ``max_response_tokens``: verl's max_prompt_length and max_response_length). The model must fit each
     GPU's ``mem_util`` share of memory with the KV cache of ``concurrency`` sequences of the longest length.

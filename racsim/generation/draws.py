@@ -19,7 +19,7 @@ import numpy as np
 
 from racsim.errors import ConfigError
 from racsim.pipeline.latency import build_latency
-from racsim.pipeline.service import Roofline, model_size
+from racsim.pipeline.service import Kernels, Roofline, ServiceModel, model_size
 
 BLOCK = 256  # groups drawn at a time
 KEY = "pipeline.generation"
@@ -51,12 +51,14 @@ def check_engine_memory(e: Any, key: str = f"{KEY}.engines") -> None:
     raise ConfigError(f"{key}.tp", e.tp, f"a larger tp (or GPU): not one sequence fits; {what}")
 
 
-def engine_model(e: Any, key: str = f"{KEY}.engines") -> Roofline:
-    """The engines' service model, once the policy is known to fit: a roofline of one replica (tp GPUs),
-    decode steps by :meth:`~racsim.pipeline.service.Roofline.decode_seconds`, prefill passes packed."""
+def engine_model(e: Any, key: str = f"{KEY}.engines") -> ServiceModel:
+    """The engines' service model, once the policy is known to fit: a roofline of one replica (tp GPUs) at a
+    flat ``mfu``, or (``service: kernels``) its measured kernels with the prefill's attention at ``mfu`` and no
+    share added; decode steps by its ``decode_step``, prefill passes packed."""
     check_engine_memory(e, key)
-    return Roofline(SimpleNamespace(model=e.model, gpu=e.gpu, tp=e.tp, mfu=e.mfu, mfu_scale=1.0,
-                                    overhead_s=e.overhead_s, padded=False))
+    rm = SimpleNamespace(model=e.model, gpu=e.gpu, tp=e.tp, mfu=e.mfu, mfu_scale=1.0, attn_mfu=e.mfu,
+                         kernel_overhead=0.0, profile=None, overhead_s=e.overhead_s, padded=False)
+    return Kernels(rm, key) if e.service == "kernels" else Roofline(rm)
 
 
 def training_seconds(params: float, tokens: np.ndarray, gpus: int, peak_tflops: float, mfu: float) -> np.ndarray:

@@ -263,11 +263,17 @@ class Kernels(ServiceModel):
 
     def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
         tokens, squares = pass_tokens(self.padded, count, tok_sum, sq_sum, max_len)
-        return self.scale * (self.kernels(tokens) + self.attn * squares / self.attn_rate) + self.overhead
+        out = self.scale * (self.kernels(tokens) + self.attn * squares / self.attn_rate) + self.overhead
+        return float(out) if scalars(count, tok_sum, sq_sum, max_len) else out
 
     def decode_seconds(self, running, context) -> np.ndarray:
         context = np.asarray(context, dtype=np.float64)
         return self.scale * (self.kernels(running) + self.kv_per_token * context) + self.overhead
+
+    def decode_step(self, running: int, context: float) -> float:
+        """:meth:`decode_seconds` of Python numbers, a float: the rollout engines' event loop calls it once
+        per event."""
+        return float(self.decode_seconds(running, context))
 
     def describe(self) -> str:
         more = f" + {self.scale - 1.0:.0%}" if self.scale != 1.0 else ""
