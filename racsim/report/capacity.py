@@ -235,10 +235,13 @@ def unreachable_text(res: CapacityResult) -> str:
 
 
 def replications_text(row) -> str:
-    """'; its rare-event figures on R independent replications' where the answer's count was
-    decided by replications (racsim.analyses.capacity.stopping), else ''."""
+    """'; its rare-event figures on the trials of R runs (N trial-steps, E drop episodes)' where the
+    answer's count was decided by replications (racsim.analyses.capacity.stopping), else ''."""
     r = row.get("replications", 1)
-    return f"; its rare-event figures on {int(r)} independent replications" if r == r and r > 1 else ""
+    if not (r == r and r > 1):
+        return ""
+    return (f"; its rare-event figures on the trials of {int(r)} runs ({int(row['measured_steps']):,} trial-steps, "
+            f"{int(row['drop_episodes'])} drop episodes)")
 
 
 def notes_text(res: CapacityResult) -> str:
