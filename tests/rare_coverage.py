@@ -107,9 +107,10 @@ def main(argv):
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     for case in cases or CASES:
         t0 = time.perf_counter()
-        if jobs > 1:
+        if jobs > 1:  # by its module's name, which a spawned process imports (it does not run this script)
+            from rare_coverage import one_seed as by_name
             with spawn_pool(jobs) as pool:
-                rows = list(pool.map(one_seed, [case] * seeds, range(seeds)))
+                rows = list(pool.map(by_name, [case] * seeds, range(seeds)))
         else:
             rows = [one_seed(case, s) for s in range(seeds)]
         got = summary(case, rows, truth[case])

@@ -364,7 +364,10 @@ def interval_units_text(res: CapacityResult, cfg: RacsimConf) -> str:
     if not cycle:
         return trials + ")"
     return (f"batches of at least {BATCH_CYCLES} cycles of the slowest regime ({kind}: {cycle} steps a cycle) cut "
-            f"from the steady windows of {trials}; a window that holds fewer is one batch)")
+            f"from the steady windows of {trials}; a window that holds fewer is one batch), but for the channel's "
+            "figures that rare episodes drive (dropped share, delay and sojourn quantiles), which rest on the trials "
+            "alone (independent replications; under outages or bursts a share never narrower than a Poisson count "
+            "of its drop episodes allows)")
 
 
 def autoscale_verdict(table: pd.DataFrame, corrector: str) -> str:
