@@ -32,7 +32,8 @@ from racsim.analyses.capacity.channel import count_key, with_count
 from racsim.analyses.capacity.episodes import EPISODES, WARM_TOL, count_episodes
 from racsim.analyses.capacity.length import sized_run
 from racsim.analyses.capacity.load import channel_loads
-from racsim.analyses.capacity.replications import replicate_count, replicate_figures
+from racsim.analyses.capacity.intervals import replicate_figures
+from racsim.analyses.capacity.replications import replicate_runs
 from racsim.analyses.capacity.targets import targets_of
 from racsim.config.defaults import compose_config
 from racsim.config.spec import scenario
@@ -63,12 +64,12 @@ def one_seed(case: str, seed: int) -> dict:
     first = replicate_figures(run.sched, c, ch, w)
     found = count_episodes(c, ch, work)
     targets = targets_of(cfg)
-    plan = stopping.Plan(need=stopping.need_of(found.length, targets, ["max_dropped"]), length=found.length,
-                         warmup=w, lanes=int(cfg.learner.trials), first=run.steps - w,
-                         cap=max(run.steps, int(cfg.capacity.max_steps)))
     level = float(cfg.capacity.confidence)
+    plan = stopping.Plan(need=stopping.need_of(found.share, found.rate, found.length, targets, ["max_dropped"], level),
+                         length=found.length, warmup=w, lanes=int(cfg.learner.trials), first=run.steps - w,
+                         cap=max(run.steps, int(cfg.capacity.max_steps)), rate=found.rate)
     settled = stopping.intervals([first], ["max_dropped"], level, found.length)["max_dropped"]
-    d = stopping.sequential(first, lambda r, lanes, steps: replicate_count(cfg, ch, key, n, lanes, steps, w, r),
+    d = stopping.sequential(first, lambda r, runs: replicate_runs(c, ch, key, n, runs, w, r),
                             ["max_dropped"], targets, level, plan,
                             stopping.Budget(int(cfg.capacity.decide_steps), math.inf))
     v, lo, hi = d.found["max_dropped"]

@@ -4,6 +4,7 @@ intervals to, and the long run the replications' warm-up is checked against.
 
     python tests/rare_truth.py                       # every entry of CASES, one after another
     python tests/rare_truth.py judge_rm_bursts:6     # one (scenario, count), merged into the file
+    python tests/rare_truth.py --jobs 2              # the chunks two at a time (the same figures)
 
 How it is made: for each (scenario, count) of :data:`CASES`, ``chunks`` independent runs of the
 scenario's asynchronous pipeline at that count (racsim's lanes engine, ``lanes`` trials each,
@@ -34,6 +35,7 @@ from racsim.analyses.capacity.channel import count_key, with_count
 from racsim.analyses.capacity.episodes import drop_episodes
 from racsim.config.defaults import compose_config
 from racsim.config.spec import replace_at, scenario
+from racsim.io import spawn_pool
 from racsim.pipeline.draws import draw
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.schedule import DROPPED, UNROUTED
@@ -58,22 +60,36 @@ def lane_figures(sched, name: str, warmup: int, max_delay: int):
             dropped[:, :PROFILE].sum(axis=0), sent[:, :PROFILE].sum(axis=0))
 
 
-def truth(name: str, n: int, chunks: int, lanes: int, steps: int, warmup: int) -> dict:
-    """The long-run dropped share of scenario ``name`` at ``n`` units (module docstring)."""
+def chunk(name: str, n: int, j: int, lanes: int, steps: int, warmup: int):
+    """Chunk ``j`` of a case: per lane (dropped, sent, episodes), and its first steps' drops (lane_figures)."""
     cfg = scenario(compose_config(f"scenario=capacity/{name}"))
     ch = cfg.capacity.channel
     c = replace_at(with_count(cfg, count_key(cfg, ch), n), "pipeline.steps", steps)
+    d = draw(c.pipeline, lanes, np.random.default_rng([TRUTH_SEED, n, j]))
+    sched = simulate(c.pipeline, lanes, None, draws=d)
+    dr, se, ep, pd_, ps = lane_figures(sched, ch, warmup, int(c.pipeline.channels[ch].max_delay))
+    return [[int(a), int(b), int(e)] for a, b, e in zip(dr, se, ep)], np.stack([pd_, ps])
+
+
+def truth(name: str, n: int, chunks: int, lanes: int, steps: int, warmup: int, jobs: int = 1) -> dict:
+    """The long-run dropped share of scenario ``name`` at ``n`` units (module docstring); ``jobs`` > 1:
+    the chunks in that many processes (the same figures)."""
     t0 = time.perf_counter()
     per = []
     prof = np.zeros((2, PROFILE), dtype=np.int64)
-    for j in range(chunks):
-        d = draw(c.pipeline, lanes, np.random.default_rng([TRUTH_SEED, n, j]))
-        sched = simulate(c.pipeline, lanes, None, draws=d)
-        dr, se, ep, pd_, ps = lane_figures(sched, ch, warmup, int(c.pipeline.channels[ch].max_delay))
-        per += [[int(a), int(b), int(e)] for a, b, e in zip(dr, se, ep)]
-        prof += np.stack([pd_, ps])
-        print(f"{name} {n}: chunk {j + 1}/{chunks}: {dr.sum() / se.sum():.4%} ({time.perf_counter() - t0:.0f} s)",
-              flush=True)
+    args = [(name, n, j, lanes, steps, warmup) for j in range(chunks)]
+    if jobs > 1:  # by its module's name, which a spawned process imports (it does not run this script)
+        from rare_truth import chunk as by_name
+        with spawn_pool(jobs) as pool:
+            done = list(pool.map(by_name, *zip(*args)))
+    else:
+        done = [chunk(*a) for a in args]
+    for j, (lanes_got, p) in enumerate(done):
+        per += lanes_got
+        prof += p
+        a = np.array(lanes_got, dtype=np.float64)
+        print(f"{name} {n}: chunk {j + 1}/{chunks}: {a[:, 0].sum() / a[:, 1].sum():.4%} "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
     a = np.array(per, dtype=np.float64)
     share = a[:, 0].sum() / a[:, 1].sum()
     r = a.shape[0]
@@ -88,12 +104,13 @@ def truth(name: str, n: int, chunks: int, lanes: int, steps: int, warmup: int) -
 
 
 def main(argv):
-    todo = [(s, n) for s, case in CASES.items() for n in case["counts"]]
-    if argv:
-        todo = [(a.split(":")[0], int(a.split(":")[1])) for a in argv]
+    jobs = int(argv[argv.index("--jobs") + 1]) if "--jobs" in argv else 1
+    named = [a for i, a in enumerate(argv) if a != "--jobs" and (i == 0 or argv[i - 1] != "--jobs")]
+    todo = [(a.split(":")[0], int(a.split(":")[1])) for a in named] or [
+        (s, n) for s, case in CASES.items() for n in case["counts"]]
     for s, n in todo:
         case = {k: v for k, v in CASES[s].items() if k != "counts"}
-        got = truth(s, n, **case)
+        got = truth(s, n, **case, jobs=jobs)
         stored = json.loads(OUT.read_text()) if OUT.exists() else {}
         stored[f"{s}:{n}"] = got
         OUT.parent.mkdir(exist_ok=True)

@@ -18,7 +18,7 @@ from racsim.analyses.capacity.intervals import batch_units, channel_intervals, i
 from racsim.analyses.capacity.episodes import count_episodes
 from racsim.analyses.capacity.length import first_length, sized_run
 from racsim.analyses.capacity.regimes import regime_cycle, regime_scales, regime_window
-from racsim.analyses.capacity.replications import replicate_figures
+from racsim.analyses.capacity.intervals import replicate_figures
 from racsim.analyses.capacity.rows import rare_figures
 from racsim.config.defaults import compose_config
 from racsim.config.spec import replace_at, scenario

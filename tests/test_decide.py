@@ -36,8 +36,14 @@ def lane_draws(rng, rate: float, length: float, lanes: int, steps: int) -> D.Rep
 
 
 def toy(rate: float, length: float, seed: int):
+    """A toy's replication runs: a stage's runs ((lanes, steps) each, the plan's warm-up cut) as lane_draws."""
     rng = np.random.default_rng(seed)
-    return lambda r, lanes, steps: lane_draws(rng, rate, length, lanes, steps - PLAN.warmup)
+    return lambda r, runs: [lane_draws(rng, rate, length, lanes, steps - PLAN.warmup) for lanes, steps in runs]
+
+
+def first_of(rate: float, length: float, seed: int) -> D.Replicate:
+    """A toy's settled run: 20 lanes of 100 measured steps."""
+    return lane_draws(np.random.default_rng(seed), rate, length, 20, 100)
 
 
 PLAN = D.Plan(need=0.0, length=10.0, warmup=20, lanes=20, first=100, cap=400)
@@ -95,13 +101,45 @@ def test_ratio_interval_covers_a_compound_poisson_share(expected):
     assert 0.9 <= np.mean(hits) <= 0.995, np.mean(hits)
 
 
-def test_need_of_closed_forms():
-    t = {"max_dropped": 0.01, "max_sojourn_p99_s": 30.0, "max_delay_p95_steps": None}
-    assert D.need_of(20.0, t, ["max_dropped"]) == pytest.approx(EPISODES * 20.0 / 0.01)
-    assert D.need_of(20.0, t, ["max_sojourn_p99_s"]) == pytest.approx(EPISODES * 20.0 / 0.01)  # a 1% tail
-    assert D.need_of(20.0, t, ["max_delay_p95_steps"]) == pytest.approx(EPISODES * 20.0 / 0.05)
-    assert D.need_of(20.0, {"max_dropped": 0.005}, ["max_dropped", "max_bias"]) == pytest.approx(EPISODES * 4000)
-    assert D.need_of(0.0, t, ["max_dropped"]) == 0.0  # no episode possible: nothing to size
+def chance_loop(exposure, share, rate, length, target, runs=20000, seed=0):
+    """Monte-Carlo of decide_chance: Poisson episodes, Gamma sizes (mean length, squared cv SIZE_CV2), the
+    interval ratio_interval's Poisson ends on the effective count (its spread over trials left aside)."""
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(runs):
+        n = rng.poisson(rate * exposure)
+        if n == 0:
+            hi, lo = D.poisson_interval(0, 0.95)[1] * length / exposure, 0.0
+        else:
+            r = rng.gamma(n / D.SIZE_CV2, length * D.SIZE_CV2) / exposure
+            e = n / (1 + D.SIZE_CV2)
+            lo, hi = (r * x / e for x in D.poisson_interval(e, 0.95))
+        hits += hi <= target if share < target else lo > target
+    return hits / runs
+
+
+@pytest.mark.parametrize("share, target, exposure", [(0.003, 0.01, 1.2e5), (0.004, 0.01, 4e4), (0.04, 0.01, 1e4),
+                                                     (0.012, 0.01, 3e5), (1e-6, 0.01, 3000)])
+def test_decide_chance_against_a_loop(share, target, exposure):
+    length = 25.0
+    rate = share / length
+    got = D.decide_chance(exposure, share, rate, length, target, 0.95)
+    assert got == pytest.approx(chance_loop(exposure, share, rate, length, target), abs=0.012)
+
+
+def test_need_for_settles_at_the_power():
+    share, length, target = 0.003, 25.0, 0.01
+    need = D.need_for(share, share / length, length, target, 0.95)
+    assert D.decide_chance(need, share, share / length, length, target, 0.95) >= D.POWER
+    assert D.decide_chance(0.95 * need, share, share / length, length, target, 0.95) < D.POWER  # the fewest (1%)
+    assert D.need_for(0.0, 0.0, 0.0, target, 0.95) == 0.0  # the chain drops nothing: nothing to size
+    assert D.need_for(target, target / length, length, target, 0.95) == math.inf  # at the target: never settled
+    # a quantile target: EPISODES episodes over its tail; the most of the keys
+    t = {"max_dropped": target, "max_sojourn_p99_s": 30.0}
+    assert D.need_of(share, share / length, length, t, ["max_sojourn_p99_s"], 0.95) == pytest.approx(
+        EPISODES * length / 0.01)
+    assert D.need_of(share, share / length, length, t, ["max_dropped", "max_sojourn_p99_s", "max_bias"], 0.95) == max(
+        need, EPISODES * length / 0.01)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -128,8 +166,8 @@ def test_stage_reaches_the_need_then_doubles_within_memory(seed):
 
 def test_far_above_the_target_stops_early():
     rate, length = 0.004, 10.0  # 4% dropped against a 1% target
-    p = plan(need=D.need_of(length, {"max_dropped": 0.01}, ["max_dropped"]))
-    d = D.sequential(toy(rate, length, 1)(0, 20, 120), toy(rate, length, 2), ["max_dropped"], {"max_dropped": 0.01},
+    p = plan(need=D.need_of(rate * length, rate, length, {"max_dropped": 0.01}, ["max_dropped"], 0.95))
+    d = D.sequential(first_of(rate, length, 1), toy(rate, length, 2), ["max_dropped"], {"max_dropped": 0.01},
                      0.95, p, D.Budget(10 ** 6, 1e9))
     assert d.decided and D.episodes_seen(d.reps) >= EPISODES
     assert len(d.reps) == 1 + len(D.stage(d.reps[:1], p))  # one stage: up to the need (in runs that fit)
@@ -140,23 +178,23 @@ def test_far_above_the_target_stops_early():
 def test_nothing_seen_is_replicated_up_to_the_need_then_passes():
     calls = []
 
-    def replicate(r, lanes, steps):
-        calls.append((lanes, steps))
-        return toy(0.0, 10.0, r)(r, lanes, steps)
+    def replicate(r, runs):
+        calls.extend(runs)
+        return toy(0.0, 10.0, r)(r, runs)
 
-    p = plan(need=D.need_of(10.0, {"max_dropped": 0.01}, ["max_dropped"]))  # 20,000 trial-steps
-    d = D.sequential(toy(0.0, 10.0, 0)(0, 20, 120), replicate, ["max_dropped"], {"max_dropped": 0.01}, 0.95, p,
+    p = plan(need=20000.0)
+    d = D.sequential(first_of(0.0, 10.0, 0), replicate, ["max_dropped"], {"max_dropped": 0.01}, 0.95, p,
                      D.Budget(10 ** 6, 1e9))
     assert d.decided and D.exposure(d.reps) >= p.need and len(calls) >= 1
     v, lo, hi = d.found["max_dropped"]
     assert v == lo == 0.0 and hi == pytest.approx(-math.log(0.025) * 10.0 / D.exposure(d.reps))
-    assert hi <= -math.log(0.025) / EPISODES * 0.01  # a share at the target would have shown EPISODES episodes
+    assert hi <= -math.log(0.025) * 10.0 / 20000.0
 
 
 def test_truth_at_the_target_runs_out_of_budget():
     rate, length = 0.001, 10.0  # 1%: the target set at the truth
     budget = D.Budget(2000, 1e9)
-    d = D.sequential(toy(rate, length, 3)(0, 20, 120), toy(rate, length, 4), ["max_dropped"], {"max_dropped": 0.01},
+    d = D.sequential(first_of(rate, length, 3), toy(rate, length, 4), ["max_dropped"], {"max_dropped": 0.01},
                      0.95, plan(need=2e4), budget)
     assert not d.decided and d.open == ["max_dropped"] and budget.used <= 2000
     v, lo, hi = d.found["max_dropped"]
@@ -166,7 +204,7 @@ def test_truth_at_the_target_runs_out_of_budget():
 
 
 def test_no_budget_no_replication():
-    d = D.sequential(toy(0.001, 10.0, 0)(0, 20, 120), toy(0.001, 10.0, 5), ["max_dropped"], {"max_dropped": 0.01},
+    d = D.sequential(first_of(0.001, 10.0, 0), toy(0.001, 10.0, 5), ["max_dropped"], {"max_dropped": 0.01},
                      0.95, plan(need=1e5), D.Budget(0, 1e9))
     assert len(d.reps) == 1 and d.open == ["max_dropped"]
 
@@ -245,7 +283,7 @@ def need_at(res, m: int, target: float) -> float:
     """The trial-steps the chain of the small queue at ``m`` workers asks for, for a dropped-share target."""
     cfg = scenario(compose_config(*SMALL_QUEUE))
     found = count_episodes(with_count(cfg, f"{V}.workers", m), "verifier", res.loads[m]["work_per_s"])
-    return D.need_of(found.length, {"max_dropped": target}, ["max_dropped"])
+    return D.need_of(found.share, found.rate, found.length, {"max_dropped": target}, ["max_dropped"], 0.95)
 
 
 def test_the_answers_counts_read_their_rare_figures_off_sized_replications():
@@ -279,7 +317,7 @@ def test_a_budget_that_cannot_size_the_replications_leaves_the_figure_unresolved
         m = int(t.split(" or ")[0])
         assert got.loc[m, "unresolved"] == "max_dropped" and "max_dropped" in got.loc[m, "fails"]
         assert res.recommended is None or res.recommended > m
-        assert f"dropped at {m} unresolved" in t and "the chain asks for" in t and "nan" not in t
+        assert f"dropped at {m} unresolved" in t and "the regime's chain" in t and "nan" not in t
         assert "cannot afford to settle it, so the larger count is recommended" in t
 
 

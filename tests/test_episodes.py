@@ -83,21 +83,21 @@ def test_shifted_keeps_mass_and_mean():
 
 def lindley_loop(chain: Chain, paths: int, steps: int, seed: int):
     """Monte-Carlo of the modulated Lindley recursion, one step at a time: per step the mean share of
-    a step's results dropped, the mean backlog, and the share of paths whose step starts dropping after
-    one that did not (an episode's start)."""
+    a step's results dropped, the mean backlog, and the share of paths whose step drops more than a
+    horizon of steps after their last drop (an episode's start, as drop_episodes counts them)."""
     rng = np.random.default_rng(seed)
     cdf = np.cumsum(chain.move, axis=1)
     s = rng.choice(chain.law.size, size=paths, p=chain.law)
     w = np.zeros(paths)
     chance, mean, starts = [], [], []
-    was = np.zeros(paths, dtype=bool)
+    since = np.full(paths, 10 ** 6)  # steps since the path's last drop
     for _ in range(steps):
         room = chain.serve[s] * (chain.horizon - 1.0) - w
         drop = np.clip((chain.arrive[s] - room) / chain.arrive[s], 0.0, 1.0)
         chance.append(drop.mean())
         mean.append(w.mean())
-        starts.append(np.mean((drop > 0) & ~was))
-        was = drop > 0
+        starts.append(np.mean((drop > 0) & (since > chain.horizon)))
+        since = np.where(drop > 0, 1, since + 1)
         w = np.maximum(0.0, w + chain.arrive[s] - chain.serve[s])
         s = (rng.random(paths)[:, None] > cdf[s]).sum(axis=1)
     return np.array(chance), np.array(mean), np.array(starts)

@@ -18,7 +18,7 @@ and c(s) the share of the pool serving (:func:`fluid_backlog`: the law of (s_t, 
 queue, iterated on a grid). A step's results wait about W / c steps, plus their own step's work and
 the step at whose start a result becomes usable, so its results past the horizon are dropped. From
 that law come what the replications are sized by (:class:`Episodes`): the long-run dropped share, the
-rate of drop episodes (the chance a step starts dropping after one that did not: an upcrossing), so
+rate of drop episodes (the chance a step drops after a horizon of steps that did not), so
 the steps an episode drops on average, and the warm-up after which the chance of a drop from the
 empty start is within :data:`WARM_TOL` of its long-run value."""
 
@@ -210,12 +210,16 @@ def fluid_backlog(chain: Chain):
 
 def episodes(chain: Chain) -> Episodes:
     """The long-run dropped share, the rate and length of drop episodes and the warm-up of ``chain``'s
-    backlog (module docstring): an episode starts at a step with a drop after a step without (the
-    law's mass where no result is dropped, moved one step, that lands where some are)."""
+    backlog (module docstring): an episode starts at a step with a drop after ``horizon`` steps
+    without (as :func:`drop_episodes` counts them in a run: drops at most a horizon apart are one
+    episode), the stationary law's mass where no result is dropped, moved a step at a time and kept
+    where none is dropped for the horizon, then moved once more to where some are."""
     chance, mean, f, w = fluid_backlog(chain)
     drop = dropped_share(chain, w)
-    calm = np.where(drop == 0.0, f, 0.0)
     by = (chain.arrive - chain.serve) / (w[1] - w[0])
+    calm = np.where(drop == 0.0, f, 0.0)
+    for _ in range(max(int(chain.horizon), 1) - 1):
+        calm = np.where(drop == 0.0, chain.move.T @ shifted(calm, by), 0.0)
     rate = float(((chain.move.T @ shifted(calm, by)) * (drop > 0)).sum())
     share = chance[-1]
     warm = max(first_within(chance) if share >= NEGLIGIBLE else 0, first_within(mean))

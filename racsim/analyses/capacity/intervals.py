@@ -10,6 +10,8 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import pandas as pd
 
+from racsim.analyses.capacity import stopping
+from racsim.analyses.capacity.episodes import drop_episodes
 from racsim.analyses.capacity.regimes import regime_cycle
 from racsim.config.schema import RacsimConf
 from racsim.learner.bias import bootstrap_counts, group_sums
@@ -180,3 +182,20 @@ def bias_intervals(run, units: Units, level: float) -> Dict[str, tuple]:
             ratio = b / base if base is not None else np.full_like(b, np.nan)
         out[name] = (*steady.percentile_interval(b, level), *steady.percentile_interval(ratio, level))
     return out
+
+
+def replicate_figures(sched, cfg: RacsimConf, name: str, warmup: int) -> stopping.Replicate:
+    """One run's rare-event figures of channel ``name`` measured from step ``warmup``, each of its
+    lanes an independent replication (:class:`stopping.Replicate`): per lane the results dropped and
+    sent and the drop episodes (two drops at most ``max_delay`` steps apart in one), and the delay and
+    sojourn samples by lane (as the channel table measures them: racsim.pipeline.stats.channel_stats)."""
+    k = sched.channel_names.index(name)
+    st = sched.status[:, warmup:, :, k]
+    per_step = (st == DROPPED).sum(axis=2)
+    sent = st != UNROUTED
+    gap = cfg.pipeline.channels[name].max_delay
+    lane = np.broadcast_to(np.arange(sched.n_trials)[:, None, None], st.shape)
+    return stopping.Replicate(
+        dropped=per_step.sum(axis=1).astype(np.float64), sent=sent.sum(axis=(1, 2)).astype(np.float64),
+        episodes=np.array([drop_episodes(d, int(gap or 0)) for d in per_step]), steps=int(st.shape[1]),
+        samples=figure_samples(sched, k, warmup, lane, sent))

@@ -97,8 +97,8 @@ def regime_warmup(cfg: RacsimConf, name: str, work_per_s: Optional[float] = None
     transient and cuts it: the dropped share read low (a test's queue under outages: 0.0327 against
     0.0354 with one cycle cut, sd 0.0087 against 0.0080 over 60 seeds; tests/test_capacity_regime.py).
     One cycle was short where drops come from a backlog that builds over several horizons: the bursty
-    judge at 6 GPUs, whose chance of a drop reaches 95% of its long run after 335 steps, read 0.4%
-    dropped after a 100-step warm-up where the long run reads 0.6% (issue 50)."""
+    judge at 6 GPUs, whose chance of a drop reaches 95% of its long run after 335 steps, was cut 100
+    (issue 50)."""
     kinds = regime_scales(cfg, name)
     if not kinds or not cfg.capacity.regime_cycles or set(kinds) - {"faults", "bursts", "horizon"}:
         return None

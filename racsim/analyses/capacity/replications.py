@@ -6,41 +6,26 @@ replace the figures."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from racsim.analyses.bias_study import Known, corrector_names, run_bias_study
 from racsim.analyses.capacity import stopping
 from racsim.analyses.capacity.channel import with_count
-from racsim.analyses.capacity.episodes import count_episodes, drop_episodes
-from racsim.analyses.capacity.intervals import figure_samples
+from racsim.analyses.capacity.episodes import count_episodes
+from racsim.analyses.capacity.intervals import replicate_figures
+from racsim.analyses.capacity.length import requests_per_schedule
+from racsim.analyses.capacity.pool import pool_size
 from racsim.analyses.capacity.regimes import regime_scales
 from racsim.analyses.capacity.targets import chosen_row, failed
 from racsim.analyses.grid import expand
 from racsim.config.schema import RacsimConf
 from racsim.config.spec import replace_at
+from racsim.io import side_by_side
 from racsim.pipeline.draws import draw
 from racsim.pipeline.engines import simulate
-from racsim.pipeline.schedule import DROPPED, UNROUTED
 from racsim.seeds import rng_for
-
-
-def replicate_figures(sched, cfg: RacsimConf, name: str, warmup: int) -> stopping.Replicate:
-    """One run's rare-event figures of channel ``name`` measured from step ``warmup``, each of its
-    lanes an independent replication (:class:`stopping.Replicate`): per lane the results dropped and
-    sent and the drop episodes (two drops at most ``max_delay`` steps apart in one), and the delay and
-    sojourn samples by lane (as the channel table measures them: racsim.pipeline.stats.channel_stats)."""
-    k = sched.channel_names.index(name)
-    st = sched.status[:, warmup:, :, k]
-    per_step = (st == DROPPED).sum(axis=2)
-    sent = st != UNROUTED
-    gap = cfg.pipeline.channels[name].max_delay
-    lane = np.broadcast_to(np.arange(sched.n_trials)[:, None, None], st.shape)
-    return stopping.Replicate(
-        dropped=per_step.sum(axis=1).astype(np.float64), sent=sent.sum(axis=(1, 2)).astype(np.float64),
-        episodes=np.array([drop_episodes(d, int(gap or 0)) for d in per_step]), steps=int(st.shape[1]),
-        samples=figure_samples(sched, k, warmup, lane, sent))
 
 
 def judged_only(cfg: RacsimConf, chosen: str) -> RacsimConf:
@@ -72,18 +57,38 @@ def replicate_count(cfg: RacsimConf, name: str, key: str, n: int, lanes: int, st
     return out
 
 
+def replicate_runs(cfg: RacsimConf, name: str, key: str, n: int, runs: List[Tuple[int, int]], warmup: int, r: int,
+                   bias: bool = False) -> List[stopping.Replicate]:
+    """A stage's replication runs of count ``n`` (each (lanes, steps)), numbered from ``r``
+    (:func:`replicate_count`): side by side where a pool saves time (racsim.analyses.capacity.pool.pool_size:
+    ``capacity.workers``, the memory, a run's seconds at its lower bound against the pool's start),
+    this process among them; the same figures in any of them."""
+    args = [(cfg, name, key, n, lanes, steps, warmup, r + i, bias) for i, (lanes, steps) in enumerate(runs)]
+    lanes, steps = runs[0]
+    seconds = requests_per_schedule(replace_at(replace_at(cfg, "learner.trials", lanes), "pipeline.steps", steps)) / 1e7
+    workers = pool_size(cfg, seconds, len(runs))
+    if workers < 2:
+        return [replicate_count(*a) for a in args]
+    out: List[Optional[stopping.Replicate]] = [None] * len(runs)
+    for i, rep in side_by_side(workers - 1, replicate_count, args, here=replicate_count):
+        out[i] = rep
+    return out
+
+
 def count_plan(cfg: RacsimConf, name: str, key: str, n: int, row: dict, keys: List[str], targets: Dict[str, Any],
                work_per_s: float) -> stopping.Plan:
     """How count ``n``'s replications are sized (:class:`stopping.Plan`): the trial-steps its chain
-    asks for the rare-event ``keys`` (:func:`stopping.need_of`; none without a chain, or with
+    asks for the rare-event ``keys`` (:func:`stopping.need_of`: what settles the chain's dropped share
+    against its target at :data:`stopping.POWER`; none without a chain, or with
     ``capacity.regime_cycles`` 0), each run warm from the settled run's warm-up (``row``'s), its trials'
     steps at most those of the longest run the search makes (``capacity.max_steps`` or the settled
     run's: what fits in memory)."""
     found = count_episodes(with_count(cfg, key, n), name, work_per_s) if cfg.capacity.regime_cycles else None
-    length = found.length if found is not None else 0.0
+    share, rate, length = (found.share, found.rate, found.length) if found is not None else (0.0, 0.0, 0.0)
     steps, w = int(row["steps"]), int(row["warmup_steps"])
-    return stopping.Plan(need=stopping.need_of(length, targets, keys), length=length, warmup=w,
-                         lanes=int(cfg.learner.trials), first=steps - w, cap=max(steps, int(cfg.capacity.max_steps)))
+    need = stopping.need_of(share, rate, length, targets, keys, float(cfg.capacity.confidence))
+    return stopping.Plan(need=need, length=length, warmup=w, lanes=int(cfg.learner.trials), first=steps - w,
+                         cap=max(steps, int(cfg.capacity.max_steps)), rate=rate)
 
 
 def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict], res: Any,
@@ -120,11 +125,11 @@ def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict],
     first.bias = {fig: float(row[fig]) for fig in stopping.BIAS_TARGETS.values()}
     plan = count_plan(cfg, name, key, n, row, keys, targets, work_per_s)
 
-    def replicate(r: int, lanes: int, steps: int) -> stopping.Replicate:
+    def replicate(r: int, runs: List[Tuple[int, int]]) -> List[stopping.Replicate]:
         if tell is not None:
-            tell(f"replication {r + 1} ({lanes} trials x {steps} steps), {', '.join(keys)} open",
-                 -(-lanes * steps // plan.lanes))
-        return replicate_count(cfg, name, key, n, lanes, steps, w, r, bias)
+            tell(f"replication {r + 1}{f'-{r + len(runs)}' if len(runs) > 1 else ''} ({len(runs)} x {runs[0][0]} "
+                 f"trials x {runs[0][1]} steps), {', '.join(keys)} open", -(-sum(a * b for a, b in runs) // plan.lanes))
+        return replicate_runs(cfg, name, key, n, runs, w, r, bias)
 
     found = stopping.sequential(first, replicate, keys, targets, float(cfg.capacity.confidence), plan, budget)
     apply_decision(rows, row, found)

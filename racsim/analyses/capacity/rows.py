@@ -11,10 +11,9 @@ from racsim.analyses.bias_study import corrector_names
 from racsim.analyses.capacity import stopping
 from racsim.analyses.capacity.channel import count_key, unit_price, with_count
 from racsim.analyses.capacity.episodes import count_episodes
-from racsim.analyses.capacity.intervals import (Units, bias_intervals, channel_intervals, interval_units, step_seconds,
-                                                worker_limit)
+from racsim.analyses.capacity.intervals import (Units, bias_intervals, channel_intervals, interval_units,
+                                                replicate_figures, step_seconds, worker_limit)
 from racsim.analyses.capacity.length import Settled, settle
-from racsim.analyses.capacity.replications import replicate_figures
 from racsim.analyses.capacity.targets import chosen_row, fails_text
 from racsim.config.schema import RacsimConf
 from racsim.learner.correctors import BLOCKING

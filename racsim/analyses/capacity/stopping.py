@@ -66,13 +66,27 @@ class Replicate:
         return int(self.sent.size)
 
 
+def poisson_interval(events: float, level: float) -> Tuple[float, float]:
+    """The exact (Garwood) central ``level`` interval on the mean of a Poisson count of which ``events``
+    were seen (a real count: an effective one): the gamma quantiles Gamma(events).ppf((1 - level) / 2) (0 with none) and
+    Gamma(events + 1).ppf((1 + level) / 2) (with none, -ln((1 - level) / 2): 3.69 at 95%)."""
+    lo = float(special.gammaincinv(events, (1.0 - level) / 2.0)) if events > 0 else 0.0
+    return lo, float(special.gammaincinv(events + 1, (1.0 + level) / 2.0))
+
+
+# An episode's size (the results it drops) varies about as an exponential's (coefficient of variation 1:
+# the backlog's excursions over the horizon), so a share made of E episodes varies as a Poisson count of
+# E / (1 + cv^2) = E / 2 (a compound Poisson sum's variance, rate x E[size^2]).
+SIZE_CV2 = 1.0
+
+
 @dataclass(frozen=True)
 class Plan:
     """How a count's replications are sized: ``need`` measured trial-steps they must hold in all
-    (0: none, where no chain sizes them), ``length`` the steps of results a drop episode takes on
-    average by the chain (0: none), ``warmup`` of each run, ``lanes`` (trials) and ``first`` the
-    window of a run like the settled one, ``cap`` the longest run of ``lanes`` lanes the search made
-    (steps: what fits in memory)."""
+    (0: none, where no chain sizes them; inf: no budget could), the chain's drop episodes at the count
+    (``rate`` a trial-step, each ``length`` steps of results long on average; 0: none), ``warmup`` of
+    each run, ``lanes`` (trials) and ``first`` the window of a run like the settled one, ``cap`` the
+    longest run of ``lanes`` lanes the search made (steps: what fits in memory)."""
 
     need: float
     length: float
@@ -80,14 +94,74 @@ class Plan:
     lanes: int
     first: int
     cap: int
+    rate: float = 0.0
+
+    @property
+    def expected(self) -> float:
+        """Drop episodes the chain expects in the trial-steps the plan needs."""
+        return self.rate * self.need
 
 
-def need_of(length: float, targets: Dict[str, float], keys: List[str]) -> float:
-    """Trial-steps the replications must measure in all: the most of, over the rare-event ``keys``,
-    :data:`~racsim.analyses.capacity.episodes.EPISODES` episodes of ``length`` steps over the share
-    they would make at the target: the dropped share's target itself, a quantile's tail (1 - q)."""
-    shares = [targets[k] if k == "max_dropped" else 1.0 - QUANTILES[k][1] for k in keys if k in RARE_TARGETS]
-    return max((EPISODES * length / s for s in shares), default=0.0) if length > 0 else 0.0
+# The chance, by the chain, that the replications a plan sizes settle the dropped share's target in one
+# stage (:func:`decide_chance`): a count decides at this share of seeds.
+POWER = 0.99
+MAX_NEED = 1e8  # trial-steps past which no plan looks (a share at its target: never settled)
+
+
+def decide_chance(exposure: float, share: float, rate: float, length: float, target: float, level: float) -> float:
+    """The chance that the dropped share's interval read off ``exposure`` measured trial-steps lies on
+    the side of ``target`` the chain's long-run ``share`` is on: E ~ Poisson(rate x exposure) drop
+    episodes, their sizes (results dropped, in steps) Gamma with mean ``length`` and squared
+    coefficient of variation :data:`SIZE_CV2`, the interval's end the Poisson one of
+    :func:`ratio_interval` on E / (1 + SIZE_CV2) (its spread over the trials, which a few large
+    episodes widen, left aside: an optimistic chance); with no episode, its upper end that of none."""
+    m = rate * exposure
+    count = np.arange(int(m + 10.0 * math.sqrt(m) + 10.0) + 1)
+    weight = np.exp(count * math.log(m) - m - special.gammaln(count + 1.0)) if m > 0 else (count == 0) * 1.0
+    e = np.maximum(count, 1) / (1.0 + SIZE_CV2)
+    shape, scale = np.maximum(count, 1) / SIZE_CV2, length * SIZE_CV2
+    if share < target:  # settled when the upper end is at most the target
+        edge = np.array([poisson_interval(x, level)[1] for x in e])
+        ok = special.gammainc(shape, target * exposure * e / edge / scale)
+        ok[0] = float(poisson_interval(0, level)[1] * length / exposure <= target)
+    else:  # settled when the lower end is above it
+        edge = np.array([poisson_interval(x, level)[0] for x in e])
+        ok = special.gammaincc(shape, target * exposure * e / np.maximum(edge, 1e-300) / scale)
+        ok[0] = 0.0
+    return float(weight @ ok)
+
+
+def need_for(share: float, rate: float, length: float, target: float, level: float) -> float:
+    """The fewest measured trial-steps at which the chain's dropped share is settled against ``target``
+    with chance :data:`POWER` (:func:`decide_chance`), doubling then bisecting; 0 where the chain drops
+    nothing, inf where no exposure up to :data:`MAX_NEED` does (a share at its target)."""
+    if rate <= 0 or length <= 0:
+        return 0.0
+    hi = length / target
+    while decide_chance(hi, share, rate, length, target, level) < POWER:
+        hi *= 2.0
+        if hi > MAX_NEED:
+            return math.inf
+    lo = hi / 2.0
+    while hi - lo > 0.01 * hi:
+        mid = (lo + hi) / 2.0
+        lo, hi = (lo, mid) if decide_chance(mid, share, rate, length, target, level) >= POWER else (mid, hi)
+    return float(math.ceil(hi))
+
+
+def need_of(share: float, rate: float, length: float, targets: Dict[str, float], keys: List[str],
+            level: float) -> float:
+    """Trial-steps the replications must measure in all, the most over the rare-event ``keys``: for the
+    dropped share, what settles the chain's ``share`` against its target at :data:`POWER`
+    (:func:`need_for`); for a quantile, :data:`~racsim.analyses.capacity.episodes.EPISODES` episodes of
+    ``length`` steps over its tail (1 - q), the share they would make."""
+    out = [0.0]
+    for k in keys:
+        if k == "max_dropped":
+            out.append(need_for(share, rate, length, targets[k], level))
+        elif k in QUANTILES and length > 0:
+            out.append(EPISODES * length / (1.0 - QUANTILES[k][1]))
+    return max(out)
 
 
 def open_targets(row, targets: Dict[str, float], zero: bool = True, bias: bool = False) -> List[str]:
@@ -115,20 +189,6 @@ def set_targets(targets: Dict[str, float]) -> List[str]:
 def t_quantile(level: float, df: int) -> float:
     """Student's t quantile of a central ``level`` interval with ``df`` degrees of freedom."""
     return float(special.stdtrit(df, 0.5 + level / 2.0))
-
-
-def poisson_interval(events: float, level: float) -> Tuple[float, float]:
-    """The exact (Garwood) central ``level`` interval on the mean of a Poisson count of which ``events``
-    were seen (a real count: an effective one): the gamma quantiles Gamma(events).ppf((1 - level) / 2) (0 with none) and
-    Gamma(events + 1).ppf((1 + level) / 2) (with none, -ln((1 - level) / 2): 3.69 at 95%)."""
-    lo = float(special.gammaincinv(events, (1.0 - level) / 2.0)) if events > 0 else 0.0
-    return lo, float(special.gammaincinv(events + 1, (1.0 + level) / 2.0))
-
-
-# An episode's size (the results it drops) varies about as an exponential's (coefficient of variation 1:
-# the backlog's excursions over the horizon), so a share made of E episodes varies as a Poisson count of
-# E / (1 + cv^2) = E / 2 (a compound Poisson sum's variance, rate x E[size^2]).
-SIZE_CV2 = 1.0
 
 
 def mean_interval(values: np.ndarray, level: float) -> Tuple[float, float, float]:
@@ -285,18 +345,18 @@ class Decision:
         return not self.open
 
 
-def sequential(first: Replicate, replicate: Callable[[int, int, int], Replicate], keys: List[str],
+def sequential(first: Replicate, replicate: Callable[[int, List[Tuple[int, int]]], List[Replicate]], keys: List[str],
                targets: Dict[str, float], level: float, plan: Plan, budget: Budget) -> Decision:
     """Add runs to ``first`` (the settled run, replication 0), a stage at a time (:func:`stage`), until
-    no key is open (:func:`left_open`) or the budget refuses a stage (:meth:`Budget.affords`, in steps
-    of the plan's lanes: a run's lanes x steps over them, rounded up); ``replicate(r, lanes, steps)``:
-    run r's :class:`Replicate`."""
+    no key is open (:func:`left_open`), or the budget refuses a stage (:meth:`Budget.affords`, in steps
+    of the plan's lanes: a run's lanes x steps over them, rounded up), or the plan says no exposure
+    settles them (``plan.need`` inf); ``replicate(r, runs)``: the :class:`Replicate` of each of a stage's
+    ``runs`` ((lanes, steps) each), numbered from r."""
     reps = [first]
     while True:
         found = intervals(reps, keys, level, plan.length)
         left = left_open(found, keys, targets, reps, plan)
-        runs = stage(reps, plan) if left else []
-        if not left or not budget.affords(math.ceil(sum(n * s for n, s in runs) / plan.lanes)):
+        runs = stage(reps, plan) if left and math.isfinite(plan.need) else []
+        if not runs or not budget.affords(math.ceil(sum(n * s for n, s in runs) / plan.lanes)):
             return Decision(reps, found, left, plan)
-        for lanes, steps in runs:
-            reps.append(replicate(len(reps), lanes, steps))
+        reps += replicate(len(reps), runs)
