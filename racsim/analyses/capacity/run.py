@@ -267,8 +267,9 @@ class Search:
 
     def decide(self, lowest: int, top: int) -> Tuple[stopping.Budget, Dict[int, Optional[stopping.Decision]]]:
         """The counts the answer depends on (:func:`~racsim.analyses.capacity.search.answer_counts`),
-        each evaluated and decided with enough evidence (:func:`decide_count`), within one budget of
-        ``capacity.decide_steps`` and ``capacity.decide_s`` for them all."""
+        each evaluated and decided with enough evidence (:func:`decide_count`), the fewer first (where it
+        passes, the other no longer matters), within one budget of ``capacity.decide_steps`` and
+        ``capacity.decide_s`` for them all."""
         t0 = time.perf_counter()
         cap = self.cfg.capacity
         budget = stopping.Budget(int(cap.decide_steps), math.inf if cap.decide_s is None else float(cap.decide_s))
@@ -278,7 +279,7 @@ class Search:
         while cap.decide_steps > 0 and (todo := [n for n in answer_counts(self.rows, self.chosen, self.targets,
                                                                           self.step, lowest, top)
                                                  if n not in decisions]):
-            n = todo[0]
+            n = min(todo)
             self.evaluate(n)
             decisions[n] = decide_count(self.cfg, self.name, self.key, n, self.rows[n], self.runs[n],
                                         {**self.targets, "corrector": self.chosen}, budget,
