@@ -16,6 +16,7 @@ from helpers import Recorder
 from racsim.analyses.capacity import run_capacity, with_count
 from racsim.analyses.capacity import stopping as D
 from racsim.analyses.capacity.episodes import EPISODES, count_episodes
+from racsim.analyses.capacity.targets import failed, unresolved
 from racsim.config.defaults import compose_config
 from racsim.config.spec import scenario
 from racsim.pipeline import steady
@@ -338,3 +339,33 @@ def test_an_undecided_bias_ratio_is_replicated_with_the_bias_study():
         assert curve.loc[(m, "rac"), "bias_vs_naive"] != first.loc[m, "bias_vs_naive"]
         assert curve.loc[(m, "naive"), "bias_vs_naive"] == pytest.approx(1.0)
         assert curve.loc[(m, "naive"), "replications"] == curve.loc[(m, "rac"), "replications"]
+
+
+def test_an_unresolved_target_fails_its_count():
+    """The safe side: a target the replications left open fails, whatever its interval reads."""
+    r = {"status": "ok", "dropped_frac_hi": 0.004, "sojourn_p95_s_hi": 3.0, "unresolved": "max_dropped"}
+    t = {"max_dropped": 0.01, "max_sojourn_p95_s": 5.0}
+    assert failed(r, t) == ["max_dropped"] and unresolved(r) == ["max_dropped"]
+    assert failed({**r, "unresolved": ""}, t) == [] and unresolved({**r, "unresolved": float("nan")}) == []
+    assert failed({**r, "unresolved": "max_dropped, max_sojourn_p95_s"}, t) == ["max_dropped", "max_sojourn_p95_s"]
+
+
+def test_the_curve_reads_rare_figures_off_the_trials():
+    """Under a chain, every simulated count's dropped share is the ratio over its trials, never narrower
+    than its episodes' Poisson count allows, bounded by the chain's episode where none was seen."""
+    res = small_search("capacity.decide_steps=0", "capacity.counts=[4,5,6,8,12]")
+    got = rac(res.curve)
+    cfg = scenario(compose_config(*SMALL_QUEUE))
+    for m in got.index[got["status"] == "ok"]:
+        r = got.loc[m]
+        assert r["measured_steps"] == cfg.learner.trials * (r["steps"] - r["warmup_steps"])
+        e = r["drop_episodes"]
+        if e == 0:
+            found = count_episodes(with_count(cfg, f"{V}.workers", m), "verifier", res.loads[m]["work_per_s"])
+            assert r["dropped_frac"] == r["dropped_frac_lo"] == 0.0
+            assert r["dropped_frac_hi"] == pytest.approx(-math.log(0.025) * found.length / r["measured_steps"])
+        else:
+            k = e / (1 + D.SIZE_CV2)
+            lo, hi = D.poisson_interval(k, 0.95)
+            assert r["dropped_frac_lo"] <= r["dropped_frac"] * lo / k + 1e-12
+            assert r["dropped_frac_hi"] >= r["dropped_frac"] * hi / k - 1e-12

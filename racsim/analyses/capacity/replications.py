@@ -16,7 +16,7 @@ from racsim.analyses.capacity.channel import with_count
 from racsim.analyses.capacity.episodes import count_episodes
 from racsim.analyses.capacity.intervals import replicate_figures
 from racsim.analyses.capacity.length import requests_per_schedule
-from racsim.analyses.capacity.pool import pool_size
+from racsim.analyses.capacity.pool import COUNT_REQUESTS_PER_S, pool_size
 from racsim.analyses.capacity.regimes import regime_scales
 from racsim.analyses.capacity.targets import chosen_row, failed
 from racsim.analyses.grid import expand
@@ -65,7 +65,8 @@ def replicate_runs(cfg: RacsimConf, name: str, key: str, n: int, runs: List[Tupl
     this process among them; the same figures in any of them."""
     args = [(cfg, name, key, n, lanes, steps, warmup, r + i, bias) for i, (lanes, steps) in enumerate(runs)]
     lanes, steps = runs[0]
-    seconds = requests_per_schedule(replace_at(replace_at(cfg, "learner.trials", lanes), "pipeline.steps", steps)) / 1e7
+    one = replace_at(replace_at(cfg, "learner.trials", lanes), "pipeline.steps", steps)
+    seconds = requests_per_schedule(one) / COUNT_REQUESTS_PER_S  # a lower bound on a run's seconds
     workers = pool_size(cfg, seconds, len(runs))
     if workers < 2:
         return [replicate_count(*a) for a in args]

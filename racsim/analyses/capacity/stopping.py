@@ -7,13 +7,14 @@ depends on read such figures off independent replications: the trials (lanes) of
 and of more runs of the same count, each lane's measured window one replication, never batches
 cut from one lane (they share its episodes). Under a regime with a chain (random outages, bursts:
 racsim.analyses.capacity.episodes) the replications are sized from it (:class:`Plan`): enough
-measured trial-steps that a figure at its target would show :data:`~racsim.analyses.capacity.episodes.EPISODES`
-drop episodes, each as long as the chain makes them; a figure is resolved once the replications
-hold that many trial-steps or that many episodes are seen, and decided once, resolved, its
-interval lies on one side of its target. Elsewhere (no regime, an autoscaler, a schedule) a figure
-whose interval straddles its target is replicated until it does not. Either way replications stop
-when every figure is decided or the budget ends; a figure left open is unresolved, and the answer
-takes the safe side (:func:`sequential`).
+measured trial-steps that the chain's long-run dropped share, in episodes as frequent and as long
+as the chain makes them, would be settled against its target at :data:`POWER` of seeds
+(:func:`need_for`); a figure is resolved once the replications hold that many trial-steps or
+:data:`~racsim.analyses.capacity.episodes.EPISODES` episodes are seen, and decided once, resolved,
+its interval lies on one side of its target. Elsewhere (no regime, an autoscaler, a schedule) a
+figure whose interval straddles its target is replicated until it does not. Either way replications
+stop when every figure is decided or the budget ends (or cannot afford the plan); a figure left open
+is unresolved, and the answer takes the safe side (:func:`sequential`).
 
 This module is the pure rule: what a replication yields (:class:`Replicate`) and how the
 replications are read; the simulation of one replication is the caller's
@@ -66,12 +67,15 @@ class Replicate:
         return int(self.sent.size)
 
 
-def poisson_interval(events: float, level: float) -> Tuple[float, float]:
+def poisson_interval(events, level: float):
     """The exact (Garwood) central ``level`` interval on the mean of a Poisson count of which ``events``
-    were seen (a real count: an effective one): the gamma quantiles Gamma(events).ppf((1 - level) / 2) (0 with none) and
-    Gamma(events + 1).ppf((1 + level) / 2) (with none, -ln((1 - level) / 2): 3.69 at 95%)."""
-    lo = float(special.gammaincinv(events, (1.0 - level) / 2.0)) if events > 0 else 0.0
-    return lo, float(special.gammaincinv(events + 1, (1.0 + level) / 2.0))
+    were seen (a real count: an effective one; an array, each alike): the gamma quantiles
+    Gamma(events).ppf((1 - level) / 2) (0 with none) and Gamma(events + 1).ppf((1 + level) / 2) (with
+    none, -ln((1 - level) / 2): 3.69 at 95%)."""
+    ev = np.asarray(events, dtype=np.float64)
+    lo = np.where(ev > 0, special.gammaincinv(np.maximum(ev, 1e-300), (1.0 - level) / 2.0), 0.0)
+    hi = special.gammaincinv(ev + 1.0, (1.0 + level) / 2.0)
+    return (float(lo), float(hi)) if ev.ndim == 0 else (lo, hi)
 
 
 # An episode's size (the results it drops) varies about as an exponential's (coefficient of variation 1:
@@ -120,13 +124,12 @@ def decide_chance(exposure: float, share: float, rate: float, length: float, tar
     weight = np.exp(count * math.log(m) - m - special.gammaln(count + 1.0)) if m > 0 else (count == 0) * 1.0
     e = np.maximum(count, 1) / (1.0 + SIZE_CV2)
     shape, scale = np.maximum(count, 1) / SIZE_CV2, length * SIZE_CV2
+    lo, hi = poisson_interval(e, level)
     if share < target:  # settled when the upper end is at most the target
-        edge = np.array([poisson_interval(x, level)[1] for x in e])
-        ok = special.gammainc(shape, target * exposure * e / edge / scale)
+        ok = special.gammainc(shape, target * exposure * e / hi / scale)
         ok[0] = float(poisson_interval(0, level)[1] * length / exposure <= target)
     else:  # settled when the lower end is above it
-        edge = np.array([poisson_interval(x, level)[0] for x in e])
-        ok = special.gammaincc(shape, target * exposure * e / np.maximum(edge, 1e-300) / scale)
+        ok = special.gammaincc(shape, target * exposure * e / np.maximum(lo, 1e-300) / scale)
         ok[0] = 0.0
     return float(weight @ ok)
 
