@@ -117,17 +117,18 @@ def decide_chance(exposure: float, share: float, rate: float, length: float, tar
     the side of ``target`` the chain's long-run ``share`` is on: E ~ Poisson(rate x exposure) drop
     episodes, their sizes (results dropped, in steps) Gamma with mean ``length`` and squared
     coefficient of variation :data:`SIZE_CV2`, the interval's end the Poisson one of
-    :func:`ratio_interval` on E / (1 + SIZE_CV2) (its spread over the trials, which a few large
-    episodes widen, left aside: an optimistic chance); with no episode, its upper end that of none."""
+    :func:`ratio_interval` on E / (1 + SIZE_CV2), its upper end at least :func:`episode_upper`'s (its
+    spread over the trials, which a few large episodes widen, left aside: an optimistic chance)."""
     m = rate * exposure
     count = np.arange(int(m + 10.0 * math.sqrt(m) + 10.0) + 1)
     weight = np.exp(count * math.log(m) - m - special.gammaln(count + 1.0)) if m > 0 else (count == 0) * 1.0
     e = np.maximum(count, 1) / (1.0 + SIZE_CV2)
     shape, scale = np.maximum(count, 1) / SIZE_CV2, length * SIZE_CV2
     lo, hi = poisson_interval(e, level)
-    if share < target:  # settled when the upper end is at most the target
+    if share < target:  # settled when the upper end is at most the target, episode_upper's too
         ok = special.gammainc(shape, target * exposure * e / hi / scale)
-        ok[0] = float(poisson_interval(0, level)[1] * length / exposure <= target)
+        ok[0] = 1.0  # none seen: nothing dropped
+        ok *= episode_upper(count, level, exposure, length) <= target
     else:  # settled when the lower end is above it
         ok = special.gammaincc(shape, target * exposure * e / np.maximum(lo, 1e-300) / scale)
         ok[0] = 0.0
@@ -212,7 +213,8 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, level: float, episodes: int
     Poisson interval (:func:`poisson_interval`, each end over the count) on their effective count,
     episodes / (1 + :data:`SIZE_CV2`): a share made of a few episodes of random size varies at least as
     that, and its spread read off the same few episodes is as small as their luck (three seen where
-    ten were due). No event at all: [0, the Poisson upper end
+    ten were due); and its upper end is at least :func:`episode_upper`'s, that many episodes of the
+    chain's ``length`` (a run's few episodes may all be small). No event at all: [0, the Poisson upper end
     with none seen, of episodes ``length`` steps long over the ``exposure`` trial-steps measured] where
     the chain gives a length, else [0, the exact binomial upper end with none in sum(den) sent]
     (optimistic where events cluster in episodes, but never [0, 0])."""
@@ -221,7 +223,7 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, level: float, episodes: int
     r = float(num.sum()) / total
     if num.sum() == 0:
         if length > 0 and exposure > 0:
-            return 0.0, 0.0, min(1.0, poisson_interval(0, level)[1] * length / exposure)
+            return 0.0, 0.0, min(1.0, episode_upper(0, level, exposure, length))
         return 0.0, 0.0, float(1.0 - ((1.0 - level) / 2.0) ** (1.0 / total))
     se = max(float(np.sqrt(np.sum((num - r * den) ** 2) * R / (R - 1))) / total if R > 1 else 0.0,
              float(np.sqrt(r * (1 - r) / total)))
@@ -230,8 +232,20 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, level: float, episodes: int
     if episodes > 0:
         e = episodes / (1.0 + SIZE_CV2)
         p_lo, p_hi = poisson_interval(e, level)
-        lo, hi = min(lo, r * p_lo / e), max(hi, r * p_hi / e)
+        lo, hi = min(lo, r * p_lo / e), max(hi, r * p_hi / e, episode_upper(episodes, level, exposure, length))
     return r, max(0.0, lo), min(1.0, hi)
+
+
+def episode_upper(episodes, level: float, exposure: float, length: float):
+    """The share that Poisson's upper end on ``episodes`` seen makes in episodes ``length`` steps long (the
+    chain's) over ``exposure`` trial-steps, while fewer than :data:`~racsim.analyses.capacity.episodes.EPISODES`
+    were seen: what an interval's upper end never falls below, so that a few episodes the luck of a run
+    made small (one of a step where they average 30) read no narrower than none seen would; 0 from
+    EPISODES on (their own sizes then tell), or without a length or an exposure (no chain)."""
+    ev = np.asarray(episodes, dtype=np.float64)
+    if length <= 0 or exposure <= 0:
+        return 0.0 * ev
+    return np.where(ev < EPISODES, poisson_interval(ev, level)[1] * length / exposure, 0.0)
 
 
 def exposure(reps: List[Replicate]) -> int:
