@@ -161,7 +161,7 @@ def test_need_for_settles_at_the_power():
 def test_stage_reaches_the_need_then_doubles_within_memory(seed):
     rng = np.random.default_rng(seed)
     p = plan(need=float(rng.integers(1000, 400000)), warmup=int(rng.integers(1, 300)), lanes=int(rng.integers(2, 60)),
-             first=int(rng.integers(20, 500)), cap=int(rng.integers(100, 2000)))
+             first=int(rng.integers(20, 500)), cap=int(rng.integers(100, 2000)), together=int(rng.integers(1, 4)))
     reps = [lane_draws(rng, 0.001, 5.0, p.lanes, p.first)]
     for _ in range(3):
         runs = D.stage(reps, p)
@@ -176,6 +176,7 @@ def test_stage_reaches_the_need_then_doubles_within_memory(seed):
         else:  # past what a run of the plan's lanes holds: as many lanes of at least four warm-ups as fit
             assert lanes * steps <= p.lanes * p.cap + lanes * (steps - p.warmup) / len(runs) + lanes
             assert steps >= 4 * p.warmup or steps >= p.cap
+            assert len(runs) % p.together == 0  # no process idles while another runs a last one
         reps += [lane_draws(rng, 0.001, 5.0, n, s - p.warmup) for n, s in runs]
 
 

@@ -22,7 +22,8 @@ from racsim.analyses.capacity.targets import chosen_row, failed
 from racsim.analyses.grid import expand
 from racsim.config.schema import RacsimConf
 from racsim.config.spec import replace_at
-from racsim.io import side_by_side
+from racsim.config.validate import runs_that_fit
+from racsim.io import auto_workers, side_by_side
 from racsim.pipeline.draws import draw
 from racsim.pipeline.engines import simulate
 from racsim.seeds import rng_for
@@ -89,7 +90,8 @@ def count_plan(cfg: RacsimConf, name: str, key: str, n: int, row: dict, keys: Li
     steps, w = int(row["steps"]), int(row["warmup_steps"])
     need = stopping.need_of(share, rate, length, targets, keys, float(cfg.capacity.confidence))
     return stopping.Plan(need=need, length=length, warmup=w, lanes=int(cfg.learner.trials), first=steps - w,
-                         cap=max(steps, int(cfg.capacity.max_steps)), rate=rate)
+                         cap=max(steps, int(cfg.capacity.max_steps)), rate=rate,
+                         together=min(int(cfg.capacity.workers) or auto_workers(), runs_that_fit(cfg)))
 
 
 def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict], res: Any,

@@ -90,7 +90,8 @@ class Plan:
     (0: none, where no chain sizes them; inf: no budget could), the chain's drop episodes at the count
     (``rate`` a trial-step, each ``length`` steps of results long on average; 0: none), ``warmup`` of
     each run, ``lanes`` (trials) and ``first`` the window of a run like the settled one, ``cap`` the
-    longest run of ``lanes`` lanes the search made (steps: what fits in memory)."""
+    longest run of ``lanes`` lanes the search made (steps: what fits in memory), ``together`` the
+    processes that may run a stage's runs side by side."""
 
     need: float
     length: float
@@ -99,6 +100,7 @@ class Plan:
     first: int
     cap: int
     rate: float = 0.0
+    together: int = 1  # processes that run a stage's runs side by side
 
     @property
     def expected(self) -> float:
@@ -314,8 +316,10 @@ def stage(reps: List[Replicate], plan: Plan) -> List[Tuple[int, int]]:
     plan's need where short of it, else as many as measured so far (each stage doubles them), at least
     a run like the settled one and twice its warm-up a lane. One run of ``plan.lanes`` lanes where it
     holds no more trial-steps than the settled run's longest (``plan.lanes`` x ``plan.cap``: what the
-    search showed fits in memory); else equal runs of that many trial-steps, each lane at least four
-    warm-ups long (a warm-up at most a quarter of a lane), on as many lanes as fit."""
+    search showed fits in memory); else equal runs of at most that many trial-steps, each lane at least
+    four warm-ups long (a warm-up at most a quarter of a lane), on as many lanes as fit, as many runs as
+    a multiple of ``plan.together`` (the processes that run them side by side: no process idles while
+    another runs a last one)."""
     now = exposure(reps)
     add = max(plan.need - now, now, plan.lanes * max(plan.first, 2 * plan.warmup), 1.0)
     room = plan.lanes * plan.cap
@@ -325,6 +329,7 @@ def stage(reps: List[Replicate], plan: Plan) -> List[Tuple[int, int]]:
     steps = max(plan.cap, 4 * plan.warmup)
     lanes = max(1, room // steps)
     runs = math.ceil(add / (lanes * (steps - plan.warmup)))
+    runs = math.ceil(runs / plan.together) * plan.together
     return [(lanes, plan.warmup + math.ceil(add / (runs * lanes)))] * runs
 
 
