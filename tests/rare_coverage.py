@@ -3,6 +3,7 @@ read it, hold the long-run truth on the shipped scenarios, at the counts on eith
 
     python tests/rare_coverage.py                            # every case of CASES, seeds 0-29
     python tests/rare_coverage.py judge_rm_bursts:6 --seeds 30 --jobs 2
+    python tests/rare_coverage.py --summarize                 # the stored seeds against the truth stored now
 
 For each case (scenario, count) and seed: the count's settled run as a capacity search makes it (its
 asynchronous pipeline at the length and warm-up its regime's chain gives: racsim.analyses.capacity.length),
@@ -95,8 +96,8 @@ def summary(case: str, rows: list, truth: dict) -> dict:
 
 
 def main(argv):
-    seeds, jobs, cases = 30, 1, []
-    it = iter(argv)
+    seeds, jobs, cases, again = 30, 1, [], "--summarize" in argv
+    it = iter(a for a in argv if a != "--summarize")
     for a in it:
         if a == "--seeds":
             seeds = int(next(it))
@@ -104,25 +105,33 @@ def main(argv):
             jobs = int(next(it))
         else:
             cases.append(a)
-    truth = json.loads(TRUTH.read_text())
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     for case in cases or CASES:
-        t0 = time.perf_counter()
-        if jobs > 1:  # by its module's name, which a spawned process imports (it does not run this script)
-            from rare_coverage import one_seed as by_name
-            with spawn_pool(jobs) as pool:
-                rows = list(pool.map(by_name, [case] * seeds, range(seeds)))
+        stored = json.loads(OUT.read_text()) if OUT.exists() else {}
+        if again:  # the stored seeds summarised again, against the truth stored now (none simulated)
+            got = stored[case]
         else:
-            rows = [one_seed(case, s) for s in range(seeds)]
-        got = summary(case, rows, truth[case])
-        got.update(command=f"python tests/rare_coverage.py {case} --seeds {seeds}", commit=commit,
-                   seconds=round(time.perf_counter() - t0, 1))
+            t0 = time.perf_counter()
+            if jobs > 1:  # by its module's name, which a spawned process imports (it does not run this script)
+                from rare_coverage import one_seed as by_name
+                with spawn_pool(jobs) as pool:
+                    rows = list(pool.map(by_name, [case] * seeds, range(seeds)))
+            else:
+                rows = [one_seed(case, s) for s in range(seeds)]
+            got = {"seeds": rows, "command": f"python tests/rare_coverage.py {case} --seeds {seeds}",
+                   "commit": commit, "seconds": round(time.perf_counter() - t0, 1)}
+        truth = json.loads(TRUTH.read_text()) if TRUTH.exists() else {}
+        if case in truth:  # else stored alone: --summarize once tests/rare_truth.py has made it
+            got.update(summary(case, got["seeds"], truth[case]))
         stored = json.loads(OUT.read_text()) if OUT.exists() else {}
         stored[case] = got
         OUT.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
-        print(f"{case}: coverage {got['coverage']:.0%} (settled run alone {got['coverage_settled']:.0%}) of "
-              f"{seeds} seeds; truth {got['truth']:.4%}, replications' mean {got['pooled']:.4%} "
-              f"+- {got['pooled_se']:.4%}", flush=True)
+        if case in truth:
+            print(f"{case}: coverage {got['coverage']:.0%} (settled run alone {got['coverage_settled']:.0%}) of "
+                  f"{len(got['seeds'])} seeds; truth {got['truth']:.4%}, replications' mean {got['pooled']:.4%} "
+                  f"+- {got['pooled_se']:.4%}", flush=True)
+        else:
+            print(f"{case}: {len(got['seeds'])} seeds stored; no truth yet", flush=True)
 
 
 if __name__ == "__main__":

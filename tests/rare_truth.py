@@ -46,7 +46,7 @@ TRUTH_SEED = 5005  # the truth's own stream: default_rng([TRUTH_SEED, count, chu
 PROFILE = 1000  # steps from the empty start whose drops are kept summed over the lanes
 # (scenario, counts): chunks x lanes x (steps - warmup) measured trial-steps per count
 CASES = {"judge_rm_bursts": {"counts": [6, 7, 8], "chunks": 10, "lanes": 10, "steps": 7000, "warmup": 1000},
-         "judge_rm_faults": {"counts": [6, 7, 8], "chunks": 20, "lanes": 5, "steps": 14000, "warmup": 1000}}
+         "judge_rm_faults": {"counts": [6, 7, 8], "chunks": 44, "lanes": 4, "steps": 8000, "warmup": 1000}}
 
 
 def lane_figures(sched, name: str, warmup: int, max_delay: int):

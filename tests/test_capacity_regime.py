@@ -288,7 +288,8 @@ def test_seed_answers_are_the_runs_answers():
         want = run_capacity(replace_at(cfg, "seed", s)).recommended
         assert (got is None and want is None) or got == want
     side = seed_answers(cfg, [3, 5], jobs=2)  # two processes: the same rows, in the seeds' order
-    assert side.drop(columns="seconds").equals(table.drop(columns="seconds"))
+    assert side.drop(columns=["cpu_s", "seconds"]).equals(table.drop(columns=["cpu_s", "seconds"]))
+    assert (table.cpu_s > 0).all()
 
 
 @pytest.mark.long  # the seeds tool on two seeds: 2.3 CPU s
