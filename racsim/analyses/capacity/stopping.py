@@ -245,9 +245,9 @@ def episode_upper(episodes, level: float, exposure: float, length: float):
     made small (one of a step where they average 30) read no narrower than none seen would; 0 from
     EPISODES on (their own sizes then tell), or without a length or an exposure (no chain)."""
     ev = np.asarray(episodes, dtype=np.float64)
-    if length <= 0 or exposure <= 0:
-        return 0.0 * ev
-    return np.where(ev < EPISODES, poisson_interval(ev, level)[1] * length / exposure, 0.0)
+    out = (np.where(ev < EPISODES, poisson_interval(ev, level)[1] * length / exposure, 0.0)
+           if length > 0 and exposure > 0 else 0.0 * ev)
+    return float(out) if out.ndim == 0 else out
 
 
 def exposure(reps: List[Replicate]) -> int:
