@@ -183,7 +183,9 @@ def test_intervals_cover_the_long_run_under_slow_regimes(kind):
     # faults read 60% and 80% over 0-29 while a warm-up on MSER-5's edge always doubled the run (by
     # chance a longer run); kept where the trials show it over (steady.replicated_mser), 50% and 60%.
     # Issue 41: the dropped share's 95% interval holds the long run's (20,000 steps x 20 trials, 500 times a
-    # run's length) at >= 90% of 60 seeds under each regime (measured: 91.7% and 95%), the p95's at >= 85%.
+    # run's length) at >= 90% of 60 seeds under each regime, the p95's at >= 85%. Issue 50 (the channel's
+    # figures on the trials alone, the warm-up the chain's, a share's interval floored by its episodes):
+    # measured 90% and 95% (p95: 90%, 98%); over seeds 0-29 93%/93% and 97%/97%.
     hits = coverage(small(kind), range(60))
     assert hits[:, 0].mean() >= 0.9 and hits[:, 1].mean() >= 0.85, hits.mean(axis=0)
     got = hits[:30].mean(axis=0)
