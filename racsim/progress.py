@@ -6,7 +6,8 @@ come last, as writing a run's files). Each phase announces its total as it start
 ``upto`` (a search that may stop early: the phase then ends short of it, and says so). A total
 that must grow is announced as a new total with its reason (:meth:`Progress.grow`; work past
 the total grows it the same way), so the count never passes it. The share shown never passes
-100%, and reads at most 99% while the phase runs. The time left is the current phase's: its
+100%, and reads at most 99% while the phase runs (once every unit is done and the phase still runs,
+"finishing"). The time left is the current phase's: its
 units left at its pace so far (or, for a sweep, the estimate its job counter gives).
 
 Shown on stderr: on a terminal as one line redrawn in place, its clock moving between updates
@@ -20,7 +21,7 @@ stands and what runs. ``mode="off"`` (``output.progress=false``) shows nothing a
 
 from __future__ import annotations
 
-import shutil
+import os
 import sys
 import threading
 import time
@@ -39,6 +40,20 @@ def hms(seconds: float) -> str:
     """``m:ss``, or ``h:mm:ss`` from an hour on."""
     s = max(0, int(round(seconds)))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def terminal_width(stream: TextIO) -> int:
+    """Columns of the terminal ``stream`` writes to: ``COLUMNS`` when set (as shutil honours it), else the
+    size of ``stream``'s own terminal (a bar drawn on stderr: not stdout's, which may be another terminal
+    or a pipe), else :data:`~racsim.errors.WIDTH`."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or WIDTH
+    except (AttributeError, OSError, ValueError):  # not a file, not a terminal, closed
+        return WIDTH
 
 
 @dataclass
@@ -64,6 +79,12 @@ class Phase:
             return 0
         pct = 100 * min(self.done, self.total) // max(self.total, 1)
         return pct if self.ended is not None else min(pct, 99)
+
+    def share(self) -> str:
+        """The share done as shown: ``N%`` (:meth:`percent`), or ``finishing`` once every unit is done while
+        the phase still runs (what comes after its last unit: never "1,000/1,000 (99%)")."""
+        running_on = self.ended is None and self.total is not None and self.done >= self.total > 0
+        return "finishing" if running_on else f"{self.percent()}%"
 
     def left(self, now: float) -> Optional[float]:
         """Seconds left: the owner's estimate, else the units left at the phase's pace so far."""
@@ -250,7 +271,7 @@ class Progress:
 
     def bar(self, now: Optional[float] = None, width: Optional[int] = None) -> str:
         """The terminal's line: :meth:`text` with a bar of the phase's share, cut to ``width``."""
-        width = width or min(shutil.get_terminal_size((WIDTH, 24)).columns, WIDTH)
+        width = width or min(terminal_width(self.stream), WIDTH)
         head, body, note = self._parts(now)
         p = self.phase
         if p is not None and p.total is not None and (p.total > 1 or p.unit != "step"):
@@ -278,9 +299,9 @@ class Progress:
             if p.ended is not None and p.upto and p.done < p.total:
                 parts.append(f"{p.units(p.done)} of at most {p.total:,} needed")
             elif p.upto:
-                parts.append(f"{p.done:,} of at most {p.units(p.total)} ({p.percent()}%)")
+                parts.append(f"{p.done:,} of at most {p.units(p.total)} ({p.share()})")
             else:
-                parts.append(f"{p.done:,}/{p.units(p.total)} ({p.percent()}%)")
+                parts.append(f"{p.done:,}/{p.units(p.total)} ({p.share()})")
         if p.ended is not None:
             parts.append(f"done in {hms(p.ended - p.started)}")
         else:

@@ -63,6 +63,8 @@ def test_integers_past_int64_are_refused(tmp_path, monkeypatch, capsys, key):
     ("learner.horizon=10000000", "learner.horizon"),
     ("pipeline.fast_rm.gpus=4", "pipeline.fast_rm"),
     ("seed=${nope}", "seed=${nope}"),
+    ("learner.train.each_cell=maybe", "learner.train.each_cell"),
+    ("pipeline.generation.lag={kind: geometric, mean: 0.5, high: inf}", "pipeline.generation.lag.high"),
 ])
 def test_listed_classes_are_refused_naming_the_key(tmp_path, monkeypatch, capsys, override, key):
     assert key in refused(tmp_path, monkeypatch, capsys, override)

@@ -92,3 +92,22 @@ def test_capacity_trials_refused_unless_an_integer_of_two_or_more(bad, capsys):
     assert e.value.code == 2
     err = messages(capsys.readouterr().err)
     assert "--trials" in err[-1]
+
+
+@pytest.mark.long  # 3 CPU s: the issue's size for a few steps
+def test_generation_bench_times_the_fast_engine_against_simpy():
+    """racsim-bench --generation: the lane's seconds, samples and events a second against raw SimPy's and the
+    SimPy engine of record's, and the regime, at the issue's size (64 engines x 256, 16 groups x 64)."""
+    from racsim.tools.bench import ENGINE_BOUND, bench_generation
+
+    f = bench_generation(steps=3, simpy_steps=2)
+    assert f["generation_samples"] >= 3 * 1024 and f["generation_events"] > 0
+    assert f["generation_speedup_vs_raw_simpy"] == pytest.approx(
+        f["generation_samples_per_cpu_s"] / f["generation_raw_simpy_requests_per_cpu_s"], rel=1e-12)
+    assert f["generation_speedup_vs_simpy_engine"] == pytest.approx(
+        f["generation_events_per_cpu_s"] / f["generation_simpy_engine_events_per_cpu_s"], rel=1e-12)
+    assert f["generation_load_1min"] >= 0 and f["generation_samples_per_cpu_s"] * f["generation_cpu_s"] == \
+        pytest.approx(f["generation_samples"], rel=1e-12)
+    assert sum(v for k, v in f.items() if "_binds_" in k) == 1.0
+    g = bench_generation(steps=3, simpy_steps=2, overrides=ENGINE_BOUND, tag="bound")
+    assert g["bound_engines_idle"] < f["generation_engines_idle"]

@@ -317,6 +317,7 @@ MINIMAL = {
     "uniform": dict(mean=10.0),
     "cauchy": dict(mean=None, median=18.0, low=1.0, high=200.0),
     "empirical": dict(mean=None, path="lat.csv", column="seconds"),
+    "geometric": dict(mean=10.0),
 }
 
 

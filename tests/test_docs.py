@@ -34,6 +34,7 @@ NOT_RUN = {
     "racsim-bench --scale": "simulates up to 65,536 sequences a step (tests/test_bench.py covers it reduced)",
     "racsim-bench --sweep": "times two sweeps of 64 jobs (tests/test_bench.py covers it reduced)",
     "racsim-bench --paper": "the paper's full heavy-tail grid (tests/test_bench.py covers --paper's parts)",
+    "racsim-bench --generation": "times 1,000 steps at the issue's size (tests/test_bench.py covers it reduced)",
     "python tests/golden.py check": "tests/test_golden.py runs the golden runs",
     "python -m racsim.app.docs": "rewrites the pages (test_deterministic_blocks_are_up_to_date reruns the fast blocks)",
     "mkdocs build": ".ci/run builds the site (test_ci_runs_the_readme_test_command_and_builds_the_site)",
@@ -68,6 +69,8 @@ REDUCE = [
     (r"scenario=capacity/code_verifier", [], CAPACITY + " capacity.counts=[64]"),
     (r"scenario=capacity/", [], CAPACITY + " capacity.counts=[4]"),
     (r"scenario=adaptive_tau", [], "learner.trials=20 learner.bootstrap=20 pipeline.steps=30 pipeline.warmup_steps=10 output.plots=false"),
+    (r"scenario=two_lags", [], "learner.trials=4 learner.bootstrap=20 learner.horizon=5 pipeline.steps=10 "
+                               "pipeline.warmup_steps=4 learner.train.lanes=2 output.plots=false"),
     (r"scenario=lm/", [], LM),
     (r"learner=lm", [], LM + " corrector.names=[naive,rac]"),
     (r"scenario=paper/k_sweep,", [(r"scenario=\S+", "scenario=paper/tv_bound,paper/identity_kernel")], "study.fast=true"),
@@ -181,7 +184,8 @@ def test_ci_runs_the_readme_test_command_and_builds_the_site():
 
 
 def test_readme_is_a_front_door():
-    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+    # 250, and the 9 lines the runs' printed answers add to its blocks (issue 49: job 1's answer, a plan's margin)
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 260
 
 
 def test_every_block_has_a_recipe_and_every_recipe_a_block():

@@ -492,7 +492,8 @@ BLOCK_BASES = [(), ("channel@pipeline.channels.judge=judge_gpu_rm",), ("scenario
                ("+pipeline.channels.judge.background={rate_per_s: 3.0, latency: {kind: lognormal, mean: 20.0}}",),
                ("channel@pipeline.channels.judge=judge_gpu_rm",  # a judge shared with other tenants
                 "+pipeline.channels.judge.background={rate_per_s: 3.0, prompt_tokens: {kind: lognormal, mean: 150.0}, "
-                "response_tokens: {kind: lognormal, mean: 300.0}}")]
+                "response_tokens: {kind: lognormal, mean: 300.0}}"),
+               ("pipeline.generation.lag={kind: geometric, mean: 2.0}",)]  # stale samples: a lag law
 
 
 def _bare(t):

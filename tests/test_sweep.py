@@ -140,10 +140,10 @@ if os.environ.get("RACSIM_TEST_FAIL_SEED"):  # a job that fails at run time (tes
         return _run(cfg, progress)
     R.run = run
     _run_many = R.run_many
-    def run_many(cfgs):  # the racsim launcher computes a batch of jobs at once: the batch fails too
+    def run_many(cfgs, progress=None):  # the racsim launcher computes a batch of jobs at once: the batch fails too
         if any(cfg.seed == int(os.environ["RACSIM_TEST_FAIL_SEED"]) for cfg in cfgs):
             raise RuntimeError("injected failure at run time")
-        return _run_many(cfgs)
+        return _run_many(cfgs, progress)
     R.run_many = run_many
 '''
 LAT = "pipeline.channels.judge.latency"

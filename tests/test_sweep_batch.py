@@ -73,11 +73,14 @@ def test_run_many_gives_each_config_the_bytes_of_run(seed, monkeypatch):
     groups = []
     real = B._run_group
     monkeypatch.setattr(B, "_run_group", lambda members, *a, **k: groups.append(len(members)) or real(members, *a, **k))
-    many = run_many(cfgs)
-    assert many[-2:] == [None, None]
+    pairs = list(run_many(cfgs))  # each as soon as computed: a group's cells together, the groups in first order
+    many = dict(pairs)
+    first = groups_of(cfgs[:-2])
+    assert [i for i, _ in pairs] == sorted(range(7), key=lambda i: (first[i], i))  # the probe and the grid: left
     assert len(groups) == n_groups and sum(groups) == 7  # cells share exactly when seed, rewards and noise agree
     monkeypatch.setattr(B, "_run_group", real)
-    for cfg, got in zip(cfgs[:-2], many):
+    for i, cfg in enumerate(cfgs[:-2]):
+        got = many[i]
         alone = run(cfg)
         assert table_bytes(got) == table_bytes(alone)
         assert got.trajectories == alone.trajectories
@@ -87,6 +90,12 @@ def test_run_many_gives_each_config_the_bytes_of_run(seed, monkeypatch):
         for view, by_name in alone.bias.estimates.items():
             for name, est in by_name.items():
                 assert np.array_equal(got.bias.estimates[view][name], est), (view, name)
+
+
+def groups_of(cfgs) -> list:
+    """Each config's trajectory group: the first config of its group (racsim.analyses.bias_study.same_numbers_key)."""
+    keys = [B.same_numbers_key(c) for c in cfgs]
+    return [keys.index(k) for k in keys]
 
 
 FAIL_JOB = '''

@@ -298,7 +298,7 @@ def test_training_wallclock_and_recording_through_run():
     })
     base.corrector.names = ["naive", "wait_for_slow", "rac", "sync_oracle"]
     base.learner.horizon, base.learner.trials, base.learner.bootstrap = 8, 4, 0
-    base.learner.train = TrainConf(enabled=True, lanes=lanes, lr=1.0)
+    base.learner.train = TrainConf(enabled=True, lanes=lanes, lr=1.0, each_cell=False)
     base.output = OutputConf(plots=False, progress=False)
     cfg = scenario(OmegaConf.structured(base))  # typed as a composed config, then the config boundary
     res = R.run(cfg)

@@ -16,12 +16,13 @@ job run alone, at close to the grid's pace.
 """
 
 
+import contextlib
 import logging
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -102,33 +103,31 @@ class RacsimLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        from racsim.sweep.callback import AHEAD, PREPARED
-
         jobs = list(enumerate(job_overrides, start=initial_job_idx))
         runs: List[JobReturn] = []
         at = 0
         while at < len(jobs):
-            n = self._prepare(jobs[at:at + FIRST_BATCH] if self.first else jobs[at:])
+            taken, picked = self._pick(jobs[at:at + FIRST_BATCH] if self.first else jobs[at:])
             self.first = False
-            try:
-                for idx, overrides in jobs[at:at + n]:
-                    runs.append(self._run_one(idx, overrides))
-            finally:
-                PREPARED.clear()
-                AHEAD.clear()
-            at += n
+            batch = dict(jobs[at:at + taken])
+            done: Dict[int, JobReturn] = {}
+            with contextlib.closing(self._prepared(picked)) as ready:
+                for idx in ready:  # each job written as soon as its batch has computed it
+                    done[idx] = self._run_one(idx, batch[idx])
+            for idx, overrides in batch.items():  # what the batch left to its task: computed there
+                if idx not in done:
+                    done[idx] = self._run_one(idx, overrides)
+            runs += [done[idx] for idx in batch]
+            at += taken
         return runs
 
-    def _prepare(self, jobs: Sequence[Tuple[int, Sequence[str]]]) -> int:
-        """Compute ahead, as one in-process grid (racsim.analyses.dispatch.run_many), the results of the
-        first jobs of ``jobs`` (as many as PREPARE_SLOTS trajectory slots allow, at least
-        one), for their task to write (racsim.sweep.PREPARED); returns how many it took.
-        A job that cannot be computed so is run by its task as usual: if the batch fails,
-        every job of it is, and only the failing one fails."""
+    def _pick(self, jobs: Sequence[Tuple[int, Sequence[str]]]) -> Tuple[int, List[Tuple[int, Any]]]:
+        """(how many of the first ``jobs`` the next batch takes, as many as PREPARE_SLOTS trajectory slots
+        allow and at least one; (job number, spec) of those it computes ahead as one in-process grid:
+        the others, a capacity plan, a grid or an empirical mean their task replaces, or a config that
+        does not make a spec (its job says why), are computed by their task)."""
         from racsim.config.defaults import GRID_KEY, empirical_blocks
         from racsim.sweep.markers import override_key
-        from racsim.analyses.dispatch import run_many
-        from racsim.sweep.callback import AHEAD, PREPARED, SHARE, pin_blas_threads
 
         picked: List[Tuple[int, Any]] = []
         taken = slots = 0
@@ -146,25 +145,47 @@ class RacsimLauncher(Launcher):
             taken, slots = taken + 1, slots + size
             if obj is not None:
                 picked.append((idx, obj))
-        if picked:
-            threads = pin_blas_threads()  # as each job alone would (racsim.sweep.Job.computing)
-            began = time.time()
-            AHEAD.update({idx: began for idx, _ in picked})  # running, for the sweep's job counter
-            try:
-                for (idx, spec), res in zip(picked, run_many([obj for _, obj in picked])):
-                    if res is not None:
-                        PREPARED[idx] = (spec, res)  # run_many leaves the spec as it was
-            except Exception as ex:
-                log.warning(f"jobs {picked[0][0]}..{picked[-1][0]} run one by one: computing them together "
-                            f"failed ({type(ex).__name__}: {ex})")
-            finally:
-                share = (time.time() - began) / len(picked)
-                for idx, _ in picked:
-                    AHEAD.pop(idx, None)
-                    SHARE[idx] = share if idx in PREPARED else 0.0  # one the batch failed runs again alone
-                if threads is not None:
-                    threads.restore_original_limits()
-        return taken
+        return taken, picked
+
+    def _prepared(self, picked: Sequence[Tuple[int, Any]]) -> Iterator[int]:
+        """Compute the ``picked`` jobs (number, spec) as one in-process grid (racsim.analyses.dispatch.run_many),
+        yielding each job's number as soon as its results are computed, for its task to write them
+        (racsim.sweep.callback.PREPARED) before the next is computed: an interrupt keeps every job
+        written. The batch's count of trials (racsim.sweep.callback.BATCH) gives the sweep a time left
+        before any job has finished. If the batch fails, the jobs it has not yielded are each run by
+        their task as usual, and only the failing one fails."""
+        from racsim.analyses.dispatch import run_many
+        from racsim.progress import Progress
+        from racsim.sweep.callback import AHEAD, BATCH, PREPARED, SHARE, pin_blas_threads
+
+        if not picked:
+            return
+        specs = dict(picked)
+        threads = pin_blas_threads()  # as each job alone would (racsim.sweep.Job.computing)
+        began = last = time.time()
+        AHEAD.update({idx: began for idx in specs})  # running, for the sweep's job counter
+        BATCH[:] = [Progress.off(), began, len(picked)]
+        try:
+            for k, res in run_many([obj for _, obj in picked], BATCH[0]):
+                idx = picked[k][0]
+                PREPARED[idx] = (specs[idx], res)  # run_many leaves the spec as it was
+                now = time.time()
+                SHARE[idx], last = now - last, now  # its own seconds of the batch
+                AHEAD.pop(idx, None)
+                yield idx
+                last = time.time()  # its writing is its own: counted by its folder
+                AHEAD.update(dict.fromkeys(AHEAD, last))  # the rest of the batch runs on from here
+        except Exception as ex:
+            log.warning(f"jobs {picked[0][0]}..{picked[-1][0]} run one by one: computing them together "
+                        f"failed ({type(ex).__name__}: {ex})")
+        finally:
+            for idx in specs:
+                AHEAD.pop(idx, None)
+                SHARE.setdefault(idx, 0.0)  # one the batch did not compute runs again alone
+            PREPARED.clear()
+            BATCH.clear()
+            if threads is not None:
+                threads.restore_original_limits()
 
     def _run_one(self, idx: int, overrides: Sequence[str]) -> JobReturn:
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None

@@ -15,11 +15,11 @@ at the config boundary (racsim.config.spec.scenario), never here.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Union
+from typing import Iterator, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
-from racsim.analyses.bias_study import run_bias_each, run_bias_study
+from racsim.analyses.bias_study import run_bias_each, run_bias_study, trains
 from racsim.analyses.capacity import CapacityResult
 from racsim.analyses.grid import expand
 from racsim.analyses.lm_study import run_lm_study
@@ -64,7 +64,7 @@ def run(cfg: RacsimConf, progress: Optional[Progress] = None) -> RunResult:
         return run_lm_study(cells, progress)
     mode = first.study.mode
     progress.plan(*(["bias benchmark"] if mode != "static" else []),
-                  *(["training"] if mode != "static" and len(cells) == 1 and first.learner.train.enabled else []),
+                  *(["training"] if mode != "static" and trains(cells) else []),
                   *(["static study"] if mode != "pipeline" else []))
     res = run_bias_study(cells, progress) if mode != "static" else RunResult(results=pd.DataFrame())
     if mode == "pipeline":
@@ -77,18 +77,16 @@ def run(cfg: RacsimConf, progress: Optional[Progress] = None) -> RunResult:
     return res
 
 
-@small_pages()
-def run_many(cfgs: Sequence[RacsimConf]) -> List[Optional[RunResult]]:
-    """``run(cfg)`` of each config, byte for byte, for those that are one bias-study cell in
-    pipeline mode (computed together: racsim.analyses.bias_study.run_bias_each); None for
-    the others. Raises what ``run`` would raise for any of them."""
-    picked = []
-    for i, cfg in enumerate(cfgs):
-        cells = expand(cfg)
-        c = cells[0][1]
-        if len(cells) == 1 and c.study.kind == "bias" and c.learner.kind != "lm" and c.study.mode == "pipeline":
-            picked.append((i, cells[0]))
-    out: List[Optional[RunResult]] = [None] * len(cfgs)
-    for (i, _), res in zip(picked, run_bias_each([cell for _, cell in picked])):
-        out[i] = res
-    return out
+def run_many(cfgs: Sequence[RacsimConf], progress: Optional[Progress] = None) -> Iterator[Tuple[int, RunResult]]:
+    """(index, ``run(cfg)``, byte for byte) of each config that is one bias-study cell in pipeline mode,
+    each as soon as it is computed (computed together: racsim.analyses.bias_study.run_bias_each, whose
+    ``progress`` this is); the others are left out. Raises what ``run`` would raise for any of them."""
+    with small_pages():  # inside: a generator's body runs at each next(), after a decorator's block ended
+        picked = []
+        for i, cfg in enumerate(cfgs):
+            cells = expand(cfg)
+            c = cells[0][1]
+            if len(cells) == 1 and c.study.kind == "bias" and c.learner.kind != "lm" and c.study.mode == "pipeline":
+                picked.append((i, cells[0]))
+        for k, res in run_bias_each([cell for _, cell in picked], progress):
+            yield picked[k][0], res

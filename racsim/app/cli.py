@@ -165,7 +165,7 @@ def error_line(ex: BaseException) -> "str | None":
 
     if isinstance(ex, ConfigError):
         return str(ex)
-    wrote = write_failure(ex, "hydra.run.dir=DIR")  # racsim's files or Hydra's own
+    wrote = write_failure(ex, f"{folder_key()}=DIR")  # racsim's files or Hydra's own
     if wrote:
         return wrote
     if isinstance(ex, (HydraException, OmegaConfBaseException)):
@@ -285,10 +285,15 @@ def _usage_error(ex: BaseException) -> "str | None":
     from_hydra = f"{os.sep}hydra{os.sep}" in innermost
     source = next((f.f_locals["config_path"] for f in reversed(frames)
                    if isinstance(f.f_locals.get("config_path"), str)), None)
-    if isinstance(ex, OSError) and source is not None:  # OmegaConf.load of a config file: a scalar, a list
+    reading = f"{os.sep}omegaconf{os.sep}" in innermost or from_hydra  # where config files are read
+    if isinstance(ex, OSError) and source is not None and reading:  # OmegaConf.load of a config file: a scalar, a list
         loaded = str(ex).rpartition("Invalid loaded object type: ")[2] if "Invalid loaded object" in str(ex) else None
         return (f"{source}: holds a YAML {loaded}, not a mapping{SCENARIO_FILE}" if loaded
                 else f"{source}: cannot be read ({ex.strerror or ex})")
+    if isinstance(ex, (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+        # a file or folder of the machine's (a temporary folder that cannot be written), not a config file
+        hint = ": set TMPDIR to a folder you can write to" if "temporary" in str(ex) else ""
+        return f"{ex.filename + ': ' if ex.filename else ''}{ex.strerror or ex}{hint}"
     if not (isinstance(ex, (yaml.YAMLError, UnicodeDecodeError)) or (from_hydra and isinstance(ex, ValueError))):
         return None
     if isinstance(ex, yaml.MarkedYAMLError) and ex.problem_mark is not None:
@@ -455,15 +460,24 @@ def main(started: Optional[float] = None) -> None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
+MULTIRUN = {"-m", "--multirun", "hydra.mode=MULTIRUN"}  # the arguments that make the command a sweep
+
+
+def folder_key() -> str:
+    """The key that sets the command's output folder: ``hydra.sweep.dir`` for a sweep, else ``hydra.run.dir``."""
+    return "hydra.sweep.dir" if MULTIRUN & set(sys.argv[1:]) else "hydra.run.dir"
+
+
 def _interrupted() -> str:
     """What an interrupt did, on one line. A single run that had not finished takes away what it
     wrote (its folder, or its own files in a folder that existed) and gives its folder back; a
     sweep keeps every complete job (done.json) and reruns the rest on resume."""
     run = single_run()
-    if run is None and not {"-m", "--multirun", "hydra.mode=MULTIRUN"} & set(sys.argv[1:]):
+    if run is None and not MULTIRUN & set(sys.argv[1:]):
         remove_created()
         return "interrupted before the run began; nothing was written"
     if run is None:
+        release()  # the sweep's folder: its lock goes with it, its finished jobs stay
         return "interrupted; rerun the same command with resume=true to finish a sweep"
     if run["done"]:
         release()

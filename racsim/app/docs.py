@@ -24,6 +24,7 @@ import pandas as pd
 from racsim.errors import Parser
 from racsim.io import fmt, write_text
 from racsim.report.lm import value_label
+from racsim.report.tables import answer_line
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (racsim/app/docs.py)
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
@@ -136,16 +137,10 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 
 def reading(run: Run) -> str:
-    """A run's answer in one sentence, from its results.csv: the least-biased corrector that costs no
-    wall-clock (the synchronous oracle aside), and what waiting costs."""
-    r = run.csv("results.csv").set_index("corrector")
-    free = r.drop(index="sync_oracle", errors="ignore").query("wallclock_ratio <= 1.001")
-    best, wait = r.loc[free["bias_exact"].idxmin()], r.loc["wait_for_slow"]
-    return (f"Here the least-biased corrector at naive's wall-clock is {best.name}: "
-            f"{fmt(best['reduction_exact'])}x less bias than naive. Wait-for-slow removes "
-            f"{fmt(wait['reduction_exact'])}x but takes {fmt(wait['wallclock_ratio'])}x the wall-clock, so within "
-            f"naive's time it trains to J = {fmt(wait['J_at_naive_clock'])} against {best.name}'s "
-            f"{fmt(best['J_at_naive_clock'])}.\n")
+    """A run's answer in one sentence, from its results.csv: the line the run prints after its table
+    (racsim.report.tables.answer_line: which corrector, why, at what cost)."""
+    said = answer_line(run.csv("results.csv"))
+    return f"Here: {said}.\n"
 
 
 def by_law(run: Run) -> str:
@@ -159,6 +154,34 @@ def by_law(run: Run) -> str:
     return markdown_table(rac.join(rest).reset_index().rename(columns={law: "delay law"}))
 
 
+def lags_reading(run: Run) -> str:
+    """two_lags's answer in a few sentences, from its results.csv, lags.csv and first_order.csv: per reward
+    delay, the least-biased pair at naive's wall-clock at the smallest and the largest lag; what RAC's ratio
+    composed with truncated IS does; the first-order slopes measured beside the predicted ones."""
+    lags, first, results = run.csv("lags.csv"), run.csv("first_order.csv"), run.csv("results.csv")
+    free = set(results.loc[results["wallclock_ratio"] <= 1.001, "corrector"])
+    values = [c[len("bias_L"):] for c in lags.columns if c.startswith("bias_L")]
+    low, high = values[0], values[-1]
+    delay = lags.columns[0]
+    said = []
+    for d, rows in lags[lags["corrector"].isin(free)].groupby(delay, sort=False):
+        best = {v: rows.loc[rows[f"bias_L{v}"].idxmin()] for v in (low, high)}
+        said.append(f"With a mean Delta of {fmt(d)}, the least-biased pair at naive's wall-clock is "
+                    f"{best[low]['corrector']} "
+                    f"at L = {low} ({fmt(best[low][f'bias_L{low}'])}) and {best[high]['corrector']} at L = {high} "
+                    f"({fmt(best[high][f'bias_L{high}'])}).")
+    first_delay = lags[delay].iloc[0]
+    one = lags[lags[delay] == first_delay].set_index("corrector")
+    said.append(f"RAC with truncated IS carries the behaviour ratio twice: at a mean Delta of {fmt(first_delay)} "
+                f"and L = {high} its bias is {fmt(one.loc['rac+tis', f'bias_L{high}'])} against RAC's "
+                f"{fmt(one.loc['rac', f'bias_L{high}'])}, while bare_additive+tis, which carries it once, has "
+                f"{fmt(one.loc['bare_additive+tis', f'bias_L{high}'])}.")
+    slopes = first.groupby("rollout", sort=False)[["slope_measured", "slope_predicted"]].first().dropna()
+    said.append("The first-order law's slope, measured on the exact figure (predicted): " + "; ".join(
+        f"{r} {fmt(v.slope_measured)} ({fmt(v.slope_predicted)})" for r, v in slopes.iterrows()) + ".")
+    return " ".join(said) + "\n"
+
+
 def final_reward(run: Run) -> str:
     """The LM delay sweep's final true reward per delay law (rows) and corrector (columns)."""
     df = run.csv("results.csv")
@@ -169,6 +192,14 @@ def final_reward(run: Run) -> str:
 
 
 RANKING = "racsim scenario=lm/ranking"
+# The LM verdict with torch's CPU kernels pinned (racsim.learner.lm.CPU_KERNELS), then with each kernel set this
+# machine can run chosen by hand (an empty MKL_CBWR: MKL's own dispatch, no reproducibility mode), at 2 threads and
+# with NumPy's AVX-512 loops left out: what the pin holds fixed, measured (docs/lm.md, lm.kernels).
+UNPINNED = "MKL_CBWR= ONEDNN_MAX_CPU_ISA=ALL ATEN_CPU_CAPABILITY={} racsim learner=lm"
+KERNELS = ("racsim learner=lm", "racsim learner=lm learner.lm.threads=2",
+           'NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" racsim learner=lm',
+           *(UNPINNED.format(isa) for isa in ("avx512", "avx2", "default")),
+           "MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=ALL ATEN_CPU_CAPABILITY=avx512 racsim learner=lm")
 VERDICT = re.compile(r"^racsim: (rac vs |seed rule |seed count )")  # an LM run's answer: its pairs and its seed rule
 # The LM verdict's figures on another x86-64 CPU: torch's kernels round differently there, so that a token sampled
 # near a boundary may flip and a seed's run differ; docs/lm.md states this tolerance.
@@ -194,6 +225,23 @@ def verdicts(run: Run) -> str:
     (rac against each other corrector) and its seed rule's."""
     ran = [ln for ln in run.stdout[-1].splitlines() if "seeds per corrector in" in ln]
     return fenced("\n".join([f"$ {run.commands[-1]}", *ran, *answer_lines(run)]))
+
+
+def kernel_table(run: Run) -> str:
+    """Each command of :data:`KERNELS` with what it answered: rac vs naive's difference and interval, the seeds a
+    projection gives rac vs rac_no_age (the figure that moves most), and whether its whole verdict is the first
+    command's (the pinned kernels') to the last digit."""
+    pinned = answer_lines(Run(run.cwd, run.commands[:1], run.stdout[:1]))
+    rows = []
+    for cmd, out in zip(run.commands, run.stdout):
+        said = answer_lines(Run(run.cwd, (cmd,), (out,)))
+        text = " ".join(" ".join(said).split())
+        naive = re.search(r"rac vs naive: \w+, decided at \d+ seeds \(([^\]]+\])", text)
+        no_age = re.search(r"rac vs rac_no_age: [^;]*; about (\d+) seeds", text)
+        rows.append({"command": f"`{cmd}`", "rac vs naive": naive.group(1) if naive else "-",
+                     "rac vs rac_no_age: seeds to decide": no_age.group(1) if no_age else "-",
+                     "the pinned verdict": "the same" if said == pinned else "differs"})
+    return markdown_table(pd.DataFrame(rows))
 
 
 def sweep_rows(run: Run) -> str:
@@ -231,6 +279,8 @@ RECIPES: Dict[str, Recipe] = {
     "sweep": Recipe((f"racsim -m seed=0,1,2 corrector.tau_age=20,1000 hydra.sweep.dir={SWEEP_DIR}",
                      f"racsim-report {SWEEP_DIR}"), sweep_rows),
     "adaptive_tau": Recipe(("racsim scenario=adaptive_tau",), by_law),
+    "two_lags": Recipe(("racsim scenario=two_lags",), console, figures=(("lags.png", "lags.png"),)),
+    "two_lags.reading": Recipe(("racsim scenario=two_lags",), lags_reading),
     "capacity.judge": Recipe((JUDGE,), console, figures=(("capacity.png", "capacity.png"),)),
     "capacity.code_verifier": Recipe(("racsim scenario=capacity/code_verifier",), recommendations),
     "capacity.human_review": Recipe(("racsim scenario=capacity/human_review",), recommendations),
@@ -262,9 +312,11 @@ RECIPES: Dict[str, Recipe] = {
     "capacity.seeds": Recipe(tuple(SEEDS.format(n) for n in SHIPPED_CAPACITY), seed_table),
     "capacity.above": Recipe(("racsim scenario=capacity/judge_rm_faults seed=5",), recommendations),
     "capacity.impossible": Recipe((JUDGE + " capacity.max_bias_vs_naive=0.0001",), recommendations, exit_status=3),
+    "generation": Recipe(("racsim scenario=async/areal",), console, figures=(("lag.png", "generation_lag.png"),)),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts, fresh=True, tolerance=LM_TOLERANCE),
     "lm.ranking": Recipe((RANKING,), verdicts),
+    "lm.kernels": Recipe(KERNELS, kernel_table),
     "python.script": Recipe((PYTHON,), script, fresh=True),
     "python.output": Recipe((PYTHON,), lambda run: fenced(run.stdout[-1]), fresh=True),
     "layout": Recipe(("python -m racsim.app.layout",), lambda run: fenced(run.stdout[0]), fresh=True),
@@ -272,6 +324,7 @@ RECIPES: Dict[str, Recipe] = {
                           fresh=True),
     "bench.default": Recipe(("racsim-bench",), console),
     "bench.paper": Recipe(("racsim-bench --paper",), console),
+    "bench.generation": Recipe(("racsim-bench --generation",), console),
 }
 
 

@@ -18,6 +18,11 @@ is reported beside the Monte-Carlo figure and its standard error. Two views:
 * ``run``: the whole finite run, every rollout's slow results weighted by
   rollout step, so results in flight at the end count as lost (the end-of-run
   loss of a run this short; it vanishes in a run of thousands of steps).
+
+A schedule with generation lags (samples from older policies) makes the policy
+move: racsim.learner.drift measures that case; its BiasRun carries per-view
+targets and exact figures per trial (:attr:`BiasRun.targets`,
+:attr:`BiasRun.exact_trials`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from racsim.learner.correctors import (
     CorrectorParams,
     correction_weight,
     kernel_tau_age,
+    split_name,
 )
 from racsim.learner.rollouts import (
     discounted_returns,
@@ -70,18 +76,33 @@ class BiasRun:
     # steady view: name -> (trials, steps - warmup, K) the weights landed in each step's update, over the
     # batch (for intervals over trials or batches of steps: racsim.analyses.capacity.intervals.bias_intervals)
     step_weight: Dict[str, np.ndarray] = field(default_factory=dict)
+    max_weight: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,) the largest weight of a result
     nominal_slack: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,) eta_k predicted, NaN: no law
     trajectories: int = 0
+    # With generation lags (racsim.learner.drift), the policy moves: each view's target (the mean true
+    # gradient of its updates) and each row's exact expectation per trial, (trials, S*A), given its schedule.
+    targets: Dict[str, np.ndarray] = field(default_factory=dict)  # view -> (S*A,)
+    exact_trials: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)  # view -> name -> (trials, S*A)
+
+    def target_of(self, view: str) -> np.ndarray:
+        """The true gradient a view's estimates are compared with: g*, or with a moving policy the mean
+        of g*(theta_u) over the view's updates."""
+        return self.targets.get(view, self.target)
 
     def exact(self, name: str, view: str = "steady") -> np.ndarray:
         """E[estimate | arrival schedule] for corrector ``name``: G_fast + sum_k mean(c_k) G_k,
-        from the weights the run applied."""
+        from the weights the run applied (with a moving policy: the mean over trials of
+        :attr:`exact_trials`)."""
+        if name in self.exact_trials.get(view, {}):
+            return self.exact_trials[view][name].mean(axis=0)
         return self.channel_exact[0] + self.mean_weight[view][name] @ self.channel_exact[1:]
 
     def slack(self, name: str, view: str = "steady") -> np.ndarray:
         """Measured slack eta_k = 1 - mean(c_k): the share of channel k's slow
-        reward the corrector did not put back (identity actor)."""
-        return 1.0 - self.mean_weight[view][name]
+        reward the corrector did not put back (identity actor), within its range
+        (:func:`share_in_range`, where the corrector's largest weight is known)."""
+        eta = 1.0 - self.mean_weight[view][name]
+        return eta if name not in self.max_weight else share_in_range(eta, self.max_weight[name])
 
     def predicted(self, name: str) -> np.ndarray:
         """Theorem 2.1 (eq. ``eq:thm-unbiased``) from the nominal kernel: the synchronous
@@ -91,8 +112,19 @@ class BiasRun:
         return sync + predicted_bias(self.nominal_slack[name], self.channel_exact[1:])
 
 
+def share_in_range(eta: np.ndarray, max_weight: np.ndarray) -> np.ndarray:
+    """A measured slack eta_k = 1 - mean(c_k) within the range its expectation lies in,
+    [1 - max c_k, 1] (weights c_k >= 0, at most ``max_weight``): the steady view's mean is
+    per update, and the results landing in the window's updates (some sent before it) can
+    outnumber the window's own, so that a corrector that puts every result back at weight 1
+    read eta -1.25e-04 (issue 49)."""
+    return np.clip(eta, 1.0 - np.asarray(max_weight, dtype=np.float64), 1.0)
+
+
 def schedule_for(name: str, schedules: Dict[str, ArrivalSchedule]) -> ArrivalSchedule:
-    return schedules["blocking" if name in BLOCKING else "async"]
+    """The schedule a row (a corrector, or one combined with a rollout-axis corrector) runs on: the
+    blocking pipeline's for wait-for-slow, the asynchronous one's otherwise."""
+    return schedules["blocking" if split_name(name)[0] in BLOCKING else "async"]
 
 
 @dataclass
@@ -287,21 +319,23 @@ def run_bias_cells(
         w_cell = {}
         n_win = (steps - cell.warmup) * batch  # the steady view's trajectories per trial
         for name in cell.names:
-            sched = schedule_for(name, cell.schedules)
-            gain = channel_gain(name, cell) * routing_gain(name, cell)
-            w = np.broadcast_to(correction_weight(name, sched.delay, sched.status, None, cell.params) * gain,
+            base = split_name(name)[0]  # a fixed policy: every rollout-axis weight is 1 (no sample is stale)
+            sched = schedule_for(base, cell.schedules)
+            gain = channel_gain(base, cell) * routing_gain(base, cell)
+            w = np.broadcast_to(correction_weight(base, sched.delay, sched.status, None, cell.params) * gain,
                                 sched.delay.shape)
-            ss = np.where(steady_mask(name, sched, cell.warmup), w, 0.0)
-            run.step_weight[name] = landed_means(ss, landing_step(name, sched), cell.warmup)
+            ss = np.where(steady_mask(base, sched, cell.warmup), w, 0.0)
+            run.step_weight[name] = landed_means(ss, landing_step(base, sched), cell.warmup)
             w_cell["run", name] = w.reshape(trials, steps * batch, K)
             w_cell["steady", name] = ss.reshape(trials, steps * batch, K)
+            run.max_weight[name] = w.max(axis=(0, 1, 2))
             run.mean_weight.setdefault("run", {})[name] = w_cell["run", name].mean(axis=(0, 1))
             run.mean_weight.setdefault("steady", {})[name] = ss.sum(axis=(0, 1, 2)) / (trials * n_win)
             for view in VIEWS:
                 run.estimates.setdefault(view, {})[name] = np.empty((trials, SA))
             if cell.predicted is not None:
-                lam = cell.predicted["blocking" if name in BLOCKING else "async"]
-                run.nominal_slack[name] = kernel_slack(name, lam, cell.params, gain)
+                lam = cell.predicted["blocking" if base in BLOCKING else "async"]
+                run.nominal_slack[name] = kernel_slack(base, lam, cell.params, gain)
         runs.append(run)
         weights.append((_distinct_weights(w_cell), cell.warmup))
     per_trial = steps * batch
@@ -406,7 +440,7 @@ def bootstrap_counts(n: int, resamples: int, rng: np.random.Generator) -> np.nda
 def _view_figures(run: BiasRun, view: str, name: str, boot: Optional[np.ndarray]) -> dict:
     """Bias of one corrector in one view: Monte Carlo with its s.e. and bootstrap CI, exact."""
     est = run.estimates[view][name]
-    g = run.target
+    g = run.target_of(view)
     row = {
         "bias_mc": float(np.linalg.norm(est.mean(axis=0) - g)),
         "mc_se": float(np.sqrt(est.var(axis=0, ddof=1).sum() / est.shape[0])),
@@ -419,13 +453,17 @@ def _view_figures(run: BiasRun, view: str, name: str, boot: Optional[np.ndarray]
 
 
 def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: str = "naive",
-              counts: Optional[np.ndarray] = None) -> Dict[str, dict]:
+              counts: Optional[np.ndarray] = None,
+              exact_boot: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, dict]:
     """Per corrector: the steady-state bias (Monte Carlo, exact, standard error,
-    bootstrap CI), its decomposition, Theorem 2.1's prediction from the nominal
-    kernel and its gap, VIF, RMSE, the bias-reduction ratio against ``baseline``
-    with a paired bootstrap 95% CI, and the run-level figures as ``run_*``.
-    ``counts`` (from :func:`bootstrap_counts`) may be passed to reuse a resample."""
-    g = run.target
+    bootstrap CI of the Monte-Carlo figure), its decomposition, Theorem 2.1's prediction
+    from the nominal kernel and its gap, VIF, RMSE, the exact bias-reduction ratio against
+    ``baseline`` with its 95% interval: the percentiles of the ratio of ``exact_boot``'s
+    paired replicates of each exact bias (name -> (R,), the trials resampled:
+    racsim.analyses.bias_study.exact_replicates), none without them; and the run-level
+    figures as ``run_*``. ``counts`` (from :func:`bootstrap_counts`) may be passed to
+    reuse a resample."""
+    g = run.target_of("steady")
     names = list(run.estimates["steady"])
     trials = next(iter(run.estimates["steady"].values())).shape[0]
     if counts is None and resamples > 0:
@@ -435,7 +473,7 @@ def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: 
         keys = [(v, nm) for v in VIEWS for nm in names]
         stacked = np.concatenate([run.estimates[v][nm] for v, nm in keys], axis=1)
         means = (counts @ stacked / trials).reshape(len(counts), len(keys), -1)
-        boot_bias = {key: np.linalg.norm(means[:, j] - g, axis=1) for j, key in enumerate(keys)}
+        boot_bias = {key: np.linalg.norm(means[:, j] - run.target_of(key[0]), axis=1) for j, key in enumerate(keys)}
     sync = run.channel_exact.sum(0)
     out = {}
     for name in names:
@@ -457,6 +495,8 @@ def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: 
         if "sync_oracle" in names:
             row["linf_vs_sync"] = float(np.abs(est - run.estimates["steady"]["sync_oracle"]).max())
         row["at_noise_floor"] = bool(row["bias_mc"] < 2.0 * row["mc_se"])
+        if exact_boot is not None and name in run.exact_trials.get("steady", {}):  # a moving policy: exact per trial
+            row["bias_exact_ci_lo"], row["bias_exact_ci_hi"] = map(float, np.percentile(exact_boot[name], [2.5, 97.5]))
         whole = _view_figures(run, "run", name, boot_bias.get(("run", name)))
         row.update({f"run_{k}": v for k, v in whole.items()})
         # the end-of-run loss: the part of the run's slack a stationary update does not have
@@ -469,8 +509,8 @@ def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: 
             for pre in ("", "run_"):
                 row[f"{pre}reduction_mc"] = _ratio(base[f"{pre}bias_mc"], row[f"{pre}bias_mc"])
                 row[f"{pre}reduction_exact"] = _ratio(base[f"{pre}bias_exact"], row[f"{pre}bias_exact"])
-            if counts is not None:
-                r = boot_bias["steady", baseline] / np.maximum(boot_bias["steady", name], 1e-300)
+            if exact_boot is not None:
+                r = exact_boot[baseline] / np.maximum(exact_boot[name], 1e-300)
                 row["reduction_ci_lo"], row["reduction_ci_hi"] = map(float, np.percentile(r, [2.5, 97.5]))
     return out
 

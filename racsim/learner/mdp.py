@@ -33,6 +33,9 @@ __all__ = [
     "objective",
     "true_gradient",
     "finite_horizon_expectation",
+    "behaviour_moments",
+    "behaviour_moments_jvp",
+    "policy_path",
     "optimal_policy",
 ]
 
@@ -227,9 +230,10 @@ def softmax_policy(theta: np.ndarray) -> np.ndarray:
 
 
 def _check_pi(mdp: TabularMDP, pi: np.ndarray) -> np.ndarray:
+    """``pi`` as float64, (S, A) or a stack of policies (..., S, A)."""
     pi = np.asarray(pi, dtype=np.float64)
-    if pi.shape != (mdp.n_states, mdp.n_actions):
-        raise ValueError(f"pi must be {(mdp.n_states, mdp.n_actions)}, got {pi.shape}")
+    if pi.shape[-2:] != (mdp.n_states, mdp.n_actions) or pi.ndim < 2:
+        raise ValueError(f"pi must be {(mdp.n_states, mdp.n_actions)} (or a stack of them), got {pi.shape}")
     return pi
 
 
@@ -245,29 +249,30 @@ def _reward(mdp: TabularMDP, reward) -> Tuple[np.ndarray, bool]:
 
 
 def state_transition(mdp: TabularMDP, pi: np.ndarray) -> np.ndarray:
-    """(S, S) state chain under pi: P_pi[s, s'] = sum_a pi(a|s) P(s'|s, a)."""
-    return np.einsum("sa,sat->st", _check_pi(mdp, pi), mdp.P)
+    """(S, S) state chain under pi: P_pi[s, s'] = sum_a pi(a|s) P(s'|s, a); (..., S, S) for a stack of policies."""
+    return np.einsum("...sa,sat->...st", _check_pi(mdp, pi), mdp.P)
 
 
 def stationary_distribution(mdp: TabularMDP, pi: np.ndarray) -> np.ndarray:
-    """(S,) stationary distribution d of P_pi (d P_pi = d, sum d = 1).
+    """(S,) stationary distribution d of P_pi (d P_pi = d, sum d = 1); (..., S) for a stack of policies.
 
     Solves d (I - P_pi + 1 1^T) = 1^T, non-singular for a unichain P_pi.
     """
     P_pi = state_transition(mdp, pi)
     S = mdp.n_states
     M = np.eye(S) - P_pi + 1.0
-    d = np.linalg.solve(M.T, np.ones(S))
+    d = np.linalg.solve(np.swapaxes(M, -1, -2), np.ones(P_pi.shape[:-1])[..., None])[..., 0]
     d = np.clip(d, 0.0, None)
-    return d / d.sum()
+    return d / d.sum(axis=-1, keepdims=True)
 
 
 def _values(mdp: TabularMDP, pi: np.ndarray, r: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Q (C, S, A) and V (C, S) for a (C, S, A) reward, by one linear solve."""
+    """Q (C, S, A) and V (C, S) for a (C, S, A) reward, by one linear solve; (..., C, S, A) and
+    (..., C, S) for a stack of policies (..., S, A)."""
     P_pi = state_transition(mdp, pi)
-    r_pi = np.einsum("csa,sa->cs", r, pi)
-    V = np.linalg.solve(np.eye(mdp.n_states) - mdp.gamma * P_pi, r_pi.T).T
-    Q = r + mdp.gamma * np.einsum("sat,ct->csa", mdp.P, V)
+    r_pi = np.einsum("csa,...sa->...cs", r, pi)
+    V = np.swapaxes(np.linalg.solve(np.eye(mdp.n_states) - mdp.gamma * P_pi, np.swapaxes(r_pi, -1, -2)), -1, -2)
+    Q = r + mdp.gamma * np.einsum("sat,...ct->...csa", mdp.P, V)
     return Q, V
 
 
@@ -296,14 +301,16 @@ def objective(mdp: TabularMDP, theta: np.ndarray, reward=None, start=None):
     then J equals the long-run average reward d . r_pi. Note that with
     start=None, d moves with theta: ``true_gradient(start=None)`` is NOT the
     gradient of this function but of ``objective(., start=d(theta))`` with d
-    frozen. A float for an (S, A) reward, a (C,) array for (C, S, A).
+    frozen. A float for an (S, A) reward, a (C,) array for (C, S, A); for a stack of policies ``theta``
+    (..., S, A), one J each (as computed one by one, to the bit): (...) or (..., C).
     """
     r, single = _reward(mdp, reward)
     pi = softmax_policy(theta)
     _, V = _values(mdp, pi, r)
-    mu = stationary_distribution(mdp, pi) if start is None else _start(mdp, start)
-    J = (1.0 - mdp.gamma) * V @ mu
-    return float(J[0]) if single else J
+    mu = stationary_distribution(mdp, pi) if start is None else np.broadcast_to(_start(mdp, start), pi.shape[:-1])
+    J = ((1.0 - mdp.gamma) * V @ mu[..., None])[..., 0]
+    J = J[..., 0] if single else J
+    return float(J) if J.ndim == 0 else J
 
 
 def true_gradient(mdp: TabularMDP, theta: np.ndarray, reward=None, start=None) -> np.ndarray:
@@ -355,16 +362,96 @@ def finite_horizon_expectation(
     Qh = r
     for h in range(T):
         if h > 0:
-            Vh = np.einsum("csa,sa->cs", Qh, pi)
-            Qh = r + mdp.gamma * np.einsum("sat,ct->csa", mdp.P, Vh)
+            Qh = _backup(mdp, r, pi, Qh)
         adv[h] = pi * (Qh - np.einsum("csa,sa->cs", Qh, pi)[..., None])
-    mus = np.empty((T, mdp.n_states))
-    mus[0] = mu
-    for t in range(1, T):
-        mus[t] = mus[t - 1] @ P_pi
+    mus = _marginals(mu, P_pi, T)
     # at time t the remaining horizon is h = T - t, i.e. adv[T - t - 1]
     E = np.einsum("ts,tcsa->csa", mus, adv[::-1]) / T
     return E[0] if single else E
+
+
+def _backup(mdp: TabularMDP, r: np.ndarray, pi: np.ndarray, Qh: np.ndarray) -> np.ndarray:
+    """Q^(h+1) = r + gamma P V^(h), V^(h)(s) = sum_a pi(a|s) Q^(h)(s, a): one more step of horizon."""
+    Vh = np.einsum("csa,sa->cs", Qh, pi)
+    return r + mdp.gamma * np.einsum("sat,ct->csa", mdp.P, Vh)
+
+
+def _marginals(mu: np.ndarray, P_pi: np.ndarray, T: int) -> np.ndarray:
+    """(T, S) the state's law at times 0..T-1 of a chain started from ``mu``: mu_t = mu_0 P_pi^t."""
+    mus = np.empty((T, len(mu)))
+    mus[0] = mu
+    for t in range(1, T):
+        mus[t] = mus[t - 1] @ P_pi
+    return mus
+
+
+def behaviour_moments(mdp: TabularMDP, theta_b: np.ndarray, horizon: int, reward=None) -> np.ndarray:
+    """M = E[sum_{t<T} 1[s_t = s, a_t = a] G_t] over T-step trajectories of the behaviour policy
+    mu = softmax(``theta_b``) from ``mdp.start``, G_t the return truncated at T:
+
+        M[s, a] = sum_t mu_t(s) mu(a|s) Q_mu^(T-t)(s, a),
+
+    mu_t the state's law at time t and Q_mu^(h) the h-step truncated Q-values, both under mu. The
+    score-function estimator of a policy pi on those trajectories, with a weight w(s, a) on each decision,
+    then has the exact expectation ``rollouts.softmax_score(w * M, pi, T)`` (linear in M cell by cell); with
+    pi = mu and w = 1 that is :func:`finite_horizon_expectation`. (S, A), or (C, S, A) for (C, S, A) rewards.
+    """
+    T = int(horizon)
+    if T < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}")
+    r, single = _reward(mdp, reward)
+    mu = softmax_policy(theta_b)
+    mus = _marginals(mdp.start, state_transition(mdp, mu), T)
+    M = np.zeros(r.shape)
+    Qh = r
+    for h in range(1, T + 1):  # Q^(h) weighs time t = T - h
+        if h > 1:
+            Qh = _backup(mdp, r, mu, Qh)
+        M += mus[T - h][None, :, None] * mu[None] * Qh
+    return M[0] if single else M
+
+
+def behaviour_moments_jvp(mdp: TabularMDP, theta_b: np.ndarray, horizon: int, direction: np.ndarray,
+                          reward=None) -> Tuple[np.ndarray, np.ndarray]:
+    """(M, dM): :func:`behaviour_moments` at ``theta_b`` and its derivative along ``direction`` (S, A),
+    d/de M(theta_b + e * direction) at e = 0, by forward-mode through the same recursions:
+    dmu = mu (x - sum_a mu x), dmu_{t+1} = dmu_t P_mu + mu_t dP_mu, dQ^(h+1) = gamma P dV^(h),
+    dV^(h) = sum_a (dmu Q^(h) + mu dQ^(h)). The first-order law of a lagged update reads it
+    (racsim.learner.theory.first_order_staleness)."""
+    T = int(horizon)
+    if T < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}")
+    r, single = _reward(mdp, reward)
+    mu = softmax_policy(theta_b)
+    x = np.asarray(direction, dtype=np.float64)
+    dmu = mu * (x - (mu * x).sum(axis=-1, keepdims=True))
+    P_mu, dP = state_transition(mdp, mu), np.einsum("sa,sat->st", dmu, mdp.P)
+    mus = _marginals(mdp.start, P_mu, T)
+    dmus = np.zeros_like(mus)
+    for t in range(1, T):
+        dmus[t] = dmus[t - 1] @ P_mu + mus[t - 1] @ dP
+    M, dM = np.zeros(r.shape), np.zeros(r.shape)
+    Qh, dQh = r, np.zeros(r.shape)
+    for h in range(1, T + 1):
+        if h > 1:
+            dV = np.einsum("csa,sa->cs", Qh, dmu) + np.einsum("csa,sa->cs", dQh, mu)
+            dQh = mdp.gamma * np.einsum("sat,ct->csa", mdp.P, dV)
+            Qh = _backup(mdp, r, mu, Qh)
+        m, dm = mus[T - h][None, :, None], dmus[T - h][None, :, None]
+        M += m * mu[None] * Qh
+        dM += dm * mu[None] * Qh + m * dmu[None] * Qh + m * mu[None] * dQh
+    return (M[0], dM[0]) if single else (M, dM)
+
+
+def policy_path(mdp: TabularMDP, theta0: np.ndarray, lr: float, length: int) -> np.ndarray:
+    """(length, S, A) the policies a learner passes through by expected policy-gradient ascent on the true
+    gradient (:func:`true_gradient`, the bias benchmark's target) at step size ``lr``:
+    theta_0 = ``theta0``, theta_{t+1} = theta_t + lr * g*(theta_t). Version t is theta_t."""
+    out = np.empty((int(length),) + np.shape(theta0))
+    out[0] = theta0
+    for t in range(1, int(length)):
+        out[t] = out[t - 1] + lr * true_gradient(mdp, out[t - 1])
+    return out
 
 
 def optimal_policy(mdp: TabularMDP, reward: Optional[np.ndarray] = None) -> np.ndarray:

@@ -45,7 +45,8 @@ def _inverse_cdf(table: np.ndarray, rows: np.ndarray, u: np.ndarray) -> np.ndarr
 
 
 def sample_trajectories(
-    mdp: TabularMDP, pi: np.ndarray, n: int, horizon: int, rng: np.random.Generator, time_major: bool = False
+    mdp: TabularMDP, pi: np.ndarray, n: int, horizon: int, rng: np.random.Generator, time_major: bool = False,
+    copies: int = 1,
 ) -> Tuple[np.ndarray, np.ndarray]:
     """Sample n trajectories of T steps: s_0 ~ start, a_t ~ pi(.|s_t), s_{t+1} ~ P[s_t, a_t].
 
@@ -54,11 +55,22 @@ def sample_trajectories(
     one draw of n for s_0, then per step one for the actions and, before the
     last step, one for the next states. Deterministic given the generator.
     Returns (states, actions), each (n, T) int64, or (T, n) with ``time_major``
-    (the layout they are drawn in: no transpose).
+    (the layout they are drawn in: no transpose). ``copies`` > 1: each draw is
+    of n / copies numbers, repeated ``copies`` times (trajectory i uses those
+    of i mod n / copies): the trajectories of ``copies`` runs that share one
+    random stream, each as it is drawn alone (racsim.learner.training.train_cells).
     """
     n, T = int(n), int(horizon)
     if n < 0 or T < 1:
         raise ValueError(f"need n >= 0 and horizon >= 1, got {n}, {T}")
+    if copies < 1 or n % copies:
+        raise ValueError(f"copies = {copies}: a divisor of n = {n}")
+    m = n // copies
+
+    def uniform() -> np.ndarray:
+        u = rng.random(m)
+        return u if copies == 1 else np.tile(u, copies)
+
     S, A = mdp.n_states, mdp.n_actions
     pi = np.asarray(pi, dtype=np.float64)
     if pi.shape not in ((S, A), (n, S, A)):
@@ -73,13 +85,13 @@ def sample_trajectories(
     # time-major buffers (contiguous writes per step), transposed blockwise at the end
     st = np.empty((T, n), dtype=np.int64)
     ac = np.empty((T, n), dtype=np.int64)
-    s = _inverse_cdf(tab_start, np.zeros(n, dtype=np.int64), rng.random(n))
+    s = _inverse_cdf(tab_start, np.zeros(n, dtype=np.int64), uniform())
     for t in range(T):
-        a = _inverse_cdf(tab_pi, lane + s, rng.random(n))
+        a = _inverse_cdf(tab_pi, lane + s, uniform())
         st[t] = s
         ac[t] = a
         if t + 1 < T:
-            s = _inverse_cdf(tab_P, s * A + a, rng.random(n))
+            s = _inverse_cdf(tab_P, s * A + a, uniform())
     if time_major:
         return st, ac
     return _transpose(st), _transpose(ac)

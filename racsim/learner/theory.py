@@ -9,6 +9,11 @@
   between the fast-only and the corrected policy is at most
   ``min(sqrt(KL/2), 1 - exp(-KL)/2)`` (eq. ``eq:tv-bound``), Pinsker's
   inequality below the crossover KL* and Bretagnolle-Huber above it.
+* The first-order law of a stale sample (issue 47; the 2025 staleness-scaling
+  results state the bias as O(S x eta)): on a path of step size eta, version
+  u - L sits about eta L g*(theta_u) behind version u, so the expected update
+  from samples L versions old moves off the fresh one by about eta L D, D the
+  derivative of that expectation along the path (:func:`first_order_staleness`).
 
 For the bias benchmark's prediction the kernel Lambda comes from the
 configuration (:func:`racsim.pipeline.kernels.predicted_kernel`), so that it can
@@ -25,7 +30,9 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import rel_entr
 
-from racsim.learner.correctors import age_weight
+from racsim.learner import mdp as M
+from racsim.learner.correctors import CorrectorParams, age_weight
+from racsim.learner.rollouts import softmax_score
 from racsim.pipeline.schedule import INJECTED
 
 __all__ = [
@@ -40,6 +47,8 @@ __all__ = [
     "tv_bound",
     "kl_crossover",
     "tight_branch",
+    "first_order_staleness",
+    "staleness_derivative",
 ]
 
 
@@ -273,3 +282,42 @@ def tight_branch(kl, form: str = "paper") -> np.ndarray:
     KL <= KL*, ``"bh"`` above (array of str, shape of ``kl``)."""
     k = _kl_array(kl)
     return np.where(k <= kl_crossover(form), "pinsker", "bh")
+
+
+def first_order_staleness(mdp: M.TabularMDP, theta: np.ndarray, horizon: int, rollout: str,
+                          params: CorrectorParams, lag: int) -> np.ndarray:
+    """D (S*A,): the staleness bias of one update per unit of eta x L, to first order, for the synchronous
+    estimator (every reward at Delta = 0) at the current policy ``theta`` whose samples come from a policy
+    ``lag`` versions back on a path of small steps eta along g* (racsim.learner.mdp.policy_path):
+
+        E(e) = softmax_score(phi_e * M(theta - e g*), pi, T),  D = dE/de at e = 0+,  bias ~ eta L ||D||,
+
+    M the behaviour moments, their derivative by forward mode (racsim.learner.mdp.behaviour_moments_jvp),
+    and phi_e the rollout corrector's weight (:func:`staleness_derivative`). NaN for drop."""
+    g = M.true_gradient(mdp, theta)
+    jvp = M.behaviour_moments_jvp(mdp, theta, horizon, -g, mdp.reward_total)
+    return staleness_derivative(M.softmax_policy(theta), g, jvp, horizon, rollout, params, lag)
+
+
+def staleness_derivative(pi: np.ndarray, g: np.ndarray, jvp, horizon: int, rollout: str, params: CorrectorParams,
+                         lag: int) -> np.ndarray:
+    """:func:`first_order_staleness` from the current policy ``pi``, its true gradient ``g`` and the behaviour
+    moments with their derivative along -g, ``jvp`` = (M, dM). The weight's derivative uses
+    r' = d(pi / mu_e)/de = -dmu / mu: none, 0; tis, r' (its cap > 1) or min(0, r') (a cap of 1: one-sided, the
+    kink of min at ratio 1); decoupled, r' (cap > 1: to first order the proximal policy cancels) or
+    min(0, (1 - 1/L) r') + r' / L (cap 1, the proximal policy a version back, 1/L of the way). drop has no such
+    law (all of a sample or none of it, a step at its cap): NaN."""
+    if rollout == "drop":
+        return np.full(pi.size, np.nan)
+    moments, dmoments = jvp
+    dmu = pi * (-g - (pi * -g).sum(axis=-1, keepdims=True))
+    r = -dmu / pi
+    if rollout == "none":
+        dphi = np.zeros_like(r)
+    elif rollout == "tis":
+        dphi = r if params.tis_cap > 1 else np.minimum(r, 0.0)
+    elif params.decoupled_cap > 1:
+        dphi = r
+    else:
+        dphi = np.minimum((1.0 - 1.0 / lag) * r, 0.0) + r / lag
+    return softmax_score(dphi * moments + dmoments, pi, horizon).ravel()

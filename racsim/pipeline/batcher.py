@@ -13,7 +13,7 @@ import bisect
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -404,7 +404,7 @@ def _candidates(spec: GpuSpec, tok: np.ndarray, group_time: np.ndarray, G: int, 
 
 def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarray, group_time: np.ndarray,
                 G: int, end: int, st: _FifoLanes, slow: Optional[np.ndarray] = None, faults=None,
-                stop: Optional[np.ndarray] = None) -> None:
+                stop: Optional[np.ndarray] = None, tick: Optional[Callable[[float], None]] = None) -> None:
     """The dispatch rule of :meth:`_Waiting.dispatch` for a FIFO batcher in closed
     form, vectorised over lanes: a fast path of the same rule, not a second one.
     Dispatches every request below index ``end``, one batch per lane per iteration.
@@ -428,15 +428,19 @@ def _fifo_lanes(spec: GpuSpec, tok: np.ndarray, cum: np.ndarray, cum2: np.ndarra
     With ``on_failure: resend`` a batch cut by a failure waits in ``st.again`` and is re-sent
     (:func:`_resend_lanes`) before a new batch that would leave at the same instant or later.
     ``stop`` (lanes,): dispatch each lane's requests below it only, those up to ``end`` in view
-    (a pool shared with other tenants, racsim/pipeline/shared.py).
+    (a pool shared with other tenants, racsim/pipeline/shared.py). ``tick(share)``: told the share of
+    the requests dispatched, every WRITE_EVERY iterations (progress inside a long serving).
     """
     resend = faults is not None and faults.spec.resend
     if resend and st.again is None:
         st.again = _Again.new(st.head.size)
     upto = end if stop is None else stop
+    whole = max(float(np.broadcast_to(upto, st.head.shape).sum()), 1.0)  # requests to dispatch, all lanes
     for k in itertools.count(1):
         if k % WRITE_EVERY == 0:
             st.flush()
+            if tick is not None:
+                tick(float(np.minimum(st.head, upto).sum()) / whole)
         act = np.flatnonzero(st.head < upto)
         wait = st.again.lanes() if resend else act[:0]
         if act.size == 0 and wait.size == 0:

@@ -166,13 +166,13 @@ def lanes_state(spec: GpuSpec, lanes: int, requests: int):
     return (_ChunkedLanes if spec.chunked else _FifoLanes).new(lanes, requests, spec.replicas)
 
 
-def fifo_lanes(spec: GpuSpec, tok, cum, cum2, group_time, G: int, end: int, st, slow=None) -> None:
+def fifo_lanes(spec: GpuSpec, tok, cum, cum2, group_time, G: int, end: int, st, slow=None, tick=None) -> None:
     """The vectorised FIFO dispatch of a pool: :func:`_fifo_lanes` for static and
-    unchunked continuous batching (``slow`` as there), :func:`_chunked_lanes` with chunked prefill."""
+    unchunked continuous batching (``slow``, ``tick`` as there), :func:`_chunked_lanes` with chunked prefill."""
     if spec.chunked:
         _chunked_lanes(spec, tok, cum, cum2, group_time, G, end, st)
     else:
-        _fifo_lanes(spec, tok, cum, cum2, group_time, G, end, st, slow)
+        _fifo_lanes(spec, tok, cum, cum2, group_time, G, end, st, slow, tick=tick)
 
 
 def drain_seconds(spec: GpuSpec, tokens: np.ndarray) -> np.ndarray:

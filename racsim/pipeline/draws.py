@@ -14,11 +14,12 @@ from racsim.config.validate import faults_on
 from racsim.io import recall
 from racsim.pipeline.arrivals import draw_offsets
 from racsim.pipeline.autoscale import scale_rule
-from racsim.pipeline.background import BackgroundSpec, background_spec
+from racsim.pipeline.background import BackgroundSpec, background_spec, background_work
 from racsim.pipeline.batcher import GpuSpec
 from racsim.pipeline.cbatch import drain_seconds, serving_spec
 from racsim.pipeline.faults import Timeline, fault_spec, read_schedule
-from racsim.pipeline.latency import build_latency, token_lengths
+from racsim.pipeline.latency import build_latency, token_lengths, whole_number_law
+from racsim.pipeline.steady import offered_load
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,18 @@ def draw(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Pipelin
         faults=faults,
         background=background,
     )
+
+
+def draw_lags(pcfg: PipelineConf, n_trials: int, rng: np.random.Generator) -> Optional[np.ndarray]:
+    """(trials, steps, batch) int64: each sample's generation lag L from ``pipeline.generation.lag``
+    (policy versions between the one that generated it and the step that trains on it), drawn from
+    ``rng`` alone, a stream of its own (racsim.seeds: every other draw stays what it was); None when
+    no law is set (every sample on-policy)."""
+    law = pcfg.generation.lag
+    if law is None:
+        return None
+    draws = whole_number_law(law, "pipeline.generation.lag").sample(rng, (n_trials, pcfg.steps, pcfg.batch_size))
+    return draws.astype(np.int64)
 
 
 def fault_timeline(ch: Any, name: str, n_trials: int, servers: int, seed: int) -> Timeline:
@@ -245,3 +258,22 @@ def work_seconds(draws: PipelineDraws, name: str) -> np.ndarray:
     if name in draws.routed:
         s = np.where(draws.routed[name], s, 0.0)
     return s.sum(axis=2)
+
+
+def sampled_loads(pcfg: PipelineConf, draws: PipelineDraws) -> Dict[str, float]:
+    """Each channel's offered load as its run drew it, rho = work / (clock x servers)
+    (:func:`racsim.pipeline.steady.offered_load`): the server-seconds of work its samples brought
+    (:func:`work_seconds`; other tenants' at their long-run rate) per second of the asynchronous
+    optimizer's clock, over its servers (a queue's workers, a gpu_rm pool's replicas). At or above 1
+    the channel's backlog grows for as long as the run lasts. NaN where there is no fixed number of
+    servers: a kernel channel, a queue without a worker limit, an autoscaled pool."""
+    clock = draws.phase.sum(axis=0)  # (trials, steps): the asynchronous optimizer's step seconds
+    out: Dict[str, float] = {}
+    for name, ch in pcfg.channels.items():
+        servers = draws.gpu[name].replicas if name in draws.gpu else draws.workers.get(name)
+        if name in draws.kernel_channels or name in draws.autoscale or not servers:
+            out[name] = float("nan")
+            continue
+        work = work_seconds(draws, name) + background_work(ch, name) * clock
+        out[name] = offered_load(work, clock, servers)
+    return out

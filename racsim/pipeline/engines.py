@@ -37,7 +37,7 @@ the second it is ready, numbered in ready order (racsim/pipeline/arrivals.py's R
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -59,8 +59,10 @@ def simulate(
     wait_timeout: Optional[float] = None,
     engine: Optional[str] = None,
     draws: Optional[PipelineDraws] = None,
+    tick: Optional[Callable[[float], None]] = None,
 ) -> ArrivalSchedule:
-    """Simulate ``n_trials`` independent runs of the pipeline; see the module docstring."""
+    """Simulate ``n_trials`` independent runs of the pipeline; see the module docstring. ``tick(share)``:
+    told as the simulation moves (the share of its trials or steps done), for progress inside it."""
     if draws is None:
         draws = draw(pcfg, n_trials, rng)
-    return ENGINES[engine or pcfg.engine](draws, blocking, wait_timeout)
+    return ENGINES[engine or pcfg.engine](draws, blocking, wait_timeout, tick)

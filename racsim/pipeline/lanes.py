@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import replace
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -242,17 +242,19 @@ class _GpuLanes:
             self.servers = [_LaneServer(spec, self.tok[i], self.G, None if self.slow is None else self.slow[i],
                                         faults, i, stream) for i in range(n)]
 
-    def _fifo(self, end: int) -> None:
+    def _fifo(self, end: int, tick: Optional[Callable[[float], None]] = None) -> None:
         """The vectorised FIFO rule up to request ``end`` (with faults, batcher's, which has outages)."""
         if self.faults is None:
-            fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, end, self.st, self.slow)
+            fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, end, self.st, self.slow,
+                       tick)
         else:
             _fifo_lanes(self.spec, self.tok, self.cum, self.cum2, self.group_time, self.G, end, self.st, self.slow,
-                        self.faults)
+                        self.faults, tick=tick)
 
-    def run_async(self, submit: np.ndarray, until: np.ndarray) -> None:
+    def run_async(self, submit: np.ndarray, until: np.ndarray, tick: Optional[Callable[[float], None]] = None) -> None:
         """Every sample's submission known: serve them all. ``submit``: (lanes, steps, batch);
-        ``until``: (lanes,) the run's end (other tenants' requests arrive until then)."""
+        ``until``: (lanes,) the run's end (other tenants' requests arrive until then); ``tick(share)``:
+        told the share served as it goes."""
         submit_time = group_arrivals(self.ready, submit)
         if self.shared is not None:
             self.shared.add(submit_time, until)
@@ -260,17 +262,21 @@ class _GpuLanes:
         if self.vector:
             self.group_time[:] = submit_time
             if self.steps is None:
-                self._fifo(self.tok.shape[1])
+                self._fifo(self.tok.shape[1], tick)
                 return
             for t in range(self.shape[1]):
                 nxt = submit_time[:, t + 1] if t + 1 < self.shape[1] else np.full(submit_time.shape[0], np.inf)
                 self.steps.step(t, submit_time[:, t], nxt)
+                if tick is not None:
+                    tick((t + 1) / self.shape[1])
             return
-        for srv, row, end in zip(self.servers, submit_time, until):
+        for i, (srv, row, end) in enumerate(zip(self.servers, submit_time, until)):
             for a in row:
                 srv.add_group(a)
             srv.end_others(end)
             srv.run()
+            if tick is not None:
+                tick((i + 1) / len(self.servers))
 
     def step_blocking(self, t: int, now: np.ndarray, timeout: Optional[float], ready: np.ndarray) -> np.ndarray:
         """Step t's groups arrive (at ``now``, or with arrivals over time at ``ready``, (lanes,
@@ -333,10 +339,12 @@ class _GpuLanes:
         return start, end, _batch_log(rows, self.spec.replicas)
 
 
-def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float] = None, *,
-              gpu_loop: bool = False) -> ArrivalSchedule:
+def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float] = None,
+              tick: Optional[Callable[[float], None]] = None, *, gpu_loop: bool = False) -> ArrivalSchedule:
     """Vectorised engine: every trial is a lane; one array operation per job position.
-    gpu_rm channels: see :class:`_GpuLanes` (``gpu_loop`` forces the per-lane event loop)."""
+    gpu_rm channels: see :class:`_GpuLanes` (``gpu_loop`` forces the per-lane event loop).
+    ``tick(share)``: told the share of the simulation done: the steps, then each gpu_rm pool's serving
+    of the requests they sent it (asynchronous: served once every submission is known), equal parts."""
     gen, fast, sub, upd = draws.phase
     n, steps = gen.shape
     names = list(draws.service)
@@ -356,6 +364,8 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
     timeout = np.inf if wait_timeout is None else wait_timeout
     bg = {nm: _Background(BackgroundStream(spec, n))  # other tenants on a queue (a gpu_rm pool's: its _GpuLanes)
           for nm, spec in draws.background.items() if nm not in draws.gpu}
+    serving = [] if blocking else [nm for nm in gpus if nm not in draws.autoscale]  # pools served after the steps
+    part = 1.0 / (1 + len(serving))  # the steps' share of the simulation, and each such pool's
     for t in range(steps):
         now = step_start[:, t] + gen[:, t]
         now = now + fast[:, t]
@@ -397,6 +407,8 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                     late = end[nm][:, t] > done[:, None]
                     land[nm][:, t] = np.where(late, -1, land[nm][:, t])
         step_start[:, t + 1] = done + upd[:, t]
+        if tick is not None:
+            tick(part * (t + 1) / steps)
     gpu_log, pool_log = {}, {}
     for nm, g in gpus.items():
         if nm in draws.autoscale:
@@ -407,7 +419,9 @@ def run_lanes(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
                 gpu_log[nm] = blog
         else:
             if not blocking:
-                g.run_async(submit[nm], step_start[:, -1])
+                j = serving.index(nm) + 1  # its part of the simulation, after the steps and the pools before it
+                g.run_async(submit[nm], step_start[:, -1], None if tick is None else
+                            lambda share, j=j: tick(part * (j + share)))
             start[nm], end[nm], gpu_log[nm] = g.finish(step_start[:, -1])
         if blocking:  # late = completed after the optimizer resumed (ties count as in time)
             land[nm] = np.where(end[nm] > resumed[:, :, None], -1, 0)

@@ -40,7 +40,7 @@ from racsim.config.names import closest
 from racsim.errors import ConfigError, listed
 from racsim.pipeline.csvdata import first_fields, has_header, line_of, read_column
 
-__all__ = ["Latency", "build_latency", "cauchy_truncated_mean", "solve_cauchy_location"]
+__all__ = ["Latency", "build_latency", "cauchy_truncated_mean", "solve_cauchy_location", "whole_number_law"]
 
 
 # Tail mass below which atoms of a rounded distribution are not summed one by
@@ -144,6 +144,64 @@ class _Empirical(Latency):
         # The relative slack absorbs float error in q*n (0.3*10 = 3.0000000000000004).
         k = np.ceil(np.nan_to_num(q) * n * (1 - 1e-12)).astype(np.int64) - 1
         return np.where(_bad_q(q), np.nan, self.values[np.clip(k, 0, n - 1)])
+
+    def describe(self) -> str:
+        return self.label
+
+
+class _Geometric(Latency):
+    """clip(X, low, high) for X geometric on the integers 0, 1, 2, ...: P(X = k) = p (1 - p)^k with
+    p = 1 / (1 + m), so E[X] = m (a generation lag in policy versions, or any count of whole steps).
+    Its mean is exact: E[clip(X, a, b)] = a + int_a^b P(X > x) dx with P(X > x) = q^(floor(x) + 1),
+    q = 1 - p, summed as a geometric series over the whole steps between a and b."""
+
+    def __init__(self, m: float, low: float, high: float, label: str):
+        self.m, self.low, self.high, self.label = float(m), low, high, label
+        self.p = 1.0 / (1.0 + self.m)
+        self.q = self.m / (1.0 + self.m)
+
+    def sample(self, rng: np.random.Generator, size: Any = None) -> np.ndarray:
+        x = (rng.geometric(self.p, size) - 1).astype(np.float64)
+        return np.clip(x, self.low, self.high, out=x) if isinstance(x, np.ndarray) else np.clip(x, self.low, self.high)
+
+    def _above(self, a: float, b: float) -> float:
+        """int_a^b q^(floor(x) + 1) dx for 0 <= a <= b (b may be inf)."""
+        if b <= a:
+            return 0.0
+        i = math.floor(a)
+        if math.isfinite(b) and math.floor(b) == i:
+            return (b - a) * self.q ** (i + 1)
+        head = (i + 1 - a) * self.q ** (i + 1)
+        if math.isinf(b):
+            return head + self.q ** (i + 2) / self.p
+        j = math.floor(b)
+        return head + (self.q ** (i + 2) - self.q ** (j + 1)) / self.p + (b - j) * self.q ** (j + 1)
+
+    def mean(self) -> float:
+        return self.low + self._above(self.low, self.high)
+
+    def cdf(self, x: Any) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            k = np.floor(np.where(np.isfinite(x) & (x >= 0), x, 0.0))
+            v = np.where(x < 0, 0.0, 1.0 - self.q ** (k + 1.0))
+        v = np.where(x < self.low, 0.0, np.where(x >= self.high, 1.0, v))
+        return np.where(np.isnan(x), np.nan, v)
+
+    def quantile(self, q: Any) -> np.ndarray:
+        u = np.asarray(q, dtype=np.float64)
+        bad = _bad_q(u)
+        u = np.where(bad, 0.5, u)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k = np.maximum(np.ceil(np.log1p(-u) / math.log(self.q) - 1.0), 0.0)
+        k = np.where(u >= 1.0, np.inf, k)
+        finite_k = np.isfinite(k)
+        kk = np.where(finite_k, k, 0.0)
+        # the float division can land one step off: the smallest k with 1 - q^(k + 1) >= u
+        kk = np.where(finite_k & (kk > 0) & (1.0 - self.q ** kk >= u), kk - 1.0, kk)
+        kk = np.where(finite_k & (1.0 - self.q ** (kk + 1.0) < u), kk + 1.0, kk)
+        k = np.where(finite_k, kk, k)
+        return np.where(bad, np.nan, np.clip(k, self.low, self.high))
 
     def describe(self) -> str:
         return self.label
@@ -674,6 +732,15 @@ def _build_uniform(conf: LatencyConf, key: str) -> Latency:
     return _Transformed(base, low, high, bool(conf.discrete), base.label() + (" rounded" if conf.discrete else ""))
 
 
+def _build_geometric(conf: LatencyConf, key: str) -> Latency:
+    """Integers 0, 1, 2, ... with mean ``mean`` (clipped to [low, high])."""
+    label = f"geometric(mean={_fmt(conf.mean)}) on 0, 1, 2, ..."
+    if conf.mean == 0:
+        return _point(0.0, conf, label)
+    low, high = _bounds(conf)
+    return _Geometric(float(conf.mean), low, high, label + _suffix(conf, False))
+
+
 def _read_column(conf: LatencyConf, key: str) -> np.ndarray:
     """The CSV column as float64 (racsim.pipeline.csvdata: ``#`` lines skipped, the header optional
     for a file of one column), or a ConfigError naming ``key.path``/``key.column`` and a bad value's line."""
@@ -755,6 +822,7 @@ _BUILDERS = {
     "exponential": _build_exponential,
     "empirical": _build_empirical,
     "uniform": _build_uniform,
+    "geometric": _build_geometric,
 }
 
 
@@ -765,6 +833,22 @@ def build_latency(conf: LatencyConf, key: str = "latency") -> Latency:
     """Validate ``conf`` (errors name ``key``) and build its distribution."""
     validate_latency(conf, key)
     return _BUILDERS[conf.kind](conf, key)
+
+
+def whole_number_law(conf: LatencyConf, key: str) -> Latency:
+    """:func:`build_latency` of a law of whole numbers >= 0 (a generation lag in policy versions,
+    racsim.config.validate.pipeline.LAG_KINDS): an empirical column holding anything else is refused,
+    naming the key and the first such value's line."""
+    law = build_latency(conf, key)
+    if isinstance(law, _Empirical):
+        v = _read_column(conf, key)
+        bad = np.flatnonzero(v != np.rint(v))
+        if bad.size:
+            header = has_header(first_fields(conf.path))
+            raise ConfigError(f"{key}.column", conf.column,
+                              f"whole numbers of policy versions ({bad.size} are not; the first, {v[bad[0]]:g}, on "
+                              f"line {line_of(conf.path, int(bad[0]), header)} of {conf.path})")
+    return law
 
 
 TOKEN_CHUNK = 1 << 16  # requests whose token lengths TokenLengths.sample finishes at once

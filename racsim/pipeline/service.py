@@ -100,6 +100,20 @@ def check_memory(rm: Any, key: str) -> None:
         f"use tp >= {tp_min}, a smaller token_budget, or a larger GPU")
 
 
+def scalars(*xs) -> bool:
+    """Whether every argument is a Python int or float: one batch or decode step, computed in Python floats
+    (the rollout engines' event loop, one call per event), the same IEEE operations as NumPy's elementwise."""
+    for x in xs:
+        if type(x) is not float and type(x) is not int:
+            return False
+    return True
+
+
+def larger(a, b):
+    """The elementwise maximum of arrays (np.maximum), or of two Python floats (max): the same value."""
+    return max(a, b) if type(a) is float and type(b) is float else np.maximum(a, b)
+
+
 class ServiceModel:
     """Seconds for batches, elementwise over arrays of batch statistics."""
 
@@ -139,7 +153,9 @@ class Roofline(ServiceModel):
         self.padded = bool(rm.padded)
 
     def flops(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
-        count, tok_sum, sq_sum, max_len = (np.asarray(x, dtype=np.float64) for x in (count, tok_sum, sq_sum, max_len))
+        if not scalars(count, tok_sum, sq_sum, max_len):
+            count, tok_sum, sq_sum, max_len = (np.asarray(x, dtype=np.float64)
+                                               for x in (count, tok_sum, sq_sum, max_len))
         if self.padded:
             tokens, squares = count * max_len, count * (max_len * max_len)
         else:
@@ -148,12 +164,19 @@ class Roofline(ServiceModel):
 
     def seconds(self, count, tok_sum, sq_sum, max_len) -> np.ndarray:
         compute = self.flops(count, tok_sum, sq_sum, max_len) / self.flops_per_s
-        return np.maximum(compute, self.floor) + self.overhead
+        return larger(compute, self.floor) + self.overhead
 
     def decode_seconds(self, running, context) -> np.ndarray:
-        running, context = np.asarray(running, dtype=np.float64), np.asarray(context, dtype=np.float64)
+        if scalars(running, context):
+            return self.decode_step(running, context)
+        return self.decode_step(np.asarray(running, dtype=np.float64), np.asarray(context, dtype=np.float64),
+                                np.maximum)
+
+    def decode_step(self, running, context, top=max):
+        """:meth:`decode_seconds` without its check: of Python numbers (``top`` max), or of arrays with
+        ``top`` np.maximum. The rollout engines' event loop calls it once per event."""
         compute = (2.0 * self.params * running + self.decode_attn * context) / self.flops_per_s
-        return np.maximum(compute, self.floor + self.kv_per_token * context) + self.overhead
+        return top(compute, self.floor + self.kv_per_token * context) + self.overhead
 
     def describe(self) -> str:
         return (f"roofline: {self.name} RM on {self.gpu_name} x tp={self.tp}, MFU {self.mfu:g}, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import replace
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -162,9 +162,11 @@ class _SimpyServer(EndOfInstant):
             yield _at(self.env, up)  # repaired: start again
 
 
-def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float] = None) -> ArrivalSchedule:
+def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float] = None,
+              tick: Optional[Callable[[float], None]] = None) -> ArrivalSchedule:
     """One SimPy environment per trial: an optimizer process, and for queued
-    channels one process per job on a ``simpy.Resource`` of c workers."""
+    channels one process per job on a ``simpy.Resource`` of c workers. ``tick(share)``:
+    told the share of the trials simulated after each one."""
     import simpy
 
     gen, fast, sub, upd = draws.phase
@@ -355,6 +357,8 @@ def run_simpy(draws: PipelineDraws, blocking: bool, wait_timeout: Optional[float
             for t, s0 in enumerate(async_starts(draws.phase[:, i:i + 1])[0]):
                 streamed(t, s0)
         env.run()  # runs on until every job is served, after the last step too
+        if tick is not None:
+            tick((i + 1) / n)
         for nm in pools:
             if nm in draws.faults:
                 end[nm][i] = np.where(failed[nm][i], np.inf, end[nm][i])

@@ -18,11 +18,14 @@ def queue_workers(channels: Dict[str, Any]) -> Dict[str, Optional[int]]:
     return {n: None if ch.kernel is not None else ch.workers for n, ch in channels.items()}
 
 
-def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], warmup_steps: int = 0) -> pd.DataFrame:
+def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], warmup_steps: int = 0,
+                  loads: Optional[Dict[str, float]] = None) -> pd.DataFrame:
     """One row per channel, in the steady state after ``warmup_steps`` (``pipeline.warmup_steps``):
     result counts, delay quantiles (steps), queue wait and sojourn (s) of the jobs submitted
     at steps >= warmup_steps, and utilisation over the window from that step's start to the
-    run's end (busy seconds of every job inside the window, warm-up jobs included)."""
+    run's end (busy seconds of every job inside the window, warm-up jobs included). ``loads``:
+    each channel's offered load on all its servers (racsim.pipeline.draws.sampled_loads), as
+    ``offered_load`` over the servers up where failures take some down (``availability``)."""
     rows = []
     w = int(warmup_steps)
     t0, t1 = sched.step_start[:, w], sched.step_start[:, -1]
@@ -66,6 +69,9 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
         pool = (sched.pools or {}).get(name)
         if pool is not None:
             row.update(pool_row(sched, k, pool, t0, t1, w))
+        if loads is not None:
+            up = row.get("availability", 1.0)
+            row["offered_load"] = loads.get(name, float("nan")) / up if up > 0 else float("nan")
         row.update(stationarity(sched, k, w, queued=row["workers"] is not None))
         rows.append(row)
     return pd.DataFrame(rows)

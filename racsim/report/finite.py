@@ -23,7 +23,10 @@ import pandas as pd
 
 from racsim.errors import ConfigError
 
-_NO_LAW = "no delay law predicts the kernel (a gpu_rm channel, a GPU fast scorer), so Theorem 2.1 has no prediction"
+_NO_LAW = ("no delay law predicts the kernel (a gpu_rm channel, a GPU fast scorer), or the policy moves (generation "
+           "lags: condition (U) fails), so Theorem 2.1 has no prediction")
+_NO_SLOPE = ("drop has no first-order law: a sample is kept whole or dropped whole, a step at the version cap "
+             "(racsim.learner.theory.staleness_derivative)")
 _NO_ANGLE = ("the cosine of the update's gradient and synchronous GRPO's is undefined where either gradient is "
              "zero (no angle to a zero vector): with every group's rewards tied, every group-relative "
              "advantage is 0")
@@ -52,12 +55,16 @@ MAY_BE_NAN = {
     "autoscale:*": "a fixed pool whose offered load reaches capacity.max_load is not simulated (no steady state)",
     "capacity:*": "a count whose offered load reaches capacity.max_load is not simulated: its queue has no "
                   "steady state, so it has no steady-state figure (racsim/analyses/capacity/rows.py)",
-    "channels:offered_load": "the channel the capacity search does not size (only the sized one's load is computed)",
+    "channels:offered_load": "the channel has no fixed number of servers (a kernel channel, workers=null, an "
+                             "autoscaled pool), or every one of them was down over the measured window",
     "channels:availability": "no failures are modelled on that channel (no faults block), beside one that has them",
     "lm_gradients:cosine": _NO_ANGLE,
     "lm_seed_rule:budget_s": "the seed rule had no time budget (learner.lm.budget_s=null)",
     "lm_seed_rule:next_would_end_s": "the time budget did not end the seed rule (its column ended says what did)",
     "grad_cosine": _NO_ANGLE + " (at every checkpoint of every seed)",
+    "generation:response_dropped_mean": "no group was dropped from the trainer's queue",
+    "first_order:first_order_bias": _NO_SLOPE,
+    "first_order:slope_*": _NO_SLOPE,
 }
 
 ROW_KEYS = ("cell", "mode", "corrector", "channel", "count", "eta", "K")  # what names a row, when present

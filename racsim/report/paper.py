@@ -41,7 +41,7 @@ from racsim.config.schema import LatencyConf
 from racsim.io import fmt
 from racsim.learner.theory import kl_crossover
 from racsim.pipeline.kernels import distribution_kernel
-from racsim.report.plots import _plt, _save
+from racsim.report.plots import _plt, _save, scale_from_data
 
 CI_RESAMPLES = 2000  # bootstrap resamples over cells (seeds) for ratios of mean biases
 MEAN_CI_RESAMPLES = 10_000  # for Table 6's mean reduction (the paper's B)
@@ -453,10 +453,12 @@ def _heatmap_figure(heat: Dict[str, Dict[int, float]], path: Path) -> None:
     Ks = sorted({k for v in heat.values() for k in v})
     M = np.array([[heat[t].get(k, np.nan) for k in Ks] for t in topos])
     fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(Ks), 0.9 + 0.55 * len(topos)))
-    im = ax.imshow(np.log10(M), cmap="viridis", aspect="auto")
+    with np.errstate(divide="ignore", invalid="ignore"):  # a reduction of 0 or below, or NaN: a blank cell
+        im = ax.imshow(np.where(M > 0, np.log10(np.where(M > 0, M, 1.0)), np.nan), cmap="viridis", aspect="auto")
     for i, t in enumerate(topos):
-        j = int(np.nanargmax(M[i]))
-        ax.plot(j, i, marker="*", color="white", ms=14, mec="black")
+        if np.isfinite(M[i]).any():
+            j = int(np.nanargmax(np.where(np.isfinite(M[i]), M[i], np.nan)))
+            ax.plot(j, i, marker="*", color="white", ms=14, mec="black")
         for jj in range(len(Ks)):
             ax.text(jj, i, f"{M[i, jj]:.3g}", ha="center", va="center", fontsize=7, color="w")
     ax.set_xticks(range(len(Ks)), [str(k) for k in Ks])
@@ -478,8 +480,9 @@ def _pareto_figure(rows: pd.DataFrame, path: Path) -> None:
             ax.scatter(r.wallclock_ratio, r.reduction_exact, marker="o" if steps == 50 else "s")
             ax.annotate(f"{r.corrector} ({steps} steps)", (r.wallclock_ratio, r.reduction_exact), fontsize=7,
                         xytext=(4, 3), textcoords="offset points")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    drawn = rows[rows["learner.fast_noise_std"] == rows["learner.fast_noise_std"].iloc[0]]
+    scale_from_data(ax, "x", drawn.wallclock_ratio)
+    scale_from_data(ax, "y", drawn.reduction_exact)
     ax.set_xlabel("wall-clock relative to naive (simulated)")
     ax.set_ylabel("bias reduction vs naive (exact)")
     ax.set_title("Cost-quality Pareto at K = 2, E[Delta] = 25")
@@ -509,7 +512,7 @@ def _box_figure(boxes: Dict[str, np.ndarray], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.boxplot(list(boxes.values()), tick_labels=list(boxes))
     ax.scatter(range(1, len(boxes) + 1), [v.mean() for v in boxes.values()], color="red", zorder=3, label="mean")
-    ax.set_yscale("log")
+    scale_from_data(ax, "y", np.concatenate([[], *(np.asarray(v, dtype=float) for v in boxes.values())]))
     ax.set_xlabel("|S| x |A|")
     ax.set_ylabel("RAC bias reduction (exact)")
     ax.set_title("Bias reduction across MDP sizes")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any, List, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 
 from racsim.errors import wrapped
@@ -21,7 +23,7 @@ TABLE = [
     ("bias_exact", "bias (exact)"),
     ("bias_theorem", "bias (thm)"),
     ("reduction_exact", "reduction"),
-    ("reduction_ci", "95% CI (MC)"),
+    ("reduction_ci", "95% CI"),  # of the exact reduction (racsim.analyses.bias_study.exact_replicates)
     ("run_bias_exact", "run bias"),
     ("reduction_rep", "95% rep."),
     ("vif", "VIF"),
@@ -41,9 +43,10 @@ TABLE = [
 def warmup_warning(results: pd.DataFrame, threshold: float = 0.05) -> str:
     """One line when the warm-up is too short for the delays (``delay_past_warmup``
     above ``threshold``): the steady-state figures then miss part of the slow results."""
-    if "delay_past_warmup" not in results or not len(results):
+    known = results.delay_past_warmup.dropna() if "delay_past_warmup" in results else ()
+    if not len(known):
         return ""
-    worst = results.loc[results.delay_past_warmup.idxmax()]
+    worst = results.loc[known.idxmax()]
     if worst.delay_past_warmup <= threshold:
         return ""
     return (f"warning: {worst.delay_past_warmup:.0%} of the slow results land (or are still in flight) more than "
@@ -51,23 +54,129 @@ def warmup_warning(results: pd.DataFrame, threshold: float = 0.05) -> str:
             "them; raise pipeline.warmup_steps (and pipeline.steps)")
 
 
+def overload_note(load: float) -> str:
+    """``offered load L >= 1: overloaded; `` when ``load`` is at or above :data:`OVERLOADED`, else ''."""
+    return f"offered load {fmt(float(load))} >= 1: overloaded; " if load >= OVERLOADED else ""
+
+
+FREE_CLOCK = 1.001  # a corrector within this wall-clock ratio of naive's costs no wall-clock
+
+
+def answer_line(results: pd.DataFrame) -> str:
+    """Which corrector to use, why, and at what cost, in one sentence, from a one-cell run's results: the
+    least-biased (exact) corrector that costs no wall-clock (clock x within :data:`FREE_CLOCK`; the
+    synchronous oracle, a reference, aside), its reduction of naive's bias with its interval, and what
+    waiting for the slow results would buy and cost (wait_for_slow's reduction and clock, and the objective
+    each trains to within naive's wall-clock where training ran). Empty for a grid, a run without those
+    columns, or without a corrector that costs no wall-clock."""
+    need = {"corrector", "bias_exact", "reduction_exact", "wallclock_ratio"}
+    if "cell" in results or not need <= set(results):
+        return ""
+    r = results[results["mode"] == "pipeline"] if "mode" in results else results
+    r = r.set_index("corrector")
+    free = r.drop(index="sync_oracle", errors="ignore").query(f"wallclock_ratio <= {FREE_CLOCK}")
+    if not len(free):
+        return ""
+    best = r.loc[free["bias_exact"].idxmin()]
+    if best.name == "naive":
+        head = "use naive: no corrector that costs no wall-clock has less bias here"
+    else:
+        ci = (f" [{fmt(best['reduction_ci_lo'])}, {fmt(best['reduction_ci_hi'])}]"
+              if pd.notna(best.get("reduction_ci_lo", math.nan)) else "")
+        head = (f"use {best.name}: the least-biased corrector at naive's wall-clock, {fmt(best['reduction_exact'])}x"
+                f"{ci} less bias than naive at no cost in wall-clock")
+    if "wait_for_slow" not in r.index or best.name == "wait_for_slow":
+        return head
+    wait = r.loc["wait_for_slow"]
+    tail = (f"; wait_for_slow removes {fmt(wait['reduction_exact'])}x but takes {fmt(wait['wallclock_ratio'])}x "
+            "the wall-clock")
+    if "J_at_naive_clock" in r and pd.notna(wait["J_at_naive_clock"]):
+        tail += (f", so within naive's time it trains to J = {fmt(wait['J_at_naive_clock'])} against "
+                 f"{best.name}'s {fmt(best['J_at_naive_clock'])}")
+    return head + tail
+
+
 def stationarity_warning(channels: pd.DataFrame) -> str:
     """One line naming the channels that are not in a steady state over the measured window
     (``stationary`` False in channels.csv): their steady-state figures are not ones."""
     if "stationary" not in channels or channels.stationary.all():
         return ""
-    bad = channels[~channels.stationary.astype(bool)]
-    names = "; ".join(f"{r.channel} ({r.steady_note})" for r in bad.drop_duplicates("channel").itertuples())
+    bad = channels[~channels.stationary.astype(bool)].drop_duplicates("channel")
+    names = "; ".join(f"{r['channel']} ({overload_note(r.get('offered_load', math.nan))}{r['steady_note']})"
+                      for _, r in bad.iterrows())
     return (f"warning: not stationary over the measured window: {names}; its queue still drifts, so the "
             "steady-state figures are not steady-state ones: raise pipeline.steps, or the channel's capacity "
             "if its offered load is near or above 1 (racsim scenario=capacity/... finds it)")
+
+
+# A run's health: whether its figures are steady-state ones (DESIGN.md, "Answers that hold for a whole run").
+HEALTH = ("stationary", "offered_load", "dropped_share", "warnings")
+OVERLOADED = 1.0  # an offered load at or above this: the channel's backlog grows for as long as the run lasts
+DROPPED_FLAG = 0.01  # a larger share of a channel's results dropped is flagged (capacity.max_dropped's default)
+
+
+def run_health(results: pd.DataFrame, channels: Optional[pd.DataFrame]) -> dict:
+    """One run's (or one grid cell's) health record: ``stationary`` (every slow channel in a steady state
+    over the measured window; None: not known), ``offered_load`` (the largest channel's, work arriving over
+    its servers' capacity: racsim.pipeline.draws.sampled_loads; NaN: none known), ``dropped_share`` (the
+    largest share of a channel's results dropped in the window) and ``warnings`` (what the run alone
+    warns of, in short: a warm-up too short for the delays, channels not stationary; '' for none)."""
+    chans = channels if channels is not None and len(channels) else None
+    warnings = []
+    if warmup_warning(results):
+        warnings.append("warm-up too short")
+    if chans is not None and stationarity_warning(chans):
+        bad = chans[~chans.stationary.astype(bool)].channel.drop_duplicates()
+        warnings.append(f"not stationary: {', '.join(map(str, bad))}")
+    if chans is not None and "stationary" in chans:
+        stationary = bool(chans.stationary.astype(bool).all())
+    elif "stationary" in results and results.stationary.notna().any():
+        stationary = bool(results.stationary.astype(bool).all())
+    else:
+        stationary = None
+    load, dropped = math.nan, math.nan
+    if chans is not None and "offered_load" in chans and chans.offered_load.notna().any():
+        load = float(chans.offered_load.max())
+    if chans is not None and {"dropped", "emitted"} <= set(chans):
+        shares = chans.dropped.to_numpy(dtype=float) / np.maximum(chans.emitted.to_numpy(dtype=float), 1.0)
+        dropped = float(shares.max())
+    return {"stationary": stationary, "offered_load": load, "dropped_share": dropped,
+            "warnings": "; ".join(warnings)}
+
+
+def with_health(results: pd.DataFrame, channels: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """``results`` with the health record (:data:`HEALTH`, :func:`run_health`) on every row, as its last
+    columns: a grid cell's own where the rows and the channels name their ``cell``, else the run's."""
+    out = results.drop(columns=[c for c in HEALTH if c in results])
+    if "cell" in results and channels is not None and "cell" in channels:
+        each = {c: run_health(results[results["cell"] == c], channels[channels["cell"] == c])
+                for c in results["cell"].unique()}
+        records = [each[c] for c in results["cell"]]
+    else:
+        records = [run_health(results, channels)] * len(results)
+    health = pd.DataFrame(records, columns=list(HEALTH), index=out.index)
+    return pd.concat([out, health.astype({"stationary": "boolean"})], axis=1)
+
+
+def health_flag(stationary: Any, load: float, dropped: float, warnings: Any) -> str:
+    """A health record (:func:`run_health`, or a cell's over its seeds) in a few words for a table: ``ok``, or
+    what is wrong: an offered load at or above :data:`OVERLOADED`, not stationary, more than
+    :data:`DROPPED_FLAG` of a channel's results dropped, a warm-up too short; ``?`` when nothing is known
+    (a run without slow channels' statistics, as the LM study's)."""
+    load, dropped = (float(v) if pd.notna(v) else math.nan for v in (load, dropped))
+    flags = [f"load {fmt(load)}"] if load >= OVERLOADED else []
+    flags += ["not stationary"] if pd.notna(stationary) and not bool(stationary) else []
+    flags += [f"{dropped:.0%} dropped"] if dropped > DROPPED_FLAG else []
+    flags += ["warm-up short"] if pd.notna(warnings) and "warm-up" in str(warnings) else []
+    known = pd.notna(stationary) or not math.isnan(load) or not math.isnan(dropped)
+    return ", ".join(flags) if flags else "ok" if known else "?"
 
 
 # The terminal shows what fits its width: these columns go first, in this order, when the table is wider
 # (summary.md and results.csv keep every one).
 LEAST_ESSENTIAL = ("95% rep.", "MC s.e.", "run bias", "VIF", "bias (thm)", "bias (MC)", "mean ratio (late)",
                    "eta (same steps)", "slow grad missing", "proxy final +-", "proxy final", "slow missing (IS)",
-                   "policy", "95% CI (MC)", "true final +-", "true final")
+                   "policy", "95% CI", "true final +-", "true final")
 
 
 def cell_text(value: Any) -> str:
@@ -87,13 +196,15 @@ def cell_text(value: Any) -> str:
 
 def fitted(table: pd.DataFrame, width: int, order: Sequence[str] = LEAST_ESSENTIAL) -> tuple:
     """(the table less its least essential columns (``order``, by default :data:`LEAST_ESSENTIAL`)
-    until its text is at most ``width`` wide, the names of those left out)."""
+    until its text is at most ``width`` wide, the names of those left out). A column leaves with its
+    ``+-`` column: an interval's half-width is never shown without the value it qualifies."""
     dropped: List[str] = []
     for name in order:
         if len(table.to_string(index=False).splitlines()[0]) <= width:
             break
+        gone = [c for c in (name, f"{name} +-") if c in table]
         if name in table:
-            table = table.drop(columns=[name])
+            table = table.drop(columns=gone)
             dropped.append(name)
     return table, dropped
 

@@ -22,7 +22,8 @@ from racsim.report import lm as LM
 from racsim.report import plots as P
 from racsim.report.capacity import write_capacity
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
-from racsim.report.tables import format_table, stationarity_warning, time_section, warmup_warning
+from racsim.report.lags import first_order_lines, lag_markdown, lags_plot
+from racsim.report.tables import answer_line, format_table, stationarity_warning, time_section, warmup_warning
 from racsim.report.trace import write_timeline
 
 
@@ -87,9 +88,12 @@ def write_outputs(out_dir: Path, res: RunResult, cfg_yaml: Union[str, Callable[[
     write_text(out_dir / "config.yaml", yaml_text())
     written.append(out_dir / "config.yaml")
     if plots and "corrector" in res.results:
-        figures = (("pareto.png", P.pareto), ("training.png", P.training), ("queue.png", P.queue))
+        figures = (("pareto.png", P.pareto), ("training.png", P.training), ("queue.png", P.queue),
+                   ("lag.png", P.lag), ("generation_queue.png", P.generation_queue))
         if LM.is_lm(res):  # learner=lm: its own figures
             figures = LM.PLOTS + (("queue.png", P.queue),)
+        if "lags" in res.extra:  # a run across generation lags: bias and J against the lag, in place of the Pareto
+            figures = (("lags.png", lags_plot),) + figures[3:]
         for name, fn in figures:
             path = out_dir / name
             if fn(res, path):
@@ -138,7 +142,8 @@ def summary_markdown(res: RunResult, files: list) -> str:
         "its standard error; `bias (exact)` its exact expectation given the simulated arrival schedule; "
         "`bias (thm)` is Theorem 2.1's prediction from the configured delay law alone (no queueing, no "
         "simulation), so it can disagree (`theorem_gap` in results.csv). `reduction` is naive's exact bias over "
-        "the corrector's; the CI is a paired bootstrap of the Monte-Carlo ratio. `run bias` is the exact bias of "
+        "the corrector's; its 95% CI resamples the trials (paired), whose arrival schedules are all the exact figure "
+        "depends on. `run bias` is the exact bias of "
         "the whole finite run instead, where results in flight at the end are lost (`eta_end_of_run` is that "
         "loss's part of the slack). `clock x` is simulated wall-clock relative to naive. `J @ naive clock` is the "
         "true objective reached by training with that corrector within naive's wall-clock.",
@@ -148,9 +153,16 @@ def summary_markdown(res: RunResult, files: list) -> str:
         "```",
         "",
     ]
+    answer = answer_line(r)
+    if answer:
+        lines += [f"Answer: {answer}.", ""]
     for warning in (warmup_warning(r), stationarity_warning(res.channels)):
         if warning:
             lines += [warning[0].upper() + warning[1:] + ".", ""]
+    if "first_order" in res.extra:
+        lines += LAGS_NOTE + [""]
+        lines += lag_markdown(res.extra["lags"]) if "lags" in res.extra else []
+        lines += [f"- {x[0].upper()}{x[1:]}." for x in first_order_lines(res.extra["first_order"])] + [""]
     if len(static):
         lines += STATIC_NOTE + ["", "```", format_table(static), "```", ""]
     floor = r[r.get("at_noise_floor", False) == True]  # noqa: E712
@@ -162,10 +174,41 @@ def summary_markdown(res: RunResult, files: list) -> str:
         ]
     lines += ["## Results accounting (all channels, all trials)", "", "```",
               r[["corrector", "emitted", "injected", "dropped", "pending"]].to_string(index=False), "```", ""]
+    if "generation" in res.extra:
+        lines += GENERATION_NOTE + ["", "```", res.extra["generation"].T.to_string(header=False), "```", ""]
     lines += ["## Slow channels (asynchronous pipeline)", "", "```", res.channels.to_string(index=False), "```", ""]
     lines += time_section(res.timings)
     lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
     return "\n".join(lines)
+
+
+GENERATION_NOTE = [
+    "## Generation (asynchronous engines)",
+    "",
+    "pipeline.generation.mode=async (docs/generation.md): rollout engines ran ahead of the trainer. Per schedule "
+    "(`async`: what the non-blocking correctors read; `blocking`: wait_for_slow's, gate all), over the trained "
+    "samples of the measured window: `mean_lag` is the step t minus the token-weighted policy version of a "
+    "sample (split into versions that passed before its group entered the queue and in it), `head_lag_*` t minus "
+    "its start version (the lag AReaL caps), `last_lag_mean` t minus its last token's; `generation_s`, "
+    "`reward_wait_s` (gate all) and `queue_s` the seconds from its start to its end, to its group's queue entry "
+    "and to its training step. The engines' and the trainer's time splits are shares of the run; `binds` names "
+    "the side that waits less (`admission` where both wait more than a quarter of the time). generation.csv and "
+    "lag_histogram.csv hold these; lag.png and generation_queue.png plot them.",
+]
+
+LAGS_NOTE = [
+    "## Both lags",
+    "",
+    "A sample trained at step t was generated by the policy of version t - L (its generation lag, "
+    "pipeline.generation.lag), so the policy moves: the versions are the path of expected policy-gradient "
+    "ascent on the true gradient from the learner's theta at learner.train.lr, each update scored under its "
+    "own version, each slow result under the version of the step it lands at, and the bias is that of the "
+    "steady updates' mean against the mean of their true gradients (docs/correctors.md, \"Both lags\"). "
+    "A row named `rac+tis` is a reward-axis corrector with a rollout-axis one (corrector.rollout). "
+    "Theorem 2.1's columns are empty: its condition (U) fails once the behaviour policy is older. The "
+    "first-order law: the staleness part of the bias (samples L versions old against fresh ones, every "
+    "reward at Delta = 0) grows as slope x lr x L for small steps; `first_order.csv` holds it lag by lag.",
+]
 
 
 STATIC_NOTE = [

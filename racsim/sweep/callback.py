@@ -36,6 +36,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from racsim.config.defaults import replace_grid
+from racsim.config.names import what_if_name
 from racsim.config.spec import scenario
 from racsim.config.validate import check_name
 from racsim.errors import ConfigError, JobError, WriteFailure, reason, say, write_failure
@@ -307,6 +308,14 @@ def sweep_dir(base: str, task_overrides: Any, resume: Any) -> str:
     return new
 
 
+def what_if_folder(*, _root_: Any) -> str:
+    """Resolver ``racsim.what_if``: :func:`~racsim.config.names.what_if_name` of the run's task overrides as
+    written (an override holding an interpolation, ``seed=${nope}``, is named, not resolved: its own check
+    refuses it, naming its key)."""
+    task = OmegaConf.select(_root_, "hydra.overrides.task", default=None)
+    return what_if_name(OmegaConf.to_container(task, resolve=False) if task is not None else [])
+
+
 def register_resolvers() -> None:
     # Cached, like ${now:}: every job of the sweep sees the value the launcher saw
     # (the cache travels with the config to joblib, submitit and Ray workers).
@@ -314,6 +323,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("racsim.sweep_dir", sweep_dir, use_cache=True)
     if not OmegaConf.has_resolver("racsim.unique_dir"):
         OmegaConf.register_new_resolver("racsim.unique_dir", unique_dir, use_cache=True)
+    if not OmegaConf.has_resolver("racsim.what_if"):  # a single run's folder named after its overrides
+        OmegaConf.register_new_resolver("racsim.what_if", what_if_folder)
 
 
 register_resolvers()  # at import: workers unpickle the callback (this module) before composing
@@ -381,8 +392,12 @@ def log_to_files(title: str, error: BaseException) -> None:
             handler.handle(record)
 
 
-AHEAD: Dict[int, float] = {}  # job number -> when its batch began (time.time()): jobs racsim's launcher computes ahead now
-SHARE: Dict[int, float] = {}  # job number -> its share of its batch's seconds computed ahead (the seconds / the batch's jobs)
+# job number -> since when (time.time()) racsim's launcher computes it ahead: its batch's start, or the end of the
+# batch's job before it (a batch computes its jobs one after another)
+AHEAD: Dict[int, float] = {}
+SHARE: Dict[int, float] = {}  # job number -> its own seconds of the batch that computed it ahead
+# the batch racsim's launcher computes now: [its Progress (units: trials), when it began, its jobs]
+BATCH: List[Any] = []
 
 
 def _mtime(path: Path) -> Optional[float]:
@@ -394,12 +409,13 @@ def _mtime(path: Path) -> Optional[float]:
 
 class JobCounts:
     """A sweep's jobs, from its folder (any launcher that shares a file system) and from racsim's
-    launcher in this process: done (marker present), running (started since the sweep began and no
-    marker yet, or computed ahead here: :data:`AHEAD`, then :data:`PREPARED` until written) and left;
-    and the time left (:meth:`left_s`) from the finished jobs' seconds and how many run side by side."""
+    launcher in this process: done (marker present; ``fresh``: written since the sweep began, as a sweep
+    that computes its jobs again needs), running (started since the sweep began and no marker yet, or
+    computed ahead here: :data:`AHEAD`, then :data:`PREPARED` until written) and left; and the time left
+    (:meth:`left_s`) from the finished jobs' seconds and how many run side by side."""
 
-    def __init__(self, sweep: Path, total: Optional[int], started: float):
-        self.sweep, self.total, self.started = Path(sweep), total, started
+    def __init__(self, sweep: Path, total: Optional[int], started: float, fresh: bool = False):
+        self.sweep, self.total, self.started, self.fresh = Path(sweep), total, started, fresh
         self.took: Dict[Path, Tuple[float, float]] = {}  # a job finished in this sweep -> (its own seconds, its share)
         self.side_by_side = 1  # the most jobs seen computing at once (a batch computed ahead is one process)
 
@@ -410,7 +426,7 @@ class JobCounts:
         for d in job_dirs(self.sweep):
             began = _mtime(d / ".hydra" / "overrides.yaml")  # Hydra's run_job and racsim's launcher write it first
             ended = _mtime(d / DONE)
-            if ended is not None:
+            if ended is not None and not (self.fresh and ended < self.started):
                 done += 1
                 if ended >= self.started and d not in self.took:
                     self.took[d] = self._seconds(d, began, ended)
@@ -435,9 +451,12 @@ class JobCounts:
                left: Optional[int]) -> Optional[float]:
         """The seconds left: every job left at the finished jobs' mean seconds, each running one's rest of
         it (a batch computed ahead: its jobs' mean share, less what it has run), divided among the jobs
-        seen running side by side."""
-        if not self.took or left is None:
+        seen running side by side. Before any job has finished, from the batch computing now: its
+        seconds so far over the share of its trials done, per job (:func:`batch_left_s`)."""
+        if left is None:
             return None
+        if not self.took:
+            return batch_left_s(now, left + len(ages))
         own = sum(o for o, _ in self.took.values()) / len(self.took)
         shares = [s for _, s in self.took.values() if s > 0]
         share = sum(shares) / len(shares) if shares else own
@@ -446,6 +465,20 @@ class JobCounts:
         if ahead:
             work += max(len(ahead) * share - (now - min(ahead)), 0.0)
         return work / self.side_by_side
+
+
+def batch_left_s(now: float, jobs: int) -> Optional[float]:
+    """The seconds left: the rest of the batch racsim's launcher computes now (:data:`BATCH`: its seconds
+    so far over the share of its trials done), then ``jobs`` more jobs at its pace per job. None without
+    such a batch, or before a trial of it is done."""
+    if not BATCH:
+        return None
+    meter, began, size = BATCH
+    p = meter.phase
+    if p is None or not p.done or not p.total:
+        return None
+    whole = (now - began) * p.total / p.done
+    return max(whole - (now - began), 0.0) + jobs * whole / size
 
 
 class _Poll:
@@ -465,7 +498,7 @@ class _Poll:
         except Exception:  # a folder that moved under the walk: the next poll
             return
         self.last, self.cost_s = now, time.monotonic() - now
-        key = (c["done"], c["running"])
+        key = (c["done"], c["running"], c["left_s"] is not None)  # a line too when the first estimate comes
         note = f"{c['running']} running" + ("" if c["left"] is None else f", {c['left']} left")
         progress.update(c["done"], note, line=key != self.key, left_s=c["left_s"])
         self.key = key
@@ -479,12 +512,16 @@ def check_sweep_folder(sweep: Path, config: DictConfig) -> None:
     """A sweep folder holds one sweep: refuse one that holds another sweep's jobs (other
     overrides), one that another live sweep holds, and one where gathering would replace
     a file racsim did not write (``output.force=true`` allows that)."""
+    check_writable("hydra.sweep.dir", sweep)
     want = cell_overrides(config.hydra.overrides.task)
     had = _recorded_overrides(sweep) if (sweep / "multirun.yaml").is_file() else None
     if had is not None and had != want:
         raise ConfigError("hydra.sweep.dir", str(sweep),
                           f"a folder of its own: it holds another sweep ({' '.join(had) or 'no overrides'})")
     force = OmegaConf.select(config, "output.force", default=False)
+    finished = jobs_done(sweep) if had is not None and sweep.is_dir() else 0
+    if finished and not force and not OmegaConf.select(config, RESUME_KEY, default=False):
+        raise ConfigError("hydra.sweep.dir", str(sweep), rerun_refusal(sweep, finished, count_jobs(config)))
     clash = foreign(sweep, GATHERED)
     if clash and not force:
         raise ConfigError("hydra.sweep.dir", str(sweep), f"a folder where racsim would not replace the user's "
@@ -503,6 +540,19 @@ def check_sweep_folder(sweep: Path, config: DictConfig) -> None:
     sweep.mkdir(parents=True, exist_ok=True)
     _RELEASE.clear()
     hold(sweep, "sweep")
+
+
+def rerun_refusal(sweep: Path, finished: int, total: Optional[int]) -> str:
+    """Why a sweep is not run again into its own folder without ``resume=true``: it holds finished jobs
+    of this very sweep (each would be computed again and replaced), and the command that continues it."""
+    import shlex
+
+    again = shlex.join(["racsim", *sys.argv[1:], f"{RESUME_KEY}=true"])
+    of = f" of {total}" if total is not None else ""
+    state = "gathered" if not interrupted(sweep) else "interrupted"
+    return (f"a folder without finished jobs of this sweep, unless resume=true: it holds this sweep ({state}, "
+            f"{finished}{of} jobs done); continue it with: {again} (its finished jobs kept), or compute every "
+            f"job again with output.force=true, or choose another folder")
 
 
 def users_in_job_folders(sweep: Path, config: DictConfig) -> List[str]:
@@ -701,6 +751,20 @@ def end_single_run() -> None:
     _SINGLE.clear()
 
 
+@contextlib.contextmanager
+def refusing_os_errors(key: str, config: DictConfig):
+    """A callback's folder work, where a folder that cannot be made, taken or written stops the command
+    with one line naming ``key`` (``hydra.run.dir``, ``hydra.sweep.dir``): Hydra would turn the error
+    into a two-line warning, go on, and fail later on a file it blames instead."""
+    try:
+        yield
+    except OSError as ex:
+        folder = OmegaConf.select(config, key, default="?")
+        where = f"{ex.filename}: " if ex.filename and str(ex.filename) != str(folder) else ""
+        refuse(ConfigError(key, str(folder), f"a folder this user can make and write into ({where}"
+                                             f"{ex.strerror or ex})"))
+
+
 class SweepCallback(Callback):
     """Hydra callback (conf/config.yaml ``hydra.callbacks.racsim``)."""
 
@@ -718,6 +782,10 @@ class SweepCallback(Callback):
 
     # -- a single run: its folder is made (or taken) here, before Hydra writes into it
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with refusing_os_errors("hydra.run.dir", config):
+            self._run_start(config)
+
+    def _run_start(self, config: DictConfig) -> None:
         CREATED.clear()
         _RELEASE.clear()
         try:
@@ -749,6 +817,10 @@ class SweepCallback(Callback):
 
     # -- the sweep, in the process that launches it
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with refusing_os_errors("hydra.sweep.dir", config):
+            self._multirun_start(config)
+
+    def _multirun_start(self, config: DictConfig) -> None:
         catch_sigterm()  # a sweep stopped by SIGTERM ends as by Ctrl-C: its launcher's workers with it, the resume hint
         self._started = time.time()
         _FAILURES.clear()
@@ -765,7 +837,8 @@ class SweepCallback(Callback):
         if total == 0:  # a swept key given no values (seed=range(0)): nothing to run, nothing made
             refuse(ConfigError("the sweep", "0 jobs", "at least one job: a swept key was given no values"))
         if OmegaConf.select(config, "output.progress", default=True):  # lines: the jobs' own lines come between
-            poll = _Poll(JobCounts(sweep, total, self._started), self.progress_every_s)
+            resume = bool(OmegaConf.select(config, RESUME_KEY, default=False))  # else every job is computed again
+            poll = _Poll(JobCounts(sweep, total, self._started, fresh=not resume), self.progress_every_s)
             self._progress = Progress("sweep", mode="lines", poll=poll)
             self._progress.start("sweep", total, "job")
 
@@ -829,7 +902,9 @@ class SweepCallback(Callback):
         self._job_t0 = None
         num = OmegaConf.select(config, "hydra.job.num", default=None)
         status = getattr(getattr(job_return, "status", None), "name", "DONE")
-        log.info("job %s: %s in %.2f s", num, status.lower(), dt)
+        ahead = SHARE.get(num, 0.0)  # computed ahead with its batch (racsim's launcher): its seconds there count
+        log.info("job %s: %s in %.2f s%s", num, status.lower(), dt + ahead,
+                 f" ({ahead:.2f} s computing with its batch, then {dt:.2f} s writing)" if ahead else "")
         error = getattr(job_return, "_return_value", None) if status == "FAILED" else None
         if isinstance(error, BaseException):  # the sweep goes on; the job's log keeps the whole story
             job_return._return_value = job_failure(error)

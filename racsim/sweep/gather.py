@@ -36,11 +36,13 @@ from racsim.errors import WIDTH, Parser, WriteFailure, say, write_failure, wrote
 from racsim.io import atomic_write, fmt, write_text
 from racsim.progress import Progress
 from racsim.sweep.markers import is_complete, job_dirs, publish, read_marker
-from racsim.report.aggregate import INTERVAL_NOTE, aggregate, fixed, format_aggregate, seed_axes, write_knob_plots
+from racsim.report.aggregate import (INTERVAL_NOTE, aggregate, fixed, format_aggregate, health_line, seed_axes,
+                                     write_knob_plots)
 from racsim.report.paper import paper_report
-from racsim.report.tables import grid_columns
+from racsim.report.tables import grid_columns, with_health
 
 RESULTS = "results.parquet"
+CHANNELS = "channels.parquet"  # a run's slow channels: its health record's steady state, load and drops
 CAPACITY = "capacity.parquet"  # a capacity plan's curve: its job gathers as one row per corrector (capacity_rows)
 REPLICATES = "static_replicates.parquet"  # the replications of a static study's Monte Carlo
 
@@ -127,13 +129,21 @@ def capacity_rows(curve: pd.DataFrame) -> pd.DataFrame:
         for col, out in (("load", "recommended_load"), ("bias_exact", "recommended_bias"),
                          ("step_s", "recommended_step_s"), ("dropped_frac", "recommended_dropped")):
             row[out] = float(at[col].iloc[0]) if len(at) else float("nan")
+        # the health of the answer: the recommended count's steady state (none: no count meets the targets)
+        row.update(stationary=bool(at["stationary"].iloc[0]) if len(at) and "stationary" in at else None,
+                   offered_load=row["recommended_load"], dropped_share=row["recommended_dropped"],
+                   warnings="" if len(at) else "no count meets the targets")
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).astype({"stationary": "boolean"})
 
 
 def job_table(d: Path) -> pd.DataFrame:
-    """A complete job's rows: its results, or its capacity plan's answer (:func:`capacity_rows`)."""
-    return pd.read_parquet(d / RESULTS) if (d / RESULTS).is_file() else capacity_rows(pd.read_parquet(d / CAPACITY))
+    """A complete job's rows: its results with their health record (racsim.report.tables.with_health, from
+    its channels' table where it has one), or its capacity plan's answer (:func:`capacity_rows`)."""
+    if not (d / RESULTS).is_file():
+        return capacity_rows(pd.read_parquet(d / CAPACITY))
+    channels = pd.read_parquet(d / CHANNELS) if (d / CHANNELS).is_file() else None
+    return with_health(pd.read_parquet(d / RESULTS), channels)
 
 
 def _gather(root: Path, complete, progress: Optional[Progress] = None) -> Tuple[pd.DataFrame, List[str]]:
@@ -182,16 +192,24 @@ def report_markdown(df: pd.DataFrame, agg: pd.DataFrame, axes: List[str], title:
                   f"rerun the sweep with `resume=true`): " + ", ".join(f"`{p}`" for p in incomplete[:20])
                   + (" ..." if len(incomplete) > 20 else ""), ""]
     shared = fixed(df, axes)
+    warning = health_line(agg)
     lines += ["## Results per cell" + (f" (first {REPORT_ROWS} rows)" if len(agg) > REPORT_ROWS else ""), "",
               f"One row per cell and corrector (`aggregate.parquet` / `aggregate.csv`), {over}."
               + (" Every job had " + ", ".join(f"`{k}={fmt(v)}`" for k, v in shared.items()) + "." if shared else ""),
-              "",
-              "```", table, "```", ""]
+              "", HEALTH_NOTE, "",
+              "```", table, "```", ""] + ([warning[0].upper() + warning[1:] + ".", ""] if warning else [])
     if plots:
         lines += ["## Swept knobs", "", "Bias and simulated wall-clock against each swept numeric knob, "
                   "one series per corrector, bars the 95% t interval over seeds.", ""]
         lines += [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(lines)
+
+
+HEALTH_NOTE = ("`health` says whether a cell's figures are steady-state ones, over its seeds (columns `stationary`, "
+               "`offered_load`, `dropped_share` and `warnings` of `aggregate.csv`): `ok`, or an offered load at or "
+               "above 1 (the slow channel's backlog grows for as long as the run lasts), a channel not stationary "
+               "over the measured window, more than 1% of a channel's results dropped, a warm-up too short for "
+               "the delays; `?` where a run has no slow channels' statistics.")
 
 
 class Gathered(NamedTuple):
@@ -242,7 +260,9 @@ def gather_and_write(path, out: Optional[Path] = None, force: bool = False, plot
 def answer_text(g: Gathered) -> str:
     """What a sweep prints at its end: the aggregated table (the first REPORT_ROWS rows)."""
     more = f" (first {REPORT_ROWS} of {len(g.aggregate)} rows: aggregate.csv)" if len(g.aggregate) > REPORT_ROWS else ""
-    return f"one row per cell and corrector{more}:\n{format_aggregate(g.aggregate.head(REPORT_ROWS), WIDTH)}"
+    warning = health_line(g.aggregate)
+    return (f"one row per cell and corrector{more}:\n{format_aggregate(g.aggregate.head(REPORT_ROWS), WIDTH)}"
+            + (f"\n{warning}" if warning else ""))
 
 
 def main(argv=None) -> None:

@@ -26,7 +26,6 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from racsim.errors import say
 from racsim.io import file_digest, pid_alive, write_text
 
 DONE = "done.json"  # the completion marker, written last
@@ -242,14 +241,31 @@ def transient(name: str) -> bool:
 
 def _clear_stale(folder: Path, names: set) -> None:
     """Before new files of ``names`` land: take away the old marker when it is one of
-    them (the folder is not complete until the new one is written), and the temporary
-    files of them (``.NAME.tmp-PID``, racsim.io.atomic_write) whose writer is gone."""
+    them (the folder is not complete until the new one is written), the temporary
+    files of them (``.NAME.tmp-PID``, racsim.io.atomic_write) whose writer is gone, and
+    the staging folders of writers of this host that are gone (killed while they wrote:
+    :func:`stage_prefix`)."""
     if DONE in names and read_marker(folder) is not None:
         (folder / DONE).unlink(missing_ok=True)
     for p in folder.glob(".*.tmp-*"):
         name, _, pid = p.name[1:].rpartition(".tmp-")
         if name in names and pid.isdigit() and not pid_alive(int(pid)):
             p.unlink(missing_ok=True)
+    for p in folder.glob(f"{STAGE}*@*"):
+        pid, _, host = p.name[len(STAGE):].partition("@")
+        if pid.isdigit() and host.rpartition("-")[0] == _host() and not pid_alive(int(pid)) and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _host() -> str:
+    """This host's name as a staging folder carries it (no ``/``)."""
+    return socket.gethostname().replace(os.sep, "_")
+
+
+def stage_prefix() -> str:
+    """The name a staging folder of :func:`publish` begins with: ``.racsim-stage-PID@HOST-`` (then
+    mkdtemp's letters), so that a later writer can tell one whose writer was killed."""
+    return f"{STAGE}{os.getpid()}@{_host()}-"
 
 
 def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = (),
@@ -268,7 +284,7 @@ def publish(folder: Path, write, *, force: bool = False, also: Iterable[str] = (
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=STAGE, dir=folder))
+    stage = Path(tempfile.mkdtemp(prefix=stage_prefix(), dir=folder))
     try:
         staged = [Path(p).name for p in write(stage)]
         names = sorted(p.name for p in stage.iterdir())
@@ -314,8 +330,8 @@ def numbered_folders(config: DictConfig) -> bool:
 def hold_folder(folder: Path, what: str = "run"):
     """Take ``folder`` for this process (``.racsim.lock``), or raise FileExistsError
     naming the live racsim process that holds it. A lock left by a process that is
-    gone (on this host), or by this very process, is taken over. Returns the function
-    that gives the folder back."""
+    gone (on this host), or by this very process, is taken over without a word. Returns the
+    function that gives the folder back."""
     import sys
 
     folder = Path(folder)
@@ -337,10 +353,9 @@ def hold_folder(folder: Path, what: str = "run"):
                     f"{other.get('host')}, lock {_age(lock)} old: {other.get('argv', '?')}); wait for it, choose "
                     f"another folder, or remove {lock} if that run is gone (output.force does not override a "
                     f"live run's lock)") from None
-            if gone:  # a run of this host that crashed: say so, on one line
-                say(f"racsim: notice: took over {lock}, left by pid {other.get('pid')} (no longer running) "
-                    f"{_age(lock)} ago", sys.stderr)
-            lock.unlink(missing_ok=True)  # racsim's own lock, of this process or of one that is gone
+            # racsim's own lock, of this process or of one of this host that is gone (interrupted, killed):
+            # nothing to warn of, what it finished is kept and resume=true finds it (issue 49, point 3)
+            lock.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "w") as f:
             json.dump(me, f)

@@ -17,7 +17,12 @@
    README's capacity commands), lanes requests/s against raw SimPy timed in the same run.
    ``--scale`` (alone): how one count grows with the deployment, the judge with its batch and
    its GPUs times 1, 4, 16 and 64 (the same load): seconds and requests/s against raw SimPy.
-7. ``--lm`` (alone): seconds per GRPO step of learner=lm's transformer on CPU at several
+7. ``--generation`` (alone): asynchronous generation (racsim/generation/), one lane of 1,000 trainer steps
+   with 64 engines x 256 sequences and 16 groups x 64 samples a step, the AReaL-like scenario and an
+   engine-bound variant: seconds (wall-clock, and CPU seconds with the load average beside them); samples
+   per CPU second against raw SimPy's requests, events against bare SimPy's and the SimPy engine of record's,
+   timed in the same run.
+8. ``--lm`` (alone): seconds per GRPO step of learner=lm's transformer on CPU at several
    sizes, racsim's loop against a plain PyTorch loop of the same update timed in the same
    run (the ratio), and time per step against parameters fitted and projected to a
    1B-parameter policy; then a scaling table: seconds per GRPO step per seed, one seed at a
@@ -39,6 +44,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from racsim.analyses.capacity import benchmark, channel_of, count_key, requests_per_schedule, with_count
+from racsim.analyses.capacity.speed import raw_simpy_rate
 from racsim.analyses.lm_study import build_task, make_policy
 from racsim.analyses.sensitivity import run_capacity_sensitivity
 from racsim.config.defaults import compose_config
@@ -46,6 +52,9 @@ from racsim.config.schema import RacsimConf
 from racsim.config.spec import scenario
 from racsim.config.validate import validate
 from racsim.errors import Parser
+from racsim.generation.figures import binding, engine_split, trainer_split
+from racsim.generation.schedule import AsyncRun
+from racsim.generation.simpy_lane import simulate_lane_simpy
 from racsim.io import small_pages
 from racsim.progress import Progress
 from racsim.learner import mdp as M
@@ -554,6 +563,71 @@ def bench_lm_batch(steps: int, sizes=LM_BATCH_SIZES, seeds=LM_BATCH_SEEDS, repea
     return out
 
 
+# --generation: the shipped AReaL-like scenario at the issue's size, 64 engines x 256 sequences, 16 groups x 64
+# samples a step, 1,000 trainer steps (racsim/generation/); the engine-bound variant has no admission cap, a
+# queue of 32 groups and a trainer 4 times faster, so that the engines never wait.
+GENERATION = ("scenario=async/areal", "pipeline.batch_size=1024", "pipeline.generation.group_size=64",
+              "pipeline.generation.engines.gpus=64", "pipeline.generation.engines.concurrency=256",
+              "pipeline.generation.trainer.gpus=64")
+ENGINE_BOUND = ("pipeline.generation.admission.rule=none", "pipeline.generation.queue.capacity=32",
+                "pipeline.generation.trainer.gpus=256")
+
+
+def raw_simpy_events(n: int) -> float:
+    """Events per CPU second of bare SimPy: one process waiting on ``n`` timeouts (the cheapest event it has)."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def proc():
+        for _ in range(n):
+            yield env.timeout(1.0)
+
+    env.process(proc())
+    t0 = time.process_time()
+    env.run()
+    return n / (time.process_time() - t0)
+
+
+def bench_generation(steps: int = 1000, simpy_steps: int = 20, overrides=(),
+                     tag: str = "generation") -> Dict[str, float]:
+    """One lane of asynchronous generation at the issue's size (:data:`GENERATION` and ``overrides``) for
+    ``steps`` trainer steps: its draws and the fast engine's event loop in seconds, wall-clock and this
+    process's CPU seconds, with the machine's 1-minute load average as it starts; then, per CPU second of
+    this process (what a machine busy with other work changes least) and timed in this run, the samples
+    (sequences) it simulated against raw SimPy's requests (a process per request on a Resource of one
+    engine's slots: the cheapest a per-request SimPy model gets, racsim.analyses.capacity.speed), and the
+    events it delivered against bare SimPy timeouts and the SimPy engine of record (on the first
+    ``simpy_steps`` steps, the same events); and the regime (which side binds)."""
+    cfg = spec_of(*GENERATION, *overrides, f"pipeline.steps={steps}")
+    validate(cfg)
+    load = os.getloadavg()[0]
+    t0, c0 = time.perf_counter(), time.process_time()
+    run = AsyncRun(cfg.pipeline, 1, np.random.default_rng(0), "lanes")
+    trace = run.run_lane(0, "fast")
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    rec = run.record([trace], "fast")
+    short = AsyncRun(spec_of(*GENERATION, *overrides, f"pipeline.steps={simpy_steps}").pipeline, 1,
+                     np.random.default_rng(0), "lanes")
+    first = short.run_lane(0, "fast")
+    x = short.inputs(0, "fast", first.groups_admitted)  # the groups it admitted: the same lane in SimPy
+    c1 = time.process_time()
+    simulate_lane_simpy(x)
+    simpy_rate = first.events / (time.process_time() - c1)
+    samples = trace.groups_admitted * run.S
+    raw = raw_simpy_rate(50_000, servers=int(cfg.pipeline.generation.engines.concurrency), clock=time.process_time)
+    trainer, engines = trainer_split(rec), engine_split(rec)
+    return {f"{tag}_steps": float(steps), f"{tag}_s": seconds, f"{tag}_cpu_s": cpu, f"{tag}_load_1min": load,
+            f"{tag}_samples": float(samples), f"{tag}_samples_per_cpu_s": samples / cpu,
+            f"{tag}_raw_simpy_requests_per_cpu_s": raw, f"{tag}_speedup_vs_raw_simpy": samples / cpu / raw,
+            f"{tag}_events": float(trace.events), f"{tag}_events_per_cpu_s": trace.events / cpu,
+            f"{tag}_bare_simpy_events_per_cpu_s": raw_simpy_events(200_000),
+            f"{tag}_simpy_engine_events_per_cpu_s": simpy_rate,
+            f"{tag}_speedup_vs_simpy_engine": trace.events / cpu / simpy_rate,
+            f"{tag}_engines_idle": engines["idle"], f"{tag}_trainer_waiting": trainer["waiting"],
+            f"{tag}_binds_{binding(trainer['waiting'], engines['idle'])}": 1.0}
+
+
 PAPER_HEAVY_TAIL_S = 945.0  # the paper's reported time for its heavy-tail grid, one CPU thread
 
 
@@ -618,6 +692,10 @@ def main(argv=None) -> None:
                          "update at several model sizes, and the time per step fitted against parameters and "
                          "projected to 1B parameters; then seconds per step per seed, one seed at a time vs S seeds "
                          "as one batch, at S = 1, 8, 64 and two sizes (needs the rm extra: torch, transformers)")
+    ap.add_argument("--generation", action="store_true",
+                    help="only asynchronous generation: one lane of 1,000 trainer steps, 64 engines x 256 sequences, "
+                         "16 groups x 64 samples a step (--quick: 100 steps), the AReaL-like scenario and an "
+                         "engine-bound variant: seconds and events/s against bare SimPy timed in the same run")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.trials is not None and args.trials < 2:
@@ -672,6 +750,12 @@ def main(argv=None) -> None:
                  ("GRPO, seeds as one batch",
                   lambda p: lm(lambda: bench_lm_batch(1, LM_BATCH_SIZES[:1], LM_BATCH_SEEDS[:2], repeat=1, progress=p)
                                if args.quick else bench_lm_batch(4, progress=p))())]
+    elif args.generation:
+        steps = [("async generation, the AReaL-like scenario",
+                  lambda p: bench_generation(100 if args.quick else 1000)),
+                 ("async generation, engine-bound",
+                  lambda p: bench_generation(100 if args.quick else 1000, overrides=ENGINE_BOUND,
+                                             tag="generation_engine_bound"))]
     elif args.sweep and args.cells is not None:
         steps = [(f"{args.cells} cells, sweep vs grid", lambda p: bench_sweep_cells(
             args.cells, trials=args.trials or 20, keep=args.keep, budget_s=args.budget))]

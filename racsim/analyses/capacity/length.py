@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-from racsim.analyses.bias_study import Known, corrector_names, prefetch_trajectories, run_bias_study
+from racsim.analyses.bias_study import Known, corrector_names, prefetch_trajectories, run_bias_study, share_note
 from racsim.analyses.capacity.regimes import regime_warmup, regime_window
 from racsim.analyses.grid import expand
 from racsim.config.schema import RacsimConf, warmup_steps
@@ -79,7 +79,7 @@ class Sized:
     requests: int
 
 
-def sized_run(cfg: RacsimConf, name: str, tell=None, work_per_s: Optional[float] = None) -> Sized:
+def sized_run(cfg: RacsimConf, name: str, tell=None, note=None, work_per_s: Optional[float] = None) -> Sized:
     """Simulate one count's asynchronous pipeline at a length that shows its steady state.
     ``capacity.run_length=auto``: from ``pipeline.steps``, doubled up to ``capacity.max_steps``
     until the series of requests in the channel at each step's start (mean over trials) is
@@ -90,7 +90,8 @@ def sized_run(cfg: RacsimConf, name: str, tell=None, work_per_s: Optional[float]
     regime's chain's where the regimes start stationary, else MSER-5), up to ``capacity.max_steps`` and within
     the ``limits``, doubles until the window after the warm-up holds it too, and is judged by the
     trials' slopes (:func:`racsim.pipeline.steady.trials_verdict`).
-    ``tell(note)``: called before each doubling (a long run says why it goes on); ``work_per_s``: as
+    ``tell(note)``: called before each doubling (a long run says why it goes on); ``note(text)``: told
+    how far each simulation is as it runs (racsim.analyses.bias_study.share_note); ``work_per_s``: as
     :func:`run_plan`'s."""
     cap = cfg.capacity
     auto = cap.run_length == "auto"
@@ -102,7 +103,8 @@ def sized_run(cfg: RacsimConf, name: str, tell=None, work_per_s: Optional[float]
         c = replace_at(cfg, "pipeline.steps", steps)
         t0 = time.perf_counter()
         draws = draw(c.pipeline, int(c.learner.trials), rng_for(c.seed, "pipeline"))  # as the bias study draws
-        sched = simulate(c.pipeline, int(c.learner.trials), None, draws=draws)
+        sched = simulate(c.pipeline, int(c.learner.trials), None, draws=draws,
+                         tick=share_note(note, f"simulating {steps:,} steps"))
         spent += time.perf_counter() - t0
         requests += requests_per_schedule(c)
         series = steady.in_system(sched, sched.channel_names.index(name))
@@ -145,12 +147,14 @@ def doubling_note(v: steady.Verdict, steps: int, need: int) -> str:
             f"regimes need, running {2 * steps}")
 
 
-def settle(cfg: RacsimConf, name: str, tell=None, work_per_s: Optional[float] = None) -> Settled:
+def settle(cfg: RacsimConf, name: str, tell=None, note=None, work_per_s: Optional[float] = None) -> Settled:
     """Run one count at a length that shows its steady state (:func:`sized_run`; ``tell``: its
-    note before each doubling; ``work_per_s``: as :func:`run_plan`'s); the bias study then reuses
-    the simulated asynchronous schedule."""
+    note before each doubling; ``note``: how far each simulation is; ``work_per_s``: as
+    :func:`run_plan`'s); the bias study then reuses the simulated asynchronous schedule."""
     prefetch_trajectories(cfg, first_length(cfg, name, work_per_s))  # the bias study's, at the run's first length
-    run = sized_run(cfg, name, tell, work_per_s)
+    run = sized_run(cfg, name, tell, note, work_per_s)
+    if note is not None:
+        note(f"the bias study of {run.steps:,} steps")
     c = replace_at(run.cfg, "pipeline.warmup_steps", run.verdict.warmup)
     res = run_bias_study(expand(c), known=Known(run.draws, run.sched))
     requests = run.requests

@@ -30,13 +30,13 @@ CURVE_COLUMNS = ("steps", "warmup_steps", "bias_exact", "bias_exact_lo", "bias_e
 
 
 def count_rows(cfg: RacsimConf, name: str, key: str, n: int, load: dict,
-               tell=None) -> Tuple[Optional[Settled], List[dict]]:
+               tell=None, note=None) -> Tuple[Optional[Settled], List[dict]]:
     """One count's settled run and curve rows; an overloaded count (its ``load`` reaches
     ``capacity.max_load``) is not simulated: no run, and its rows of NaN (:func:`overloaded_rows`).
-    ``tell``: as :func:`settle`'s."""
+    ``tell``, ``note``: as :func:`settle`'s."""
     if load["load"] >= cfg.capacity.max_load:
         return None, overloaded_rows(cfg, name, n, load)
-    run = settle(with_count(cfg, key, n), name, tell, load["work_per_s"])
+    run = settle(with_count(cfg, key, n), name, tell, note, load["work_per_s"])
     return run, curve_rows(cfg, name, n, run, load)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from racsim.config.schema import CHANNEL_KINDS
-from racsim.config.validate.common import MAX_GAIN, finite, int_at_least, need, need_file, need_one_of, nonneg, positive
+from racsim.config.validate.common import (MAX_GAIN, MAX_PRICE, finite, int_at_least, need, need_file, need_one_of,
+                                           nonneg, positive)
 from racsim.config.validate.latency import validate_latency
 from racsim.config.validate.rm import validate_rm
 
@@ -163,7 +164,8 @@ def validate_autoscale(ch: Any, key: str) -> None:
     for k in ("for_s", "startup_s", "idle_s"):
         positive(f"{key}.{k}", getattr(a, k))
     if a.cost_per_hour is not None:
-        nonneg(f"{key}.cost_per_hour", a.cost_per_hour)
+        nonneg(f"{key}.cost_per_hour", a.cost_per_hour, MAX_PRICE, "USD per server-hour: past it a pool's cost is "
+               "no number")
 
 
 def validate_faults(ch: Any, key: str) -> None:

@@ -12,6 +12,7 @@ from racsim.config.names import closest
 from racsim.errors import ConfigError
 
 MAX_GAIN = 1e6  # corrector.alpha, 1 / route_prob, learner.train.lr: past this the gradients overflow to inf/NaN
+MAX_PRICE = 1e9  # USD per unit- or server-hour: past it a plan's or a pool's cost is no number
 INT64 = 2**63  # every integer key: numpy holds it in an int64
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from racsim.config.schema import CORRECTORS
+from racsim.config.schema import CORRECTORS, ROLLOUT_CORRECTORS
 from racsim.config.validate.common import MAX_GAIN, finite, fraction, int_at_least, need, positive
 
 
@@ -27,3 +27,35 @@ def validate_corrector(c: Any) -> None:
     int_at_least("corrector.adaptive_min_results", c.adaptive_min_results, 1)
     if c.wait_timeout_s is not None:
         positive("corrector.wait_timeout_s", c.wait_timeout_s)
+    validate_rollout(c)
+
+
+def validate_rollout(c: Any) -> None:
+    """The rollout-axis correctors and their knobs: each cap at least 1, so that a sample of the current
+    policy (ratio 1) keeps its whole weight (inf: no truncation)."""
+    rollout = list(c.rollout)
+    need(len(rollout) >= 1, "corrector.rollout", rollout, "a non-empty list of " + ", ".join(ROLLOUT_CORRECTORS))
+    for r in rollout:
+        need(r in ROLLOUT_CORRECTORS, "corrector.rollout", r, "each one of " + ", ".join(ROLLOUT_CORRECTORS))
+    need(len(set(rollout)) == len(rollout), "corrector.rollout", rollout, "each rollout corrector at most once")
+    for key in ("tis_cap", "decoupled_cap"):
+        v = getattr(c, key)
+        need(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1, f"corrector.{key}", v,
+             "a number >= 1 (or inf): a sample of the current policy has ratio 1 and keeps its weight")
+    int_at_least("corrector.version_cap", c.version_cap, 0)
+
+
+def validate_lag_use(cfg: Any) -> None:
+    """A generation lag (pipeline.generation.lag) and the rollout-axis correctors are read by the tabular
+    learner's pipeline study alone: the LM learner, the static experiment and a capacity plan refuse them."""
+    gen = getattr(cfg.pipeline, "generation", None)
+    lag = gen is not None and gen.lag is not None
+    rollout = list(cfg.corrector.rollout) != ["none"]
+    for on, key, value in ((lag, "pipeline.generation.lag", "null"), (rollout, "corrector.rollout", "[none]")):
+        if not on:
+            continue
+        need(cfg.learner.kind == "tabular", key, "set", f"{value} with learner.kind=lm (its stale generation is "
+                                                        f"not built yet): the tabular learner reads it")
+        need(cfg.study.mode == "pipeline", key, "set", f"{value} with study.mode={cfg.study.mode}: the static "
+                                                       f"experiment has no generation lag (study.mode=pipeline does)")
+        need(not cfg.capacity.enabled, key, "set", f"{value} in a capacity plan, which reads no generation lag")

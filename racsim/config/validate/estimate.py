@@ -125,8 +125,13 @@ def memory_terms(cfg: Any, sizes: dict) -> dict:
     if 0 < every <= RECALL_BYTES:  # every trajectory's gradients kept, to be computed once: beyond one chunk's
         add(_blame(sizes, *sched), every * (1 - traj / n))
     mdp = _blame(sizes, "learner.n_states", "learner.n_actions")
-    names = max(len(cfg.corrector.names), 1) + 1
+    rollout = cfg.corrector.rollout
+    rows = max(len(cfg.corrector.names), 1) * (max(len(rollout), 1) if isinstance(rollout, (list, ListConfig)) else 1)
+    names = rows + 1
     add(mdp, F8 * S * A * (3 * S + 2 * names * trials + 2 * traj * (K + 1) + horizon * (K + 1)) + 4 * F8 * S * S)
+    if getattr(p.generation, "lag", None) is not None:  # a moving policy (racsim.learner.drift): exact figures per
+        # trial beside the estimates, and a chunk's terms (their indices, weights and values) for one row at a time
+        add(mdp, F8 * S * A * (2 * rows * trials + traj * (K + 1)) + 8 * F8 * traj * (K + 1))
     add(_blame(sizes, "learner.bootstrap", "learner.trials"), 5 * F8 * sizes["learner.bootstrap"] * trials)
     if cfg.capacity.enabled:  # each count's intervals: the resample counts and each unit's residuals
         add("capacity.resamples", F8 * sizes["capacity.resamples"] * (2 * trials + 2 * RESAMPLED_UNITS))

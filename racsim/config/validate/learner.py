@@ -24,7 +24,7 @@ def validate_tabular(lr: Any) -> None:
     int_at_least("learner.n_actions", lr.n_actions, 2)
     need(finite(lr.gamma) and 0 <= lr.gamma < 1, "learner.gamma", lr.gamma, "a number in [0, 1)")
     int_at_least("learner.horizon", lr.horizon, 1)
-    nonneg("learner.theta_scale", lr.theta_scale)
+    nonneg("learner.theta_scale", lr.theta_scale, MAX_GAIN, "the policy's logits' scale: past it they overflow")
     need(finite(lr.slow_bump) and abs(lr.slow_bump) <= MAX_GAIN, "learner.slow_bump", lr.slow_bump,
          f"a number in [-{MAX_GAIN:g}, {MAX_GAIN:g}] (a reward: past it its squares overflow)")
     nonneg("learner.fast_noise_std", lr.fast_noise_std, MAX_GAIN, "a reward noise's std: past it its squares overflow")

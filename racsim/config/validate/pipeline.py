@@ -9,6 +9,7 @@ from typing import Any
 from racsim.config.schema import ARRIVAL_MODES, ENGINES, GENERATION_MODES, PHASES, phase_conf
 from racsim.config.validate.channel import validate_channel
 from racsim.config.validate.common import int_at_least, need, need_file, need_one_of
+from racsim.config.validate.generation import validate_async
 from racsim.config.validate.latency import seconds_in_range, validate_latency
 from racsim.config.validate.rm import validate_rm
 
@@ -81,8 +82,31 @@ def validate_arrivals(p: Any) -> None:
         need(isinstance(a.column, str) and bool(a.column), f"{key}.column", a.column, "the name of a CSV column")
 
 
+LAG_KINDS = ("deterministic", "geometric", "empirical")  # pipeline.generation.lag: whole policy versions
+
+
 def validate_generation(p: Any) -> None:
-    """pipeline.generation: its mode (async: the engines, trainer, admission and queue)."""
+    """pipeline.generation: its mode (async: the engines, trainer, admission and queue) and, with sync,
+    the law of the generation lag: whole policy versions >= 0 (its bounds whole numbers too; an
+    empirical column's values are checked when it is read, racsim.pipeline.latency.whole_number_law)."""
     g, key = p.generation, "pipeline.generation"
     need_one_of(f"{key}.mode", g.mode, GENERATION_MODES)
-    need(g.mode == "sync", f"{key}.mode", g.mode, "sync (asynchronous generation is being built)")
+    if g.mode == "async":
+        validate_async(p)
+        need(g.lag is None, f"{key}.lag", "...", "null with mode async: the engines give every sample its lag "
+             "(a lag law stands in for them with mode sync)")
+        return
+    if g.lag is None:
+        return
+    lag = f"{key}.lag"
+    need(g.lag.kind in LAG_KINDS, f"{lag}.kind", g.lag.kind,
+         "one of " + ", ".join(LAG_KINDS) + " (a lag is a whole number of policy versions)")
+    validate_latency(g.lag, lag)
+    if g.lag.kind == "deterministic":
+        need(float(g.lag.mean).is_integer(), f"{lag}.mean", g.lag.mean, "a whole number of policy versions >= 0")
+    if g.lag.kind == "empirical":
+        need(g.lag.mean is None, f"{lag}.mean", g.lag.mean,
+             "null: an empirical lag is used as measured (rescaling would leave whole versions)")
+    for bound in ("low", "high"):
+        v = getattr(g.lag, bound)
+        need(v is None or float(v).is_integer(), f"{lag}.{bound}", v, "null or a whole number of policy versions")

@@ -10,7 +10,8 @@ from racsim.config.schema import JOB_FILES
 from racsim.errors import ConfigError
 from racsim.config.validate.capacity import validate_capacity
 from racsim.config.validate.common import need, node
-from racsim.config.validate.corrector import validate_corrector
+from racsim.config.validate.corrector import validate_corrector, validate_lag_use
+from racsim.config.validate.generation import validate_async_run
 from racsim.config.validate.learner import (
     validate_channel_rewards,
     validate_lm,
@@ -60,6 +61,7 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     that is the order their first error has always been named in."""
     check_name(cfg.name)
     validate_pipeline(cfg.pipeline)
+    validate_async_run(cfg)
     validate_corrector(cfg.corrector)
     lr, st = cfg.learner, cfg.study
     validate_tabular(lr)
@@ -70,6 +72,7 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     validate_lm(lr.lm)  # also when learner.kind is tabular: a bad value is never silently carried
     validate_lm_packages(lr)
     validate_lm_pairs(lr, list(cfg.corrector.names))
+    validate_lag_use(cfg)
     validate_study_targets(st)
     validate_probe(st)
     if getattr(cfg, "output", None) is not None:
