@@ -16,7 +16,6 @@ its slow regimes need (the run's dominant cost), so k seeds cost about k counts.
 
 from __future__ import annotations
 
-import resource
 import time
 from typing import List, Optional, Sequence
 
@@ -30,13 +29,7 @@ from racsim.config.schema import RacsimConf
 from racsim.config.spec import replace_at, scenario
 from racsim.errors import Parser
 from racsim.progress import Progress
-from racsim.io import spawn_pool, usable_cores
-
-
-def cpu_seconds() -> float:
-    """CPU seconds this process and the children it waited for (a run's pools) used so far."""
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + kids.ru_utime + kids.ru_stime
+from racsim.io import cpu_seconds, spawn_pool, usable_cores
 
 
 def _one_seed(cfg: RacsimConf, seed: int) -> dict:
