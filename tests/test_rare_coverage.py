@@ -25,7 +25,9 @@ from racsim.config.spec import scenario
 ROOT = Path(__file__).resolve().parents[1]
 TRUTH = json.loads((ROOT / "tests" / "data" / "rare_truth.json").read_text())
 STUDY = json.loads((ROOT / "tests" / "data" / "rare_coverage.json").read_text())
-CASES = ("judge_rm_bursts:6", "judge_rm_bursts:7", "judge_rm_faults:6", "judge_rm_faults:7")
+# The bursty judge on either side of its answer. judge_rm_faults (tests/rare_coverage.py's other cases) has no
+# stored long run yet (about 1,400 CPU s a count at 50 default runs' trial-steps): it is not checked here.
+CASES = ("judge_rm_bursts:6", "judge_rm_bursts:7")
 
 
 def case_spec(case: str):
@@ -100,8 +102,11 @@ def test_docs_table_the_chain_against_the_long_run(case):
 
 def test_docs_state_the_coverage_measured():
     text = " ".join((ROOT / "docs" / "capacity.md").read_text().split())
-    for scen, words in (("judge_rm_bursts", "under bursts"), ("judge_rm_faults", "under outages")):
-        m = re.search(rf"at 6 and 7 GPUs {words} in (\d+)% and (\d+)% of 30 seeds", text)
-        assert m, f"docs/capacity.md no longer states the coverage {words}"
-        said = [int(v) for v in m.groups()]
-        assert said == [round(100 * STUDY[f"{scen}:{k}"]["coverage"]) for k in (6, 7)]
+    m = re.search(r"at 6 and 7 GPUs under bursts in (\d+)% and (\d+)% of (\d+) seeds", text)
+    assert m, "docs/capacity.md no longer states the coverage under bursts"
+    assert [int(v) for v in m.groups()] == [round(100 * STUDY[c]["coverage"]) for c in CASES] + [
+        len(STUDY[CASES[0]]["seeds"])]
+    m = re.search(r"pooled over the seeds, reads ([\d.]+)% at 6 GPUs \(the long run: ([\d.]+)%\)", text)
+    assert m, "docs/capacity.md no longer states the replications' mean at 6 GPUs"
+    assert [float(v) for v in m.groups()] == [round(100 * STUDY[CASES[0]]["pooled"], 2),
+                                               round(100 * TRUTH[CASES[0]]["dropped_share"], 2)]
