@@ -15,6 +15,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import resource
 import shutil
 import signal
 import sys
@@ -430,6 +431,13 @@ class _SpawnPool(ProcessPoolExecutor):
         for p in list((self._processes or {}).values()):
             p.kill()
         self.shutdown(wait=True, cancel_futures=True)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds used so far by this process and by the children it waited for (a closed pool's
+    processes included)."""
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
 
 
 def spawn_pool(workers: int, shared: Optional[str] = None) -> ProcessPoolExecutor:

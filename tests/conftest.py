@@ -14,10 +14,11 @@ e.g. under a profiler).
 from __future__ import annotations
 
 import os
-import resource
 import time
 
 import pytest
+
+from racsim.io import cpu_seconds
 
 pytest_plugins = ["pytester"]
 
@@ -28,12 +29,6 @@ WALL_FACTOR = 3.0
 def fast_limit() -> float:
     """CPU seconds a test of the README's command may use: ``RACSIM_FAST_LIMIT_S``, else :data:`FAST_LIMIT_S`."""
     return float(os.environ.get("RACSIM_FAST_LIMIT_S", FAST_LIMIT_S))
-
-
-def cpu_seconds() -> float:
-    """CPU seconds used so far by this process and by the children it waited for."""
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + kids.ru_utime + kids.ru_stime
 
 
 def too_slow_text(nodeid: str, cpu: float, wall: float, limit: float) -> str:

@@ -15,8 +15,11 @@ import pytest
 
 from racsim.analyses.capacity import BATCH_CYCLES, channel_loads, run_capacity
 from racsim.analyses.capacity.intervals import batch_units, channel_intervals, interval_units
+from racsim.analyses.capacity.episodes import count_episodes
 from racsim.analyses.capacity.length import first_length, sized_run
 from racsim.analyses.capacity.regimes import regime_cycle, regime_scales, regime_window
+from racsim.analyses.capacity.intervals import replicate_figures
+from racsim.analyses.capacity.rows import rare_figures
 from racsim.config.defaults import compose_config
 from racsim.config.spec import replace_at, scenario
 from racsim.pipeline import steady
@@ -143,15 +146,19 @@ def long_run(cfg, steps=20000, trials=20, warmup=200):
 
 
 def coverage(cfg, seeds) -> np.ndarray:
-    """Per seed: whether its dropped share's and its sojourn p95's intervals hold the long run's (a row each)."""
+    """Per seed: whether its dropped share's and its sojourn p95's intervals, as the capacity curve reads
+    them off one run (its trials; under a chain, racsim.analyses.capacity.rows.rare_figures), hold the long
+    run's (a row each)."""
     dropped, p95 = long_run(cfg)
     hits = []
+    load = channel_loads(cfg, "verifier", "pipeline.channels.verifier.workers", [4])[4]
     for s in seeds:
         c = replace_at(cfg, "seed", int(s))
-        run = sized_run(c, "verifier")
-        units = interval_units(c, "verifier", c.learner.trials, run.verdict.warmup, run.steps)
-        f = channel_intervals(run.sched, run.sched.channel_names.index("verifier"), 4, run.verdict.warmup, units,
-                              float(c.capacity.confidence))
+        run = sized_run(c, "verifier", work_per_s=load["work_per_s"])
+        w, level = run.verdict.warmup, float(c.capacity.confidence)
+        units = interval_units(c, "verifier", c.learner.trials, w, run.steps, whole=True)
+        f = channel_intervals(run.sched, run.sched.channel_names.index("verifier"), 4, w, units, level)
+        f.update(rare_figures(c, "verifier", 4, load, replicate_figures(run.sched, c, "verifier", w), level))
         hits.append([f["dropped_frac_lo"] <= dropped <= f["dropped_frac_hi"],
                      f["sojourn_p95_s_lo"] <= p95 <= f["sojourn_p95_s_hi"]])
     return np.array(hits, dtype=float)
@@ -176,7 +183,9 @@ def test_intervals_cover_the_long_run_under_slow_regimes(kind):
     # faults read 60% and 80% over 0-29 while a warm-up on MSER-5's edge always doubled the run (by
     # chance a longer run); kept where the trials show it over (steady.replicated_mser), 50% and 60%.
     # Issue 41: the dropped share's 95% interval holds the long run's (20,000 steps x 20 trials, 500 times a
-    # run's length) at >= 90% of 60 seeds under each regime (measured: 91.7% and 95%), the p95's at >= 85%.
+    # run's length) at >= 90% of 60 seeds under each regime, the p95's at >= 85%. Issue 50 (the channel's
+    # figures on the trials alone, the warm-up the chain's, a share's interval floored by its episodes):
+    # measured 90% and 95% (p95: 90%, 98%); over seeds 0-29 93%/93% and 97%/97%.
     hits = coverage(small(kind), range(60))
     assert hits[:, 0].mean() >= 0.9 and hits[:, 1].mean() >= 0.85, hits.mean(axis=0)
     got = hits[:30].mean(axis=0)
@@ -247,11 +256,13 @@ def test_the_bias_interval_covers_the_long_run_under_slow_regimes(kind):
 
 
 def test_sized_run_holds_the_cycles():
-    run = sized_run(small("bursts", "capacity.regime_cycles=30", "capacity.max_steps=400"), "verifier")
-    # the window it needs, max(60, 30 x 60 / 10) = 180 steps, after a warm-up of one 60-step cycle
-    # (the burst chain starts in its stationary law): 240 steps; 480 is past capacity.max_steps
-    assert run.steps == 240 and run.verdict.warmup == 60
-    assert first_length(small("bursts", "capacity.regime_cycles=30", "capacity.max_steps=400"), "verifier") == 240
+    cfg = small("bursts", "capacity.regime_cycles=30", "capacity.max_steps=400")
+    run = sized_run(cfg, "verifier")
+    # the window it needs, max(60, 30 x 60 / 10) = 180 steps, after the warm-up the burst chain gives the
+    # count (it starts in its stationary law; racsim/analyses/capacity/episodes.py), at least the drop horizon
+    warm = max(count_episodes(cfg, "verifier").warmup, 4)
+    assert run.steps == 180 + warm and run.verdict.warmup == warm
+    assert first_length(cfg, "verifier") == 180 + warm
     old = sized_run(small("bursts", "capacity.regime_cycles=0"), "verifier")
     assert old.steps < run.steps
     short = sized_run(small("bursts", "capacity.regime_cycles=30", "capacity.max_steps=200"), "verifier")
@@ -279,7 +290,8 @@ def test_seed_answers_are_the_runs_answers():
         want = run_capacity(replace_at(cfg, "seed", s)).recommended
         assert (got is None and want is None) or got == want
     side = seed_answers(cfg, [3, 5], jobs=2)  # two processes: the same rows, in the seeds' order
-    assert side.drop(columns="seconds").equals(table.drop(columns="seconds"))
+    assert side.drop(columns=["cpu_s", "seconds"]).equals(table.drop(columns=["cpu_s", "seconds"]))
+    assert (table.cpu_s > 0).all()
 
 
 @pytest.mark.long  # the seeds tool on two seeds: 2.3 CPU s

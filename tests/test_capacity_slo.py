@@ -235,7 +235,7 @@ def test_a_search_too_long_for_memory_runs_shorter(monkeypatch):
     class Simulated(Exception):
         pass
 
-    def first_count(cfg, name, tell=None, note=None):
+    def first_count(cfg, name, tell=None, note=None, work_per_s=None):
         seen.append(int(cfg.capacity.max_steps))
         raise Simulated
 

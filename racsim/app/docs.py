@@ -117,13 +117,15 @@ SEEDS = ("python -m racsim.tools.seeds scenario=capacity/{} --seeds 20 --jobs 2 
 
 
 def seed_table(run: Run) -> str:
-    """Each shipped capacity scenario's answer over seeds 0-19 (the seeds tool's last line) and the
-    seconds a seed took on average."""
+    """Each shipped capacity scenario's answer over seeds 0-19 (the seeds tool's last line), and the
+    CPU seconds and seconds a seed took on average and at most."""
     rows = []
     for name, out in zip(SHIPPED_CAPACITY, run.stdout):
         lines = out.strip().splitlines()
         secs = [float(ln.split()[-1]) for ln in lines[1:-1]]
+        cpus = [float(ln.split()[-2]) for ln in lines[1:-1]]
         rows.append({"scenario": f"capacity/{name}", "answer over seeds 0-19": lines[-1],
+                     "CPU s per seed (most)": f"{sum(cpus) / len(cpus):.0f} ({max(cpus):.0f})",
                      "s per seed": f"{sum(secs) / len(secs):.0f}"})
     return fenced("\n".join(f"$ {c}" for c in run.commands)) + "\n" + markdown_table(pd.DataFrame(rows))
 

@@ -717,20 +717,24 @@ class CapacityConf:
     max_steps: int = 640
     # Slow regimes (random outages, a burst chain, an autoscaler, a preemption schedule): with
     # run_length auto, the trials' measured windows together hold at least this many cycles of
-    # the slowest one (a schedule's whole span), each trial's at least one, after a warm-up of
-    # one cycle where the regimes start stationary (outages, bursts); a run max_steps keeps
-    # shorter is not stationary. The stationarity check tests the trials' slopes and the channel's
-    # intervals resample batches of at least two cycles (racsim/analyses/capacity/regimes.py); 0: off.
+    # the slowest one (a schedule's whole span), each trial's at least one, after the warm-up the
+    # regime's chain gives the count where the regimes start stationary (outages, bursts:
+    # racsim/analyses/capacity/episodes.py); a run max_steps keeps shorter is not stationary. The
+    # stationarity check tests the trials' slopes; the bias's and the step's intervals resample
+    # batches of at least two cycles, the channel's the trials (racsim/analyses/capacity/regimes.py); 0: off.
     regime_cycles: int = 100
-    # Deciding with enough evidence (racsim/analyses/capacity/stopping.py): where the fewest count that passes,
-    # or the one a server below it, reads a rare-event figure (dropped share, sojourn p95/p99, delay
-    # p95) whose interval straddles its target or reads [0, 0], that count is simulated again as
-    # independent replications (its asynchronous pipeline, the settled run's length and warm-up)
-    # until the interval on the replications lies on one side of the target, or these budgets end,
-    # together for the whole answer: simulated steps (one replication: the run's length) and seconds
-    # of wall-clock, null by default: the steps budget alone gives the same answer on any machine (a
-    # seconds budget that binds makes the answer depend on the machine's speed). 0: no replications.
-    decide_steps: int = 12000
+    # Deciding with enough evidence (racsim/analyses/capacity/stopping.py): the fewest count that passes and
+    # the one a server below it read their rare-event figures (dropped share, sojourn p95/p99, delay p95)
+    # off independent replications: their settled run's trials and more runs of the count (at its warm-up).
+    # Under random outages or bursts they are sized from the regime's chain
+    # (racsim/analyses/capacity/episodes.py: enough trial-steps that a figure at its target would show 20
+    # drop episodes); elsewhere a figure whose interval straddles its target is replicated. Replications
+    # stop when every figure is decided or these budgets end, together for the whole answer: simulated
+    # steps (of the scenario's trials) and seconds of wall-clock, null by default: the steps budget alone
+    # gives the same answer on any machine (a seconds budget that binds makes the answer depend on the
+    # machine's speed). A figure left open is unresolved, and its count fails (the safe side). 0: no
+    # replications (the settled runs' figures stand).
+    decide_steps: int = 4000
     decide_s: Optional[float] = None
     benchmark: bool = True  # the lanes engine's requests/s in this run beside raw SimPy's, timed in the same run
     # Processes that simulate a grid search's counts side by side (each count's figures are the

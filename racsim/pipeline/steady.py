@@ -363,12 +363,13 @@ def norm_replicates(base: np.ndarray, directions: np.ndarray, target: np.ndarray
     return np.linalg.norm(base + m @ directions - target, axis=1)
 
 
-def quantile_interval(values: np.ndarray, unit: np.ndarray, q: float, counts: np.ndarray,
-                      level: float) -> Tuple[float, float]:
+def quantile_interval(values: np.ndarray, unit: np.ndarray, q: float, counts: Optional[np.ndarray],
+                      level: float, share=None) -> Tuple[float, float]:
     """The interval of the ``q`` quantile (0..1, lower: the first value whose cumulative share
     reaches q) of ``values`` pooled over independent units (``unit``: each value's unit index;
     ``counts`` (R, units) their resamples), by inverting one for the distribution function: the
-    share of values above the estimate x, per unit, through :func:`ratio_interval` gives
+    share of values above the estimate x, per unit, through :func:`ratio_interval` (or
+    ``share(num, den)``, another interval of the share over the units: (lo, hi)) gives
     [E_lo, E_hi] around its sample share E; the quantile lies between the pooled sample's
     quantiles at q - (E - E_lo) and q + (E_hi - E) (the true distribution function near x is the
     sample's shifted by the share's error). NaN without values."""
@@ -376,9 +377,10 @@ def quantile_interval(values: np.ndarray, unit: np.ndarray, q: float, counts: np
     if not values.size:
         return float("nan"), float("nan")
     x = np.quantile(values, q, method="inverted_cdf")
-    n, over = counts.shape[1], (values > x).astype(np.float64)
-    e_lo, e_hi = ratio_interval(np.bincount(unit, weights=over, minlength=n),
-                                np.bincount(unit, minlength=n).astype(np.float64), counts, level)
+    n = counts.shape[1] if counts is not None else int(unit.max()) + 1
+    over = (values > x).astype(np.float64)
+    share = share or (lambda num, den: ratio_interval(num, den, counts, level))
+    e_lo, e_hi = share(np.bincount(unit, weights=over, minlength=n), np.bincount(unit, minlength=n).astype(np.float64))
     e = float(over.mean())
     levels = np.clip([q - (e - e_lo), q + (e_hi - e)], 0.0, 1.0)
     lo, hi = np.quantile(values, levels, method="inverted_cdf")

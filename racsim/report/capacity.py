@@ -290,10 +290,13 @@ def unreachable_text(res: CapacityResult) -> str:
 
 
 def replications_text(row) -> str:
-    """'; its rare-event figures on R independent replications' where the answer's count was
-    decided by replications (racsim.analyses.capacity.stopping), else ''."""
+    """'; its rare-event figures on the trials of R runs (N trial-steps, E drop episodes)' where the
+    answer's count was decided by replications (racsim.analyses.capacity.stopping), else ''."""
     r = row.get("replications", 1)
-    return f"; its rare-event figures on {int(r)} independent replications" if r == r and r > 1 else ""
+    if not (r == r and r > 1):
+        return ""
+    return (f"; its rare-event figures on the trials of {int(r)} runs ({int(row['measured_steps']):,} trial-steps, "
+            f"{int(row['drop_episodes'])} drop episodes)")
 
 
 def notes_text(res: CapacityResult) -> str:
@@ -418,7 +421,10 @@ def interval_units_text(res: CapacityResult, cfg: RacsimConf) -> str:
     if not cycle:
         return trials + ")"
     return (f"batches of at least {BATCH_CYCLES} cycles of the slowest regime ({kind}: {cycle} steps a cycle) cut "
-            f"from the steady windows of {trials}; a window that holds fewer is one batch)")
+            f"from the steady windows of {trials}; a window that holds fewer is one batch), but for the channel's "
+            "figures that rare episodes drive (dropped share, delay and sojourn quantiles), which rest on the trials "
+            "alone (independent replications; under outages or bursts a share never narrower than a Poisson count "
+            "of its drop episodes allows)")
 
 
 def autoscale_verdict(table: pd.DataFrame, corrector: str) -> str:

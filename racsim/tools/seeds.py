@@ -6,7 +6,8 @@ where the seeds disagree.
     python -m racsim.tools.seeds scenario=capacity/judge_rm_h100 --seeds 20 --jobs 2   # two seeds at a time
 
 Each seed is a whole capacity run (racsim.analyses.capacity.run_capacity, as ``racsim`` runs it,
-nothing written); the table gives per seed the recommended count and the seconds it took, then
+nothing written); the table gives per seed the recommended count, the CPU seconds it used (its pools
+included) and the seconds it took, then
 one line: the count that meets the targets at every seed and, where fewer did at some seeds,
 how often ("7 GPUs; 6 meets the targets in 4 of 20 seeds"). The edge is not computed inside one
 capacity run: each extra seed at the edge count is a whole count's simulation at the run length
@@ -28,19 +29,20 @@ from racsim.config.schema import RacsimConf
 from racsim.config.spec import replace_at, scenario
 from racsim.errors import Parser
 from racsim.progress import Progress
-from racsim.io import spawn_pool, usable_cores
+from racsim.io import cpu_seconds, spawn_pool, usable_cores
 
 
 def _one_seed(cfg: RacsimConf, seed: int) -> dict:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     res = run_capacity(replace_at(cfg, "seed", int(seed)))
-    return {"seed": int(seed), "recommended": res.recommended, "unit": res.unit, "seconds": time.perf_counter() - t0}
+    return {"seed": int(seed), "recommended": res.recommended, "unit": res.unit, "cpu_s": cpu_seconds() - c0,
+            "seconds": time.perf_counter() - t0}
 
 
 def seed_answers(cfg: RacsimConf, seeds: Sequence[int], progress: Optional[Progress] = None,
                  jobs: int = 1) -> pd.DataFrame:
     """One row per seed: the capacity run's recommended count (None: no count met the targets),
-    its unit and the seconds it took. ``cfg``: a capacity scenario's spec; only ``seed`` varies.
+    its unit, the CPU seconds it used (its pools' processes included) and the seconds it took. ``cfg``: a capacity scenario's spec; only ``seed`` varies.
     ``jobs`` > 1: the seeds run in that many fresh processes (one BLAS thread each, each run's counts
     one at a time: capacity.workers 1), the same rows. ``progress``: the phase ``seeds``, a unit per seed."""
     seeds = [int(s) for s in seeds]

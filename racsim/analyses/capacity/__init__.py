@@ -13,9 +13,11 @@ the fewest units for which the chosen corrector meets the targets
 channel's service targets ``capacity.max_dropped``, ``capacity.max_sojourn_p95_s``,
 ``capacity.max_sojourn_p99_s``, ``capacity.max_delay_p95_steps``), and names the target that
 binds: the one the next smaller count fails. The counts the answer depends on (the fewest that
-passes and the one below) are then decided with enough evidence: a rare-event figure whose
-interval straddles its target (or reads [0, 0] under slow regimes) is rebuilt on independent
-replications until it lies on one side, within a budget (stopping.py, replications.py). A target the
+passes and the one below) are then decided with enough evidence: their rare-event figures are read
+off independent replications (the trials of their settled run and of more runs), sized under random
+outages or bursts from the regime's chain (episodes.py), until each lies on one side of its target,
+within a budget; a figure the budget cannot settle is unresolved and its count fails (stopping.py,
+replications.py). A target the
 counts evaluated show that no count up to ``capacity.max_count`` can meet (a figure that does not fall
 with the count, as a corrector's bias past the queue's knee) stops the search there: the answer's
 status is ``infeasible`` and it names the target (reach.py).
@@ -29,8 +31,8 @@ anyone who wants one folder per count (``racsim -m scenario=...
 pipeline.channels.judge.rm.gpus=1,2,4,8 capacity.enabled=false``).
 
 The modules, in the order a search uses them: channel.py (the channel sized, its count's key and
-unit), load.py (each count's offered load), regimes.py and length.py (the slow regimes' time
-scales; the run length that shows a steady state), intervals.py (each figure's interval), targets.py
+unit), load.py (each count's offered load), episodes.py, regimes.py and length.py (the regime's chain and
+its drop episodes; the slow regimes' time scales; the run length that shows a steady state), intervals.py (each figure's interval), targets.py
 and rows.py (what a count must meet; its rows of the curve), search.py (where the fewest count
 lies), reach.py (the targets more capacity cannot meet), memory.py and pool.py (the runs that fit
 in memory; counts side by side), stopping.py and replications.py (the stopping rule; the

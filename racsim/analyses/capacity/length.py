@@ -31,23 +31,25 @@ def requests_per_schedule(cfg: RacsimConf) -> int:
     return int(cfg.learner.trials) * int(p.steps) * int(p.batch_size) * per_sample
 
 
-def run_plan(cfg: RacsimConf, name: str) -> Tuple[int, Optional[int], int]:
+def run_plan(cfg: RacsimConf, name: str, work_per_s: Optional[float] = None) -> Tuple[int, Optional[int], int]:
     """How :func:`sized_run` starts: (the window its slow regimes need after the warm-up, 0
     without; the warm-up they fix, None where MSER-5 or ``pipeline.warmup_steps`` decides; the
     steps it simulates first: ``pipeline.steps``, or with ``capacity.run_length=auto`` the
-    regimes' window after their warm-up where longer, up to ``capacity.max_steps``)."""
+    regimes' window after their warm-up where longer, up to ``capacity.max_steps``). ``work_per_s``:
+    the channel's long-run work, which the regime's warm-up depends on
+    (:func:`~racsim.analyses.capacity.regimes.regime_warmup`; None: measured on the draws)."""
     cap, p = cfg.capacity, cfg.pipeline
     if cap.run_length != "auto":
         return 0, None, int(p.steps)
     need = regime_window(cfg, name)
-    cut = regime_warmup(cfg, name) if p.warmup_steps is None else None
+    cut = regime_warmup(cfg, name, work_per_s) if p.warmup_steps is None else None
     longer = need + (cut or 0)
     return need, cut, min(longer, int(cap.max_steps)) if longer > int(p.steps) else int(p.steps)
 
 
-def first_length(cfg: RacsimConf, name: str) -> int:
+def first_length(cfg: RacsimConf, name: str, work_per_s: Optional[float] = None) -> int:
     """The steps :func:`sized_run` simulates first (:func:`run_plan`)."""
-    return run_plan(cfg, name)[2]
+    return run_plan(cfg, name, work_per_s)[2]
 
 
 @dataclass
@@ -77,22 +79,23 @@ class Sized:
     requests: int
 
 
-def sized_run(cfg: RacsimConf, name: str, tell=None, note=None) -> Sized:
+def sized_run(cfg: RacsimConf, name: str, tell=None, note=None, work_per_s: Optional[float] = None) -> Sized:
     """Simulate one count's asynchronous pipeline at a length that shows its steady state.
     ``capacity.run_length=auto``: from ``pipeline.steps``, doubled up to ``capacity.max_steps``
     until the series of requests in the channel at each step's start (mean over trials) is
     stationary after its warm-up (MSER-5 unless ``pipeline.warmup_steps`` is set;
     :func:`racsim.pipeline.steady.verdict`); ``fixed``: the length and warm-up as given. With
     slow regimes (:func:`~racsim.analyses.capacity.regimes.regime_window`) the run starts at the
-    window they need and its warm-up (:func:`~racsim.analyses.capacity.regimes.regime_warmup`: one
-    cycle where the regimes start stationary, else MSER-5), up to ``capacity.max_steps`` and within
+    window they need and its warm-up (:func:`~racsim.analyses.capacity.regimes.regime_warmup`: the
+    regime's chain's where the regimes start stationary, else MSER-5), up to ``capacity.max_steps`` and within
     the ``limits``, doubles until the window after the warm-up holds it too, and is judged by the
     trials' slopes (:func:`racsim.pipeline.steady.trials_verdict`).
     ``tell(note)``: called before each doubling (a long run says why it goes on); ``note(text)``: told
-    how far each simulation is as it runs (racsim.analyses.bias_study.share_note)."""
+    how far each simulation is as it runs (racsim.analyses.bias_study.share_note); ``work_per_s``: as
+    :func:`run_plan`'s."""
     cap = cfg.capacity
     auto = cap.run_length == "auto"
-    need, cut, steps = run_plan(cfg, name)
+    need, cut, steps = run_plan(cfg, name, work_per_s)
     spent, requests = 0.0, 0
     if steps != int(cfg.pipeline.steps):  # the regimes' window after their warm-up
         check_limits(replace_at(cfg, "pipeline.steps", steps))  # refused before it runs when too big
@@ -105,7 +108,7 @@ def sized_run(cfg: RacsimConf, name: str, tell=None, note=None) -> Sized:
         spent += time.perf_counter() - t0
         requests += requests_per_schedule(c)
         series = steady.in_system(sched, sched.channel_names.index(name))
-        given = given_warmup(c, cut)
+        given = given_warmup(c, cut, need)
         v = steady.trials_verdict(series, given) if need else steady.verdict(series, given)
         if (v.stationary and steps - v.warmup >= need) or not auto:
             return Sized(c, draws, sched, v, steps, spent, requests)
@@ -116,12 +119,14 @@ def sized_run(cfg: RacsimConf, name: str, tell=None, note=None) -> Sized:
         steps *= 2
 
 
-def given_warmup(c: RacsimConf, cut: Optional[int]) -> Optional[int]:
+def given_warmup(c: RacsimConf, cut: Optional[int], need: int = 0) -> Optional[int]:
     """The warm-up run ``c`` is given (None: MSER-5 finds it): the regimes' ``cut`` (:func:`run_plan`),
-    at most half a run ``capacity.max_steps`` keeps shorter than the cycle; else
-    ``pipeline.warmup_steps`` (with ``capacity.run_length=fixed``, a fifth of the run when null)."""
+    at most half a run that ``capacity.max_steps`` keeps shorter than ``cut`` and the ``need`` steps
+    after it; else ``pipeline.warmup_steps`` (with ``capacity.run_length=fixed``, a fifth of the run
+    when null)."""
     if cut is not None:
-        return min(cut, int(c.pipeline.steps) // 2)
+        steps = int(c.pipeline.steps)
+        return cut if steps >= cut + need else min(cut, steps // 2)
     return None if c.capacity.run_length == "auto" and c.pipeline.warmup_steps is None else warmup_steps(c.pipeline)
 
 
@@ -142,12 +147,12 @@ def doubling_note(v: steady.Verdict, steps: int, need: int) -> str:
             f"regimes need, running {2 * steps}")
 
 
-def settle(cfg: RacsimConf, name: str, tell=None, note=None) -> Settled:
+def settle(cfg: RacsimConf, name: str, tell=None, note=None, work_per_s: Optional[float] = None) -> Settled:
     """Run one count at a length that shows its steady state (:func:`sized_run`; ``tell``: its
-    note before each doubling; ``note``: how far each simulation is); the bias study then reuses the
-    simulated asynchronous schedule."""
-    prefetch_trajectories(cfg, first_length(cfg, name))  # the bias study's, at the run's first length
-    run = sized_run(cfg, name, tell, note)
+    note before each doubling; ``note``: how far each simulation is; ``work_per_s``: as
+    :func:`run_plan`'s); the bias study then reuses the simulated asynchronous schedule."""
+    prefetch_trajectories(cfg, first_length(cfg, name, work_per_s))  # the bias study's, at the run's first length
+    run = sized_run(cfg, name, tell, note, work_per_s)
     if note is not None:
         note(f"the bias study of {run.steps:,} steps")
     c = replace_at(run.cfg, "pipeline.warmup_steps", run.verdict.warmup)

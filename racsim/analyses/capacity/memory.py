@@ -39,3 +39,4 @@ def steps_that_fit(cfg: RacsimConf) -> Tuple[RacsimConf, Optional[str]]:
         f"capacity.max_steps lowered from {cfg.capacity.max_steps} to {fits}: a run of {2 * fits} steps needs about "
         f"{need / 1e9:.3g} GB, past the {memory_room(cfg) / 1e9:.3g} GB a run may take (limits.memory_gb, and what this "
         f"process can have); raise limits.memory_gb or lower learner.trials to allow longer runs")
+

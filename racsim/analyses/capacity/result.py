@@ -4,6 +4,7 @@ the line of a count the replications left undecided."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -144,15 +145,26 @@ def figure_text(fig: str, v: float) -> str:
 
 
 def undecided_text(n: int, answer: Optional[int], d: stopping.Decision, row: dict, targets: Dict[str, Any]) -> str:
-    """The line of a count left undecided when the budget ended, from its ``row`` (its figures, on the
-    replications where there were any): '7 or 8: dropped at 7 is 0.4% [0.1%, 1.3%] against 1.00% after
-    N steps in R replications' (the larger, safe count is the one recommended)."""
+    """The line of a count left unresolved when the replications stopped, from its ``row`` (its figures
+    on the replications): '6 or 7: dropped at 6 unresolved, 0.62% [0.31%, 1.1%] against 1.00%, after
+    3 runs (77,000 trial-steps measured, 14 drop episodes seen; the regime's chain asks for ...)' (the
+    larger, safe count is the one recommended)."""
     figs = []
     for k in d.open:
         fig = stopping.FIGURES[k]
-        figs.append(f"{FIGURE_WORDS[fig]} at {n} is {figure_text(fig, row[fig])} [{figure_text(fig, row[f'{fig}_lo'])}, "
-                    f"{figure_text(fig, row[f'{fig}_hi'])}] against {figure_text(fig, targets[k])}")
+        figs.append(f"{FIGURE_WORDS[fig]} at {n} unresolved, {figure_text(fig, row[fig])} "
+                    f"[{figure_text(fig, row[f'{fig}_lo'])}, {figure_text(fig, row[f'{fig}_hi'])}] against "
+                    f"{figure_text(fig, targets[k])}")
+    p = d.plan
+    if math.isinf(p.need):
+        need = "; the regime's chain puts the share at its target: no budget settles it"
+    elif p.need > 0:
+        need = (f"; the regime's chain asks for {p.need:,.0f} trial-steps, {p.expected:.3g} expected episodes of "
+                f"{p.length:.3g} steps, to settle it at {stopping.POWER:.0%} of seeds")
+    else:
+        need = ""
+    runs = len(d.reps)
     return (f"{n} or {answer if answer is not None else 'more'}: " + "; ".join(figs)
-            + f" after {int(row['steps']) * len(d.reps)} steps in {len(d.reps)} replication"
-            + ("s" if len(d.reps) > 1 else "") + " (capacity.decide_steps or capacity.decide_s ran out; the larger "
-            "count is recommended)")
+            + f", after {runs} run{'s' if runs > 1 else ''} ({stopping.exposure(d.reps):,} trial-steps measured, "
+            f"{stopping.episodes_seen(d.reps)} drop episodes seen{need}); capacity.decide_steps or "
+            "capacity.decide_s cannot afford to settle it, so the larger count is recommended")

@@ -8,9 +8,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from racsim.analyses.bias_study import corrector_names
-from racsim.analyses.capacity.channel import unit_price, with_count
-from racsim.analyses.capacity.intervals import (Units, bias_intervals, channel_intervals, interval_units, step_seconds,
-                                                worker_limit)
+from racsim.analyses.capacity import stopping
+from racsim.analyses.capacity.channel import count_key, unit_price, with_count
+from racsim.analyses.capacity.episodes import count_episodes
+from racsim.analyses.capacity.intervals import (Units, bias_intervals, channel_intervals, interval_units,
+                                                replicate_figures, step_seconds, worker_limit)
 from racsim.analyses.capacity.length import Settled, settle
 from racsim.analyses.capacity.targets import chosen_row, fails_text
 from racsim.config.schema import RacsimConf
@@ -23,7 +25,8 @@ from racsim.pipeline.stats import useful_share
 CURVE_COLUMNS = ("steps", "warmup_steps", "bias_exact", "bias_exact_lo", "bias_exact_hi", "bias_mc", "mc_se",
                  "bias_vs_naive", "bias_vs_naive_lo", "bias_vs_naive_hi", "step_s", "step_s_lo", "step_s_hi", "eta",
                  "delay_p50_steps", "delay_p95_steps", "dropped_frac", "pending_frac", "wait_p95_s", "sojourn_p95_s",
-                 "sojourn_p99_s", "utilisation", "replications", "useful", "available", "cost_per_1000_steps")
+                 "sojourn_p99_s", "utilisation", "replications", "measured_steps", "drop_episodes", "useful",
+                 "available", "cost_per_1000_steps")
 
 
 def count_rows(cfg: RacsimConf, name: str, key: str, n: int, load: dict,
@@ -33,7 +36,7 @@ def count_rows(cfg: RacsimConf, name: str, key: str, n: int, load: dict,
     ``tell``, ``note``: as :func:`settle`'s."""
     if load["load"] >= cfg.capacity.max_load:
         return None, overloaded_rows(cfg, name, n, load)
-    run = settle(with_count(cfg, key, n), name, tell, note)
+    run = settle(with_count(cfg, key, n), name, tell, note, load["work_per_s"])
     return run, curve_rows(cfg, name, n, run, load)
 
 
@@ -46,9 +49,13 @@ def curve_rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> 
     k = sched.channel_names.index(name)
     units = interval_units(cfg, name, sched.n_trials, v.warmup, run.steps)
     bias = bias_intervals(res.bias, units, lvl)
+    lanes = interval_units(cfg, name, sched.n_trials, v.warmup, run.steps, whole=True)  # the channel's: trials
+    first = replicate_figures(sched, cfg, name, v.warmup)
     # replications: the independent runs the rare-event figures rest on (decide_count)
-    served = {**channel_figures(ch), "replications": 1,
-              **channel_intervals(sched, k, ch["workers"], v.warmup, units, lvl),
+    served = {**channel_figures(ch), "replications": 1, "drop_episodes": stopping.episodes_seen([first]),
+              "measured_steps": stopping.exposure([first]),
+              **channel_intervals(sched, k, ch["workers"], v.warmup, lanes, lvl),
+              **rare_figures(cfg, name, n, load, first, lvl),
               # useful: the share of server-seconds whose work delivered results, from the run (<= busy);
               # available: the long-run share up the load assumes
               "useful": useful_share(sched, k, worker_limit(ch["workers"]), sched.step_start[:, v.warmup],
@@ -66,6 +73,24 @@ def curve_rows(cfg: RacsimConf, name: str, n: int, run: Settled, load: dict) -> 
                "cost_per_1000_steps": n * price * step["step_s"] * 1000.0 / 3600.0, **optional_figures(ch, load)}
         row["status"] = status(row, cfg)
         out.append(row)
+    return out
+
+
+def rare_figures(cfg: RacsimConf, name: str, n: int, load: dict, first: stopping.Replicate,
+                 level: float) -> Dict[str, float]:
+    """Under a regime with a chain (racsim.analyses.capacity.episodes), the rare-event figures of count
+    ``n`` (each with its interval) as the deciding replications read them, its settled run's lanes
+    ``first`` the replications (racsim.analyses.capacity.stopping.intervals: the dropped share over the
+    lanes, never below what its episodes allow, and with none seen bounded by the chain's episode
+    length); elsewhere none (the trials' bootstrap intervals stand)."""
+    found = count_episodes(with_count(cfg, count_key(cfg, name), n), name, load["work_per_s"]) \
+        if cfg.capacity.regime_cycles else None
+    if found is None:
+        return {}
+    out = {}
+    for k, (v, lo, hi) in stopping.intervals([first], list(stopping.RARE_TARGETS), level, found.length).items():
+        fig = stopping.FIGURES[k]
+        out.update({fig: v, f"{fig}_lo": lo, f"{fig}_hi": hi})
     return out
 
 

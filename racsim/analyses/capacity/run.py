@@ -133,6 +133,7 @@ class Search:
     rows: Dict[int, List[dict]] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=lambda: {"runs_s": 0.0, "pipeline_s": 0.0})
     requests: int = 0
+    replicated: int = 0  # steps the deciding replications simulated so far
     unreachable: List[OutOfReach] = field(default_factory=list)  # the targets out of reach: the search stopped
 
     @classmethod
@@ -284,30 +285,34 @@ class Search:
 
     def decide(self, lowest: int, top: int) -> Tuple[stopping.Budget, Dict[int, Optional[stopping.Decision]]]:
         """The counts the answer depends on (:func:`~racsim.analyses.capacity.search.answer_counts`),
-        each evaluated and decided with enough evidence (:func:`decide_count`), within one budget of
-        ``capacity.decide_steps`` and ``capacity.decide_s`` for them all."""
+        each evaluated and decided with enough evidence (:func:`decide_count`), the fewer first (where it
+        passes, the other no longer matters), within one budget of ``capacity.decide_steps`` and
+        ``capacity.decide_s`` for them all."""
         t0 = time.perf_counter()
         cap = self.cfg.capacity
         budget = stopping.Budget(int(cap.decide_steps), math.inf if cap.decide_s is None else float(cap.decide_s))
         if cap.decide_steps > 0:
             self.progress.start(DECIDING, int(cap.decide_steps), "replicated step", upto=True)
         decisions: Dict[int, Optional[stopping.Decision]] = {}
-        while todo := [n for n in answer_counts(self.rows, self.chosen, self.targets, self.step, lowest, top)
-                       if n not in decisions]:
-            n = todo[0]
+        while cap.decide_steps > 0 and (todo := [n for n in answer_counts(self.rows, self.chosen, self.targets,
+                                                                          self.step, lowest, top)
+                                                 if n not in decisions]):
+            n = min(todo)
             self.evaluate(n)
             decisions[n] = decide_count(self.cfg, self.name, self.key, n, self.rows[n], self.runs[n],
                                         {**self.targets, "corrector": self.chosen}, budget,
-                                        self.replicating(n, budget)) if n in self.runs else None
-            if cap.decide_steps > 0:
-                self.progress.update(budget.used)
+                                        self.loads[n]["work_per_s"], self.replicating(n)) \
+                if n in self.runs else None
+            self.progress.update(budget.used)
         self.timings["decide_s"] = time.perf_counter() - t0
         return budget, decisions
 
-    def replicating(self, n: int, budget: stopping.Budget) -> Callable[[str], None]:
-        """Before each replication of count ``n``: the steps replicated so far (the budget less the one granted)."""
-        return lambda note: self.progress.update(budget.used - int(chosen_row(self.rows[n], self.chosen)["steps"]),
-                                                 f"{n} {self.unit}: {note}", line=True)
+    def replicating(self, n: int) -> Callable[[str, int], None]:
+        """Before each replication run of count ``n`` (``steps`` long): the steps replicated so far."""
+        def tell(note: str, steps: int) -> None:
+            self.progress.update(self.replicated, f"{n} {self.unit}: {note}", line=True)
+            self.replicated += steps
+        return tell
 
     def best_count(self, recommended: Optional[int]) -> Optional[int]:
         """The count whose run the answer shows: the ``recommended`` one, else the largest simulated

@@ -23,12 +23,21 @@ def targets_of(cfg: RacsimConf) -> Dict[str, Any]:
 def failed(row: Any, targets: Dict[str, Any]) -> List[str]:
     """What one (count, corrector) row fails: "load" when it is overloaded and "stationarity" when
     it is not stationary (no steady-state figure, so no target is read), else each target that is
-    set whose figure's interval's upper end exceeds it, or is undefined (NaN: not measured)."""
+    set whose figure's interval's upper end exceeds it, or is undefined (NaN: not measured), or that
+    the deciding replications left unresolved (``unresolved``: the safe side, racsim.analyses.capacity.stopping)."""
     st = row.get("status", "ok")
     if st != "ok":
         return ["load" if st.startswith("overloaded") else "stationarity"]
+    open_ = unresolved(row)
     return [k for k, fig in TARGET_FIGURES.items()
-            if targets.get(k) is not None and not row[f"{fig}_hi"] <= targets[k]]
+            if targets.get(k) is not None and (not row[f"{fig}_hi"] <= targets[k] or k in open_)]
+
+
+def unresolved(row: Any) -> List[str]:
+    """The targets a row's deciding replications left unresolved (its ``unresolved`` cell, keys joined by
+    ", "; empty or absent: none)."""
+    cell = row.get("unresolved", "")
+    return [k for k in cell.split(", ") if k] if isinstance(cell, str) else []
 
 
 def feasible(row: Any, targets: Dict[str, Any]) -> bool:
