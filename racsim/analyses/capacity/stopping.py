@@ -29,7 +29,9 @@ RARE_TARGETS = {"max_dropped": "dropped_frac", "max_sojourn_p95_s": "sojourn_p95
 # together) drive them, so they are decided the same way there; each replication then runs the
 # bias study on its schedule.
 BIAS_TARGETS = {"max_bias": "bias_exact", "max_bias_vs_naive": "bias_vs_naive"}
-FIGURES = {**RARE_TARGETS, **BIAS_TARGETS}
+# A pool split's lag caps (capacity.split.*; racsim/analyses/capacity/split.py), decided the same way.
+LAG_TARGETS = {"max_mean_lag": "mean_lag", "max_head_lag_p95": "head_lag_p95"}
+FIGURES = {**RARE_TARGETS, **BIAS_TARGETS, **LAG_TARGETS}
 MIN_REPLICATIONS = 2  # an interval on the replications' spread is read from two on
 
 # A replication's figures: ``dropped`` and ``sent`` (counts), each quantile figure of RARE_TARGETS, and
@@ -38,7 +40,8 @@ Replicate = Dict[str, float]
 
 
 def open_targets(row, targets: Dict[str, float], zero: bool = True, bias: bool = False) -> List[str]:
-    """The rare-event targets (:data:`RARE_TARGETS`, and with ``bias`` :data:`BIAS_TARGETS`) that are
+    """The rare-event targets (:data:`RARE_TARGETS`, and with ``bias`` :data:`BIAS_TARGETS` and a pool split's
+    :data:`LAG_TARGETS`) that are
     set above 0 and that ``row``'s interval leaves undecided: its [lo, hi] straddles the target
     (lo <= target < hi) or, with ``zero`` (a channel with a slow random regime, whose rare events a
     run may miss), reads [0, 0] exactly."""
