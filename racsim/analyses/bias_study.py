@@ -63,7 +63,9 @@ class Known:
 
 def pipeline_draws(cfg: Any, n_trials: int, stream: str, known: Optional[Known] = None) -> PipelineDraws:
     """The draws of :func:`simulate_schedules` (``known``'s, when they are made already)."""
-    return known.draws if known is not None else draw(cfg.pipeline, n_trials, rng_for(cfg.seed, stream))
+    if known is not None and known.draws is not None:
+        return known.draws
+    return draw(cfg.pipeline, n_trials, rng_for(cfg.seed, stream))
 
 
 def simulate_schedules(cfg: Any, n_trials: int, stream: str, names, known: Optional[Known] = None,
