@@ -161,8 +161,8 @@ def test_lockstep_rows_make_no_frontier():
     assert F.frontier_table(df.assign(steps_per_hour=math.nan), axes).empty
 
 
-ASYNC_TINY = ["scenario=async/areal", "pipeline.steps=8", "pipeline.batch_size=16", "pipeline.generation.engines.gpus=2",
-              "pipeline.generation.engines.concurrency=8", "pipeline.generation.engines.response_tokens.mean=256",
+ASYNC_TINY = ["scenario=async/areal", "pipeline.steps=8", "pipeline.batch_size=16",
+              "pipeline.generation.engines.gpus=2", "pipeline.generation.engines.concurrency=8", "pipeline.generation.engines.response_tokens.mean=256",
               "pipeline.generation.engines.max_response_tokens=1024", "learner.trials=3", "learner.bootstrap=0",
               "learner.train.enabled=false", "output.plots=false", "output.progress=false",
               "corrector.names=[naive,rac]"]

@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 
 from helpers import main_in_process, messages
+from test_generation_run import changed
 from racsim.analyses.bias_study import run_bias_study
 from racsim.analyses.capacity import split as S
 from racsim.analyses.grid import expand
@@ -151,18 +152,8 @@ def test_splits_enumerated():
         (e, N - e - j, j) for e in range(1, N) for j in range(1, N - 1) if N - e - j >= 1]
     listed = scenario(compose_config(*TINY, "capacity.split.engines=[1,3]", "capacity.split.judge=[2]"))
     assert [(s.engines, s.trainer, s.judge) for s in S.splits_of(listed, "judge")] == [(1, 2, 2)]
-    assert S.Split(10, 4, 2).text() == "10 engines, 4 trainer, 2 judge" and S.Split(3, 2, 0).text() == "3 engines, 2 trainer"
-
-
-def changed(cfg, **keys):
-    out = copy.deepcopy(cfg)
-    for key, value in keys.items():
-        *path, last = key.split("__")
-        node = out
-        for part in path:
-            node = node[part] if isinstance(node, dict) else getattr(node, part)
-        setattr(node, last, value)
-    return out
+    assert S.Split(10, 4, 2).text() == "10 engines, 4 trainer, 2 judge"
+    assert S.Split(3, 2, 0).text() == "3 engines, 2 trainer"
 
 
 SP = "capacity__split__"

@@ -40,7 +40,8 @@ ANALYSES = {"probe": probe_study, "tv_bound": tv_bound_study}  # study.kind -> a
 def compute(cfg: RacsimConf, progress: Optional[Progress] = None) -> Union[RunResult, CapacityResult, SplitResult]:
     """The results of a scenario's spec (racsim.config.spec.scenario): the capacity search
     when ``capacity.enabled`` (with its sensitivity table when ``capacity.sensitivity.enabled``:
-    racsim.analyses.sensitivity; with async generation the pool split, racsim.analyses.capacity.split), else :func:`run`. ``progress``: what each phase tells as it runs
+    racsim.analyses.sensitivity; with async generation the pool split, racsim.analyses.capacity.split),
+    else :func:`run`. ``progress``: what each phase tells as it runs
     (racsim.progress; None: nothing). Raises ConfigError on a user's mistake."""
     if cfg.capacity.enabled:  # async generation: a pool split between engines, trainer and judge
         return run_split(cfg, progress) if cfg.pipeline.generation.mode == "async" else \

@@ -80,8 +80,8 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
         import pandas as pd
 
         best = res.best
-        return Tables(results=best.results if best else pd.DataFrame(), channels=best.channels if best else pd.DataFrame(),
-                      curve=res.table, recommended=res.recommended, status=res.status, config=cfg, raw=res, files=files)
+        return Tables(results=best.results if best else pd.DataFrame(),
+                      channels=best.channels if best else pd.DataFrame(), curve=res.table, recommended=res.recommended, status=res.status, config=cfg, raw=res, files=files)
     if isinstance(res, J.CapacityResult):  # its results and channels: the run at the recommended (or largest) count
         import pandas as pd
 

@@ -32,7 +32,8 @@ TERMINAL_ROWS = 60  # the rows of a table a run prints (racsim.errors.WIDTH its 
 WRITING = "writing the files"  # a run's last phase (racsim.progress), once it is computed
 
 # what racsim.app.cli and racsim.app.api take from here
-__all__ = ["CapacityResult", "SplitResult", "DONE", "WRITING", "capacity_text", "cell_overrides", "cell_values", "check_writable",
+__all__ = ["CapacityResult", "SplitResult", "DONE", "WRITING", "capacity_text", "cell_overrides", "cell_values",
+           "check_writable",
            "compose_config", "compute", "config_yaml", "failure", "inputs_of", "memory_error", "override_key",
            "publish_run", "run_text", "scenario", "write_marker", "write_run"]
 

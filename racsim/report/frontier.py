@@ -171,19 +171,23 @@ def frontier_note(front: pd.DataFrame) -> str:
 
 def frontier_figure(front: pd.DataFrame):
     """Steps per hour against the mean lag, one point per cell with its intervals both ways, labelled by its
-    cell's values; the Pareto set filled and joined, the others hollow."""
+    cell's values (cells at the same point, to 3 significant digits, share one label); the Pareto set filled
+    and joined, the others hollow."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.6, 5.0), layout="constrained")
     cells = cells_of(front)
     names = short_names(cells)
+    labels: Dict[tuple, List[str]] = {}
     for _, r in front.iterrows():
         xerr = [[r.mean_lag - r.mean_lag_lo], [r.mean_lag_hi - r.mean_lag]] if np.isfinite(r.mean_lag_lo) else None
         yerr = ([[r.steps_per_hour - r.steps_per_hour_lo], [r.steps_per_hour_hi - r.steps_per_hour]]
                 if np.isfinite(r.steps_per_hour_lo) else None)
         ax.errorbar(r.mean_lag, r.steps_per_hour, xerr=xerr, yerr=yerr, fmt="o", ms=7, capsize=2,
                     color="C0" if r.pareto else "C7", mfc="C0" if r.pareto else "white")
-        label = ", ".join(f"{n}={fmt(r[c])}" for n, c in zip(names, cells))
-        ax.annotate(label, (r.mean_lag, r.steps_per_hour), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        at = (float(f"{r.mean_lag:.3g}"), float(f"{r.steps_per_hour:.3g}"))
+        labels.setdefault(at, []).append(", ".join(f"{n}={fmt(r[c])}" for n, c in zip(names, cells)))
+    for (x, y), text in labels.items():
+        ax.annotate("\n".join(text), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
     on = front[front.pareto].sort_values("mean_lag")
     ax.plot(on.mean_lag, on.steps_per_hour, "-", color="C0", alpha=0.6, label="Pareto set")
     ax.set_xlabel("mean lag of the trained samples (policy versions; bars: 95% t interval over seeds)")

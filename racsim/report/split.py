@@ -12,10 +12,9 @@ import pandas as pd
 from racsim.analyses.capacity.split import SplitResult
 from racsim.config.schema import RacsimConf
 from racsim.io import atomic_write, fmt, write_text
-from racsim.report.capacity import _ci, goals_text
-from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
+from racsim.report.capacity import _ci, closed, csv_tables, goals_text
+from racsim.report.finite import Unwritable
 from racsim.report.tables import fitted_text
-from racsim.report.trace import write_timeline
 
 TERMINAL_SPLITS = 12  # splits a terminal shows, by steps per hour (and the answer's row)
 LEAST_ESSENTIAL = ("trainer waits", "engines idle", "in queue", "before queue", "drop %", "load")
@@ -48,7 +47,8 @@ def split_line(row, res: SplitResult) -> str:
     if res.judge is not None:
         s += (f", judge load {row.load:.3g}, dropped {_ci(row, 'dropped_frac', lambda v: f'{100 * v:.1f}%')}")
     if "bias_exact" in row and pd.notna(row.get("bias_exact")):
-        s += f", {res.corrector} bias {_ci(row, 'bias_exact', lambda v: f'{v:.3g}')} ({_ci(row, 'bias_vs_naive')} x naive's)"
+        bias = _ci(row, "bias_exact", lambda v: f"{v:.3g}")
+        s += f", {res.corrector} bias {bias} ({_ci(row, 'bias_vs_naive')} x naive's)"
     return s
 
 
@@ -159,22 +159,11 @@ def write_split(out_dir: Path, cfg: RacsimConf, res: SplitResult, cfg_yaml: str,
     if res.best is not None:
         tables += [("results", res.best.results), ("channels", res.best.channels)]
         tables += [(k, v) for k, v in res.best.extra.items() if k == "generation"]
-    for stem, df in tables:
-        bad.extend(non_finite(df, stem))
-        notes.extend(undefined_notes(df, stem))
-        p = out_dir / f"{stem}.csv"
-        atomic_write(p, lambda t, df=df: df.to_csv(t, index=False))
-        written.append(p)
+    written += csv_tables(out_dir, tables, bad, notes)
     p = out_dir / "split.parquet"
     atomic_write(p, lambda t: res.table.to_parquet(t, index=False))
     written.append(p)
     write_text(out_dir / "config.yaml", cfg_yaml)
     written.append(out_dir / "config.yaml")
-    sched = (res.best.schedules or {}).get("async") if res.best is not None else None
-    if sched is not None:
-        written += write_timeline(out_dir, sched, png=plots)
-    summary = out_dir / "summary.md"
-    write_text(summary, split_summary_markdown(cfg, res, [p.name for p in written])
-               + "\n".join([*about, *summary_lines(notes, bad)]))
-    written.append(summary)
-    return checked(written, bad, found, cfg_yaml, out_dir)
+    return closed(out_dir, res.best, lambda files: split_summary_markdown(cfg, res, files), written, bad, notes,
+                  found, cfg_yaml, about, plots)

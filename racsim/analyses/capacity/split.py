@@ -82,7 +82,8 @@ def splits_of(cfg: RacsimConf, judge: Optional[str]) -> List[Split]:
     s, tp = cfg.capacity.split, int(cfg.pipeline.generation.engines.tp)
     n, unit = int(s.gpus), split_unit(cfg, judge)
     engines = sorted(set(s.engines)) if s.engines is not None else list(range(tp, n, tp))
-    judges = [0] if judge is None else (sorted(set(s.judge)) if s.judge is not None else list(range(unit, n - tp, unit)))
+    judges = ([0] if judge is None else sorted(set(s.judge)) if s.judge is not None
+              else list(range(unit, n - tp, unit)))
     return [Split(e, n - e - j, j) for e in engines for j in judges if n - e - j >= 1]
 
 
@@ -288,8 +289,8 @@ def bias_row(cfg: RacsimConf, run: Run, judge: Optional[str]) -> Dict[str, float
 @dataclass
 class SplitResult:
     """A pool split's answer: one row per split tried (``table``: split.csv), the recommended split (None: none
-    meets the targets) and the next best, the targets, the run at the answer (a RunResult: every corrector), the notes (splits the
-    replications left undecided) and timings."""
+    meets the targets) and the next best, the targets, the run at the answer (a RunResult: every corrector),
+    the notes (splits the replications left undecided) and timings."""
 
     table: pd.DataFrame
     gpus: int
@@ -492,5 +493,6 @@ def run_split(cfg: RacsimConf, progress: Optional[Progress] = None) -> SplitResu
         progress.advance()
     search.timings["split_s"] = time.perf_counter() - t0
     return SplitResult(table=table, gpus=int(cfg.capacity.split.gpus), judge=judge, recommended=best,
-                       runner_up=runner, targets=targets, best=res, notes=notes, timings=search.timings, replicated_steps=budget.used,
+                       runner_up=runner, targets=targets, best=res, notes=notes, timings=search.timings,
+                       replicated_steps=budget.used,
                        level=float(cfg.capacity.confidence), corrector=str(cfg.capacity.corrector))

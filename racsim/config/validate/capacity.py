@@ -66,7 +66,8 @@ def validate_split(cfg: Any) -> None:
     lo_e = min(s.engines) if s.engines else tp
     lo_j = (min(s.judge) if s.judge else unit) if judge is not None else 0
     need(lo_e + lo_j <= s.gpus - 1, "capacity.split.gpus", s.gpus,
-         f"at least {lo_e + lo_j + 1}: the fewest engines' ({lo_e}) and judge's ({lo_j}) GPUs listed, and one for the trainer")
+         f"at least {lo_e + lo_j + 1}: the fewest engines' ({lo_e}) and judge's ({lo_j}) GPUs listed, and one for "
+         f"the trainer")
     need(isinstance(cfg.learner.trials, int) and cfg.learner.trials >= 2, "learner.trials", cfg.learner.trials,
          "an integer >= 2 for a pool split: a split's intervals are over its trials (independent replications)")
     for key in ("max_mean_lag", "max_head_lag_p95"):
