@@ -209,3 +209,13 @@ def test_a_bad_split_value_on_the_command_line_is_one_line(tmp_path, monkeypatch
     lines = messages(err)
     assert code == 2 and len(lines) == 1 and lines[0].startswith("racsim: error: capacity.split.engines")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.long
+def test_racsim_run_returns_the_split_table_and_answer():
+    import racsim
+
+    t = racsim.run("async/areal", overrides=TINY[1:] + ["capacity.decide_steps=0"])
+    assert t.status == "recommended" and t.recommended is not None and len(t.curve) == 6
+    assert {"engines", "trainer", "judge", "steps_per_hour", "mean_lag", "fails"} <= set(t.curve.columns)
+    assert len(t.results) and "generation" in t.raw.best.extra

@@ -380,9 +380,13 @@ class SplitSearch:
 
     def open_keys(self, s: Split) -> List[str]:
         """The targets split ``s`` fails only by an interval straddling them (stopping.open_targets), where it
-        fails nothing for sure; else none (replications cannot make it pass)."""
+        fails nothing for sure; else none (replications cannot make it pass). Its bias is read only where no
+        other target fails for sure."""
         row = self.rows[s]
         if row["status"] != "ok":
+            return []
+        others = {**self.targets, **{k: None for k in BIAS_KEYS}}
+        if set(split_fails(row, others)) - set(stopping.open_targets(row, others, zero=False, bias=True)):
             return []
         row = self.with_bias(s)
         keys = stopping.open_targets(row, self.targets, zero=False, bias=True)
