@@ -89,17 +89,17 @@ def j_by_hand(t: pd.DataFrame, corrector: str, seconds: float) -> float:
 
 
 def synthetic(seed: int):
-    """A gathered table of async jobs: eta x concurrency cells, 1 to 4 seeds each, correctors naive, rac and
-    wait_for_slow (whose row carries the blocking schedule's figures: never the frontier's); and each job's
-    training table."""
+    """A gathered table of async jobs: eta x concurrency cells, 1 to 4 seeds each, correctors naive, rac,
+    wait_for_slow and wait_for_slow+tis (whose rows carry the blocking schedule's figures: never the frontier's);
+    and each job's training table."""
     rng = np.random.default_rng(seed)
     rows, training, job = [], {}, 0
     for eta in (0, 2, 4):
         for conc in (32, 64):
             for s in range(int(rng.integers(1, 5))):
                 figs = {f: rng.uniform(0.0, 1.0) if f in F.SHARES else rng.uniform(1, 500) for f in F.FIGURES}
-                for name in ("naive", "rac", "wait_for_slow"):
-                    mine = dict(figs) if name != "wait_for_slow" else {f: -1.0 for f in F.FIGURES}
+                for name in ("naive", "rac", "wait_for_slow", "wait_for_slow+tis"):
+                    mine = dict(figs) if not name.startswith("wait_for_slow") else {f: -1.0 for f in F.FIGURES}
                     rows.append({"job_dir": str(job), "pipeline.generation.admission.eta": eta,
                                  "pipeline.generation.engines.concurrency": conc, "override:seed": s,
                                  "scenario": "x", "corrector": name, "seed": s, "bias_exact": rng.lognormal(), **mine})
@@ -140,6 +140,38 @@ def test_the_frontier_is_the_hand_loop(seed):
             js = [j_by_hand(training[d], c, clock) for d in mine.job_dir]
             assert r[f"J_at_clock:{c}"] == pytest.approx(sum(js) / len(js), rel=1e-12)
     assert front.pareto.tolist() == dominated_by_loop(front.steps_per_hour.tolist(), front.mean_lag.tolist())
+
+
+def wins_by_loop(caps, lags, js):
+    """The least cap whose J exceeds the J of the least cap, that one read only at a mean lag of 0."""
+    order = sorted(range(len(caps)), key=lambda i: caps[i])
+    base = order[0]
+    if lags[base] != 0 or math.isnan(js[base]):
+        return None
+    for i in order[1:]:
+        if js[i] > js[base]:
+            return caps[i]
+    return None
+
+
+def test_where_async_pays_is_the_hand_loop():
+    """async_wins_from on 60 random frontiers over one cap (rows in any order, ties in J, a lockstep point or
+    none, a NaN J) against the loop; a frontier without that corrector's J gives None."""
+    rng = np.random.default_rng(46)
+    found = set()
+    for _ in range(60):
+        n = int(rng.integers(1, 6))
+        caps = rng.permutation([0.0, 0.1, 0.3, 1.0, 2.0, 4.0])[:n].tolist()
+        lags = [0.0 if c == min(caps) and rng.uniform() < 0.8 else float(rng.uniform(0.5, 5)) for c in caps]
+        js = [float(rng.choice([0.3, 0.31, 0.32])) for _ in caps]
+        if rng.uniform() < 0.1:
+            js[caps.index(min(caps))] = math.nan
+        front = pd.DataFrame({"cap": caps, "mean_lag": lags, "J_at_clock:rac": js})
+        want = wins_by_loop(caps, lags, js)
+        assert F.async_wins_from(front, "cap", "rac") == want
+        assert F.async_wins_from(front, "cap", "naive") is None
+        found.add(want is None)
+    assert found == {True, False}  # both answers reached
 
 
 def test_the_frontier_text_fits_and_marks_the_pareto_set():

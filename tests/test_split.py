@@ -219,3 +219,34 @@ def test_racsim_run_returns_the_split_table_and_answer():
     assert t.status == "recommended" and t.recommended is not None and len(t.curve) == 6
     assert {"engines", "trainer", "judge", "steps_per_hour", "mean_lag", "fails"} <= set(t.curve.columns)
     assert len(t.results) and "generation" in t.raw.best.extra
+
+
+def test_a_moving_policys_bias_intervals_resample_its_trials():
+    """Generation lags (a moving policy): each replicate of the bias is the norm of the weighted mean of the
+    trials' own exact figures minus the target, a trial weighted by the share of its batches drawn (a loop),
+    and the ratio to naive's is paired; the interval is that of the replicates."""
+    from types import SimpleNamespace
+
+    from racsim.analyses.capacity.intervals import Units, batch_units, bias_intervals, trial_weights
+
+    rng = np.random.default_rng(47)
+    for per in (1, 3):
+        trials, steps, resamples, dims = 5, 9, 40, 4
+        counts = rng.multinomial(trials * per, np.full(trials * per, 1.0 / (trials * per)), size=resamples)
+        units = Units(batch_units(trials, steps, per), per, counts)
+        figures = {n: rng.normal(size=(trials, dims)) for n in ("naive", "rac")}
+        target = rng.normal(size=dims)
+        run = SimpleNamespace(exact_trials={"steady": figures}, target_of=lambda view: target)
+        w = trial_weights(units)
+        for r in range(resamples):
+            for t in range(trials):
+                assert w[r, t] == pytest.approx(sum(counts[r, t * per + b] for b in range(per)) / per)
+        got = bias_intervals(run, units, 0.9)
+        boot = {}
+        for n, e in figures.items():
+            boot[n] = np.array([np.linalg.norm(sum(w[r, t] * e[t] for t in range(trials)) / trials - target)
+                                for r in range(resamples)])
+        for n in figures:
+            ratio = boot[n] / boot["naive"]
+            want = (*steady.percentile_interval(boot[n], 0.9), *steady.percentile_interval(ratio, 0.9))
+            assert got[n] == pytest.approx(want, rel=1e-12)

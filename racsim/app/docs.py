@@ -23,6 +23,7 @@ import pandas as pd
 
 from racsim.errors import Parser
 from racsim.io import fmt, write_text
+from racsim.report.frontier import async_wins_from
 from racsim.report.lm import value_label
 from racsim.report.tables import answer_line
 
@@ -312,11 +313,30 @@ def gate_table(run: Run) -> str:
     return fenced("\n".join(f"$ {c}" for c in run.commands)) + "\n" + markdown_table(pd.DataFrame(rows)) + "\n" + clock
 
 
-FRONTIER_DIR, GATE_DIR = "outputs/frontier", "outputs/slow_judge"
+def cap_table(run: Run) -> str:
+    """The learner against the staleness cap (issue 47 point 5), from the cap sweep's frontier.csv: per cap the
+    steps per hour and the mean lag, each corrector's steady-state bias under the moving policy (the schedule's
+    lags: racsim.learner.drift) and its J(theta) at equal wall-clock; then, per corrector, the least cap at which
+    that J beats its own at lockstep (racsim.report.frontier.async_wins_from)."""
+    f = pd.read_csv(run.cwd / CAP_DIR / "frontier.csv")
+    rows = [{"s": r[CAP_AXIS], "steps/h": r.steps_per_hour, "mean lag": r.mean_lag,
+             **{f"bias {c}": r[f"bias_exact:{c}"] for c in CAP_CORRECTORS},
+             **{f"J {c}": r[f"J_at_clock:{c}"] for c in CAP_CORRECTORS}} for _, r in f.iterrows()]
+    wins = [(c, async_wins_from(f, CAP_AXIS, c)) for c in CAP_CORRECTORS]
+    said = "; ".join(f"{c} from s = {fmt(w)}" if w is not None else f"{c} at no cap swept" for c, w in wins)
+    return (fenced("\n".join(f"$ {c}" for c in run.commands)) + "\n" + markdown_table(pd.DataFrame(rows)) + "\n"
+            + f"J at {fmt(float(f.clock_s.iloc[0]))} s of simulated wall-clock, the shortest job's. J beats its own "
+              f"at lockstep (s 0) for {said}.\n")
+
+
+FRONTIER_DIR, GATE_DIR, CAP_DIR = "outputs/frontier", "outputs/slow_judge", "outputs/cap"
 FRONTIER = (f"racsim -m scenario=async/verl_fully_async pipeline.generation.admission.staleness=0,0.1,0.3,1 "
             f"pipeline.generation.engines.gpus=4,6 seed=0,1 'corrector.names=[naive,rac]' hydra.sweep.dir={FRONTIER_DIR}")
 GATE = (f"racsim -m scenario=async/slow_judge pipeline.generation.gate=fast,all seed=0,1 'corrector.names=[naive,rac]' "
         f"hydra.sweep.dir={GATE_DIR}")
+CAP_AXIS, CAP_CORRECTORS = "pipeline.generation.admission.staleness", ("naive", "rac", "naive+tis", "rac+tis")
+CAP = (f"racsim -m scenario=async/verl_fully_async {CAP_AXIS}=0,0.1,0.3,1 'corrector.names=[naive,rac]' "
+       f"'corrector.rollout=[none,tis]' hydra.sweep.dir={CAP_DIR}")
 SWEEP_DIR = "outputs/tau_sweep"
 PYTHON = "python docs/examples/python_quickstart.py"
 OWN_DELAYS = ('python -c "import numpy as np; np.savetxt(\'my_delays.csv\', np.random.default_rng(1).lognormal(2.5, 0.6, 500), '
@@ -374,6 +394,7 @@ RECIPES: Dict[str, Recipe] = {
     "generation.lags": Recipe(tuple(f"racsim scenario=async/{n}" for n in ("verl_one_step_off", "verl_fully_async",
                                                                           "pipelinerl")), lag_split),
     "generation.gate": Recipe((GATE,), gate_table),
+    "generation.cap": Recipe((CAP,), cap_table),
     "generation.split": Recipe(("racsim scenario=async/pool_split",), console),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts, fresh=True, tolerance=LM_TOLERANCE),

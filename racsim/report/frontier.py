@@ -25,7 +25,7 @@ import pandas as pd
 from racsim.analyses.bias_study import objective_at
 from racsim.generation.figures import binding
 from racsim.io import fmt
-from racsim.learner.correctors import BLOCKING
+from racsim.learner.correctors import BLOCKING, split_name
 from racsim.report.aggregate import cell_keys, t_interval
 from racsim.report.plots import _plt, _save
 from racsim.report.tables import fitted_text, short_names
@@ -98,7 +98,8 @@ def frontier_table(df: pd.DataFrame, axes: Sequence[str],
         values = values if isinstance(values, tuple) else (values,)
         # one row per run (a job, or a cell of a job's study grid): the async schedule's figures, the same in
         # every non-blocking corrector's row
-        jobs = cell[~cell.corrector.isin(BLOCKING)].drop_duplicates([c for c in ("job_dir", "cell") if c in cell])
+        blocking = cell.corrector.map(lambda n: split_name(n)[0] in BLOCKING)  # wait_for_slow, alone or +tis...
+        jobs = cell[~blocking].drop_duplicates([c for c in ("job_dir", "cell") if c in cell])
         row: Dict[str, object] = dict(zip(keys, values))
         row["n"] = len(jobs)
         for f in FIGURES:
@@ -117,6 +118,23 @@ def frontier_table(df: pd.DataFrame, axes: Sequence[str],
         out["clock_s"] = clock
     out["pareto"] = pareto_set(out.steps_per_hour.to_numpy(), out.mean_lag.to_numpy())
     return out
+
+
+def async_wins_from(front: pd.DataFrame, cap: str, corrector: str) -> Optional[float]:
+    """The least value of the column ``cap`` (a staleness cap: eta, s or k) of a frontier over that cap alone at
+    which ``corrector``'s J(theta) at equal wall-clock beats its own at the lockstep point (the row of the least
+    cap, read only when its mean lag is 0: every sample on-policy): where asynchronous generation starts to pay
+    (issue 47 point 5). None when no cap does, or when the frontier has no such lockstep point or no J of that
+    corrector."""
+    column = f"J_at_clock:{corrector}"
+    if column not in front or not len(front):
+        return None
+    rows = front.sort_values(cap, kind="stable")
+    base = rows.iloc[0]
+    if base.mean_lag != 0 or not np.isfinite(base[column]):
+        return None
+    above = rows[rows[column] > base[column]]
+    return float(above[cap].iloc[0]) if len(above) else None
 
 
 def reference(front: pd.DataFrame) -> Optional[str]:
