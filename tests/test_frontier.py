@@ -6,8 +6,10 @@ jobs through racsim.run and racsim-report (a multirun in the long stage)."""
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -237,3 +239,28 @@ def test_a_multirun_prints_its_frontier(tmp_path):
     front = pd.read_csv(tmp_path / "sweep" / "frontier.csv")
     assert len(front) == 4 and (front.n == 2).all() and front["J_at_clock:rac"].notna().all()
     assert (front.clock_s > 0).all() and front.pareto.any()
+
+
+@pytest.mark.long
+def test_the_cap_block_reads_the_learner_against_the_cap(tmp_path):
+    """docs/generation.md's generation.cap block, from a small sweep of its command (2 caps, few trials, short
+    runs): one row per cap with each corrector's bias and J at equal wall-clock as frontier.csv has them, and
+    where J beats lockstep's as async_wins_from reads it."""
+    from racsim.app import docs
+
+    small = ["pipeline.steps=12", "pipeline.warmup_steps=4", "pipeline.batch_size=16",
+             "pipeline.generation.engines.concurrency=8", "pipeline.generation.engines.response_tokens.mean=256",
+             "pipeline.generation.engines.max_response_tokens=1024", "learner.trials=2", "learner.bootstrap=0",
+             "learner.train.lanes=2", "output.plots=false", "output.progress=false"]
+    cmd = docs.CAP.replace("staleness=0,0.1,0.3,1", "staleness=0,1") + " " + " ".join(small)
+    proc = subprocess.run(cmd, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = docs.cap_table(docs.Run(tmp_path, (cmd,), (proc.stdout,)))
+    front = pd.read_csv(tmp_path / docs.CAP_DIR / "frontier.csv")
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| s ")]
+    assert len(rows) == len(front) == 2 and front.mean_lag.iloc[0] == 0 and front.mean_lag.iloc[1] > 0
+    for c in docs.CAP_CORRECTORS:
+        assert f"| bias {c} |" in text and f"| J {c} |" in text and front[f"J_at_clock:{c}"].notna().all()
+        w = F.async_wins_from(front, docs.CAP_AXIS, c)
+        assert (f"{c} from s = 1" if w == 1 else f"{c} at no cap swept") in text
