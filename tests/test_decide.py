@@ -241,7 +241,7 @@ def test_bias_reads_the_runs_from_two_on():
     rng = np.random.default_rng(2)
     reps = [lane_draws(rng, 0.001, 5.0, 10, 50) for _ in range(3)]
     for r, b in zip(reps, (0.010, 0.012, 0.011)):
-        r.bias = {"bias_vs_naive": b}
+        r.means = {"bias_vs_naive": b}
     assert "max_bias_vs_naive" not in D.intervals(reps[:1], ["max_bias_vs_naive"], 0.95)
     assert D.intervals(reps, ["max_bias_vs_naive"], 0.95)["max_bias_vs_naive"] == pytest.approx(
         D.mean_interval(np.array([0.010, 0.012, 0.011]), 0.95))

@@ -52,8 +52,14 @@ CAPACITY = ("learner.trials=4 learner.bootstrap=20 pipeline.steps=15 pipeline.wa
             "capacity.run_length=fixed capacity.resamples=20 capacity.benchmark=false")
 LM = ("learner.lm.seeds=2 learner.lm.max_seeds=4 learner.lm.checkpoints=0 pipeline.steps=6 pipeline.warmup_steps=2 "
       "output.plots=false")
+# asynchronous generation: few trials of short runs; a pool split of one split, run once at a fixed length
+ASYNC = "learner.trials=3 learner.bootstrap=20 learner.train.enabled=false output.plots=false pipeline.steps=24"
+SPLIT = (ASYNC.replace("pipeline.steps=24", "pipeline.steps=40") + " pipeline.warmup_steps=8 capacity.run_length=fixed "
+         "capacity.resamples=20 capacity.decide_steps=0 capacity.split.engines=[4] capacity.split.judge=[4]")
 REDUCE = [
     (r"^racsim-report", [], ""),
+    (r"scenario=async/pool_split", [], SPLIT),
+    (r"scenario=async/", [(r"staleness=\S+", "staleness=0,0.3"), (r"seed=0,1", "seed=0")], ASYNC),
     # small cells, but far enough apart (16 and 256 tokens), timed on one thread and the fastest
     # of 5, that a machine busy with the other tests does not make the larger one seem faster
     (r"^racsim-profile", [(r"batch_sizes=\S+", "batch_sizes=[1,2]"), (r"seq_lens=\S+", "seq_lens=[16,128]")],

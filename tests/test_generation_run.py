@@ -78,7 +78,7 @@ BAD = [  # (key, value, the key named)
     (G + "adoption", "later", "pipeline.generation.adoption"),
     (G + "gate", "slow", "pipeline.generation.gate"),
     ("pipeline__arrivals__mode", "stream", "pipeline.arrivals.mode"),
-    ("capacity__enabled", True, "capacity.enabled"),
+    ("capacity__enabled", True, "capacity.split.gpus"),
 ]
 
 

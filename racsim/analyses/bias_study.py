@@ -54,15 +54,18 @@ def row_names(cfg: Any) -> list:
 @dataclass(frozen=True)
 class Known:
     """A one-cell run's draws and its async schedule, already simulated from them (the capacity
-    search's steady-state check): the bias study uses them as they are."""
+    search's steady-state check; a pool split's run, whose generation lanes draw their own, with
+    ``draws`` None): the bias study uses them as they are."""
 
-    draws: PipelineDraws
+    draws: Optional[PipelineDraws]
     schedule: ArrivalSchedule
 
 
 def pipeline_draws(cfg: Any, n_trials: int, stream: str, known: Optional[Known] = None) -> PipelineDraws:
     """The draws of :func:`simulate_schedules` (``known``'s, when they are made already)."""
-    return known.draws if known is not None else draw(cfg.pipeline, n_trials, rng_for(cfg.seed, stream))
+    if known is not None and known.draws is not None:
+        return known.draws
+    return draw(cfg.pipeline, n_trials, rng_for(cfg.seed, stream))
 
 
 def simulate_schedules(cfg: Any, n_trials: int, stream: str, names, known: Optional[Known] = None,
@@ -75,6 +78,8 @@ def simulate_schedules(cfg: Any, n_trials: int, stream: str, names, known: Optio
     p = cfg.pipeline
     blocking = any(split_name(n)[0] in BLOCKING for n in names)
     if p.generation.mode == "async":  # rollout engines ahead of the trainer (racsim/generation/schedule.py)
+        if known is not None and not blocking:
+            return {"async": known.schedule}
         return async_schedules(p, n_trials, rng_for(cfg.seed, stream), blocking=blocking, engine=p.engine)
     draws = pipeline_draws(cfg, n_trials, stream, known) if draws is None else draws
     out = {"async": known.schedule if known is not None else
@@ -290,8 +295,11 @@ def generation_tables(cfg, schedules: Dict[str, ArrivalSchedule]) -> Optional[pd
     return table[["schedule"] + [c for c in table.columns if c != "schedule"]]
 
 
-# Async generation: the figures of a corrector's schedule its results row carries (generation.csv has them all).
-LAG_COLUMNS = ("mean_lag", "head_lag_p95", "head_lag_max", "steps_per_hour", "samples_per_hour")
+# Async generation: the figures of a corrector's schedule its results row carries (generation.csv has them all):
+# the lags (and the mean's split before and in the queue), the rates, which side waits, the queue's drops; a
+# sweep's frontier reads them (racsim.report.frontier).
+LAG_COLUMNS = ("mean_lag", "mean_lag_before_queue", "mean_lag_in_queue", "head_lag_p95", "head_lag_max",
+               "steps_per_hour", "samples_per_hour", "engine_idle", "trainer_waiting", "dropped_share")
 
 
 def _results_table(cfg, names, schedules, summary, bias, gen: Optional[pd.DataFrame] = None) -> pd.DataFrame:
@@ -429,14 +437,16 @@ def _add_training(results: pd.DataFrame, curves: Dict[str, TrainCurve]) -> pd.Da
     results = results.copy()
     results["J_final"] = [float(curves[n].objective[:, -1].mean()) for n in results.corrector]
     results["distance_final"] = [float(curves[n].distance[:, -1].mean()) for n in results.corrector]
-    results["J_at_naive_clock"] = [_value_at(curves[n], budget) for n in results.corrector]
+    results["J_at_naive_clock"] = [objective_at(curves[n].wallclock, curves[n].objective, budget)
+                                   for n in results.corrector]
     return results
 
 
-def _value_at(curve: TrainCurve, seconds: float) -> float:
-    """Mean over lanes of J(theta) at the last step completed by ``seconds`` of wall-clock."""
-    done = (curve.wallclock[:, 1:] <= seconds + 1e-9).sum(axis=1)  # steps completed per lane
-    return float(curve.objective[np.arange(len(done)), done].mean())
+def objective_at(wallclock: np.ndarray, objective: np.ndarray, seconds: float) -> float:
+    """Mean over lanes of J(theta) at the last step completed by ``seconds`` of wall-clock (``wallclock``,
+    ``objective``: (lanes, steps + 1), a training curve's clock and J from its start)."""
+    done = (wallclock[:, 1:] <= seconds + 1e-9).sum(axis=1)  # steps completed per lane
+    return float(objective[np.arange(len(done)), done].mean())
 
 
 def _training_table(curves: Dict[str, TrainCurve]) -> pd.DataFrame:

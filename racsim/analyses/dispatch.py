@@ -21,6 +21,7 @@ import pandas as pd
 
 from racsim.analyses.bias_study import run_bias_each, run_bias_study, trains
 from racsim.analyses.capacity import CapacityResult
+from racsim.analyses.capacity.split import SplitResult, run_split
 from racsim.analyses.grid import expand
 from racsim.analyses.lm_study import run_lm_study
 from racsim.analyses.probe import probe_study
@@ -36,13 +37,15 @@ ANALYSES = {"probe": probe_study, "tv_bound": tv_bound_study}  # study.kind -> a
 
 
 @small_pages()  # racsim.io.small_pages: the same bits, less system time
-def compute(cfg: RacsimConf, progress: Optional[Progress] = None) -> Union[RunResult, CapacityResult]:
+def compute(cfg: RacsimConf, progress: Optional[Progress] = None) -> Union[RunResult, CapacityResult, SplitResult]:
     """The results of a scenario's spec (racsim.config.spec.scenario): the capacity search
     when ``capacity.enabled`` (with its sensitivity table when ``capacity.sensitivity.enabled``:
-    racsim.analyses.sensitivity), else :func:`run`. ``progress``: what each phase tells as it runs
+    racsim.analyses.sensitivity; with async generation the pool split, racsim.analyses.capacity.split),
+    else :func:`run`. ``progress``: what each phase tells as it runs
     (racsim.progress; None: nothing). Raises ConfigError on a user's mistake."""
-    if cfg.capacity.enabled:
-        return run_capacity_sensitivity(cfg, progress)
+    if cfg.capacity.enabled:  # async generation: a pool split between engines, trainer and judge
+        return run_split(cfg, progress) if cfg.pipeline.generation.mode == "async" else \
+            run_capacity_sensitivity(cfg, progress)
     return run(cfg, progress)
 
 

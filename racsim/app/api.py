@@ -37,8 +37,10 @@ class Tables:
     results: "pd.DataFrame"  # one row per corrector (and cell of a study grid); capacity: at the recommended count
     # (or the largest simulated; empty when every count is overloaded)
     channels: "pd.DataFrame"  # one row per slow channel (capacity: at the recommended count; empty likewise)
-    curve: "Optional[pd.DataFrame]" = None  # capacity planning: one row per count and corrector (capacity.csv)
-    recommended: Optional[int] = None  # capacity planning: the fewest units meeting the targets (None: no count)
+    curve: "Optional[pd.DataFrame]" = None  # capacity planning: one row per count and corrector (capacity.csv);
+    # a pool split (async generation): one row per split tried (split.csv)
+    recommended: Any = None  # capacity planning: the fewest units meeting the targets (None: no count); a pool
+    # split: the Split (engines, trainer, judge GPUs) with the most steps per hour meeting them
     # capacity planning: "recommended", "infeasible" (a target out of reach of more capacity: the search stopped
     # early; the command exits 3) or "not_found" (racsim.analyses.capacity.STATUSES); None for other runs
     status: Optional[str] = None
@@ -74,6 +76,12 @@ def run(scenario: Optional[str] = None, overrides: Sequence[str] = (), out: Unio
             bar.start(J.WRITING, 1)
         files = _written(out, lambda: _write(Path(out), cfg, spec, res, given, time.perf_counter() - t0)) if out else []
         bar.finish()
+    if isinstance(res, J.SplitResult):  # a pool split: its results and channels, the run at the answer (if any)
+        import pandas as pd
+
+        best = res.best
+        return Tables(results=best.results if best else pd.DataFrame(),
+                      channels=best.channels if best else pd.DataFrame(), curve=res.table, recommended=res.recommended, status=res.status, config=cfg, raw=res, files=files)
     if isinstance(res, J.CapacityResult):  # its results and channels: the run at the recommended (or largest) count
         import pandas as pd
 

@@ -23,6 +23,7 @@ import pandas as pd
 
 from racsim.errors import Parser
 from racsim.io import fmt, write_text
+from racsim.report.frontier import async_wins_from
 from racsim.report.lm import value_label
 from racsim.report.tables import answer_line
 
@@ -62,7 +63,8 @@ class Recipe:
 
     ``fresh``: deterministic and quick, so a test reruns it and compares (timings masked), its numbers
     within ``tolerance`` (relative, absolute: each pair of numbers within the looser of the two; (0, 0):
-    the same text). ``figures``: files of the run's last results folder copied to docs/ under a name.
+    the same text). ``figures``: files of the run's last results folder (or, named from ``outputs/``, of the
+    folder the commands ran in: a sweep's) copied to docs/ under a name.
     ``exit_status``: the status each command exits with (3: a capacity plan whose targets no count meets)."""
 
     commands: Tuple[str, ...]
@@ -261,6 +263,82 @@ def script(run: Run) -> str:
     return f"```python\n{path.read_text().rstrip()}\n```\n"
 
 
+FRONTIER_MARK = "throughput against staleness"  # the line before a sweep's frontier table (racsim.sweep.gather)
+
+
+def frontier_lines(run: Run) -> str:
+    """An async sweep's frontier as its last command printed it: the commands, then the frontier's line and table
+    (up to the next line of racsim's own)."""
+    out = run.stdout[-1]
+    if FRONTIER_MARK not in out:
+        raise DocsError(f"`{run.commands[-1]}` printed no frontier")
+    lines = []
+    for line in out[out.index(FRONTIER_MARK):].splitlines():
+        if line.startswith("racsim"):
+            break
+        lines.append(line)
+    return fenced("\n".join([*(f"$ {c}" for c in run.commands), *lines]))
+
+
+GEN_COLUMNS = {"steps_per_hour": "steps/h", "mean_lag": "mean lag", "mean_lag_before_queue": "before the queue",
+               "mean_lag_in_queue": "in the queue", "head_lag_p95": "head lag p95", "engine_idle": "engines idle",
+               "trainer_waiting": "trainer waiting", "binds": "binds", "dropped_share": "dropped",
+               "response_trained_mean": "response trained", "response_generated_mean": "response generated"}
+
+
+def lag_split(run: Run) -> str:
+    """Each run's generation figures (generation.csv's async row), one row a scenario: the rates, the lag split
+    before and in the queue, the idle shares and which side binds, the drops and the length bias."""
+    rows = []
+    for i, cmd in enumerate(run.commands):
+        g = run.csv("generation.csv", i)
+        r = g[g.schedule == "async"].iloc[0]
+        row = {"scenario": cmd.split("scenario=")[1].split()[0]}
+        row.update({h: (f"{r[k]:.0%}" if k in ("engine_idle", "trainer_waiting", "dropped_share") else r[k])
+                    for k, h in GEN_COLUMNS.items()})
+        rows.append(row)
+    return markdown_table(pd.DataFrame(rows))
+
+
+def gate_table(run: Run) -> str:
+    """The slow-judge sweep's two cells (gate fast, gate all) from its frontier.csv: steps per hour and the lags
+    with their intervals over the seeds, the idle shares, each corrector's bias and J at equal wall-clock."""
+    f = pd.read_csv(run.cwd / GATE_DIR / "frontier.csv")
+    ci = lambda r, k: f"{fmt(r[k])} [{fmt(r[k + '_lo'])}, {fmt(r[k + '_hi'])}]"  # noqa: E731
+    rows = [{"gate": r["pipeline.generation.gate"], "seeds": r.n, "steps/h": ci(r, "steps_per_hour"),
+             "mean lag": ci(r, "mean_lag"), "before the queue": fmt(r.mean_lag_before_queue),
+             "in the queue": fmt(r.mean_lag_in_queue), "engines idle": f"{r.engine_idle:.0%}",
+             "trainer waiting": f"{r.trainer_waiting:.0%}", "bias naive": fmt(r["bias_exact:naive"]),
+             "bias rac": fmt(r["bias_exact:rac"]), "J naive": fmt(r["J_at_clock:naive"]),
+             "J rac": fmt(r["J_at_clock:rac"])} for _, r in f.iterrows()]
+    clock = f"J at {fmt(float(f.clock_s.iloc[0]))} s of simulated wall-clock, the shorter run's.\n"
+    return fenced("\n".join(f"$ {c}" for c in run.commands)) + "\n" + markdown_table(pd.DataFrame(rows)) + "\n" + clock
+
+
+def cap_table(run: Run) -> str:
+    """The learner against the staleness cap (issue 47 point 5), from the cap sweep's frontier.csv: per cap the
+    steps per hour and the mean lag, each corrector's steady-state bias under the moving policy (the schedule's
+    lags: racsim.learner.drift) and its J(theta) at equal wall-clock; then, per corrector, the least cap at which
+    that J beats its own at lockstep (racsim.report.frontier.async_wins_from)."""
+    f = pd.read_csv(run.cwd / CAP_DIR / "frontier.csv")
+    rows = [{"s": r[CAP_AXIS], "steps/h": r.steps_per_hour, "mean lag": r.mean_lag,
+             **{f"bias {c}": r[f"bias_exact:{c}"] for c in CAP_CORRECTORS},
+             **{f"J {c}": r[f"J_at_clock:{c}"] for c in CAP_CORRECTORS}} for _, r in f.iterrows()]
+    wins = [(c, async_wins_from(f, CAP_AXIS, c)) for c in CAP_CORRECTORS]
+    said = "; ".join(f"{c} from s = {fmt(w)}" if w is not None else f"{c} at no cap swept" for c, w in wins)
+    return (fenced("\n".join(f"$ {c}" for c in run.commands)) + "\n" + markdown_table(pd.DataFrame(rows)) + "\n"
+            + f"J at {fmt(float(f.clock_s.iloc[0]))} s of simulated wall-clock, the shortest job's. J beats its own "
+              f"at lockstep (s 0) for {said}.\n")
+
+
+FRONTIER_DIR, GATE_DIR, CAP_DIR = "outputs/frontier", "outputs/slow_judge", "outputs/cap"
+FRONTIER = (f"racsim -m scenario=async/verl_fully_async pipeline.generation.admission.staleness=0,0.1,0.3,1 "
+            f"pipeline.generation.engines.gpus=4,6 seed=0,1 'corrector.names=[naive,rac]' hydra.sweep.dir={FRONTIER_DIR}")
+GATE = (f"racsim -m scenario=async/slow_judge pipeline.generation.gate=fast,all seed=0,1 'corrector.names=[naive,rac]' "
+        f"hydra.sweep.dir={GATE_DIR}")
+CAP_AXIS, CAP_CORRECTORS = "pipeline.generation.admission.staleness", ("naive", "rac", "naive+tis", "rac+tis")
+CAP = (f"racsim -m scenario=async/verl_fully_async {CAP_AXIS}=0,0.1,0.3,1 'corrector.names=[naive,rac]' "
+       f"'corrector.rollout=[none,tis]' hydra.sweep.dir={CAP_DIR}")
 SWEEP_DIR = "outputs/tau_sweep"
 PYTHON = "python docs/examples/python_quickstart.py"
 OWN_DELAYS = ('python -c "import numpy as np; np.savetxt(\'my_delays.csv\', np.random.default_rng(1).lognormal(2.5, 0.6, 500), '
@@ -317,6 +395,13 @@ RECIPES: Dict[str, Recipe] = {
                              recommendations),
     "capacity.impossible": Recipe((JUDGE + " capacity.max_bias_vs_naive=0.0001",), recommendations, exit_status=3),
     "generation": Recipe(("racsim scenario=async/areal",), console, figures=(("lag.png", "generation_lag.png"),)),
+    "generation.frontier": Recipe((FRONTIER, f"racsim-report {FRONTIER_DIR}"), frontier_lines,
+                                  figures=((f"{FRONTIER_DIR}/frontier.png", "generation_frontier.png"),)),
+    "generation.lags": Recipe(tuple(f"racsim scenario=async/{n}" for n in ("verl_one_step_off", "verl_fully_async",
+                                                                          "pipelinerl")), lag_split),
+    "generation.gate": Recipe((GATE,), gate_table),
+    "generation.cap": Recipe((CAP,), cap_table),
+    "generation.split": Recipe(("racsim scenario=async/pool_split",), console),
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts, fresh=True, tolerance=LM_TOLERANCE),
     "lm.ranking": Recipe((RANKING,), verdicts),
@@ -433,8 +518,8 @@ def regenerate(names: Sequence[str], root: Path = ROOT) -> Iterator[Tuple[str, s
                 continue
             for page in pages(root):
                 rewrite(page, {name: text})
-            for src, dst in RECIPES[name].figures:
-                shutil.copyfile(run.folder() / src, root / "docs" / dst)
+            for src, dst in RECIPES[name].figures:  # in the last results folder, or under outputs/ (a sweep's)
+                shutil.copyfile((run.cwd if src.startswith("outputs/") else run.folder()) / src, root / "docs" / dst)
             yield name, None
 
 

@@ -9,6 +9,7 @@ import time
 from typing import Optional
 
 from racsim.analyses.capacity import CapacityResult
+from racsim.analyses.capacity.split import SplitResult
 from racsim.analyses.dispatch import compute
 from racsim.config.defaults import compose_config
 from racsim.config.dump import config_yaml
@@ -17,6 +18,7 @@ from racsim.config.spec import scenario
 from racsim.errors import WIDTH, wrapped
 from racsim.report import inputs as report_inputs
 from racsim.report.capacity import recommendation_text, sensitivity_text, speed_line, terminal_curve
+from racsim.report.split import answer_text as split_answer, terminal_splits
 from racsim.report.finite import failure
 from racsim.report.generation import console_text
 from racsim.report.lags import first_order_lines, lag_text
@@ -30,7 +32,8 @@ TERMINAL_ROWS = 60  # the rows of a table a run prints (racsim.errors.WIDTH its 
 WRITING = "writing the files"  # a run's last phase (racsim.progress), once it is computed
 
 # what racsim.app.cli and racsim.app.api take from here
-__all__ = ["CapacityResult", "DONE", "WRITING", "capacity_text", "cell_overrides", "cell_values", "check_writable",
+__all__ = ["CapacityResult", "SplitResult", "DONE", "WRITING", "capacity_text", "cell_overrides", "cell_values",
+           "check_writable",
            "compose_config", "compute", "config_yaml", "failure", "inputs_of", "memory_error", "override_key",
            "publish_run", "run_text", "scenario", "write_marker", "write_run"]
 
@@ -81,6 +84,11 @@ def capacity_text(cfg, res, started: Optional[float] = None) -> str:
     search's alone without ``started``), the recommendation and the simulator's speed, each line at most WIDTH
     wide (the files hold every column)."""
 
+    if isinstance(res, SplitResult):  # async generation: a pool split
+        took = waited(res, started) if started is not None else f"{res.timings.get('split_s', 0.0):.1f} s"
+        return wrapped("\n".join([f"racsim: {cfg.name}: {res.gpus} GPUs split between engines, trainer"
+                                  + (f" and {res.judge}" if res.judge else "") + f", {len(res.table)} splits in {took}",
+                                  terminal_splits(res, WIDTH), split_answer(res)]), WIDTH)
     took = waited(res, started) if started is not None else f"{res.timings.get('search_s', 0.0):.1f} s"
     lines = [f"racsim: {cfg.name}: capacity of {res.channel} ({res.unit}), {len(res.curve['count'].unique())} counts "
              f"in {took}", terminal_curve(res, WIDTH), recommendation_text(res)]

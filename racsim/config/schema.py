@@ -673,6 +673,28 @@ class SensitivityConf:
 
 
 @dataclass
+class SplitConf:
+    """A pool of GPUs split between the rollout engines, the trainer and the judge (``capacity.enabled`` with
+    ``pipeline.generation.mode=async``; racsim/analyses/capacity/split.py, docs/generation.md): ``gpus`` GPUs in
+    all, the engines' (pipeline.generation.engines.gpus, whole replicas of its tp), the trainer's (its roofline's
+    pipeline.generation.trainer.gpus: the rest) and the judge's (capacity.channel, or the one channel that can be
+    sized: a gpu_rm channel's rm.gpus, whole replicas of its tp, or a queue channel's workers, ``workers_per_gpu``
+    a GPU; none when the pipeline has no such channel). Tried: every split, or the engines' and the judge's GPU
+    counts listed in ``engines`` and ``judge`` (null: every count that leaves the others one server). The answer:
+    the most trainer steps per hour whose mean lag is at most ``max_mean_lag`` and the p95 of whose head lag is
+    at most ``max_head_lag_p95`` (null: no cap), meeting capacity's targets (max_bias, max_bias_vs_naive with
+    capacity.corrector, max_step_s, the judge's max_dropped and service targets), each by its interval's upper
+    end, decided by replications where an interval straddles its target (capacity.decide_steps)."""
+
+    gpus: Optional[int] = None
+    engines: Optional[List[int]] = None
+    judge: Optional[List[int]] = None
+    workers_per_gpu: int = 1
+    max_mean_lag: Optional[float] = None
+    max_head_lag_p95: Optional[float] = None
+
+
+@dataclass
 class CapacityConf:
     """Capacity planning (racsim/analyses/capacity/): the scenario is run once per count
     in ``counts`` of ``channel``'s GPUs (gpu_rm) or workers (queue), all counts
@@ -748,6 +770,8 @@ class CapacityConf:
     # The answer again with each guessed input (MFU, token lengths, arrival rate, failures, service
     # times) moved -spread and +spread: SensitivityConf.
     sensitivity: SensitivityConf = field(default_factory=SensitivityConf)
+    # Asynchronous generation: a pool of GPUs split between engines, trainer and judge (SplitConf).
+    split: SplitConf = field(default_factory=SplitConf)
 
 
 @dataclass

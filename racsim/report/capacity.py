@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -512,6 +512,19 @@ def capacity_summary_markdown(cfg: RacsimConf, res: CapacityResult, files: List[
     return "\n".join(lines)
 
 
+def csv_tables(out_dir: Path, tables: Sequence[tuple], bad: List[Unwritable], notes: List[str]) -> List[Path]:
+    """Each (stem, table) of ``tables`` checked (its non-finite values into ``bad``, the NaNs it may hold
+    into ``notes``: racsim.report.finite) and written as ``out_dir/STEM.csv``; the paths written."""
+    written = []
+    for stem, df in tables:
+        bad.extend(non_finite(df, stem))
+        notes.extend(undefined_notes(df, stem))
+        p = out_dir / f"{stem}.csv"
+        atomic_write(p, lambda t, df=df: df.to_csv(t, index=False))
+        written.append(p)
+    return written
+
+
 def write_capacity(out_dir: Path, cfg: RacsimConf, res: CapacityResult, cfg_yaml: str, plots: bool = True,
                    found: Optional[List[Unwritable]] = None, about: Sequence[str] = ()) -> list:
     """Write a capacity run's files into ``out_dir``; returns the paths written. ``cfg``: the
@@ -528,12 +541,7 @@ def write_capacity(out_dir: Path, cfg: RacsimConf, res: CapacityResult, cfg_yaml
         tables.append(("sensitivity", res.sensitivity))
     bad: List[Unwritable] = [] if found is None else found
     notes: List[str] = []
-    for stem, df in tables:
-        bad.extend(non_finite(df, stem))
-        notes.extend(undefined_notes(df, stem))
-        p = out_dir / f"{stem}.csv"
-        atomic_write(p, lambda t, df=df: df.to_csv(t, index=False))
-        written.append(p)
+    written += csv_tables(out_dir, tables, bad, notes)
     p = out_dir / "capacity.parquet"
     atomic_write(p, lambda t: res.curve.to_parquet(t, index=False))
     written.append(p)
@@ -546,11 +554,21 @@ def write_capacity(out_dir: Path, cfg: RacsimConf, res: CapacityResult, cfg_yaml
     if plots:
         if capacity_curve(res, out_dir / "capacity.png"):
             written.append(out_dir / "capacity.png")
-    sched = (res.best.schedules or {}).get("async") if res.best is not None else None
+    return closed(out_dir, res.best, lambda files: capacity_summary_markdown(cfg, res, files), written, bad, notes,
+                  found, cfg_yaml, about, plots)
+
+
+def closed(out_dir: Path, best: Any, summary: Callable[[List[str]], str], written: list, bad: List[Unwritable],
+           notes: List[str], found: Optional[List[Unwritable]], cfg_yaml: str, about: Sequence[str],
+           plots: bool) -> list:
+    """What a plan's folder ends with (a capacity search's, a pool split's): the trace of ``best``, the run at
+    its answer (if any), then summary.md (``summary(files)``: its text, given the files written, with
+    ``about`` and the notes on ``notes`` and ``bad`` after it), and the check of what was written (as
+    racsim.report.writers.write_outputs's ``found``). Returns the paths written."""
+    sched = (best.schedules or {}).get("async") if best is not None else None
     if sched is not None:
         written += write_timeline(out_dir, sched, png=plots)
-    summary = out_dir / "summary.md"
-    write_text(summary, capacity_summary_markdown(cfg, res, [p.name for p in written])
-               + "\n".join([*about, *summary_lines(notes, bad)]))
-    written.append(summary)
+    path = out_dir / "summary.md"
+    write_text(path, summary([p.name for p in written]) + "\n".join([*about, *summary_lines(notes, bad)]))
+    written.append(path)
     return checked(written, bad, found, cfg_yaml, out_dir)

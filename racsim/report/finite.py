@@ -65,6 +65,9 @@ MAY_BE_NAN = {
     "generation:response_dropped_mean": "no group was dropped from the trainer's queue",
     "first_order:first_order_bias": _NO_SLOPE,
     "first_order:slope_*": _NO_SLOPE,
+    "split:*": "a pool split's figure not read at that split: its bias where no bias target needed it (ranked "
+               "below the answer, or failing another target), a judge's figure with no result in the window "
+               "(racsim/analyses/capacity/split.py)",
 }
 
 ROW_KEYS = ("cell", "mode", "corrector", "channel", "count", "eta", "K")  # what names a row, when present

@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import pandas as pd
 
 from racsim.analyses.capacity import CapacityResult
+from racsim.analyses.capacity.split import SplitResult
 from racsim.analyses.result import RunResult
 from racsim.config.schema import RacsimConf
 from racsim.io import atomic_write, write_text
@@ -21,13 +22,14 @@ from racsim.io import digest_bytes
 from racsim.report import lm as LM
 from racsim.report import plots as P
 from racsim.report.capacity import write_capacity
+from racsim.report.split import write_split
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
 from racsim.report.lags import first_order_lines, lag_markdown, lags_plot
 from racsim.report.tables import answer_line, format_table, stationarity_warning, time_section, warmup_warning
 from racsim.report.trace import write_timeline
 
 
-def write_run(out_dir: Path, cfg: RacsimConf, res: Union[RunResult, CapacityResult],
+def write_run(out_dir: Path, cfg: RacsimConf, res: Union[RunResult, CapacityResult, SplitResult],
               cfg_yaml: Union[str, Callable[[], str]], lean: bool = False,
               digests: Optional[Dict[str, dict]] = None, found: Optional[List[Unwritable]] = None,
               about: Sequence[str] = ()) -> list:
@@ -36,6 +38,8 @@ def write_run(out_dir: Path, cfg: RacsimConf, res: Union[RunResult, CapacityResu
     text, or a function giving it (read at most once; the caller dumps the composed config,
     racsim.config.dump.config_yaml). See :func:`write_outputs`, also for ``found`` and ``about``."""
     yaml_text = functools.cache(cfg_yaml) if callable(cfg_yaml) else (lambda: cfg_yaml)
+    if isinstance(res, SplitResult):
+        return write_split(out_dir, cfg, res, yaml_text(), plots=cfg.output.plots, found=found, about=about)
     if isinstance(res, CapacityResult):
         return write_capacity(out_dir, cfg, res, yaml_text(), plots=cfg.output.plots, found=found, about=about)
     return write_outputs(out_dir, res, yaml_text, plots=cfg.output.plots, lean=lean, digests=digests, found=found,

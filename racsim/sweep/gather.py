@@ -32,12 +32,13 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import pandas as pd
 
 from racsim.analyses.capacity import fewest
-from racsim.errors import WIDTH, Parser, WriteFailure, say, write_failure, wrote_line
+from racsim.errors import WIDTH, Parser, WriteFailure, say, wrapped, write_failure, wrote_line
 from racsim.io import atomic_write, fmt, write_text
 from racsim.progress import Progress
 from racsim.sweep.markers import is_complete, job_dirs, publish, read_marker
 from racsim.report.aggregate import (INTERVAL_NOTE, aggregate, fixed, format_aggregate, health_line, seed_axes,
                                      write_knob_plots)
+from racsim.report.frontier import format_frontier, frontier_note, frontier_table, write_frontier_plot
 from racsim.report.paper import paper_report
 from racsim.report.tables import grid_columns, with_health
 
@@ -45,6 +46,7 @@ RESULTS = "results.parquet"
 CHANNELS = "channels.parquet"  # a run's slow channels: its health record's steady state, load and drops
 CAPACITY = "capacity.parquet"  # a capacity plan's curve: its job gathers as one row per corrector (capacity_rows)
 REPLICATES = "static_replicates.parquet"  # the replications of a static study's Monte Carlo
+TRAINING = "training.parquet"  # a run's training curves: an async sweep's frontier reads J at equal wall-clock
 
 
 REPORT_ROWS = 200  # rows of the table in report.md; the full table is in aggregate.csv
@@ -115,6 +117,17 @@ def gather_replicates(root: Path, complete) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
+def training_tables(root: Path, complete, jobs) -> Dict[str, pd.DataFrame]:
+    """job_dir -> its ``training.parquet``, for the ``jobs`` (job_dirs, as :func:`gather` names them) that trained."""
+    rel = {d: d.relative_to(root).as_posix() or "." for d, _ in complete}
+    return {rel[d]: pd.read_parquet(d / TRAINING) for d, _ in complete if rel[d] in jobs and (d / TRAINING).is_file()}
+
+
+def async_jobs(df: pd.DataFrame) -> set:
+    """The job_dirs of a gathered table whose rows carry asynchronous generation's figures."""
+    return set(df.job_dir[df.steps_per_hour.notna()]) if "steps_per_hour" in df else set()
+
+
 def capacity_rows(curve: pd.DataFrame) -> pd.DataFrame:
     """A capacity plan's answer as rows like a run's results, one per corrector (the synchronous
     oracle aside: a reference, not a pipeline): the channel, the fewest count that meets the plan's
@@ -176,8 +189,9 @@ def _gather(root: Path, complete, progress: Optional[Progress] = None) -> Tuple[
 
 
 def report_markdown(df: pd.DataFrame, agg: pd.DataFrame, axes: List[str], title: str, incomplete: List[str],
-                    plots: List[str]) -> str:
-    """report.md's head: what was gathered, the aggregated table, the knob plots (none: no section)."""
+                    plots: List[str], front: Optional[pd.DataFrame] = None) -> str:
+    """report.md's head: what was gathered, the aggregated table, the knob plots (none: no section), and an
+    asynchronous sweep's frontier (``front``, racsim.report.frontier; none or empty: no section)."""
     seeds = seed_axes(axes)
     names = ", ".join(f"`{a.split(':', 1)[-1]}`" for a in seeds)
     over = (f"averaged over {names}: each figure the {INTERVAL_NOTE}" if seeds
@@ -198,10 +212,16 @@ def report_markdown(df: pd.DataFrame, agg: pd.DataFrame, axes: List[str], title:
               + (" Every job had " + ", ".join(f"`{k}={fmt(v)}`" for k, v in shared.items()) + "." if shared else ""),
               "", HEALTH_NOTE, "",
               "```", table, "```", ""] + ([warning[0].upper() + warning[1:] + ".", ""] if warning else [])
-    if plots:
+    knob_plots = [p for p in plots if p != FRONTIER_PNG]
+    if knob_plots:
         lines += ["## Swept knobs", "", "Bias and simulated wall-clock against each swept numeric knob, "
                   "one series per corrector, bars the 95% t interval over seeds.", ""]
-        lines += [f"![{p}]({p})" for p in plots] + [""]
+        lines += [f"![{p}]({p})" for p in knob_plots] + [""]
+    if front is not None and len(front):
+        lines += ["## Throughput against staleness (asynchronous generation)", "",
+                  f"`frontier.parquet` / `frontier.csv`: {frontier_note(front)}.", "",
+                  "```", format_frontier(front), "```", ""]
+        lines += [f"![{FRONTIER_PNG}]({FRONTIER_PNG})", ""] if FRONTIER_PNG in plots else []
     return "\n".join(lines)
 
 
@@ -216,6 +236,10 @@ class Gathered(NamedTuple):
     table: pd.DataFrame  # one row per job and corrector (results.parquet)
     aggregate: pd.DataFrame  # one row per cell and corrector, over seeds (aggregate.parquet)
     written: List[Path]
+    frontier: Optional[pd.DataFrame] = None  # async generation: one row per cell (frontier.parquet); else empty
+
+
+FRONTIER_PNG = "frontier.png"
 
 
 def gather_and_write(path, out: Optional[Path] = None, force: bool = False, plots: bool = True,
@@ -232,6 +256,7 @@ def gather_and_write(path, out: Optional[Path] = None, force: bool = False, plot
     df, axes = _gather(root, complete, progress)
     progress.start("writing the report", 1, note="the table averaged over seeds, its plots, report.md")
     agg = aggregate(df, axes)
+    front = frontier_table(df, axes, training_tables(root, complete, async_jobs(df)))
     is_job = out is None and any(d == root for d, _ in complete)
     out_dir = Path(out) if out is not None else root
     title = root.resolve().name
@@ -240,29 +265,37 @@ def gather_and_write(path, out: Optional[Path] = None, force: bool = False, plot
     def write(stage: Path) -> List[Path]:
         written: List[Path] = []
         if not is_job:
-            for stem, table in (("results", df), ("aggregate", agg)):
+            tables = (("results", df), ("aggregate", agg)) + ((("frontier", front),) if len(front) else ())
+            for stem, table in tables:
                 p, c = stage / f"{stem}.parquet", stage / f"{stem}.csv"
                 atomic_write(p, lambda t, table=table: table.to_parquet(t, index=False))
                 atomic_write(c, lambda t, table=table: table.to_csv(t, index=False))
                 written += [p, c]
         figures = write_knob_plots(agg, stage) if plots else []
+        if plots and len(front):
+            write_frontier_plot(front, stage / FRONTIER_PNG)
+            figures.append(stage / FRONTIER_PNG)
         md = stage / "report.md"
         paper = paper_report(df, stage, reps=gather_replicates(root, complete))
-        head = report_markdown(df, agg, axes, title, skipped, [p.name for p in figures])
+        head = report_markdown(df, agg, axes, title, skipped, [p.name for p in figures], front)
         write_text(md, head + ("\n" + paper if paper else ""))
         return written + figures + [md]
 
     written = publish(out_dir, write, force=force, track_edits=True)  # a report the user edits is theirs
     progress.finish()
-    return Gathered(df, agg, written)
+    return Gathered(df, agg, written, front)
 
 
 def answer_text(g: Gathered) -> str:
     """What a sweep prints at its end: the aggregated table (the first REPORT_ROWS rows)."""
     more = f" (first {REPORT_ROWS} of {len(g.aggregate)} rows: aggregate.csv)" if len(g.aggregate) > REPORT_ROWS else ""
     warning = health_line(g.aggregate)
-    return (f"one row per cell and corrector{more}:\n{format_aggregate(g.aggregate.head(REPORT_ROWS), WIDTH)}"
+    text = (f"one row per cell and corrector{more}:\n{format_aggregate(g.aggregate.head(REPORT_ROWS), WIDTH)}"
             + (f"\n{warning}" if warning else ""))
+    if g.frontier is not None and len(g.frontier):
+        text += "\n" + wrapped(f"throughput against staleness (frontier.csv), {frontier_note(g.frontier)}:", WIDTH)
+        text += "\n" + format_frontier(g.frontier.head(REPORT_ROWS), WIDTH)
+    return text
 
 
 def main(argv=None) -> None:

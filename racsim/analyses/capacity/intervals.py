@@ -10,6 +10,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import pandas as pd
 
+from racsim.analyses.bias_study import exact_replicates
 from racsim.analyses.capacity import stopping
 from racsim.analyses.capacity.episodes import drop_episodes
 from racsim.analyses.capacity.regimes import regime_cycle
@@ -165,16 +166,30 @@ def background_sojourns(step_start: np.ndarray, bg: Dict[str, np.ndarray], w: in
     return (bg["end"] - bg["arrival"])[inside], unit[lane, np.minimum(step, steps - 1) - w]
 
 
+def trial_weights(units: Units) -> np.ndarray:
+    """(resamples, trials) each trial's weight in each of the bootstrap's resamples of ``units``: the counts of
+    its batches (:func:`batch_units`) over their number, so that a resample's weights sum to the trials (the
+    counts themselves when the units are the trials)."""
+    r, n = units.counts.shape
+    return units.counts.reshape(r, n // units.per, units.per).sum(axis=2) / units.per
+
+
 def bias_intervals(run, units: Units, level: float) -> Dict[str, tuple]:
     """Per corrector: the interval of its exact steady-state bias, eq. (2)'s norm at its mean
     correction weights (the updates' means ``BiasRun.step_weight`` over the :class:`Units`), and
     of its ratio to naive's (paired: one resample for both), the weights' bootstrap-t replicates
     (:func:`~racsim.pipeline.steady.studentized_means`) pushed through the norm. A window with
     fewer outages reads both fewer weights missing and a narrower spread: percentile intervals
-    of the resampled bias missed the long run from below there."""
-    sizes = units.sizes()
-    boot = {name: steady.norm_replicates(run.channel_exact[0], run.channel_exact[1:], run.target, units.sums(sw),
-                                         sizes, units.counts) for name, sw in run.step_weight.items()}
+    of the resampled bias missed the long run from below there. A moving policy (generation lags:
+    racsim.learner.drift) has no such weights: its replicates are the norms of the resampled means of the
+    trials' own exact figures (racsim.analyses.bias_study.exact_replicates), each trial weighted by
+    :func:`trial_weights`."""
+    if run.exact_trials.get("steady"):
+        boot = exact_replicates(run, trial_weights(units))
+    else:
+        sizes = units.sizes()
+        boot = {name: steady.norm_replicates(run.channel_exact[0], run.channel_exact[1:], run.target, units.sums(sw),
+                                             sizes, units.counts) for name, sw in run.step_weight.items()}
     base = boot.get("naive")
     out = {}
     for name, b in boot.items():

@@ -53,7 +53,7 @@ def replicate_count(cfg: RacsimConf, name: str, key: str, n: int, lanes: int, st
         study = replace_at(judged_only(c, chosen), "pipeline.warmup_steps", int(warmup))
         res = run_bias_study(expand(study), known=Known(draws, sched)).results.set_index("corrector")
         naive = float(res.loc["naive", "bias_exact"])
-        out.bias = {"bias_exact": float(res.loc[chosen, "bias_exact"]),
+        out.means = {"bias_exact": float(res.loc[chosen, "bias_exact"]),
                     "bias_vs_naive": float(res.loc[chosen, "bias_exact"]) / naive if naive > 0 else np.nan}
     return out
 
@@ -125,7 +125,7 @@ def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict],
     w = int(row["warmup_steps"])
     bias = bool(set(keys) & set(stopping.BIAS_TARGETS))
     first = replicate_figures(res.schedules["async"], c, name, w)
-    first.bias = {fig: float(row[fig]) for fig in stopping.BIAS_TARGETS.values()}
+    first.means = {fig: float(row[fig]) for fig in stopping.BIAS_TARGETS.values()}
     plan = count_plan(cfg, name, key, n, row, keys, targets, work_per_s)
 
     def replicate(r: int, runs: List[Tuple[int, int]]) -> List[stopping.Replicate]:

@@ -43,8 +43,10 @@ QUANTILES = {"max_sojourn_p95_s": ("sojourn", 0.95), "max_sojourn_p99_s": ("sojo
 # together) drive them, so they are decided the same way there; each replication then runs the
 # bias study on its schedule.
 BIAS_TARGETS = {"max_bias": "bias_exact", "max_bias_vs_naive": "bias_vs_naive"}
-FIGURES = {**RARE_TARGETS, **BIAS_TARGETS}
-MIN_REPLICATIONS = 2  # runs an interval on the runs' spread (the bias) is read from
+# A pool split's lag caps (capacity.split.*; racsim/analyses/capacity/split.py), decided the same way.
+LAG_TARGETS = {"max_mean_lag": "mean_lag", "max_head_lag_p95": "head_lag_p95"}
+FIGURES = {**RARE_TARGETS, **BIAS_TARGETS, **LAG_TARGETS}
+MIN_REPLICATIONS = 2  # runs an interval on the runs' spread (a bias, a lag) is read from
 
 
 @dataclass
@@ -53,14 +55,15 @@ class Replicate:
     the results ``dropped`` and ``sent`` and the drop ``episodes`` seen
     (:func:`~racsim.analyses.capacity.episodes.drop_episodes`); ``steps`` measured a lane; per
     quantile figure's samples (``delay`` of the results injected, ``sojourn`` of those back) their
-    values and lane; the run's ``bias`` figures (:data:`BIAS_TARGETS`' columns) where measured."""
+    values and lane; the run's ``means``, figures read over the runs by :func:`mean_interval`: the bias
+    (:data:`BIAS_TARGETS`' columns) and a pool split's lags (:data:`LAG_TARGETS`') where measured."""
 
     dropped: np.ndarray
     sent: np.ndarray
     episodes: np.ndarray
     steps: int
     samples: Dict[str, Tuple[np.ndarray, np.ndarray]]
-    bias: Dict[str, float] = field(default_factory=dict)
+    means: Dict[str, float] = field(default_factory=dict)
 
     @property
     def lanes(self) -> int:
@@ -171,7 +174,8 @@ def need_of(share: float, rate: float, length: float, targets: Dict[str, float],
 
 
 def open_targets(row, targets: Dict[str, float], zero: bool = True, bias: bool = False) -> List[str]:
-    """The rare-event targets (:data:`RARE_TARGETS`, and with ``bias`` :data:`BIAS_TARGETS`) that are
+    """The rare-event targets (:data:`RARE_TARGETS`, and with ``bias`` :data:`BIAS_TARGETS` and a pool split's
+    :data:`LAG_TARGETS`) that are
     set above 0 and that ``row``'s interval leaves undecided: its [lo, hi] straddles the target
     (lo <= target < hi) or, with ``zero`` (a channel with a slow random regime, whose rare events a
     run may miss), reads [0, 0] exactly."""
@@ -263,7 +267,7 @@ def intervals(reps: List[Replicate], keys: List[str], level: float,
               length: float = 0.0) -> Dict[str, Tuple[float, float, float]]:
     """Per target key: (figure, lo, hi) on the replications ``reps``, their lanes pooled: the dropped
     share by :func:`ratio_interval` over the lanes; a quantile by inverting that of the share of values
-    above it (:func:`racsim.pipeline.steady.quantile_interval`); a bias figure by :func:`mean_interval`
+    above it (:func:`racsim.pipeline.steady.quantile_interval`); a bias or lag figure by :func:`mean_interval`
     over the runs (from :data:`MIN_REPLICATIONS` runs on; absent before). ``length``: a drop episode's
     steps by the chain (0: none), what no drop seen bounds the share by."""
     out = {}
@@ -279,7 +283,7 @@ def intervals(reps: List[Replicate], keys: List[str], level: float,
             x = float(np.quantile(values, q, method="inverted_cdf")) if values.size else float("nan")
             out[key] = (x, *steady.quantile_interval(values, unit, q, None, level, share=share))
         else:
-            got = [r.bias[FIGURES[key]] for r in reps if FIGURES[key] in r.bias]
+            got = [r.means[FIGURES[key]] for r in reps if FIGURES[key] in r.means]
             if len(got) >= MIN_REPLICATIONS:
                 out[key] = mean_interval(np.array(got), level)
     return out
@@ -304,7 +308,7 @@ def resolved(reps: List[Replicate], plan: Plan) -> bool:
 
 def left_open(found: Dict[str, Tuple[float, float, float]], keys: List[str], targets: Dict[str, float],
               reps: List[Replicate], plan: Plan) -> List[str]:
-    """The ``keys`` still open: a bias figure not yet read or whose interval straddles its target
+    """The ``keys`` still open: a bias or lag figure not yet read or whose interval straddles its target
     (lo <= target < hi); a rare-event one straddling, or not resolved (:func:`resolved`)."""
     ok = resolved(reps, plan)
     return [k for k in keys if k not in found or found[k][1] <= targets[k] < found[k][2]

@@ -13,7 +13,8 @@ leaf: unknown keys, NaN, MISSING, int64), ``latency`` (a duration law), ``rm`` (
 ``limits`` (the budgets), all written with ``common``'s ``need``.
 """
 
-from racsim.config.validate.capacity import RUN_LENGTHS, sensitivity_inputs, validate_capacity
+from racsim.config.validate.capacity import (RUN_LENGTHS, sensitivity_inputs, split_judge, split_unit, validate_capacity,
+                                              validate_split)
 from racsim.config.validate.channel import (
     FAILURE_POLICIES,
     FAULT_SECONDS,
@@ -75,7 +76,7 @@ __all__ = [
     "check_limits", "check_name", "check_schema", "fault_events", "faults_on", "first_missing", "grid_cells",
     "leaves", "longest_steps", "machine_memory_gb", "memory_error", "memory_room", "memory_terms", "missing_error",
     "process_memory", "run_estimate", "run_sizes", "runs_that_fit", "search_top", "sensitivity_inputs", "validate",
-    "validate_arrivals", "validate_autoscale",
+    "split_judge", "split_unit", "validate_arrivals", "validate_autoscale",
     "validate_capacity", "validate_changed", "validate_channel_kind", "validate_faults", "validate_latency",
-    "validate_lm", "validate_rm", "validate_rules",
+    "validate_lm", "validate_rm", "validate_rules", "validate_split",
 ]

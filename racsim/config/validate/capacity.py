@@ -3,10 +3,10 @@ counts it tries, the targets a count must meet and how long each count runs."""
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional
 
 from racsim.config.schema import CAPACITY_SEARCHES, CORRECTORS, SENSITIVITY_INPUTS
-from racsim.config.validate.channel import channel_kind, pooled
+from racsim.config.validate.channel import channel_kind, faults_on, pooled
 from racsim.config.validate.common import MAX_PRICE, finite, int_at_least, need, need_one_of, nonneg, positive
 
 RUN_LENGTHS = ("auto", "fixed")
@@ -32,6 +32,82 @@ def validate_capacity(cfg: Any) -> None:
     _targets(c, cfg.corrector)
     _run_length(c, cfg.pipeline.steps)
     _sensitivity(c, ch)
+
+
+def validate_split(cfg: Any) -> None:
+    """The pool split (``capacity.enabled`` with async generation, :class:`~racsim.config.schema.SplitConf`):
+    the pool, the counts tried, the judge, the caps and capacity's targets and run length."""
+    c, g = cfg.capacity, cfg.pipeline.generation
+    s = c.split
+    need(s.gpus is not None, "capacity.split.gpus", s.gpus,
+         "the GPUs of the pool to split between engines, trainer and judge (an integer) with "
+         "pipeline.generation.mode=async: a capacity plan of asynchronous generation is a pool split")
+    need(g.trainer.service == "roofline", "pipeline.generation.trainer.service", g.trainer.service,
+         "roofline for a pool split: a drawn update takes the same seconds on any number of trainer GPUs")
+    judge = split_judge(c, cfg.pipeline.channels)
+    tp, unit = int(g.engines.tp), split_unit(cfg, judge)
+    least = tp + 1 + unit
+    int_at_least("capacity.split.gpus", s.gpus, least)
+    need(s.gpus <= MAX_COUNT, "capacity.split.gpus", s.gpus, f"an integer in [{least}, {MAX_COUNT:,}]")
+    int_at_least("capacity.split.workers_per_gpu", s.workers_per_gpu, 1)
+    _split_counts("capacity.split.engines", s.engines, tp, s.gpus - 1 - unit, "the engines' tp")
+    if judge is None:
+        need(s.judge is None, "capacity.split.judge", s.judge, "null: the pipeline has no channel to size (a gpu_rm "
+                                                               "channel, or a queue channel with workers)")
+    else:
+        _split_counts("capacity.split.judge", s.judge, unit, s.gpus - 1 - tp,
+                      f"channel {judge}'s tp" if unit > 1 else "GPUs")
+        ch = cfg.pipeline.channels[judge]
+        for field, off, what in (("autoscale", None, "an autoscaled pool"), ("background", None, "other tenants")):
+            need(getattr(ch, field, off) == off, f"pipeline.channels.{judge}.{field}", getattr(ch, field),
+                 f"null for a pool split: {what} would change the judge's load per second of the trainer's clock")
+        need(not faults_on(ch), f"pipeline.channels.{judge}.faults.mtbf_s", ch.faults.mtbf_s,
+             "null for a pool split: failing judge servers are not in its load")
+    lo_e = min(s.engines) if s.engines else tp
+    lo_j = (min(s.judge) if s.judge else unit) if judge is not None else 0
+    need(lo_e + lo_j <= s.gpus - 1, "capacity.split.gpus", s.gpus,
+         f"at least {lo_e + lo_j + 1}: the fewest engines' ({lo_e}) and judge's ({lo_j}) GPUs listed, and one for "
+         f"the trainer")
+    need(isinstance(cfg.learner.trials, int) and cfg.learner.trials >= 2, "learner.trials", cfg.learner.trials,
+         "an integer >= 2 for a pool split: a split's intervals are over its trials (independent replications)")
+    for key in ("max_mean_lag", "max_head_lag_p95"):
+        if getattr(s, key) is not None:
+            nonneg(f"capacity.split.{key}", getattr(s, key))
+    _targets(c, cfg.corrector)
+    _run_length(c, cfg.pipeline.steps)
+
+
+def _split_counts(key: str, counts: Any, unit: int, most: int, what: str) -> None:
+    """A list of GPU counts tried (null: every one): multiples of ``unit`` in [unit, most]."""
+    if counts is None:
+        return
+    ok = isinstance(counts, (list, tuple)) and len(counts) >= 1 and all(
+        isinstance(n, int) and not isinstance(n, bool) and unit <= n <= most and n % unit == 0 for n in counts)
+    need(ok, key, counts, f"null (every count) or a non-empty list of multiples of {what} ({unit}) in "
+                          f"[{unit}, {most}]: the pool less one GPU for the trainer and the other side's least")
+
+
+def split_judge(c: Any, chans: Any) -> Optional[str]:
+    """The channel a pool split sizes: ``capacity.channel``, or the one channel that can be sized (a gpu_rm
+    channel or a queue channel with workers), or None when there is none. Several and none named: refused."""
+    if c.channel is not None:
+        need_one_of("capacity.channel", c.channel, chans)
+        need(pooled(chans[c.channel]), "capacity.channel", c.channel,
+             "a gpu_rm channel, or a queue channel with workers (not a kernel or unlimited channel)")
+        return str(c.channel)
+    able = [n for n, ch in chans.items() if pooled(ch)]
+    need(len(able) <= 1, "capacity.channel", c.channel, "the name of the channel to size (one of " + ", ".join(able)
+         + "): the pool split sizes one judge")
+    return able[0] if able else None
+
+
+def split_unit(cfg: Any, judge: Optional[str]) -> int:
+    """GPUs in one server of the judge a pool split sizes: a gpu_rm replica's tp, 1 for a queue channel; 0
+    without a judge."""
+    if judge is None:
+        return 0
+    ch = cfg.pipeline.channels[judge]
+    return int(ch.rm.tp) if channel_kind(ch) == "gpu_rm" else 1
 
 
 def _sized_channel(c: Any, chans: Any) -> Any:

@@ -97,9 +97,9 @@ def gate_all_channel(ch: Any, key: str, why: str) -> None:
 
 
 def validate_async_run(cfg: Any) -> None:
-    """What else an async run must be: not a capacity plan (its pool split is to come: the plan sizes one
-    channel's servers on the optimizer's own clock)."""
-    if cfg.pipeline.generation.mode != "async" or getattr(cfg, "capacity", None) is None:
+    """A pool split's block (capacity.split) is read with async generation only."""
+    if getattr(cfg, "capacity", None) is None or cfg.pipeline.generation.mode == "async":
         return
-    need(not cfg.capacity.enabled, "capacity.enabled", cfg.capacity.enabled,
-         "false with pipeline.generation.mode=async: capacity plans run on the lockstep clock (mode sync)")
+    need(not cfg.capacity.enabled or cfg.capacity.split.gpus is None, "capacity.split.gpus", cfg.capacity.split.gpus,
+         "null with pipeline.generation.mode=sync: a pool split (engines, trainer, judge) needs async generation; "
+         "a lockstep capacity plan sizes one channel (capacity.counts)")

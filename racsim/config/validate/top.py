@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 
 from racsim.config.schema import JOB_FILES
 from racsim.errors import ConfigError
-from racsim.config.validate.capacity import validate_capacity
+from racsim.config.validate.capacity import validate_capacity, validate_split
 from racsim.config.validate.common import need, node
 from racsim.config.validate.corrector import validate_corrector, validate_lag_use
 from racsim.config.validate.generation import validate_async_run
@@ -79,7 +79,7 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
         need(cfg.output.job_files in JOB_FILES, "output.job_files", cfg.output.job_files,
              "one of full, lean (the tables as Parquet only), auto (lean for a sweep job of racsim's launcher)")
     if getattr(cfg, "capacity", None) is not None and cfg.capacity.enabled:
-        validate_capacity(cfg)
+        validate_split(cfg) if cfg.pipeline.generation.mode == "async" else validate_capacity(cfg)
     if getattr(cfg, "limits", None) is not None:
         check_data_files(cfg, files)
 
