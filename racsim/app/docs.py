@@ -294,6 +294,7 @@ RECIPES: Dict[str, Recipe] = {
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts, fresh=True, tolerance=LM_TOLERANCE),
     "lm.ranking": Recipe((RANKING,), verdicts),
+    "lm.stale": Recipe(("racsim scenario=lm/stale",), verdicts),
     "python.script": Recipe((PYTHON,), script, fresh=True),
     "python.output": Recipe((PYTHON,), lambda run: fenced(run.stdout[-1]), fresh=True),
     "layout": Recipe(("python -m racsim.app.layout",), lambda run: fenced(run.stdout[0]), fresh=True),

@@ -250,8 +250,10 @@ def paired_markdown(res) -> list:
     if paired is None:
         return []
     rule = res.extra["lm_seed_rule"]
+    whom = ("rac minus each corrector" if paired.pair.str.startswith("rac - ").all()
+            else "each of rac's rows minus each row paired with it")
     out = ["## The answer", "", *[f"- {v}" for v in verdict_lines(paired, rule)], "",
-           "## Paired differences: rac minus each corrector, seed by seed", "",
+           f"## Paired differences: {whom}, seed by seed", "",
            "Every corrector's seed s sees the same prompts, the same uniforms behind every sampled token and the same "
            "delays (common random numbers), so each seed gives one difference; `diff` is their mean, `CI` the "
            "t-interval over seeds (n - 1 degrees of freedom) at `level`, `sd` their standard deviation. "
