@@ -195,7 +195,8 @@ def final_reward(run: Run) -> str:
 
 
 RANKING = "racsim scenario=lm/ranking"
-VERDICT = re.compile(r"^racsim: (rac(\+\w+)? vs |seed rule |seed count )")  # an LM run's answer: its pairs and its seed rule
+# an LM run's answer: its pairs (from rac's rows: rac, rac+tis) and its seed rule
+VERDICT = re.compile(r"^racsim: (rac(\+\w+)? vs |seed rule |seed count )")
 # The LM verdict's figures on another x86-64 CPU: torch's kernels round differently there, so that a token sampled
 # near a boundary may flip and a seed's run differ; docs/lm.md states this tolerance.
 LM_TOLERANCE = (0.05, 0.02)

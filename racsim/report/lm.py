@@ -225,7 +225,8 @@ def rule_line(rule: pd.DataFrame) -> str:
 
 def verdict_lines(paired: pd.DataFrame, rule: pd.DataFrame) -> List[str]:
     """The answer of an LM run (each of rac's rows minus each row it is paired with, true reward at naive's
-    wall-clock, seed by seed), per cell: the pairs the seed rule waited for, how the rule ended (at how many seeds, why),
+    wall-clock, seed by seed), per cell: the pairs the seed rule waited for, how the rule ended (at how many
+    seeds, why),
     then the other pairs at the same seeds (:func:`pair_line`). A grid's lines start with their cell."""
     cells = paired["cell"].unique() if "cell" in paired else [None]
     lines = []
