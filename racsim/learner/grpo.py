@@ -245,6 +245,15 @@ class OneLane:
         return self.policy.gradient(prompt_idx[0], responses[0], coef[0], norm)[None]
 
 
+def share_mean(c: np.ndarray, w: np.ndarray, total: float) -> np.ndarray:
+    """sum_k w_k c[..., k] / total over the channels (last axis), added channel by channel: with c = 1 on
+    every channel and total the same additions of w, exactly 1."""
+    num = np.zeros(c.shape[:-1])
+    for k in range(c.shape[-1]):
+        num = num + w[k] * c[..., k]
+    return num / total
+
+
 class _Lane:
     """One lane's history and bookkeeping in :func:`train_lanes` (everything but the policy)."""
 
@@ -290,10 +299,7 @@ class _Lane:
         c_same[b_[same], k_[same]] = correction_weight(
             self.name, np.zeros(int(same.sum()), dtype=np.int64), status[o_[same], b_[same], k_[same]], None,
             self.params, tau_age=None if tau is None else tau[o_[same], b_[same], k_[same]])
-        num = np.zeros(P)
-        for k in range(K):
-            num = num + w[k] * c_same[:, k]
-        self.c0 = np.repeat(num / self.total, G)
+        self.c0 = np.repeat(share_mean(c_same, w, self.total), G)
         energy = (self.hist_resid[t] ** 2).sum(axis=1)[:, None]
         # ratio 1 in its own step (and for results never used); a stale group's, in current()
         self.delivered[t], self.owed[t] = c_same * energy, energy
@@ -336,10 +342,7 @@ class _Lane:
             c[bs, :, ks] = correction_weight(
                 self.name, np.zeros(r.shape, dtype=np.int64), np.broadcast_to(self.status[t, bs, ks][:, None], r.shape),
                 r, self.params, tau_age=None if self.tau is None else self.tau[t, bs, ks][:, None])
-        num = np.zeros((P, G))
-        for k in range(K):  # c0's additions: c0_i is c0 to the bit where r_i = 1
-            num = num + self.w[k] * c[:, :, k]
-        c0 = (num / self.total).ravel()
+        c0 = share_mean(c, self.w, self.total).ravel()  # c0's additions: c0_i is c0 to the bit where r_i = 1
         resid = self.hist_resid[t]
         keep = np.repeat(self.keep[t], G)
         if record:
@@ -508,9 +511,9 @@ def train_lanes(policy: Lanes, task: RewardTask, delays: Sequence[np.ndarray], s
         for s, (x, y) in enumerate(rows):
             rows_x[s, : width[s]], rows_y[s, : width[s]] = x, y
         ref = policy.ref_logprob(pidx, resp) if kl_coef > 0 else None
-        older = [lane.row_version < t - 1 for lane in lanes]
-        prox = (policy.logprob_at(ring[t - 1], rows_x, rows_y) if rollout == "decoupled" and any(o.any() for o in older)
-                else None)  # the proximal version's log-probabilities of the update's rows
+        prox = None  # the decoupled objective's proximal version's (t - 1) log-probabilities of the update's rows
+        if rollout == "decoupled" and any((lane.row_version < t - 1).any() for lane in lanes):
+            prox = policy.logprob_at(ring[t - 1], rows_x, rows_y)
 
         def coefficients(logp: np.ndarray) -> np.ndarray:
             coef = np.zeros(logp.shape)
