@@ -393,12 +393,14 @@ def lm_config(*overrides):
     ("learner.lm.decide=[naive+tis]", "[none]", "naive+tis not among corrector.names x corrector.rollout=[none]"),
     *(pytest.param(o, "[none,tis]", "alone or with +tis", marks=pytest.mark.long)
       for o in ("learner.lm.decide=[naive+nope]", "learner.lm.decide=[naive+none]")),
+    pytest.param("learner.lm.decide=[naive]", "[tis]", "naive not among corrector.names x corrector.rollout=[tis]",
+                 marks=pytest.mark.long),
 ])
 def test_a_decided_row_that_does_not_run_is_refused(override, rollout, said):
     with pytest.raises(ConfigError) as ex:
         validate(lm_config(override, f"corrector.rollout={rollout}"))
     assert ex.value.key == "learner.lm.decide" and said in ex.value.allowed, str(ex.value)
-    validate(lm_config(override.replace("nope", "tis").replace("none", "tis"), "corrector.rollout=[none,tis]"))
+    validate(lm_config(override.replace("nope", "tis").replace("+none", "+tis"), "corrector.rollout=[none,tis]"))
 
 
 def test_a_study_at_lag_two_gives_rows_pairs_and_verdicts():

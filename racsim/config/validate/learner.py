@@ -110,7 +110,7 @@ def validate_lm_pairs(lr: Any, names: Any, rollout: Any) -> None:
     need(not absent, "learner.lm.decide", list(lr.lm.decide),
          f"correctors that run, and {BASE} with them: {', '.join(absent)} not in corrector.names="
          f"[{','.join(names)}] (learner.lm.decide=[] for a fixed seed count of learner.lm.seeds)")
-    off = [n for n in lr.lm.decide if "+" in n and n.partition("+")[2] not in rollout]
+    off = [n for n in lr.lm.decide if (n.partition("+")[2] or "none") not in rollout]
     need(not off, "learner.lm.decide", list(lr.lm.decide),
          f"rows that run: {', '.join(off)} not among corrector.names x corrector.rollout=[{','.join(rollout)}]")
 
