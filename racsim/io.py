@@ -27,7 +27,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from racsim.errors import ConfigError, WriteFailure
 
@@ -396,13 +396,32 @@ def interrupts_ignored():
             signal.signal(signal.SIGINT, before)
 
 
+@contextmanager
+def sigterm_held():
+    """While it holds (in the main thread), a SIGTERM is held back, and delivered to this process's own
+    handler as it ends: a process being spawned meanwhile gets the whole of what its parent sends it
+    (cut short by the handler's exception, it would read a closed pipe and print EOFError's traceback
+    after the run's last line), and is in the pool, so that ending the pool ends it."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is None:
+        yield  # not the main thread, or a handler installed outside Python (which could not be put back)
+        return
+    came: List[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        if came:
+            signal.raise_signal(signal.SIGTERM)
+
+
 class _SpawnPool(ProcessPoolExecutor):
     """A ProcessPoolExecutor that starts its processes (at a submit: spawn starts them as work
-    comes) with the caller's script hidden (:func:`caller_script_hidden`) and Ctrl-C left to this
-    process (:func:`interrupts_ignored`)."""
+    comes) with the caller's script hidden (:func:`caller_script_hidden`), Ctrl-C left to this
+    process (:func:`interrupts_ignored`) and SIGTERM answered once they are started (:func:`sigterm_held`)."""
 
     def submit(self, fn, /, *args, **kwargs):
-        with caller_script_hidden(), interrupts_ignored():
+        with sigterm_held(), caller_script_hidden(), interrupts_ignored():
             return super().submit(fn, *args, **kwargs)
 
     def end(self) -> None:
@@ -441,11 +460,17 @@ def side_by_side(workers: int, fn: Callable, arglists: Sequence[tuple],
         except BrokenProcessPool:
             pool.end()
             raise ConfigError(knob, workers, "fewer processes at once", line=(
-                f"a worker process of a pool of {workers} died (killed, or by the out-of-memory killer): "
-                f"{knob}=1 runs one at a time, or give the run more memory")) from None
+                f"a worker process died (killed, or by the out-of-memory killer) with {at_once(workers, here)} "
+                f"processes working side by side: {knob}=1 runs one at a time, or give the run more memory")) from None
         except BaseException:
             pool.end()
             raise
+
+
+def at_once(workers: int, here: Optional[Callable]) -> int:
+    """The processes a :func:`side_by_side` runs at once: the pool's ``workers``, and this one where it works
+    too (``here``), as a knob such as capacity.workers counts them."""
+    return workers + (here is not None)
 
 
 def _side_by_side(pool, fn: Callable, arglists: Sequence[tuple], here: Optional[Callable]):

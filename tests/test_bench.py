@@ -102,7 +102,12 @@ def test_generation_bench_times_the_fast_engine_against_simpy():
 
     f = bench_generation(steps=3, simpy_steps=2)
     assert f["generation_samples"] >= 3 * 1024 and f["generation_events"] > 0
-    assert f["generation_speedup_vs_raw_simpy"] == f["generation_samples_per_s"] / f["generation_raw_simpy_requests_per_s"]
+    assert f["generation_speedup_vs_raw_simpy"] == pytest.approx(
+        f["generation_samples_per_cpu_s"] / f["generation_raw_simpy_requests_per_cpu_s"], rel=1e-12)
+    assert f["generation_speedup_vs_simpy_engine"] == pytest.approx(
+        f["generation_events_per_cpu_s"] / f["generation_simpy_engine_events_per_cpu_s"], rel=1e-12)
+    assert f["generation_load_1min"] >= 0 and f["generation_samples_per_cpu_s"] * f["generation_cpu_s"] == \
+        pytest.approx(f["generation_samples"], rel=1e-12)
     assert sum(v for k, v in f.items() if "_binds_" in k) == 1.0
     g = bench_generation(steps=3, simpy_steps=2, overrides=ENGINE_BOUND, tag="bound")
     assert g["bound_engines_idle"] < f["generation_engines_idle"]

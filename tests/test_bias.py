@@ -357,7 +357,12 @@ def test_every_corrector_mean_matches_its_kernel_expectation():
             z = np.abs(diff.mean(0) - want) / se(diff)
             assert z.max() < 4, (view, name, z)
             np.testing.assert_allclose(run.mean_weight[view][name], ec, atol=0.03, err_msg=f"{view} {name}")
-            np.testing.assert_allclose(run.slack(name, view), 1 - run.mean_weight[view][name], atol=1e-12)
+            # the slack within its range: at most 1, at least 1 - the largest weight (issue 49: a window's
+            # updates took in more results than it sent, and eta read past the range)
+            eta = 1 - run.mean_weight[view][name]
+            low = 1 - run.max_weight[name]
+            np.testing.assert_allclose(run.slack(name, view), np.clip(eta, low, 1.0), atol=1e-12)
+            assert (run.slack(name, view) >= low).all() and (run.slack(name, view) <= 1).all()
             if view == "steady" and name != "wait_for_slow":
                 np.testing.assert_allclose(run.nominal_slack[name], 1 - ec, rtol=0, atol=1e-8, err_msg=name)
 
@@ -409,7 +414,9 @@ def synthetic_run(rng, trials=400, SA=4):
 def test_summarize_formulas():
     run = synthetic_run(np.random.default_rng(1))
     R_ = 300
-    out = B.summarize(run, R_, np.random.default_rng(77))
+    exact_boot = {name: np.linalg.norm(run.exact(name) - run.target) * np.random.default_rng(5).lognormal(0, 0.1, R_)
+                  for name in run.estimates["steady"]}  # replicates of each exact bias (bias_study.exact_replicates)
+    out = B.summarize(run, R_, np.random.default_rng(77), exact_boot=exact_boot)
     counts = B.bootstrap_counts(400, R_, np.random.default_rng(77))
     g = run.target
     boot = {}
@@ -453,7 +460,7 @@ def test_summarize_formulas():
         assert row["reduction_exact"] == pytest.approx(base["bias_exact"] / row["bias_exact"], rel=1e-12)
         assert row["reduction_mc"] == pytest.approx(base["bias_mc"] / row["bias_mc"], rel=1e-12)
         assert row["run_reduction_exact"] == pytest.approx(base["run_bias_exact"] / row["run_bias_exact"], rel=1e-12)
-        r = boot["naive"] / boot[name]
+        r = exact_boot["naive"] / exact_boot[name]  # the exact ratio's replicates, paired
         lo, hi = np.percentile(r, [2.5, 97.5])
         assert row["reduction_ci_lo"] == pytest.approx(lo, rel=1e-12)
         assert row["reduction_ci_hi"] == pytest.approx(hi, rel=1e-12)
@@ -462,7 +469,7 @@ def test_summarize_formulas():
     for name in ("naive", "rac"):
         row = out[name]
         assert row["bias_ci_lo"] <= row["bias_mc"] <= row["bias_ci_hi"], name
-        assert row["reduction_ci_lo"] <= row["reduction_mc"] <= row["reduction_ci_hi"], name
+        assert row["reduction_ci_lo"] <= row["reduction_exact"] <= row["reduction_ci_hi"], name
     # Noise floor: zero Monte-Carlo bias is below 2 SE; the biased ones are not.
     assert out["floor"]["bias_mc"] < 1e-12
     assert out["floor"]["at_noise_floor"] is True
@@ -567,3 +574,22 @@ def test_run_is_reproducible_and_seed_dependent():
     ba, bc = a.results.set_index("corrector")["bias_mc"], c.results.set_index("corrector")["bias_mc"]
     assert (ba != bc).all()
     assert not a.training["J"].equals(c.training["J"])
+
+
+def test_the_reduction_interval_is_the_exact_figures_and_holds_it():
+    """Issue 49: the table printed the exact reduction beside the Monte-Carlo ratio's percentile interval, which
+    noise near the floor pulls below the exact figure (rac_adaptive at seed 2, 200 trials; rac at seed 3 of the
+    default: 68.61 with [34.71, 64.31]). The interval now resamples the trials' arrival schedules, all the exact
+    figure depends on: it holds the printed figure, stays above 0, and is degenerate for a corrector whose
+    weights no schedule moves (naive: 0, wait_for_slow: 1 with nothing dropped)."""
+    import racsim
+
+    for seed in range(3):
+        r = racsim.run(overrides=[f"seed={seed}", "learner.trials=200", "learner.train.enabled=false",
+                                  "output.plots=false", "output.progress=false"]).results.set_index("corrector")
+        assert (r.reduction_ci_lo > 0).all() and (r.reduction_ci_lo <= r.reduction_exact).all(), (seed, r)
+        assert (r.reduction_exact <= r.reduction_ci_hi).all(), (seed, r)
+        assert r.loc["naive", "reduction_ci_lo"] == r.loc["naive", "reduction_ci_hi"] == 1.0
+        if r.loc["wait_for_slow", "dropped"] == 0:
+            assert r.loc["wait_for_slow", "reduction_ci_lo"] == r.loc["wait_for_slow", "reduction_ci_hi"]
+        assert r.loc["rac", "reduction_ci_hi"] / r.loc["rac", "reduction_ci_lo"] < 1.5  # schedules, not trajectories

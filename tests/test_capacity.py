@@ -187,12 +187,32 @@ def test_queue_channel_capacity(hydra_ctx):
     (["capacity.decide_s=-1"], "capacity.decide_s"),
     (["capacity.workers=-1"], "capacity.workers"),
     (["capacity.max_count=8"], "capacity.max_count"),  # below the largest listed count (16)
-    (["pipeline.channels.judge.rm.tp=2", "pipeline.channels.judge.rm.gpus=2"], "capacity.counts"),  # odd counts
+    (["pipeline.channels.judge.rm.tp=2", "pipeline.channels.judge.rm.gpus=2", "capacity.counts=[1,3,5]"],
+     "capacity.counts"),  # no count is a whole replica
 ])
 def test_capacity_config_errors(hydra_ctx, over, key):
     with pytest.raises(ConfigError) as info:
         validate(make("scenario=capacity/judge_rm_h100", *over))
     assert info.value.key == key, info.value
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_a_list_with_counts_that_are_not_whole_replicas_keeps_the_multiples_of_tp_and_says_so(hydra_ctx, tp):
+    """Issue 49: with rm.tp=4 the scenario's own list (1..8, 10, 12, 14, 16) was refused; the search takes the
+    counts that are whole replicas of tp GPUs and its answer's notes say which it left out."""
+    from racsim.analyses.capacity.run import listed_counts, servers_note
+
+    cfg = spec("scenario=capacity/judge_rm_h100", f"pipeline.channels.judge.rm.tp={tp}",
+               f"pipeline.channels.judge.rm.gpus={tp}")
+    listed = list(cfg.capacity.counts)
+    kept, left = [n for n in listed if n % tp == 0], [n for n in listed if n % tp]
+    assert listed_counts(cfg, "judge") == kept
+    note = servers_note(cfg, "judge")
+    if not left:
+        assert note is None
+    else:
+        assert note == (f"capacity.counts: {', '.join(map(str, kept))} GPUs searched, the counts that are whole "
+                        f"replicas of rm.tp = {tp}; {', '.join(map(str, left))} left out")
 
 
 @pytest.mark.long  # 1.6 CPU s

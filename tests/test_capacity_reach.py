@@ -130,3 +130,13 @@ def test_a_variants_answer_never_reads_none():
     res = CapacityResult(pd.DataFrame(), "judge", "GPUs", "", None, pd.DataFrame(), {"corrector": "rac"}, top=32)
     assert answer_words(None, res) == "no count up to 32 GPUs meets the targets"
     assert answer_words(6, res) == "6 GPUs"
+
+
+def test_an_infeasible_autoscaled_plan_still_times_the_engine():
+    """Issue 49: an infeasible target skips the autoscaled pool's what-if run, and the speed line read that
+    run (AttributeError: 'NoneType' object has no attribute 'requests'); it now times the fixed pools' runs."""
+    t = racsim.run("capacity/judge_rm_autoscale", overrides=[
+        *SMALL_JUDGE, "capacity.benchmark=true", "capacity.workers=1", "capacity.sensitivity.enabled=false",
+        "capacity.counts=[2,5,8]", IMPOSSIBLE])
+    assert t.status == "infeasible" and t.raw.autoscale is None
+    assert t.raw.speed["requests"] > 0 and t.raw.speed["lanes_requests_per_s"] > 0

@@ -184,7 +184,8 @@ def test_ci_runs_the_readme_test_command_and_builds_the_site():
 
 
 def test_readme_is_a_front_door():
-    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+    # 250, and the 9 lines the runs' printed answers add to its blocks (issue 49: job 1's answer, a plan's margin)
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 260
 
 
 def test_every_block_has_a_recipe_and_every_recipe_a_block():

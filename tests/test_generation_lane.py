@@ -5,6 +5,7 @@ token versions against a slow loop in exact arithmetic."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import fields, replace
 from fractions import Fraction
 
@@ -14,7 +15,7 @@ import pytest
 from racsim.generation import state as ST
 from racsim.generation.lane import LaneInputs, Starved, simulate_lane
 from racsim.generation.simpy_lane import simulate_lane_simpy
-from racsim.generation.state import floor_diff, token_versions
+from racsim.generation.state import floor_diff
 
 ENGINES = {"fast": simulate_lane, "simpy": simulate_lane_simpy}
 
@@ -187,6 +188,26 @@ def test_littles_law_holds_on_the_trainers_queue():
             assert area / (b - a) == pytest.approx(rate * mean_stay, rel=1e-9, abs=1e-12), seed
             checked += 1
     assert checked > 50
+
+
+def token_versions(switch_k: list, switch_v: list, k0: float, n: int, f: float) -> list:
+    """The spec's reading of one sequence's token versions, run by run (racsim.generation.state.version_sums sums them):
+    (version, tokens) of each run of a sequence's tokens by the policy version that produced them, in order
+    (they sum to ``n``): it started decoding at counter ``k0`` and finished at ``f`` = k0 + n (in floats) on an
+    engine that adopted version ``switch_v[i]`` with its counter at ``switch_k[i]`` (non-decreasing; before
+    the first switch: version 0). Token m < n is produced when the counter reaches k0 + m (exactly), the
+    last at f; a token produced when the counter stands at a switch carries the version before it."""
+    j0 = bisect_right(switch_k, k0) - 1
+    version = switch_v[j0] if j0 >= 0 else 0
+    out, before = [], 0
+    for idx in range(j0 + 1, bisect_left(switch_k, f)):
+        c = min(floor_diff(switch_k[idx], k0), n)
+        if c > before:
+            out.append((version, c - before))
+            before = c
+        version = switch_v[idx]
+    out.append((version, n - before))
+    return out
 
 
 def versions_by_loop(switch_k, switch_v, k0, n, f):

@@ -138,3 +138,84 @@ def test_a_sweeps_knob_plot_keeps_its_legend_off_the_panels_and_title():
     for table in (agg, one):  # many panels, and one (the sweep of docs/sweeps.md: its legend once hid two lines)
         fig = A.knob_figure(table, "corrector.tau_age")
         assert legend_problems(fig) == [] and len(fig.legends) == 1
+
+
+def test_the_gantt_legend_names_every_colour_drawn(drawn):
+    """Issue 49: the legend named the optimizer's phases only while the channels' bars took the same colours."""
+    from matplotlib.colors import to_hex
+
+    _, fig = drawn("default")["gantt.png"]
+    ax = fig.axes[0]
+    bars = {to_hex(c) for coll in ax.collections for c in coll.get_facecolors()}
+    named = {to_hex(h.get_facecolor()) for h in ax.get_legend().legend_handles}
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert bars == named, (bars - named, named - bars)
+    assert "generate" in labels and "channel: rollout of step 0" in labels
+
+
+def test_markers_at_one_clock_are_told_apart(drawn):
+    """Issue 49: five markers overlapped at x = 1 on pareto.png. Correctors at one point are one marker named
+    together; at one clock, the markers spread sideways in the order of their reduction (dodged), each within
+    a few percent of its clock."""
+    from racsim.report.plots import DODGE, dodged
+
+    rng = np.random.default_rng(4)
+    for _ in range(100):
+        n = int(rng.integers(1, 9))
+        x = rng.choice([1.0, 1.0, 1.0, 2.5, 5.6], n)
+        y = rng.lognormal(0, 2, n)
+        got = dodged(x, y)
+        for v in np.unique(x):
+            at = np.flatnonzero(x == v)
+            order = at[np.argsort(y[at], kind="stable")]
+            assert np.all(np.diff(got[order]) > 0) or len(at) == 1  # left to right by reduction, none alike
+            assert np.all(np.abs(np.log(got[at] / v)) <= DODGE * (len(at) - 1) / 2 + 1e-12)
+    _, fig = drawn("default")["pareto.png"]
+    ax = fig.axes[0]
+    xy = [(float(ln.get_xdata()[0]), float(ln.get_ydata()[0])) for ln in ax.get_lines() if len(ln.get_xdata()) == 1
+          and ln.get_marker() not in (None, "None", "", "_")]
+    assert len(xy) == len(set(xy)) and len({x for x, _ in xy}) == len(xy), xy
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    results = pd.read_csv(drawn("default")["_dir"] / "results.csv")
+    assert sum(len(t.split(" (")[0].split(", ")) for t in labels) == len(results)  # every corrector named once
+
+
+def test_the_capacity_plot_shades_every_count_that_misses_and_its_slack_axis_starts_at_0():
+    """Issue 49: a count failing two targets was not shaded; the slack axis spanned 0.0016-0.0024."""
+    from racsim.analyses.capacity import CapacityResult
+    from racsim.report.plots import capacity_curve, shaded
+
+    rng = np.random.default_rng(9)
+    missed = {5: "max_dropped, max_sojourn_p95_s", 7: "max_dropped"}  # 5 misses two targets, 7 one
+    rows = []
+    for n in range(1, 11):
+        load = 4.0 / n
+        fails = "load" if load >= 0.95 else missed.get(n, "")
+        status = f"overloaded: load {load:.3g} >= capacity.max_load 0.95" if load >= 0.95 else "ok"
+        for c in ("naive", "rac"):
+            rows.append({"count": n, "corrector": c, "load": load, "status": status, "fails": fails,
+                         "feasible": not fails, "delay_p50_steps": 1.0, "delay_p95_steps": 2.0,
+                         "dropped_frac": 0.01, "bias_exact": 1e-3 if c == "rac" else 0.04, "step_s": 8.0,
+                         "eta": 0.0016 + 0.0008 * rng.random(), "utilisation": min(load, 1.0),
+                         "cost_per_hour": 2.5 * n})
+    curve = pd.DataFrame(rows)
+    base = curve[curve.corrector == "rac"]
+    want = [(r.count, "red" if r.status != "ok" else "orange") for r in base.itertuples()
+            if r.status != "ok" or r.fails]
+    assert shaded(base) == want and any(", " in f for f in base.fails)  # two targets missed: shaded too
+    res = CapacityResult(curve, "judge", "GPUs", "k", None, pd.DataFrame(), {"corrector": "rac"})
+    plt = _plt()
+    figs = []
+    real = plt.close
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("racsim.report.plots._save", lambda fig, path: figs.append(fig))
+        mp.setattr(plt, "close", lambda fig: None)
+        capacity_curve(res, None)
+    fig = figs[0]
+    slack = next(a for a in fig.axes if a.get_ylabel().startswith("slack eta"))
+    assert slack.get_ylim()[0] == 0 and slack.get_ylim()[1] >= 0.01
+    spans = sorted({(round(p.get_x() + p.get_width() / 2, 6), p.get_facecolor()[:3]) for a in fig.axes[:1]
+                    for p in a.patches})
+    from matplotlib.colors import to_rgb
+    assert [(n, to_rgb(c)) for n, c in want] == [(int(x), rgb) for x, rgb in spans]
+    real(fig)

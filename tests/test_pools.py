@@ -43,7 +43,15 @@ def test_a_worker_that_dies_is_one_line_naming_the_setting():
         list(side_by_side(2, die, [(0,), (1,), (2,)]))
     line = str(ex.value)
     assert ex.value.key == "capacity.workers" and "\n" not in line
-    assert "a worker process of a pool of 2 died" in line and "capacity.workers=1" in line
+    assert "a worker process died" in line and "with 2 processes working side by side" in line
+    assert "capacity.workers=1" in line
+
+
+def test_a_dead_worker_counts_this_process_as_the_knob_does():
+    # issue 49: capacity.workers=2 is this process and one worker; the line said "a pool of 1"
+    with pytest.raises(ConfigError) as ex:
+        list(side_by_side(1, die, [(0,), (1,), (2,)], here=nap))
+    assert "with 2 processes working side by side" in str(ex.value)
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
@@ -103,3 +111,36 @@ def test_the_folder_of_a_killed_run_is_cleared_and_a_live_ones_kept(tmp_path):
         (d / "k-1.pending").write_text(dead)
     assert clear_dead_shares(str(tmp_path)) == [gone]
     assert not gone.exists() and live.exists() and other.exists()
+
+
+TERM_WHILE_SPAWNING = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {tests!r})
+    from multiprocessing import util
+    from racsim.io import side_by_side
+    from racsim.sweep.callback import Stopped, catch_sigterm
+    from test_pools import nap
+    real = util.spawnv_passfds
+
+    def spawned_then_term(path, args, fds):  # SIGTERM at the worst instant: a worker started, not yet told its work
+        pid = real(path, args, fds)
+        if "spawn_main" in str(args):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return pid
+
+    util.spawnv_passfds = spawned_then_term
+    catch_sigterm()
+    try:
+        list(side_by_side(2, nap, [(0.1,), (0.1,)]))
+    except Stopped:
+        print("racsim: interrupted", file=sys.stderr, flush=True)
+        sys.exit(143)
+""")
+
+
+def test_sigterm_while_a_worker_is_spawned_leaves_no_traceback():
+    # issue 49: SIGTERM 3 s into a capacity search (capacity.workers=2) printed the 'interrupted' line, then a
+    # spawned child's `EOFError: Ran out of input` (its parent stopped before it had sent the child its work)
+    proc = subprocess.run([sys.executable, "-c", TERM_WHILE_SPAWNING.format(tests=str(Path(__file__).parent))],
+                          capture_output=True, text=True, timeout=120)  # waits for the child too: it holds stderr
+    assert proc.returncode == 143 and proc.stderr == "racsim: interrupted\n", proc.stderr

@@ -239,6 +239,18 @@ def test_help_lists_every_key_and_a_typo_gets_the_closest(capsys):
         assert ex.value.code == 2 and len(messages(err)) == 1 and f"did you mean {near}" in err, err
 
 
+@pytest.mark.parametrize("arg, said", [("--nope", "--nope: no such option"), ("-x", "-x: no such option"),
+                                       ("batch_sizes", "batch_sizes: a key with no value")])
+def test_an_argument_without_a_value_is_named_for_what_it_is(capsys, arg, said):
+    # issue 49: `racsim-profile --nope` said `--nope = None`, a value nobody gave
+    from racsim.tools.profile import main
+
+    with pytest.raises(SystemExit) as ex:
+        main([arg])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and len(messages(err)) == 1 and said in err and "None" not in err, err
+
+
 def test_cells_that_do_not_fit_in_memory_are_one_line_naming_the_cell(torch_stack, tmp_path, capsys, monkeypatch):
     """torch's allocation failure (simulated: the model's forward raises what torch raises) is one line
     naming the cell and the keys to change, and no file is written."""

@@ -28,6 +28,7 @@ from racsim.learner.bias import (
 from racsim.learner.correctors import BLOCKING, CorrectorParams, row_name, split_name
 from racsim.learner.drift import first_order_table, has_lags, lag_figures, lagged_bias_run
 from racsim.learner.training import TrainCurve, split_lanes, stack_lanes, train_all
+from racsim.pipeline import steady
 from racsim.pipeline.draws import PipelineDraws, draw, draw_lags, sampled_loads
 from racsim.pipeline.engines import simulate
 from racsim.pipeline.kernels import drain, nominal_kernel, predicted_kernel
@@ -208,7 +209,7 @@ def _run_group(members: list, n_cells: int, progress: Optional[Progress] = None,
     for (i, values, ccfg), cell, brun, load in zip(members, bias_cells, runs, loads):
         if n_cells > 1:
             values = {"cell": i, **values}
-        summary = summarize(brun, lr.bootstrap, None, counts=counts)
+        summary = summarize(brun, lr.bootstrap, None, counts=counts, exact_boot=exact_replicates(brun, counts))
         workers = queue_workers(ccfg.pipeline.channels)
         chans = channel_stats(cell.schedules["async"], workers, warmup_steps(ccfg.pipeline), load)
         gen = generation_tables(ccfg, cell.schedules)
@@ -234,6 +235,24 @@ def progress_units(members: list) -> int:
     trajectories (a fixed policy), once more for each cell with generation lags (its own)."""
     lagged = sum(carries_lags(ccfg) for _, _, ccfg in members)
     return members[0][2].learner.trials * (lagged + (lagged < len(members)))
+
+
+def exact_replicates(run: BiasRun, counts: Optional[np.ndarray]) -> Optional[Dict[str, np.ndarray]]:
+    """Per corrector: (R,) bootstrap replicates of its exact steady-state bias, the trials resampled by
+    ``counts`` (R, trials; one resample for every corrector, so paired). A fixed policy: eq. (2)'s norm at
+    the mean correction weights of the resampled trials' updates (``BiasRun.step_weight``), bootstrap-t
+    (racsim.pipeline.steady.norm_replicates): the exact bias depends on the trials through those weights
+    alone (the arrival schedule), not through the sampled trajectories. A moving policy (generation lags,
+    racsim.learner.drift): the norm of the resampled mean of the trials' own exact figures. None without
+    ``counts``."""
+    if counts is None:
+        return None
+    if run.exact_trials.get("steady"):
+        g, n = run.target_of("steady"), counts.shape[1]
+        return {name: np.linalg.norm(counts @ e / n - g, axis=1) for name, e in run.exact_trials["steady"].items()}
+    return {name: steady.norm_replicates(run.channel_exact[0], run.channel_exact[1:], run.target, sw.sum(axis=1),
+                                         np.full(sw.shape[0], float(sw.shape[1])), counts)
+            for name, sw in run.step_weight.items()}
 
 
 def _group_worker(args) -> _GroupOut:

@@ -24,6 +24,7 @@ import pandas as pd
 from racsim.errors import Parser
 from racsim.io import fmt, write_text
 from racsim.report.lm import value_label
+from racsim.report.tables import answer_line
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (racsim/app/docs.py)
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
@@ -134,16 +135,10 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 
 def reading(run: Run) -> str:
-    """A run's answer in one sentence, from its results.csv: the least-biased corrector that costs no
-    wall-clock (the synchronous oracle aside), and what waiting costs."""
-    r = run.csv("results.csv").set_index("corrector")
-    free = r.drop(index="sync_oracle", errors="ignore").query("wallclock_ratio <= 1.001")
-    best, wait = r.loc[free["bias_exact"].idxmin()], r.loc["wait_for_slow"]
-    return (f"Here the least-biased corrector at naive's wall-clock is {best.name}: "
-            f"{fmt(best['reduction_exact'])}x less bias than naive. Wait-for-slow removes "
-            f"{fmt(wait['reduction_exact'])}x but takes {fmt(wait['wallclock_ratio'])}x the wall-clock, so within "
-            f"naive's time it trains to J = {fmt(wait['J_at_naive_clock'])} against {best.name}'s "
-            f"{fmt(best['J_at_naive_clock'])}.\n")
+    """A run's answer in one sentence, from its results.csv: the line the run prints after its table
+    (racsim.report.tables.answer_line: which corrector, why, at what cost)."""
+    said = answer_line(run.csv("results.csv"))
+    return f"Here: {said}.\n"
 
 
 def by_law(run: Run) -> str:
@@ -195,6 +190,14 @@ def final_reward(run: Run) -> str:
 
 
 RANKING = "racsim scenario=lm/ranking"
+# The LM verdict with torch's CPU kernels pinned (racsim.learner.lm.CPU_KERNELS), then with each kernel set this
+# machine can run chosen by hand (an empty MKL_CBWR: MKL's own dispatch, no reproducibility mode), at 2 threads and
+# with NumPy's AVX-512 loops left out: what the pin holds fixed, measured (docs/lm.md, lm.kernels).
+UNPINNED = "MKL_CBWR= ONEDNN_MAX_CPU_ISA=ALL ATEN_CPU_CAPABILITY={} racsim learner=lm"
+KERNELS = ("racsim learner=lm", "racsim learner=lm learner.lm.threads=2",
+           'NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" racsim learner=lm',
+           *(UNPINNED.format(isa) for isa in ("avx512", "avx2", "default")),
+           "MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=ALL ATEN_CPU_CAPABILITY=avx512 racsim learner=lm")
 # an LM run's answer: its pairs (from rac's rows: rac, rac+tis) and its seed rule
 VERDICT = re.compile(r"^racsim: (rac(\+\w+)? vs |seed rule |seed count )")
 # The LM verdict's figures on another x86-64 CPU: torch's kernels round differently there, so that a token sampled
@@ -221,6 +224,23 @@ def verdicts(run: Run) -> str:
     (rac against each other corrector) and its seed rule's."""
     ran = [ln for ln in run.stdout[-1].splitlines() if "seeds per corrector in" in ln]
     return fenced("\n".join([f"$ {run.commands[-1]}", *ran, *answer_lines(run)]))
+
+
+def kernel_table(run: Run) -> str:
+    """Each command of :data:`KERNELS` with what it answered: rac vs naive's difference and interval, the seeds a
+    projection gives rac vs rac_no_age (the figure that moves most), and whether its whole verdict is the first
+    command's (the pinned kernels') to the last digit."""
+    pinned = answer_lines(Run(run.cwd, run.commands[:1], run.stdout[:1]))
+    rows = []
+    for cmd, out in zip(run.commands, run.stdout):
+        said = answer_lines(Run(run.cwd, (cmd,), (out,)))
+        text = " ".join(" ".join(said).split())
+        naive = re.search(r"rac vs naive: \w+, decided at \d+ seeds \(([^\]]+\])", text)
+        no_age = re.search(r"rac vs rac_no_age: [^;]*; about (\d+) seeds", text)
+        rows.append({"command": f"`{cmd}`", "rac vs naive": naive.group(1) if naive else "-",
+                     "rac vs rac_no_age: seeds to decide": no_age.group(1) if no_age else "-",
+                     "the pinned verdict": "the same" if said == pinned else "differs"})
+    return markdown_table(pd.DataFrame(rows))
 
 
 def sweep_rows(run: Run) -> str:
@@ -296,6 +316,7 @@ RECIPES: Dict[str, Recipe] = {
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts, fresh=True, tolerance=LM_TOLERANCE),
     "lm.ranking": Recipe((RANKING,), verdicts),
     "lm.stale": Recipe(("racsim scenario=lm/stale",), verdicts),
+    "lm.kernels": Recipe(KERNELS, kernel_table),
     "python.script": Recipe((PYTHON,), script, fresh=True),
     "python.output": Recipe((PYTHON,), lambda run: fenced(run.stdout[-1]), fresh=True),
     "layout": Recipe(("python -m racsim.app.layout",), lambda run: fenced(run.stdout[0]), fresh=True),
@@ -303,6 +324,7 @@ RECIPES: Dict[str, Recipe] = {
                           fresh=True),
     "bench.default": Recipe(("racsim-bench",), console),
     "bench.paper": Recipe(("racsim-bench --paper",), console),
+    "bench.generation": Recipe(("racsim-bench --generation",), console),
 }
 
 

@@ -21,7 +21,7 @@ from racsim.report.finite import failure
 from racsim.report.generation import console_text
 from racsim.report.lags import first_order_lines, lag_text
 from racsim.report.lm import format_paired, share_note, verdict_lines
-from racsim.report.tables import format_table, stationarity_warning, warmup_warning
+from racsim.report.tables import answer_line, format_table, stationarity_warning, warmup_warning
 from racsim.report.writers import write_run
 from racsim.sweep.callback import check_writable, publish_run
 from racsim.sweep.markers import DONE, cell_overrides, cell_values, override_key, write_marker
@@ -42,8 +42,9 @@ def waited(res, started: Optional[float]) -> str:
 
 
 def run_text(cfg, res, started: Optional[float] = None) -> str:
-    """What a single run prints: one line on what ran (in the seconds :func:`waited`), the table, the warm-up
-    and stationarity warnings if any (learner=lm: what a share outside [0, 1] means)."""
+    """What a single run prints: one line on what ran (in the seconds :func:`waited`), the table, its answer
+    (which corrector, why, at what cost: racsim.report.tables.answer_line), the warm-up and stationarity
+    warnings if any (learner=lm: what a share outside [0, 1] means)."""
 
     took = waited(res, started)
     if res.bias is not None:
@@ -70,8 +71,9 @@ def run_text(cfg, res, started: Optional[float] = None) -> str:
     laws = [f"racsim: {x}" for x in first_order_lines(res.extra["first_order"])] if "first_order" in res.extra else []
     gen = res.extra.get("generation")  # async generation: the async schedule's figures (the first cell's)
     block = [] if gen is None else [f"racsim: {console_text(gen[gen.schedule == 'async'].iloc[0])}"]
-    return wrapped("\n".join([head, *verdicts, table] + paired + laws + block + [f"racsim: {w}" for w in warnings if w]),
-                   WIDTH)
+    answer = answer_line(res.results) if res.bias is not None else ""
+    said = [f"racsim: {w}" for w in [f"answer: {answer}" if answer else "", *warnings] if w]
+    return wrapped("\n".join([head, *verdicts, table, *paired, *laws, *block, *said]), WIDTH)
 
 
 def capacity_text(cfg, res, started: Optional[float] = None) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import re
 import typing
 from importlib.resources import files
@@ -178,3 +179,43 @@ def missing_extra(module: Optional[str]) -> Optional[str]:
     parts = (module or "").split(".")
     extra = next((EXTRAS[n] for n in (".".join(parts[:i]) for i in range(len(parts), 0, -1)) if n in EXTRAS), None)
     return f'pip install -e ".[{extra}]"' if extra else None
+
+
+# A run folder's name holds its what-if: brackets, braces, quotes and spaces go, other characters a path may
+# not hold (or a shell reads) become "_"; past WHAT_IF_MAX characters its end gives way to a digest of the
+# whole, so that two what-ifs never share a folder.
+FOLDER_DROPPED = re.compile(r"[\[\]{}'\" ]")
+FOLDER_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+WHAT_IF_MAX = 80
+# Overrides that are no what-if: the scenario (the folder above names it), how a run shows itself, resuming.
+NOT_WHAT_IF = ("scenario", "output", "resume")
+
+
+def what_if_name(overrides: Any) -> str:
+    """The part of a single run's folder name that says what it changed (``hydra.run.dir``: outputs/NAME/<time>
+    and this): ``_`` and its task overrides joined by ``,``, each key by its last two dotted parts (more where
+    two would be alike; a config group's by its package, ``rm/gpu@pipeline.channels.judge.rm.gpu=A100`` ->
+    ``rm.gpu=A100``), those of :data:`NOT_WHAT_IF` left out; ``''`` without any. Every what-if of the judge
+    landed in outputs/judge_rm_h100/ whatever GPU or model was set (issue 49)."""
+    pairs = []
+    for o in map(str, overrides or []):
+        key, _, value = o.lstrip("+~").partition("=")
+        path = key.rpartition("@")[2] if "@" in key else key.replace("/", ".")
+        if path.split(".")[0] in NOT_WHAT_IF:
+            continue
+        pairs.append((path.split("."), value))
+    if not pairs:
+        return ""
+    parts = [2] * len(pairs)
+    while True:  # the keys that read alike each take one more part, until none do (or all are whole)
+        keys = [".".join(p[-n:]) for (p, _), n in zip(pairs, parts)]
+        alike = [i for i, k in enumerate(keys) if keys.count(k) > 1 and parts[i] < len(pairs[i][0])]
+        if not alike:
+            break
+        for i in alike:
+            parts[i] += 1
+    text = FOLDER_UNSAFE.sub("_", FOLDER_DROPPED.sub("", ",".join(f"{k}={v}" for k, (_, v) in zip(keys, pairs))))
+    if len(text) > WHAT_IF_MAX:
+        digest = hashlib.sha256(",".join(map(str, overrides)).encode()).hexdigest()[:10]
+        text = f"{text[:WHAT_IF_MAX - 11]}~{digest}"
+    return "_" + text

@@ -19,7 +19,7 @@ import numpy as np
 
 from racsim.errors import ConfigError
 from racsim.pipeline.latency import build_latency
-from racsim.pipeline.service import Roofline, ServiceModel, model_size
+from racsim.pipeline.service import Roofline, model_size
 
 BLOCK = 256  # groups drawn at a time
 KEY = "pipeline.generation"
@@ -51,7 +51,7 @@ def check_engine_memory(e: Any, key: str = f"{KEY}.engines") -> None:
     raise ConfigError(f"{key}.tp", e.tp, f"a larger tp (or GPU): not one sequence fits; {what}")
 
 
-def engine_model(e: Any, key: str = f"{KEY}.engines") -> ServiceModel:
+def engine_model(e: Any, key: str = f"{KEY}.engines") -> Roofline:
     """The engines' service model, once the policy is known to fit: a roofline of one replica (tp GPUs),
     decode steps by :meth:`~racsim.pipeline.service.Roofline.decode_seconds`, prefill passes packed."""
     check_engine_memory(e, key)

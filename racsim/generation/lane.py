@@ -81,7 +81,7 @@ class LaneTrace:
     groups_admitted: int
     generated: Optional[np.ndarray] = None  # (groups_admitted,) the instant each was generated (inf: not yet)
     entered: Optional[np.ndarray] = None  # (groups_admitted,) the instant each entered the queue (inf: not yet)
-    events: int = 0  # events the engine delivered (the fast engine's count; its speed's unit)
+    events: int = 0  # events of the model the fast engine delivered, a folded prefill's end one (its speed's unit)
 
 
 def check_inputs(x: LaneInputs) -> None:
@@ -159,11 +159,16 @@ def trace_of(state: LaneState, slow: np.ndarray) -> LaneTrace:
 def simulate_lane(inputs: LaneInputs) -> LaneTrace:
     """Run one lane to the instant its last step starts (the fast engine: a heapq event loop). Raises
     ValueError("more groups needed") when ``inputs`` holds too few groups, :class:`Starved` when the trainer
-    can never get a batch."""
+    can never get a batch.
+
+    An engine whose next event moved is scheduled at once if that event is due in the instant being
+    delivered, else once its round is over (most often it moves again in the round's pulls); its token voids
+    the entry it had."""
     check_inputs(inputs)
     heap: list = []
     push, pop = heapq.heappush, heapq.heappop
     token = [0] * int(inputs.engines)
+    later: dict = {}  # engine -> its next event, to schedule once the round is over
     channels = [FifoChannel(*c) for c in inputs.channels]
     slow = slow_records(inputs)
     S = int(inputs.group_size)
@@ -174,11 +179,14 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
             push(heap, (time, cls, idx, -1))
 
         @staticmethod
-        def engine_changed(e: int) -> None:
+        def engine_changed(e: int, now: float) -> None:
             token[e] += 1
-            t = state.engine_next(e)
-            if t < INF:
+            t = engine_next(e)
+            if t <= now:
                 push(heap, (t, ENGINE, e, token[e]))
+                later.pop(e, None)
+            else:
+                later[e] = t
 
         @staticmethod
         def generated(j: int, now: float) -> None:
@@ -191,9 +199,17 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
                         entry = max(entry, got[1])
             push(heap, (entry, ENTRY, j, -1))
 
+    def schedule_later() -> None:
+        for e, t in later.items():
+            if t < INF:
+                push(heap, (t, ENGINE, e, token[e]))
+        later.clear()
+
     state = LaneState(inputs, Hooks)
     fire, end_of_round, engine_event = state.fire, state.end_of_round, state.engine_event
+    engine_next = state.engine_next
     end_of_round(0.0)
+    schedule_later()
     events = 0
     while not state.done:
         if not heap:
@@ -201,12 +217,14 @@ def simulate_lane(inputs: LaneInputs) -> LaneTrace:
         now = heap[0][0]
         while heap and heap[0][0] == now:
             _, cls, idx, tok = pop(heap)
-            if cls == ENGINE:
-                if tok == token[idx]:
-                    engine_event(now, idx)
-                    events += 1
-            else:
+            if cls != ENGINE:
                 fire(now, cls, idx)
-                events += 1
+            elif tok == token[idx]:
+                engine_event(now, idx)
+            else:
+                continue
+            events += 1
         end_of_round(now)
-    return replace(trace_of(state, slow), events=events)
+        if later:
+            schedule_later()
+    return replace(trace_of(state, slow), events=events + state.resumed)

@@ -86,7 +86,7 @@ class AsyncRun:
         adm = g.admission
         return LaneInputs(steps=self.steps, groups_per_step=self.G, group_size=self.S, engines=self.replicas,
                           concurrency=int(g.engines.concurrency), prompt=d.prompt[:n], response=d.response[:n],
-                          decode_seconds=self.model.decode_seconds, prefill_seconds=self.model.seconds,
+                          decode_seconds=self.model.decode_step, prefill_seconds=self.model.seconds,
                           trainer_seconds=self.trainer[lane], sync_s=float(g.trainer.sync_s), admission=adm.rule,
                           eta=int(adm.eta), staleness=float(adm.staleness), ahead=int(adm.k),
                           capacity=g.queue.capacity, full=g.queue.full, max_lag=g.queue.max_lag,

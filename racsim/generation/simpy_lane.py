@@ -115,7 +115,7 @@ def simulate_lane_simpy(inputs: LaneInputs) -> LaneTrace:
             at(time, cls, idx).callbacks.append(fire(cls, idx))
 
         @staticmethod
-        def engine_changed(e: int) -> None:
+        def engine_changed(e: int, now: float) -> None:
             if not moved[e] and procs[e] is not None:  # its own process looks again once the model is done
                 procs[e].interrupt()
 

@@ -8,9 +8,16 @@ A driver delivers the model's events in the order of one instant: (time, class, 
 (prefill ends, then completions, engine by engine) and :data:`ENTRY` (gate all: a group enters the queue),
 then :meth:`LaneState.end_of_round` (the trainer, then the engines' pulls). Events that a round schedules for
 the same instant make another round of it. The model tells its driver what to schedule through ``hooks``:
-``at(time, class, index)`` for a one-off event, ``engine_changed(e)`` when engine e's next event
-(:meth:`LaneState.engine_next`) moved, and ``generated(j, now)`` (gate all) when group j's last sample
-finished, to be sent to the slow channels; the driver then delivers ``ENTRY`` j when its results are back.
+``at(time, class, index)`` for a one-off event, ``engine_changed(e, now)`` when engine e's next event
+(:meth:`LaneState.engine_next`) moved (its state final for the event or pull delivered at ``now``), and
+``generated(j, now)`` (gate all) when group j's last sample finished, to be sent to the slow channels; the
+driver then delivers ``ENTRY`` j when its results are back.
+
+Two shortcuts save work without changing a result (tests hold them to the spec's own reading): a prefill
+pass that fills its engine is folded (:meth:`LaneState._fold`: its end taken at once, so the engine's next
+event is its next completion, and an engine-bound lane has one event a sequence, not two), and the versions
+of a sequence's tokens are read off its engine's switches once, at the end, for every trained sequence
+together (:func:`version_sums`), not at each completion.
 
 Choices where the spec leaves room (they are the same in both engines):
 
@@ -34,8 +41,9 @@ Choices where the spec leaves room (they are the same in both engines):
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left, bisect_right, insort
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from collections import deque
 from typing import Any, List, Optional
 
@@ -62,37 +70,41 @@ def floor_diff(x: float, a: float) -> int:
     return fx - fa - (1 if x - fx < a - fa else 0)
 
 
-def token_versions(switch_k: List[float], switch_v: List[int], k0: float, n: int, f: float) -> List[tuple]:
-    """(version, tokens) of each run of a sequence's tokens by the policy version that produced them, in order
-    (they sum to ``n``): it started decoding at counter ``k0`` and finished at ``f`` = k0 + n (in floats) on an
-    engine that adopted version ``switch_v[i]`` with its counter at ``switch_k[i]`` (non-decreasing; before
-    the first switch: version 0). Token m < n is produced when the counter reaches k0 + m (exactly), the
-    last at f; a token produced when the counter stands at a switch carries the version before it."""
-    j0 = bisect_right(switch_k, k0) - 1
-    version = switch_v[j0] if j0 >= 0 else 0
-    out, before = [], 0
-    a = math.floor(k0)
-    y = k0 - a
-    for idx in range(j0 + 1, bisect_left(switch_k, f)):
-        x = switch_k[idx]
-        c = math.floor(x)
-        c = c - a - (1 if x - c < y else 0)  # floor_diff(x, k0), inlined: the hot loop of a long sequence
-        if c > n:
-            c = n
-        if c > before:
-            out.append((version, c - before))
-            before = c
-        version = switch_v[idx]
-    out.append((version, n - before))
-    return out
+def version_sums(switch_k: List[float], switch_v: List[int], k0: np.ndarray, n: np.ndarray) -> tuple:
+    """(token-weighted mean version, last version) of each of several sequences that ran on one engine (the
+    spec's reading: token m < n is produced when the counter reaches k0 + m exactly, the last at k0 + n, and a
+    token produced when the counter stands at a switch carries the version before it), for arrays: ``k0`` (float) and ``n`` (int) the sequences' start counters and
+    lengths, their finish counters k0 + n.
+
+    A switch i at counter x_i, from version u to u + d_i, inside a sequence adds d_i x (n - c_i), c_i its
+    tokens by then, floor_diff(x_i, k0) = floor(x_i) - floor(k0) - [frac(x_i) < frac(k0)]; summed over the
+    switches inside, the first two terms are differences of running sums over the engine's switches, and only
+    the last is counted switch by switch. Integers throughout, so the sums are exact."""
+    sk = np.asarray(switch_k, dtype=np.float64)
+    before = np.concatenate([[0], np.asarray(switch_v, dtype=np.int64)])  # the version before switch i: before[i]
+    d = np.diff(before)
+    whole = np.floor(sk)
+    frac = sk - whole
+    tally = np.concatenate([[0], np.cumsum(d * whole.astype(np.int64))])  # sum of d_i floor(x_i) over i < j
+    first = np.searchsorted(sk, k0, side="right")  # the switches strictly after a sequence's start ...
+    end = np.searchsorted(sk, k0 + n, side="left")  # ... and before its last token, [first, end)
+    fa = np.floor(k0)
+    inside = end - first
+    ends = np.cumsum(inside)
+    idx = np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - inside - first, inside)
+    early = np.concatenate([[0], np.cumsum(np.where(frac[idx] < np.repeat(k0 - fa, inside), d[idx], 0))])
+    rose = before[end] - before[first]
+    total = (n * before[first] + (n + fa.astype(np.int64)) * rose - (tally[end] - tally[first])
+             + early[ends] - early[ends - inside])
+    return total / n, before[end]
 
 
 class Engine:
     """One rollout engine (a replica): its version, decode counter and the sequences it runs."""
 
     __slots__ = ("index", "version", "k", "t_a", "tau", "heap", "fracs", "sum_a", "sum_p", "b", "prefill",
-                 "prefill_end", "prefill_left", "stalled", "pending", "switch_k", "switch_v", "state", "since",
-                 "time")
+                 "prefill_end", "prefill_left", "folded", "resume", "stalled", "pending", "switch_k", "switch_v",
+                 "state", "since", "time")
 
     def __init__(self, index: int):
         self.index = index
@@ -108,6 +120,8 @@ class Engine:
         self.prefill: Optional[list] = None  # sequences in the prefill pass
         self.prefill_end = INF
         self.prefill_left = 0.0  # a prefill's seconds left while a weight sync suspends it
+        self.folded: Optional[list] = None  # a folded prefill pass's sequences (LaneState._fold), running from:
+        self.resume = INF  # the instant that pass ends
         self.stalled = False
         self.pending = False  # drain: a version published since the engine last adopted; it pulls no work
         self.switch_k: list = []  # counters at which the engine adopted a version, and the versions
@@ -146,12 +160,12 @@ class LaneState:
         self.v_global = 0  # syncs ended
         self.published = 0  # versions published
         # per sequence
-        self.k0 = [0.0] * n_seq
-        self.taken = [0.0] * n_seq
-        self.start_v = [0] * n_seq
-        self.finished = [0.0] * n_seq
-        self.mean_v = [0.0] * n_seq
-        self.last_v = [0] * n_seq
+        # per sequence (typed arrays: numpy reads them in place at the end)
+        self.k0 = array("d", [0.0]) * n_seq
+        self.taken = array("d", [0.0]) * n_seq
+        self.start_v = array("q", [0]) * n_seq
+        self.finished = array("d", [0.0]) * n_seq
+        self.engine_of = array("q", [0]) * n_seq  # the engine that took it (last)
         # per group
         self.left = [self.S] * self.n_groups
         self.generated = [INF] * self.n_groups
@@ -176,6 +190,7 @@ class LaneState:
         self.done = False
         self.hungry: set = set()  # engines that could pull but found no work allowed
         self.touched = set(range(len(self.engines)))  # engines whose state changed this round (all, at 0)
+        self.resumed = 0  # folded prefill passes that ended (:meth:`_fold`): each an event of the model
 
     # ---- the engines' clock -------------------------------------------------------------------------------
 
@@ -204,17 +219,20 @@ class LaneState:
     def _retime(self, g: Engine) -> None:
         """Seconds per decode step from now on: b running sequences over their KV context X (prompts plus
         tokens decoded, held for the interval: docs/generation.md)."""
-        if g.b:
+        b = g.b
+        if b:
             k = g.k
             kf = math.floor(k)
-            above = g.b - bisect_right(g.fracs, k - kf)
-            context = g.sum_p + g.b * kf - g.sum_a - above
-            g.tau = self.decode(g.b, float(context))
-            if not g.tau > 0:
-                raise ValueError(f"decode_seconds({g.b}, {context}) = {g.tau}: a decode step takes > 0 s")
+            above = b - bisect_right(g.fracs, k - kf)  # sequences whose start counter's fraction is above k's
+            context = g.sum_p + b * kf - g.sum_a - above
+            tau = g.tau = self.decode(b, float(context))
+            if not tau > 0:
+                raise ValueError(f"decode_seconds({b}, {context}) = {tau}: a decode step takes > 0 s")
 
-    def _set_state(self, g: Engine, now: float) -> None:
-        s = STALLED if g.stalled else PREFILL if g.prefill is not None else DECODING if g.b else IDLE
+    def _set_state(self, g: Engine, now: float, s: Optional[int] = None) -> None:
+        """Engine g is in state ``s`` (by default, what its flags say) from ``now``: its time split."""
+        if s is None:
+            s = STALLED if g.stalled else PREFILL if g.prefill is not None else DECODING if g.b else IDLE
         if s != g.state:
             g.time[g.state] += now - g.since
             g.state, g.since = s, now
@@ -261,13 +279,18 @@ class LaneState:
                 if not g.stalled and g.prefill is None and not g.b:
                     self._drain_stall(g, now)
                 continue
+            if g.folded is not None:
+                if now <= g.resume:
+                    self._unfold(g)
+                else:
+                    self._resume(g)
             if g.prefill is not None:
                 g.prefill_left = g.prefill_end - now
             self._freeze(g, now)
             g.stalled = True
             self.hungry.discard(g.index)
             self._set_state(g, now)
-            self.engine_changed(g.index)
+            self.engine_changed(g.index, now)
 
     def end_sync(self, now: float, t: int) -> None:
         """E_t: the global version becomes t + 1; with inflight or abort every engine adopts it (abort: its
@@ -294,7 +317,7 @@ class LaneState:
             self._retime(g)
             self._set_state(g, now)
             self.touched.add(g.index)
-            self.engine_changed(g.index)
+            self.engine_changed(g.index, now)
         if aborted:
             aborted.sort()
             self.fifo.extendleft(reversed(aborted))
@@ -322,50 +345,65 @@ class LaneState:
     # ---- step 2: prefill ends and completions, engine by engine ------------------------------------------
 
     def engine_event(self, now: float, e: int) -> None:
+        """Engine e's prefill end, then its completions due by ``now``: every running sequence whose instant is
+        due, by finish counter then sequence (step 2)."""
         g = self.engines[e]
-        if g.prefill is not None:
+        if g.folded is not None:
+            self._resume(g)
+        elif g.prefill is not None:
             if not (g.prefill_left == 0.0 if g.stalled else g.prefill_end <= now):
                 return
             self._end_prefill(g, now)
         heap = g.heap
-        if heap:  # every running sequence due by now finishes, by finish counter then sequence
+        if heap:
             stalled, k, t_a, tau = g.stalled, g.k, g.t_a, g.tau
-            fracs, k0s, P, S, finish = g.fracs, self.k0, self.P, self.S, self._finish
-            pop, floor, left = heappop, math.floor, bisect_left
-            last = None
-            while heap:
-                f = heap[0][0]
-                if (f > k) if stalled else (t_a + (f - k) * tau > now):
-                    break
-                sid = pop(heap)[1]
-                last = f
-                k0 = k0s[sid]
-                a = floor(k0)
-                del fracs[left(fracs, k0 - a)]
-                g.sum_a -= a
-                g.sum_p -= P[sid // S]
-                g.b -= 1
-                finish(g, sid, f, now)
-            if last is not None and not stalled:
-                g.k, g.t_a = last, now
-                self._retime(g)
+            f = heap[0][0]
+            if (f <= k) if stalled else (t_a + (f - k) * tau <= now):
+                fracs, k0s, P, S, finished, left = g.fracs, self.k0, self.P, self.S, self.finished, self.left
+                sum_a, sum_p, b = g.sum_a, g.sum_p, g.b
+                while True:
+                    sid = heappop(heap)[1]
+                    last = f
+                    k0 = k0s[sid]
+                    a = math.floor(k0)
+                    del fracs[bisect_left(fracs, k0 - a)]
+                    sum_a -= a
+                    j = sid // S
+                    sum_p -= P[j]
+                    b -= 1
+                    finished[sid] = now
+                    left[j] -= 1
+                    if not left[j]:
+                        self._generated(j, now)
+                    if not heap:
+                        break
+                    f = heap[0][0]
+                    if (f > k) if stalled else (t_a + (f - k) * tau > now):
+                        break
+                g.sum_a, g.sum_p, g.b = sum_a, sum_p, b
+                if not stalled:
+                    g.k, g.t_a = last, now
+                    self._retime(g)
         if g.pending and not g.b and g.prefill is None and not g.stalled:
             self._drain_stall(g, now)
         self._set_state(g, now)
         self.touched.add(e)
-        self.engine_changed(e)
+        self.engine_changed(e, now)
 
     def _end_prefill(self, g: Engine, now: float) -> None:
+        """Engine g's prefill pass ends at ``now``: its sequences decode from the counter k (their k0)."""
         k = g.k
         a = math.floor(k)
         y = k - a
+        seqs, heap, k0s, N, P, S = g.prefill, g.heap, self.k0, self.N, self.P, self.S
         lo = bisect_left(g.fracs, y)
-        seqs = g.prefill
         g.fracs[lo:lo] = [y] * len(seqs)
+        sum_p = g.sum_p
         for sid in seqs:
-            self.k0[sid] = k
-            heappush(g.heap, (k + self.N[sid], sid))
-            g.sum_p += self.P[sid // self.S]
+            k0s[sid] = k
+            heappush(heap, (k + N[sid], sid))
+            sum_p += P[sid // S]
+        g.sum_p = sum_p
         g.sum_a += a * len(seqs)
         g.b += len(seqs)
         g.prefill = None
@@ -373,30 +411,45 @@ class LaneState:
             g.t_a = now
             self._retime(g)
 
-    def _finish(self, g: Engine, sid: int, f: float, now: float) -> None:
-        """Sequence ``sid`` produced its last token (at counter ``f``): the versions of its tokens
-        (:func:`token_versions`), and its group's record if it was the group's last."""
-        k0, n = self.k0[sid], self.N[sid]
-        sk, sv = g.switch_k, g.switch_v
-        j0 = bisect_right(sk, k0) - 1
-        if bisect_left(sk, f) == j0 + 1:  # no switch while it decoded
-            version = sv[j0] if j0 >= 0 else 0
-            self.mean_v[sid] = float(version)
+    def _fold(self, g: Engine, now: float) -> None:
+        """Engine g, full, starts a prefill pass at ``now``: until the pass ends nothing but a publish can reach
+        it (it takes no work, decodes nothing), so the pass's end is taken at once and its sequences decode
+        from then (``resume``): the engine's next event is its next completion, one event fewer a sequence. A
+        publish before or at ``resume`` unfolds it (:meth:`_unfold`); whatever reaches it later finds the pass
+        over and its time split at ``resume`` (:meth:`_resume`)."""
+        self._set_state(g, now, PREFILL)
+        g.folded, g.resume = g.prefill, g.prefill_end
+        self._end_prefill(g, g.prefill_end)
+
+    def _unfold(self, g: Engine) -> None:
+        """A folded prefill pass back in the spec's state: its sequences in the pass, out of the running set."""
+        seqs, g.prefill, g.prefill_end = g.folded, g.folded, g.resume
+        g.folded, g.resume = None, INF
+        out = set(seqs)
+        g.heap = [entry for entry in g.heap if entry[1] not in out]
+        heapify(g.heap)
+        a = math.floor(g.k)
+        lo = bisect_left(g.fracs, g.k - a)
+        del g.fracs[lo:lo + len(seqs)]
+        g.sum_a -= a * len(seqs)
+        g.sum_p -= sum(self.P[sid // self.S] for sid in seqs)
+        g.b -= len(seqs)
+
+    def _resume(self, g: Engine) -> None:
+        """A folded prefill pass over by now: the engine has decoded since its end."""
+        t, g.folded, g.resume = g.resume, None, INF
+        self._set_state(g, t, DECODING)
+        self.resumed += 1
+
+    def _generated(self, j: int, now: float) -> None:
+        """Group j's last sequence finished at ``now`` (the versions of its tokens are read off its engines'
+        switches at the end: :func:`version_sums`): to the queue (gate fast) or the slow channels."""
+        self.generated[j] = now
+        self.vmin[j] = min(self.start_v[j * self.S:(j + 1) * self.S])
+        if self.gate_fast:
+            self.enter(now, j)
         else:
-            segments = token_versions(sk, sv, k0, n, f)
-            self.mean_v[sid] = sum(v * c for v, c in segments) / n
-            version = segments[-1][0]
-        self.last_v[sid] = version
-        self.finished[sid] = now
-        j = sid // self.S
-        self.left[j] -= 1
-        if self.left[j] == 0:
-            self.generated[j] = now
-            self.vmin[j] = min(self.start_v[j * self.S:(j + 1) * self.S])
-            if self.gate_fast:
-                self.enter(now, j)
-            else:
-                self.hooks.generated(j, now)
+            self.hooks.generated(j, now)
 
     # ---- the queue (steps 2 and 3) -----------------------------------------------------------------------
 
@@ -437,13 +490,17 @@ class LaneState:
             self._trainer(now)
             if self.done:
                 for g in self.engines:
+                    if g.resume <= now:
+                        self._resume(g)
                     g.time[g.state] += now - g.since
                     g.since = now
                 return
-        candidates = self.touched
+        candidates, hungry = self.touched, self.hungry
+        if not (candidates or hungry):
+            return
         work = bool(self.fifo) or self._admissible()
-        if work and self.hungry:
-            candidates = candidates | self.hungry
+        if work and hungry:
+            candidates = candidates | hungry
         if len(candidates) == 1:
             self.touched = set()
             for e in candidates:
@@ -519,9 +576,13 @@ class LaneState:
                 if not self._admissible():
                     break
                 self._admit(now)
-            n = min(free, len(fifo))
-            took += [fifo.popleft() for _ in range(n)]
-            free -= n
+            if free == 1:
+                took.append(fifo.popleft())
+                free = 0
+            else:
+                n = min(free, len(fifo))
+                took += [fifo.popleft() for _ in range(n)]
+                free -= n
         if free:
             self.hungry.add(g.index)
             work = False
@@ -530,26 +591,31 @@ class LaneState:
             work = bool(fifo) or self._admissible()
         if not took:
             return work
-        S, P = self.S, self.P
+        version, e, taken, start_v, engine_of = g.version, g.index, self.taken, self.start_v, self.engine_of
         for sid in took:
-            self.taken[sid] = now
-            self.start_v[sid] = g.version
+            taken[sid] = now
+            start_v[sid] = version
+            engine_of[sid] = e
         self._freeze(g, now)
         g.prefill = took
-        g.prefill_end = now + self._prefill_seconds([P[sid // S] for sid in took])
-        self._set_state(g, now)
-        self.engine_changed(g.index)
+        g.prefill_end = now + self._prefill_seconds(took)
+        if free:
+            self._set_state(g, now)
+        else:
+            self._fold(g, now)
+        self.engine_changed(g.index, now)
         return work
 
-    def _prefill_seconds(self, prompts: List[int]) -> float:
-        """pi(k, sum P, sum P^2, max P) of one prefill pass; a single prompt's is kept (most passes start one
-        sequence, in a slot a completion freed, and prompt lengths repeat)."""
-        if len(prompts) == 1:
-            p = prompts[0]
+    def _prefill_seconds(self, seqs: List[int]) -> float:
+        """pi(k, sum P, sum P^2, max P) of one prefill pass over sequences ``seqs``; a single prompt's is kept
+        (most passes start one sequence, in a slot a completion freed, and prompt lengths repeat)."""
+        if len(seqs) == 1:
+            p = self.P[seqs[0] // self.S]
             s = self.one_prefill.get(p)
             if s is None:
                 s = self.one_prefill[p] = self.prefill_s(1, float(p), float(p * p), float(p))
             return s
+        prompts = [self.P[sid // self.S] for sid in seqs]
         return self.prefill_s(len(prompts), float(sum(prompts)), float(sum(p * p for p in prompts)),
                               float(max(prompts)))
 
@@ -557,19 +623,35 @@ class LaneState:
         return Starved(f"the trainer starves at step {self.step}: {len(self.queue)} of {self.G} groups queued "
                        "and no event left that could bring more")
 
+    def _versions(self, sid: np.ndarray) -> tuple:
+        """(mean version, last version) of the finished sequences ``sid`` (:func:`version_sums`, engine by
+        engine)."""
+        on = np.frombuffer(self.engine_of, dtype=np.int64)[sid]
+        k0 = np.frombuffer(self.k0)[sid]
+        n = np.asarray(self.x.response, dtype=np.int64).reshape(-1)[sid]
+        mean_v, last_v = np.zeros(len(sid)), np.zeros(len(sid), dtype=np.int64)
+        by_engine = np.argsort(on, kind="stable")
+        bounds = np.searchsorted(on[by_engine], np.arange(len(self.engines) + 1))
+        for g in self.engines:
+            mine = by_engine[bounds[g.index]:bounds[g.index + 1]]
+            if len(mine):
+                mean_v[mine], last_v[mine] = version_sums(g.switch_k, g.switch_v, k0[mine], n[mine])
+        return mean_v, last_v
+
     def trace_arrays(self) -> dict:
         """The per-sample records of the trained batches, (steps, B) each, and the per-lane figures."""
         groups = np.asarray(self.batches, dtype=np.int64).reshape(self.steps, self.G)
         sid = (groups[:, :, None] * self.S + np.arange(self.S)[None, None, :]).reshape(self.steps, self.B)
         gid = sid // self.S
+        mean_v, last_v = self._versions(sid.reshape(-1))
         return dict(
             step_start=np.asarray(self.step_start), publish=np.asarray(self.publish_at),
             sync_end=np.asarray(self.sync_end), group=gid,
-            start_version=np.asarray(self.start_v, dtype=np.int64)[sid],
-            mean_version=np.asarray(self.mean_v)[sid], last_version=np.asarray(self.last_v, dtype=np.int64)[sid],
-            taken=np.asarray(self.taken)[sid], finished=np.asarray(self.finished)[sid],
-            queue_in=np.asarray(self.queue_in)[gid], prompt=np.asarray(self.P, dtype=np.int64)[gid],
-            response=np.asarray(self.N, dtype=np.int64)[sid],
+            start_version=np.frombuffer(self.start_v, dtype=np.int64)[sid],
+            mean_version=mean_v.reshape(sid.shape), last_version=last_v.reshape(sid.shape),
+            taken=np.frombuffer(self.taken)[sid], finished=np.frombuffer(self.finished)[sid],
+            queue_in=np.asarray(self.queue_in)[gid], prompt=np.asarray(self.x.prompt, dtype=np.int64)[gid],
+            response=np.asarray(self.x.response, dtype=np.int64).reshape(-1)[sid],
             dropped=np.asarray(self.dropped, dtype=np.int64), dropped_at=np.asarray(self.dropped_at),
             engine_time=np.asarray([g.time for g in self.engines]), queue_times=np.asarray(self.q_times),
             queue_length=np.asarray(self.q_lengths, dtype=np.int64), wasted_tokens=int(self.wasted),

@@ -76,6 +76,7 @@ class BiasRun:
     # steady view: name -> (trials, steps - warmup, K) the weights landed in each step's update, over the
     # batch (for intervals over trials or batches of steps: racsim.analyses.capacity.intervals.bias_intervals)
     step_weight: Dict[str, np.ndarray] = field(default_factory=dict)
+    max_weight: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,) the largest weight of a result
     nominal_slack: Dict[str, np.ndarray] = field(default_factory=dict)  # name -> (K,) eta_k predicted, NaN: no law
     trajectories: int = 0
     # With generation lags (racsim.learner.drift), the policy moves: each view's target (the mean true
@@ -98,8 +99,10 @@ class BiasRun:
 
     def slack(self, name: str, view: str = "steady") -> np.ndarray:
         """Measured slack eta_k = 1 - mean(c_k): the share of channel k's slow
-        reward the corrector did not put back (identity actor)."""
-        return 1.0 - self.mean_weight[view][name]
+        reward the corrector did not put back (identity actor), within its range
+        (:func:`share_in_range`, where the corrector's largest weight is known)."""
+        eta = 1.0 - self.mean_weight[view][name]
+        return eta if name not in self.max_weight else share_in_range(eta, self.max_weight[name])
 
     def predicted(self, name: str) -> np.ndarray:
         """Theorem 2.1 (eq. ``eq:thm-unbiased``) from the nominal kernel: the synchronous
@@ -107,6 +110,15 @@ class BiasRun:
         (:func:`racsim.pipeline.kernels.predicted_kernel`), not from the simulation."""
         sync = self.channel_exact.sum(0)
         return sync + predicted_bias(self.nominal_slack[name], self.channel_exact[1:])
+
+
+def share_in_range(eta: np.ndarray, max_weight: np.ndarray) -> np.ndarray:
+    """A measured slack eta_k = 1 - mean(c_k) within the range its expectation lies in,
+    [1 - max c_k, 1] (weights c_k >= 0, at most ``max_weight``): the steady view's mean is
+    per update, and the results landing in the window's updates (some sent before it) can
+    outnumber the window's own, so that a corrector that puts every result back at weight 1
+    read eta -1.25e-04 (issue 49)."""
+    return np.clip(eta, 1.0 - np.asarray(max_weight, dtype=np.float64), 1.0)
 
 
 def schedule_for(name: str, schedules: Dict[str, ArrivalSchedule]) -> ArrivalSchedule:
@@ -316,6 +328,7 @@ def run_bias_cells(
             run.step_weight[name] = landed_means(ss, landing_step(base, sched), cell.warmup)
             w_cell["run", name] = w.reshape(trials, steps * batch, K)
             w_cell["steady", name] = ss.reshape(trials, steps * batch, K)
+            run.max_weight[name] = w.max(axis=(0, 1, 2))
             run.mean_weight.setdefault("run", {})[name] = w_cell["run", name].mean(axis=(0, 1))
             run.mean_weight.setdefault("steady", {})[name] = ss.sum(axis=(0, 1, 2)) / (trials * n_win)
             for view in VIEWS:
@@ -440,12 +453,16 @@ def _view_figures(run: BiasRun, view: str, name: str, boot: Optional[np.ndarray]
 
 
 def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: str = "naive",
-              counts: Optional[np.ndarray] = None) -> Dict[str, dict]:
+              counts: Optional[np.ndarray] = None,
+              exact_boot: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, dict]:
     """Per corrector: the steady-state bias (Monte Carlo, exact, standard error,
-    bootstrap CI), its decomposition, Theorem 2.1's prediction from the nominal
-    kernel and its gap, VIF, RMSE, the bias-reduction ratio against ``baseline``
-    with a paired bootstrap 95% CI, and the run-level figures as ``run_*``.
-    ``counts`` (from :func:`bootstrap_counts`) may be passed to reuse a resample."""
+    bootstrap CI of the Monte-Carlo figure), its decomposition, Theorem 2.1's prediction
+    from the nominal kernel and its gap, VIF, RMSE, the exact bias-reduction ratio against
+    ``baseline`` with its 95% interval: the percentiles of the ratio of ``exact_boot``'s
+    paired replicates of each exact bias (name -> (R,), the trials resampled:
+    racsim.analyses.bias_study.exact_replicates), none without them; and the run-level
+    figures as ``run_*``. ``counts`` (from :func:`bootstrap_counts`) may be passed to
+    reuse a resample."""
     g = run.target_of("steady")
     names = list(run.estimates["steady"])
     trials = next(iter(run.estimates["steady"].values())).shape[0]
@@ -478,9 +495,8 @@ def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: 
         if "sync_oracle" in names:
             row["linf_vs_sync"] = float(np.abs(est - run.estimates["steady"]["sync_oracle"]).max())
         row["at_noise_floor"] = bool(row["bias_mc"] < 2.0 * row["mc_se"])
-        if counts is not None and name in run.exact_trials.get("steady", {}):  # a moving policy: exact per trial
-            boot = np.linalg.norm(counts @ run.exact_trials["steady"][name] / trials - g, axis=1)
-            row["bias_exact_ci_lo"], row["bias_exact_ci_hi"] = map(float, np.percentile(boot, [2.5, 97.5]))
+        if exact_boot is not None and name in run.exact_trials.get("steady", {}):  # a moving policy: exact per trial
+            row["bias_exact_ci_lo"], row["bias_exact_ci_hi"] = map(float, np.percentile(exact_boot[name], [2.5, 97.5]))
         whole = _view_figures(run, "run", name, boot_bias.get(("run", name)))
         row.update({f"run_{k}": v for k, v in whole.items()})
         # the end-of-run loss: the part of the run's slack a stationary update does not have
@@ -493,8 +509,8 @@ def summarize(run: BiasRun, resamples: int, rng: np.random.Generator, baseline: 
             for pre in ("", "run_"):
                 row[f"{pre}reduction_mc"] = _ratio(base[f"{pre}bias_mc"], row[f"{pre}bias_mc"])
                 row[f"{pre}reduction_exact"] = _ratio(base[f"{pre}bias_exact"], row[f"{pre}bias_exact"])
-            if counts is not None:
-                r = boot_bias["steady", baseline] / np.maximum(boot_bias["steady", name], 1e-300)
+            if exact_boot is not None:
+                r = exact_boot[baseline] / np.maximum(exact_boot[name], 1e-300)
                 row["reduction_ci_lo"], row["reduction_ci_hi"] = map(float, np.percentile(r, [2.5, 97.5]))
     return out
 

@@ -167,10 +167,16 @@ class Roofline(ServiceModel):
         return larger(compute, self.floor) + self.overhead
 
     def decode_seconds(self, running, context) -> np.ndarray:
-        if not scalars(running, context):
-            running, context = np.asarray(running, dtype=np.float64), np.asarray(context, dtype=np.float64)
+        if scalars(running, context):
+            return self.decode_step(running, context)
+        return self.decode_step(np.asarray(running, dtype=np.float64), np.asarray(context, dtype=np.float64),
+                                np.maximum)
+
+    def decode_step(self, running, context, top=max):
+        """:meth:`decode_seconds` without its check: of Python numbers (``top`` max), or of arrays with
+        ``top`` np.maximum. The rollout engines' event loop calls it once per event."""
         compute = (2.0 * self.params * running + self.decode_attn * context) / self.flops_per_s
-        return larger(compute, self.floor + self.kv_per_token * context) + self.overhead
+        return top(compute, self.floor + self.kv_per_token * context) + self.overhead
 
     def describe(self) -> str:
         return (f"roofline: {self.name} RM on {self.gpu_name} x tp={self.tp}, MFU {self.mfu:g}, "

@@ -352,6 +352,17 @@ def studentized_means(sums: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -
     return np.where(moved == 0, m, np.where(few, m_b, out))
 
 
+def norm_replicates(base: np.ndarray, directions: np.ndarray, target: np.ndarray, sums: np.ndarray,
+                    sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """(R,) bootstrap replicates of ||base + m @ directions - target|| for the vector ratio of means m
+    of :func:`studentized_means` (``sums`` (units, K), ``sizes`` (units,), resampled by ``counts`` (R, units)):
+    the interval of a norm that depends on the data through m alone, such as eq. (2)'s exact bias at a
+    corrector's mean correction weights (``base`` the fast channel's expected gradient, ``directions``
+    (K, ...) the slow channels', ``target`` the true gradient), its percentiles."""
+    m = studentized_means(sums, sizes, counts)
+    return np.linalg.norm(base + m @ directions - target, axis=1)
+
+
 def quantile_interval(values: np.ndarray, unit: np.ndarray, q: float, counts: np.ndarray,
                       level: float) -> Tuple[float, float]:
     """The interval of the ``q`` quantile (0..1, lower: the first value whose cumulative share

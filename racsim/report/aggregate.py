@@ -7,8 +7,8 @@ cell. The other axes (overrides, grid keys), with the descriptors that vary (sce
 paper study, mode, K), tell the cells apart. Each figure is the mean over the cell's seeds
 with its 95% t interval over them: mean +- t(0.975, n-1) s / sqrt(n), s the sample standard
 deviation of the n seeds' values (NaNs left out; no interval for a single seed), cut to the
-range of a bounded figure (BOUNDS: eta and the dropped share within [0, 1], durations and loads
-at least 0).
+range of a bounded figure (BOUNDS: eta and the dropped share within [0, 1], biases (norms), ratios,
+durations, loads and counts at least 0).
 """
 
 from __future__ import annotations
@@ -36,15 +36,17 @@ HEADERS = {**dict(TABLE), "wallclock_s": "clock s", "recommended": "fewest count
            "recommended_dropped": "dropped there"}
 PLOTTED = ["bias_exact", "wallclock_s", "recommended", "recommended_bias"]  # against each swept knob
 DESCRIPTORS = ["scenario", "study", "mode", "K"]  # columns that tell cells apart where they vary
-# The range a figure lies in where it is bounded (a share, a duration, a ratio of durations, a load): its
-# interval is the t interval intersected with it, so a share's never reaches below 0 or above 1.
-BOUNDS = {"slack_eta": (0.0, 1.0), "recommended_dropped": (0.0, 1.0), "wallclock_ratio": (0.0, math.inf),
-          "wallclock_s": (0.0, math.inf), "recommended_load": (0.0, math.inf),
-          "recommended_step_s": (0.0, math.inf)}
+# The range a figure lies in where it is bounded (a share, a bias (a norm), a ratio, a duration, a load, a
+# count): its interval is the t interval intersected with it, so a share's never reaches below 0 or above 1,
+# nor a bias's below 0 (a capacity sweep's read [-1.66e-05, 0.00136]).
+BOUNDS = {"slack_eta": (0.0, 1.0), "recommended_dropped": (0.0, 1.0),
+          **{m: (0.0, math.inf) for m in ("bias_exact", "reduction_exact", "wallclock_ratio", "wallclock_s",
+                                          "recommended", "recommended_load", "recommended_bias",
+                                          "recommended_step_s")}}
 LEVEL = 0.95
 INTERVAL_NOTE = (f"mean over seeds with its {LEVEL:.0%} t interval [lo, hi] over them "
                  f"(mean +- t({(1 + LEVEL) / 2:g}, n-1) s / sqrt(n), n seeds; cut to [0, 1] for a share such as "
-                 "eta, to >= 0 for a duration or a load)")
+                 "eta, to >= 0 for a bias, a ratio, a duration, a load or a count)")
 
 
 def is_seed(column: str) -> bool:

@@ -165,13 +165,68 @@ def _ci(row, col: str, f=lambda v: f"{v:.3g}") -> str:
     return f"{f(row[col])} [{f(lo)}, {f(hi)}]" if lo is not None and pd.notna(lo) else f(row[col])
 
 
+def without_steady_state(rows: pd.DataFrame, max_load: float) -> str:
+    """The counts of ``rows`` (one corrector's curve rows whose status is not ok) without a steady state, in
+    one phrase: each run of adjacent overloaded counts as one range with its loads ('1 to 4 (4 counts):
+    overloaded, load 4.44 down to 1.11, each >= capacity.max_load 0.95'), any other count by its status."""
+    rows = rows.sort_values("count")
+    said: List[str] = []
+    run: List[tuple] = []  # the adjacent overloaded counts so far: (count, load)
+
+    def close() -> None:
+        if len(run) == 1:
+            said.append(f"{run[0][0]}: overloaded: load {run[0][1]:.3g} >= capacity.max_load {max_load:g}")
+        elif run:
+            said.append(f"{run[0][0]} to {run[-1][0]} ({len(run)} counts): overloaded, load {run[0][1]:.3g} down to "
+                        f"{run[-1][1]:.3g}, each >= capacity.max_load {max_load:g}")
+        run.clear()
+
+    for r in rows.itertuples():
+        if str(r.status).startswith("overloaded"):
+            run.append((int(r.count), float(r.load)))
+        else:
+            close()
+            said.append(f"{int(r.count)}: {r.status}")
+    close()
+    return "; ".join(said)
+
+
+# A pool whose busy share reaches this runs hot: a queue's wait grows as rho / (1 - rho), fivefold its
+# service time from here on, so a burst or a slower batch than modelled lengthens it steeply.
+HOT = 0.85
+
+
+def margin_text(res: CapacityResult) -> str:
+    """' Margin: ...' after a recommendation: what the next count evaluated above it buys (its sojourn p95,
+    dropped share, bias and busy share, each with its interval, and its price), and a warning when the
+    recommended pool runs hot (its busy share's upper end, or its offered load, at :data:`HOT` or more); ''
+    when no count above it was evaluated with a steady state."""
+    c = res.curve[res.curve.corrector == res.targets["corrector"]].set_index("count")
+    above = c[(c.index > res.recommended) & (c.status == "ok")]
+    if above.empty:
+        return ""
+    here, n = c.loc[res.recommended], int(above.index.min())
+    nxt = above.loc[n]
+    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+    buys = (f" Margin: {n} {res.unit}, the next count evaluated, give sojourn p95 {_ci(nxt, 'sojourn_p95_s')} s "
+            f"(against {_ci(here, 'sojourn_p95_s')}), dropped {_ci(nxt, 'dropped_frac', pct)} (against "
+            f"{_ci(here, 'dropped_frac', pct)}), bias {_ci(nxt, 'bias_exact', lambda v: f'{v:.4g}')} and busy "
+            f"{_ci(nxt, 'utilisation', pct)} for ${nxt.cost_per_hour - here.cost_per_hour:.2f} more per training hour.")
+    busy = here.get("utilisation_hi", here.utilisation)
+    if not (busy >= HOT or here.load >= HOT):
+        return buys
+    return buys + (f" Warning: at {res.recommended} {res.unit} the pool runs hot, busy {_ci(here, 'utilisation', pct)}"
+                   f" at an offered load of {here.load:.3g}: a burst, a slower batch or more traffic than modelled "
+                   f"lengthens its queue steeply; {n} {res.unit} leave room.")
+
+
 def recommendation_text(res: CapacityResult) -> str:
     """The answer in one paragraph: the count, its offered load and headroom, each figure with
-    its interval; or why no count qualifies."""
+    its interval, its margin (:func:`margin_text`); or why no count qualifies."""
     chosen = res.targets["corrector"]
     goal = goals_text(res)
     over = res.curve[(res.curve.corrector == chosen) & (res.curve.status != "ok")]
-    why = "; ".join(f"{int(r['count'])}: {r['status']}" for _, r in over.iterrows())
+    why = without_steady_state(over, res.max_load)
     if res.status == "infeasible":
         return unreachable_text(res) + notes_text(res)
     if res.recommended is None:
@@ -195,7 +250,7 @@ def recommendation_text(res: CapacityResult) -> str:
             f"(${row.cost_per_1000_steps:.2f} per 1000 steps). Steady state: warm-up {int(row.warmup_steps)} of "
             f"{int(row.steps)} steps, stationary" + replications_text(row) + ". " + binding_text(res)
             + (f" Fewer {res.unit} have no steady state: {why}." if why else "")
-            + searched_text(res) + notes_text(res))
+            + margin_text(res) + searched_text(res) + notes_text(res))
 
 
 def unreachable_text(res: CapacityResult) -> str:

@@ -137,19 +137,20 @@ PLOTS = (("lm_training.png", training), ("lm_gradients.png", gradients), ("lm_sw
 
 
 def share_note(r: pd.DataFrame) -> str:
-    """One line on what a `slow grad missing` share outside [0, 1] means, naming the correctors
-    that have one; empty when none has."""
+    """One line on what a `slow grad missing` share outside [0, 1] means, naming the correctors whose
+    95% interval (the figure +- its half-width) lies wholly outside [0, 1], each with that interval; empty
+    when none does (a figure outside [0, 1] whose interval reaches into it is within the estimate's noise)."""
     if "grad_missing" not in r:
         return ""
-    out = r[(r.grad_missing < 0) | (r.grad_missing > 1)]
+    lo, hi = r.grad_missing - r.grad_missing_ci, r.grad_missing + r.grad_missing_ci
+    out = r[(hi < 0) | (lo > 1)]
     if not len(out):
         return ""
-    named = ", ".join(f"{c} {m:.3f} +- {h:.3f}"
+    named = ", ".join(f"{c} {m:.3f} [{m - h:.3f}, {m + h:.3f}]"
                       for c, m, h in zip(out.corrector, out.grad_missing, out.grad_missing_ci))
-    return (f"`slow grad missing` outside [0, 1] ({named}): 0 is synchronous GRPO, 1 an update without the slow "
-            "signal (naive); below 0 the update carries more of the slow signal's gradient than synchronous GRPO "
-            "(its late results over-weighted), above 1 it points against it; where the +- interval reaches into "
-            "[0, 1] the difference is within the estimate's noise")
+    return (f"`slow grad missing` outside [0, 1] beyond its noise ({named}; 95% intervals): 0 is synchronous GRPO, "
+            "1 an update without the slow signal (naive); below 0 the update carries more of the slow signal's "
+            "gradient than synchronous GRPO (its late results over-weighted), above 1 it points against it")
 
 
 def format_paired(paired: pd.DataFrame) -> str:

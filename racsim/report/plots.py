@@ -74,32 +74,61 @@ MARKERS = dict(zip(CORRECTORS, ("o", "s", "v", "*", "P", "X", "D", "^"), strict=
 COLORS = dict(zip(CORRECTORS, (f"C{i}" for i in range(len(CORRECTORS))), strict=True))
 
 
+DODGE = 0.05  # markers at one clock step apart by this much of log(clock) (pareto.png)
+
+
+def dodged(x: np.ndarray, y: np.ndarray, step: float = DODGE) -> np.ndarray:
+    """The clock positions of the Pareto plot's markers, those that share a clock (most correctors cost
+    naive's, 1x) spread sideways around it in the order of their ``y``, ``step`` of log(x) apart, so that
+    markers at nearly the same reduction do not hide one another (five at x = 1 did)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    out = x.copy()
+    groups: dict = {}
+    for i, v in enumerate(x):
+        groups.setdefault(round(float(np.log(v)), 9) if v > 0 else v, []).append(i)
+    for members in groups.values():
+        ranked = sorted(members, key=lambda i: y[i])
+        for rank, i in enumerate(ranked):
+            out[i] = x[i] * np.exp(step * (rank - (len(ranked) - 1) / 2))
+    return out
+
+
 def pareto(res, path: Path) -> bool:
-    """Cost-quality plane: wall-clock relative to naive vs bias reduction (exact, MC CI)."""
+    """Cost-quality plane: wall-clock relative to naive vs bias reduction (exact, with its 95% CI). Correctors
+    at the same point are one marker named together; those at one clock are spread sideways (:func:`dodged`)."""
     from matplotlib.ticker import FuncFormatter
 
-    r = res.results
+    r = res.results[np.isfinite(res.results["reduction_exact"].to_numpy(dtype=float))
+                    & np.isfinite(res.results["wallclock_ratio"].to_numpy(dtype=float))]
+    points: list = []  # (names, their row): correctors at the same point, drawn once
+    for _, row in r.iterrows():
+        same = next((p for p in points if p[1]["wallclock_ratio"] == row["wallclock_ratio"]
+                     and p[1]["reduction_exact"] == row["reduction_exact"]), None)
+        if same is None:
+            points.append(([row["corrector"]], row))
+        else:
+            same[0].append(row["corrector"])
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.6, 4.6), layout="constrained")
-    drawn = r[np.isfinite(r["reduction_exact"].to_numpy(dtype=float))
-              & np.isfinite(r["wallclock_ratio"].to_numpy(dtype=float))]
-    for _, row in drawn.iterrows():
+    xs = dodged([row["wallclock_ratio"] for _, row in points], [row["reduction_exact"] for _, row in points])
+    for (names, row), x in zip(points, xs):
         y = row["reduction_exact"]
         lo, hi = row.get("reduction_ci_lo", np.nan), row.get("reduction_ci_hi", np.nan)
         yerr = [[max(y - lo, 0)], [max(hi - y, 0)]] if np.isfinite(lo) and np.isfinite(hi) else None
-        name = row["corrector"]
-        ax.errorbar(row["wallclock_ratio"], y, yerr=yerr, fmt=MARKERS.get(name, "o"), ms=12 if name == "rac" else 8,
-                    capsize=3, alpha=0.85, label=f"{name} ({row['wallclock_ratio']:.2g}x, {y:.3g}x)")
-    scale_from_data(ax, "x", drawn["wallclock_ratio"])
-    scale_from_data(ax, "y", drawn["reduction_exact"])
+        name = names[0]
+        ax.errorbar(x, y, yerr=yerr, fmt=MARKERS.get(name, "o"), color=COLORS.get(name), ms=12 if "rac" in names
+                    else 8, capsize=3, alpha=0.85, label=f"{', '.join(names)} ({row['wallclock_ratio']:.2g}x, {y:.3g}x)")
+    scale_from_data(ax, "x", r["wallclock_ratio"])
+    scale_from_data(ax, "y", r["reduction_exact"])
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     ax.xaxis.set_major_formatter(plain)
     ax.xaxis.set_minor_formatter(plain)
     ax.yaxis.set_major_formatter(plain)
-    ax.set_xlabel("wall-clock relative to naive (simulated)")
-    ax.set_ylabel("bias reduction vs naive (exact; bars: bootstrap 95% CI)")
-    left_out = [n for n in r["corrector"] if n not in set(drawn["corrector"])]
-    ax.set_title(f"Cost-quality Pareto, K={r['K'].iloc[0]} ({r['scenario'].iloc[0]}): up and left is better"
+    ax.set_xlabel("wall-clock relative to naive (simulated; markers at one clock spread sideways)")
+    ax.set_ylabel("bias reduction vs naive (exact; bars: 95% CI)")
+    left_out = [n for n in res.results["corrector"] if n not in set(r["corrector"])]
+    head = res.results.iloc[0]
+    ax.set_title(f"Cost-quality Pareto, K={head['K']} ({head['scenario']}): up and left is better"
                  + (f"\nnot drawn (no finite reduction or clock): {', '.join(left_out)}" if left_out else ""),
                  fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
@@ -274,6 +303,19 @@ def alike(c, column: str) -> list:
     return [(names, sub) for names, sub, _ in groups]
 
 
+def shaded(base) -> list:
+    """(count, colour) of the counts the capacity plot shades, from one corrector's curve rows: red where a
+    count has no steady state (overloaded, not stationary), orange where it has one but misses a target,
+    whatever the number of targets it misses (``fails``); a count that meets them all is not shaded."""
+    out = []
+    for r in base.itertuples():
+        if r.status != "ok":
+            out.append((r.count, "red"))
+        elif isinstance(r.fails, str) and r.fails:
+            out.append((r.count, "orange"))
+    return out
+
+
 def capacity_curve(res, path: Path) -> bool:
     """Capacity curve: units vs delay (p50/p95, steps) with the share dropped, bias per corrector (the
     chosen one with its interval), wall-clock per step with the slack eta, the offered load with
@@ -329,6 +371,8 @@ def capacity_curve(res, path: Path) -> bool:
     a.set_ylabel("wall-clock per optimizer step (s)")
     a3 = a.twinx()
     a3.plot(x, base.eta, "k^:", label=f"slack eta ({chosen}, right)")
+    # from 0, at least 1% tall (as the dropped share's axis): a slack of 0.0016 to 0.0024 read as a cliff
+    a3.set_ylim(bottom=0, top=max(0.01, 1.15 * np.nanmax(base.eta, initial=0.0)))
     a3.set_ylabel(f"slack eta ({chosen})")
     a.set_title("Wall-clock per step; slack")
     a = axes[1, 1]
@@ -342,10 +386,9 @@ def capacity_curve(res, path: Path) -> bool:
     a4.plot(x, base.cost_per_hour, "s--", color="C1", label="$ per training hour (right)")
     a4.set_ylabel("pool cost ($ per training hour)", color="C1")
     a.set_title("Offered load, utilisation and cost")
-    bad = x[(base.status != "ok").to_numpy()]
-    for ax in axes.ravel():
-        for n in bad:
-            ax.axvspan(n - 0.4, n + 0.4, color="red", alpha=0.08, lw=0)
+    for n, color in shaded(base):
+        for ax in axes.ravel():
+            ax.axvspan(n - 0.4, n + 0.4, color=color, alpha=0.08 if color == "red" else 0.12, lw=0)
     if res.recommended is not None:
         for ax in axes.ravel():
             ax.axvline(res.recommended, color="green", lw=1.2, alpha=0.6,
@@ -355,7 +398,8 @@ def capacity_curve(res, path: Path) -> bool:
         ax.grid(True, alpha=0.3)
         legend_outside(ax)
     fig.suptitle(f"Capacity curve: {res.channel} ({res.unit}); recommendation for {chosen} in green; "
-                 "shaded red: overloaded or not stationary (no steady-state figure)")
+                 "shaded red: overloaded or not stationary (no steady-state figure); shaded orange: misses a target "
+                 "(one or more: capacity.csv's fails)", fontsize=10)
     _save(fig, path)
     plt.close(fig)
     return True

@@ -23,7 +23,7 @@ TABLE = [
     ("bias_exact", "bias (exact)"),
     ("bias_theorem", "bias (thm)"),
     ("reduction_exact", "reduction"),
-    ("reduction_ci", "95% CI (MC)"),
+    ("reduction_ci", "95% CI"),  # of the exact reduction (racsim.analyses.bias_study.exact_replicates)
     ("run_bias_exact", "run bias"),
     ("reduction_rep", "95% rep."),
     ("vif", "VIF"),
@@ -57,6 +57,43 @@ def warmup_warning(results: pd.DataFrame, threshold: float = 0.05) -> str:
 def overload_note(load: float) -> str:
     """``offered load L >= 1: overloaded; `` when ``load`` is at or above :data:`OVERLOADED`, else ''."""
     return f"offered load {fmt(float(load))} >= 1: overloaded; " if load >= OVERLOADED else ""
+
+
+FREE_CLOCK = 1.001  # a corrector within this wall-clock ratio of naive's costs no wall-clock
+
+
+def answer_line(results: pd.DataFrame) -> str:
+    """Which corrector to use, why, and at what cost, in one sentence, from a one-cell run's results: the
+    least-biased (exact) corrector that costs no wall-clock (clock x within :data:`FREE_CLOCK`; the
+    synchronous oracle, a reference, aside), its reduction of naive's bias with its interval, and what
+    waiting for the slow results would buy and cost (wait_for_slow's reduction and clock, and the objective
+    each trains to within naive's wall-clock where training ran). Empty for a grid, a run without those
+    columns, or without a corrector that costs no wall-clock."""
+    need = {"corrector", "bias_exact", "reduction_exact", "wallclock_ratio"}
+    if "cell" in results or not need <= set(results):
+        return ""
+    r = results[results["mode"] == "pipeline"] if "mode" in results else results
+    r = r.set_index("corrector")
+    free = r.drop(index="sync_oracle", errors="ignore").query(f"wallclock_ratio <= {FREE_CLOCK}")
+    if not len(free):
+        return ""
+    best = r.loc[free["bias_exact"].idxmin()]
+    if best.name == "naive":
+        head = "use naive: no corrector that costs no wall-clock has less bias here"
+    else:
+        ci = (f" [{fmt(best['reduction_ci_lo'])}, {fmt(best['reduction_ci_hi'])}]"
+              if pd.notna(best.get("reduction_ci_lo", math.nan)) else "")
+        head = (f"use {best.name}: the least-biased corrector at naive's wall-clock, {fmt(best['reduction_exact'])}x"
+                f"{ci} less bias than naive at no cost in wall-clock")
+    if "wait_for_slow" not in r.index or best.name == "wait_for_slow":
+        return head
+    wait = r.loc["wait_for_slow"]
+    tail = (f"; wait_for_slow removes {fmt(wait['reduction_exact'])}x but takes {fmt(wait['wallclock_ratio'])}x "
+            "the wall-clock")
+    if "J_at_naive_clock" in r and pd.notna(wait["J_at_naive_clock"]):
+        tail += (f", so within naive's time it trains to J = {fmt(wait['J_at_naive_clock'])} against "
+                 f"{best.name}'s {fmt(best['J_at_naive_clock'])}")
+    return head + tail
 
 
 def stationarity_warning(channels: pd.DataFrame) -> str:
@@ -139,7 +176,7 @@ def health_flag(stationary: Any, load: float, dropped: float, warnings: Any) -> 
 # (summary.md and results.csv keep every one).
 LEAST_ESSENTIAL = ("95% rep.", "MC s.e.", "run bias", "VIF", "bias (thm)", "bias (MC)", "mean ratio (late)",
                    "eta (same steps)", "slow grad missing", "proxy final +-", "proxy final", "slow missing (IS)",
-                   "policy", "95% CI (MC)", "true final +-", "true final")
+                   "policy", "95% CI", "true final +-", "true final")
 
 
 def cell_text(value: Any) -> str:
@@ -159,13 +196,15 @@ def cell_text(value: Any) -> str:
 
 def fitted(table: pd.DataFrame, width: int, order: Sequence[str] = LEAST_ESSENTIAL) -> tuple:
     """(the table less its least essential columns (``order``, by default :data:`LEAST_ESSENTIAL`)
-    until its text is at most ``width`` wide, the names of those left out)."""
+    until its text is at most ``width`` wide, the names of those left out). A column leaves with its
+    ``+-`` column: an interval's half-width is never shown without the value it qualifies."""
     dropped: List[str] = []
     for name in order:
         if len(table.to_string(index=False).splitlines()[0]) <= width:
             break
+        gone = [c for c in (name, f"{name} +-") if c in table]
         if name in table:
-            table = table.drop(columns=[name])
+            table = table.drop(columns=gone)
             dropped.append(name)
     return table, dropped
 

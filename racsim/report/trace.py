@@ -92,14 +92,27 @@ def write_trace(path: Path, sched: ArrivalSchedule, lane: int = 0) -> None:
     write_text(path, json.dumps(doc, separators=(",", ":")))
 
 
+# The optimizer's phases in deep colours; a channel's bars in pale ones, one per rollout step (mod their count),
+# so that no bar reads as a phase; grey for another tenant's batch.
+PHASE_COLORS = {"generate": "#4C72B0", "fast_score": "#DD8452", "submit": "#937860", "update": "#55A868",
+                "wait for slow": "#C44E52"}
+STEP_COLORS = ("#fbb4ae", "#b3cde3", "#ccebc5", "#decbe4", "#fed9a6", "#ffffcc", "#e5d8bd", "#fddaec")  # Pastel1
+OTHERS = "0.75"
+
+
+def step_color(t: int) -> str:
+    """The colour of a channel's bar serving rollout step ``t`` (:data:`STEP_COLORS`; another tenant's: grey)."""
+    return STEP_COLORS[t % len(STEP_COLORS)] if t >= 0 else OTHERS
+
+
 def gantt(sched: ArrivalSchedule, path: Path, lane: int = 0, steps: int = 3, max_rows: int = 12) -> bool:
-    """The first ``steps`` optimizer steps of one lane as a Gantt chart (PNG)."""
+    """The first ``steps`` optimizer steps of one lane as a Gantt chart (PNG); its legend names every
+    colour drawn: the optimizer's phases, the rollout step a channel's bar serves, other tenants' batches."""
     plt = _plt()
     S = sched.step_start[lane]
     t_end = float(S[min(steps, sched.n_steps)])
     rows, labels = [], []
-    colors = {"generate": "#4C72B0", "fast_score": "#DD8452", "submit": "#937860", "update": "#55A868",
-              "wait for slow": "#C44E52"}
+    colors = PHASE_COLORS
     opt = []
     for ev in trace_events(sched, lane):
         if ev.get("pid") == 1 and ev.get("cat") == "phase" and ev["ts"] / 1e6 < t_end:
@@ -112,8 +125,8 @@ def gantt(sched: ArrivalSchedule, path: Path, lane: int = 0, steps: int = 3, max
             sel = (gpu["lane"] == lane) & (gpu["start"] < t_end)
             for r in range(min(int(gpu["replicas"]), max_rows)):
                 m = sel & (gpu["replica"] == r)
-                rows.append([(a, b - a, f"C{int(t) % 10}" if t >= 0 else "0.75")  # grey: other tenants' batch
-                             for a, b, t in zip(gpu["start"][m], gpu["end"][m], gpu["step"][m])])
+                rows.append([(a, b - a, step_color(int(t))) for a, b, t in zip(gpu["start"][m], gpu["end"][m],
+                                                                              gpu["step"][m])])
                 labels.append(f"{name}: GPU {r}")
         elif sched.submit_time is not None:  # services packed onto tracks (workers are interchangeable)
             beg, end = sched.service_start[lane, ..., k], sched.completion[lane, ..., k]
@@ -123,7 +136,7 @@ def gantt(sched: ArrivalSchedule, path: Path, lane: int = 0, steps: int = 3, max
                 t, b = np.unravel_index(i, beg.shape)
                 if beg[t, b] >= t_end:
                     continue
-                bar = (beg[t, b], min(end[t, b], 2 * t_end) - beg[t, b], f"C{t % 10}")
+                bar = (beg[t, b], min(end[t, b], 2 * t_end) - beg[t, b], step_color(int(t)))
                 free = next((j for j, e in enumerate(ends) if e <= beg[t, b]), None)
                 if free is None:
                     tracks.append([])
@@ -147,7 +160,12 @@ def gantt(sched: ArrivalSchedule, path: Path, lane: int = 0, steps: int = 3, max
     ax.set_xlabel("simulated wall-clock (s); dotted: step starts")
     from matplotlib.patches import Patch
 
+    drawn = {b[2] for bars in rows[1:] for b in bars}
     handles = [Patch(color=c, label=n) for n, c in colors.items() if any(b[2] == c for b in opt)]
+    handles += [Patch(facecolor=c, edgecolor="black", linewidth=0.3, label=f"channel: rollout of step {t}")
+                for t, c in enumerate(STEP_COLORS) if c in drawn]
+    if OTHERS in drawn:
+        handles.append(Patch(facecolor=OTHERS, edgecolor="black", linewidth=0.3, label="channel: other tenants' batch"))
     if handles:
         legend_outside(ax, fontsize=7, handles=handles)
     ax.set_title(f"Pipeline timeline, lane {lane}, first {min(steps, sched.n_steps)} steps "

@@ -23,7 +23,7 @@ from racsim.report import plots as P
 from racsim.report.capacity import write_capacity
 from racsim.report.finite import Unwritable, checked, non_finite, summary_lines, undefined_notes
 from racsim.report.lags import first_order_lines, lag_markdown, lags_plot
-from racsim.report.tables import format_table, stationarity_warning, time_section, warmup_warning
+from racsim.report.tables import answer_line, format_table, stationarity_warning, time_section, warmup_warning
 from racsim.report.trace import write_timeline
 
 
@@ -142,7 +142,8 @@ def summary_markdown(res: RunResult, files: list) -> str:
         "its standard error; `bias (exact)` its exact expectation given the simulated arrival schedule; "
         "`bias (thm)` is Theorem 2.1's prediction from the configured delay law alone (no queueing, no "
         "simulation), so it can disagree (`theorem_gap` in results.csv). `reduction` is naive's exact bias over "
-        "the corrector's; the CI is a paired bootstrap of the Monte-Carlo ratio. `run bias` is the exact bias of "
+        "the corrector's; its 95% CI resamples the trials (paired), whose arrival schedules are all the exact figure "
+        "depends on. `run bias` is the exact bias of "
         "the whole finite run instead, where results in flight at the end are lost (`eta_end_of_run` is that "
         "loss's part of the slack). `clock x` is simulated wall-clock relative to naive. `J @ naive clock` is the "
         "true objective reached by training with that corrector within naive's wall-clock.",
@@ -152,6 +153,9 @@ def summary_markdown(res: RunResult, files: list) -> str:
         "```",
         "",
     ]
+    answer = answer_line(r)
+    if answer:
+        lines += [f"Answer: {answer}.", ""]
     for warning in (warmup_warning(r), stationarity_warning(res.channels)):
         if warning:
             lines += [warning[0].upper() + warning[1:] + ".", ""]

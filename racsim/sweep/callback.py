@@ -36,6 +36,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from racsim.config.defaults import replace_grid
+from racsim.config.names import what_if_name
 from racsim.config.spec import scenario
 from racsim.config.validate import check_name
 from racsim.errors import ConfigError, JobError, WriteFailure, reason, say, write_failure
@@ -307,6 +308,14 @@ def sweep_dir(base: str, task_overrides: Any, resume: Any) -> str:
     return new
 
 
+def what_if_folder(*, _root_: Any) -> str:
+    """Resolver ``racsim.what_if``: :func:`~racsim.config.names.what_if_name` of the run's task overrides as
+    written (an override holding an interpolation, ``seed=${nope}``, is named, not resolved: its own check
+    refuses it, naming its key)."""
+    task = OmegaConf.select(_root_, "hydra.overrides.task", default=None)
+    return what_if_name(OmegaConf.to_container(task, resolve=False) if task is not None else [])
+
+
 def register_resolvers() -> None:
     # Cached, like ${now:}: every job of the sweep sees the value the launcher saw
     # (the cache travels with the config to joblib, submitit and Ray workers).
@@ -314,6 +323,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("racsim.sweep_dir", sweep_dir, use_cache=True)
     if not OmegaConf.has_resolver("racsim.unique_dir"):
         OmegaConf.register_new_resolver("racsim.unique_dir", unique_dir, use_cache=True)
+    if not OmegaConf.has_resolver("racsim.what_if"):  # a single run's folder named after its overrides
+        OmegaConf.register_new_resolver("racsim.what_if", what_if_folder)
 
 
 register_resolvers()  # at import: workers unpickle the callback (this module) before composing

@@ -19,8 +19,9 @@
    its GPUs times 1, 4, 16 and 64 (the same load): seconds and requests/s against raw SimPy.
 7. ``--generation`` (alone): asynchronous generation (racsim/generation/), one lane of 1,000 trainer steps
    with 64 engines x 256 sequences and 16 groups x 64 samples a step, the AReaL-like scenario and an
-   engine-bound variant: seconds; samples/s against raw SimPy's requests/s, events/s against bare SimPy's
-   and the SimPy engine of record's, timed in the same run.
+   engine-bound variant: seconds (wall-clock, and CPU seconds with the load average beside them); samples
+   per CPU second against raw SimPy's requests, events against bare SimPy's and the SimPy engine of record's,
+   timed in the same run.
 8. ``--lm`` (alone): seconds per GRPO step of learner=lm's transformer on CPU at several
    sizes, racsim's loop against a plain PyTorch loop of the same update timed in the same
    run (the ratio), and time per step against parameters fitted and projected to a
@@ -573,7 +574,7 @@ ENGINE_BOUND = ("pipeline.generation.admission.rule=none", "pipeline.generation.
 
 
 def raw_simpy_events(n: int) -> float:
-    """Events per second of bare SimPy: one process waiting on ``n`` timeouts (the cheapest event it has)."""
+    """Events per CPU second of bare SimPy: one process waiting on ``n`` timeouts (the cheapest event it has)."""
     import simpy
 
     env = simpy.Environment()
@@ -583,21 +584,24 @@ def raw_simpy_events(n: int) -> float:
             yield env.timeout(1.0)
 
     env.process(proc())
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     env.run()
-    return n / (time.perf_counter() - t0)
+    return n / (time.process_time() - t0)
 
 
-def bench_generation(steps: int = 1000, simpy_steps: int = 20, overrides=(), tag: str = "generation") -> Dict[str, float]:
+def bench_generation(steps: int = 1000, simpy_steps: int = 20, overrides=(),
+                     tag: str = "generation") -> Dict[str, float]:
     """One lane of asynchronous generation at the issue's size (:data:`GENERATION` and ``overrides``) for
-    ``steps`` trainer steps: its draws and the fast engine's event loop in seconds (wall-clock, and this
-    process's CPU seconds: the same on a machine busy with other work); the samples (sequences)
-    it simulated per second against raw SimPy's requests per second (a process per request on a Resource of
-    one engine's slots: the cheapest a per-request SimPy model gets, racsim.analyses.capacity.speed), and the
-    events it delivered per second against bare SimPy timeouts and the SimPy engine of record (on the first
-    ``simpy_steps`` steps, the same events), all timed in this run; and the regime (which side binds)."""
+    ``steps`` trainer steps: its draws and the fast engine's event loop in seconds, wall-clock and this
+    process's CPU seconds, with the machine's 1-minute load average as it starts; then, per CPU second of
+    this process (what a machine busy with other work changes least) and timed in this run, the samples
+    (sequences) it simulated against raw SimPy's requests (a process per request on a Resource of one
+    engine's slots: the cheapest a per-request SimPy model gets, racsim.analyses.capacity.speed), and the
+    events it delivered against bare SimPy timeouts and the SimPy engine of record (on the first
+    ``simpy_steps`` steps, the same events); and the regime (which side binds)."""
     cfg = spec_of(*GENERATION, *overrides, f"pipeline.steps={steps}")
     validate(cfg)
+    load = os.getloadavg()[0]
     t0, c0 = time.perf_counter(), time.process_time()
     run = AsyncRun(cfg.pipeline, 1, np.random.default_rng(0), "lanes")
     trace = run.run_lane(0, "fast")
@@ -607,17 +611,19 @@ def bench_generation(steps: int = 1000, simpy_steps: int = 20, overrides=(), tag
                      np.random.default_rng(0), "lanes")
     first = short.run_lane(0, "fast")
     x = short.inputs(0, "fast", first.groups_admitted)  # the groups it admitted: the same lane in SimPy
-    t1 = time.perf_counter()
+    c1 = time.process_time()
     simulate_lane_simpy(x)
-    simpy_s = time.perf_counter() - t1
+    simpy_rate = first.events / (time.process_time() - c1)
     samples = trace.groups_admitted * run.S
-    raw = raw_simpy_rate(50_000, servers=int(cfg.pipeline.generation.engines.concurrency))
+    raw = raw_simpy_rate(50_000, servers=int(cfg.pipeline.generation.engines.concurrency), clock=time.process_time)
     trainer, engines = trainer_split(rec), engine_split(rec)
-    return {f"{tag}_steps": float(steps), f"{tag}_s": seconds, f"{tag}_cpu_s": cpu, f"{tag}_samples": float(samples),
-            f"{tag}_samples_per_s": samples / seconds, f"{tag}_raw_simpy_requests_per_s": raw,
-            f"{tag}_speedup_vs_raw_simpy": samples / seconds / raw, f"{tag}_events": float(trace.events),
-            f"{tag}_events_per_s": trace.events / seconds, f"{tag}_bare_simpy_events_per_s": raw_simpy_events(200_000),
-            f"{tag}_simpy_engine_events_per_s": first.events / simpy_s,
+    return {f"{tag}_steps": float(steps), f"{tag}_s": seconds, f"{tag}_cpu_s": cpu, f"{tag}_load_1min": load,
+            f"{tag}_samples": float(samples), f"{tag}_samples_per_cpu_s": samples / cpu,
+            f"{tag}_raw_simpy_requests_per_cpu_s": raw, f"{tag}_speedup_vs_raw_simpy": samples / cpu / raw,
+            f"{tag}_events": float(trace.events), f"{tag}_events_per_cpu_s": trace.events / cpu,
+            f"{tag}_bare_simpy_events_per_cpu_s": raw_simpy_events(200_000),
+            f"{tag}_simpy_engine_events_per_cpu_s": simpy_rate,
+            f"{tag}_speedup_vs_simpy_engine": trace.events / cpu / simpy_rate,
             f"{tag}_engines_idle": engines["idle"], f"{tag}_trainer_waiting": trainer["waiting"],
             f"{tag}_binds_{binding(trainer['waiting'], engines['idle'])}": 1.0}
 

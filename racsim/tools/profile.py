@@ -98,8 +98,10 @@ def parse(argv: List[str]) -> ProfileConf:
 
     base = OmegaConf.structured(ProfileConf)
     for a in argv:
-        if "=" not in a:
-            raise ConfigError(a, None, "key=value (e.g. rm.checkpoint=PATH, batch_sizes=[1,4,16])")
+        if "=" not in a:  # an argument with no value: an option it does not have, or a key alone
+            what = "no such option" if a.startswith("-") else "a key with no value"
+            raise ConfigError(a, None, "", line=f"{a}: {what} (racsim-profile takes key=value, e.g. "
+                                                "batch_sizes=[1,4,16], and --help)")
     known = {k for k, _ in keys()} | {"rm", "rm.model"}
     for a in argv:
         key = a.split("=", 1)[0]

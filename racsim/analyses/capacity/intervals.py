@@ -159,8 +159,8 @@ def bias_intervals(run, units: Units, level: float) -> Dict[str, tuple]:
     fewer outages reads both fewer weights missing and a narrower spread: percentile intervals
     of the resampled bias missed the long run from below there."""
     sizes = units.sizes()
-    boot = {name: np.linalg.norm(run.channel_exact[0] + steady.studentized_means(units.sums(sw), sizes, units.counts)
-                                 @ run.channel_exact[1:] - run.target, axis=1) for name, sw in run.step_weight.items()}
+    boot = {name: steady.norm_replicates(run.channel_exact[0], run.channel_exact[1:], run.target, units.sums(sw),
+                                         sizes, units.counts) for name, sw in run.step_weight.items()}
     base = boot.get("naive")
     out = {}
     for name, b in boot.items():

@@ -61,7 +61,7 @@ def run_capacity(cfg: RacsimConf, progress: Optional[Progress] = None) -> Capaci
                 s.evaluate(n)
         budget, decisions = s.decide(lowest, top)
     s.timings["search_s"] = time.perf_counter() - s.started  # wall-clock: runs_s sums the processes' seconds
-    result = s.result(listed, top, lowered, budget, decisions)
+    result = s.result(listed, top, [n for n in (servers_note(cfg, name), lowered) if n], budget, decisions)
     auto = None if scaled is None or s.unreachable else s.autoscaled(scaled, result)
     result.speed = s.speed(scaled, auto)
     return result
@@ -83,12 +83,29 @@ def autoscale_bounds(cfg: RacsimConf, name: str) -> Tuple[int, int]:
 
 
 def listed_counts(cfg: RacsimConf, name: str) -> List[int]:
-    """The counts asked for, ascending: ``capacity.counts``, and an autoscaled pool's fixed pools of
-    its rule's min and max (:func:`autoscale_bounds`)."""
-    counts = set(int(n) for n in cfg.capacity.counts)
+    """The counts asked for, ascending: those of ``capacity.counts`` that are whole servers (multiples
+    of a gpu_rm channel's tp: :func:`whole_servers`), and an autoscaled pool's fixed pools of its
+    rule's min and max (:func:`autoscale_bounds`)."""
+    counts = set(whole_servers(cfg.capacity.counts, units_per_server(cfg, name))[0])
     if cfg.pipeline.channels[name].autoscale is not None:
         counts |= set(autoscale_bounds(cfg, name))
     return sorted(counts)
+
+
+def whole_servers(counts, step: int) -> Tuple[List[int], List[int]]:
+    """(the ``counts`` that are whole servers of ``step`` units, those that are not), each in its order."""
+    return [int(n) for n in counts if n % step == 0], [int(n) for n in counts if n % step]
+
+
+def servers_note(cfg: RacsimConf, name: str) -> Optional[str]:
+    """What the search did with ``capacity.counts`` that are not whole servers (a gpu_rm channel's GPUs in
+    replicas of tp: the scenario's list with rm.tp=4 keeps 4, 8, 12, 16), in a sentence; None when all are."""
+    step = units_per_server(cfg, name)
+    kept, left = whole_servers(cfg.capacity.counts, step)
+    if not left:
+        return None
+    return (f"capacity.counts: {', '.join(map(str, kept))} {unit_name(cfg, name)} searched, the counts that are whole "
+            f"replicas of rm.tp = {step}; {', '.join(map(str, left))} left out")
 
 
 class Unreachable(Exception):
@@ -302,11 +319,11 @@ class Search:
             chans.loc[chans.channel == self.name, "offered_load"] = self.loads[best]["load"]
         return best
 
-    def result(self, listed: List[int], top: int, lowered: Optional[str], budget: stopping.Budget,
+    def result(self, listed: List[int], top: int, notes: List[str], budget: stopping.Budget,
                decisions: Dict[int, Optional[stopping.Decision]]) -> CapacityResult:
         """The answer: the curve, the fewest count meeting the targets and what binds it, per
-        corrector too, and the notes: the search's lowered ``capacity.max_steps`` (``lowered``) and the
-        counts the replications left undecided."""
+        corrector too, and the notes: what the search changed to run (``notes``: the counts that were not
+        whole servers, a lowered ``capacity.max_steps``) and the counts the replications left undecided."""
         cap = self.cfg.capacity
         curve = curve_frame(self.rows, self.name, self.targets)
         recommended = fewest(curve, self.chosen)
@@ -319,7 +336,7 @@ class Search:
                               level=float(cap.confidence), max_load=float(cap.max_load), listed=listed, top=top,
                               searched=sorted(n for n in self.rows if n not in listed),
                               binding=binding(curve, self.chosen, recommended),
-                              notes=([lowered] if lowered else []) + undecided, replicated_steps=budget.used,
+                              notes=notes + undecided, replicated_steps=budget.used,
                               unreachable=list(self.unreachable))
 
     def autoscaled(self, scaled: RacsimConf, result: CapacityResult) -> Settled:
@@ -341,12 +358,13 @@ class Search:
 
     def speed(self, scaled: Optional[RacsimConf], auto: Optional[Settled]) -> Dict[str, float]:
         """The lanes engine's speed in this run (:func:`benchmark`; ``capacity.benchmark``, the lanes
-        engine, a count simulated): at the middle simulated count, or the autoscaled pool's run."""
+        engine, a count simulated): on the autoscaled pool's run where there is one (``auto``), else at
+        the middle simulated count (also when a target out of reach skipped the autoscaled pool's run)."""
         simulated = sorted(self.runs)
         if not (self.cfg.capacity.benchmark and self.cfg.pipeline.engine == "lanes" and simulated):
             return {}
         self.progress.start("speed benchmark", 1, note="raw SimPy timed on one count")
-        if scaled is None:
+        if scaled is None or auto is None:
             return benchmark(self.cfg, self.key, simulated[len(simulated) // 2], self.requests,
                              self.timings["pipeline_s"])
         return benchmark(scaled, self.key, autoscale_bounds(scaled, self.name)[0], auto.requests, auto.pipeline_s)

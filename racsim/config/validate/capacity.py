@@ -21,9 +21,9 @@ def validate_capacity(cfg: Any) -> None:
     need(len(counts) >= 1 and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_COUNT
                                   for n in counts),
          "capacity.counts", counts, f"a non-empty list of integers in [1, {MAX_COUNT:,}] (GPUs or workers)")
-    if channel_kind(ch) == "gpu_rm":
-        bad = [n for n in counts if n % ch.rm.tp]
-        need(not bad, "capacity.counts", bad, f"multiples of the channel's tp ({ch.rm.tp})")
+    if channel_kind(ch) == "gpu_rm":  # a search takes the counts that are whole replicas (and says so)
+        need(any(n % ch.rm.tp == 0 for n in counts), "capacity.counts", counts,
+             f"at least one multiple of the channel's tp ({ch.rm.tp}): GPUs in whole replicas of tp GPUs")
     if c.max_count is not None:
         need(isinstance(c.max_count, int) and not isinstance(c.max_count, bool)
              and max(counts) <= c.max_count <= MAX_COUNT, "capacity.max_count", c.max_count,
