@@ -383,6 +383,9 @@ def test_a_verdict_names_its_pair_and_lag():
                                               "+0.800])"
     assert line(False, lag=1.84, lag_max=7).startswith("rac+tis vs naive at mean lag 1.84: better at 8 seeds")
     assert line(True).startswith("rac+tis vs naive: better, decided")
+    assert line(False, lag=1.84, lag_max=7, other_lag=2.125, other_lag_max=7).startswith(
+        "rac+tis vs naive at mean lags 1.84 and 2.12: better")
+    assert line(False, lag=2.0, lag_max=2, other_lag=2.0, other_lag_max=2).startswith("rac+tis vs naive at lag 2: ")
 
 
 def lm_config(*overrides):
@@ -430,4 +433,38 @@ def test_a_study_at_lag_two_gives_rows_pairs_and_verdicts():
     assert (zero.results.lag_mean == 0).all()
     pd.testing.assert_frame_equal(zero.results.drop(columns=["lag_mean", "lag_max", "lag_dropped", "seconds_per_step"]),
                                   plain.results.drop(columns="seconds_per_step"))
-    pd.testing.assert_frame_equal(zero.extra["lm_paired"].drop(columns=["lag", "lag_max"]), plain.extra["lm_paired"])
+    pd.testing.assert_frame_equal(zero.extra["lm_paired"].drop(columns=["lag", "lag_max", "other_lag", "other_lag_max"]),
+                                  plain.extra["lm_paired"])
+
+
+def test_async_generation_gives_each_row_its_schedules_head_lags():
+    """learner=lm under the asynchronous engines (pipeline.generation.mode=async): every row runs, its samples'
+    lags are its schedule's head lags cut at their step (a slow loop; wait_for_slow's blocking schedule has
+    its own), drop leaves out those past the version cap, and the verdicts name rac's mean lag."""
+    from racsim.analyses.dispatch import run
+    from racsim.report.lm import verdict_lines
+
+    res = run(default_config(
+        "scenario=async/areal", "learner=lm", "learner.lm.policy=bandit", "learner.lm.seeds=2", "learner.lm.decide=[]",
+        "learner.lm.n_prompts=3", "pipeline.steps=6", "pipeline.batch_size=16", "pipeline.generation.engines.gpus=2",
+        "pipeline.generation.engines.concurrency=8", "pipeline.generation.engines.response_tokens.mean=256",
+        "pipeline.generation.engines.max_response_tokens=1024", "corrector.names=[naive,wait_for_slow,rac]",
+        "corrector.rollout=[none,drop]", "corrector.version_cap=1", "output.plots=false", "output.progress=false"))
+    r = res.results.set_index("corrector")
+    assert list(r.index) == [f"{c}{d}" for d in ("", "+drop") for c in ("naive", "wait_for_slow", "rac")]
+    for name in r.index:
+        sched = res.schedules["blocking" if name.startswith("wait_for_slow") else "async"]
+        cut = [min(int(sched.lag[s, t, b]), t) for s in range(2) for t in range(6) for b in range(16)]
+        assert r.lag_mean[name] == pytest.approx(np.mean(cut)) and r.lag_max[name] == max(cut)
+        dropped = np.mean([c > 1 for c in cut]) if name.endswith("+drop") else 0.0
+        assert r.lag_dropped[name] == pytest.approx(dropped)
+    assert r.lag_max.max() > 1 and r.lag_dropped.max() > 0  # stale groups, some of them dropped
+    assert not np.allclose(r.true_final["rac"], r.true_final["rac+drop"])  # drop acts on the update
+    mean = {k: sched.lag[:2].mean() for k, sched in res.schedules.items()}
+    assert mean["async"] != mean["blocking"]
+    lines = [line.split(": ")[0] for line in verdict_lines(res.extra["lm_paired"], res.extra["lm_seed_rule"])
+             if " vs " in line]
+    assert lines == [f"{pair} at mean lag{'s' * (' wait' in pair)} {mean['async']:.3g}" +
+                     f" and {mean['blocking']:.3g}" * (" wait" in pair)
+                     for pair in ("rac vs naive", "rac vs wait_for_slow", "rac+drop vs naive+drop",
+                                  "rac+drop vs wait_for_slow+drop", "rac+drop vs rac")]

@@ -269,16 +269,19 @@ def pair_rows(names: List[str], decide) -> Dict[str, List[str]]:
 def paired_table(out: Dict[str, Any], seeds: int, window: int, bound: float, level: float = LEVEL,
                  decide=()) -> pd.DataFrame:
     """:func:`paired_differences` of both metrics (each base row minus each row :func:`pair_rows` gives it) on
-    the first ``seeds`` seeds; with generation lags, the lag those seeds were generated at (``lag``: the mean of
-    the schedule's lags, ``lag_max`` the largest: equal when every sample has the same)."""
+    the first ``seeds`` seeds; with generation lags, the lags those seeds were generated at: ``lag`` the mean of
+    the base row's schedule's lags, ``lag_max`` the largest (equal when every sample has the same), and
+    ``other_lag``, ``other_lag_max`` the other row's (wait_for_slow's blocking schedule has its own under
+    asynchronous generation)."""
     per = {name: lane_metrics(out, name, seeds, window) for name in out["names"]}
     pairs = pair_rows(out["names"], decide)
     frames = [paired_differences({n: per[n][m] for n in [base, *others]}, base, bound, level).assign(metric=m)
               for m in PAIRED_METRICS for base, others in pairs.items()]
     df = pd.concat(frames, ignore_index=True)
-    lag = out["schedules"]["async"].lag
-    if lag is not None:
-        df = df.assign(lag=float(lag[:seeds].mean()), lag_max=int(lag[:seeds].max()))
+    if out["schedules"]["async"].lag is not None:
+        for side, col in ((0, "lag"), (1, "other_lag")):
+            lags = [schedule_for(pair.split(" - ")[side], out["schedules"]).lag[:seeds] for pair in df.pair]
+            df[col], df[f"{col}_max"] = [float(v.mean()) for v in lags], [int(v.max()) for v in lags]
     return df[["metric"] + [c for c in df.columns if c != "metric"]]
 
 
@@ -474,7 +477,9 @@ def results_table(cfg: Any, out: Dict[str, Any]) -> pd.DataFrame:
         if per_seed:
             m, h = mean_ci(np.array(per_seed))
             row["grad_missing"], row["grad_missing_ci"] = float(m), float(h)
-            row["grad_cosine"] = float(np.nanmean([g["cosine"] for c in cv for g in c.gradients]))
+            # NaN where an update had no gradient (drop left out every group of the checkpoint's step)
+            cosines = np.array([g["cosine"] for c in cv for g in c.gradients])
+            row["grad_cosine"] = float(np.nanmean(cosines)) if np.isfinite(cosines).any() else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
 

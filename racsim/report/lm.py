@@ -165,10 +165,14 @@ def format_paired(paired: pd.DataFrame) -> str:
 def lag_words(r) -> str:
     """Where a pair's seeds were generated, for its verdict: `` at lag 2`` when every sample was that many
     policy versions old, `` at mean lag 1.84`` when the lags varied, nothing without generation lags
-    (a row of the paired table: its ``lag`` and ``lag_max``)."""
+    (a row of the paired table: its ``lag`` and ``lag_max``), `` at mean lags 1.84 and 2.13`` when the other
+    row's samples (``other_lag``, ``other_lag_max``: another schedule's) were generated at other lags."""
     lag = getattr(r, "lag", None)
     if lag is None or pd.isna(lag):
         return ""
+    other, other_max = getattr(r, "other_lag", lag), getattr(r, "other_lag_max", r.lag_max)
+    if (other, other_max) != (lag, r.lag_max):
+        return f" at mean lags {lag:.3g} and {other:.3g}"
     return f" at lag {r.lag_max}" if lag == r.lag_max else f" at mean lag {lag:.3g}"
 
 
