@@ -202,7 +202,8 @@ KERNELS = ("racsim learner=lm", "racsim learner=lm learner.lm.threads=2",
            'NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" racsim learner=lm',
            *(UNPINNED.format(isa) for isa in ("avx512", "avx2", "default")),
            "MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=ALL ATEN_CPU_CAPABILITY=avx512 racsim learner=lm")
-VERDICT = re.compile(r"^racsim: (rac vs |seed rule |seed count )")  # an LM run's answer: its pairs and its seed rule
+# an LM run's answer: its pairs (from rac's rows: rac, rac+tis) and its seed rule
+VERDICT = re.compile(r"^racsim: (rac(\+\w+)? vs |seed rule |seed count )")
 # The LM verdict's figures on another x86-64 CPU: torch's kernels round differently there, so that a token sampled
 # near a boundary may flip and a seed's run differ; docs/lm.md states this tolerance.
 LM_TOLERANCE = (0.05, 0.02)
@@ -405,6 +406,7 @@ RECIPES: Dict[str, Recipe] = {
     "lm.delay_sweep": Recipe(("racsim scenario=lm/delay_sweep",), final_reward),
     "lm.verdict": Recipe(("racsim learner=lm",), verdicts, fresh=True, tolerance=LM_TOLERANCE),
     "lm.ranking": Recipe((RANKING,), verdicts),
+    "lm.stale": Recipe(("racsim scenario=lm/stale",), verdicts),
     "lm.kernels": Recipe(KERNELS, kernel_table),
     "python.script": Recipe((PYTHON,), script, fresh=True),
     "python.output": Recipe((PYTHON,), lambda run: fenced(run.stdout[-1]), fresh=True),

@@ -74,13 +74,30 @@ class BanditPolicy:
             raise ValueError("a response outside its prompt's response set")
         return j
 
-    def sample(self, prompt_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        pi = np.exp(log_softmax(self.phi[prompt_idx]))
-        j = _inverse_cdf(_search_table(pi), np.arange(len(prompt_idx)), rng.random(len(prompt_idx)))
+    def uniforms(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """The uniforms :meth:`sample_at` takes for n rows: one each, (n, 1), drawn with ``rng`` alone."""
+        return rng.random((n, 1))
+
+    def snapshot(self) -> np.ndarray:
+        """A copy of the current logits (a policy version that stale generation samples and scores with)."""
+        return self.phi.copy()
+
+    def sample_at(self, weights: Optional[np.ndarray], prompt_idx: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Responses (n, L) by inverse CDF of u (:meth:`uniforms`) under the logits ``weights`` (a
+        :meth:`snapshot`; None: the current ones)."""
+        pi = np.exp(log_softmax((self.phi if weights is None else weights)[prompt_idx]))
+        j = _inverse_cdf(_search_table(pi), np.arange(len(prompt_idx)), u[:, 0])
         return self.responses[prompt_idx, j]
+
+    def sample(self, prompt_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return self.sample_at(None, prompt_idx, self.uniforms(rng, len(prompt_idx)))
 
     def _logp(self, phi: np.ndarray, prompt_idx, responses) -> np.ndarray:
         return log_softmax(phi[prompt_idx])[np.arange(len(prompt_idx)), self.index(prompt_idx, responses)]
+
+    def logprob_at(self, weights: Optional[np.ndarray], prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        """log pi(y | x) under the logits ``weights`` (a :meth:`snapshot`; None: the current ones)."""
+        return self._logp(self.phi if weights is None else weights, prompt_idx, responses)
 
     def logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
         return self._logp(self.phi, prompt_idx, responses)

@@ -91,11 +91,16 @@ def response_logprob(logits: torch.Tensor, tokens: torch.Tensor, prompt_len: int
 
 class _Scores:
     """log pi(y | x) and log pi_ref(y | x) of rows as float64 arrays, for both policies: their
-    ``_logp(weights, prompt_idx, responses)`` on the trained ``weights`` or the frozen ``ref``."""
+    ``_logp(weights, prompt_idx, responses)`` on the trained ``weights``, a :meth:`snapshot` of them
+    or the frozen ``ref``."""
 
     @torch.no_grad()
+    def logprob_at(self, weights: Any, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
+        """log pi(y | x) under ``weights`` (a snapshot; None: the current ones)."""
+        return self._logp(self.weights if weights is None else weights, prompt_idx, responses).double().cpu().numpy()
+
     def logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
-        return self._logp(self.weights, prompt_idx, responses).double().cpu().numpy()
+        return self.logprob_at(None, prompt_idx, responses)
 
     @torch.no_grad()
     def ref_logprob(self, prompt_idx: np.ndarray, responses: np.ndarray) -> np.ndarray:
@@ -134,19 +139,34 @@ class TransformerPolicy(_Scores):
         x = self._tokens(prompt_idx, responses)
         return response_logprob(model(input_ids=x).logits, x, self.prompts.shape[1], self.vocab)
 
+    def uniforms(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """The uniforms :meth:`sample_at` takes for n rows, (n, response_len): token j's of every row, then
+        token j + 1's, drawn with ``rng`` alone."""
+        return rng.random((self.response_len, n)).T
+
+    def snapshot(self) -> torch.nn.Module:
+        """A frozen copy of the current model (a policy version that stale generation samples and scores with)."""
+        return copy.deepcopy(self.model).requires_grad_(False)
+
     @torch.no_grad()
-    def sample(self, prompt_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def sample_at(self, model: Optional[torch.nn.Module], prompt_idx: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Responses (n, L), token j of row i by inverse CDF of u[i, j] (:meth:`uniforms`) under ``model``
+        (a :meth:`snapshot`; None: the current one)."""
+        model = self.model if model is None else model
         n = len(prompt_idx)
         out = np.empty((n, self.response_len), dtype=np.int64)
-        step = self.model(input_ids=self._tokens(prompt_idx, np.zeros((n, 0), dtype=np.int64)), use_cache=True)
+        step = model(input_ids=self._tokens(prompt_idx, np.zeros((n, 0), dtype=np.int64)), use_cache=True)
         rows = np.arange(n)
         for j in range(self.response_len):
             p = torch.softmax(step.logits[:, -1, : self.vocab].double(), dim=-1).cpu().numpy()
-            out[:, j] = _inverse_cdf(_search_table(p), rows, rng.random(n))
+            out[:, j] = _inverse_cdf(_search_table(p), rows, u[:, j])
             if j + 1 < self.response_len:
                 tok = torch.as_tensor(out[:, j : j + 1], device=self.device)
-                step = self.model(input_ids=tok, past_key_values=step.past_key_values, use_cache=True)
+                step = model(input_ids=tok, past_key_values=step.past_key_values, use_cache=True)
         return out
+
+    def sample(self, prompt_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return self.sample_at(None, prompt_idx, self.uniforms(rng, len(prompt_idx)))
 
     def _backward(self, logp: torch.Tensor, coef: np.ndarray, norm: float) -> None:
         c = torch.as_tensor(coef, dtype=logp.dtype, device=self.device)
@@ -258,20 +278,35 @@ class BatchedTransformerPolicy(_Scores):
         x = self._tokens(prompt_idx, responses)
         return response_logprob(self._logits(params, self.buffers, x), x, self.prompts.shape[1], self.vocab)
 
+    def uniforms(self, rngs: Sequence[np.random.Generator], n: int) -> np.ndarray:
+        """The uniforms :meth:`sample_at` takes for n rows of each seed, (S, n, response_len): seed s's drawn
+        with ``rngs[s]`` alone, as :meth:`TransformerPolicy.uniforms` draws them."""
+        return np.stack([rng.random((self.response_len, n)).T for rng in rngs])
+
+    def snapshot(self) -> dict:
+        """A copy of every seed's current parameters (stacked: a policy version that stale generation samples
+        and scores with)."""
+        return {k: v.detach().clone() for k, v in self.params.items()}
+
     @torch.no_grad()
-    def sample(self, prompt_idx: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+    def sample_at(self, params: Optional[dict], prompt_idx: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Responses (S, n, L), token j of seed s's row i by inverse CDF of u[s, i, j] (:meth:`uniforms`) under
+        ``params`` (a :meth:`snapshot`; None: the current ones)."""
+        params = self.params if params is None else params
         S, n = np.shape(prompt_idx)
         out = np.empty((S, n, self.response_len), dtype=np.int64)
-        logits, kv = self._first(self.params, self.buffers, self._tokens(prompt_idx, np.zeros((S, n, 0), np.int64)))
+        logits, kv = self._first(params, self.buffers, self._tokens(prompt_idx, np.zeros((S, n, 0), np.int64)))
         rows = np.arange(S * n)
         for j in range(self.response_len):  # every seed's rows at once (row by row: seed s's as alone)
             p = torch.softmax(logits[:, :, : self.vocab].double(), dim=-1).cpu().numpy().reshape(S * n, -1)
-            u = np.concatenate([rng.random(n) for rng in rngs])
-            out[:, :, j] = _inverse_cdf(_search_table(p), rows, u).reshape(S, n)
+            out[:, :, j] = _inverse_cdf(_search_table(p), rows, u[:, :, j].reshape(S * n)).reshape(S, n)
             if j + 1 < self.response_len:
                 tok = torch.as_tensor(out[:, :, j : j + 1], device=self.device)
-                logits, kv = self._step(self.params, self.buffers, tok, kv)
+                logits, kv = self._step(params, self.buffers, tok, kv)
         return out
+
+    def sample(self, prompt_idx: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+        return self.sample_at(None, prompt_idx, self.uniforms(rngs, np.shape(prompt_idx)[1]))
 
     def _backward(self, logp: torch.Tensor, coef: np.ndarray, norm: float) -> None:
         c = torch.as_tensor(np.asarray(coef), dtype=logp.dtype, device=self.device)

@@ -162,25 +162,39 @@ def format_paired(paired: pd.DataFrame) -> str:
     return df[keep].to_string(index=False, float_format=lambda v: f"{v:+.4f}")
 
 
+def lag_words(r) -> str:
+    """Where a pair's seeds were generated, for its verdict: `` at lag 2`` when every sample was that many
+    policy versions old, `` at mean lag 1.84`` when the lags varied, nothing without generation lags
+    (a row of the paired table: its ``lag`` and ``lag_max``), `` at mean lags 1.84 and 2.13`` when the other
+    row's samples (``other_lag``, ``other_lag_max``: another schedule's) were generated at other lags."""
+    lag = getattr(r, "lag", None)
+    if lag is None or pd.isna(lag):
+        return ""
+    other, other_max = getattr(r, "other_lag", lag), getattr(r, "other_lag_max", r.lag_max)
+    if (other, other_max) != (lag, r.lag_max):
+        return f" at mean lags {lag:.3g} and {other:.3g}"
+    return f" at lag {r.lag_max}" if lag == r.lag_max else f" at mean lag {lag:.3g}"
+
+
 def pair_line(r, waited: bool, bound: float, level: float, named: bool = False) -> str:
-    """One pair's verdict (a row of the paired table at the last look): better or worse when its
-    interval excludes 0, the same within the interval's farthest end when it is narrower than the
-    bound, identical when every seed's difference is 0, else undecided, with the seeds a projection
-    at this mean and spread would take (racsim.analyses.lm_study.seeds_to_decide). ``named``: the
-    line says what the figures are."""
-    other = r.pair.split(" - ", 1)[1]
+    """One pair's verdict (a row of the paired table at the last look; the pair named by its rows and the
+    :func:`lag_words`): better or worse when its interval excludes 0, the same within the interval's
+    farthest end when it is narrower than the bound, identical when every seed's difference is 0, else
+    undecided, with the seeds a projection at this mean and spread would take
+    (racsim.analyses.lm_study.seeds_to_decide). ``named``: the line says what the figures are."""
+    pair = r.pair.replace(" - ", " vs ", 1) + lag_words(r)
     what = " true reward at naive's clock" if named else ""
     ci = f"{r.diff:+.3f} [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}]{what}"
     at = f", decided at {r.seeds} seeds" if waited else f" at {r.seeds} seeds"
     if r.answer in ("better", "worse"):
-        return f"rac vs {other}: {r.answer}{at} ({ci})"
+        return f"{pair}: {r.answer}{at} ({ci})"
     if r.sd == 0 and r.diff == 0:
-        return f"rac vs {other}: identical at every one of {r.seeds} seeds (the same updates here)"
+        return f"{pair}: identical at every one of {r.seeds} seeds (the same updates here)"
     if r.answer == "same":
-        return f"rac vs {other}: the same within {max(abs(r.ci_lo), abs(r.ci_hi)):.3g}{at} ({ci})"
+        return f"{pair}: the same within {max(abs(r.ci_lo), abs(r.ci_hi)):.3g}{at} ({ci})"
     n = seeds_to_decide(r.diff, r.sd, bound, level)
     more = f"about {n} seeds would decide it at this mean and spread" if n < SEARCH_SEEDS else "no seed count in sight"
-    return (f"rac vs {other}: undecided after {r.seeds} seeds: [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}] "
+    return (f"{pair}: undecided after {r.seeds} seeds: [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}] "
             f"({r.diff:+.3f}{what}; {more})")
 
 
@@ -215,8 +229,9 @@ def rule_line(rule: pd.DataFrame) -> str:
 
 
 def verdict_lines(paired: pd.DataFrame, rule: pd.DataFrame) -> List[str]:
-    """The answer of an LM run (rac minus each other corrector, true reward at naive's wall-clock, seed
-    by seed), per cell: the pairs the seed rule waited for, how the rule ended (at how many seeds, why),
+    """The answer of an LM run (each of rac's rows minus each row it is paired with, true reward at naive's
+    wall-clock, seed by seed), per cell: the pairs the seed rule waited for, how the rule ended (at how many
+    seeds, why),
     then the other pairs at the same seeds (:func:`pair_line`). A grid's lines start with their cell."""
     cells = paired["cell"].unique() if "cell" in paired else [None]
     lines = []
@@ -241,8 +256,10 @@ def paired_markdown(res) -> list:
     if paired is None:
         return []
     rule = res.extra["lm_seed_rule"]
+    whom = ("rac minus each corrector" if paired.pair.str.startswith("rac - ").all()
+            else "each of rac's rows minus each row paired with it")
     out = ["## The answer", "", *[f"- {v}" for v in verdict_lines(paired, rule)], "",
-           "## Paired differences: rac minus each corrector, seed by seed", "",
+           f"## Paired differences: {whom}, seed by seed", "",
            "Every corrector's seed s sees the same prompts, the same uniforms behind every sampled token and the same "
            "delays (common random numbers), so each seed gives one difference; `diff` is their mean, `CI` the "
            "t-interval over seeds (n - 1 degrees of freedom) at `level`, `sd` their standard deviation. "

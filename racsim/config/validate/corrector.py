@@ -46,16 +46,14 @@ def validate_rollout(c: Any) -> None:
 
 
 def validate_lag_use(cfg: Any) -> None:
-    """A generation lag (pipeline.generation.lag) and the rollout-axis correctors are read by the tabular
-    learner's pipeline study alone: the LM learner, the static experiment and a capacity plan refuse them."""
+    """A generation lag (pipeline.generation.lag) and the rollout-axis correctors are read by the pipeline
+    study (the tabular learner's and the LM learner's): the static experiment and a capacity plan refuse them."""
     gen = getattr(cfg.pipeline, "generation", None)
     lag = gen is not None and gen.lag is not None
     rollout = list(cfg.corrector.rollout) != ["none"]
     for on, key, value in ((lag, "pipeline.generation.lag", "null"), (rollout, "corrector.rollout", "[none]")):
         if not on:
             continue
-        need(cfg.learner.kind == "tabular", key, "set", f"{value} with learner.kind=lm (its stale generation is "
-                                                        f"not built yet): the tabular learner reads it")
         need(cfg.study.mode == "pipeline", key, "set", f"{value} with study.mode={cfg.study.mode}: the static "
                                                        f"experiment has no generation lag (study.mode=pipeline does)")
         need(not cfg.capacity.enabled, key, "set", f"{value} in a capacity plan, which reads no generation lag")

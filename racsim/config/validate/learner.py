@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from racsim.config.names import missing_extra
-from racsim.config.schema import CORRECTORS, LEARNERS, LM_BACKBONES, LM_POLICIES, OPTIMIZERS, REWARD_SPLITS, TOPOLOGIES
+from racsim.config.schema import (CORRECTORS, LEARNERS, LM_BACKBONES, LM_POLICIES, OPTIMIZERS, REWARD_SPLITS,
+                                  ROLLOUT_CORRECTORS, TOPOLOGIES)
 from racsim.config.validate.common import INT64, MAX_GAIN, finite, int_at_least, need, need_one_of, nonneg, positive
 from racsim.errors import ConfigError
 
@@ -86,7 +87,10 @@ def _seed_count(lm: Any, key: str) -> None:
          and all(isinstance(n, str) for n in lm.decide), f"{key}.decide", lm.decide,
          "a list of correctors (rac against each is what the seed rule decides; [] for a fixed seed count)")
     for n in lm.decide:
-        need(n in CORRECTORS, f"{key}.decide", n, "each one of " + ", ".join(c for c in CORRECTORS if c != BASE))
+        reward, plus, rollout = n.partition("+")
+        need(reward in CORRECTORS and (not plus or rollout in ROLLOUT_CORRECTORS and rollout != "none"),
+             f"{key}.decide", n, "each one of " + ", ".join(c for c in CORRECTORS if c != BASE) + ", alone or with +"
+             + ", +".join(r for r in ROLLOUT_CORRECTORS if r != "none") + " (a row of corrector.rollout)")
     need(BASE not in lm.decide, f"{key}.decide", list(lm.decide),
          f"correctors other than {BASE} (each pair is {BASE} minus the corrector named)")
     need(len(set(lm.decide)) == len(lm.decide), f"{key}.decide", list(lm.decide), "each corrector at most once")
@@ -96,15 +100,19 @@ def _seed_count(lm: Any, key: str) -> None:
         positive(f"{key}.budget_s", lm.budget_s)
 
 
-def validate_lm_pairs(lr: Any, names: Any) -> None:
-    """An LM run's seed rule decides rac against correctors that run: rac and each of
-    ``learner.lm.decide`` among ``corrector.names``."""
+def validate_lm_pairs(lr: Any, names: Any, rollout: Any) -> None:
+    """An LM run's seed rule decides rac against rows that run: rac and each of ``learner.lm.decide``
+    among ``corrector.names``, a row's rollout-axis corrector (``naive+tis``) among ``corrector.rollout``."""
     if lr.kind != "lm" or not lr.lm.decide:
         return
-    absent = [n for n in [BASE, *lr.lm.decide] if n not in names]
+    rewards = [n.partition("+")[0] for n in [BASE, *lr.lm.decide]]
+    absent = list(dict.fromkeys(n for n in rewards if n not in names))
     need(not absent, "learner.lm.decide", list(lr.lm.decide),
          f"correctors that run, and {BASE} with them: {', '.join(absent)} not in corrector.names="
          f"[{','.join(names)}] (learner.lm.decide=[] for a fixed seed count of learner.lm.seeds)")
+    off = [n for n in lr.lm.decide if (n.partition("+")[2] or "none") not in rollout]
+    need(not off, "learner.lm.decide", list(lr.lm.decide),
+         f"rows that run: {', '.join(off)} not among corrector.names x corrector.rollout=[{','.join(rollout)}]")
 
 
 def _bandit_space(lm: Any, key: str) -> None:

@@ -71,7 +71,7 @@ def validate_rules(cfg: Any, files: Optional[Sequence[str]] = None) -> None:
     validate_study_runs(st)
     validate_lm(lr.lm)  # also when learner.kind is tabular: a bad value is never silently carried
     validate_lm_packages(lr)
-    validate_lm_pairs(lr, list(cfg.corrector.names))
+    validate_lm_pairs(lr, list(cfg.corrector.names), list(cfg.corrector.rollout))
     validate_lag_use(cfg)
     validate_study_targets(st)
     validate_probe(st)
