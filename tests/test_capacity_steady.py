@@ -620,7 +620,7 @@ def test_bias_intervals_push_the_studentized_weights_through_the_norm():
     exact = rng.normal(size=(K + 1, SA))
     target = exact[0] + exact[1:].sum(axis=0) + 0.01 * rng.normal(size=SA)  # weights near 1 correct it
     rac = np.clip(1.0 - rng.gamma(0.5, 0.05, (T, W, K)), 0, None)
-    run = SimpleNamespace(channel_exact=exact, target=target,
+    run = SimpleNamespace(channel_exact=exact, target=target, exact_trials={},
                           step_weight={"rac": rac, "naive": np.full((T, W, K), 0.6)})
     out = bias_intervals(run, units, 0.9)
     m = steady.studentized_means(units.sums(rac), units.sizes(), units.counts)

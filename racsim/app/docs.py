@@ -392,7 +392,7 @@ RECIPES: Dict[str, Recipe] = {
                                    JUDGE + " pipeline.channels.judge.rm.padded=false"), recommendations),
     "capacity.seeds": Recipe(tuple(SEEDS.format(n) for n in SHIPPED_CAPACITY), seed_table),
     # issue 41's search above the list, at the flat MFU of 0.4 that racsim used then (docs/capacity.md)
-    "capacity.above": Recipe(("racsim scenario=capacity/judge_rm_faults seed=5 pipeline.channels.judge.rm.mfu=0.4",),
+    "capacity.above": Recipe(("racsim scenario=capacity/judge_rm_faults seed=5",),
                              recommendations),
     "capacity.impossible": Recipe((JUDGE + " capacity.max_bias_vs_naive=0.0001",), recommendations, exit_status=3),
     "generation": Recipe(("racsim scenario=async/areal",), console, figures=(("lag.png", "generation_lag.png"),)),

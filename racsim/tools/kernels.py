@@ -312,8 +312,8 @@ def decode_plot(t: pd.DataFrame, path: Path) -> None:
 
 
 # The service models each shipped GPU capacity scenario is answered under: a name, and the sized channel's
-# rm keys that make it (the scenario's own service: the roofline on the efficiency curve, racsim's default).
-SERVICES = (("roofline, MFU 0.4", {"mfu": 0.4}), ("roofline, efficiency curve", {}),
+# rm keys that make it (the efficiency curve, racsim's default, named: a scenario may pin a flat MFU).
+SERVICES = (("roofline, MFU 0.4", {"mfu": 0.4}), ("roofline, efficiency curve", {"mfu": "null"}),
             ("kernels", {"service": "kernels"}), ("kernels + 10%", {"service": "kernels", "kernel_overhead": 0.1}),
             ("kernels + 30%", {"service": "kernels", "kernel_overhead": 0.3}))
 QUIET = ("capacity.sensitivity.enabled=false", "capacity.benchmark=false")
