@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from racsim.io import fmt
 from racsim.report.tables import FREE_CLOCK, answer_line
@@ -28,6 +29,7 @@ def _results(rng, names):
     return out
 
 
+@pytest.mark.long
 def test_the_answer_names_the_least_biased_corrector_that_costs_no_clock():
     rng = np.random.default_rng(49)
     seen = {"a corrector": 0, "naive": 0, "none free": 0, "no wait": 0, "no training": 0}

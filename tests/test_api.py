@@ -60,6 +60,7 @@ def cli_run(tmp_path_factory) -> Path:
     return tmp / "cli"
 
 
+@pytest.mark.long
 def test_run_returns_the_clis_tables_and_writes_nothing(cli_run, empty_cwd, capsys):
     t = racsim.run(overrides=[*QUIET, "seed=3"])
     assert capsys.readouterr().err == ""  # output.progress=false: no progress

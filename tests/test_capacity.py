@@ -523,6 +523,7 @@ def test_a_pool_short_of_memory_runs_shorter_and_gives_the_same_curve(hydra_ctx,
     assert two.timings["runs_s"] > 0
 
 
+@pytest.mark.long
 def test_pool_size_rules(hydra_ctx, monkeypatch):
     """How many processes a grid search starts: capacity.workers (0: the usable cores,
     racsim.io.auto_workers), never more than the counts left nor than the runs that fit in memory;

@@ -205,6 +205,7 @@ VERIFIER = ["scenario=capacity/code_verifier", "learner.trials=20", "learner.boo
             "capacity.max_steps=160", "capacity.resamples=20"]
 
 
+@pytest.mark.long
 def test_the_estimate_covers_a_search_doubled_to_its_longest_run(monkeypatch):
     """settle made to double every time (no verdict stationary) runs 10 -> 160 steps; the capacity
     estimate holds its measured peak, which the estimate at pipeline.steps would miss by 4x."""

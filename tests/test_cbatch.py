@@ -211,7 +211,7 @@ def round_cuts(seen):
     return spy
 
 
-@pytest.mark.parametrize("rounds", [1, 8, 16, 40])
+@pytest.mark.parametrize("rounds", [1, 8, pytest.param(16, marks=pytest.mark.long), pytest.param(40, marks=pytest.mark.long)])
 def test_chunked_rounds_follow_the_oracle(monkeypatch, rounds):
     """The lanes engine's chunked rounds (ROUND slots aimed at: one cycle, ~8, ~16 (the default), ~40) against the
     oracle, request by request and iteration by iteration, asynchronous and blocking, and the

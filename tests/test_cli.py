@@ -112,6 +112,7 @@ def default_run(tmp_path_factory):
     return tmp, out, ok(racsim(tmp, *SMALL, *run_dir_args(out)))
 
 
+@pytest.mark.long
 def test_racsim_default_scenario_with_plots(default_run):
     tmp_path, out, p = default_run
     rows = table_rows(p.stdout)
@@ -134,6 +135,7 @@ def test_the_table_fits_a_terminal_and_the_files_keep_every_column(default_run):
     assert left_out and all(h not in rows[0] and h in summary for h in left_out)
 
 
+@pytest.mark.long
 def test_python_m_racsim_scenario_default(tmp_path):
     out = tmp_path / "run"
     p = ok(racsim(tmp_path, "scenario=default", *SMALL, *NOPLOTS, *run_dir_args(out), module=True))

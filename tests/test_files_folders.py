@@ -315,6 +315,7 @@ def _wait_for(path_glob, root: Path, proc, timeout=120.0):
     raise AssertionError(f"{path_glob} never appeared")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_single_run_stopped_takes_away_what_it_wrote(tmp_path, sig, code):
     """Its own folder goes (outputs/ too, made by it); in a folder of the user's, its own files

@@ -126,7 +126,7 @@ def test_one_sequence_a_batch_is_a_fifo_queue_of_the_merged_stream(seed):
 B, STEP = 20, 10.0
 
 
-@pytest.mark.parametrize("rho", [0.5, 0.8])
+@pytest.mark.parametrize("rho", [0.5, pytest.param(0.8, marks=pytest.mark.long)])  # the heavier load: 3 s
 def test_pollaczek_khinchine_for_both_tenants_on_one_replica(rho):
     """One replica, one sequence a batch: an M/G/1 queue of two Poisson classes (the learner's
     open_poisson stream of B per STEP s, the other tenant's), each of one token length, so two

@@ -230,7 +230,8 @@ def erlang_c_wait(c: int, lam: float, mu: float) -> float:
     return p_wait / (c * mu - lam)
 
 
-@pytest.mark.parametrize("c,rho", [(1, 0.7), (3, 0.75), (4, 0.6)])
+@pytest.mark.parametrize("c,rho", [pytest.param(1, 0.7, marks=pytest.mark.long), (3, 0.75),
+                                   pytest.param(4, 0.6, marks=pytest.mark.long)])
 def test_gpu_pool_is_erlang_c_with_batch_size_one(c, rho):
     """Batch size 1, no waiting to fill, Poisson arrivals (exponential steps, one
     request each), exponential service (tokens ~ Exp, time = tokens / rate):

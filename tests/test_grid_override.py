@@ -42,6 +42,7 @@ def _run(cwd: Path, name: str, *args: str) -> pd.DataFrame:
     return pd.read_parquet(out / "results.parquet")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_removed_grid_is_the_scenario_without_it(scenario, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -93,6 +93,7 @@ def test_a_mistyped_key_or_option_suggests_the_closest(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.long
 def test_a_key_one_typo_away_is_suggested():
     """Every schema key with one character dropped, doubled or swapped gets itself suggested
     (a random sample of keys and typos)."""

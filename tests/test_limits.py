@@ -43,6 +43,7 @@ MEASURED = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("case", sorted(MEASURED))
 def test_the_estimate_is_within_a_factor_of_the_measured_peak(case):
     overrides, knob = MEASURED[case]
@@ -335,6 +336,7 @@ def test_a_capacity_search_with_too_many_resamples_is_refused_naming_them():
     V.check_limits(compose_config("scenario=capacity/code_verifier", "limits.memory_gb=4"))  # its own 200: fine
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("suffix, module", [(".gz", "gzip"), (".bz2", "bz2"), (".xz", "lzma")])
 def test_a_compressed_file_is_measured_by_what_it_expands_to(tmp_path, suffix, module):
     """limits.file_mb held the compressed size: a 40 KB .gz of 40 MB passed. Now the contents count."""

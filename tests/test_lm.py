@@ -314,6 +314,7 @@ def test_bad_lm_values_name_the_key(override, key, learner):
     assert ex.value.key == key
 
 
+@pytest.mark.long
 def test_learner_lm_runs_end_to_end(tmp_path):
     from racsim.report.writers import write_outputs
     from racsim.analyses.dispatch import run

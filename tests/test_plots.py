@@ -76,8 +76,9 @@ def _run(mp, argv):
     return 0
 
 
-# the capacity run takes a few seconds: in the long stage, with the capacity curve's own test (and the lag grid's)
-@pytest.mark.parametrize("run", [pytest.param(r, marks=pytest.mark.long) if r != "default" else r for r in sorted(RUNS)])
+# each run takes a few seconds: in the long stage, with the capacity curve's own test (and the lag grid's)
+@pytest.mark.long
+@pytest.mark.parametrize("run", sorted(RUNS))
 def test_every_legend_is_inside_the_figure_and_off_the_data_and_text(drawn, run):
     figs = {k: v for k, v in drawn(run).items() if k != "_dir"}
     assert figs, f"{run}: no plot written"

@@ -83,6 +83,7 @@ def by_hand(cfg, e: int, t: int, j: int) -> dict:
             "mean_lag": lag, "mean_lag_lo": lag_lo, "mean_lag_hi": lag_hi, "load": load, "ok": ok}
 
 
+@pytest.mark.long
 def test_the_answer_is_the_exhaustive_evaluations(spec, answer):
     res = answer
     hand = {(e, t, N - e - t): by_hand(spec, e, t, N - e - t) for e in range(1, N) for t in range(1, N - e)}

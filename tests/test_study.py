@@ -63,6 +63,7 @@ def test_distribution_kernel_is_the_rounded_law():
     assert np.abs(emp - k).max() < 0.003
 
 
+@pytest.mark.long
 def test_results_do_not_depend_on_workers_or_grouping():
     grid = "+study.grid={learner.mdp_seed:[0,1],corrector.tau_age:[5,1000]}"
     serial = run(cfg(*GRID, grid, "study.workers=1")).results

@@ -69,6 +69,7 @@ def test_a_slow_fast_tier_test_fails_naming_itself_and_the_way_out(pytester, mon
     assert "its own failure" in out  # a failing test keeps its own report
 
 
+@pytest.mark.long
 def test_the_limit_can_be_raised_or_turned_off(pytester, monkeypatch):
     run(pytester, monkeypatch, "30").assert_outcomes(passed=6, failed=1)
     run(pytester, monkeypatch, "0").assert_outcomes(passed=6, failed=1)

@@ -62,6 +62,7 @@ def serial(tmp_path_factory):
     return only_sweep(cwd), proc
 
 
+@pytest.mark.long
 def test_serial_sweep_writes_every_job_and_one_aggregate(serial):
     sweep, _ = serial
     assert sweep.parent == sweep.parents[1] / "default" and sweep.parents[1].name == "outputs"
@@ -665,6 +666,7 @@ def test_a_sweep_that_runs_nothing_leaves_nothing(tmp_path, args, says):
     assert "sweep of" not in proc.stdout + proc.stderr  # no line names a folder that is not made
 
 
+@pytest.mark.long
 def test_a_sweep_prints_one_line_per_job(serial):
     """Quiet sweeps: one line per job on stdout; the jobs' own log lines (their cell, their time) are in
     their racsim.log only (test_progress_and_job_logs), Hydra's lines on neither stream."""

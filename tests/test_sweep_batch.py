@@ -62,6 +62,7 @@ def random_configs(rng, n):
     return cfgs, len(combos)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("seed", [0, 1])
 def test_run_many_gives_each_config_the_bytes_of_run(seed, monkeypatch):
     # trials in several chunks: a cell sharing with other rewards or noise (the grid's
@@ -190,6 +191,7 @@ trees = st.recursive(scalars, lambda sub: st.one_of(st.lists(sub, max_size=4), s
                      max_leaves=12)
 
 
+@pytest.mark.long
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(st.dictionaries(keys, trees, max_size=6))
 def test_config_yaml_is_omegaconfs_yaml_byte_for_byte(tree):

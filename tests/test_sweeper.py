@@ -53,6 +53,7 @@ def sweep(loader, args):
     [*SMALL, "learner.mdp_seed=${seed}", "seed=4,5"],  # an interpolation reads a swept key
     ["+study.grid.seed=[1,2]", "learner.trials=3,4"],  # an added key
 ])
+@pytest.mark.long
 def test_composed_from_a_base_equals_hydras_composition(loader, args):
     master, cells, swept = sweep(loader, args)
     composer = S.Composer(loader, master)
@@ -97,6 +98,7 @@ def oracle(loader, master, cells):
     # a base whose own leaf fails (checked cell by cell in full), a swept value on it
     [*SMALL, "learner.theta_seed=9223372036854775808", "corrector.alpha=0.5,1"],
 ])
+@pytest.mark.long
 def test_check_cells_finds_exactly_the_cells_whose_job_would_stop(loader, args):
     master, cells, swept = sweep(loader, args) if "scenario=default,nope" not in args else (None, None, None)
     if master is None:  # Hydra refuses an unknown group at the sweep's own composition: compose without it
@@ -128,6 +130,7 @@ def test_check_cells_finds_exactly_the_cells_whose_job_would_stop(loader, args):
 LAT = "pipeline.channels.judge.latency"
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("swept", ["path", "kind"])
 def test_check_cells_finds_a_missing_data_file_before_the_first_job(loader, tmp_path, swept):
     """A data file that some cells read and that is not there: refused by the cell check (the

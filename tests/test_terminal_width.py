@@ -43,6 +43,7 @@ def _lines(code, out, err, expected=(0, None)):
 
 @pytest.mark.parametrize("scenario,extra", [pytest.param("capacity/judge_rm_faults", TARGETS, marks=pytest.mark.long),
                                             ("capacity/judge_rm_h100", [])])  # faults: 2.2 CPU s
+@pytest.mark.long
 def test_a_capacity_run_prints_at_most_120_columns(tmp_path, monkeypatch, capsys, scenario, extra):
     """Every target set at once: no count can meet max_bias=1e-9 (its figure does not fall with the count), so the
     plan ends infeasible, exit 3 (racsim.app.cli.EXIT_INFEASIBLE), after printing its curve and answer."""
