@@ -308,7 +308,8 @@ def _alive(pending: str) -> bool:
 
 
 def pid_alive(pid: Any) -> bool:
-    """Whether process ``pid`` runs (another user's counts as running; not a positive int: no)."""
+    """Whether process ``pid`` runs (another user's counts as running; not a positive int: no; a zombie,
+    killed and not yet reaped by its parent, no: it holds nothing)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -317,7 +318,17 @@ def pid_alive(pid: Any) -> bool:
         return False
     except OSError:  # someone else's process
         return True
-    return True
+    return not zombie(pid)
+
+
+def zombie(pid: int) -> bool:
+    """Whether process ``pid`` has exited and waits for its parent to reap it (Linux's /proc state Z; False
+    where /proc cannot tell)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].startswith("Z")
 
 
 SHARE_PREFIX = "racsim-shared-"  # then the pid of the run that made it, a dash, mkdtemp's letters

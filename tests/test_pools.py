@@ -144,3 +144,20 @@ def test_sigterm_while_a_worker_is_spawned_leaves_no_traceback():
     proc = subprocess.run([sys.executable, "-c", TERM_WHILE_SPAWNING.format(tests=str(Path(__file__).parent))],
                           capture_output=True, text=True, timeout=120)  # waits for the child too: it holds stderr
     assert proc.returncode == 143 and proc.stderr == "racsim: interrupted\n", proc.stderr
+
+
+def test_a_killed_process_not_yet_reaped_is_not_alive():
+    """A run killed outright stays a zombie until its parent reaps it; its lock must not be held that long."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert pid_alive(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.time() + 10
+        while pid_alive(child.pid) and time.time() < deadline:  # the kill lands; nothing reaps it meanwhile
+            time.sleep(0.01)
+        assert not pid_alive(child.pid)
+        assert open(f"/proc/{child.pid}/stat").read().split(") ")[1].startswith("Z")  # still there, a zombie
+    finally:
+        child.kill()
+        child.wait()
+    assert not pid_alive(child.pid)

@@ -194,10 +194,12 @@ class Roofline(ServiceModel):
             self.layer_flops = 2.0 * layer.params / self.tp
 
     def efficiency(self, tokens) -> np.ndarray:
-        """The MFU of a pass of ``tokens`` tokens: ``rm.mfu``, or the curve's times ``rm.mfu_scale`` (at most 1)."""
+        """The MFU of a pass of ``tokens`` tokens: ``rm.mfu``, or the curve's times ``rm.mfu_scale`` (at most 1); a
+        pass of no tokens (an empty batch a vectorised step computes) at one token's, so that its compute is 0 s."""
         n = np.asarray(tokens, dtype=np.float64)
         if self.mfu is not None:
             return np.full(n.shape, self.mfu)
+        n = np.maximum(n, 1.0)
         seconds = self.curve.at(n)[0]
         mfu = np.minimum(1.0, self.scale * (self.layer_flops * n / (self.peak / self.tp * seconds)))
         return float(mfu) if scalars(tokens) else mfu

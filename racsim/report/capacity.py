@@ -168,25 +168,33 @@ def _ci(row, col: str, f=lambda v: f"{v:.3g}") -> str:
 def without_steady_state(rows: pd.DataFrame, max_load: float) -> str:
     """The counts of ``rows`` (one corrector's curve rows whose status is not ok) without a steady state, in
     one phrase: each run of adjacent overloaded counts as one range with its loads ('1 to 4 (4 counts):
-    overloaded, load 4.44 down to 1.11, each >= capacity.max_load 0.95'), any other count by its status."""
+    overloaded, load 4.44 down to 1.11, each >= capacity.max_load 0.95'), each run of adjacent counts with
+    one other status as their list and that status ('8, 10, 12 (3 counts): not stationary at 640 steps ...')."""
     rows = rows.sort_values("count")
     said: List[str] = []
-    run: List[tuple] = []  # the adjacent overloaded counts so far: (count, load)
+    run: List[tuple] = []  # the adjacent counts so far of one status: (count, load, status)
 
     def close() -> None:
-        if len(run) == 1:
+        if not run:
+            return
+        if not run[0][2].startswith("overloaded"):
+            counts = ", ".join(str(c) for c, _, _ in run)
+            said.append(f"{counts}{f' ({len(run)} counts)' if len(run) > 1 else ''}: {run[0][2]}")
+        elif len(run) == 1:
             said.append(f"{run[0][0]}: overloaded: load {run[0][1]:.3g} >= capacity.max_load {max_load:g}")
-        elif run:
+        else:
             said.append(f"{run[0][0]} to {run[-1][0]} ({len(run)} counts): overloaded, load {run[0][1]:.3g} down to "
                         f"{run[-1][1]:.3g}, each >= capacity.max_load {max_load:g}")
         run.clear()
 
     for r in rows.itertuples():
-        if str(r.status).startswith("overloaded"):
-            run.append((int(r.count), float(r.load)))
+        status = str(r.status)
+        kind = "overloaded" if status.startswith("overloaded") else status
+        if run and (run[0][2].startswith("overloaded") and kind == "overloaded" or run[0][2] == kind):
+            run.append((int(r.count), float(r.load), kind))
         else:
             close()
-            said.append(f"{int(r.count)}: {r.status}")
+            run.append((int(r.count), float(r.load), kind))
     close()
     return "; ".join(said)
 
