@@ -74,6 +74,8 @@ def unwritable_value(df):
                 continue
             if c.startswith("background_") and not df["background_jobs"].iloc[i] > 0:
                 continue  # a channel without background beside one with it, or none of its requests in the window
+            if c == "response_dropped_mean" and df["groups_dropped"].iloc[i] == 0:
+                continue  # asynchronous generation: no group dropped from the trainer's queue, no length to average
             if "mode" in df:  # NaN in every row of its mode, and not NaN in every row of the others
                 mine = [j for j in range(len(df)) if df["mode"].iloc[j] == df["mode"].iloc[i]]
                 others = [j for j in range(len(df)) if j not in mine]

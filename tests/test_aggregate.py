@@ -3,6 +3,7 @@ over seeds against a hand loop, the plot per swept knob and its series, and a ti
 
 from __future__ import annotations
 
+import itertools
 import math
 import subprocess
 import sys
@@ -159,7 +160,8 @@ def test_a_tiny_sweep_prints_its_answer(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout[proc.stdout.index("one row per cell and"):].splitlines()  # its line may wrap (120 columns)
     head = next(k for k, ln in enumerate(lines) if ln.split()[:1] == ["tau_age"])
-    rows = [ln for ln in lines[head + 1:] if not ln.startswith("(")]  # less the note on the columns left out
+    # the table's rows: up to the note on the columns left out, or the warning naming cells not healthy
+    rows = list(itertools.takewhile(lambda ln: not ln.startswith(("(", "warning:", "racsim:")), lines[head + 1:]))
     assert lines[head].split()[:3] == ["tau_age", "corrector", "n"] and len(rows) == 2 * 8  # 2 cells x 8 correctors
     sweep = next((tmp_path / "outputs" / "default").glob("multirun_*"))
     flat = pd.read_parquet(sweep / "results.parquet")

@@ -326,7 +326,7 @@ def said_lines(stderr: str, head: str) -> list:
 
 
 # a running phase's line: done, total (or bound), unit, note (a phase's end, 'N of at most M needed', is not one)
-UNITS = re.compile(r"(\d+)(?:/| of at most )([\d,]+) ([\w -]+?)s? \(\d+%\).*?(?: - (.*))?$")
+UNITS = re.compile(r"(\d+)(?:/| of at most )([\d,]+) ([\w -]+?)s? \((?:\d+%|finishing)\).*?(?: - (.*))?$")
 
 
 @pytest.mark.long

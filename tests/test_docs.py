@@ -54,7 +54,7 @@ LM = ("learner.lm.seeds=2 learner.lm.max_seeds=4 learner.lm.checkpoints=0 pipeli
       "output.plots=false")
 # asynchronous generation: few trials of short runs; a pool split of one split, run once at a fixed length
 ASYNC = "learner.trials=3 learner.bootstrap=20 learner.train.enabled=false output.plots=false pipeline.steps=24"
-SPLIT = (ASYNC.replace("pipeline.steps=24", "pipeline.steps=40") + " pipeline.warmup_steps=8 capacity.run_length=fixed "
+SPLIT = (ASYNC.replace("pipeline.steps=24", "pipeline.steps=60") + " pipeline.warmup_steps=20 capacity.run_length=fixed "
          "capacity.resamples=20 capacity.decide_steps=0 capacity.split.engines=[4] capacity.split.judge=[4]")
 REDUCE = [
     (r"^racsim-report", [], ""),

@@ -493,7 +493,8 @@ BLOCK_BASES = [(), ("channel@pipeline.channels.judge=judge_gpu_rm",), ("scenario
                ("channel@pipeline.channels.judge=judge_gpu_rm",  # a judge shared with other tenants
                 "+pipeline.channels.judge.background={rate_per_s: 3.0, prompt_tokens: {kind: lognormal, mean: 150.0}, "
                 "response_tokens: {kind: lognormal, mean: 300.0}}"),
-               ("pipeline.generation.lag={kind: geometric, mean: 2.0}",)]  # stale samples: a lag law
+               ("pipeline.generation.lag={kind: geometric, mean: 2.0}",),  # stale samples: a lag law
+               ("scenario=async/areal",)]  # asynchronous generation: engines, trainer, admission
 
 
 def _bare(t):

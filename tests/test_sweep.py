@@ -375,7 +375,8 @@ def test_report_command_gathers_any_folder(serial, tmp_path, capsys):
     # a single job folder: its own results are left alone, report.md only
     single = sweep / "3"
     own = (single / "results.parquet").read_bytes()
-    df, _, written = gather_and_write(single)
+    g = gather_and_write(single)
+    df, written = g.table, g.written
     assert [p.name for p in written] == ["report.md"] and (single / "results.parquet").read_bytes() == own
     assert len(df) == N_CORRECTORS and df["corrector.tau_age"].iloc[0] == 1000.0
     capsys.readouterr()  # the gathering's progress, when it took long enough to say any

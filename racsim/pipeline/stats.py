@@ -70,7 +70,8 @@ def channel_stats(sched: ArrivalSchedule, workers: Dict[str, Optional[int]], war
         if pool is not None:
             row.update(pool_row(sched, k, pool, t0, t1, w))
         if loads is not None:
-            up = row.get("availability", 1.0)
+            up = row.get("availability", float("nan"))
+            up = 1.0 if np.isnan(up) else up  # a channel without faults (another one's failing) is always up
             row["offered_load"] = loads.get(name, float("nan")) / up if up > 0 else float("nan")
         row.update(stationarity(sched, k, w, queued=row["workers"] is not None))
         rows.append(row)
