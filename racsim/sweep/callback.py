@@ -126,9 +126,12 @@ class Job:
         return "run" if self.num is None else f"job {self.num}"
 
     def finish(self, written: Iterable[Path], digests: Optional[Dict[str, dict]] = None) -> Path:
-        """Write ``done.json``: the job's last act (``digests``: racsim.sweep.markers.write_marker)."""
+        """Write ``done.json``: the job's last act (``digests``: racsim.sweep.markers.write_marker). Its
+        ``runtime_s``: the job's seconds here and, for a sweep job racsim's launcher computed ahead with its
+        batch, its share of the batch's (:data:`SHARE`), as the job's racsim.log says."""
+        share = SHARE.get(self.num, 0.0) if self.num is not None else 0.0
         path = write_marker(self.out_dir, written, overrides=self.overrides, cell=self.cell, job=self.num,
-                            runtime_s=time.perf_counter() - self.t0, digests=digests)
+                            runtime_s=time.perf_counter() - self.t0 + share, digests=digests)
         if self.num is None:  # a single run is complete: what it made stays, whatever stops the process now
             CREATED.clear()
             if "dir" in _SINGLE:
@@ -444,8 +447,10 @@ class JobCounts:
         """A finished job's own seconds (from its folder's start to its marker) and its share of a batch
         computed ahead."""
         marker = read_marker(d) or {}
-        own = ended - began if began is not None and ended >= began else float(marker.get("runtime_s") or 0.0)
-        return own, SHARE.get(marker.get("job"), 0.0)
+        share = SHARE.get(marker.get("job"), 0.0)  # done.json's runtime_s counts it too (Job.finish)
+        own = (ended - began if began is not None and ended >= began
+               else max(0.0, float(marker.get("runtime_s") or 0.0) - share))
+        return own, share
 
     def left_s(self, now: float, ages: List[float], ahead: List[float], prepared: int,
                left: Optional[int]) -> Optional[float]:
