@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -427,3 +428,28 @@ def test_the_rollout_engines_decode_and_prefill_on_the_kernels():
     two = async_schedules(cfg.pipeline, 2, rng_for(1, "pipeline"), blocking=False, engine="simpy")
     for key in one:
         assert_same_schedule(one[key], two[key], key)
+
+
+def services_table() -> dict:
+    """docs/capacity.md's generated capacity.services block: (scenario, service) -> GPUs."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "capacity.md").read_text()
+    block = text[text.index("<!-- generated:capacity.services -->"):]
+    block = block[:block.index("<!-- /generated -->")]
+    rows = re.findall(r"^\s*(judge_\w+)\s+(.+?)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+$", block, re.M)
+    return {(scen, service): int(n) for scen, service, n in rows}
+
+
+def test_the_capacity_pages_reading_of_the_services_table():
+    """What docs/capacity.md says of its services table, read off the table: the curve and the kernels agree
+    where the load decides; 10% adds one GPU to the judge, the bursty judge and the autoscaled pool and none to
+    the preempted pool; 30% adds one more to the bursty judge and the preempted pool, none to the other two;
+    no overhead brings back the flat 0.4's answer there."""
+    t = services_table()
+    load_decides = ("judge_rm_h100", "judge_rm_autoscale", "judge_rm_bursts", "judge_rm_preempt")
+    assert {s for s, _ in t} == set(load_decides) | {"judge_rm_faults"}
+    for s in load_decides:
+        kernels, plus10, plus30 = (t[(s, f"kernels{x}")] for x in ("", " + 10%", " + 30%"))
+        assert t[(s, "roofline, efficiency curve")] == kernels, s
+        assert plus10 - kernels == (0 if s == "judge_rm_preempt" else 1), s
+        assert plus30 - plus10 == (1 if s in ("judge_rm_bursts", "judge_rm_preempt") else 0), s
+        assert plus30 < t[(s, "roofline, MFU 0.4")], s

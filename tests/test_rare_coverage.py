@@ -113,3 +113,7 @@ def test_docs_state_the_coverage_measured():
     assert m, "docs/capacity.md no longer states the replications' mean at 6 GPUs"
     assert [float(v) for v in m.groups()] == [round(100 * STUDY[CASES[0]]["pooled"], 2),
                                                round(100 * TRUTH[CASES[0]]["dropped_share"], 2)]
+    m = re.search(r"within two of its standard errors \(([\d.]+)%\)", text)
+    assert m and float(m.group(1)) == round(100 * STUDY[CASES[0]]["pooled_se"], 2), "the pooled mean's s.e."
+    m = re.search(r"The study took (\d+) s \(6 GPUs\) and (\d+) s \(7 GPUs\)", text)
+    assert m and [int(v) for v in m.groups()] == [round(STUDY[c]["seconds"]) for c in CASES], "the study's seconds"

@@ -98,7 +98,9 @@ def test_the_answer_is_the_exhaustive_evaluations(spec, answer):
     # the branches this case reaches: an overloaded judge, the lag cap, and splits that meet everything
     assert 0 < len(feasible) < len(hand) and (res.table.fails == "load").any()
     assert res.table.fails.str.contains("max_mean_lag").any()
-    best = max(feasible, key=lambda k: (hand[k]["steps_per_hour"], -hand[k]["mean_lag"]))
+    top = max(feasible, key=lambda k: (hand[k]["steps_per_hour"], -hand[k]["mean_lag"]))
+    tied = [k for k in feasible if hand[k]["steps_per_hour_hi"] >= hand[top]["steps_per_hour_lo"]]
+    best = min(tied, key=lambda k: (hand[k]["mean_lag"], k[0], k[2]))  # throughput ties: the smaller lag
     assert (res.recommended.engines, res.recommended.trainer, res.recommended.judge) == best
     rest = [k for k in feasible if k != best]
     if rest:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -170,32 +172,19 @@ def without_steady_state(rows: pd.DataFrame, max_load: float) -> str:
     one phrase: each run of adjacent overloaded counts as one range with its loads ('1 to 4 (4 counts):
     overloaded, load 4.44 down to 1.11, each >= capacity.max_load 0.95'), each run of adjacent counts with
     one other status as their list and that status ('8, 10, 12 (3 counts): not stationary at 640 steps ...')."""
-    rows = rows.sort_values("count")
     said: List[str] = []
-    run: List[tuple] = []  # the adjacent counts so far of one status: (count, load, status)
-
-    def close() -> None:
-        if not run:
-            return
-        if not run[0][2].startswith("overloaded"):
-            counts = ", ".join(str(c) for c, _, _ in run)
-            said.append(f"{counts}{f' ({len(run)} counts)' if len(run) > 1 else ''}: {run[0][2]}")
+    for kind, group in itertools.groupby(rows.sort_values("count").itertuples(),
+                                         key=lambda r: "overloaded" if str(r.status).startswith("overloaded")
+                                         else str(r.status)):
+        run = [(int(r.count), float(r.load)) for r in group]
+        if kind != "overloaded":
+            said.append(", ".join(str(c) for c, _ in run) + (f" ({len(run)} counts)" if len(run) > 1 else "")
+                        + f": {kind}")
         elif len(run) == 1:
             said.append(f"{run[0][0]}: overloaded: load {run[0][1]:.3g} >= capacity.max_load {max_load:g}")
         else:
             said.append(f"{run[0][0]} to {run[-1][0]} ({len(run)} counts): overloaded, load {run[0][1]:.3g} down to "
                         f"{run[-1][1]:.3g}, each >= capacity.max_load {max_load:g}")
-        run.clear()
-
-    for r in rows.itertuples():
-        status = str(r.status)
-        kind = "overloaded" if status.startswith("overloaded") else status
-        if run and (run[0][2].startswith("overloaded") and kind == "overloaded" or run[0][2] == kind):
-            run.append((int(r.count), float(r.load), kind))
-        else:
-            close()
-            run.append((int(r.count), float(r.load), kind))
-    close()
     return "; ".join(said)
 
 

@@ -72,9 +72,17 @@ def answer_text(res: SplitResult) -> str:
                f"{fmt(o.steps_per_hour_hi)}] at mean lag {fmt(o.mean_lag)}"
                + (" (the two intervals of steps per hour overlap: either split serves)." if close else "."))
     higher = ranked[ranked.steps_per_hour > row.steps_per_hour]
-    why = (f" Every split with more steps per hour fails a target ({len(higher)}: "
-           + "; ".join(f"{_split_name(h, res)} {h.fails}" for _, h in higher.head(3).iterrows())
-           + ("; ..." if len(higher) > 3 else "") + ")." if len(higher) else "")
+    failing = higher[~higher.fails.isin(["", "(bias not read)"])]
+    tied = len(higher) - len(failing)  # meet every target, with steps per hour the intervals cannot tell apart
+    named = "; ".join(f"{_split_name(h, res)} {h.fails}" for _, h in failing.head(3).iterrows()) + (
+        "; ..." if len(failing) > 3 else "")
+    if not tied:
+        why = f" Every split with more steps per hour fails a target ({len(failing)}: {named})." if len(failing) else ""
+    else:
+        why = (f" Of the splits with more steps per hour, {tied} meet{'s' if tied == 1 else ''} every target with "
+               f"steps per hour the intervals cannot tell from this split's, at a larger mean lag"
+               + (f", and {len(failing)} fail{'s' if len(failing) == 1 else ''} one ({named})" if len(failing) else "")
+               + ".")
     return (f"{res.gpus} GPUs: {r.text()}: {split_line(row, res)} ({goal}; steady state: warm-up "
             f"{int(row.warmup_steps)} of {int(row.steps)} steps)." + why + nxt + notes)
 
@@ -138,7 +146,8 @@ def split_summary_markdown(cfg: RacsimConf, res: SplitResult, files: List[str]) 
              f"batch means). Steps per hour and the mean lag come with Student's t intervals over the trials, the head "
              f"lag's p95 with a pooled quantile's; the judge's load is its work per step over the trainer's mean step. "
              f"A split meets a target when the upper end of its figure's {res.level:.0%} interval does; the answer is "
-             f"the one with the most steps per hour among those that do, every split ranked above it failing for "
+             f"among those that do, the one with the smallest mean lag of those whose steps per hour the intervals "
+             f"cannot tell from the most, every split ranked above it failing for "
              f"sure (one failing only by an interval that straddles its target is replicated: "
              f"{res.replicated_steps} steps, capacity.decide_steps). docs/generation.md says more.", "",
              "## Every split tried", "", "```", format_splits(res), "```", "",

@@ -14,8 +14,9 @@ figures with their intervals, and where a bias target is set the exact bias of `
 ratio to naive's (racsim.analyses.capacity.intervals). A split meets a target when the upper end of its
 figure's interval does (racsim.analyses.capacity.targets), the lag caps likewise.
 
-The answer is the split with the most steps per hour (point estimates, ties to the smaller mean lag) among
-those that meet every target. It depends on the splits ranked above it, each of which must fail for sure: one
+The answer is, among the splits that meet every target, the one with the smallest mean lag of those whose
+interval of steps per hour overlaps the best one's (splits the runs cannot tell apart by throughput are tied,
+and their point estimates' order is a seed's luck). It depends on the splits ranked above it, each of which must fail for sure: one
 whose only failures are intervals straddling their targets is simulated again as independent replications
 until each lies on one side or ``capacity.decide_steps`` runs out (racsim.analyses.capacity.stopping, the
 capacity search's rule); a split left undecided is named in a note and the answer stays on the safe side, the
@@ -298,7 +299,7 @@ class SplitResult:
     judge: Optional[str]
     recommended: Optional[Split]
     targets: Dict[str, Any]
-    runner_up: Optional[Split] = None  # the split with the most steps per hour after the answer that meets them
+    runner_up: Optional[Split] = None  # the split with the most steps per hour, the answer aside, that meets them
     best: Any = None
     notes: List[str] = field(default_factory=list)
     timings: Dict[str, float] = field(default_factory=dict)
@@ -376,8 +377,16 @@ class SplitSearch:
         return sorted(self.rows, key=key)
 
     def answer(self) -> Optional[Split]:
-        """The split with the most steps per hour that meets every target (None: none does)."""
-        return next((s for s in self.ranked() if self.passes(s)), None)
+        """Of the splits that meet every target (None: none does), the one with the smallest mean lag (then fewer
+        engine, then judge GPUs) among those whose interval of steps per hour overlaps that of the one with the
+        most: splits whose steps per hour the runs cannot tell apart are tied, and the point estimates' order
+        among them is a seed's luck."""
+        passing = [s for s in self.ranked() if self.passes(s)]
+        if not passing:
+            return None
+        top = self.rows[passing[0]]
+        tied = [s for s in passing if self.rows[s]["steps_per_hour_hi"] >= top["steps_per_hour_lo"]]
+        return min(tied, key=lambda s: (self.rows[s]["mean_lag"], s.engines, s.judge))
 
     def open_keys(self, s: Split) -> List[str]:
         """The targets split ``s`` fails only by an interval straddling them (stopping.open_targets), where it
@@ -499,7 +508,7 @@ def run_split(cfg: RacsimConf, progress: Optional[Progress] = None) -> SplitResu
     budget, decisions = search.decide()
     best = search.answer()
     ranked = search.ranked()
-    runner = None if best is None else next((s for s in ranked[ranked.index(best) + 1:] if search.passes(s)), None)
+    runner = None if best is None else next((s for s in ranked if s != best and search.passes(s)), None)
     notes = [undecided_note(s, d, targets) for s, d in decisions.items() if not d.decided]
     for row in search.rows.values():  # what each split fails, once its figures are final
         row["fails"] = fails_text(row, targets)
