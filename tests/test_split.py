@@ -10,6 +10,7 @@ import copy
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -139,6 +140,13 @@ def test_the_command_prints_one_answer_line_and_writes_the_table(tmp_path, monke
     for name in ("split.csv", "split.parquet", "results.csv", "generation.csv", "summary.md", "done.json"):
         assert (tmp_path / "run" / name).is_file(), name
     assert "## Every split tried" in (tmp_path / "run" / "summary.md").read_text()
+    # the answer's run gathers as a run's (racsim-report, a sweep of splits): its results, one row per corrector
+    from racsim.sweep.gather import job_table
+
+    rows = job_table(tmp_path / "run")
+    results = pd.read_csv(tmp_path / "run" / "results.csv")
+    assert list(rows.corrector) == list(results.corrector) and rows.bias_exact.tolist() == pytest.approx(
+        results.bias_exact.tolist(), rel=1e-12)
 
 
 def test_no_split_meeting_the_targets_exits_3(tmp_path, monkeypatch, capsys):

@@ -48,7 +48,9 @@ def split_line(row, res: SplitResult) -> str:
         s += (f", judge load {row.load:.3g}, dropped {_ci(row, 'dropped_frac', lambda v: f'{100 * v:.1f}%')}")
     if "bias_exact" in row and pd.notna(row.get("bias_exact")):
         bias = _ci(row, "bias_exact", lambda v: f"{v:.3g}")
-        s += f", {res.corrector} bias {bias} ({_ci(row, 'bias_vs_naive')} x naive's)"
+        s += (f", {res.corrector} bias {bias} ({_ci(row, 'bias_vs_naive')} x naive's, over training steps "
+              f"{int(row.warmup_steps)}-{int(row.steps)}: the policy still moves, and the share of its bias that "
+              f"the generation lag makes shrinks as training settles)")
     return s
 
 
@@ -158,7 +160,7 @@ def split_summary_markdown(cfg: RacsimConf, res: SplitResult, files: List[str]) 
 def write_split(out_dir: Path, cfg: RacsimConf, res: SplitResult, cfg_yaml: str, plots: bool = True,
                 found: Optional[List[Unwritable]] = None, about: Sequence[str] = ()) -> list:
     """Write a pool split's files into ``out_dir``: split.csv and split.parquet (every split tried), the
-    answer's run tables (results, channels, generation), config.yaml, its trace and summary.md; returns the
+    answer's run tables (results, channels, generation, as CSV and Parquet), config.yaml, its trace and summary.md; returns the
     paths written. ``found``, ``about``: as racsim.report.writers.write_outputs's."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list = []
@@ -169,9 +171,10 @@ def write_split(out_dir: Path, cfg: RacsimConf, res: SplitResult, cfg_yaml: str,
         tables += [("results", res.best.results), ("channels", res.best.channels)]
         tables += [(k, v) for k, v in res.best.extra.items() if k == "generation"]
     written += csv_tables(out_dir, tables, bad, notes)
-    p = out_dir / "split.parquet"
-    atomic_write(p, lambda t: res.table.to_parquet(t, index=False))
-    written.append(p)
+    for stem, df in tables:  # and as Parquet: the answer's run then gathers as a run's (racsim.sweep.gather)
+        p = out_dir / f"{stem}.parquet"
+        atomic_write(p, lambda t, df=df: df.to_parquet(t, index=False))
+        written.append(p)
     write_text(out_dir / "config.yaml", cfg_yaml)
     written.append(out_dir / "config.yaml")
     return closed(out_dir, res.best, lambda files: split_summary_markdown(cfg, res, files), written, bad, notes,
