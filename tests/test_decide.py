@@ -385,3 +385,18 @@ def test_the_curve_reads_rare_figures_off_the_trials():
             lo, hi = D.poisson_interval(k, 0.95)
             assert r["dropped_frac_lo"] <= r["dropped_frac"] * lo / k + 1e-12
             assert r["dropped_frac_hi"] >= r["dropped_frac"] * hi / k - 1e-12
+
+
+def test_the_recommended_count_is_decided_before_the_one_below_it(monkeypatch):
+    """The budget settles the answer's candidate first (issue 50: deciding the fewer first let its
+    replications spend what the candidate needed, so the answer moved up by the luck of the order)."""
+    import racsim.analyses.capacity.run as run_module
+
+    target = "capacity.max_dropped=0.2"
+    f = small_search(target, "capacity.decide_steps=0").recommended
+    order, real = [], run_module.decide_count
+    monkeypatch.setattr(run_module, "decide_count", lambda *a, **k: order.append(a[3]) or real(*a, **k))
+    res = small_search(target, "capacity.decide_steps=3000")
+    got = rac(res.curve)
+    assert f is not None and f - 1 in got.index and got.loc[f - 1, "replications"] > 1  # both were replicated
+    assert order[:2] == [f, f - 1]

@@ -50,6 +50,9 @@ BROKEN: dict = {}  # documented commands known to fail: key -> why (a strict exp
 FEW = "learner.trials=20 learner.bootstrap=20 learner.train.enabled=false output.plots=false"
 CAPACITY = ("learner.trials=4 learner.bootstrap=20 pipeline.steps=15 pipeline.warmup_steps=5 output.plots=false "
             "capacity.run_length=fixed capacity.resamples=20 capacity.benchmark=false")
+# the sensitivity table (on for the judge's scenarios: ten more searches, half a reduced run's time) runs
+# with the judge's plain command; its variants elsewhere are tests/test_capacity_sensitivity.py's
+QUIET = CAPACITY + " capacity.sensitivity.enabled=false"
 LM = ("learner.lm.seeds=2 learner.lm.max_seeds=4 learner.lm.checkpoints=0 pipeline.steps=6 pipeline.warmup_steps=2 "
       "output.plots=false")
 # asynchronous generation: few trials of short runs; a pool split of one split, run once at a fixed length
@@ -74,8 +77,9 @@ REDUCE = [
      "capacity.counts=[4,5,12]"),
     # every shipped GPU capacity scenario under five service models: each run as small as the others here
     (r"racsim.tools.kernels answers", [], CAPACITY + " capacity.counts=[4]"),
-    (r"scenario=capacity/code_verifier", [], CAPACITY + " capacity.counts=[64]"),
-    (r"scenario=capacity/", [], CAPACITY + " capacity.counts=[4]"),
+    (r"scenario=capacity/code_verifier", [], QUIET + " capacity.counts=[64]"),
+    (r"scenario=capacity/judge_rm_h100$", [], CAPACITY + " capacity.counts=[4]"),
+    (r"scenario=capacity/", [], QUIET + " capacity.counts=[4]"),
     (r"scenario=adaptive_tau", [], "learner.trials=20 learner.bootstrap=20 pipeline.steps=30 pipeline.warmup_steps=10 output.plots=false"),
     (r"scenario=two_lags", [], "learner.trials=4 learner.bootstrap=20 learner.horizon=5 pipeline.steps=10 "
                                "pipeline.warmup_steps=4 learner.train.lanes=2 output.plots=false"),

@@ -25,7 +25,8 @@ SMALL = ["learner.trials=4", "learner.bootstrap=20", "pipeline.steps=30", "pipel
          "capacity.sensitivity.enabled=false"]
 RUNS = {
     "default": ["learner.trials=8", "pipeline.steps=20", "learner.bootstrap=20"],
-    "capacity": ["scenario=capacity/judge_rm_faults", *SMALL, "capacity.counts=[4,8]"],
+    # the curve as the search reads it (the deciding replications, three times its time, draw nothing more)
+    "capacity": ["scenario=capacity/judge_rm_faults", *SMALL, "capacity.counts=[4,8]", "capacity.decide_steps=0"],
     "lm": ["learner=lm", "learner.lm.policy=bandit", "learner.lm.seeds=3", "pipeline.steps=8", "learner.lm.decide=[]"],
     "lags": ["scenario=two_lags", "learner.trials=4", "learner.bootstrap=20", "learner.horizon=5", "pipeline.steps=10", "pipeline.warmup_steps=4",
              "learner.train.lanes=2",

@@ -285,9 +285,12 @@ class Search:
 
     def decide(self, lowest: int, top: int) -> Tuple[stopping.Budget, Dict[int, Optional[stopping.Decision]]]:
         """The counts the answer depends on (:func:`~racsim.analyses.capacity.search.answer_counts`),
-        each evaluated and decided with enough evidence (:func:`decide_count`), the fewer first (where it
-        passes, the other no longer matters), within one budget of ``capacity.decide_steps`` and
-        ``capacity.decide_s`` for them all."""
+        each evaluated and decided with enough evidence (:func:`decide_count`) in the order that function
+        gives them: the count the answer would recommend first, so that the budget settles it before any
+        other (were the fewer decided first, what its replications spent could leave the recommended count
+        unresolved, and the answer would move up by the luck of the order: issue 50), then the one a
+        server below it, which the answer moves down to only where it too is settled; within one budget
+        of ``capacity.decide_steps`` and ``capacity.decide_s`` for them all."""
         t0 = time.perf_counter()
         cap = self.cfg.capacity
         budget = stopping.Budget(int(cap.decide_steps), math.inf if cap.decide_s is None else float(cap.decide_s))
@@ -297,7 +300,7 @@ class Search:
         while cap.decide_steps > 0 and (todo := [n for n in answer_counts(self.rows, self.chosen, self.targets,
                                                                           self.step, lowest, top)
                                                  if n not in decisions]):
-            n = min(todo)
+            n = todo[0]
             self.evaluate(n)
             decisions[n] = decide_count(self.cfg, self.name, self.key, n, self.rows[n], self.runs[n],
                                         {**self.targets, "corrector": self.chosen}, budget,

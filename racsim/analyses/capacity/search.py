@@ -126,9 +126,10 @@ def counts_above(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, An
 
 def answer_counts(rows: Dict[int, List[dict]], chosen: str, targets: Dict[str, Any], step: int, lowest: int,
                   top: int) -> List[int]:
-    """The counts the answer depends on: the fewest meeting the targets above which every evaluated
-    count does, and the one a server below it (from ``lowest``); where the largest evaluated count
-    fails, it and the one a server above it (up to ``top``)."""
+    """The counts the answer depends on, in the order they are decided (the answer's candidate first):
+    the fewest meeting the targets above which every evaluated count does, then the one a server below
+    it (from ``lowest``); where the largest evaluated count fails, it, then the one a server above it
+    (up to ``top``)."""
     ok = passing(rows, chosen, targets)
     ns = sorted(ok)
     if ok[ns[-1]]:
