@@ -453,3 +453,16 @@ def test_the_capacity_pages_reading_of_the_services_table():
         assert plus10 - kernels == (0 if s == "judge_rm_preempt" else 1), s
         assert plus30 - plus10 == (1 if s in ("judge_rm_bursts", "judge_rm_preempt") else 0), s
         assert plus30 < t[(s, "roofline, MFU 0.4")], s
+
+
+def test_the_capacity_pages_reading_of_the_faults_rows():
+    """What docs/capacity.md says of judge_rm_faults' rows (its candidate decided first), read off the table."""
+    t = services_table()
+    f = {s: n for (scen, s), n in t.items() if scen == "judge_rm_faults"}
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "capacity.md").read_text().split())
+    assert f["roofline, efficiency curve"] == f["kernels"] and f["kernels + 10%"] == f["kernels + 30%"]
+    said = (f"its rows read as the judge's do ({f['kernels']} GPUs under the curve and the kernels, "
+            f"{f['kernels + 10%']} with 10% or 30% overhead)")
+    assert said in text
+    assert (f"now follows it as the judge does: {f['kernels']} with the kernels, {f['kernels + 10%']} with 10% and "
+            f"with 30%.") in text

@@ -121,3 +121,26 @@ def test_docs_state_the_coverage_measured(name):
                                                round(100 * six["pooled_se"], 2)]
     m = re.search(rf"The study under {word} took (\d+) s \(6 GPUs\) and (\d+) s \(7 GPUs\)", text)
     assert m and [int(v) for v in m.groups()] == [round(six["seconds"]), round(seven["seconds"])], "the seconds"
+
+
+def test_docs_state_the_faults_study_as_stored():
+    """The figures docs/capacity.md types about judge_rm_faults' long runs and its study at 7 GPUs, read off the
+    stored files: the long runs' size and seconds, the misses' upper ends and episodes, a seed's CPU s."""
+    text = " ".join((ROOT / "docs" / "capacity.md").read_text().split())
+    six, seven = TRUTH["judge_rm_faults:6"], TRUTH["judge_rm_faults:7"]
+    assert (f"under evictions {seven['measured_trial_steps']:,} trial-steps, {seven['lanes'] // 4} runs of 4 trials x "
+            f"{seven['steps'] - seven['warmup']:,} steps after a warm-up of {seven['warmup']:,}: "
+            f"{seven['seconds']:,.0f} s at 7 GPUs and {six['seconds']:,.0f} s at 6") in text
+    assert six["measured_trial_steps"] == seven["measured_trial_steps"] and six["lanes"] == seven["lanes"]
+    rows = STUDY["judge_rm_faults:7"]["seeds"]
+    truth = seven["dropped_share"]
+    misses = [r for r in rows if not r["lo"] <= truth <= r["hi"]]
+    tops = " and ".join(f"{100 * r['hi']:.2f}%" for r in misses)
+    seen = {r["episodes"] for r in misses}
+    assert len(seen) == 1 and (f"the two misses at 7 read {tops} at the top of their intervals, where the long run is "
+                               f"{100 * truth:.2f}%: runs that saw {seen.pop()} episodes") in text
+    doubled = [r for r in rows if r["runs"] > 5]
+    cpu = np.mean([r["cpu_s"] for r in rows])
+    assert (f"a seed's settled run and replications take {cpu:.0f} CPU s on average, up to "
+            f"{max(r['cpu_s'] for r in doubled):.0f} where a "
+            f"straddling interval doubles them ({len(doubled)} seeds of {len(rows)})") in text
