@@ -191,6 +191,31 @@ def test_far_above_the_target_stops_early():
     assert lo > 0.01 and lo <= rate * length <= hi
 
 
+def test_a_target_decided_failing_ends_the_replications():
+    """The dropped share far above its target, once resolved, fails the count: a bias ratio still straddling
+    its target (runs alternating 0.05 and 0.15 against 0.1: never settled) asks for no more stages."""
+    rate, length = 0.004, 10.0
+    keys, targets = ["max_dropped", "max_bias_vs_naive"], {"max_dropped": 0.01, "max_bias_vs_naive": 0.1}
+    p = plan(need=D.need_of(rate * length, rate, length, targets, keys, 0.95))
+    runs = toy(rate, length, 2)
+
+    def replicate(r, stage_runs):
+        out = runs(r, stage_runs)
+        for i, rep in enumerate(out):
+            rep.means = {"bias_vs_naive": (0.05, 0.15)[(r + i) % 2]}
+        return out
+
+    first = first_of(rate, length, 1)
+    first.means = {"bias_vs_naive": 0.05}
+    budget = D.Budget(10 ** 6, 1e9)
+    d = D.sequential(first, replicate, keys, targets, 0.95, p, budget)
+    assert d.decided and d.open == [] and D.failing(d.found, keys, targets, d.reps, p) == ["max_dropped"]
+    assert len(d.reps) == 1 + len(D.stage(d.reps[:1], p))  # the stage that resolved the share, no other
+    _, lo, hi = d.found["max_bias_vs_naive"]
+    assert lo <= 0.1 < hi  # still straddling: replicating on would have gone on to the budget's end
+    assert budget.used == math.ceil(sum(n * s for n, s in D.stage(d.reps[:1], p)) / p.lanes)
+
+
 def test_nothing_seen_is_replicated_up_to_the_need_then_passes():
     calls = []
 

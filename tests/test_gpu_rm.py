@@ -32,8 +32,8 @@ from racsim.config.schema import (
     RMConf,
     RMModelConf,
 )
-from racsim.pipeline.batcher import GpuSpec, _log_order, gpu_spec
-from racsim.pipeline.cbatch import drain_seconds
+from racsim.pipeline.batcher import GpuSpec, _fifo_lanes, _FifoLanes, _log_order, _prefix, gpu_spec
+from racsim.pipeline.cbatch import _aligned_drain, drain_seconds
 from racsim.pipeline.draws import PipelineDraws, draw, draw_tokens
 from racsim.pipeline.latency import token_lengths
 from racsim.pipeline.engines import ENGINES
@@ -333,6 +333,32 @@ def test_fast_scorer_on_gpus_sets_the_fast_score_phase():
             r = int(np.argmin(free))
             free[r] += float(spec.model.seconds(1.0, L, L * L, L))
         assert got[i, t] == pytest.approx(max(free), rel=1e-12)
+
+
+@pytest.mark.parametrize("padded,order,replicas", [(False, "fifo", 1), (True, "fifo", 1), (False, "shortest", 1),
+                                                   (True, "shortest", 2), (False, "fifo", 3)])
+def test_drain_seconds_is_the_fifo_rule_on_every_row(padded, order, replicas):
+    """drain_seconds' shortcut on one replica (rows whose consecutive max_batch-sized batches all fit the
+    budget: their seconds summed in order) gives the bits the vectorised FIFO rule gives each row, rows
+    over the budget somewhere (the rule's own path) mixed in, a last batch shorter than max_batch included."""
+    rng = np.random.default_rng(replicas + 2 * padded)
+    rm = RMConf(model=rm_model("8B"), gpu=gpu("H100"), gpus=replicas, max_batch=8,
+                token_budget=12000 if padded else 6000,
+                sequences_per_sample=4, padded=padded, order=order)
+    spec = gpu_spec(rm, "fast")
+    tok = np.round(rng.lognormal(np.log(450.0), 0.6, (4, 30, 37)))  # 37 = 4 batches of 8 and one of 5
+    tok[0, :5, 3] = 13000.0  # a request over the budget alone: those rows take the rule's own path
+    flat = tok.reshape(-1, 37)
+    srt = np.sort(flat, axis=1, kind="stable") if order == "shortest" else flat
+    now = GpuSpec(**{**spec.__dict__, "max_wait": 0.0})
+    st = _FifoLanes.new(srt.shape[0], 37, replicas)
+    cum, cum2 = _prefix(srt, padded)
+    _fifo_lanes(now, srt, cum, cum2, np.zeros((srt.shape[0], 1)), 37, 37, st)
+    want = st.comp.max(axis=1).reshape(4, 30)
+    got = drain_seconds(spec, tok)
+    assert np.array_equal(got, want)
+    if replicas == 1:  # both paths taken
+        assert 0 < _aligned_drain(now, srt, cum, cum2, np.empty(srt.shape[0])).size < srt.shape[0]
 
 
 @pytest.mark.parametrize("seed", range(40))

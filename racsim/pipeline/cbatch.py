@@ -185,10 +185,42 @@ def drain_seconds(spec: GpuSpec, tokens: np.ndarray) -> np.ndarray:
     if spec.order == "shortest":
         tok = np.sort(tok, axis=1, kind="stable")
     now = GpuSpec(**{**spec.__dict__, "max_wait": 0.0})
-    st = lanes_state(now, tok.shape[0], G)
     cum, cum2 = _prefix(tok, now.padded)
-    fifo_lanes(now, tok, cum, cum2, np.zeros((tok.shape[0], 1)), G, G, st)
-    return st.comp.max(axis=1).reshape(shape)
+    out = np.empty(tok.shape[0])
+    rest = np.arange(tok.shape[0])
+    if not now.chunked and now.replicas == 1:
+        rest = _aligned_drain(now, tok, cum, cum2, out)
+    if rest.size:
+        st = lanes_state(now, rest.size, G)
+        sub = [None if a is None else a[rest] for a in (cum, cum2)]
+        fifo_lanes(now, tok[rest], *sub, np.zeros((rest.size, 1)), G, G, st)
+        out[rest] = st.comp.max(axis=1)
+    return out.reshape(shape)
+
+
+def _aligned_drain(spec: GpuSpec, tok: np.ndarray, cum, cum2, out: np.ndarray) -> np.ndarray:
+    """:func:`drain_seconds` on one replica of the rows whose requests, cut into consecutive batches of
+    ``max_batch``, each fit the token budget, written into ``out``: the FIFO rule with every request
+    there at 0 takes exactly those batches, one after another (each leaves when the last ends), so a
+    row's seconds are its batches' seconds summed in order, the same bits as :func:`fifo_lanes`
+    (tokens are integers: the prefix sums' differences are exact). Returns the other rows."""
+    M, G = spec.max_batch, tok.shape[1]
+    lo = np.arange(0, G, M)
+    hi = np.minimum(lo + M, G)
+    n = np.broadcast_to((hi - lo).astype(np.float64), (tok.shape[0], lo.size))
+    m = np.maximum.reduceat(tok, lo, axis=1)
+    ts = sq = None
+    if spec.padded:
+        fits = n * m <= spec.budget
+    else:
+        ts, sq = cum[:, hi] - cum[:, lo], cum2[:, hi] - cum2[:, lo]
+        fits = ts <= spec.budget
+    ok = fits.all(axis=1)
+    if ok.any():
+        pick = (lambda a: None if a is None else a[ok].reshape(-1))
+        seconds = spec.model.seconds(pick(n), pick(ts), pick(sq), pick(m)).reshape(-1, lo.size)
+        out[ok] = np.cumsum(seconds, axis=1)[:, -1]  # in order, as the replica serves them
+    return np.flatnonzero(~ok)
 
 
 ROUND = 16  # iterations a round of _chunked_lanes aims at: whole cycles of the replicas, one at least

@@ -164,6 +164,9 @@ class Timeline:
             self.up = [np.tile(np.append(u, math.inf), (lanes, 1)) for _, u in schedule]
         self._last: dict = {}  # (lane, server) -> (t, down, up) of the last lookup
         self._at = np.ones((lanes, servers), dtype=np.int64)  # outage_lanes: index of each pair's last lookup
+        # outage_lanes: each pair's last answer (down, up) and the up of the outage before it, between which
+        # (before <= t < up) every lookup gets that answer again (before inf: none yet)
+        self._hit = np.full((3, lanes * servers), np.inf)
         self._servers = np.arange(self.servers)[None, :]
         self._stack, self._stack_cover = None, -math.inf  # _reach: every server's outages in one array
         # calm_lanes: per lane, an instant lo, the next instant hi > lo at which a server goes down or
@@ -245,9 +248,14 @@ class Timeline:
     def outage_lanes(self, lanes: np.ndarray, server: np.ndarray, t: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """:meth:`outage` vectorised: lane ``lanes[i]``, server ``server[i]`` at ``t[i]`` (any shape,
         each (lane, server) pair at most once), found by walking from that pair's last lookup
-        (engines ask at times that mostly grow, so a step or two, and mostly none)."""
-        down, up, width = self._reach(float(t.max()))
+        (engines ask at times that mostly grow, so a step or two, and mostly none; where every pair's t lies
+        between the up of the outage before its last answer and that answer's up, that answer at once)."""
         pair = lanes * self.servers + server  # flat indices: one take each, not 3-array fancy indexing
+        hit = self._hit
+        u = hit[1].take(pair)
+        if ((hit[2].take(pair) <= t) & (t < u)).all():
+            return hit[0].take(pair), u
+        down, up, width = self._reach(float(t.max()))
         at = self._at.reshape(-1)
         i = pair * width + at.take(pair)
         back = up.take(i - 1) > t  # the outage before ends after t (the leading one never does)
@@ -261,7 +269,9 @@ class Timeline:
             u = up.take(i)
             fwd = u <= t
         at[pair] = i - pair * width
-        return down.take(i), u
+        d = down.take(i)
+        hit[0, pair], hit[1, pair], hit[2, pair] = d, u, up.take(i - 1)
+        return d, u
 
     def next_up_lanes(self, lanes: np.ndarray, t: np.ndarray) -> np.ndarray:
         """:meth:`next_up` of every server at once: ``t`` (len(lanes), servers) -> the same shape."""

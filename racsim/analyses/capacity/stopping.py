@@ -315,6 +315,14 @@ def left_open(found: Dict[str, Tuple[float, float, float]], keys: List[str], tar
             or (k in RARE_TARGETS and not ok)]
 
 
+def failing(found: Dict[str, Tuple[float, float, float]], keys: List[str], targets: Dict[str, float],
+            reps: List[Replicate], plan: Plan) -> List[str]:
+    """The ``keys`` decided failing: read, resolved (a rare-event one: :func:`resolved`), and the lower end
+    of the interval above the target. One such key fails the count whatever the others read."""
+    ok = resolved(reps, plan)
+    return [k for k in keys if k in found and targets[k] < found[k][1] and (k not in RARE_TARGETS or ok)]
+
+
 def stage(reps: List[Replicate], plan: Plan) -> List[Tuple[int, int]]:
     """The runs of the next stage, each (lanes, steps with the warm-up): measured trial-steps up to the
     plan's need where short of it, else as many as measured so far (each stage doubles them), at least
@@ -359,7 +367,8 @@ class Budget:
 @dataclass
 class Decision:
     """What :func:`sequential` found: the replications (the first is the settled run), the intervals
-    per target key, the keys left open (unresolved) when it stopped, and the plan."""
+    per target key, the keys left open (unresolved) when it stopped (none where one was decided failing:
+    the count fails, whatever they read), and the plan."""
 
     reps: List[Replicate]
     found: Dict[str, Tuple[float, float, float]]
@@ -374,14 +383,17 @@ class Decision:
 def sequential(first: Replicate, replicate: Callable[[int, List[Tuple[int, int]]], List[Replicate]], keys: List[str],
                targets: Dict[str, float], level: float, plan: Plan, budget: Budget) -> Decision:
     """Add runs to ``first`` (the settled run, replication 0), a stage at a time (:func:`stage`), until
-    no key is open (:func:`left_open`), or the budget refuses a stage (:meth:`Budget.affords`, in steps
-    of the plan's lanes: a run's lanes x steps over them, rounded up), or the plan says no exposure
+    no key is open (:func:`left_open`), or one is decided failing (:func:`failing`: the verdict is known,
+    the keys still open are no longer asked about), or the budget refuses a stage (:meth:`Budget.affords`,
+    in steps of the plan's lanes: a run's lanes x steps over them, rounded up), or the plan says no exposure
     settles them (``plan.need`` inf); ``replicate(r, runs)``: the :class:`Replicate` of each of a stage's
     ``runs`` ((lanes, steps) each), numbered from r."""
     reps = [first]
     while True:
         found = intervals(reps, keys, level, plan.length)
         left = left_open(found, keys, targets, reps, plan)
+        if left and failing(found, keys, targets, reps, plan):
+            return Decision(reps, found, [], plan)
         runs = stage(reps, plan) if left and math.isfinite(plan.need) else []
         if not runs or not budget.affords(math.ceil(sum(n * s for n, s in runs) / plan.lanes)):
             return Decision(reps, found, left, plan)
