@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from racsim.pipeline.batcher import GpuSpec, _Batch, _fifo_lanes, _FifoLanes, _prefix, _Waiting, gpu_spec
+from racsim.pipeline.batcher import GpuSpec, _Batch, _fifo_lanes, _FifoLanes, _prefix, _Waiting, gpu_spec, window
 from racsim.pipeline.rangemax import RangeMax
 
 
@@ -186,41 +186,31 @@ def drain_seconds(spec: GpuSpec, tokens: np.ndarray) -> np.ndarray:
         tok = np.sort(tok, axis=1, kind="stable")
     now = GpuSpec(**{**spec.__dict__, "max_wait": 0.0})
     cum, cum2 = _prefix(tok, now.padded)
-    out = np.empty(tok.shape[0])
-    rest = np.arange(tok.shape[0])
     if not now.chunked and now.replicas == 1:
-        rest = _aligned_drain(now, tok, cum, cum2, out)
-    if rest.size:
-        st = lanes_state(now, rest.size, G)
-        sub = [None if a is None else a[rest] for a in (cum, cum2)]
-        fifo_lanes(now, tok[rest], *sub, np.zeros((rest.size, 1)), G, G, st)
-        out[rest] = st.comp.max(axis=1)
-    return out.reshape(shape)
+        return _one_replica_drain(now, tok, cum, cum2).reshape(shape)
+    st = lanes_state(now, tok.shape[0], G)
+    fifo_lanes(now, tok, cum, cum2, np.zeros((tok.shape[0], 1)), G, G, st)
+    return st.comp.max(axis=1).reshape(shape)
 
 
-def _aligned_drain(spec: GpuSpec, tok: np.ndarray, cum, cum2, out: np.ndarray) -> np.ndarray:
-    """:func:`drain_seconds` on one replica of the rows whose requests, cut into consecutive batches of
-    ``max_batch``, each fit the token budget, written into ``out``: the FIFO rule with every request
-    there at 0 takes exactly those batches, one after another (each leaves when the last ends), so a
-    row's seconds are its batches' seconds summed in order, the same bits as :func:`fifo_lanes`
-    (tokens are integers: the prefix sums' differences are exact). Returns the other rows."""
-    M, G = spec.max_batch, tok.shape[1]
-    lo = np.arange(0, G, M)
-    hi = np.minimum(lo + M, G)
-    n = np.broadcast_to((hi - lo).astype(np.float64), (tok.shape[0], lo.size))
-    m = np.maximum.reduceat(tok, lo, axis=1)
-    ts = sq = None
-    if spec.padded:
-        fits = n * m <= spec.budget
-    else:
-        ts, sq = cum[:, hi] - cum[:, lo], cum2[:, hi] - cum2[:, lo]
-        fits = ts <= spec.budget
-    ok = fits.all(axis=1)
-    if ok.any():
-        pick = (lambda a: None if a is None else a[ok].reshape(-1))
-        seconds = spec.model.seconds(pick(n), pick(ts), pick(sq), pick(m)).reshape(-1, lo.size)
-        out[ok] = np.cumsum(seconds, axis=1)[:, -1]  # in order, as the replica serves them
-    return np.flatnonzero(~ok)
+def _one_replica_drain(spec: GpuSpec, tok: np.ndarray, cum, cum2) -> np.ndarray:
+    """:func:`drain_seconds` on one replica: with every request there at 0 and no wait to fill, the FIFO rule
+    takes each batch (:func:`~racsim.pipeline.batcher.window`: as many from the head as fit) when the one before
+    ends, so a row's seconds are its batches' seconds added in order: the bits :func:`fifo_lanes` gives, without
+    its arrivals, replicas and per-request times (tokens are integers: the prefix sums' differences are exact)."""
+    rows, G = tok.shape
+    flat, base = tok.reshape(-1), np.arange(rows) * G
+    head, end = np.zeros(rows, dtype=np.int64), np.zeros(rows)
+    live = np.arange(rows)
+    while live.size:
+        h = head[live]
+        _, _, mx, n = window(spec, flat, base[live] + h, base[live] + G)
+        ts = None if cum is None else cum[live, h + n] - cum[live, h]  # None: padded
+        sq = None if cum is None else cum2[live, h + n] - cum2[live, h]
+        end[live] = end[live] + spec.model.seconds(n.astype(np.float64), ts, sq, mx[np.arange(live.size), n - 1])
+        head[live] = h + n
+        live = live[head[live] < G]
+    return end
 
 
 ROUND = 16  # iterations a round of _chunked_lanes aims at: whole cycles of the replicas, one at least
