@@ -578,3 +578,34 @@ def test_a_timeline_refuses_to_cover_an_infinite_instant():
         d, u = tl.outage_lanes(np.array([0, 1]), np.array([0, 0]), np.array([1.5, 0.5]))
         assert np.all(u > [1.5, 0.5]) and np.all(d < u)  # finite lookups still answer: the outage ending after t
     assert (d.tolist(), u.tolist()) == ([1.0, 1.0], [2.0, 2.0])  # the schedule's one outage, in both lanes
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vectorised_lookups_are_the_scalar_ones_in_any_order(seed):
+    """Timeline.outage_lanes (its answers kept per pair between lookups, the walk otherwise) gives every (lane,
+    server, t) the outage a fresh timeline's scalar lookup gives: times that grow, stay, jump back before the
+    last answer's outage and far ahead (new outages generated), t on an up or a down instant exactly."""
+    rng = np.random.default_rng(seed)
+    lanes, servers = 3, 4
+    spec = FaultSpec(mtbf=5.0, mttr=2.0, retries=0)
+    tl, ref = Timeline(seed, lanes, servers, spec), Timeline(seed, lanes, servers, spec)
+    t = np.zeros((lanes, servers))
+    hits = 0
+    for k in range(300):
+        move = rng.choice(["grow", "stay", "back", "far"], p=[0.6, 0.15, 0.15, 0.1])
+        if move == "grow":
+            t = t + rng.exponential(0.7, t.shape)
+        elif move == "back":
+            t = np.maximum(t - rng.exponential(4.0, t.shape), 0.0)
+        elif move == "far":
+            t = t + rng.exponential(80.0, t.shape)
+        if k % 7 == 3:  # exactly on an outage's ends, where the answer changes
+            d0, u0 = tl.outage_lanes(np.arange(lanes)[:, None], np.arange(servers)[None, :], t)
+            t = np.where(rng.random(t.shape) < 0.5, d0, u0)
+        lanes_ix = np.arange(lanes)[:, None]
+        before = tl._hit.copy()
+        d, u = tl.outage_lanes(lanes_ix, np.arange(servers)[None, :], t)
+        hits += int(np.array_equal(before, tl._hit))
+        for i, r in np.ndindex(lanes, servers):
+            assert (d[i, r], u[i, r]) == ref.outage(i, r, float(t[i, r])), (k, move, i, r)
+    assert 0 < hits < 300  # both ways of answering were taken
