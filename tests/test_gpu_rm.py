@@ -22,6 +22,8 @@ import math
 from dataclasses import replace
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 import pytest
 from helpers import assert_same_schedule, det, det_phases, gpu, rm_model
 
@@ -347,7 +349,7 @@ def test_drain_seconds_is_the_fifo_rule_on_every_row(padded, order, replicas):
                 sequences_per_sample=4, padded=padded, order=order)
     spec = gpu_spec(rm, "fast")
     tok = np.round(rng.lognormal(np.log(450.0), 0.6, (4, 30, 37)))  # 37 = 4 batches of 8 and one of 5
-    tok[0, :5, 3] = 13000.0  # a request over the budget alone: those rows take the rule's own path
+    tok[0, :5, 3] = 13000.0  # a request over the budget: a batch of its own
     flat = tok.reshape(-1, 37)
     srt = np.sort(flat, axis=1, kind="stable") if order == "shortest" else flat
     now = GpuSpec(**{**spec.__dict__, "max_wait": 0.0})
@@ -357,6 +359,27 @@ def test_drain_seconds_is_the_fifo_rule_on_every_row(padded, order, replicas):
     want = st.comp.max(axis=1).reshape(4, 30)
     got = drain_seconds(spec, tok)
     assert np.array_equal(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hs.integers(1, 40), hs.integers(1, 12), hs.integers(1, 3), hs.booleans(), hs.sampled_from(["fifo", "shortest"]),
+       hs.floats(0.3, 3.0), hs.integers(0, 2**32 - 1))
+def test_drain_seconds_is_the_fifo_rule_on_generated_pools(G, M, replicas, padded, order, budget_x, seed):
+    """drain_seconds against the vectorised FIFO rule, bit for bit, on generated pools: any number of requests a
+    row (1 to 40), max_batch 1 to 12, 1 to 3 replicas, a token budget from 0.3x to 3x a full batch of typical
+    requests (so that the budget, max_batch or the row's end cuts a batch), padded or packed, fifo or shortest."""
+    rng = np.random.default_rng(seed)
+    budget = max(1, int(budget_x * M * 450))
+    rm = RMConf(model=rm_model("8B"), gpu=gpu("H100"), gpus=replicas, max_batch=M, token_budget=budget,
+                sequences_per_sample=1, padded=padded, order=order)
+    spec = gpu_spec(rm, "fast")
+    tok = np.maximum(np.round(rng.lognormal(np.log(450.0), 0.8, (3, 5, G))), 1.0)
+    flat = tok.reshape(-1, G)
+    srt = np.sort(flat, axis=1, kind="stable") if order == "shortest" else flat
+    st = _FifoLanes.new(srt.shape[0], G, replicas)
+    cum, cum2 = _prefix(srt, padded)
+    _fifo_lanes(GpuSpec(**{**spec.__dict__, "max_wait": 0.0}), srt, cum, cum2, np.zeros((srt.shape[0], 1)), G, G, st)
+    assert np.array_equal(drain_seconds(spec, tok), st.comp.max(axis=1).reshape(3, 5))
 
 
 @pytest.mark.parametrize("seed", range(40))
