@@ -417,11 +417,40 @@ def test_the_recommended_count_is_decided_before_the_one_below_it(monkeypatch):
     replications spend what the candidate needed, so the answer moved up by the luck of the order)."""
     import racsim.analyses.capacity.run as run_module
 
-    target = "capacity.max_dropped=0.2"
-    f = small_search(target, "capacity.decide_steps=0").recommended
+    target, listed = "capacity.max_dropped=0.2", "capacity.counts=[3,4,5,6,7]"  # 7 listed: the search's answer
+    f = small_search(target, listed, "capacity.decide_steps=0").recommended
     order, real = [], run_module.decide_count
     monkeypatch.setattr(run_module, "decide_count", lambda *a, **k: order.append(a[3]) or real(*a, **k))
-    res = small_search(target, "capacity.decide_steps=3000")
+    res = small_search(target, listed, "capacity.decide_steps=3000")
     got = rac(res.curve)
     assert f is not None and f - 1 in got.index and got.loc[f - 1, "replications"] > 1  # both were replicated
     assert order[:2] == [f, f - 1]
+
+
+@pytest.mark.parametrize("target,budget", [("0.2", 3000), ("0.1", 3000), ("0.2", 1), ("0.1", 40), ("0.05", 40)])
+def test_a_largest_count_that_straddles_is_decided_before_any_count_above_it(monkeypatch, target, budget):
+    """The list stops at 5 workers, whose dropped share straddles the target: the deciding phase settles
+    5 first, and the search runs no count above it where 5 passes once settled; where it fails (or the
+    budget leaves it open), the counts above are searched as before and the fewest meeting the targets
+    decided next. Either way the answer is the one of a search that lists the counts above 5 and
+    decides from the top (the same replications at each count decided in both)."""
+    import racsim.analyses.capacity.run as run_module
+
+    order, real = [], run_module.decide_count
+    monkeypatch.setattr(run_module, "decide_count", lambda *a, **k: order.append(a[3]) or real(*a, **k))
+    more = (f"capacity.max_dropped={target}", f"capacity.decide_steps={budget}")
+    full = small_search(*more, "capacity.counts=[3,4,5,6,7,8,9,10]")
+    order.clear()
+    res = small_search(*more)
+    got, five = rac(res.curve), rac(small_search(*more, "capacity.decide_steps=0").curve).loc[5]
+    assert five["dropped_frac_lo"] <= float(target) < five["dropped_frac_hi"]  # 5 straddles as the search reads it
+    assert order[0] == 5 and res.recommended == full.recommended
+    if got.loc[5, "feasible"]:  # settled passing: nothing above 5 was simulated
+        assert max(got.index) == 5 and order == [5, 4]
+    else:  # the counts above searched, their fewest meeting the targets decided next
+        assert max(got.index) > 5 and order[1] > 5
+    for n in order:
+        cols = ["dropped_frac", "dropped_frac_lo", "dropped_frac_hi", "replications"]
+        if got.loc[n, "replications"] == rac(full.curve).loc[n, "replications"]:
+            assert got.loc[n, cols].tolist() == rac(full.curve).loc[n, cols].tolist()
+

@@ -319,15 +319,13 @@ class _GpuLanes:
             self.st, self.others = self.shared.finish(until)
         if self.vector:
             disp, comp, rows, lost = self.st.disp, self.st.comp, self.st.log, self.st.lost
-            if lost is not None:
-                comp = np.where(lost, np.inf, comp)
         else:
             for srv, end in zip(self.servers, until):
                 srv.end_others(end)
                 srv.run()
             disp = np.stack([s.disp for s in self.servers])
             lost = np.stack([s.lost for s in self.servers])
-            comp = np.where(lost, np.inf, np.stack([s.comp for s in self.servers]))
+            comp = np.stack([s.comp for s in self.servers])
             rows = [(np.full(len(s.batches), i), *zip(*s.batches)) for i, s in enumerate(self.servers) if s.batches]
             rows = [tuple(np.asarray(c) for c in r) for r in rows]
         if self.ready is not None:  # back to sample order; a batch's group to its step
@@ -336,6 +334,8 @@ class _GpuLanes:
             rows = [(*r[:6], np.asarray(r[6]) // self.per, *r[7:]) for r in rows]
         start, end = _per_sample(disp, comp, self.shape)
         self.failed = None if lost is None else lost.reshape(self.shape).any(axis=-1)  # (lanes, steps, batch)
+        if self.failed is not None:  # a sample with a request lost to a failure never completes
+            end[self.failed] = np.inf
         return start, end, _batch_log(rows, self.spec.replicas)
 
 

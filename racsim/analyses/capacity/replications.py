@@ -94,34 +94,44 @@ def count_plan(cfg: RacsimConf, name: str, key: str, n: int, row: dict, keys: Li
                          together=min(int(cfg.capacity.workers) or auto_workers(), runs_that_fit(cfg)))
 
 
+def deciding_keys(cfg: RacsimConf, name: str, key: str, n: int, row: dict, targets: Dict[str, Any],
+                  work_per_s: float) -> List[str]:
+    """The targets count ``n``'s deciding replications settle (:func:`decide_count`), from its chosen
+    corrector's ``row``: under a regime with a chain (racsim.analyses.capacity.episodes.regime_terms)
+    every rare-event target that is set, and a bias target whose interval straddles it; elsewhere each
+    target whose interval straddles it (or reads [0, 0] under slow regimes: :func:`regime_scales`).
+    Empty where the row is not steady, has no such target, or fails another target for sure (no
+    replication can make it pass)."""
+    if row["status"] != "ok":
+        return []
+    if cfg.capacity.regime_cycles and count_episodes(with_count(cfg, key, n), name, work_per_s) is not None:
+        keys = stopping.set_targets(targets) + [k for k in stopping.open_targets(row, targets, bias=True)
+                                                if k in stopping.BIAS_TARGETS]
+    else:
+        slow = bool(regime_scales(cfg, name))  # outages, bursts...: a run may miss their rare events
+        keys = stopping.open_targets(row, targets, zero=slow, bias=slow)
+    if set(failed(row, targets)) - set(keys):  # it fails another target for sure
+        return []
+    return keys
+
+
 def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict], res: Any,
                  targets: Dict[str, Any], budget: stopping.Budget, work_per_s: float,
                  tell=None) -> Optional[stopping.Decision]:
     """Count ``n``'s rare-event figures decided by independent replications (:func:`stopping.sequential`):
-    under a regime with a chain (racsim.analyses.capacity.episodes.regime_terms) every rare-event target
-    that is set, sized from the chain, and a bias target whose interval straddles it; elsewhere each
-    target whose interval straddles it (or reads [0, 0] under slow regimes: :func:`regime_scales`).
-    None where its row (``capacity.corrector``'s) is not steady, has no such target, or fails another
-    target for sure (no replication can make it pass); else the replications' intervals replace the
-    figures, their lo and hi (the channel's in every row of ``n``, ``rows``, in place; the bias
+    those of :func:`deciding_keys`, sized from the regime's chain where there is one. None where
+    there are none (its row, ``capacity.corrector``'s, not steady, no such target, or another target
+    failed for sure); else the replications' intervals replace the figures, their lo and hi (the channel's in every row of ``n``, ``rows``, in place; the bias
     figures in the chosen corrector's), ``replications`` says how many runs they rest on (the settled
     run ``res`` is the first), ``measured_steps`` their trial-steps, ``drop_episodes`` the drop
     episodes they saw and ``unresolved`` the targets left open (each then fails: the safe side).
     ``work_per_s``: the channel's long-run work (the chain's); ``tell(note, steps)``: called before each
     replication run of ``steps`` steps."""
     row = chosen_row(rows, targets["corrector"])
-    if row["status"] != "ok":
+    keys = deciding_keys(cfg, name, key, n, row, targets, work_per_s)
+    if not keys:
         return None
     c = with_count(cfg, key, n)
-    chain = cfg.capacity.regime_cycles and count_episodes(c, name, work_per_s) is not None
-    if chain:
-        keys = stopping.set_targets(targets) + [k for k in stopping.open_targets(row, targets, bias=True)
-                                                if k in stopping.BIAS_TARGETS]
-    else:
-        slow = bool(regime_scales(cfg, name))  # outages, bursts...: a run may miss their rare events
-        keys = stopping.open_targets(row, targets, zero=slow, bias=slow)
-    if not keys or set(failed(row, targets)) - set(keys):  # none open, or it fails another target for sure
-        return None
     w = int(row["warmup_steps"])
     bias = bool(set(keys) & set(stopping.BIAS_TARGETS))
     first = replicate_figures(res.schedules["async"], c, name, w)

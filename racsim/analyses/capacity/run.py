@@ -18,14 +18,14 @@ from racsim.analyses.capacity.load import LoadBasis, channel_loads, load_basis
 from racsim.analyses.capacity.memory import steps_that_fit
 from racsim.analyses.capacity.pool import count_worker, pool_spec, workers_after_first, workers_at_start
 from racsim.analyses.capacity.reach import OutOfReach, out_of_reach
-from racsim.analyses.capacity.replications import decide_count
+from racsim.analyses.capacity.replications import decide_count, deciding_keys
 from racsim.analyses.capacity.result import (CapacityResult, autoscale_whatif, binding, curve_frame, fewest,
                                              per_corrector, undecided_text)
 from racsim.analyses.capacity.rows import count_note, count_rows, curve_rows
 from racsim.analyses.capacity.search import (answer_counts, between_counts, counts_above, fewest_from, fewest_valid,
                                              first_passing, load_bound, load_bound_index, search_bound)
 from racsim.analyses.capacity.speed import benchmark
-from racsim.analyses.capacity.targets import chosen_row, meets, targets_of
+from racsim.analyses.capacity.targets import chosen_row, failed, meets, targets_of
 from racsim.config.schema import RacsimConf
 from racsim.config.validate import check_limits, search_top, validate
 from racsim.io import side_by_side
@@ -253,8 +253,10 @@ class Search:
         """The ``listed`` counts: all of them (with the count where the load binds, when the list
         skips it) or a bisection (``capacity.search``); then the fewest count meeting the targets,
         whatever the list: among the counts it skipped, those below it (from ``lowest``), or above
-        it (up to ``top``). It stops as soon as the counts evaluated show a target that no count up to
-        ``top`` can meet (:meth:`reach`; a failing count above the list: :meth:`evaluate_or_stop`)."""
+        it (up to ``top``), except above a largest count that only straddles its targets
+        (:meth:`straddles`: the deciding phase settles it first, and searches above it where it fails).
+        It stops as soon as the counts evaluated show a target that no count up to ``top`` can meet
+        (:meth:`reach`; a failing count above the list: :meth:`evaluate_or_stop`)."""
         cap = self.cfg.capacity
         if cap.search == "bisect":  # assumes feasibility is monotone in the count
             self.progress.start(SEARCH, self.simulated_of(listed), "simulated count", upto=True)
@@ -268,11 +270,18 @@ class Search:
             self.evaluate_grid(todo)
         if not meets(self.rows[max(self.rows)], self.chosen, self.targets) and self.reach(top):
             return
-        more = (between_counts(self.rows, self.chosen, self.targets, self.step, lowest)
-                or counts_above(self.rows, self.chosen, self.targets, self.step, top))
+        between = between_counts(self.rows, self.chosen, self.targets, self.step, lowest)
+        if between or not self.straddles(max(self.rows)):
+            self.extend(between or counts_above(self.rows, self.chosen, self.targets, self.step, top), top)
+
+    def extend(self, more: List[int], top: int) -> None:
+        """The fewest of the unlisted counts ``more`` (ascending) that meets the targets, searched
+        (:func:`fewest_from`) from the first under ``capacity.max_load``; it stops once a target is
+        out of reach (:meth:`reach`)."""
+        cap = self.cfg.capacity
         if more:
             k = load_bound_index(more, lambda n: self.load_of(n)["load"], cap.max_load)  # the first k fail, no run
-            if k < len(more):
+            if k < len(more) and self.progress.phase.name == SEARCH:
                 self.progress.grow(search_bound(len(more) - k), f"the fewest count meeting the targets lies among "
                                                                f"{len(more)} counts not listed", upto=True)
             if k:
@@ -283,13 +292,32 @@ class Search:
                 except Unreachable:
                     pass
 
+    def straddles(self, n: int) -> bool:
+        """Whether count ``n`` fails only targets whose intervals straddle them and that its deciding
+        replications settle (:func:`deciding_keys`; ``capacity.decide_steps`` > 0): the search then
+        evaluates no count above it, as the deciding phase settles it first and moves up a count
+        only where it fails (:func:`~racsim.analyses.capacity.search.answer_counts`); a count that
+        would pass once settled (most do: its run's interval was wide) takes no run above it."""
+        if not self.cfg.capacity.decide_steps > 0 or n not in self.runs:
+            return False
+        row = chosen_row(self.rows[n], self.chosen)
+        fails = set(failed(row, self.targets))
+        return bool(fails) and fails <= set(stopping.open_targets(row, self.targets, bias=True)) and fails <= set(
+            deciding_keys(self.cfg, self.name, self.key, n, row, {**self.targets, "corrector": self.chosen},
+                          self.loads[n]["work_per_s"]))
+
     def decide(self, lowest: int, top: int) -> Tuple[stopping.Budget, Dict[int, Optional[stopping.Decision]]]:
         """The counts the answer depends on (:func:`~racsim.analyses.capacity.search.answer_counts`),
         each evaluated and decided with enough evidence (:func:`decide_count`) in the order that function
         gives them: the count the answer would recommend first, so that the budget settles it before any
         other (were the fewer decided first, what its replications spent could leave the recommended count
         unresolved, and the answer would move up by the luck of the order: issue 50), then the one a
-        server below it, which the answer moves down to only where it too is settled; within one budget
+        server below it, which the answer moves down to only where it too is settled. Where the search
+        stopped at a largest count that straddles its targets (:meth:`straddles`), that count is the
+        candidate: decided failing, the counts above it are searched (:meth:`extend`) and the fewest
+        of them meeting the targets is the next candidate (a tight budget may then leave it
+        unresolved, where deciding it first would have settled it: the answer moves up, the safe
+        side). Within one budget
         of ``capacity.decide_steps`` and ``capacity.decide_s`` for them all."""
         t0 = time.perf_counter()
         cap = self.cfg.capacity
@@ -301,6 +329,11 @@ class Search:
                                                                           self.step, lowest, top)
                                                  if n not in decisions]):
             n = todo[0]
+            if n > max(self.rows):  # the largest count (it straddled: :meth:`straddles`) is decided failing
+                self.extend(counts_above(self.rows, self.chosen, self.targets, self.step, top), top)
+                if self.unreachable:
+                    break
+                continue
             self.evaluate(n)
             decisions[n] = decide_count(self.cfg, self.name, self.key, n, self.rows[n], self.runs[n],
                                         {**self.targets, "corrector": self.chosen}, budget,
