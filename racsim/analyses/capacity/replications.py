@@ -91,7 +91,7 @@ def count_plan(cfg: RacsimConf, name: str, key: str, n: int, row: dict, keys: Li
     need = stopping.need_of(share, rate, length, targets, keys, float(cfg.capacity.confidence))
     return stopping.Plan(need=need, length=length, warmup=w, lanes=int(cfg.learner.trials), first=steps - w,
                          cap=max(steps, int(cfg.capacity.max_steps)), rate=rate,
-                         together=min(int(cfg.capacity.workers) or auto_workers(), runs_that_fit(cfg)))
+                         together=min(int(cfg.capacity.workers) or auto_workers(), runs_that_fit(cfg)), share=share)
 
 
 def deciding_keys(cfg: RacsimConf, name: str, key: str, n: int, row: dict, targets: Dict[str, Any],
@@ -138,10 +138,15 @@ def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict],
     first.means = {fig: float(row[fig]) for fig in stopping.BIAS_TARGETS.values()}
     plan = count_plan(cfg, name, key, n, row, keys, targets, work_per_s)
 
-    def replicate(r: int, runs: List[Tuple[int, int]]) -> List[stopping.Replicate]:
+    told = set()  # the stages told (a stage made again with its bias study: its steps are counted once)
+
+    def replicate(r: int, runs: List[Tuple[int, int]], bias: bool = bias) -> List[stopping.Replicate]:
         if tell is not None:
             tell(f"replication {r + 1}{f'-{r + len(runs)}' if len(runs) > 1 else ''} ({len(runs)} x {runs[0][0]} "
-                 f"trials x {runs[0][1]} steps), {', '.join(keys)} open", -(-sum(a * b for a, b in runs) // plan.lanes))
+                 f"trials x {runs[0][1]} steps), {', '.join(keys)} open"
+                 f"{'' if bias else ', its bias study once they read the dropped share'}",
+                 0 if r in told else -(-sum(a * b for a, b in runs) // plan.lanes))
+            told.add(r)
         return replicate_runs(cfg, name, key, n, runs, w, r, bias)
 
     found = stopping.sequential(first, replicate, keys, targets, float(cfg.capacity.confidence), plan, budget)

@@ -94,7 +94,7 @@ class Plan:
     (``rate`` a trial-step, each ``length`` steps of results long on average; 0: none), ``warmup`` of
     each run, ``lanes`` (trials) and ``first`` the window of a run like the settled one, ``cap`` the
     longest run of ``lanes`` lanes the search made (steps: what fits in memory), ``together`` the
-    processes that may run a stage's runs side by side."""
+    processes that may run a stage's runs side by side, ``share`` the chain's long-run dropped share."""
 
     need: float
     length: float
@@ -104,6 +104,7 @@ class Plan:
     cap: int
     rate: float = 0.0
     together: int = 1  # processes that run a stage's runs side by side
+    share: float = 0.0
 
     @property
     def expected(self) -> float:
@@ -380,14 +381,27 @@ class Decision:
         return not self.open
 
 
-def sequential(first: Replicate, replicate: Callable[[int, List[Tuple[int, int]]], List[Replicate]], keys: List[str],
+def bias_waits(left: List[str], targets: Dict[str, float], plan: Plan) -> bool:
+    """Whether a stage's bias study waits for its rare-event figures: a bias target and the dropped share
+    both open, and the chain's long-run share (``plan.share``) above its target, so that the stage,
+    sized to settle it (``plan.need``: at :data:`POWER`), is expected to decide the count failing, and
+    then no bias figure is read (:func:`sequential`)."""
+    t = targets.get("max_dropped")
+    return (t is not None and "max_dropped" in left and plan.share > t
+            and any(k in BIAS_TARGETS for k in left))
+
+
+def sequential(first: Replicate, replicate: Callable[..., List[Replicate]], keys: List[str],
                targets: Dict[str, float], level: float, plan: Plan, budget: Budget) -> Decision:
     """Add runs to ``first`` (the settled run, replication 0), a stage at a time (:func:`stage`), until
     no key is open (:func:`left_open`), or one is decided failing (:func:`failing`: the verdict is known,
     the keys still open are no longer asked about), or the budget refuses a stage (:meth:`Budget.affords`,
     in steps of the plan's lanes: a run's lanes x steps over them, rounded up), or the plan says no exposure
     settles them (``plan.need`` inf); ``replicate(r, runs)``: the :class:`Replicate` of each of a stage's
-    ``runs`` ((lanes, steps) each), numbered from r."""
+    ``runs`` ((lanes, steps) each), numbered from r; ``replicate(r, runs, bias=False)``: the same runs'
+    rare-event figures without the bias study, asked for first where the bias waits (:func:`bias_waits`):
+    decided failing on them, the stage ends there; else its runs are made again with it (the same
+    figures: each run is its seed's)."""
     reps = [first]
     while True:
         found = intervals(reps, keys, level, plan.length)
@@ -397,4 +411,9 @@ def sequential(first: Replicate, replicate: Callable[[int, List[Tuple[int, int]]
         runs = stage(reps, plan) if left and math.isfinite(plan.need) else []
         if not runs or not budget.affords(math.ceil(sum(n * s for n, s in runs) / plan.lanes)):
             return Decision(reps, found, left, plan)
+        if bias_waits(left, targets, plan):
+            rare = reps + replicate(len(reps), runs, bias=False)
+            found = intervals(rare, keys, level, plan.length)
+            if failing(found, [k for k in keys if k in RARE_TARGETS], targets, rare, plan):
+                return Decision(rare, found, [], plan)
         reps += replicate(len(reps), runs)
