@@ -112,6 +112,23 @@ def test_the_binding_target_is_what_the_next_fewer_count_fails():
     assert binding(curve, "rac", 3) == [] and binding(curve, "rac", None) == []
 
 
+def test_what_binds_is_what_the_next_fewer_count_fails_for_sure():
+    """With the targets: of the targets the next fewer count fails, those whose interval lies wholly above
+    them (a dropped share decided failing), not a bias that fails by its upper end alone (left straddling
+    once the share decided the count); where it fails by upper ends alone, all of them."""
+    targets = {k: None for k in CAPACITY_TARGETS} | {"max_dropped": 0.01, "max_bias_vs_naive": 0.1}
+    base = {"corrector": "rac", "status": "ok",
+            **{f"{c}_{e}": 0.0 for c in TARGET_FIGURES.values() for e in ("lo", "hi")}}
+    sure = {"dropped_frac_lo": 0.02, "dropped_frac_hi": 0.08, "bias_vs_naive_lo": 0.02, "bias_vs_naive_hi": 0.12}
+    edge = {"dropped_frac_lo": 0.004, "dropped_frac_hi": 0.02, "bias_vs_naive_lo": 0.02, "bias_vs_naive_hi": 0.12}
+    for below, want in ((sure, ["max_dropped"]), (edge, ["max_bias_vs_naive", "max_dropped"])):
+        curve = pd.DataFrame([{**base, "count": 6, **below}, {**base, "count": 7}])
+        curve["fails"] = [fails_text(r, targets) for _, r in curve.iterrows()]
+        curve["feasible"] = curve.fails == ""
+        assert binding(curve, "rac", 7) == ["max_bias_vs_naive", "max_dropped"]  # the row's fails, as they are
+        assert binding(curve, "rac", 7, targets) == want
+
+
 def test_a_count_that_fails_by_its_interval_alone_is_on_the_edge():
     """The edge is said exactly when every failed target's estimate meets it and an upper end does not."""
     targets = {k: None for k in CAPACITY_TARGETS} | {"max_dropped": 0.01, "max_sojourn_p95_s": 60.0}

@@ -77,13 +77,13 @@ def curve_frame(rows: Dict[int, List[dict]], name: str, targets: Dict[str, Any])
     return curve
 
 
-def per_corrector(curve: pd.DataFrame) -> pd.DataFrame:
+def per_corrector(curve: pd.DataFrame, targets: Dict[str, Any]) -> pd.DataFrame:
     """Per corrector (sync_oracle aside: a reference, not a pipeline): its fewest count meeting the
-    targets (:func:`fewest`) and what binds it (:func:`binding`)."""
+    ``targets`` (:func:`fewest`) and what binds it (:func:`binding`)."""
     names = [c for c in curve.corrector.unique() if c != "sync_oracle"]
     least = [fewest(curve, c) for c in names]
     return pd.DataFrame({"corrector": names, "fewest": pd.Series(least, dtype=object),
-                         "binds": [", ".join(binding(curve, c, n)) for c, n in zip(names, least)]})
+                         "binds": [", ".join(binding(curve, c, n, targets)) for c, n in zip(names, least)]})
 
 
 def fewest(curve: pd.DataFrame, corrector: str) -> Optional[int]:
@@ -97,14 +97,23 @@ def fewest(curve: pd.DataFrame, corrector: str) -> Optional[int]:
     return int(sub["count"].iloc[i])
 
 
-def binding(curve: pd.DataFrame, corrector: str, n: Optional[int]) -> List[str]:
+def binding(curve: pd.DataFrame, corrector: str, n: Optional[int],
+            targets: Optional[Dict[str, Any]] = None) -> List[str]:
     """What makes ``n`` the fewest count for ``corrector``: the ``fails`` of the next smaller
-    evaluated count (a target's key, "load" or "stationarity"); empty when ``n`` is None or the
-    smallest count evaluated."""
+    evaluated count (a target's key, "load" or "stationarity"); with ``targets``, those it fails for
+    sure (a target's interval wholly above it) where there are any, not the ones it fails by an upper
+    end alone (a bias still straddling once the dropped share decided the count: racsim.analyses.
+    capacity.stopping.sequential asks no more of it); empty when ``n`` is None or the smallest count
+    evaluated."""
     sub = curve[(curve.corrector == corrector) & (curve["count"] < n)] if n is not None else curve.iloc[:0]
     if sub.empty:
         return []
-    return [f for f in sub.loc[sub["count"].idxmax(), "fails"].split(", ") if f]
+    row = sub.loc[sub["count"].idxmax()]
+    fails = [f for f in row["fails"].split(", ") if f]
+    if targets is None:
+        return fails
+    sure = [f for f in fails if f not in TARGET_FIGURES or row.get(f"{TARGET_FIGURES[f]}_lo", np.nan) > targets[f]]
+    return sure or fails
 
 
 def autoscale_whatif(cfg: RacsimConf, name: str, fixed_rows: Dict[int, List[dict]], auto_rows: List[dict], auto,

@@ -372,11 +372,12 @@ class Search:
         undecided = [undecided_text(n, recommended, d, chosen_row(self.rows[n], self.chosen), self.targets)
                      for n, d in sorted(decisions.items()) if d is not None and not d.decided]
         return CapacityResult(curve=curve, channel=self.name, unit=self.unit, key=self.key, recommended=recommended,
-                              per_corrector=per_corrector(curve), targets={**self.targets, "corrector": self.chosen},
+                              per_corrector=per_corrector(curve, self.targets),
+                              targets={**self.targets, "corrector": self.chosen},
                               best=self.runs.get(best), best_count=best, timings=self.timings, loads=self.loads,
                               level=float(cap.confidence), max_load=float(cap.max_load), listed=listed, top=top,
                               searched=sorted(n for n in self.rows if n not in listed),
-                              binding=binding(curve, self.chosen, recommended),
+                              binding=binding(curve, self.chosen, recommended, self.targets),
                               notes=notes + undecided, replicated_steps=budget.used,
                               unreachable=list(self.unreachable))
 
