@@ -216,40 +216,46 @@ def test_a_target_decided_failing_ends_the_replications():
     assert budget.used == math.ceil(sum(n * s for n, s in D.stage(d.reps[:1], p)) / p.lanes)
 
 
-@pytest.mark.parametrize("chain,drawn", [(0.04, 0.004), (0.04, 0.0), (0.004, 0.004)])
+@pytest.mark.parametrize("chain,drawn", [(0.04, 0.004), (0.04, 0.002), (0.04, 0.0), (0.04, 0.0005), (0.004, 0.004)])
 def test_the_bias_study_waits_where_the_chain_expects_the_share_to_fail(chain, drawn):
     """The chain's long-run dropped share ``chain`` (against a 1% target), the runs' own rate ``drawn``, a
-    bias ratio open beside the share: where the chain is above the target, a stage's runs read the share
-    first without the bias study; decided failing there, the stage ends (the bias read no further), else
-    the same runs are made again with it and those are kept. At or below the target, one call with it."""
+    bias ratio open beside the share: where the chain is above the target, stages are made without the
+    bias study while the share is open; decided failing, none ever is (the bias read no further), decided
+    passing, every stage made without it is made again with it (the same runs: the same figures) and
+    those are kept. At or below the target, every stage with it."""
     length = 10.0
     keys, targets = ["max_dropped", "max_bias_vs_naive"], {"max_dropped": 0.01, "max_bias_vs_naive": 0.1}
     p = plan(need=D.need_of(chain, chain / length, length, targets, keys, 0.95), share=chain)
-    calls = []
+    calls, made = [], {}
 
-    def replicate(r, runs, bias=True):
+    def replicate(r, runs, bias=True):  # bias: the stage's bias study with its runs
         calls.append((r, tuple(runs), bias))
         out = toy(drawn, length, r)(r, runs)  # each run its own seed's: the same figures made again
+        made.setdefault(r, out)
         for i, rep in enumerate(out):
             if bias:
-                rep.means = {"bias_vs_naive": 0.05 + 0.01 * (r + i)}
+                rep.means = {"bias_vs_naive": 0.05 + 0.002 * ((r + i) % 5)}
         return out
 
     first = first_of(drawn, length, 1)
     first.means = {"bias_vs_naive": 0.12}  # straddles 0.1 alone (no interval before two runs)
-    d = D.sequential(first, replicate, keys, targets, 0.95, p, D.Budget(10 ** 6, 1e9))
-    stage = D.stage(d.reps[:1], p)
-    if chain > 0.01 and drawn > 0.01 / length:  # failing on the share: its stage's bias never studied
-        assert calls == [(1, tuple(stage), False)] and d.decided and d.open == []
-        assert D.failing(d.found, keys, targets, d.reps, p) == ["max_dropped"]
+    d = D.sequential(first, replicate, keys, targets, 0.95, p, D.Budget(10 ** 7, 1e9))
+    assert d.decided and calls
+    if chain <= 0.01:
+        assert all(bias for *_, bias in calls)
+        return
+    waited = [(r, runs) for r, runs, bias in calls if not bias]
+    assert waited and calls[:len(waited)] == [(r, runs, False) for r, runs in waited]  # stages, in order
+    if D.failing(d.found, keys, targets, d.reps, p):  # decided failing on the share: no bias study made
+        assert D.failing(d.found, keys, targets, d.reps, p) == ["max_dropped"] and len(calls) == len(waited)
         assert "max_bias_vs_naive" not in d.found and all(not r.means for r in d.reps[1:])
-    elif chain > 0.01:  # the share not failing: the stage made again with its bias study, those kept
-        assert calls[:2] == [(1, tuple(stage), False), (1, tuple(stage), True)]
+    else:  # decided passing: every stage made again with its bias study, those kept
+        assert calls[len(waited):2 * len(waited)] == [(r, runs, True) for r, runs in waited]
         assert all(r.means for r in d.reps[1:]) and "max_bias_vs_naive" in d.found
-        again = toy(drawn, length, 1)(1, stage)
-        assert all(np.array_equal(a.dropped, b.dropped) for a, b in zip(d.reps[1:], again))
-    else:
-        assert all(bias for *_, bias in calls) and calls[0] == (1, tuple(stage), True)
+        kept = [rep for r, runs in waited for rep in d.reps[r:r + len(runs)]]
+        assert all(np.array_equal(a.dropped, b.dropped) for a, b in zip(kept, (x for r, _ in waited for x in made[r])))
+    if drawn == 0.002:
+        assert len(waited) >= 2  # the share decided after more than one stage, none of them with the bias
 
 
 def test_nothing_seen_is_replicated_up_to_the_need_then_passes():

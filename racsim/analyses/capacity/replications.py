@@ -121,10 +121,11 @@ def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict],
     """Count ``n``'s rare-event figures decided by independent replications (:func:`stopping.sequential`):
     those of :func:`deciding_keys`, sized from the regime's chain where there is one. None where
     there are none (its row, ``capacity.corrector``'s, not steady, no such target, or another target
-    failed for sure); else the replications' intervals replace the figures, their lo and hi (the channel's in every row of ``n``, ``rows``, in place; the bias
-    figures in the chosen corrector's), ``replications`` says how many runs they rest on (the settled
-    run ``res`` is the first), ``measured_steps`` their trial-steps, ``drop_episodes`` the drop
-    episodes they saw and ``unresolved`` the targets left open (each then fails: the safe side).
+    failed for sure); else the replications' intervals replace the figures, their lo and hi (the
+    channel's in every row of ``n``, ``rows``, in place; the bias figures in the chosen
+    corrector's), ``replications`` says how many runs they rest on (the settled run ``res`` is the
+    first), ``measured_steps`` their trial-steps, ``drop_episodes`` the drop episodes they saw and
+    ``unresolved`` the targets left open (each then fails: the safe side).
     ``work_per_s``: the channel's long-run work (the chain's); ``tell(note, steps)``: called before each
     replication run of ``steps`` steps."""
     row = chosen_row(rows, targets["corrector"])
@@ -140,14 +141,14 @@ def decide_count(cfg: RacsimConf, name: str, key: str, n: int, rows: List[dict],
 
     told = set()  # the stages told (a stage made again with its bias study: its steps are counted once)
 
-    def replicate(r: int, runs: List[Tuple[int, int]], bias: bool = bias) -> List[stopping.Replicate]:
+    def replicate(r: int, runs: List[Tuple[int, int]], study: bool = True) -> List[stopping.Replicate]:
         if tell is not None:
             tell(f"replication {r + 1}{f'-{r + len(runs)}' if len(runs) > 1 else ''} ({len(runs)} x {runs[0][0]} "
                  f"trials x {runs[0][1]} steps), {', '.join(keys)} open"
-                 f"{'' if bias else ', its bias study once they read the dropped share'}",
+                 f"{', the bias study once they read the dropped share' if bias and not study else ''}",
                  0 if r in told else -(-sum(a * b for a, b in runs) // plan.lanes))
             told.add(r)
-        return replicate_runs(cfg, name, key, n, runs, w, r, bias)
+        return replicate_runs(cfg, name, key, n, runs, w, r, bias and study)
 
     found = stopping.sequential(first, replicate, keys, targets, float(cfg.capacity.confidence), plan, budget)
     apply_decision(rows, row, found)

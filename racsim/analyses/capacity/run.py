@@ -295,9 +295,9 @@ class Search:
     def straddles(self, n: int) -> bool:
         """Whether count ``n`` fails only targets whose intervals straddle them and that its deciding
         replications settle (:func:`deciding_keys`; ``capacity.decide_steps`` > 0): the search then
-        evaluates no count above it, as the deciding phase settles it first and moves up a count
-        only where it fails (:func:`~racsim.analyses.capacity.search.answer_counts`); a count that
-        would pass once settled (most do: its run's interval was wide) takes no run above it."""
+        evaluates no count above it, as the deciding phase settles it first and searches above it
+        (:meth:`extend`) only where it fails; a count that passes once settled (most do: its run's
+        interval was wide) takes no run above it."""
         if not self.cfg.capacity.decide_steps > 0 or n not in self.runs:
             return False
         row = chosen_row(self.rows[n], self.chosen)

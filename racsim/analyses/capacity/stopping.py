@@ -382,10 +382,10 @@ class Decision:
 
 
 def bias_waits(left: List[str], targets: Dict[str, float], plan: Plan) -> bool:
-    """Whether a stage's bias study waits for its rare-event figures: a bias target and the dropped share
-    both open, and the chain's long-run share (``plan.share``) above its target, so that the stage,
-    sized to settle it (``plan.need``: at :data:`POWER`), is expected to decide the count failing, and
-    then no bias figure is read (:func:`sequential`)."""
+    """Whether the bias study of a count's replications waits for their rare-event figures: a bias
+    target and the dropped share both open, and the chain's long-run share (``plan.share``) above its
+    target, so that the replications, sized to settle it (``plan.need``), are expected to decide the
+    count failing, and then no bias figure is read (:func:`sequential`)."""
     t = targets.get("max_dropped")
     return (t is not None and "max_dropped" in left and plan.share > t
             and any(k in BIAS_TARGETS for k in left))
@@ -398,22 +398,25 @@ def sequential(first: Replicate, replicate: Callable[..., List[Replicate]], keys
     the keys still open are no longer asked about), or the budget refuses a stage (:meth:`Budget.affords`,
     in steps of the plan's lanes: a run's lanes x steps over them, rounded up), or the plan says no exposure
     settles them (``plan.need`` inf); ``replicate(r, runs)``: the :class:`Replicate` of each of a stage's
-    ``runs`` ((lanes, steps) each), numbered from r; ``replicate(r, runs, bias=False)``: the same runs'
-    rare-event figures without the bias study, asked for first where the bias waits (:func:`bias_waits`):
-    decided failing on them, the stage ends there; else its runs are made again with it (the same
-    figures: each run is its seed's)."""
-    reps = [first]
+    ``runs`` ((lanes, steps) each), numbered from r. While the bias waits (:func:`bias_waits`), stages are
+    made without their bias study (``replicate(r, runs, False)``); once the dropped share is decided
+    passing, they are made again with it (each run is its seed's: the same figures, and the bias)."""
+    reps, waiting = [first], []  # waiting: the stages (r, runs) made without their bias study
     while True:
         found = intervals(reps, keys, level, plan.length)
         left = left_open(found, keys, targets, reps, plan)
         if left and failing(found, keys, targets, reps, plan):
             return Decision(reps, found, [], plan)
+        if waiting and "max_dropped" not in left:  # the share decided passing: the bias is read now
+            for r, runs in waiting:
+                reps[r:r + len(runs)] = replicate(r, runs)
+            waiting = []
+            continue
         runs = stage(reps, plan) if left and math.isfinite(plan.need) else []
         if not runs or not budget.affords(math.ceil(sum(n * s for n, s in runs) / plan.lanes)):
             return Decision(reps, found, left, plan)
         if bias_waits(left, targets, plan):
-            rare = reps + replicate(len(reps), runs, bias=False)
-            found = intervals(rare, keys, level, plan.length)
-            if failing(found, [k for k in keys if k in RARE_TARGETS], targets, rare, plan):
-                return Decision(rare, found, [], plan)
-        reps += replicate(len(reps), runs)
+            waiting.append((len(reps), runs))
+            reps += replicate(len(reps), runs, False)
+        else:
+            reps += replicate(len(reps), runs)
