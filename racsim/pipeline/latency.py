@@ -865,14 +865,13 @@ class TokenLengths:
     def sample(self, rng: np.random.Generator, size) -> np.ndarray:
         prompt = self.prompt.draw_raw(rng, size)
         response = self.response.draw_raw(rng, size)
-        out = np.empty(np.broadcast(prompt, response).shape)
-        p, r, o = prompt.reshape(-1), response.reshape(-1), out.reshape(-1)
-        for i in range(0, o.size, TOKEN_CHUNK):  # a chunk at a time: its passes stay in the cache
+        p, r = prompt.reshape(-1), response.reshape(-1)  # the prompts' draws take the result: no third array
+        for i in range(0, p.size, TOKEN_CHUNK):  # a chunk at a time: its passes stay in the cache
             k = slice(i, i + TOKEN_CHUNK)
             a, b = self.prompt.settle(p[k]), self.response.settle(r[k])
-            np.add(np.rint(a, out=a), np.rint(b, out=b), out=o[k])
-            np.maximum(o[k], 1.0, out=o[k])
-        return out
+            np.add(np.rint(a, out=a), np.rint(b, out=b), out=p[k])
+            np.maximum(p[k], 1.0, out=p[k])
+        return p.reshape(np.shape(prompt))
 
 
 def token_lengths(prompt: LatencyConf, response: LatencyConf, key: str) -> TokenLengths:
