@@ -496,3 +496,26 @@ def test_a_largest_count_that_straddles_is_decided_before_any_count_above_it(mon
         if got.loc[n, "replications"] == rac(full.curve).loc[n, "replications"]:
             assert got.loc[n, cols].tolist() == rac(full.curve).loc[n, cols].tolist()
 
+
+def test_a_count_is_replicated_alike_on_any_machine_and_in_any_process(monkeypatch):
+    """A count's plan (and so its stages, and every figure read off them) is the same whatever
+    capacity.workers, the machine's cores, or a pool's worker running the search (where a pool would
+    else run one process: a sweep's job, a seeds table): before, a stage's runs were rounded up to a
+    multiple of the processes at hand, so 3 runs on 2 cores were 4 there and 3 in a worker."""
+    import racsim.io
+    from racsim.analyses.capacity.replications import count_plan
+    from racsim.analyses.capacity.targets import targets_of
+
+    res = small_search("capacity.decide_steps=0")
+    row, work = rac(res.curve).loc[5].to_dict(), res.loads[5]["work_per_s"]
+    plans = []
+    for workers in (0, 1, 3):
+        for cores in (1, 2, 16):
+            monkeypatch.setattr(racsim.io, "usable_cores", lambda cores=cores: cores)
+            cfg = scenario(compose_config(*SMALL_QUEUE, f"capacity.workers={workers}"))
+            plans.append(count_plan(cfg, "verifier", f"{V}.workers", 5, row, ["max_dropped"], targets_of(cfg), work))
+    assert all(p == plans[0] for p in plans) and plans[0].together == D.STAGE_MULTIPLE
+    runs = D.stage([lane_draws(np.random.default_rng(0), 0.001, 5.0, 20, 100)], plan(need=3e4, cap=120, warmup=20,
+                                                                                   together=D.STAGE_MULTIPLE))
+    assert len(runs) % D.STAGE_MULTIPLE == 0 and len(runs) > 1
+

@@ -22,8 +22,7 @@ from racsim.analyses.capacity.targets import chosen_row, failed
 from racsim.analyses.grid import expand
 from racsim.config.schema import RacsimConf
 from racsim.config.spec import replace_at
-from racsim.config.validate import runs_that_fit
-from racsim.io import auto_workers, side_by_side
+from racsim.io import side_by_side
 from racsim.pipeline.draws import draw
 from racsim.pipeline.engines import simulate
 from racsim.seeds import rng_for
@@ -84,14 +83,15 @@ def count_plan(cfg: RacsimConf, name: str, key: str, n: int, row: dict, keys: Li
     against its target at :data:`stopping.POWER`; none without a chain, or with
     ``capacity.regime_cycles`` 0), each run warm from the settled run's warm-up (``row``'s), its trials'
     steps at most those of the longest run the search makes (``capacity.max_steps`` or the settled
-    run's: what fits in memory)."""
+    run's: what fits in memory), a stage's runs in a multiple of :data:`stopping.STAGE_MULTIPLE`
+    (the same on any machine, in any process)."""
     found = count_episodes(with_count(cfg, key, n), name, work_per_s) if cfg.capacity.regime_cycles else None
     share, rate, length = (found.share, found.rate, found.length) if found is not None else (0.0, 0.0, 0.0)
     steps, w = int(row["steps"]), int(row["warmup_steps"])
     need = stopping.need_of(share, rate, length, targets, keys, float(cfg.capacity.confidence))
     return stopping.Plan(need=need, length=length, warmup=w, lanes=int(cfg.learner.trials), first=steps - w,
                          cap=max(steps, int(cfg.capacity.max_steps)), rate=rate,
-                         together=min(int(cfg.capacity.workers) or auto_workers(), runs_that_fit(cfg)), share=share)
+                         together=stopping.STAGE_MULTIPLE, share=share)
 
 
 def deciding_keys(cfg: RacsimConf, name: str, key: str, n: int, row: dict, targets: Dict[str, Any],

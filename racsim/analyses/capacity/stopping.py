@@ -47,6 +47,11 @@ BIAS_TARGETS = {"max_bias": "bias_exact", "max_bias_vs_naive": "bias_vs_naive"}
 LAG_TARGETS = {"max_mean_lag": "mean_lag", "max_head_lag_p95": "head_lag_p95"}
 FIGURES = {**RARE_TARGETS, **BIAS_TARGETS, **LAG_TARGETS}
 MIN_REPLICATIONS = 2  # runs an interval on the runs' spread (a bias, a lag) is read from
+# A search's stages come in a multiple of this many runs (Plan.together): the cores of the smallest machine
+# racsim is sized for, fixed, so that a stage, and every figure read off it, is the same whatever the machine's
+# cores or memory and whether the search runs alone or in a pool's worker (a sweep's job, a seeds table);
+# the runs then go side by side as the machine allows (racsim.analyses.capacity.pool.pool_size).
+STAGE_MULTIPLE = 2
 
 
 @dataclass
@@ -93,8 +98,8 @@ class Plan:
     (0: none, where no chain sizes them; inf: no budget could), the chain's drop episodes at the count
     (``rate`` a trial-step, each ``length`` steps of results long on average; 0: none), ``warmup`` of
     each run, ``lanes`` (trials) and ``first`` the window of a run like the settled one, ``cap`` the
-    longest run of ``lanes`` lanes the search made (steps: what fits in memory), ``together`` the
-    processes that may run a stage's runs side by side, ``share`` the chain's long-run dropped share."""
+    longest run of ``lanes`` lanes the search made (steps: what fits in memory), ``together`` what a
+    stage's number of runs is a multiple of, ``share`` the chain's long-run dropped share."""
 
     need: float
     length: float
@@ -103,7 +108,7 @@ class Plan:
     first: int
     cap: int
     rate: float = 0.0
-    together: int = 1  # processes that run a stage's runs side by side
+    together: int = 1  # a stage's runs come in a multiple of it (STAGE_MULTIPLE in a search)
     share: float = 0.0
 
     @property
@@ -331,8 +336,8 @@ def stage(reps: List[Replicate], plan: Plan) -> List[Tuple[int, int]]:
     holds no more trial-steps than the settled run's longest (``plan.lanes`` x ``plan.cap``: what the
     search showed fits in memory); else equal runs of at most that many trial-steps, each lane at least
     four warm-ups long (a warm-up at most a quarter of a lane), on as many lanes as fit, as many runs as
-    a multiple of ``plan.together`` (the processes that run them side by side: no process idles while
-    another runs a last one)."""
+    a multiple of ``plan.together`` (on as many processes side by side, none idles while another runs a
+    last one)."""
     now = exposure(reps)
     add = max(plan.need - now, now, plan.lanes * max(plan.first, 2 * plan.warmup), 1.0)
     room = plan.lanes * plan.cap
