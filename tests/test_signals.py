@@ -38,3 +38,63 @@ def test_ctrl_c_at_any_instant_is_one_line_and_130(tmp_path, delays):
     assert "Traceback" not in out + err, err[-2000:]
     lines = [ln for ln in messages(err) if ln.startswith("racsim: ")]
     assert len(lines) == 1 and "interrupted" in lines[0], err
+
+
+
+
+MANGLED = '''
+import sys
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from racsim.app import cli
+
+where, apply, calls = sys.argv[1], ConfigLoaderImpl._apply_overrides_to_config, []
+
+
+def interrupted():
+    """A Ctrl-C inside a string exec (as in a method dataclasses make), turned by the library into another error."""
+    try:
+        exec("import signal; signal.raise_signal(signal.SIGINT)")
+    except KeyboardInterrupt:
+        raise AttributeError("'NoneType' object has no attribute '_flags_cache'") from None
+
+
+def overrides_applied(overrides, cfg):
+    """Hydra applying the overrides: the first time (in Hydra's get_mode, which swallows any error) a
+    Ctrl-C comes; then the config it left half made fails ("failing") or not ("swallowed")."""
+    calls.append(overrides)
+    if len(calls) == 1:
+        interrupted()
+    if where == "failing":
+        raise AttributeError("'NoneType' object has no attribute '_flags_cache'")
+    apply(overrides, cfg)
+
+
+if where == "running":  # in the run's job, its folder made
+    cli.replace_grid = lambda *args: interrupted()
+else:
+    ConfigLoaderImpl._apply_overrides_to_config = staticmethod(overrides_applied)
+sys.argv = ["racsim", *sys.argv[2:]]
+cli.main()
+'''
+
+
+@pytest.mark.parametrize("where, sweep, line", [
+    ("failing", False, "racsim: interrupted before the run began; nothing was written"),
+    ("swallowed", False, "racsim: interrupted before the run began; nothing was written"),
+    ("swallowed", True, "racsim: interrupted before the sweep began; nothing was written"),
+    ("running", False, "racsim: interrupted: the run did not finish, and its folder {run} is removed (run it again)")])
+def test_a_ctrl_c_a_library_turns_into_another_error_is_still_the_interrupt(tmp_path, where, sweep, line):
+    """The Ctrl-C is what happened, not the library's AttributeError (exit 2, "hydra.mode=RUN: cannot be
+    applied", as CI once saw while Hydra composed), nor a run or a sweep that starts after Hydra
+    swallowed it; and ``python -m`` ends with 130, not killed by SIGINT as CPython 3.11 does after a
+    KeyboardInterrupt ended any string exec, even one caught."""
+    (tmp_path / "mangled.py").write_text(MANGLED)
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    run = tmp_path / "run"
+    args = ["-m", *SLOW, "seed=1,2", f"hydra.sweep.dir={run}"] if sweep else [*SLOW, f"hydra.run.dir={run}"]
+    p = subprocess.run([sys.executable, "-m", "mangled", where, *args], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 130, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stdout + p.stderr, p.stderr[-2000:]
+    assert [ln for ln in messages(p.stderr) if ln.startswith("racsim: ")] == [line.format(run=run)], p.stderr
+    assert not run.exists() and not (tmp_path / "outputs").exists()

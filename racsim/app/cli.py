@@ -39,11 +39,14 @@ from racsim.errors import ConfigError, causes, say, write_failure
 from racsim.progress import Progress
 from racsim.sweep.callback import (
     Job,
+    catch_sigint,
     end_single_run,
+    holding,
     in_multirun,
     keep_created,
     lean_job,
     publish_run,
+    raise_pending_interrupt,
     register_resolvers,
     release,
     remove_created,
@@ -394,6 +397,15 @@ def _again(signum, frame) -> None:
     os._exit(130)
 
 
+def _exit_interrupted(code: int) -> None:
+    """``sys.exit(code)`` after an interrupt that was answered. Under ``python -m``, CPython 3.11 ends
+    the process by SIGINT itself (status -2, whatever the code) when a KeyboardInterrupt ended any
+    ``exec`` of a string during the run, even one caught (dataclasses and namedtuple make their methods
+    so, on first import); each string ``exec`` clears that mark, so one is run here."""
+    exec("None")
+    sys.exit(code)
+
+
 def _answering():
     """Ctrl-C answered by :func:`_again` from now on (in the main thread); the handler it replaced, to restore."""
     import threading
@@ -425,8 +437,13 @@ def main(started: Optional[float] = None) -> None:
     app = hydra.main(version_base="1.3", config_path="pkg://racsim.conf", config_name="config")(_task)
     answering = None
     _EXIT.clear()
+    catch_sigint()  # a Ctrl-C is remembered from here on, where a library turns it into another error
     try:
-        app()
+        try:
+            app()
+        except Exception:  # a Ctrl-C inside Hydra or OmegaConf can leave a node half made, and the next
+            raise_pending_interrupt()  # step fail on it (AttributeError): the interrupt is what happened
+            raise
         if _EXIT:  # a complete single run whose answer says no (a capacity plan's infeasible targets)
             sys.exit(_EXIT.pop())
     except BrokenPipeError:  # stdout closed by its reader (racsim ... | head): what was written stays
@@ -437,7 +454,7 @@ def main(started: Optional[float] = None) -> None:
         say(f"racsim: {_interrupted()}", sys.stderr)  # first: a second Ctrl-C during the clean-up ends it quietly
         _SAID = True
         end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
-        sys.exit(143 if stopped_by_sigterm(ex) else 130)
+        _exit_interrupted(143 if stopped_by_sigterm(ex) else 130)
     except (HydraException, OmegaConfBaseException, ConfigError) as ex:
         remove_created()  # what this process made before the run could start
         if not friendly:
@@ -473,9 +490,9 @@ def _interrupted() -> str:
     wrote (its folder, or its own files in a folder that existed) and gives its folder back; a
     sweep keeps every complete job (done.json) and reruns the rest on resume."""
     run = single_run()
-    if run is None and not MULTIRUN & set(sys.argv[1:]):
+    if run is None and not (MULTIRUN & set(sys.argv[1:]) and holding()):
         remove_created()
-        return "interrupted before the run began; nothing was written"
+        return f"interrupted before the {'sweep' if MULTIRUN & set(sys.argv[1:]) else 'run'} began; nothing was written"
     if run is None:
         release()  # the sweep's folder: its lock goes with it, its finished jobs stay
         return "interrupted; rerun the same command with resume=true to finish a sweep"

@@ -247,6 +247,11 @@ def hold(folder: Path, what: str) -> None:
         raise ConfigError(f"hydra.{what}.dir", str(folder), str(ex)) from None
 
 
+def holding() -> bool:
+    """Whether this process holds a run's or a sweep's folder (:func:`hold`), until :func:`release`."""
+    return bool(_RELEASE)
+
+
 def release() -> None:
     while _RELEASE:
         _RELEASE.pop()()
@@ -731,7 +736,17 @@ def catch_sigterm(again: bool = False) -> None:
     if again:
         return
     _SINGLE.setdefault("term", before)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    catch_sigint()
+
+
+def catch_sigint() -> None:
+    """From now on a Ctrl-C is remembered as well as raised (:func:`raise_pending_interrupt`), until
+    :func:`end_single_run` gives SIGINT its handler back; a SIGINT this process ignores, or one a
+    library handles, is left as it is (as is any outside the main thread)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         _SINGLE.setdefault("int", signal.signal(signal.SIGINT, _interrupt))
 
 
@@ -791,6 +806,7 @@ class SweepCallback(Callback):
             self._run_start(config)
 
     def _run_start(self, config: DictConfig) -> None:
+        raise_pending_interrupt()  # a Ctrl-C that Hydra swallowed while composing (its get_mode does): no run starts
         CREATED.clear()
         _RELEASE.clear()
         try:
@@ -826,6 +842,7 @@ class SweepCallback(Callback):
             self._multirun_start(config)
 
     def _multirun_start(self, config: DictConfig) -> None:
+        raise_pending_interrupt()  # as for a single run: no sweep starts
         catch_sigterm()  # a sweep stopped by SIGTERM ends as by Ctrl-C: its launcher's workers with it, the resume hint
         self._started = time.time()
         _FAILURES.clear()
