@@ -43,6 +43,7 @@ def test_ctrl_c_at_any_instant_is_one_line_and_130(tmp_path, delays):
 
 
 MANGLED = '''
+import signal
 import sys
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from racsim.app import cli
@@ -71,6 +72,9 @@ def overrides_applied(overrides, cfg):
 
 if where == "running":  # in the run's job, its folder made
     cli.replace_grid = lambda *args: interrupted()
+elif where == "registering":  # before Hydra starts: a plain Ctrl-C
+    registered = cli.register_configs
+    cli.register_configs = lambda: (registered(), signal.raise_signal(signal.SIGINT))
 else:
     ConfigLoaderImpl._apply_overrides_to_config = staticmethod(overrides_applied)
 sys.argv = ["racsim", *sys.argv[2:]]
@@ -79,6 +83,7 @@ cli.main()
 
 
 @pytest.mark.parametrize("where, sweep, line", [
+    ("registering", False, "racsim: interrupted before the run began; nothing was written"),
     ("failing", False, "racsim: interrupted before the run began; nothing was written"),
     ("swallowed", False, "racsim: interrupted before the run began; nothing was written"),
     ("swallowed", True, "racsim: interrupted before the sweep began; nothing was written"),

@@ -424,21 +424,21 @@ def main(started: Optional[float] = None) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     global _FRIENDLY, _STARTED, _SAID
+    catch_sigint()  # a Ctrl-C is remembered from here on, where a library turns it into another error
     _SAID = False
     _STARTED = time.perf_counter() if started is None else started
-    guard_yaml()
-    register_configs()
-    register_resolvers()
-    if not OmegaConf.has_resolver("racsim.help"):  # racsim --help (hydra.help.template)
-        OmegaConf.register_new_resolver("racsim.help", help_text)
     friendly = _FRIENDLY = "HYDRA_FULL_ERROR" not in os.environ
-    if friendly:
-        os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us instead of Hydra's printer
-    app = hydra.main(version_base="1.3", config_path="pkg://racsim.conf", config_name="config")(_task)
     answering = None
     _EXIT.clear()
-    catch_sigint()  # a Ctrl-C is remembered from here on, where a library turns it into another error
     try:
+        if friendly:
+            os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us instead of Hydra's printer
+        guard_yaml()
+        register_configs()
+        register_resolvers()
+        if not OmegaConf.has_resolver("racsim.help"):  # racsim --help (hydra.help.template)
+            OmegaConf.register_new_resolver("racsim.help", help_text)
+        app = hydra.main(version_base="1.3", config_path="pkg://racsim.conf", config_name="config")(_task)
         try:
             app()
         except Exception:  # a Ctrl-C inside Hydra or OmegaConf can leave a node half made, and the next
