@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
+import signal
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, NoReturn, Optional, TextIO
+from typing import Any, Callable, NoReturn, Optional, TextIO
 
 WIDTH = 120  # every line racsim prints fits a terminal this wide; its files hold everything
 
@@ -122,3 +124,31 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         say(f"{self.prog}: error: {' '.join(message.split())} ({self.prog} --help lists the options)", sys.stderr)
         sys.exit(2)
+
+
+def exit_interrupted(code: int = 130) -> NoReturn:
+    """``sys.exit(code)`` once an interrupt is answered. Under ``python -m``, CPython 3.11 ends the
+    process by SIGINT itself (status -2, whatever the code) when a KeyboardInterrupt ended any ``exec``
+    of a string during the run, even one caught (dataclasses and namedtuple make their methods so, on
+    first import); each string ``exec`` clears that mark, so one is run here."""
+    exec("None")
+    sys.exit(code)
+
+
+def interruptible(prog: str, what: str = "interrupted") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command's ``main``: a Ctrl-C ends it with one line (``PROG: WHAT``) on stderr and exit 130, a
+    second one while it ends is ignored; no traceback."""
+    def wrap(main: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(main)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return main(*args, **kwargs)
+            except KeyboardInterrupt:
+                try:
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                except ValueError:  # not the main thread
+                    pass
+                say(f"{prog}: {what}", sys.stderr)
+                exit_interrupted(130)
+        return command
+    return wrap

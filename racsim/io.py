@@ -430,7 +430,8 @@ def sigterm_held():
 class _SpawnPool(ProcessPoolExecutor):
     """A ProcessPoolExecutor that starts its processes (at a submit: spawn starts them as work
     comes) with the caller's script hidden (:func:`caller_script_hidden`), Ctrl-C left to this
-    process (:func:`interrupts_ignored`) and SIGTERM answered once they are started (:func:`sigterm_held`)."""
+    process (:func:`interrupts_ignored`) and SIGTERM answered once they are started (:func:`sigterm_held`);
+    left by an exception, it ends them at once (:meth:`end`)."""
 
     def submit(self, fn, /, *args, **kwargs):
         with sigterm_held(), caller_script_hidden(), interrupts_ignored():
@@ -442,6 +443,12 @@ class _SpawnPool(ProcessPoolExecutor):
         for p in list((self._processes or {}).values()):
             p.kill()
         self.shutdown(wait=True, cancel_futures=True)
+
+    def __exit__(self, kind, value, tb):
+        """Left by an exception (Ctrl-C, an error): :meth:`end`, not a wait for the running jobs."""
+        if kind is not None:
+            self.end()
+        return super().__exit__(kind, value, tb)
 
 
 def cpu_seconds() -> float:
@@ -477,13 +484,9 @@ def side_by_side(workers: int, fn: Callable, arglists: Sequence[tuple],
         try:
             yield from _side_by_side(pool, fn, arglists, here)
         except BrokenProcessPool:
-            pool.end()
             raise ConfigError(knob, workers, "fewer processes at once", line=(
                 f"a worker process died (killed, or by the out-of-memory killer) with {at_once(workers, here)} "
                 f"processes working side by side: {knob}=1 runs one at a time, or give the run more memory")) from None
-        except BaseException:
-            pool.end()
-            raise
 
 
 def at_once(workers: int, here: Optional[Callable]) -> int:

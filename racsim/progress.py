@@ -246,8 +246,9 @@ class Progress:
     def stop(self) -> None:
         """Stop ticking (the thread ends; what the work says is still shown)."""
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2 * REDRAW_S + 1)
+        t = self._thread  # not alive: ended, or a Ctrl-C came while it started (it ends on its own)
+        if t is not None and t is not threading.current_thread() and t.is_alive():
+            t.join(timeout=2 * REDRAW_S + 1)
 
     def close(self) -> None:
         """Stop ticking and take the bar away (what the work printed stays); nothing more is written."""

@@ -448,16 +448,22 @@ def test_held_warnings_are_shown_when_the_block_ends_normally():
 
 
 def test_the_interrupt_line_fits_what_was_running(tmp_path, monkeypatch):
-    """Before the run began: nothing written; a sweep: the resume hint; a single run that had
-    finished: its results stay and its folder is given back."""
+    """Before the run or the sweep began: nothing written; a sweep that holds its folder: the resume
+    hint; a single run that had finished: its results stay and its folder is given back."""
     from racsim.sweep.markers import hold_folder
 
     monkeypatch.setattr(S, "CREATED", [])
     monkeypatch.setattr(S, "_SINGLE", {})
+    monkeypatch.setattr(S, "_RELEASE", [])
     monkeypatch.setattr(sys, "argv", ["racsim", "seed=1"])
     assert cli._interrupted() == "interrupted before the run began; nothing was written"
     monkeypatch.setattr(sys, "argv", ["racsim", "-m", "seed=1,2"])
+    assert cli._interrupted() == "interrupted before the sweep began; nothing was written"
+    (tmp_path / "sweep").mkdir()
+    S._RELEASE.append(hold_folder(tmp_path / "sweep"))
+    assert (tmp_path / "sweep" / LOCK).exists()
     assert "resume=true" in cli._interrupted()
+    assert not (tmp_path / "sweep" / LOCK).exists() and not S._RELEASE  # its folder given back
     monkeypatch.setattr(sys, "argv", ["racsim", "seed=1"])
     (tmp_path / "results.csv").write_bytes(b"done")
     monkeypatch.setattr(S, "_RELEASE", [hold_folder(tmp_path)])

@@ -272,3 +272,12 @@ def test_the_bound_a_search_announces_holds(n):
         fewest_from(list(range(n)), 0, lambda i: tried.add(i) or i >= answer)
         worst = max(worst, len(tried))
     assert worst <= search_bound(n) <= n
+
+
+def test_a_ctrl_c_while_the_ticking_thread_starts_leaves_the_progress_closable():
+    """A Ctrl-C inside ``Thread.start`` (it waits for the thread to run) left a thread never started,
+    and closing the progress then raised "cannot join thread before it is started" over the interrupt."""
+    p = Progress("x", mode="lines")
+    p._thread = threading.Thread(target=lambda: None)  # as Progress.start leaves it when interrupted there
+    p.close()
+    assert p.mode == "off"

@@ -103,3 +103,39 @@ def test_a_ctrl_c_a_library_turns_into_another_error_is_still_the_interrupt(tmp_
     assert "Traceback" not in p.stdout + p.stderr, p.stderr[-2000:]
     assert [ln for ln in messages(p.stderr) if ln.startswith("racsim: ")] == [line.format(run=run)], p.stderr
     assert not run.exists() and not (tmp_path / "outputs").exists()
+
+
+TOOLS = {
+    "seeds in a pool": ["-m", "racsim.tools.seeds", "scenario=capacity/judge_rm_bursts", "--seeds", "2", "--jobs", "2"],
+    "benchmark": ["-m", "racsim.tools.bench"],
+    "kernels": ["-m", "racsim.tools.kernels", "answers"],
+}
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_ctrl_c_ends_a_tool_with_one_line_and_130(tmp_path, tool):
+    """The other commands answer a Ctrl-C as racsim does (one line, exit 130, no traceback), sent once
+    each has printed its first progress line; a pool's seeds end with it, not after their runs (a
+    seed of judge_rm_bursts takes 10 s or more on one core, and none has finished)."""
+    p = subprocess.Popen([sys.executable, *TOOLS[tool]], cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    first = p.stderr.readline()
+    if tool == "seeds in a pool":  # once its two processes are at work
+        children = f"/proc/{p.pid}/task/{p.pid}/children"
+        for _ in range(600):
+            if len(open(children).read().split()) >= 2:
+                break
+            time.sleep(0.1)
+        time.sleep(2.0)
+    sent = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    took = time.monotonic() - sent
+    err = first + err
+    assert p.returncode == 130, (p.returncode, err[-2000:])
+    assert "Traceback" not in out + err, err[-2000:]
+    lines = [ln for ln in messages(err) if ": interrupted" in ln]
+    assert len(lines) == 1 and lines[0].startswith(("python -m racsim.tools.", "racsim-bench")), err
+    if tool == "seeds in a pool":
+        assert "seed 0:" not in err and took < 8, (took, err)

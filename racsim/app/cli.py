@@ -35,7 +35,7 @@ from racsim.config.defaults import compose_config, measured_as_given, replace_gr
 from racsim.config.names import missing_extra
 from racsim.config.schema import register_configs
 from racsim.config.validate import allowed_at
-from racsim.errors import ConfigError, causes, say, write_failure
+from racsim.errors import ConfigError, causes, exit_interrupted, say, write_failure
 from racsim.progress import Progress
 from racsim.sweep.callback import (
     Job,
@@ -397,15 +397,6 @@ def _again(signum, frame) -> None:
     os._exit(130)
 
 
-def _exit_interrupted(code: int) -> None:
-    """``sys.exit(code)`` after an interrupt that was answered. Under ``python -m``, CPython 3.11 ends
-    the process by SIGINT itself (status -2, whatever the code) when a KeyboardInterrupt ended any
-    ``exec`` of a string during the run, even one caught (dataclasses and namedtuple make their methods
-    so, on first import); each string ``exec`` clears that mark, so one is run here."""
-    exec("None")
-    sys.exit(code)
-
-
 def _answering():
     """Ctrl-C answered by :func:`_again` from now on (in the main thread); the handler it replaced, to restore."""
     import threading
@@ -454,7 +445,7 @@ def main(started: Optional[float] = None) -> None:
         say(f"racsim: {_interrupted()}", sys.stderr)  # first: a second Ctrl-C during the clean-up ends it quietly
         _SAID = True
         end_detached()  # submitit_local's controllers, in groups of their own: the Ctrl-C reached racsim alone
-        _exit_interrupted(143 if stopped_by_sigterm(ex) else 130)
+        exit_interrupted(143 if stopped_by_sigterm(ex) else 130)
     except (HydraException, OmegaConfBaseException, ConfigError) as ex:
         remove_created()  # what this process made before the run could start
         if not friendly:

@@ -21,7 +21,7 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 import pandas as pd
 
-from racsim.errors import Parser
+from racsim.errors import Parser, interruptible
 from racsim.io import fmt, write_text
 from racsim.report.frontier import async_wins_from
 from racsim.report.lm import value_label
@@ -525,6 +525,7 @@ def regenerate(names: Sequence[str], root: Path = ROOT) -> Iterator[Tuple[str, s
             yield name, None
 
 
+@interruptible("python -m racsim.app.docs", "interrupted; the blocks printed as rewritten are")
 def main(argv: Sequence[str] | None = None) -> None:
     ap = Parser(prog="python -m racsim.app.docs", description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help=f"blocks to rewrite (default: all): {', '.join(RECIPES)}")

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from racsim.errors import Parser, wrapped
+from racsim.errors import Parser, interruptible, wrapped
 
 PKG = Path(__file__).resolve().parents[1]  # racsim/
 REPO = PKG.parent
@@ -143,6 +143,7 @@ def knob_files(field: str, roots: Sequence[Path] = (PKG, REPO / "tests")) -> Lis
     return out
 
 
+@interruptible("python -m racsim.app.layout")
 def main(argv: Sequence[str] | None = None) -> None:
     ap = Parser(prog="python -m racsim.app.layout", description=__doc__.splitlines()[0])
     ap.add_argument("--knob", help="a config field's name (e.g. max_load): list the files that name it")

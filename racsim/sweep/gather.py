@@ -32,7 +32,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import pandas as pd
 
 from racsim.analyses.capacity import fewest
-from racsim.errors import WIDTH, Parser, WriteFailure, say, wrapped, write_failure, wrote_line
+from racsim.errors import WIDTH, Parser, WriteFailure, interruptible, say, wrapped, write_failure, wrote_line
 from racsim.io import atomic_write, fmt, write_text
 from racsim.progress import Progress
 from racsim.sweep.markers import is_complete, job_dirs, publish, read_marker
@@ -298,6 +298,7 @@ def answer_text(g: Gathered) -> str:
     return text
 
 
+@interruptible("racsim-report")
 def main(argv=None) -> None:
     """Console entry point ``racsim-report PATH [--out DIR]``."""
     ap = Parser(prog="racsim-report",

@@ -51,7 +51,7 @@ from racsim.config.defaults import compose_config
 from racsim.config.schema import RacsimConf
 from racsim.config.spec import scenario
 from racsim.config.validate import validate
-from racsim.errors import Parser
+from racsim.errors import Parser, interruptible
 from racsim.generation.figures import binding, engine_split, trainer_split
 from racsim.generation.schedule import AsyncRun
 from racsim.generation.simpy_lane import simulate_lane_simpy
@@ -653,6 +653,7 @@ def bench_heavy_tail() -> Dict[str, float]:
     }
 
 
+@interruptible("racsim-bench", "interrupted; no figures written")
 def main(argv=None) -> None:
     ap = Parser(prog="racsim-bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")

@@ -31,7 +31,7 @@ from racsim.analyses.capacity import run_capacity
 from racsim.config.defaults import catalog, compose_config
 from racsim.config.schema import GpuConf, RMConf, RMModelConf, RacsimConf
 from racsim.config.spec import replace_at, scenario
-from racsim.errors import ConfigError, Parser, say
+from racsim.errors import ConfigError, Parser, interruptible, say
 from racsim.io import spawn_pool, write_text
 from racsim.progress import Progress
 from racsim.pipeline import layer_times
@@ -386,6 +386,7 @@ def answers_report(table: pd.DataFrame, skipped: List[str]) -> str:
     return head + "\n" + shown.to_string(index=False)
 
 
+@interruptible("python -m racsim.tools.kernels")
 def main(argv: Sequence[str] | None = None) -> None:
     ap = Parser(prog="python -m racsim.tools.kernels", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
 from racsim.config.names import closest
-from racsim.errors import ConfigError, say, write_failure
+from racsim.errors import ConfigError, interruptible, say, write_failure
 from racsim.io import write_text
 from racsim.sweep.markers import foreign, publish
 
@@ -324,16 +324,13 @@ def write_csv(path: Path, header: dict, rows: list) -> None:
     publish(path.parent, write, track_edits=True)
 
 
+@interruptible("racsim-profile", "interrupted; nothing written")  # the profile is written at the end, whole
 def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
         say(help_text())
         return
-    try:
-        out = _profile(argv)
-    except KeyboardInterrupt:  # Ctrl-C: the profile is written at the end, in one piece, or not at all
-        say("racsim-profile: interrupted; nothing written", sys.stderr)
-        sys.exit(130)
+    out = _profile(argv)
     say(f"racsim-profile: use it with rm.service=profiled rm.profile={out}")
 
 

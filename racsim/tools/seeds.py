@@ -27,7 +27,7 @@ from racsim.analyses.capacity import run_capacity
 from racsim.config.defaults import compose_config
 from racsim.config.schema import RacsimConf
 from racsim.config.spec import replace_at, scenario
-from racsim.errors import Parser
+from racsim.errors import Parser, interruptible
 from racsim.progress import Progress
 from racsim.io import cpu_seconds, spawn_pool, usable_cores
 
@@ -84,6 +84,7 @@ def seed_statement(recommended: Sequence[Optional[int]], unit: str) -> str:
     return "; ".join([head, *edges])
 
 
+@interruptible("python -m racsim.tools.seeds", "interrupted; no table written")
 def main(argv: Optional[List[str]] = None) -> None:
     ap = Parser(prog="python -m racsim.tools.seeds", description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=10, help="how many seeds (default 10)")
