@@ -525,7 +525,7 @@ def regenerate(names: Sequence[str], root: Path = ROOT) -> Iterator[Tuple[str, s
             yield name, None
 
 
-@interruptible("python -m racsim.app.docs", "interrupted; the blocks printed as rewritten are")
+@interruptible("python -m racsim.app.docs", "interrupted; the blocks printed as rewritten are kept, the others unchanged")
 def main(argv: Sequence[str] | None = None) -> None:
     ap = Parser(prog="python -m racsim.app.docs", description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help=f"blocks to rewrite (default: all): {', '.join(RECIPES)}")
