@@ -394,18 +394,28 @@ def caller_script_hidden():
 
 
 @contextmanager
-def interrupts_ignored():
-    """While it holds (in the main thread), SIGINT is ignored here, and so in the processes started
-    meanwhile for their life (an ignored signal stays ignored through exec, and Python then installs no
-    KeyboardInterrupt handler): a Ctrl-C goes to the whole process group, and only this process answers
-    it (ending the pool), never a worker half started with a traceback of its own."""
-    main = threading.current_thread() is threading.main_thread()
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+def interrupts_held():
+    """While it holds (in the main thread), a Ctrl-C is held back, and delivered to this process's own
+    handler as it ends; the processes started meanwhile have SIGINT blocked for their life (a blocked
+    signal stays blocked through exec, and Python never unblocks it): a Ctrl-C goes to the whole process
+    group, and only this process answers it (ending the pool), never a worker half started with a
+    traceback of its own. (Ignoring it instead lost a Ctrl-C that came while a pool started.) A SIGINT
+    this process ignores stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: List[int] = []
+    held = signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None)  # None: a handler set outside Python
+    before = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum)) if held else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        if main:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one that came meanwhile reaches the lambda now
+        if held:
             signal.signal(signal.SIGINT, before)
+            if came:
+                signal.raise_signal(signal.SIGINT)
 
 
 @contextmanager
@@ -430,11 +440,11 @@ def sigterm_held():
 class _SpawnPool(ProcessPoolExecutor):
     """A ProcessPoolExecutor that starts its processes (at a submit: spawn starts them as work
     comes) with the caller's script hidden (:func:`caller_script_hidden`), Ctrl-C left to this
-    process (:func:`interrupts_ignored`) and SIGTERM answered once they are started (:func:`sigterm_held`);
+    process (:func:`interrupts_held`) and SIGTERM answered once they are started (:func:`sigterm_held`);
     left by an exception, it ends them at once (:meth:`end`)."""
 
     def submit(self, fn, /, *args, **kwargs):
-        with sigterm_held(), caller_script_hidden(), interrupts_ignored():
+        with sigterm_held(), caller_script_hidden(), interrupts_held():
             return super().submit(fn, *args, **kwargs)
 
     def end(self) -> None:
@@ -442,6 +452,8 @@ class _SpawnPool(ProcessPoolExecutor):
         failing does not wait for its workers' jobs to finish)."""
         for p in list((self._processes or {}).values()):
             p.kill()
+        if self._result_queue is not None:  # a process killed while it sent its result left half a message,
+            self._result_queue._writer.close()  # which the pool's thread waited on for ever: it reads the end now
         self.shutdown(wait=True, cancel_futures=True)
 
     def __exit__(self, kind, value, tb):

@@ -28,9 +28,10 @@ def die(i: int) -> int:
 
 
 def sigint_ignored(_: int) -> bool:
-    """Whether SIGINT is ignored in this process (its SigIgn mask in /proc)."""
-    mask = next(ln for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith("SigIgn:"))
-    return bool(int(mask.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    """Whether a SIGINT never reaches this process: ignored or blocked (its SigIgn and SigBlk masks in /proc)."""
+    status = Path("/proc/self/status").read_text()
+    return any(int(status.split(f"{field}:")[1].split()[0], 16) & (1 << (signal.SIGINT - 1))
+               for field in ("SigIgn", "SigBlk"))
 
 
 def nap(s: float) -> float:
@@ -162,3 +163,47 @@ def test_a_killed_process_not_yet_reaped_is_not_alive():
         child.kill()
         child.wait()
     assert not pid_alive(child.pid)
+
+
+def test_a_ctrl_c_while_a_pool_starts_its_processes_is_held_for_this_process_alone():
+    """A Ctrl-C that comes while a pool starts its processes ends this process as it ends (it was lost:
+    SIGINT was ignored meanwhile), and never reaches the processes started then."""
+    from racsim.io import interrupts_held, spawn_pool
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    ignored = None
+    try:
+        with spawn_pool(1) as pool:
+            with pytest.raises(KeyboardInterrupt):
+                with interrupts_held():
+                    os.kill(os.getpid(), signal.SIGINT)  # as the pool starts its process: nothing raised yet
+                    ignored = pool.submit(sigint_ignored, 0).result(timeout=120)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert ignored is True
+
+
+def half_sent(_: int) -> None:
+    """In a pool's process: begin a result's message on the pool's result pipe (1 MB announced, 10 bytes
+    written), as a process killed while it sends a large result leaves it; then wait."""
+    import struct
+
+    queue = sys._getframe().f_back.f_locals["result_queue"]  # concurrent.futures' _process_worker
+    os.write(queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 10)
+    time.sleep(600)
+
+
+def test_a_pool_ended_while_a_process_sends_its_result_does_not_wait_for_ever():
+    """Ending a pool (Ctrl-C during a capacity run) while a process was sending its result hung the
+    command for ever: the pool's thread waited on the rest of the message, and the shutdown on it."""
+    import threading
+
+    from racsim.io import spawn_pool
+
+    pool = spawn_pool(1)
+    pool.submit(half_sent, 0)
+    time.sleep(3.0)  # the process is started and has begun its message
+    ender = threading.Thread(target=pool.end, daemon=True)
+    ender.start()
+    ender.join(timeout=60)
+    assert not ender.is_alive()
