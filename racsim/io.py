@@ -394,57 +394,42 @@ def caller_script_hidden():
 
 
 @contextmanager
-def interrupts_held():
-    """While it holds (in the main thread), a Ctrl-C is held back, and delivered to this process's own
-    handler as it ends; the processes started meanwhile have SIGINT blocked for their life (a blocked
-    signal stays blocked through exec, and Python never unblocks it): a Ctrl-C goes to the whole process
-    group, and only this process answers it (ending the pool), never a worker half started with a
-    traceback of its own. (Ignoring it instead lost a Ctrl-C that came while a pool started.) A SIGINT
-    this process ignores stays ignored."""
+def signal_held(signum: int, block: bool = False):
+    """While it holds (in the main thread), signal ``signum`` is held back, and delivered to this
+    process's own handler as it ends (a signal it ignores stays ignored; a handler installed outside
+    Python, which could not be put back, is left alone). ``block``: it is blocked in this thread too, so
+    that the processes started meanwhile have it blocked for their life (a blocked signal stays blocked
+    through exec, and Python never unblocks it)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     came: List[int] = []
-    held = signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None)  # None: a handler set outside Python
-    before = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum)) if held else None
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held = signal.getsignal(signum) is not None
+    before = signal.signal(signum, lambda s, frame: came.append(s)) if held else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signum}) if block else None
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one that came meanwhile reaches the lambda now
+        if block:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one that came meanwhile reaches the lambda now
         if held:
-            signal.signal(signal.SIGINT, before)
+            signal.signal(signum, before)
             if came:
-                signal.raise_signal(signal.SIGINT)
-
-
-@contextmanager
-def sigterm_held():
-    """While it holds (in the main thread), a SIGTERM is held back, and delivered to this process's own
-    handler as it ends: a process being spawned meanwhile gets the whole of what its parent sends it
-    (cut short by the handler's exception, it would read a closed pipe and print EOFError's traceback
-    after the run's last line), and is in the pool, so that ending the pool ends it."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is None:
-        yield  # not the main thread, or a handler installed outside Python (which could not be put back)
-        return
-    came: List[int] = []
-    before = signal.signal(signal.SIGTERM, lambda signum, frame: came.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
-        if came:
-            signal.raise_signal(signal.SIGTERM)
+                signal.raise_signal(signum)
 
 
 class _SpawnPool(ProcessPoolExecutor):
     """A ProcessPoolExecutor that starts its processes (at a submit: spawn starts them as work
-    comes) with the caller's script hidden (:func:`caller_script_hidden`), Ctrl-C left to this
-    process (:func:`interrupts_held`) and SIGTERM answered once they are started (:func:`sigterm_held`);
-    left by an exception, it ends them at once (:meth:`end`)."""
+    comes) with the caller's script hidden (:func:`caller_script_hidden`), and both signals held while
+    it does (:func:`signal_held`): SIGTERM, answered once they are started (cut short by the handler's
+    exception, a process being spawned would read a closed pipe and print EOFError's traceback after the
+    run's last line, and not be in the pool that ending it ends); Ctrl-C, blocked in them for their life
+    (it goes to the whole process group: only this process answers it, by ending the pool, never a worker
+    half started with a traceback of its own; ignoring it instead lost one that came while a pool
+    started). Left by an exception, it ends them at once (:meth:`end`)."""
 
     def submit(self, fn, /, *args, **kwargs):
-        with sigterm_held(), caller_script_hidden(), interrupts_held():
+        with signal_held(signal.SIGTERM), caller_script_hidden(), signal_held(signal.SIGINT, block=True):
             return super().submit(fn, *args, **kwargs)
 
     def end(self) -> None:

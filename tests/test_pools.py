@@ -168,14 +168,14 @@ def test_a_killed_process_not_yet_reaped_is_not_alive():
 def test_a_ctrl_c_while_a_pool_starts_its_processes_is_held_for_this_process_alone():
     """A Ctrl-C that comes while a pool starts its processes ends this process as it ends (it was lost:
     SIGINT was ignored meanwhile), and never reaches the processes started then."""
-    from racsim.io import interrupts_held, spawn_pool
+    from racsim.io import signal_held, spawn_pool
 
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     ignored = None
     try:
         with spawn_pool(1) as pool:
             with pytest.raises(KeyboardInterrupt):
-                with interrupts_held():
+                with signal_held(signal.SIGINT, block=True):
                     os.kill(os.getpid(), signal.SIGINT)  # as the pool starts its process: nothing raised yet
                     ignored = pool.submit(sigint_ignored, 0).result(timeout=120)
     finally:
@@ -183,17 +183,19 @@ def test_a_ctrl_c_while_a_pool_starts_its_processes_is_held_for_this_process_alo
     assert ignored is True
 
 
-def half_sent(_: int) -> None:
+def half_sent(mark: str) -> None:
     """In a pool's process: begin a result's message on the pool's result pipe (1 MB announced, 10 bytes
-    written), as a process killed while it sends a large result leaves it; then wait."""
+    written), as a process killed while it sends a large result leaves it; then say so (the file
+    ``mark``) and wait."""
     import struct
 
     queue = sys._getframe().f_back.f_locals["result_queue"]  # concurrent.futures' _process_worker
     os.write(queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 10)
+    Path(mark).touch()
     time.sleep(600)
 
 
-def test_a_pool_ended_while_a_process_sends_its_result_does_not_wait_for_ever():
+def test_a_pool_ended_while_a_process_sends_its_result_does_not_wait_for_ever(tmp_path):
     """Ending a pool (Ctrl-C during a capacity run) while a process was sending its result hung the
     command for ever: the pool's thread waited on the rest of the message, and the shutdown on it."""
     import threading
@@ -201,8 +203,14 @@ def test_a_pool_ended_while_a_process_sends_its_result_does_not_wait_for_ever():
     from racsim.io import spawn_pool
 
     pool = spawn_pool(1)
-    pool.submit(half_sent, 0)
-    time.sleep(3.0)  # the process is started and has begun its message
+    mark = tmp_path / "begun"
+    pool.submit(half_sent, str(mark))
+    for _ in range(1200):  # until the process has begun its message
+        if mark.exists():
+            break
+        time.sleep(0.05)
+    assert mark.exists()
+    time.sleep(0.2)  # the pool's thread is reading it
     ender = threading.Thread(target=pool.end, daemon=True)
     ender.start()
     ender.join(timeout=60)

@@ -480,10 +480,10 @@ def _interrupted() -> str:
     """What an interrupt did, on one line. A single run that had not finished takes away what it
     wrote (its folder, or its own files in a folder that existed) and gives its folder back; a
     sweep keeps every complete job (done.json) and reruns the rest on resume."""
-    run = single_run()
-    if run is None and not (MULTIRUN & set(sys.argv[1:]) and holding()):
+    run, sweep = single_run(), folder_key() == "hydra.sweep.dir"
+    if run is None and not (sweep and holding()):
         remove_created()
-        return f"interrupted before the {'sweep' if MULTIRUN & set(sys.argv[1:]) else 'run'} began; nothing was written"
+        return f"interrupted before the {'sweep' if sweep else 'run'} began; nothing was written"
     if run is None:
         release()  # the sweep's folder: its lock goes with it, its finished jobs stay
         return "interrupted; rerun the same command with resume=true to finish a sweep"
